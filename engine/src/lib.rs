@@ -1,0 +1,5 @@
+//! Flint's in-process core: everything that runs without sockets.
+//!
+//! The runtime (pinned event loops with bounded inboxes), the task pool, the scheduler state
+//! machine and the cluster simulator live here; `flint-net` puts them on the wire.
+#![deny(missing_docs)]

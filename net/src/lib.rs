@@ -1,0 +1,4 @@
+//! Flint on the network: the wire protocol, connections on the event loop, the roles.
+#![deny(missing_docs)]
+
+pub mod wire;
