@@ -1,0 +1,183 @@
+//! Framing: an 8-byte header, then the body.
+//!
+//! ```text
+//! offset  size  field
+//!      0     4  body length in bytes (u32 LE), at most the connection's maximum frame size
+//!      4     2  message kind (u16 LE), see `Kind`
+//!      6     2  flags (u16 LE), reserved: must be zero in this version
+//!      8     n  body
+//! ```
+//!
+//! [`FrameDecoder`] turns a byte stream, arriving in chunks of any size, into [`Frame`]s. It reads
+//! the length from the header and refuses an oversize frame before its buffer grows, so what a
+//! peer can make it hold is bounded by the maximum frame size plus one read. A frame's body is a
+//! `Bytes` split off the receive buffer, not a copy; messages decoded from it borrow from it.
+
+use std::io::{self, Read};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::message::{Kind, Message};
+use super::WireError;
+
+/// Bytes in a frame header.
+pub const HEADER_LEN: usize = 8;
+
+/// The default maximum body size of a frame: 16 MiB.
+pub const FRAME_SIZE_MAX_DEFAULT: usize = 16 * 1024 * 1024;
+
+/// The most the decoder reads from a socket in one call when no frame is pending.
+const READ_CHUNK_LEN: usize = 64 * 1024;
+
+/// One received frame: its kind and its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    kind: u16,
+    body: Bytes,
+}
+
+impl Frame {
+    /// A frame from its parts (for tests and tools; connections get frames from the decoder).
+    pub fn new(kind: u16, body: Bytes) -> Self {
+        Frame { kind, body }
+    }
+
+    /// The raw message kind from the header.
+    pub fn kind(&self) -> u16 {
+        self.kind
+    }
+
+    /// The body.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Decodes the message. Strings and byte strings in it borrow from this frame's body.
+    pub fn message(&self) -> Result<Message<'_>, WireError> {
+        Message::decode(self.kind, &self.body)
+    }
+
+    /// An owned `Bytes` for a part of a message decoded from this frame (a task's payload, say),
+    /// sharing this frame's buffer rather than copying it. A slice from elsewhere is copied.
+    pub fn share(&self, part: &[u8]) -> Bytes {
+        let body = self.body.as_ptr_range();
+        let part_range = part.as_ptr_range();
+        if part.is_empty() {
+            Bytes::new()
+        } else if body.start <= part_range.start && part_range.end <= body.end {
+            self.body.slice_ref(part)
+        } else {
+            Bytes::copy_from_slice(part)
+        }
+    }
+}
+
+/// Reads a header: `(body length, kind, flags)`, or `None` if fewer than [`HEADER_LEN`] bytes.
+fn parse_header(buf: &[u8]) -> Option<(usize, u16, u16)> {
+    let (header, _) = buf.split_first_chunk::<HEADER_LEN>()?;
+    let [l0, l1, l2, l3, k0, k1, f0, f1] = *header;
+    Some((
+        u32::from_le_bytes([l0, l1, l2, l3]) as usize,
+        u16::from_le_bytes([k0, k1]),
+        u16::from_le_bytes([f0, f1]),
+    ))
+}
+
+/// Turns a byte stream into frames, whatever the chunking.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: BytesMut,
+    frame_size_max: usize,
+}
+
+impl FrameDecoder {
+    /// A decoder that refuses bodies larger than `frame_size_max` bytes.
+    pub fn new(frame_size_max: usize) -> Self {
+        FrameDecoder {
+            buf: BytesMut::new(),
+            frame_size_max,
+        }
+    }
+
+    /// Bytes received and not yet returned as frames.
+    pub fn buffered_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Appends received bytes.
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Reads once from `source` into the buffer: as much as the pending frame still needs, or up
+    /// to 64 KiB when none is pending. Returns what `read` returned (0 at end of stream).
+    pub fn read_from(&mut self, source: &mut impl Read) -> io::Result<usize> {
+        let pending = match parse_header(&self.buf) {
+            Some((len, _, _)) if len <= self.frame_size_max => {
+                (HEADER_LEN + len).saturating_sub(self.buf.len())
+            }
+            _ => 0,
+        };
+        let want = pending.max(READ_CHUNK_LEN);
+        let start = self.buf.len();
+        self.buf.resize(start + want, 0);
+        let result = source.read(self.buf.get_mut(start..).unwrap_or_default());
+        let got = *result.as_ref().unwrap_or(&0);
+        self.buf.truncate(start + got);
+        result
+    }
+
+    /// The next complete frame, `Ok(None)` if more bytes are needed, or the error that makes
+    /// this stream unusable (the connection should then be closed).
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
+        let Some((len, kind, flags)) = parse_header(&self.buf) else {
+            return Ok(None);
+        };
+        if len > self.frame_size_max {
+            return Err(WireError::FrameTooLarge {
+                len,
+                max: self.frame_size_max,
+            });
+        }
+        if flags != 0 {
+            return Err(WireError::ReservedFlags(flags));
+        }
+        if Kind::from_u16(kind).is_none() {
+            return Err(WireError::UnknownKind(kind));
+        }
+        let frame_len = HEADER_LEN + len;
+        if self.buf.len() < frame_len {
+            self.buf.reserve(frame_len - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(HEADER_LEN);
+        let body = self.buf.split_to(len).freeze();
+        Ok(Some(Frame { kind, body }))
+    }
+}
+
+/// Appends one frame: header, then whatever `write_body` appends. If the body comes out larger
+/// than `frame_size_max`, `out` is left as it was and the error says so.
+pub fn encode_frame(
+    out: &mut BytesMut,
+    kind: Kind,
+    frame_size_max: usize,
+    write_body: impl FnOnce(&mut BytesMut),
+) -> Result<(), WireError> {
+    let start = out.len();
+    out.put_bytes(0, HEADER_LEN);
+    write_body(out);
+    let len = out.len() - start - HEADER_LEN;
+    let max = frame_size_max.min(u32::MAX as usize);
+    if len > max {
+        out.truncate(start);
+        return Err(WireError::FrameTooLarge { len, max });
+    }
+    let mut header = [0u8; HEADER_LEN];
+    header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    header[4..6].copy_from_slice(&(kind as u16).to_le_bytes());
+    if let Some(slot) = out.get_mut(start..start + HEADER_LEN) {
+        slot.copy_from_slice(&header);
+    }
+    Ok(())
+}
