@@ -127,7 +127,7 @@ macro_rules! int_field {
             }
             #[cfg(test)]
             fn sample(rng: &mut super::sample::Rng, out: &mut BytesMut) {
-                (rng.next() as $t).write(out);
+                (rng.next_u64() as $t).write(out);
             }
         }
     )*};
@@ -179,7 +179,7 @@ impl<'a, const N: usize> Field<'a> for [u8; N] {
     }
     #[cfg(test)]
     fn sample(rng: &mut super::sample::Rng, out: &mut BytesMut) {
-        (0..N).for_each(|_| out.put_u8(rng.next() as u8));
+        (0..N).for_each(|_| out.put_u8(rng.next_u64() as u8));
     }
 }
 
@@ -207,7 +207,7 @@ impl<'a> Field<'a> for Option<i32> {
     }
     #[cfg(test)]
     fn sample(rng: &mut super::sample::Rng, out: &mut BytesMut) {
-        let value = (rng.next() % 2 == 0).then_some(rng.next() as i32);
+        let value = (rng.next_u64() % 2 == 0).then_some(rng.next_u64() as i32);
         value.write(out);
     }
 }

@@ -10,7 +10,7 @@ impl Rng {
         Rng(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -19,7 +19,7 @@ impl Rng {
     }
 
     pub fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
+        (self.next_u64() % bound as u64) as usize
     }
 
     /// Short text with one-, two-, three- and four-byte characters.
@@ -31,6 +31,6 @@ impl Rng {
     }
 
     pub fn blob(&mut self) -> Vec<u8> {
-        (0..self.below(40)).map(|_| self.next() as u8).collect()
+        (0..self.below(40)).map(|_| self.next_u64() as u8).collect()
     }
 }
