@@ -1,4 +1,6 @@
 //! Flint on the network: the wire protocol, connections on the event loop, the roles.
 #![deny(missing_docs)]
 
+pub mod functions;
+pub mod handshake;
 pub mod wire;

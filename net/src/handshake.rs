@@ -1,0 +1,348 @@
+//! The connection handshake as a sans-IO state machine: both sides send `Hello` at once; with a
+//! shared secret, each then proves it holds the secret by sending HMAC-SHA256 over the peer's
+//! nonce and its own role, and checks the peer's proof over its own nonce.
+//!
+//! ```text
+//! connector                                  acceptor
+//!   Hello{role, auth, nonce_c}  ------->
+//!                               <-------     Hello{role, auth, nonce_a}
+//!   (with a secret)
+//!   AuthProof{HMAC(k, nonce_a || role_c)} -->
+//!                               <-------     AuthProof{HMAC(k, nonce_c || role_a)}
+//! ```
+//!
+//! A side whose authentication method differs from the peer's, or whose proof is wrong, sends
+//! `HandshakeRefused{reason}` and closes. A proof is bound to the nonce its checker chose, so it
+//! cannot be replayed on another connection.
+
+use std::io::Read;
+use std::path::Path;
+
+use bytes::BytesMut;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::wire::{AuthMethod, Message, Role, WireError};
+
+/// A shared secret for the handshake.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    /// A secret from bytes; an empty one is refused.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, String> {
+        let bytes = bytes.into();
+        if bytes.is_empty() {
+            return Err("the shared secret is empty".into());
+        }
+        Ok(Secret(bytes))
+    }
+
+    /// Reads a secret from a file (a trailing newline is dropped).
+    pub fn from_file(path: &Path) -> Result<Secret, String> {
+        let text = std::fs::read(path)
+            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
+        let trimmed = text.strip_suffix(b"\n").unwrap_or(&text);
+        Secret::new(trimmed.to_vec())
+    }
+
+    /// The secret in an environment variable, if it is set.
+    pub fn from_env(name: &str) -> Result<Option<Secret>, String> {
+        match std::env::var_os(name) {
+            None => Ok(None),
+            Some(value) => Secret::new(value.into_encoded_bytes()).map(Some),
+        }
+    }
+
+    fn proof(&self, nonce: &[u8; 32], role: Role) -> Hmac<Sha256> {
+        // HMAC takes keys of any length; `new_from_slice` fails for none.
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        mac.update(b"flint-handshake-v1");
+        mac.update(nonce);
+        mac.update(&[role as u8]);
+        mac
+    }
+}
+
+/// 32 bytes from the operating system's random source.
+pub fn random_nonce() -> std::io::Result<[u8; 32]> {
+    let mut nonce = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut nonce)?;
+    Ok(nonce)
+}
+
+/// Why a handshake failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeError {
+    /// The peer's bytes were malformed (including a version mismatch).
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// We refused the peer.
+    #[error("refused the peer: {0}")]
+    Refused(String),
+    /// The peer refused us.
+    #[error("the peer refused the handshake: {0}")]
+    RefusedByPeer(String),
+    /// A message that does not belong in the handshake.
+    #[error("unexpected {0} during the handshake")]
+    Unexpected(&'static str),
+}
+
+/// One side's handshake.
+#[derive(Debug)]
+pub struct Handshake {
+    role: Role,
+    secret: Option<Secret>,
+    nonce: [u8; 32],
+    accepted_roles: &'static [Role],
+    peer_role: Option<Role>,
+}
+
+impl Handshake {
+    /// Starts a handshake as `role`, accepting peers in `accepted_roles`; appends our `Hello`.
+    pub fn start(
+        role: Role,
+        secret: Option<Secret>,
+        nonce: [u8; 32],
+        accepted_roles: &'static [Role],
+        out: &mut BytesMut,
+    ) -> Handshake {
+        let auth = if secret.is_some() {
+            AuthMethod::HmacSha256
+        } else {
+            AuthMethod::None
+        };
+        encode(&Message::hello(role, auth, nonce), out);
+        Handshake {
+            role,
+            secret,
+            nonce,
+            accepted_roles,
+            peer_role: None,
+        }
+    }
+
+    /// Feeds the next frame the peer sent. `Ok(Some(role))` when the peer is authenticated,
+    /// `Ok(None)` while more is needed. On an error, a `HandshakeRefused` for the peer has been
+    /// appended to `out` where it makes sense; the caller closes after flushing it.
+    pub fn on_frame(
+        &mut self,
+        kind: u16,
+        body: &[u8],
+        out: &mut BytesMut,
+    ) -> Result<Option<Role>, HandshakeError> {
+        let result = self.step(kind, body, out);
+        if let Err(error) = &result {
+            if !matches!(error, HandshakeError::RefusedByPeer(_)) {
+                encode(
+                    &Message::HandshakeRefused {
+                        reason: &error.to_string(),
+                    },
+                    out,
+                );
+            }
+        }
+        result
+    }
+
+    fn step(
+        &mut self,
+        kind: u16,
+        body: &[u8],
+        out: &mut BytesMut,
+    ) -> Result<Option<Role>, HandshakeError> {
+        let message = match self.peer_role {
+            None => Message::decode_hello(kind, body)?,
+            Some(_) => Message::decode(kind, body)?,
+        };
+        match (message, self.peer_role) {
+            (
+                Message::Hello {
+                    role, auth, nonce, ..
+                },
+                None,
+            ) => {
+                if !self.accepted_roles.contains(&role) {
+                    return Err(HandshakeError::Refused(format!(
+                        "a {role} may not connect to a {}",
+                        self.role
+                    )));
+                }
+                let ours = if self.secret.is_some() {
+                    AuthMethod::HmacSha256
+                } else {
+                    AuthMethod::None
+                };
+                if auth != ours {
+                    return Err(HandshakeError::Refused(format!(
+                        "bad credentials: authentication {auth} offered, {ours} required"
+                    )));
+                }
+                self.peer_role = Some(role);
+                match &self.secret {
+                    None => Ok(Some(role)),
+                    Some(secret) => {
+                        let proof: [u8; 32] = secret
+                            .proof(&nonce, self.role)
+                            .finalize()
+                            .into_bytes()
+                            .into();
+                        encode(&Message::AuthProof { proof }, out);
+                        Ok(None)
+                    }
+                }
+            }
+            (Message::AuthProof { proof }, Some(peer_role)) => {
+                let Some(secret) = &self.secret else {
+                    return Err(HandshakeError::Unexpected("AuthProof"));
+                };
+                secret
+                    .proof(&self.nonce, peer_role)
+                    .verify_slice(&proof)
+                    .map_err(|_| {
+                        HandshakeError::Refused("bad credentials: wrong shared secret".into())
+                    })?;
+                Ok(Some(peer_role))
+            }
+            (Message::HandshakeRefused { reason }, _) => {
+                Err(HandshakeError::RefusedByPeer(reason.to_owned()))
+            }
+            (other, _) => Err(HandshakeError::Unexpected(other.kind().name())),
+        }
+    }
+}
+
+fn encode(message: &Message, out: &mut BytesMut) {
+    // Handshake messages are a few dozen bytes; a refusal reason is short text we wrote.
+    if let Err(error) = message.encode(out, crate::wire::FRAME_SIZE_MAX_DEFAULT) {
+        tracing::error!("handshake message not encoded: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::FrameDecoder;
+
+    /// Runs two handshakes against each other until neither has anything to say.
+    fn run(
+        connector_secret: Option<Secret>,
+        acceptor_secret: Option<Secret>,
+    ) -> (
+        Result<Option<Role>, HandshakeError>,
+        Result<Option<Role>, HandshakeError>,
+    ) {
+        let (mut to_acceptor, mut to_connector) = (BytesMut::new(), BytesMut::new());
+        let mut connector = Handshake::start(
+            Role::Executor,
+            connector_secret,
+            [1; 32],
+            &[Role::Driver],
+            &mut to_acceptor,
+        );
+        let mut acceptor = Handshake::start(
+            Role::Driver,
+            acceptor_secret,
+            [2; 32],
+            &[Role::Executor],
+            &mut to_connector,
+        );
+        let (mut c_result, mut a_result) = (Ok(None), Ok(None));
+        for _ in 0..4 {
+            let inbound = to_acceptor.split();
+            deliver(&inbound, &mut acceptor, &mut a_result, &mut to_connector);
+            let inbound = to_connector.split();
+            deliver(&inbound, &mut connector, &mut c_result, &mut to_acceptor);
+        }
+        (c_result, a_result)
+    }
+
+    fn deliver(
+        bytes: &[u8],
+        side: &mut Handshake,
+        result: &mut Result<Option<Role>, HandshakeError>,
+        reply: &mut BytesMut,
+    ) {
+        let mut decoder = FrameDecoder::new(1024);
+        decoder.extend_from_slice(bytes);
+        while let Ok(Some(frame)) = decoder.next_frame() {
+            if matches!(result, Ok(None)) {
+                *result = side.on_frame(frame.kind(), frame.body(), reply);
+            }
+        }
+    }
+
+    fn secret(text: &str) -> Option<Secret> {
+        Some(Secret::new(text).expect("non-empty"))
+    }
+
+    #[test]
+    fn without_secrets_both_sides_learn_the_peer_role() {
+        assert_eq!(
+            run(None, None),
+            (Ok(Some(Role::Driver)), Ok(Some(Role::Executor)))
+        );
+    }
+
+    #[test]
+    fn the_same_secret_authenticates_both_sides() {
+        assert_eq!(
+            run(secret("s3cret"), secret("s3cret")),
+            (Ok(Some(Role::Driver)), Ok(Some(Role::Executor)))
+        );
+    }
+
+    #[test]
+    fn a_wrong_secret_is_refused_as_bad_credentials() {
+        let (connector, acceptor) = run(secret("wrong"), secret("right"));
+        assert_eq!(
+            acceptor,
+            Err(HandshakeError::Refused(
+                "bad credentials: wrong shared secret".into()
+            ))
+        );
+        assert!(
+            matches!(
+                connector,
+                Err(HandshakeError::Refused(_)) | Err(HandshakeError::RefusedByPeer(_))
+            ),
+            "{connector:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_secret_is_refused() {
+        let (connector, acceptor) = run(None, secret("right"));
+        assert!(
+            matches!(acceptor, Err(HandshakeError::Refused(ref r)) if r.contains("bad credentials")),
+            "{acceptor:?}"
+        );
+        assert!(connector
+            .expect_err("refused")
+            .to_string()
+            .contains("bad credentials"));
+    }
+
+    #[test]
+    fn a_peer_of_the_wrong_role_is_refused() {
+        let mut out = BytesMut::new();
+        let mut acceptor =
+            Handshake::start(Role::Driver, None, [0; 32], &[Role::Executor], &mut out);
+        let mut hello = BytesMut::new();
+        Message::hello(Role::Worker, AuthMethod::None, [0; 32]).encode_body(&mut hello);
+        let result = acceptor.on_frame(crate::wire::Kind::Hello as u16, &hello, &mut out);
+        assert_eq!(
+            result,
+            Err(HandshakeError::Refused(
+                "a Worker may not connect to a Driver".into()
+            ))
+        );
+    }
+}
