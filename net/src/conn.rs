@@ -1,0 +1,120 @@
+//! One TCP connection on an event loop: a [`FrameDecoder`] for what arrives and a buffer of
+//! encoded frames for what leaves, flushed with as few `write` calls as the socket allows.
+//!
+//! Sockets are registered edge-triggered for both readable and writable once; a readable event
+//! means "read until `WouldBlock`", a writable event means "flush what is queued". Nothing here
+//! knows what the frames mean: the roles do.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+
+use bytes::{Buf, BytesMut};
+use mio::net::TcpStream;
+
+use crate::wire::{Frame, FrameDecoder, WireError};
+
+/// Why a connection ends.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// The peer closed its end.
+    #[error("peer closed the connection")]
+    Closed,
+    /// The socket failed.
+    #[error("socket error: {0}")]
+    Io(#[from] io::Error),
+    /// The peer sent malformed bytes.
+    #[error("malformed input: {0}")]
+    Wire(#[from] WireError),
+    /// The peer broke the protocol in some other way.
+    #[error("{0}")]
+    Protocol(String),
+    /// The peer does not read what we send.
+    #[error("outbound buffer over {0} bytes: the peer is not reading")]
+    Backlog(usize),
+}
+
+/// A framed TCP connection.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    peer: Option<SocketAddr>,
+    decoder: FrameDecoder,
+    outbound: BytesMut,
+    outbound_max: usize,
+}
+
+impl Connection {
+    /// Wraps a connected (or connecting) non-blocking stream.
+    pub fn new(stream: TcpStream, frame_size_max: usize, outbound_max: usize) -> Self {
+        let peer = stream.peer_addr().ok();
+        // Small frames (a status batch, a heartbeat) must not wait for Nagle.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!("set_nodelay failed: {error}");
+        }
+        Connection {
+            stream,
+            peer,
+            decoder: FrameDecoder::new(frame_size_max),
+            outbound: BytesMut::new(),
+            outbound_max,
+        }
+    }
+
+    /// The socket, to register with a `mio::Registry`.
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// The peer's address, when known.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer.or_else(|| self.stream.peer_addr().ok())
+    }
+
+    /// The buffer to append outgoing frames to; [`Connection::flush`] sends them.
+    pub fn outbound(&mut self) -> &mut BytesMut {
+        &mut self.outbound
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn outbound_len(&self) -> usize {
+        self.outbound.len()
+    }
+
+    /// Reads what the socket has and hands every complete frame to `on_frame`, until the
+    /// socket would block. Frames are handed over as they complete, so the buffer holds at most
+    /// one frame and one read. Stops at the first error `on_frame` returns.
+    pub fn read_frames(
+        &mut self,
+        mut on_frame: impl FnMut(&mut Self, Frame) -> Result<(), ConnError>,
+    ) -> Result<(), ConnError> {
+        loop {
+            while let Some(frame) = self.decoder.next_frame()? {
+                on_frame(self, frame)?;
+            }
+            match self.decoder.read_from(&mut self.stream) {
+                Ok(0) => return Err(ConnError::Closed),
+                Ok(_) => {}
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// Writes queued frames until the queue is empty or the socket would block.
+    pub fn flush(&mut self) -> Result<(), ConnError> {
+        while !self.outbound.is_empty() {
+            match self.stream.write(&self.outbound) {
+                Ok(0) => return Err(ConnError::Closed),
+                Ok(written) => self.outbound.advance(written),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if self.outbound.len() > self.outbound_max {
+            return Err(ConnError::Backlog(self.outbound_max));
+        }
+        Ok(())
+    }
+}
