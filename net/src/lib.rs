@@ -2,7 +2,11 @@
 #![deny(missing_docs)]
 
 pub mod conn;
+pub mod driver;
+pub mod executor;
 pub mod functions;
 pub mod handshake;
+pub mod job;
+pub mod runner;
 pub mod summary;
 pub mod wire;

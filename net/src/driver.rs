@@ -1,0 +1,828 @@
+//! The driver role: accepts executors over TCP (or runs an in-process executor in local mode),
+//! runs the scheduler state machine on an event loop, and turns its outputs into batched frames.
+//!
+//! # On the loop
+//!
+//! The [`DriverEndpoint`] owns the listener, every connection and the [`Scheduler`]. A readable
+//! connection is read until it would block; each frame goes through the handshake, then
+//! registration, then (for executors) status updates and heartbeats, all fed to the scheduler
+//! with the loop's clock. After every event the endpoint *pumps*: it drains the scheduler's
+//! outputs, appends one `LaunchTasks` frame per executor batch to that connection's buffer,
+//! reports results to jobs, and flushes each touched connection once, so a write carries every
+//! frame produced by that event.
+//!
+//! # Executors and failure
+//!
+//! The scheduler sees each executor core as `tasks_per_core` slots: short tasks pipeline (an
+//! executor has the next tasks queued in its pool when one finishes) while the pool still runs
+//! at most `cores` at a time. An executor is lost when its connection closes or fails, when it
+//! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
+//! its running tasks back, in time proportional to them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+use flint_engine::runtime::{Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId};
+use flint_engine::scheduler::{
+    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output, RemovalReason, Scheduler,
+    Stats, TaskId, TaskSpec,
+};
+use mio::event::Event;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Token};
+
+use crate::conn::{ConnError, Connection};
+use crate::functions::Registry;
+use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::job::{Job, JobHandle, JobShared, ResultObserver};
+use crate::runner::{Completion, TaskRunner};
+use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+
+/// How a driver runs.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Where to listen for executors. Default `127.0.0.1:0` (any free port).
+    pub listen: SocketAddr,
+    /// Bind a non-loopback address even without a shared secret.
+    pub allow_insecure_bind: bool,
+    /// The shared secret executors must prove they hold.
+    pub secret: Option<Secret>,
+    /// How often executors heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which an executor is declared lost.
+    pub heartbeat_timeout: Duration,
+    /// Time a new connection has to finish the handshake and register.
+    pub handshake_timeout: Duration,
+    /// Largest frame accepted or sent.
+    pub frame_size_max: usize,
+    /// Bytes a connection may have queued unsent before it is dropped as not reading.
+    pub outbound_max: usize,
+    /// Connections (registered or not) held at once; more are refused at accept.
+    pub connections_max: usize,
+    /// Task slots per executor core (see the module docs).
+    pub tasks_per_core: u32,
+    /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
+    /// executors: local mode.
+    pub local_cores: Option<u32>,
+    /// The scheduler's settings.
+    pub scheduler: SchedulerConfig,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            allow_insecure_bind: false,
+            secret: None,
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_secs(5),
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 256 << 20,
+            connections_max: 4096,
+            tasks_per_core: 64,
+            local_cores: None,
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// Why a driver call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A non-loopback address without a secret.
+    #[error("refusing to listen on non-loopback {0} without a shared secret (set a secret, or allow it explicitly)")]
+    InsecureBind(SocketAddr),
+    /// The runtime or pool could not start.
+    #[error("cannot start: {0}")]
+    Start(String),
+    /// The scheduler refused the job.
+    #[error("job refused: {0}")]
+    Submit(String),
+    /// Something did not happen in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
+    /// The driver has stopped.
+    #[error("the driver has stopped")]
+    Stopped,
+}
+
+/// Counters the driver keeps for whoever embeds it.
+#[derive(Debug, Default)]
+struct Counters {
+    executors: AtomicUsize,
+    executors_registered: AtomicU64,
+    executors_lost: AtomicU64,
+}
+
+/// A running driver.
+pub struct Driver {
+    runtime: Option<Runtime>,
+    pool: Option<TaskPool>,
+    endpoint: EndpointRef<DriverEndpoint>,
+    local_addr: Option<SocketAddr>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("local_addr", &self.local_addr).finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Driver`].
+#[derive(Debug, Default)]
+pub struct DriverBuilder {
+    config: DriverConfig,
+    registry: Option<Registry>,
+}
+
+impl DriverBuilder {
+    /// Where to listen.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.config.listen = addr;
+        self
+    }
+
+    /// The shared secret.
+    pub fn secret(mut self, secret: Option<Secret>) -> Self {
+        self.config.secret = secret;
+        self
+    }
+
+    /// Local mode: run tasks in this process on `cores` pinned workers, with `registry`'s
+    /// functions. No sockets are needed, but executors may still connect.
+    pub fn local(mut self, cores: u32, registry: Registry) -> Self {
+        self.config.local_cores = Some(cores.max(1));
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Every other setting.
+    pub fn config(mut self, config: DriverConfig) -> Self {
+        let local_cores = self.config.local_cores;
+        self.config = config;
+        self.config.local_cores = self.config.local_cores.or(local_cores);
+        self
+    }
+
+    /// Starts the driver: binds, starts its loop (and local pool).
+    pub fn start(self) -> Result<Driver, DriverError> {
+        Driver::start(self.config, self.registry.unwrap_or_else(Registry::with_builtins))
+    }
+}
+
+impl Driver {
+    /// A builder with the defaults.
+    pub fn builder() -> DriverBuilder {
+        DriverBuilder::default()
+    }
+
+    fn start(mut config: DriverConfig, registry: Registry) -> Result<Driver, DriverError> {
+        let addr = config.listen;
+        if !addr.ip().is_loopback() && config.secret.is_none() && !config.allow_insecure_bind {
+            return Err(DriverError::InsecureBind(addr));
+        }
+        let listener = TcpListener::bind(addr).map_err(|error| DriverError::Bind { addr, error })?;
+        let local_addr = listener.local_addr().ok();
+        // A task's payload travels in a LaunchTasks frame; leave room for the frame's fields.
+        config.scheduler.payload_max_bytes = config.scheduler.payload_max_bytes.min(config.frame_size_max.saturating_sub(4096));
+
+        let pool = match config.local_cores {
+            None => None,
+            Some(cores) => Some(
+                TaskPool::new(PoolConfig {
+                    workers: cores as usize,
+                    inbox_capacity: (cores * config.tasks_per_core) as usize,
+                    thread_name: "flint-local".into(),
+                    ..PoolConfig::default()
+                })
+                .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
+            ),
+        };
+        let runtime = Runtime::new(RuntimeConfig { threads: 1, thread_name: "flint-driver".into(), ..RuntimeConfig::default() })
+            .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
+        let counters = Arc::new(Counters::default());
+        let endpoint = DriverEndpoint {
+            scheduler: Scheduler::new(config.scheduler.clone()),
+            local: pool.as_ref().map(|pool| (pool.handle(), registry)),
+            runner: None,
+            config,
+            listener,
+            listener_token: None,
+            peers: HashMap::new(),
+            tokens: HashMap::new(),
+            names: HashMap::new(),
+            links: HashMap::new(),
+            next_executor: 1,
+            jobs: HashMap::new(),
+            epoch: Instant::now(),
+            outputs: Vec::new(),
+            dirty: Vec::new(),
+            counters: counters.clone(),
+            stopping: false,
+            tick: None,
+        };
+        let endpoint = runtime
+            .handle()
+            .spawn("driver", endpoint)
+            .map_err(|e| DriverError::Start(format!("driver endpoint: {e}")))?;
+        Ok(Driver { runtime: Some(runtime), pool, endpoint, local_addr, counters })
+    }
+
+    /// The address executors connect to.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Executors registered now (the local one included).
+    pub fn executors(&self) -> usize {
+        self.counters.executors.load(Ordering::SeqCst)
+    }
+
+    /// Executors lost so far (connection closed or failed, or silent past the timeout).
+    pub fn executors_lost(&self) -> u64 {
+        self.counters.executors_lost.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `count` executors are registered.
+    pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
+        wait_until(timeout, || self.executors() >= count)
+            .map_err(|_| DriverError::Timeout(format!("{count} executors ({} registered)", self.executors())))
+    }
+
+    /// Submits a job; the handle waits for (or awaits) its outcome.
+    pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let shared = Arc::new(JobShared::default());
+        let tasks = job.payloads.len() as u64;
+        let job_shared = shared.clone();
+        let id = self
+            .endpoint
+            .ask(|reply| DriverMsg::Submit { job, shared: job_shared, reply }, Duration::from_secs(60))
+            .map_err(|_| DriverError::Stopped)?
+            .map_err(DriverError::Submit)?;
+        let endpoint = self.endpoint.clone();
+        let cancel = Box::new(move || {
+            let _ = endpoint.send(DriverMsg::Cancel(JobId(id)));
+        });
+        Ok(JobHandle { id, tasks, shared, cancel })
+    }
+
+    /// The scheduler's counters.
+    pub fn stats(&self) -> Result<Stats, DriverError> {
+        self.endpoint.ask(DriverMsg::Stats, Duration::from_secs(10)).map_err(|_| DriverError::Stopped)
+    }
+
+    /// Tells every remote executor to exit and waits (up to `timeout`) until they have gone.
+    pub fn stop_executors(&self, timeout: Duration) -> Result<(), DriverError> {
+        let remote = self.endpoint.ask(DriverMsg::StopExecutors, Duration::from_secs(10)).map_err(|_| DriverError::Stopped)?;
+        let local = usize::from(self.pool.is_some());
+        wait_until(timeout, || self.executors() <= local)
+            .map_err(|_| DriverError::Timeout(format!("{remote} executors to stop")))
+    }
+
+    /// Stops the loop (dropping every connection) and the local pool.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut runtime) = self.runtime.take() {
+            runtime.shutdown();
+        }
+        if let Some(mut pool) = self.pool.take() {
+            pool.shutdown(ShutdownMode::Cancel);
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `condition` every millisecond until it holds or `timeout` passes.
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<(), ()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Messages to the driver's endpoint.
+pub enum DriverMsg {
+    /// Submit a job.
+    Submit {
+        /// The job.
+        job: Job,
+        /// Where its outcome goes.
+        shared: Arc<JobShared>,
+        /// The job's id, or why it was refused.
+        reply: Reply<Result<u64, String>>,
+    },
+    /// Cancel a job.
+    Cancel(JobId),
+    /// The scheduler's counters.
+    Stats(Reply<Stats>),
+    /// Send `StopExecutor` to every remote executor; replies with how many.
+    StopExecutors(Reply<usize>),
+    /// Local tasks completed.
+    LocalKick,
+}
+
+/// Where an executor's launches go.
+#[derive(Debug, Clone, Copy)]
+enum Link {
+    Remote(Token),
+    Local,
+}
+
+enum Phase {
+    Handshake(Box<Handshake>),
+    Registering,
+    Executor(ExecutorId),
+    Client,
+}
+
+struct Peer {
+    conn: Connection,
+    phase: Phase,
+    opened: Instant,
+    last_heard: Instant,
+}
+
+struct JobEntry {
+    shared: Arc<JobShared>,
+    observer: Option<ResultObserver>,
+}
+
+/// The driver on its loop (see the module docs).
+pub struct DriverEndpoint {
+    config: DriverConfig,
+    scheduler: Scheduler,
+    listener: TcpListener,
+    listener_token: Option<Token>,
+    peers: HashMap<Token, Peer>,
+    /// Registered remote executors' connections.
+    tokens: HashMap<ExecutorId, Token>,
+    /// Executor ids on the wire, for refusing duplicates.
+    names: HashMap<String, ExecutorId>,
+    links: HashMap<ExecutorId, Link>,
+    next_executor: u64,
+    local: Option<(flint_engine::pool::PoolHandle, Registry)>,
+    runner: Option<TaskRunner>,
+    jobs: HashMap<JobId, JobEntry>,
+    epoch: Instant,
+    outputs: Vec<Output>,
+    dirty: Vec<Token>,
+    counters: Arc<Counters>,
+    stopping: bool,
+    tick: Option<TimerId>,
+}
+
+/// The local executor's id.
+const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
+
+impl DriverEndpoint {
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
+        loop {
+            let (stream, addr) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(error) => {
+                    tracing::warn!("accept failed: {error}");
+                    return;
+                }
+            };
+            if self.peers.len() >= self.config.connections_max {
+                tracing::warn!(%addr, "refused a connection: {} connections open (connections_max)", self.peers.len());
+                continue;
+            }
+            if let Err(error) = self.open(stream, ctx) {
+                tracing::warn!(%addr, "could not set up a connection: {error}");
+            }
+        }
+    }
+
+    fn open(&mut self, stream: TcpStream, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
+        let mut conn = Connection::new(stream, self.config.frame_size_max, self.config.outbound_max);
+        let token = ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE).map_err(|e| e.to_string())?;
+        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
+        let handshake =
+            Handshake::start(Role::Driver, self.config.secret.clone(), nonce, &[Role::Executor, Role::Client], conn.outbound());
+        let now = Instant::now();
+        self.peers.insert(token, Peer { conn, phase: Phase::Handshake(Box::new(handshake)), opened: now, last_heard: now });
+        self.dirty.push(token);
+        Ok(())
+    }
+
+    fn on_peer_event(&mut self, token: Token, event: &Event) {
+        let Some(mut peer) = self.peers.remove(&token) else {
+            return;
+        };
+        let mut result = Ok(());
+        if event.is_readable() || event.is_read_closed() || event.is_error() {
+            let (phase, last_heard) = (&mut peer.phase, &mut peer.last_heard);
+            result = peer.conn.read_frames(|conn, frame| {
+                *last_heard = Instant::now();
+                self.on_frame(token, phase, conn, frame)
+            });
+        }
+        self.peers.insert(token, peer);
+        match result {
+            Ok(()) => self.dirty.push(token),
+            Err(error) => self.close(token, &error),
+        }
+    }
+
+    /// One frame from a peer, by the phase its connection is in.
+    fn on_frame(&mut self, token: Token, phase: &mut Phase, conn: &mut Connection, frame: wire::Frame) -> Result<(), ConnError> {
+        if let Phase::Handshake(handshake) = phase {
+            return match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
+                Ok(None) => Ok(()),
+                Ok(Some(Role::Client)) => {
+                    *phase = Phase::Client;
+                    Ok(())
+                }
+                Ok(Some(_)) => {
+                    *phase = Phase::Registering;
+                    Ok(())
+                }
+                Err(error) => Err(ConnError::Protocol(format!("handshake failed: {error}"))),
+            };
+        }
+        let message = frame.message()?;
+        match (&*phase, message) {
+            (Phase::Registering, Message::RegisterExecutor { executor_id, host, cores, attributes }) => {
+                let id = self.register(token, executor_id, host, cores, attributes, conn)?;
+                *phase = Phase::Executor(id);
+                Ok(())
+            }
+            (Phase::Executor(id), Message::StatusUpdates { updates }) => {
+                let now = self.now_us();
+                for update in updates {
+                    self.scheduler.status_update(
+                        now,
+                        scheduler::StatusUpdate {
+                            executor: *id,
+                            task: TaskId(update.task_id),
+                            attempt: update.attempt,
+                            state: task_state(update.state),
+                            data: frame.share(update.data),
+                        },
+                    );
+                }
+                Ok(())
+            }
+            (Phase::Executor(_), Message::Heartbeat { .. }) => {
+                encode(&Message::HeartbeatAck {}, conn.outbound(), self.config.frame_size_max);
+                Ok(())
+            }
+            (Phase::Executor(_) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
+            (_, other) => Err(ConnError::Protocol(format!("unexpected {} from this peer", other.kind().name()))),
+        }
+    }
+
+    fn register(
+        &mut self,
+        token: Token,
+        name: &str,
+        host: &str,
+        cores: u32,
+        attributes: List<'_, KeyValue<'_>>,
+        conn: &mut Connection,
+    ) -> Result<ExecutorId, ConnError> {
+        let refuse = |reason: String, conn: &mut Connection| {
+            encode(&Message::RegisterExecutorFailed { reason: &reason }, conn.outbound(), FRAME_SIZE_MAX_DEFAULT);
+            Err(ConnError::Protocol(format!("registration refused: {reason}")))
+        };
+        if self.stopping {
+            return refuse("the driver is stopping".into(), conn);
+        }
+        if self.names.contains_key(name) {
+            return refuse(format!("duplicate executor id {name:?}"), conn);
+        }
+        let id = ExecutorId(self.next_executor);
+        let info = ExecutorInfo {
+            id,
+            host: host.to_owned(),
+            cores: cores.saturating_mul(self.config.tasks_per_core.max(1)),
+            attributes: attributes.iter().map(|kv| (kv.key.to_owned(), kv.value.to_owned())).collect(),
+        };
+        if let Err(refusal) = self.scheduler.register_executor(self.now_us(), info) {
+            return refuse(refusal.to_string(), conn);
+        }
+        self.next_executor += 1;
+        self.names.insert(name.to_owned(), id);
+        self.tokens.insert(id, token);
+        self.links.insert(id, Link::Remote(token));
+        self.counters.executors.fetch_add(1, Ordering::SeqCst);
+        self.counters.executors_registered.fetch_add(1, Ordering::SeqCst);
+        let interval_ms = self.config.heartbeat_interval.as_millis().to_string();
+        let settings = [KeyValue { key: "heartbeat_interval_ms", value: &interval_ms }];
+        encode(&Message::RegisteredExecutor { settings: List::from_items(&settings) }, conn.outbound(), self.config.frame_size_max);
+        tracing::info!(executor = name, host, cores, "executor registered");
+        Ok(id)
+    }
+
+    /// Closes a connection (after trying to send what it has queued, such as a refusal) and,
+    /// if it was an executor, removes the executor from the scheduler.
+    fn close(&mut self, token: Token, why: &ConnError) {
+        let Some(mut peer) = self.peers.remove(&token) else {
+            return;
+        };
+        let _ = peer.conn.flush();
+        if let Phase::Executor(id) = peer.phase {
+            self.remove_executor(id, why);
+        } else if !matches!(why, ConnError::Closed) {
+            tracing::warn!(peer = ?peer.conn.peer(), "dropped a connection: {why}");
+        }
+    }
+
+    fn remove_executor(&mut self, id: ExecutorId, why: &ConnError) {
+        self.tokens.remove(&id);
+        self.links.remove(&id);
+        self.names.retain(|_, named| *named != id);
+        self.counters.executors.fetch_sub(1, Ordering::SeqCst);
+        if self.stopping {
+            tracing::info!(executor = id.0, "executor stopped");
+            self.scheduler.remove_executor(self.now_us(), id, RemovalReason::Killed);
+        } else {
+            tracing::warn!(executor = id.0, "executor lost: {why}");
+            self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
+            self.scheduler.remove_executor(self.now_us(), id, RemovalReason::Lost(why.to_string()));
+        }
+    }
+
+    /// Carries out everything the scheduler decided, then flushes touched connections; repeats
+    /// while closing a connection makes the scheduler decide more.
+    fn pump(&mut self) {
+        loop {
+            self.scheduler.drain_outputs(&mut self.outputs);
+            let mut outputs = std::mem::take(&mut self.outputs);
+            for output in outputs.drain(..) {
+                self.carry_out(output);
+            }
+            self.outputs = outputs;
+            let mut failed = Vec::new();
+            for token in std::mem::take(&mut self.dirty) {
+                if let Some(peer) = self.peers.get_mut(&token) {
+                    if let Err(error) = peer.conn.flush() {
+                        failed.push((token, error));
+                    }
+                }
+            }
+            if failed.is_empty() {
+                return;
+            }
+            for (token, error) in failed {
+                self.close(token, &error);
+            }
+        }
+    }
+
+    fn carry_out(&mut self, output: Output) {
+        match output {
+            Output::Launch { executor, tasks } => match self.links.get(&executor).copied() {
+                Some(Link::Remote(token)) => {
+                    let Some(peer) = self.peers.get_mut(&token) else { return };
+                    let frame_size_max = self.config.frame_size_max;
+                    let mut batch = Vec::with_capacity(tasks.len());
+                    let mut batch_bytes = 0;
+                    for task in &tasks {
+                        // Keep each frame well under the maximum; payloads are bounded by it.
+                        if batch_bytes + task.payload.len() > frame_size_max / 2 && !batch.is_empty() {
+                            encode(&Message::LaunchTasks { tasks: List::from_items(&batch) }, peer.conn.outbound(), frame_size_max);
+                            batch.clear();
+                            batch_bytes = 0;
+                        }
+                        batch_bytes += task.payload.len() + task.function.len() + 32;
+                        batch.push(wire::TaskLaunch {
+                            task_id: task.task.0,
+                            attempt: task.attempt,
+                            cores: task.cores,
+                            function: &task.function,
+                            payload: &task.payload,
+                        });
+                    }
+                    encode(&Message::LaunchTasks { tasks: List::from_items(&batch) }, peer.conn.outbound(), frame_size_max);
+                    self.dirty.push(token);
+                }
+                Some(Link::Local) => {
+                    if let Some(runner) = self.runner.as_mut() {
+                        for task in tasks {
+                            runner.launch(task.task.0, task.attempt, &task.function, task.payload);
+                        }
+                    }
+                }
+                None => tracing::error!(executor = executor.0, "launch for an unknown executor dropped"),
+            },
+            Output::Kill { executor, task, attempt, reason } => match self.links.get(&executor).copied() {
+                Some(Link::Remote(token)) => {
+                    if let Some(peer) = self.peers.get_mut(&token) {
+                        let kill = Message::KillTask { task_id: task.0, attempt, reason: &reason };
+                        encode(&kill, peer.conn.outbound(), self.config.frame_size_max);
+                        self.dirty.push(token);
+                    }
+                }
+                Some(Link::Local) => {
+                    if let Some(runner) = self.runner.as_mut() {
+                        runner.kill(task.0, attempt);
+                    }
+                }
+                None => {}
+            },
+            Output::TaskResult { task, result } => {
+                if let Some(entry) = self.jobs.get_mut(&task.job()) {
+                    entry.shared.task_done();
+                    if let Some(observer) = entry.observer.as_mut() {
+                        observer(task.index(), result.as_ref().map_err(String::as_str));
+                    }
+                }
+            }
+            Output::JobOutcome { job, outcome } => {
+                if let Some(entry) = self.jobs.remove(&job) {
+                    entry.shared.finish(outcome);
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
+        self.scheduler.tick(self.now_us());
+        let mut expired = Vec::new();
+        for (token, peer) in &self.peers {
+            match peer.phase {
+                Phase::Executor(_) if now.duration_since(peer.last_heard) > self.config.heartbeat_timeout => {
+                    expired.push((*token, format!("no heartbeat for {} ms", self.config.heartbeat_timeout.as_millis())));
+                }
+                Phase::Handshake(_) | Phase::Registering if now.duration_since(peer.opened) > self.config.handshake_timeout => {
+                    expired.push((*token, format!("no handshake and registration within {} ms", self.config.handshake_timeout.as_millis())));
+                }
+                _ => {}
+            }
+        }
+        for (token, why) in expired {
+            self.close(token, &ConnError::Protocol(why));
+        }
+    }
+
+    fn drain_local(&mut self) {
+        let Some(runner) = self.runner.as_mut() else { return };
+        let now = self.epoch.elapsed().as_micros() as u64;
+        let scheduler = &mut self.scheduler;
+        runner.drain(|Completion { task_id, attempt, state, data }| {
+            scheduler.status_update(
+                now,
+                scheduler::StatusUpdate { executor: LOCAL_EXECUTOR, task: TaskId(task_id), attempt, state: task_state(state), data },
+            );
+        });
+    }
+}
+
+impl Endpoint for DriverEndpoint {
+    type Msg = DriverMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match ctx.register(&mut self.listener, Interest::READABLE) {
+            Ok(token) => self.listener_token = Some(token),
+            Err(error) => tracing::error!("cannot watch the listener: {error}"),
+        }
+        match ctx.timer_periodic(Duration::from_millis(10)) {
+            Ok(timer) => self.tick = Some(timer),
+            Err(error) => tracing::error!("no tick timer: {error}"),
+        }
+        if let Some((pool, registry)) = self.local.take() {
+            let cores = self.config.local_cores.unwrap_or(1);
+            let slots = cores.saturating_mul(self.config.tasks_per_core.max(1));
+            let me = ctx.myself();
+            let kick = Arc::new(move || send_retrying(&me, || DriverMsg::LocalKick));
+            self.runner = Some(TaskRunner::new(pool, registry, slots as usize, kick));
+            let info = ExecutorInfo { id: LOCAL_EXECUTOR, host: "localhost".into(), cores: slots, attributes: Vec::new() };
+            match self.scheduler.register_executor(self.now_us(), info) {
+                Ok(()) => {
+                    self.links.insert(LOCAL_EXECUTOR, Link::Local);
+                    self.counters.executors.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(refusal) => tracing::error!("local executor refused: {refusal}"),
+            }
+        }
+    }
+
+    fn on_message(&mut self, msg: DriverMsg, _ctx: &mut Ctx<'_, Self>) {
+        match msg {
+            DriverMsg::Submit { job, shared, reply } => {
+                let Job { function, payloads, cores, observer } = job;
+                let function: Arc<str> = function.into();
+                let tasks = payloads.into_iter().map(|payload| TaskSpec { cores, ..TaskSpec::new(function.clone(), payload) }).collect();
+                let answer = match self.scheduler.submit_job(self.now_us(), JobSpec::new(tasks)) {
+                    Ok(id) => {
+                        self.jobs.insert(id, JobEntry { shared, observer });
+                        Ok(id.0)
+                    }
+                    Err(error) => Err(error.to_string()),
+                };
+                let _ = reply.send(answer);
+            }
+            DriverMsg::Cancel(job) => {
+                self.scheduler.cancel_job(self.now_us(), job);
+            }
+            DriverMsg::Stats(reply) => {
+                let _ = reply.send(self.scheduler.stats().clone());
+            }
+            DriverMsg::StopExecutors(reply) => {
+                self.stopping = true;
+                let tokens: Vec<Token> = self.tokens.values().copied().collect();
+                for token in &tokens {
+                    if let Some(peer) = self.peers.get_mut(token) {
+                        encode(&Message::StopExecutor {}, peer.conn.outbound(), self.config.frame_size_max);
+                        self.dirty.push(*token);
+                    }
+                }
+                let _ = reply.send(tokens.len());
+            }
+            DriverMsg::LocalKick => self.drain_local(),
+        }
+        self.pump();
+    }
+
+    fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+        if Some(token) == self.listener_token {
+            self.accept(ctx);
+        } else {
+            self.on_peer_event(token, event);
+        }
+        self.pump();
+    }
+
+    fn on_timer(&mut self, _timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+        self.on_tick();
+        self.pump();
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        for peer in self.peers.values_mut() {
+            encode(&Message::Shutdown {}, peer.conn.outbound(), self.config.frame_size_max);
+            let _ = peer.conn.flush();
+        }
+        for (_, entry) in self.jobs.drain() {
+            entry.shared.finish(scheduler::JobOutcome::Failed(vec!["the driver stopped".into()]));
+        }
+    }
+}
+
+/// Sends a message that must not be lost, waiting while the inbox is full; gives up only when
+/// the endpoint is gone.
+pub(crate) fn send_retrying<E: Endpoint>(to: &EndpointRef<E>, make: impl Fn() -> E::Msg) {
+    loop {
+        match to.send(make()) {
+            Ok(()) => return,
+            Err(SendError::Full(_)) => std::thread::yield_now(),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Appends a frame; a frame that cannot be encoded (over the maximum) is logged and skipped,
+/// which the scheduler's payload limit prevents for launches.
+pub(crate) fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) {
+    if let Err(error) = message.encode(out, frame_size_max) {
+        tracing::error!("{} not sent: {error}", message.kind().name());
+    }
+}
+
+/// The wire's task state as the scheduler's.
+pub(crate) fn task_state(state: wire::TaskState) -> scheduler::TaskState {
+    match state {
+        wire::TaskState::Running => scheduler::TaskState::Running,
+        wire::TaskState::Finished => scheduler::TaskState::Finished,
+        wire::TaskState::Failed => scheduler::TaskState::Failed,
+        wire::TaskState::Killed => scheduler::TaskState::Killed,
+        wire::TaskState::Lost => scheduler::TaskState::Lost,
+    }
+}

@@ -1,0 +1,382 @@
+//! The executor role: connects to the driver (retrying with backoff for a bounded time),
+//! registers, runs launched tasks on its pinned task pool, reports their states in batches, and
+//! heartbeats from its event loop, which tasks never block (they run on the pool's threads).
+//!
+//! It exits cleanly on `StopExecutor`; it exits with an error when registration is refused or
+//! the driver goes away (Spark's fate-sharing): [`run`] returns why.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig, TimerId};
+use mio::event::Event;
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use crate::conn::{ConnError, Connection};
+use crate::driver::{encode, send_retrying};
+use crate::functions::Registry;
+use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::runner::TaskRunner;
+use crate::wire::{self, List, Message, Metric, Role, FRAME_SIZE_MAX_DEFAULT};
+
+/// How an executor runs.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// The driver's address.
+    pub driver: SocketAddr,
+    /// This executor's id (unique among the driver's executors).
+    pub executor_id: String,
+    /// The host name it reports.
+    pub host: String,
+    /// Tasks it runs at once (pool workers).
+    pub cores: u32,
+    /// The shared secret, if the driver requires one.
+    pub secret: Option<Secret>,
+    /// How long to keep trying to connect.
+    pub connect_timeout: Duration,
+    /// Largest frame accepted or sent.
+    pub frame_size_max: usize,
+    /// Attempts it holds at once, running and queued (the driver sends at most its slots).
+    pub in_flight_max: usize,
+    /// Pin pool workers to cores.
+    pub pin_threads: bool,
+}
+
+impl ExecutorConfig {
+    /// Defaults for an executor of `driver`.
+    pub fn new(driver: SocketAddr, executor_id: impl Into<String>) -> Self {
+        ExecutorConfig {
+            driver,
+            executor_id: executor_id.into(),
+            host: "127.0.0.1".into(),
+            cores: 1,
+            secret: None,
+            connect_timeout: Duration::from_secs(30),
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            in_flight_max: 1 << 16,
+            pin_threads: true,
+        }
+    }
+}
+
+/// Why an executor ended other than by `StopExecutor`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecutorError {
+    /// The driver could not be reached.
+    #[error("cannot connect to the driver at {addr} within {timeout_ms} ms: {error}")]
+    Connect {
+        /// The driver's address.
+        addr: SocketAddr,
+        /// How long it tried.
+        timeout_ms: u128,
+        /// The last error.
+        error: String,
+    },
+    /// The driver refused the handshake or the registration.
+    #[error("registration refused: {0}")]
+    Refused(String),
+    /// The driver went away.
+    #[error("the driver went away: {0}")]
+    DriverGone(String),
+    /// Local failure to start.
+    #[error("cannot start: {0}")]
+    Start(String),
+}
+
+/// Where the endpoint leaves its exit reason for [`run`].
+#[derive(Default)]
+struct Exit {
+    reason: Mutex<Option<Result<(), ExecutorError>>>,
+    set: Condvar,
+}
+
+impl Exit {
+    fn set(&self, reason: Result<(), ExecutorError>) {
+        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason);
+            self.set.notify_all();
+        }
+    }
+
+    fn wait(&self) -> Result<(), ExecutorError> {
+        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(reason) = slot.take() {
+                return reason;
+            }
+            slot = self.set.wait(slot).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Runs an executor until the driver stops it (`Ok`) or it must exit (`Err`).
+pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorError> {
+    let stream = connect(config.driver, config.connect_timeout)?;
+    let mut pool = TaskPool::new(PoolConfig {
+        workers: config.cores.max(1) as usize,
+        inbox_capacity: config.in_flight_max,
+        pin_threads: config.pin_threads,
+        thread_name: "flint-task".into(),
+        ..PoolConfig::default()
+    })
+    .map_err(|e| ExecutorError::Start(format!("task pool: {e}")))?;
+    let mut runtime = Runtime::new(RuntimeConfig {
+        threads: 1,
+        pin_threads: false,
+        thread_name: "flint-executor".into(),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| ExecutorError::Start(format!("runtime: {e}")))?;
+    let exit = Arc::new(Exit::default());
+    let nonce = random_nonce().map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))?;
+    let endpoint = ExecutorEndpoint {
+        conn: Connection::new(stream, config.frame_size_max, usize::MAX / 2),
+        token: None,
+        phase: Phase::Connecting(nonce),
+        runner: None,
+        pool: Some((pool.handle(), registry)),
+        heartbeat: None,
+        exit: exit.clone(),
+        updates: Vec::new(),
+        config,
+    };
+    runtime.handle().spawn("executor", endpoint).map_err(|e| ExecutorError::Start(format!("executor endpoint: {e}")))?;
+    let reason = exit.wait();
+    pool.shutdown(ShutdownMode::Cancel);
+    runtime.shutdown();
+    reason
+}
+
+/// Connects with exponential backoff (50 ms doubling to 1 s) until `timeout`.
+fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorError> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match std::net::TcpStream::connect_timeout(&addr, remaining.max(Duration::from_millis(1))) {
+            Ok(stream) => {
+                stream.set_nonblocking(true).map_err(|e| ExecutorError::Start(format!("set_nonblocking: {e}")))?;
+                return Ok(TcpStream::from_std(stream));
+            }
+            Err(error) if Instant::now() + backoff >= deadline => {
+                return Err(ExecutorError::Connect { addr, timeout_ms: timeout.as_millis(), error: error.to_string() });
+            }
+            Err(error) => {
+                tracing::debug!(%addr, "connect failed ({error}); retrying in {} ms", backoff.as_millis());
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+enum Phase {
+    Connecting([u8; 32]),
+    Handshake(Box<Handshake>),
+    Registering,
+    Running,
+}
+
+/// Messages to the executor's endpoint.
+#[derive(Debug)]
+pub enum ExecutorMsg {
+    /// Task completions are waiting.
+    Kick,
+}
+
+struct ExecutorEndpoint {
+    config: ExecutorConfig,
+    conn: Connection,
+    token: Option<Token>,
+    phase: Phase,
+    runner: Option<TaskRunner>,
+    pool: Option<(flint_engine::pool::PoolHandle, Registry)>,
+    heartbeat: Option<TimerId>,
+    exit: Arc<Exit>,
+    updates: Vec<crate::runner::Completion>,
+}
+
+impl ExecutorEndpoint {
+    fn finish(&mut self, reason: Result<(), ExecutorError>, ctx: &mut Ctx<'_, Self>) {
+        if let Err(error) = &reason {
+            tracing::error!(executor = %self.config.executor_id, "{error}");
+        }
+        if let Some(runner) = self.runner.as_mut() {
+            runner.kill_all();
+        }
+        let _ = self.conn.flush();
+        self.exit.set(reason);
+        ctx.stop();
+    }
+
+    fn on_frame(&mut self, frame: wire::Frame, ctx: &mut Ctx<'_, Self>) -> Result<(), ExecutorError> {
+        let frame_size_max = self.config.frame_size_max;
+        if let Phase::Handshake(handshake) = &mut self.phase {
+            return match handshake.on_frame(frame.kind(), frame.body(), self.conn.outbound()) {
+                Ok(None) => Ok(()),
+                Ok(Some(_driver)) => {
+                    let register = Message::RegisterExecutor {
+                        executor_id: &self.config.executor_id,
+                        host: &self.config.host,
+                        cores: self.config.cores,
+                        attributes: List::empty(),
+                    };
+                    encode(&register, self.conn.outbound(), frame_size_max);
+                    self.phase = Phase::Registering;
+                    Ok(())
+                }
+                Err(error) => Err(ExecutorError::Refused(format!("handshake failed: {error}"))),
+            };
+        }
+        let message = frame.message().map_err(|e| ExecutorError::DriverGone(format!("malformed frame from the driver: {e}")))?;
+        match message {
+            Message::RegisteredExecutor { settings } => {
+                let interval_ms = settings
+                    .iter()
+                    .find(|kv| kv.key == "heartbeat_interval_ms")
+                    .and_then(|kv| kv.value.parse::<u64>().ok())
+                    .unwrap_or(500)
+                    .clamp(10, 60_000);
+                self.heartbeat = ctx.timer_periodic(Duration::from_millis(interval_ms)).ok();
+                self.phase = Phase::Running;
+                tracing::info!(executor = %self.config.executor_id, "registered with the driver");
+                Ok(())
+            }
+            Message::RegisterExecutorFailed { reason } => Err(ExecutorError::Refused(reason.to_owned())),
+            Message::LaunchTasks { tasks } => {
+                let Some(runner) = self.runner.as_mut() else { return Ok(()) };
+                for task in tasks {
+                    runner.launch(task.task_id, task.attempt, task.function, frame.share(task.payload));
+                }
+                Ok(())
+            }
+            Message::KillTask { task_id, attempt, .. } => {
+                if let Some(runner) = self.runner.as_mut() {
+                    runner.kill(task_id, attempt);
+                }
+                Ok(())
+            }
+            Message::HeartbeatAck {} => Ok(()),
+            Message::StopExecutor {} => {
+                tracing::info!(executor = %self.config.executor_id, "stopped by the driver");
+                Err(ExecutorError::DriverGone(String::new()))
+            }
+            Message::Shutdown {} => Err(ExecutorError::DriverGone("the driver shut down".into())),
+            other => Err(ExecutorError::DriverGone(format!("unexpected {} from the driver", other.kind().name()))),
+        }
+    }
+
+    fn send_updates(&mut self) {
+        let Some(runner) = self.runner.as_mut() else { return };
+        let updates = &mut self.updates;
+        runner.drain(|completion| updates.push(completion));
+        if self.updates.is_empty() {
+            return;
+        }
+        let frame_size_max = self.config.frame_size_max;
+        let mut batch = Vec::with_capacity(self.updates.len());
+        let mut batch_bytes = 0;
+        for update in &self.updates {
+            if batch_bytes + update.data.len() > frame_size_max / 2 && !batch.is_empty() {
+                encode(&Message::StatusUpdates { updates: List::from_items(&batch) }, self.conn.outbound(), frame_size_max);
+                batch.clear();
+                batch_bytes = 0;
+            }
+            batch_bytes += update.data.len() + 24;
+            batch.push(wire::StatusUpdate {
+                task_id: update.task_id,
+                attempt: update.attempt,
+                state: update.state,
+                // A result too large for a frame is reported as a failure, not dropped.
+                data: if update.data.len() > frame_size_max / 2 && update.state == wire::TaskState::Finished {
+                    b"result larger than half the maximum frame size"
+                } else {
+                    &update.data
+                },
+            });
+        }
+        encode(&Message::StatusUpdates { updates: List::from_items(&batch) }, self.conn.outbound(), frame_size_max);
+        self.updates.clear();
+    }
+
+    fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let Err(error) = self.conn.flush() {
+            self.finish(Err(ExecutorError::DriverGone(error.to_string())), ctx);
+        }
+    }
+}
+
+impl Endpoint for ExecutorEndpoint {
+    type Msg = ExecutorMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match ctx.register(self.conn.stream_mut(), Interest::READABLE | Interest::WRITABLE) {
+            Ok(token) => self.token = Some(token),
+            Err(error) => return self.finish(Err(ExecutorError::Start(format!("cannot watch the socket: {error}"))), ctx),
+        }
+        if let Some((pool, registry)) = self.pool.take() {
+            let me = ctx.myself();
+            let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
+            self.runner = Some(TaskRunner::new(pool, registry, self.config.in_flight_max, kick));
+        }
+        if let Phase::Connecting(nonce) = self.phase {
+            let handshake = Handshake::start(Role::Executor, self.config.secret.clone(), nonce, &[Role::Driver], self.conn.outbound());
+            self.phase = Phase::Handshake(Box::new(handshake));
+        }
+        self.flush(ctx);
+    }
+
+    fn on_message(&mut self, msg: ExecutorMsg, ctx: &mut Ctx<'_, Self>) {
+        match msg {
+            ExecutorMsg::Kick => self.send_updates(),
+        }
+        self.flush(ctx);
+    }
+
+    fn on_readiness(&mut self, _token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+        if event.is_readable() || event.is_read_closed() || event.is_error() {
+            let mut frames = Vec::new();
+            let read = self.conn.read_frames(|_, frame| {
+                frames.push(frame);
+                Ok(())
+            });
+            for frame in frames {
+                if let Err(error) = self.on_frame(frame, ctx) {
+                    let reason = match error {
+                        ExecutorError::DriverGone(why) if why.is_empty() => Ok(()),
+                        other => Err(other),
+                    };
+                    return self.finish(reason, ctx);
+                }
+            }
+            if let Err(error) = read {
+                let why = match error {
+                    ConnError::Closed => "the driver closed the connection".to_owned(),
+                    other => other.to_string(),
+                };
+                return self.finish(Err(ExecutorError::DriverGone(why)), ctx);
+            }
+        }
+        self.flush(ctx);
+    }
+
+    fn on_timer(&mut self, _timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+        let running = self.runner.as_ref().map_or(0, TaskRunner::running);
+        let metrics = [Metric { name: "tasks_running", value: running as u64 }];
+        let heartbeat = Message::Heartbeat {
+            executor_id: &self.config.executor_id,
+            running_tasks: running.min(u32::MAX as usize) as u32,
+            metrics: List::from_items(&metrics),
+        };
+        encode(&heartbeat, self.conn.outbound(), self.config.frame_size_max);
+        self.flush(ctx);
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        self.exit.set(Err(ExecutorError::DriverGone("the executor's loop stopped".into())));
+    }
+}
