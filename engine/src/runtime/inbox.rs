@@ -226,6 +226,13 @@ impl<T> Inbox<T> {
         self.parked.store(false, Ordering::Relaxed);
     }
 
+    /// Best-effort wake-up of a receiver that is not owed one: returns `true` (and clears the
+    /// flag) if the receiver is parked, so the caller should wake it. Used to call idle pool
+    /// workers over to steal; correctness never depends on it.
+    pub fn take_parked(&self) -> bool {
+        self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::Relaxed)
+    }
+
     /// Whether the receiver announced it is parked (for diagnostics and wake decisions).
     pub fn is_parked(&self) -> bool {
         self.parked.load(Ordering::Relaxed)

@@ -39,6 +39,7 @@ mod timer;
 
 pub use endpoint::{AskError, Ctx, Endpoint, EndpointRef, Reply, SendError};
 pub use event_loop::LoopCtxError;
+pub(crate) use event_loop::panic_message;
 pub use inbox::Inbox;
 pub use timer::{TimerError, TimerId};
 
