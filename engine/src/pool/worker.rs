@@ -1,0 +1,248 @@
+//! The worker thread body: run local work, refill from the inbox, steal, spin, park, and the
+//! exit path after the poison pill.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_deque::Steal;
+
+use super::task::{Outcome, Runnable};
+use crate::loom::sync::atomic::{AtomicBool, Ordering};
+use crate::runtime::Inbox;
+use super::{Item, PoolShared};
+
+/// One parking attempt of a worker: announce, re-check the inbox and the handed-over pill,
+/// block in `park` (which may return spuriously), withdraw the announcement. Returns whether
+/// it blocked. Submitters pair with it through [`Inbox::push`] and an unpark when asked to.
+pub(crate) fn park_once<T>(inbox: &Inbox<T>, pill_taken: &AtomicBool, park: impl FnOnce()) -> bool {
+    if !inbox.park_prepare() {
+        return false;
+    }
+    if pill_taken.load(Ordering::Acquire) {
+        inbox.park_done();
+        return false;
+    }
+    park();
+    inbox.park_done();
+    true
+}
+
+pub(crate) struct Worker {
+    index: usize,
+    local: crossbeam_deque::Worker<Box<dyn Runnable>>,
+    shared: Arc<PoolShared>,
+    pill: bool,
+}
+
+enum Found {
+    Job(Box<dyn Runnable>),
+    Nothing,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        index: usize,
+        local: crossbeam_deque::Worker<Box<dyn Runnable>>,
+        shared: Arc<PoolShared>,
+    ) -> Self {
+        Self {
+            index,
+            local,
+            shared,
+            pill: false,
+        }
+    }
+
+    pub(crate) fn run(mut self) {
+        let shared = self.shared.clone();
+        let me = &shared.workers[self.index];
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            if let Some(job) = self.local.pop() {
+                self.execute(job);
+                continue;
+            }
+            if self.pill || me.pill_taken.load(Ordering::Acquire) {
+                break;
+            }
+            if let Found::Job(job) = self.refill() {
+                idle_since = None;
+                self.execute(job);
+                continue;
+            }
+            if self.pill {
+                continue;
+            }
+            if let Found::Job(job) = self.steal() {
+                idle_since = None;
+                self.execute(job);
+                continue;
+            }
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            if now.duration_since(since) < shared.spin_before_park {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Park (see the module docs for the handshake).
+            let parked = park_once(&me.inbox, &me.pill_taken, || {
+                shared.parked_count.fetch_add(1, Ordering::Relaxed);
+                std::thread::park();
+                shared.parked_count.fetch_sub(1, Ordering::Relaxed);
+            });
+            if parked {
+                idle_since = None;
+            }
+        }
+        // Poisoned: what is left locally came before the pill.
+        while let Some(job) = self.local.pop() {
+            self.execute(job);
+        }
+    }
+
+    /// Pops from the own inbox: returns the first task, moving a batch of the ones behind it
+    /// into the stealable local deque. Notes the pill.
+    fn refill(&mut self) -> Found {
+        let me = &self.shared.workers[self.index];
+        let first = match me.inbox.pop() {
+            None => return Found::Nothing,
+            Some(Item::Poison) => {
+                self.pill = true;
+                return Found::Nothing;
+            }
+            Some(Item::Task(job)) => job,
+        };
+        let mut moved = 1;
+        while moved < self.shared.local_batch_max && me.inbox.len() > 0 {
+            match me.inbox.pop() {
+                Some(Item::Task(job)) => self.local.push(job),
+                Some(Item::Poison) => {
+                    self.pill = true;
+                    break;
+                }
+                None => break,
+            }
+            moved += 1;
+        }
+        self.shared.notify_space();
+        Found::Job(first)
+    }
+
+    fn steal(&mut self) -> Found {
+        let workers = &self.shared.workers;
+        let n = workers.len();
+        for i in 1..n {
+            let victim = &workers[(self.index + i) % n];
+            loop {
+                match victim.stealer.steal_batch_and_pop(&self.local) {
+                    Steal::Success(job) => return Found::Job(job),
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        }
+        for i in 1..n {
+            let victim = &workers[(self.index + i) % n];
+            match victim.inbox.pop() {
+                Some(Item::Task(job)) => {
+                    self.shared.notify_space();
+                    return Found::Job(job);
+                }
+                Some(Item::Poison) => {
+                    // The victim's pill (always the last thing in its inbox): hand it over.
+                    victim.pill_taken.store(true, Ordering::Release);
+                    victim.unpark();
+                }
+                None => {}
+            }
+        }
+        Found::Nothing
+    }
+
+    fn execute(&self, job: Box<dyn Runnable>) {
+        let counters = &self.shared.workers[self.index].counters;
+        if self.shared.cancel.load(Ordering::Relaxed) {
+            counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            drop(job); // reports Cancelled
+            return;
+        }
+        match job.run() {
+            Outcome::Finished => counters.finished.fetch_add(1, Ordering::Relaxed),
+            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::loom::sync::Arc;
+    use crate::loom::thread;
+
+    /// The pool's park/unpark protocol with loom's thread parking: two submitters push a task
+    /// each and unpark the worker only when `push` says so; then the pill arrives, either
+    /// pushed into the worker's own inbox or popped by a stealer and handed over through
+    /// `pill_taken`. The worker must run both tasks and exit; a lost wake-up would be a loom
+    /// deadlock.
+    fn model(pill_stolen: bool) {
+        loom::model(move || {
+            let inbox = Arc::new(Inbox::<Option<usize>>::new(4));
+            let pill_taken = Arc::new(AtomicBool::new(false));
+            let worker = {
+                let inbox = inbox.clone();
+                let pill_taken = pill_taken.clone();
+                thread::spawn(move || {
+                    let mut ran = 0;
+                    loop {
+                        match inbox.pop() {
+                            Some(Some(_)) => ran += 1,
+                            Some(None) => return ran,
+                            None => {
+                                if pill_taken.load(Ordering::Acquire) {
+                                    while let Some(Some(_)) = inbox.pop() {
+                                        ran += 1;
+                                    }
+                                    return ran;
+                                }
+                                park_once(&inbox, &pill_taken, thread::park);
+                            }
+                        }
+                    }
+                })
+            };
+            let worker_thread = worker.thread().clone();
+            let submitters: Vec<_> = (0..2)
+                .map(|i| {
+                    let inbox = inbox.clone();
+                    let worker_thread = worker_thread.clone();
+                    thread::spawn(move || {
+                        if inbox.push(Some(i)).expect("room for both") {
+                            worker_thread.unpark();
+                        }
+                    })
+                })
+                .collect();
+            for s in submitters {
+                s.join().unwrap();
+            }
+            if pill_stolen {
+                pill_taken.store(true, Ordering::Release);
+                worker_thread.unpark();
+            } else if inbox.push(None).expect("room for the pill") {
+                worker_thread.unpark();
+            }
+            let ran = worker.join().unwrap();
+            assert_eq!(ran, 2);
+        });
+    }
+
+    #[test]
+    fn loom_pool_park_unpark_pill_in_inbox() {
+        model(false);
+    }
+
+    #[test]
+    fn loom_pool_park_unpark_pill_handed_over() {
+        model(true);
+    }
+}

@@ -1,0 +1,462 @@
+//! One event loop: the thread body that drains the inbox, fires timers, polls mio and
+//! dispatches to the endpoints it owns, and the poison-pill shutdown.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::event::{Event, Source};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::endpoint::{Ctx, Endpoint, EndpointRef};
+use super::inbox::Inbox;
+use super::timer::{TimerId, Timers};
+use super::{IdMap, RuntimeConfig, RuntimeShared};
+
+const WAKER_TOKEN: Token = Token(usize::MAX);
+
+thread_local! {
+    static ON_LOOP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the current thread is an event loop.
+pub(crate) fn on_loop_thread() -> bool {
+    ON_LOOP.with(|c| c.get())
+}
+
+/// Why a source could not be (de)registered.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopCtxError {
+    /// mio refused.
+    #[error("mio registry: {0}")]
+    Io(#[from] std::io::Error),
+    /// The token is not registered by this endpoint.
+    #[error("token {0:?} is not registered by this endpoint")]
+    NotOwner(Token),
+}
+
+/// The extracted text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+/// What goes through a loop's inbox.
+pub(crate) enum Envelope {
+    Spawn(Box<dyn ErasedEndpoint>),
+    Deliver { id: u64, msg: Box<dyn Any + Send> },
+    Stop { id: u64 },
+    Poison,
+}
+
+impl Envelope {
+    /// The message of a `Deliver` envelope built by `EndpointRef::send` for type `M`.
+    pub(crate) fn into_msg<M: 'static>(self) -> M {
+        match self {
+            Envelope::Deliver { msg, .. } => match msg.downcast::<M>() {
+                Ok(m) => *m,
+                Err(_) => unreachable!("EndpointRef<E> only builds envelopes of E::Msg"),
+            },
+            _ => unreachable!("EndpointRef::send only builds Deliver envelopes"),
+        }
+    }
+}
+
+pub(crate) fn spawn_envelope<E: Endpoint>(endpoint: E, me: EndpointRef<E>) -> Envelope {
+    Envelope::Spawn(Box::new(Holder { ep: endpoint, me }))
+}
+
+/// The part of a loop other threads touch.
+pub(crate) struct LoopShared {
+    pub(crate) inbox: Inbox<Envelope>,
+    waker: Waker,
+}
+
+impl LoopShared {
+    pub(crate) fn new(_index: usize, inbox_capacity: usize) -> std::io::Result<(Poll, Self)> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER_TOKEN)?;
+        Ok((
+            poll,
+            Self {
+                inbox: Inbox::new(inbox_capacity),
+                waker,
+            },
+        ))
+    }
+
+    /// Pushes without blocking; wakes the loop only if it is parked.
+    #[inline]
+    pub(crate) fn push(&self, envelope: Envelope) -> Result<(), Envelope> {
+        if self.inbox.push(envelope)? {
+            if let Err(e) = self.waker.wake() {
+                tracing::error!(error = %e, "could not wake an event loop");
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes, waiting up to `timeout` for room.
+    pub(crate) fn push_wait(&self, envelope: Envelope, timeout: Duration) -> Result<(), Envelope> {
+        let deadline = Instant::now() + timeout;
+        let backoff = crossbeam_utils::Backoff::new();
+        let mut envelope = envelope;
+        loop {
+            match self.push(envelope) {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    envelope = e;
+                    if backoff.is_completed() {
+                        std::thread::sleep(Duration::from_micros(50));
+                    } else {
+                        backoff.snooze();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pushes the poison pill, waiting as long as it takes (the loop keeps draining).
+    pub(crate) fn push_poison(&self) {
+        let mut envelope = Envelope::Poison;
+        loop {
+            match self.push_wait(envelope, Duration::from_secs(1)) {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!("event loop inbox full for 1 s while shutting down; still waiting");
+                    envelope = e;
+                }
+            }
+        }
+    }
+}
+
+/// The loop state handlers may touch through their [`Ctx`].
+pub(crate) struct LoopInner {
+    pub(crate) poll: Poll,
+    pub(crate) timers: Timers,
+    tokens: HashMap<usize, u64>,
+    next_token: usize,
+}
+
+impl LoopInner {
+    pub(crate) fn register<S: Source + ?Sized>(
+        &mut self,
+        endpoint: u64,
+        source: &mut S,
+        interest: Interest,
+    ) -> Result<Token, LoopCtxError> {
+        let token = Token(self.next_token);
+        self.poll.registry().register(source, token, interest)?;
+        self.next_token += 1;
+        if self.next_token == WAKER_TOKEN.0 {
+            self.next_token = 0;
+        }
+        self.tokens.insert(token.0, endpoint);
+        Ok(token)
+    }
+
+    pub(crate) fn deregister<S: Source + ?Sized>(
+        &mut self,
+        endpoint: u64,
+        source: &mut S,
+        token: Token,
+    ) -> Result<(), LoopCtxError> {
+        if self.tokens.get(&token.0) != Some(&endpoint) {
+            return Err(LoopCtxError::NotOwner(token));
+        }
+        self.poll.registry().deregister(source)?;
+        self.tokens.remove(&token.0);
+        Ok(())
+    }
+}
+
+pub(crate) enum Outcome {
+    Continue,
+    Stop,
+    Panicked,
+}
+
+/// An endpoint with its type erased, as the loop stores it.
+pub(crate) trait ErasedEndpoint: Send {
+    fn id(&self) -> u64;
+    fn start(&mut self, inner: &mut LoopInner) -> Outcome;
+    fn message(&mut self, msg: Box<dyn Any + Send>, inner: &mut LoopInner) -> Outcome;
+    fn readiness(&mut self, token: Token, event: &Event, inner: &mut LoopInner) -> Outcome;
+    fn timer(&mut self, timer: TimerId, inner: &mut LoopInner) -> Outcome;
+    fn stop(&mut self, inner: &mut LoopInner);
+    fn mark_dead(&self);
+}
+
+struct Holder<E: Endpoint> {
+    ep: E,
+    me: EndpointRef<E>,
+}
+
+impl<E: Endpoint> Holder<E> {
+    fn call(
+        &mut self,
+        inner: &mut LoopInner,
+        what: &str,
+        f: impl FnOnce(&mut E, &mut Ctx<'_, E>),
+    ) -> Outcome {
+        let mut ctx = Ctx {
+            inner,
+            me: &self.me,
+            stop_requested: false,
+        };
+        let ep = &mut self.ep;
+        match catch_unwind(AssertUnwindSafe(|| f(ep, &mut ctx))) {
+            Ok(()) if ctx.stop_requested => Outcome::Stop,
+            Ok(()) => Outcome::Continue,
+            Err(payload) => {
+                tracing::error!(
+                    endpoint = %self.me.state.name,
+                    handler = what,
+                    panic = %panic_message(payload.as_ref()),
+                    "endpoint handler panicked; stopping the endpoint"
+                );
+                Outcome::Panicked
+            }
+        }
+    }
+}
+
+impl<E: Endpoint> ErasedEndpoint for Holder<E> {
+    fn id(&self) -> u64 {
+        self.me.state.id
+    }
+
+    fn start(&mut self, inner: &mut LoopInner) -> Outcome {
+        self.call(inner, "on_start", |ep, ctx| ep.on_start(ctx))
+    }
+
+    fn message(&mut self, msg: Box<dyn Any + Send>, inner: &mut LoopInner) -> Outcome {
+        match msg.downcast::<E::Msg>() {
+            Ok(msg) => self.call(inner, "on_message", |ep, ctx| ep.on_message(*msg, ctx)),
+            Err(_) => {
+                tracing::error!(endpoint = %self.me.state.name, "message of the wrong type dropped");
+                Outcome::Continue
+            }
+        }
+    }
+
+    fn readiness(&mut self, token: Token, event: &Event, inner: &mut LoopInner) -> Outcome {
+        self.call(inner, "on_readiness", |ep, ctx| {
+            ep.on_readiness(token, event, ctx)
+        })
+    }
+
+    fn timer(&mut self, timer: TimerId, inner: &mut LoopInner) -> Outcome {
+        self.call(inner, "on_timer", |ep, ctx| ep.on_timer(timer, ctx))
+    }
+
+    fn stop(&mut self, inner: &mut LoopInner) {
+        self.mark_dead();
+        let _ = self.call(inner, "on_stop", |ep, ctx| ep.on_stop(ctx));
+    }
+
+    fn mark_dead(&self) {
+        self.me.state.alive.store(false, Ordering::Release);
+        self.me
+            .shared
+            .unregister(&self.me.state.name, self.me.state.id);
+    }
+}
+
+pub(crate) struct EventLoop {
+    index: usize,
+    inner: LoopInner,
+    endpoints: IdMap<Box<dyn ErasedEndpoint>>,
+    shared: Arc<RuntimeShared>,
+    batch_max: usize,
+    events_capacity: usize,
+    spin_before_park: Duration,
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        index: usize,
+        poll: Poll,
+        shared: Arc<RuntimeShared>,
+        config: &RuntimeConfig,
+    ) -> Self {
+        Self {
+            index,
+            inner: LoopInner {
+                poll,
+                timers: Timers::new(config.timers_max),
+                tokens: HashMap::new(),
+                next_token: 0,
+            },
+            endpoints: IdMap::default(),
+            shared,
+            batch_max: config.batch_max.max(1),
+            events_capacity: config.events_capacity.max(16),
+            spin_before_park: config.spin_before_park,
+        }
+    }
+
+    fn me(&self) -> &LoopShared {
+        &self.shared.loops[self.index]
+    }
+
+    pub(crate) fn run(mut self) {
+        ON_LOOP.with(|c| c.set(true));
+        let shared = self.shared.clone();
+        let me = &shared.loops[self.index];
+        let mut events = Events::with_capacity(self.events_capacity);
+        let mut idle_since: Option<Instant> = None;
+        'run: loop {
+            let mut handled = 0;
+            while handled < self.batch_max {
+                match me.inbox.pop() {
+                    None => break,
+                    Some(Envelope::Poison) => break 'run,
+                    Some(envelope) => {
+                        self.handle(envelope);
+                        handled += 1;
+                    }
+                }
+            }
+            let now = Instant::now();
+            self.fire_timers(now);
+            let has_sources = !self.inner.tokens.is_empty();
+            let mut timeout = Some(Duration::ZERO);
+            let mut parked = false;
+            if handled > 0 {
+                idle_since = None;
+                if !has_sources {
+                    continue;
+                }
+            } else {
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) < self.spin_before_park {
+                    std::hint::spin_loop();
+                    if !has_sources {
+                        continue;
+                    }
+                } else {
+                    timeout = self
+                        .inner
+                        .timers
+                        .next_deadline()
+                        .map(|d| d.saturating_duration_since(now));
+                    if timeout != Some(Duration::ZERO) {
+                        parked = me.inbox.park_prepare();
+                        if !parked {
+                            continue;
+                        }
+                    }
+                }
+            }
+            let polled = self.inner.poll.poll(&mut events, timeout);
+            if parked {
+                me.inbox.park_done();
+                idle_since = None;
+            }
+            if let Err(e) = polled {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    tracing::error!(loop_index = self.index, error = %e, "mio poll failed");
+                }
+                continue;
+            }
+            for event in events.iter() {
+                let token = event.token();
+                if token == WAKER_TOKEN {
+                    continue;
+                }
+                let Some(&id) = self.inner.tokens.get(&token.0) else {
+                    continue;
+                };
+                if let Some(ep) = self.endpoints.get_mut(&id) {
+                    let outcome = ep.readiness(token, event, &mut self.inner);
+                    self.apply(id, outcome);
+                }
+            }
+        }
+        self.stop_all();
+    }
+
+    fn handle(&mut self, envelope: Envelope) {
+        match envelope {
+            Envelope::Spawn(mut ep) => {
+                let id = ep.id();
+                let outcome = ep.start(&mut self.inner);
+                self.endpoints.insert(id, ep);
+                self.apply(id, outcome);
+            }
+            Envelope::Deliver { id, msg } => {
+                if let Some(ep) = self.endpoints.get_mut(&id) {
+                    let outcome = ep.message(msg, &mut self.inner);
+                    self.apply(id, outcome);
+                }
+            }
+            Envelope::Stop { id } => self.apply(id, Outcome::Stop),
+            Envelope::Poison => {}
+        }
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        // Bounded: at most as many as are due now (periodic ones re-arm in the future).
+        while let Some((id, timer)) = self.inner.timers.pop_due(now) {
+            if let Some(ep) = self.endpoints.get_mut(&id) {
+                let outcome = ep.timer(timer, &mut self.inner);
+                self.apply(id, outcome);
+            }
+        }
+    }
+
+    fn apply(&mut self, id: u64, outcome: Outcome) {
+        let run_on_stop = match outcome {
+            Outcome::Continue => return,
+            Outcome::Stop => true,
+            Outcome::Panicked => false,
+        };
+        let Some(mut ep) = self.endpoints.remove(&id) else {
+            return;
+        };
+        if run_on_stop {
+            ep.stop(&mut self.inner);
+        } else {
+            ep.mark_dead();
+        }
+        self.forget(id, ep);
+    }
+
+    fn forget(&mut self, id: u64, ep: Box<dyn ErasedEndpoint>) {
+        self.inner.timers.cancel_all(id);
+        self.inner.tokens.retain(|_, owner| *owner != id);
+        // Dropping the endpoint drops its sources (closing them removes them from the poll).
+        if catch_unwind(AssertUnwindSafe(move || drop(ep))).is_err() {
+            tracing::error!(loop_index = self.index, "an endpoint panicked while being dropped");
+        }
+    }
+
+    fn stop_all(&mut self) {
+        let mut ids: Vec<u64> = self.endpoints.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(mut ep) = self.endpoints.remove(&id) {
+                ep.stop(&mut self.inner);
+                self.forget(id, ep);
+            }
+        }
+        // Whatever raced in after the pill is dropped (asks see their Reply dropped).
+        while let Some(envelope) = self.me().inbox.pop() {
+            if let Envelope::Spawn(ep) = envelope {
+                ep.mark_dead();
+            }
+        }
+    }
+}
