@@ -3,3 +3,6 @@
 //! The runtime (pinned event loops with bounded inboxes), the task pool, the scheduler state
 //! machine and the cluster simulator live here; `flint-net` puts them on the wire.
 #![deny(missing_docs)]
+
+pub mod scheduler;
+pub mod sim;
