@@ -127,6 +127,14 @@ pub(crate) struct Job {
     pub reasons: FxHashMap<u32, Vec<String>>,
     /// Some task was killed or failed for good: the job cannot succeed.
     pub doomed: bool,
+    /// An executor got nothing from this job because of the locality wait. From then until the
+    /// job has no pending task left, launches no longer restart the wait or bring the level
+    /// back, so a free core idles at most the sum of the waits (Spark's legacy delay scheduling
+    /// could idle it for as long as local launches kept coming).
+    pub delay_rejected: bool,
+    /// The locality level widened since the scheduler last looked: executors set aside for
+    /// this job may have work now.
+    pub widened: bool,
 }
 
 /// Pops the first entry of `queue` that is a pending task fitting in `free` cores; stale entries
@@ -196,6 +204,7 @@ impl Job {
             } else if now_us.saturating_sub(self.level_since_us) >= wait {
                 self.level_since_us = self.level_since_us.saturating_add(wait);
                 self.level = next;
+                self.widened = true;
             } else {
                 return self.level;
             }
@@ -248,6 +257,8 @@ impl Job {
                 if let Some(i) = pop_pending(&mut self.queues.any, &self.tasks, free) {
                     return Some(Found::Pending(i, Some(Level::Any)));
                 }
+            } else if !self.queues.any.is_empty() {
+                self.delay_rejected = true;
             }
         }
         while let Some(&i) = self.speculatable.front() {
@@ -269,12 +280,15 @@ impl Job {
         None
     }
 
-    /// Records a launch at `level` for delay scheduling (no-preference launches do not count).
+    /// Records a launch at `level` for delay scheduling: it restarts the wait at that level
+    /// unless an executor was turned away meanwhile. No-preference launches do not count.
     pub fn launched_at(&mut self, now_us: u64, level: Option<Level>) {
         self.last_progress_us = now_us;
         if let Some(level) = level {
-            self.level = level;
-            self.level_since_us = now_us;
+            if !self.delay_rejected {
+                self.level = level;
+                self.level_since_us = now_us;
+            }
         }
     }
 

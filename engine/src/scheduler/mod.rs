@@ -191,6 +191,11 @@ impl Scheduler {
         self.active.len()
     }
 
+    /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
+    pub fn job_pending_tasks(&self, job: JobId) -> Option<usize> {
+        self.job(job).map(|j| j.pending)
+    }
+
     /// Registered executors.
     pub fn executors(&self) -> usize {
         self.book.len()
@@ -423,6 +428,8 @@ impl Scheduler {
             speculatable: VecDeque::new(),
             reasons: FxHashMap::default(),
             doomed: false,
+            delay_rejected: false,
+            widened: false,
         };
         job.level = job.start_level();
         let book = &self.book;
@@ -589,11 +596,9 @@ impl Scheduler {
                 continue;
             };
             if job.pending > 0 {
-                let before = job.level;
-                if job.allowed_level(now_us, waits) != before {
-                    new_work = true;
-                }
+                job.allowed_level(now_us, waits);
             }
+            new_work |= std::mem::take(&mut job.widened);
         }
         if now_us >= self.next_expiry_us {
             self.expire_exclusions(now_us);
@@ -693,6 +698,9 @@ impl Scheduler {
             }
             let spec_before = job.speculatable.len();
             let found = job.find_task(now_us, waits, id, slot, host, free);
+            if std::mem::take(&mut job.widened) {
+                self.book.unblock_all();
+            }
             let popped = spec_before - job.speculatable.len();
             self.speculatable_total = self.speculatable_total.saturating_sub(popped);
             if let Some(found) = found {
@@ -754,6 +762,9 @@ impl Scheduler {
         } else {
             t.status = Status::Running;
             job.pending -= 1;
+            if job.pending == 0 {
+                job.delay_rejected = false;
+            }
             job.running += 1;
             self.pending_total -= 1;
         }
