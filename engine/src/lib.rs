@@ -7,3 +7,5 @@
 mod loom;
 pub mod pool;
 pub mod runtime;
+pub mod scheduler;
+pub mod sim;

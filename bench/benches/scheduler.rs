@@ -1,0 +1,131 @@
+//! Scheduler throughput: task assignments plus completions per second, one thread, with 1, 100
+//! and 10,000 executors (4 cores each) and 1,000,000 queued tasks.
+//!
+//! Setup (registering executors, submitting the job, which launches the first wave) is not
+//! measured. The measured loop plays a perfect cluster: it takes each launch batch and answers
+//! every launched attempt with FINISHED, oldest first, until the job's outcome arrives. One
+//! element is one task: one assignment and one completion.
+//!
+//! Under `cargo test --benches` (no `--bench` flag) it runs a 10,000-task version once.
+
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use flint_engine::scheduler::{
+    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec,
+    TaskState,
+};
+
+const CORES: u32 = 4;
+
+fn task_count() -> usize {
+    if std::env::args().any(|a| a == "--bench") {
+        1_000_000
+    } else {
+        10_000
+    }
+}
+
+/// A scheduler with `executors` executors and one job of `tasks` tasks already submitted.
+fn setup(executors: u64, tasks: usize) -> Scheduler {
+    let mut s = Scheduler::new(Config {
+        pending_tasks_max: tasks,
+        executors_max: executors as usize,
+        ..Config::default()
+    });
+    for i in 0..executors {
+        let info = ExecutorInfo {
+            id: ExecutorId(i),
+            host: format!("host{}", i / 16),
+            cores: CORES,
+            attributes: Vec::new(),
+        };
+        s.register_executor(0, info).expect("fresh executor");
+    }
+    let payload = Bytes::from_static(b"payload");
+    let spec = JobSpec::new(vec![TaskSpec::new("noop", payload); tasks]);
+    s.submit_job(0, spec).expect("within limits");
+    s
+}
+
+/// Runs the job to completion; returns the time taken and the number of completions.
+fn run(s: &mut Scheduler) -> (Duration, u64) {
+    let mut outs = Vec::new();
+    let mut inflight = VecDeque::new();
+    let mut completions = 0u64;
+    let result = Bytes::from_static(b"ok");
+    let start = Instant::now();
+    let mut now = 1u64;
+    loop {
+        s.drain_outputs(&mut outs);
+        let mut done = false;
+        for out in outs.drain(..) {
+            match out {
+                Output::Launch { executor, tasks } => {
+                    inflight.extend(tasks.into_iter().map(|t| (executor, t.task, t.attempt)));
+                }
+                Output::JobOutcome { outcome, .. } => {
+                    black_box(outcome);
+                    done = true;
+                }
+                other => {
+                    black_box(other);
+                }
+            }
+        }
+        if done {
+            break;
+        }
+        let Some((executor, task, attempt)) = inflight.pop_front() else {
+            panic!("job stuck: nothing in flight and no outcome");
+        };
+        now += 1;
+        s.status_update(
+            now,
+            StatusUpdate {
+                executor,
+                task,
+                attempt,
+                state: TaskState::Finished,
+                data: result.clone(),
+            },
+        );
+        completions += 1;
+    }
+    (start.elapsed(), completions)
+}
+
+fn scheduler(c: &mut Criterion) {
+    let tasks = task_count();
+    let mut group = c.benchmark_group("scheduler");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(8));
+    group.throughput(Throughput::Elements(tasks as u64));
+    for executors in [1u64, 100, 10_000] {
+        group.bench_with_input(
+            BenchmarkId::new("assign+complete", format!("{executors}_executors")),
+            &executors,
+            |b, &executors| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let mut s = setup(executors, tasks);
+                        let (elapsed, completions) = run(&mut s);
+                        assert_eq!(completions, tasks as u64);
+                        total += elapsed;
+                        drop(s);
+                    }
+                    total
+                });
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scheduler);
+criterion_main!(benches);

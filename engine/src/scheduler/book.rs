@@ -1,0 +1,263 @@
+//! The executor book: who is registered, on which host, how many cores each has free, which task
+//! attempts run where, and which executors are worth offering to.
+//!
+//! Executors live in a slab (slots are reused after removal). Each executor keeps its running
+//! attempts in its own map, so losing it costs time proportional to its own tasks. Executors with
+//! free cores sit in one of two indexable sets:
+//!
+//! - `offerable`: worth offering; the scheduler walks it round-robin with a rotating cursor;
+//! - `blocked`: the last offer found nothing for it (locality wait, exclusion, too few cores).
+//!   Blocked executors are re-offered when new work appears (`unblock_all`) or when their own
+//!   cores come back.
+//!
+//! Full executors are in neither set, so an assignment never scans idle or busy executors.
+
+use std::sync::Arc;
+
+use super::hash::FxHashMap;
+use super::types::{ExecutorId, TaskLaunch};
+
+/// One running task attempt, as its executor's book sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    /// Cores it holds.
+    pub cores: u32,
+    /// When it was launched.
+    pub started_us: u64,
+}
+
+/// Which offer set an executor is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Membership {
+    Unlisted,
+    Offerable(usize),
+    Blocked(usize),
+}
+
+/// A registered executor.
+#[derive(Debug)]
+pub(crate) struct Exec {
+    pub id: ExecutorId,
+    pub host: u32,
+    pub cores: u32,
+    pub free: u32,
+    /// Running attempts keyed by (task id, attempt).
+    pub running: FxHashMap<(u64, u32), Run>,
+    /// Globally excluded until then (0: not excluded).
+    pub excluded_until_us: u64,
+    /// Counted task failures on it since its last exclusion ended.
+    pub failures: u32,
+    /// Launches gathered during the current call, flushed as one `Output::Launch`.
+    pub batch: Vec<TaskLaunch>,
+    membership: Membership,
+}
+
+/// A host that executors ran on (or that a task prefers). Never removed, so indices are stable.
+#[derive(Debug)]
+pub(crate) struct Host {
+    /// Globally excluded until then (0: not excluded).
+    pub excluded_until_us: u64,
+    /// Its executors currently excluded globally.
+    pub excluded_executors: u32,
+}
+
+/// The executor book.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    execs: Vec<Option<Exec>>,
+    free_slots: Vec<u32>,
+    ids: FxHashMap<ExecutorId, u32>,
+    pub hosts: Vec<Host>,
+    host_ids: FxHashMap<Arc<str>, u32>,
+    offerable: Vec<u32>,
+    blocked: Vec<u32>,
+    cursor: usize,
+}
+
+impl Book {
+    /// An empty book whose round-robin starts at a seeded offset.
+    pub fn new(seed: u64) -> Book {
+        Book {
+            cursor: (seed % 1024) as usize,
+            ..Book::default()
+        }
+    }
+
+    /// Registered executors.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The slot of a registered executor.
+    pub fn slot_of(&self, id: ExecutorId) -> Option<u32> {
+        self.ids.get(&id).copied()
+    }
+
+    /// The executor in `slot`.
+    pub fn get(&self, slot: u32) -> Option<&Exec> {
+        self.execs.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// The executor in `slot`, mutably.
+    pub fn get_mut(&mut self, slot: u32) -> Option<&mut Exec> {
+        self.execs.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    /// All registered executors.
+    pub fn iter(&self) -> impl Iterator<Item = &Exec> {
+        self.execs.iter().flatten()
+    }
+
+    /// All registered executors, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Exec> {
+        self.execs.iter_mut().flatten()
+    }
+
+    /// The index of `name`, interning it.
+    pub fn host_index(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.host_ids.get(name) {
+            return i;
+        }
+        let i = self.hosts.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        self.hosts.push(Host {
+            excluded_until_us: 0,
+            excluded_executors: 0,
+        });
+        self.host_ids.insert(name, i);
+        i
+    }
+
+    /// The host record for an index.
+    pub fn host(&self, i: u32) -> Option<&Host> {
+        self.hosts.get(i as usize)
+    }
+
+    /// Adds an executor (the caller checked the id is new) and lists it as offerable.
+    pub fn insert(&mut self, id: ExecutorId, host: u32, cores: u32) -> u32 {
+        let exec = Exec {
+            id,
+            host,
+            cores,
+            free: cores,
+            running: FxHashMap::default(),
+            excluded_until_us: 0,
+            failures: 0,
+            batch: Vec::new(),
+            membership: Membership::Unlisted,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                if let Some(entry) = self.execs.get_mut(slot as usize) {
+                    *entry = Some(exec);
+                }
+                slot
+            }
+            None => {
+                self.execs.push(Some(exec));
+                (self.execs.len() - 1) as u32
+            }
+        };
+        self.ids.insert(id, slot);
+        self.make_offerable(slot);
+        slot
+    }
+
+    /// Removes an executor, returning its slot and record.
+    pub fn remove(&mut self, id: ExecutorId) -> Option<(u32, Exec)> {
+        let slot = self.ids.remove(&id)?;
+        self.unlist(slot);
+        let exec = self.execs.get_mut(slot as usize)?.take()?;
+        self.free_slots.push(slot);
+        Some((slot, exec))
+    }
+
+    fn set_membership(&mut self, slot: u32, m: Membership) {
+        if let Some(e) = self.get_mut(slot) {
+            e.membership = m;
+        }
+    }
+
+    /// Takes the executor out of both offer sets.
+    pub fn unlist(&mut self, slot: u32) {
+        let Some(m) = self.get(slot).map(|e| e.membership) else {
+            return;
+        };
+        let (set, pos) = match m {
+            Membership::Unlisted => return,
+            Membership::Offerable(p) => (&mut self.offerable, p),
+            Membership::Blocked(p) => (&mut self.blocked, p),
+        };
+        if pos >= set.len() {
+            return;
+        }
+        set.swap_remove(pos);
+        let moved = set.get(pos).copied();
+        let offerable = matches!(m, Membership::Offerable(_));
+        if let Some(moved) = moved {
+            let mm = if offerable {
+                Membership::Offerable(pos)
+            } else {
+                Membership::Blocked(pos)
+            };
+            self.set_membership(moved, mm);
+        }
+        self.set_membership(slot, Membership::Unlisted);
+    }
+
+    /// Lists the executor as offerable (its cores came back, or it is new).
+    pub fn make_offerable(&mut self, slot: u32) {
+        match self.get(slot).map(|e| e.membership) {
+            Some(Membership::Offerable(_)) | None => {}
+            Some(_) => {
+                self.unlist(slot);
+                self.offerable.push(slot);
+                let pos = self.offerable.len() - 1;
+                self.set_membership(slot, Membership::Offerable(pos));
+            }
+        }
+    }
+
+    /// Moves the executor to the blocked set (nothing to offer it for now).
+    pub fn block(&mut self, slot: u32) {
+        match self.get(slot).map(|e| e.membership) {
+            Some(Membership::Blocked(_)) | None => {}
+            Some(_) => {
+                self.unlist(slot);
+                self.blocked.push(slot);
+                let pos = self.blocked.len() - 1;
+                self.set_membership(slot, Membership::Blocked(pos));
+            }
+        }
+    }
+
+    /// New work appeared: every blocked executor is worth offering again.
+    pub fn unblock_all(&mut self) {
+        while let Some(slot) = self.blocked.pop() {
+            self.offerable.push(slot);
+            let pos = self.offerable.len() - 1;
+            self.set_membership(slot, Membership::Offerable(pos));
+        }
+    }
+
+    /// The next executor in round-robin order, if any is offerable.
+    pub fn next_offerable(&mut self) -> Option<u32> {
+        if self.offerable.is_empty() {
+            return None;
+        }
+        if self.cursor >= self.offerable.len() {
+            self.cursor %= self.offerable.len();
+        }
+        self.offerable.get(self.cursor).copied()
+    }
+
+    /// Moves the round-robin cursor past the current executor.
+    pub fn advance(&mut self) {
+        self.cursor = self.cursor.wrapping_add(1);
+    }
+
+    /// Whether any executor has a free core (offerable or blocked).
+    pub fn has_free_cores(&self) -> bool {
+        !self.offerable.is_empty() || !self.blocked.is_empty()
+    }
+}

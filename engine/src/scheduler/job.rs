@@ -1,0 +1,341 @@
+//! One job's task set (Spark's `TaskSetManager`): its tasks' states, its pending queues per
+//! locality level, its delay-scheduling clock, its exclusion lists and its speculation data.
+//!
+//! Pending queues use lazy deletion: a task is pushed into every queue it qualifies for (its
+//! preferred executors, their and its preferred hosts, and "any"), and an entry is dropped when it
+//! reaches the front and the task is no longer pending. Each push is popped at most once, so
+//! finding a task is O(1) amortized.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::hash::{FxHashMap, FxHashSet};
+use super::types::{ExecutorId, JobId};
+
+/// Locality levels, best first. `NoPref` tasks can run anywhere at once and never move the clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Level {
+    Executor,
+    Host,
+    Any,
+}
+
+/// Where a found task came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// A pending task at this locality level (`None`: it has no preferences).
+    Pending(u32, Option<Level>),
+    /// A running straggler to copy.
+    Speculative(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Pending,
+    Running,
+    Succeeded,
+    /// Failed for good or killed.
+    Failed,
+}
+
+/// A running attempt, from the task's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    pub attempt: u32,
+    /// The executor's slot in the book (cleared from here before the slot is freed).
+    pub exec: u32,
+    pub started_us: u64,
+}
+
+/// Locality preferences, boxed because most tasks have none.
+#[derive(Debug)]
+pub(crate) struct Prefs {
+    pub executors: Vec<ExecutorId>,
+    /// Host indices in the book.
+    pub hosts: Vec<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) struct TaskRec {
+    pub function: Arc<str>,
+    pub payload: Bytes,
+    pub prefs: Option<Box<Prefs>>,
+    pub cores: u32,
+    pub status: Status,
+    pub next_attempt: u32,
+    pub failures: u32,
+    /// At most two attempts run at once (the original and one speculative copy).
+    pub attempts: [Option<Attempt>; 2],
+    pub speculated: bool,
+    pub result: Option<Bytes>,
+}
+
+impl TaskRec {
+    pub fn running_attempts(&self) -> usize {
+        self.attempts.iter().flatten().count()
+    }
+}
+
+/// Pending-task queues per locality bucket.
+#[derive(Debug, Default)]
+pub(crate) struct Queues {
+    pub by_exec: FxHashMap<ExecutorId, VecDeque<u32>>,
+    pub by_host: FxHashMap<u32, VecDeque<u32>>,
+    pub no_pref: VecDeque<u32>,
+    /// Tasks with preferences, for the "any" level.
+    pub any: VecDeque<u32>,
+}
+
+/// Per-job exclusion state.
+#[derive(Debug, Default)]
+pub(crate) struct JobExclusion {
+    pub exec_failures: FxHashMap<ExecutorId, u32>,
+    pub host_failures: FxHashMap<u32, u32>,
+    pub executors: FxHashSet<ExecutorId>,
+    pub hosts: FxHashSet<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub id: JobId,
+    pub pool: u32,
+    pub weight: u32,
+    pub priority: i32,
+    pub tasks: Vec<TaskRec>,
+    /// Tasks in `Pending`.
+    pub pending: usize,
+    /// Tasks in `Running`.
+    pub running: usize,
+    /// Cores held by this job's live attempts.
+    pub running_cores: u64,
+    /// Tasks in a final state.
+    pub final_count: usize,
+    pub queues: Queues,
+    pub has_exec_prefs: bool,
+    pub has_host_prefs: bool,
+    pub level: Level,
+    pub level_since_us: u64,
+    /// Last launch (or submission): the unschedulable clock.
+    pub last_progress_us: u64,
+    pub exclusion: JobExclusion,
+    /// Successful run times, kept only with speculation on.
+    pub durations_us: Vec<u64>,
+    pub speculatable: VecDeque<u32>,
+    /// Reasons of counted failures and kills, bounded per task by `max_failures`.
+    pub reasons: FxHashMap<u32, Vec<String>>,
+    /// Some task was killed or failed for good: the job cannot succeed.
+    pub doomed: bool,
+    /// An executor got nothing from this job because of the locality wait. From then until the
+    /// job has no pending task left, launches no longer restart the wait or bring the level
+    /// back, so a free core idles at most the sum of the waits (Spark's legacy delay scheduling
+    /// could idle it for as long as local launches kept coming).
+    pub delay_rejected: bool,
+    /// The locality level widened since the scheduler last looked: executors set aside for
+    /// this job may have work now.
+    pub widened: bool,
+}
+
+/// Pops the first entry of `queue` that is a pending task fitting in `free` cores; stale entries
+/// are dropped on the way. Stops (without popping) at a pending task that does not fit.
+fn pop_pending(queue: &mut VecDeque<u32>, tasks: &[TaskRec], free: u32) -> Option<u32> {
+    while let Some(&i) = queue.front() {
+        match tasks.get(i as usize) {
+            Some(t) if t.status == Status::Pending => {
+                if t.cores <= free {
+                    queue.pop_front();
+                    return Some(i);
+                }
+                return None;
+            }
+            _ => {
+                queue.pop_front();
+            }
+        }
+    }
+    None
+}
+
+impl Job {
+    /// The job's first locality level given which preferences its tasks have.
+    pub fn start_level(&self) -> Level {
+        if self.has_exec_prefs {
+            Level::Executor
+        } else if self.has_host_prefs {
+            Level::Host
+        } else {
+            Level::Any
+        }
+    }
+
+    /// Pushes task `i` into its queues. `host_of` maps a preferred executor to its host, if known.
+    pub fn enqueue(&mut self, i: u32, host_of: impl Fn(ExecutorId) -> Option<u32>) {
+        let Some(t) = self.tasks.get(i as usize) else {
+            return;
+        };
+        match &t.prefs {
+            None => self.queues.no_pref.push_back(i),
+            Some(p) => {
+                for &e in &p.executors {
+                    self.queues.by_exec.entry(e).or_default().push_back(i);
+                    if let Some(h) = host_of(e) {
+                        self.queues.by_host.entry(h).or_default().push_back(i);
+                    }
+                }
+                for &h in &p.hosts {
+                    self.queues.by_host.entry(h).or_default().push_back(i);
+                }
+                self.queues.any.push_back(i);
+            }
+        }
+    }
+
+    /// The most distant level the job may launch at now, moving its clock along.
+    pub fn allowed_level(&mut self, now_us: u64, waits_us: [u64; 2]) -> Level {
+        loop {
+            let (wait, next, skip) = match self.level {
+                Level::Executor => (waits_us[0], Level::Host, !self.has_exec_prefs),
+                Level::Host => (waits_us[1], Level::Any, !self.has_host_prefs),
+                Level::Any => return Level::Any,
+            };
+            if skip {
+                self.level = next;
+            } else if now_us.saturating_sub(self.level_since_us) >= wait {
+                self.level_since_us = self.level_since_us.saturating_add(wait);
+                self.level = next;
+                self.widened = true;
+            } else {
+                return self.level;
+            }
+        }
+    }
+
+    /// When the job's locality level next widens, if it is waiting.
+    pub fn level_deadline(&self, waits_us: [u64; 2]) -> Option<u64> {
+        if self.pending == 0 {
+            return None;
+        }
+        match self.level {
+            Level::Executor => Some(self.level_since_us.saturating_add(waits_us[0])),
+            Level::Host => Some(self.level_since_us.saturating_add(waits_us[1])),
+            Level::Any => None,
+        }
+    }
+
+    /// Finds a task for an executor (`exec`, `exec_slot`, on `host`, with `free` cores), best
+    /// locality first, then a straggler to copy. The task is taken off its queue.
+    pub fn find_task(
+        &mut self,
+        now_us: u64,
+        waits_us: [u64; 2],
+        exec: ExecutorId,
+        exec_slot: u32,
+        host: u32,
+        free: u32,
+    ) -> Option<Found> {
+        if self.pending > 0 {
+            if self.has_exec_prefs {
+                if let Some(q) = self.queues.by_exec.get_mut(&exec) {
+                    if let Some(i) = pop_pending(q, &self.tasks, free) {
+                        return Some(Found::Pending(i, Some(Level::Executor)));
+                    }
+                }
+            }
+            let allowed = self.allowed_level(now_us, waits_us);
+            if allowed >= Level::Host && !self.queues.by_host.is_empty() {
+                if let Some(q) = self.queues.by_host.get_mut(&host) {
+                    if let Some(i) = pop_pending(q, &self.tasks, free) {
+                        return Some(Found::Pending(i, Some(Level::Host)));
+                    }
+                }
+            }
+            if let Some(i) = pop_pending(&mut self.queues.no_pref, &self.tasks, free) {
+                return Some(Found::Pending(i, None));
+            }
+            if allowed >= Level::Any {
+                if let Some(i) = pop_pending(&mut self.queues.any, &self.tasks, free) {
+                    return Some(Found::Pending(i, Some(Level::Any)));
+                }
+            } else if !self.queues.any.is_empty() {
+                self.delay_rejected = true;
+            }
+        }
+        while let Some(&i) = self.speculatable.front() {
+            let Some(t) = self.tasks.get(i as usize) else {
+                self.speculatable.pop_front();
+                continue;
+            };
+            if t.status != Status::Running || t.running_attempts() != 1 {
+                self.speculatable.pop_front();
+                continue;
+            }
+            let here = t.attempts.iter().flatten().any(|a| a.exec == exec_slot);
+            if here || t.cores > free {
+                return None;
+            }
+            self.speculatable.pop_front();
+            return Some(Found::Speculative(i));
+        }
+        None
+    }
+
+    /// Records a launch at `level` for delay scheduling: it restarts the wait at that level
+    /// unless an executor was turned away meanwhile. No-preference launches do not count.
+    pub fn launched_at(&mut self, now_us: u64, level: Option<Level>) {
+        self.last_progress_us = now_us;
+        if let Some(level) = level {
+            if !self.delay_rejected {
+                self.level = level;
+                self.level_since_us = now_us;
+            }
+        }
+    }
+
+    /// Whether this executor (or its host) is excluded for this job.
+    pub fn excludes(&self, exec: ExecutorId, host: u32) -> bool {
+        let x = &self.exclusion;
+        (!x.executors.is_empty() && x.executors.contains(&exec))
+            || (!x.hosts.is_empty() && x.hosts.contains(&host))
+    }
+
+    /// Counts a failure on `exec`/`host` against this job; excludes them past the limits.
+    pub fn record_exclusion_failure(
+        &mut self,
+        exec: ExecutorId,
+        host: u32,
+        exec_max: u32,
+        host_max: u32,
+    ) {
+        let x = &mut self.exclusion;
+        let n = x.exec_failures.entry(exec).or_insert(0);
+        *n += 1;
+        if *n >= exec_max {
+            x.executors.insert(exec);
+        }
+        let n = x.host_failures.entry(host).or_insert(0);
+        *n += 1;
+        if *n >= host_max {
+            x.hosts.insert(host);
+        }
+    }
+
+    /// The speculation threshold: `multiplier` times the median successful run, once `quantile`
+    /// of the tasks succeeded.
+    pub fn speculation_threshold_us(
+        &mut self,
+        quantile: f64,
+        multiplier: f64,
+        min_runtime_us: u64,
+    ) -> Option<u64> {
+        let total = self.tasks.len();
+        let needed = ((quantile * total as f64).ceil() as usize).max(1);
+        if self.durations_us.len() < needed || self.durations_us.is_empty() {
+            return None;
+        }
+        let mid = self.durations_us.len() / 2;
+        let (_, median, _) = self.durations_us.select_nth_unstable(mid);
+        let threshold = (*median as f64 * multiplier) as u64;
+        Some(threshold.max(min_runtime_us))
+    }
+}

@@ -1,0 +1,1160 @@
+//! The driver's scheduling brain as a sans-IO state machine (Spark's `DriverEndpoint`,
+//! `TaskSchedulerImpl` and `TaskSetManager` in one deterministic value).
+//!
+//! # Model
+//!
+//! A [`Scheduler`] has no IO, no threads and no clock. The driver feeds it events, each with the
+//! current time `now_us` (microseconds on any monotonic clock the driver likes):
+//!
+//! - [`Scheduler::register_executor`] / [`Scheduler::remove_executor`]: executors come and go;
+//! - [`Scheduler::submit_job`] / [`Scheduler::cancel_job`] / [`Scheduler::kill_task`]: work;
+//! - [`Scheduler::status_update`]: what executors report about task attempts;
+//! - [`Scheduler::tick`]: time passed (call it at [`Scheduler::poll_timeout`] at the latest).
+//!
+//! and drains what it must do with [`Scheduler::poll_output`]: [`Output::Launch`] batches (one
+//! per executor per call), [`Output::Kill`] requests, one [`Output::TaskResult`] per submitted
+//! task and one [`Output::JobOutcome`] per accepted job, each exactly once.
+//!
+//! # Scheduling
+//!
+//! After every event the scheduler makes offers: it walks the executors that have free cores
+//! round-robin (a rotating cursor over an indexable set, so tasks spread over executors as
+//! Spark's shuffled offers do) and gives each one task at a time. For an executor, jobs are asked
+//! in sharing order (FIFO: priority, then submission; FAIR: pools by running cores over pool
+//! weight, then jobs by running cores over job weight), and a job answers from its queues in
+//! locality order: tasks preferring this executor, then (once its locality wait allows) this
+//! host, then tasks without preferences, then (after the waits) any task, then a straggler to
+//! copy. An executor for which nothing fits is set aside ("blocked") until new work appears (a
+//! submission, a retry, a wider locality level, a straggler, an exclusion ending) or its own
+//! cores come back, so offers never rescan idle executors. Everything a launch or a completion
+//! touches is O(1) amortized (hash maps and queues with lazy deletion); the only loops are over
+//! active jobs (few) for the sharing order.
+//!
+//! # Failures
+//!
+//! Each executor indexes its own running attempts, so removing it costs time proportional to its
+//! own tasks. A failed attempt is retried until a task has failed `max_failures` times; then the
+//! job fails with the reasons, its other tasks are killed or dropped, each reported once. A loss
+//! that is not the task's fault (executor lost, killed, or exited not because of the app) does not
+//! count. Counted failures feed exclusion: per job (executor and host) and globally (executor,
+//! then host once enough of its executors are excluded, expiring after a timeout). A job that has
+//! queued tasks, nothing running and has launched nothing for `unschedulable_timeout_us` while
+//! cores are free fails instead of hanging.
+//!
+//! # Speculation
+//!
+//! With [`SpeculationConfig`], `tick` looks for stragglers: once `quantile` of a job's tasks
+//! succeeded, a task running longer than `multiplier` times their median run gets one copy on
+//! another executor. The first attempt to finish wins; the other is killed; the result is reported
+//! once.
+//!
+//! # Peers are not trusted
+//!
+//! Status updates are matched against the reporting executor's own running attempts; anything
+//! stale, duplicate, or unknown is ignored and counted ([`Stats::ignored_updates`]). Cores come
+//! back only with a final update for an attempt the executor actually holds, or with the executor.
+
+mod book;
+mod hash;
+mod job;
+mod types;
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+pub use types::{
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
+    Refusal, RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError,
+    TaskId, TaskLaunch, TaskSpec, TaskState,
+};
+
+use book::{Book, Run};
+use hash::FxHashMap;
+use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Queues, Status, TaskRec};
+
+/// Longest failure message kept from a peer, in bytes.
+const REASON_MAX_BYTES: usize = 4096;
+
+/// A FAIR pool.
+#[derive(Debug)]
+struct Pool {
+    weight: u32,
+    running_cores: u64,
+}
+
+/// How an attempt ended.
+enum End {
+    Succeeded(Bytes),
+    Failed { reason: String, counts: bool },
+}
+
+/// The scheduler state machine. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Scheduler {
+    config: Config,
+    book: Book,
+    jobs: Vec<Option<Job>>,
+    job_free_slots: Vec<u32>,
+    /// Job id → slot.
+    job_slots: FxHashMap<u64, u32>,
+    /// Active job slots, in FIFO order (priority, then id).
+    active: Vec<u32>,
+    /// Scratch for the FAIR order.
+    order: Vec<u32>,
+    pools: Vec<Pool>,
+    pool_ids: FxHashMap<String, u32>,
+    next_job: u64,
+    /// Tasks pending over all jobs.
+    pending_total: usize,
+    /// Speculation queue entries over all jobs (may include stale ones).
+    speculatable_total: usize,
+    /// Tasks accepted and not final.
+    unfinished_total: usize,
+    outputs: VecDeque<Output>,
+    /// Executors with launches batched in this call.
+    batched: Vec<u32>,
+    stats: Stats,
+    next_speculation_us: u64,
+    /// Earliest global exclusion expiry (u64::MAX: none).
+    next_expiry_us: u64,
+}
+
+impl Scheduler {
+    /// A scheduler with no executors and no jobs.
+    pub fn new(config: Config) -> Scheduler {
+        let mut pools = Vec::new();
+        let mut pool_ids = FxHashMap::default();
+        for (name, weight) in &config.pool_weights {
+            if !pool_ids.contains_key(name) {
+                pool_ids.insert(name.clone(), pools.len() as u32);
+                pools.push(Pool {
+                    weight: (*weight).max(1),
+                    running_cores: 0,
+                });
+            }
+        }
+        Scheduler {
+            book: Book::new(config.seed),
+            config,
+            jobs: Vec::new(),
+            job_free_slots: Vec::new(),
+            job_slots: FxHashMap::default(),
+            active: Vec::new(),
+            order: Vec::new(),
+            pools,
+            pool_ids,
+            next_job: 1,
+            pending_total: 0,
+            speculatable_total: 0,
+            unfinished_total: 0,
+            outputs: VecDeque::new(),
+            batched: Vec::new(),
+            stats: Stats::default(),
+            next_speculation_us: 0,
+            next_expiry_us: u64::MAX,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The next output, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// Moves every pending output into `out`.
+    pub fn drain_outputs(&mut self, out: &mut Vec<Output>) {
+        out.extend(self.outputs.drain(..));
+    }
+
+    /// Tasks accepted and not yet reported (the quantity `pending_tasks_max` bounds).
+    pub fn unfinished_tasks(&self) -> usize {
+        self.unfinished_total
+    }
+
+    /// Tasks waiting for a core.
+    pub fn pending_tasks(&self) -> usize {
+        self.pending_total
+    }
+
+    /// Jobs accepted and without an outcome yet.
+    pub fn active_jobs(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
+    pub fn job_pending_tasks(&self, job: JobId) -> Option<usize> {
+        self.job(job).map(|j| j.pending)
+    }
+
+    /// Registered executors.
+    pub fn executors(&self) -> usize {
+        self.book.len()
+    }
+
+    /// `(cores, free cores)` of a registered executor.
+    pub fn executor_cores(&self, id: ExecutorId) -> Option<(u32, u32)> {
+        let e = self.book.get(self.book.slot_of(id)?)?;
+        Some((e.cores, e.free))
+    }
+
+    /// Whether an executor is excluded at `now_us`: globally, or for `job` if given.
+    pub fn is_excluded(&self, now_us: u64, id: ExecutorId, job: Option<JobId>) -> bool {
+        let Some(e) = self.book.slot_of(id).and_then(|s| self.book.get(s)) else {
+            return false;
+        };
+        if self.globally_excluded(now_us, e.excluded_until_us, e.host) {
+            return true;
+        }
+        job.and_then(|j| self.job(j))
+            .is_some_and(|j| j.excludes(id, e.host))
+    }
+
+    fn globally_excluded(&self, now_us: u64, exec_until_us: u64, host: u32) -> bool {
+        exec_until_us > now_us
+            || self
+                .book
+                .host(host)
+                .is_some_and(|h| h.excluded_until_us > now_us)
+    }
+
+    fn job(&self, id: JobId) -> Option<&Job> {
+        let slot = *self.job_slots.get(&id.0)?;
+        self.jobs.get(slot as usize)?.as_ref()
+    }
+
+    /// The earliest time `tick` has work to do (a locality wait ending, a speculation check, an
+    /// exclusion expiring, an unschedulable job timing out), if any.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let waits = self.waits();
+        let mut t = u64::MAX;
+        let free = self.book.has_free_cores();
+        for job in self.active.iter().filter_map(|&s| self.jobs.get(s as usize)?.as_ref()) {
+            if let Some(d) = job.level_deadline(waits) {
+                t = t.min(d);
+            }
+            if free && job.pending > 0 && job.running == 0 {
+                t = t.min(
+                    job.last_progress_us
+                        .saturating_add(self.config.unschedulable_timeout_us),
+                );
+            }
+        }
+        if self.config.speculation.is_some() && !self.active.is_empty() {
+            t = t.min(self.next_speculation_us);
+        }
+        t = t.min(self.next_expiry_us);
+        (t != u64::MAX).then_some(t)
+    }
+
+    fn waits(&self) -> [u64; 2] {
+        [
+            self.config.locality_wait_executor_us,
+            self.config.locality_wait_host_us,
+        ]
+    }
+
+    // ----- inputs -----
+
+    /// Registers an executor, or refuses it (duplicate id, excluded host, zero cores, full).
+    pub fn register_executor(&mut self, now_us: u64, info: ExecutorInfo) -> Result<(), Refusal> {
+        if self.book.slot_of(info.id).is_some() {
+            return Err(Refusal::DuplicateId(info.id));
+        }
+        if info.cores == 0 {
+            return Err(Refusal::ZeroCores);
+        }
+        if self.book.len() >= self.config.executors_max {
+            return Err(Refusal::TooManyExecutors(self.config.executors_max));
+        }
+        let host = self.book.host_index(&info.host);
+        if let Some(h) = self.book.host(host) {
+            if h.excluded_until_us > now_us {
+                return Err(Refusal::HostExcluded {
+                    host: info.host,
+                    until_us: h.excluded_until_us,
+                });
+            }
+        }
+        self.book.insert(info.id, host, info.cores);
+        self.offer(now_us);
+        self.flush();
+        Ok(())
+    }
+
+    /// Removes an executor; its running attempts go back to pending (counted as failures only if
+    /// the reason says the app caused it). Returns false if it was not registered.
+    pub fn remove_executor(&mut self, now_us: u64, id: ExecutorId, reason: RemovalReason) -> bool {
+        if !self.remove_executor_inner(now_us, id, &reason) {
+            return false;
+        }
+        self.offer(now_us);
+        self.flush();
+        true
+    }
+
+    fn remove_executor_inner(&mut self, now_us: u64, id: ExecutorId, reason: &RemovalReason) -> bool {
+        let Some((_, exec)) = self.book.remove(id) else {
+            return false;
+        };
+        if exec.excluded_until_us > now_us {
+            if let Some(h) = self.book.hosts.get_mut(exec.host as usize) {
+                h.excluded_executors = h.excluded_executors.saturating_sub(1);
+            }
+        }
+        let counts = reason.caused_by_app();
+        let msg = reason.to_string();
+        for ((task, attempt), _) in exec.running {
+            self.attempt_ended(
+                now_us,
+                exec.id,
+                exec.host,
+                TaskId(task),
+                attempt,
+                End::Failed {
+                    reason: msg.clone(),
+                    counts,
+                },
+            );
+        }
+        true
+    }
+
+    /// Accepts a job, or refuses it without side effects. A job with a task payload over
+    /// `payload_max_bytes` is accepted and fails at once (its outcome names the limit).
+    pub fn submit_job(&mut self, now_us: u64, spec: JobSpec) -> Result<JobId, SubmitError> {
+        let n = spec.tasks.len();
+        if u32::try_from(n).is_err() {
+            return Err(SubmitError::TooManyTasks);
+        }
+        if self.active.len() >= self.config.jobs_max {
+            return Err(SubmitError::TooManyJobs(self.config.jobs_max));
+        }
+        if self.unfinished_total.saturating_add(n) > self.config.pending_tasks_max {
+            return Err(SubmitError::TooManyPending {
+                active: self.unfinished_total,
+                submitted: n,
+                limit: self.config.pending_tasks_max,
+            });
+        }
+        if let Some(i) = spec.tasks.iter().position(|t| t.cores == 0) {
+            return Err(SubmitError::ZeroCores(i as u32));
+        }
+        let id = JobId(self.next_job);
+        self.next_job += 1;
+        if n == 0 {
+            self.outputs.push_back(Output::JobOutcome {
+                job: id,
+                outcome: JobOutcome::Succeeded(Vec::new()),
+            });
+            return Ok(id);
+        }
+        let pool = match self.pool_ids.get(&spec.pool) {
+            Some(&p) => p,
+            None => {
+                let p = self.pools.len() as u32;
+                self.pool_ids.insert(spec.pool.clone(), p);
+                self.pools.push(Pool {
+                    weight: 1,
+                    running_cores: 0,
+                });
+                p
+            }
+        };
+        let oversized = spec
+            .tasks
+            .iter()
+            .position(|t| t.payload.len() > self.config.payload_max_bytes)
+            .map(|i| (i, spec.tasks.get(i).map_or(0, |t| t.payload.len())));
+        let mut has_exec_prefs = false;
+        let mut has_host_prefs = false;
+        let mut tasks = Vec::with_capacity(n);
+        for t in spec.tasks {
+            let prefs = if t.preferred_executors.is_empty() && t.preferred_hosts.is_empty() {
+                None
+            } else {
+                has_exec_prefs |= !t.preferred_executors.is_empty();
+                has_host_prefs = true;
+                let hosts = t
+                    .preferred_hosts
+                    .iter()
+                    .map(|h| self.book.host_index(h))
+                    .collect();
+                Some(Box::new(Prefs {
+                    executors: t.preferred_executors,
+                    hosts,
+                }))
+            };
+            tasks.push(TaskRec {
+                function: t.function,
+                payload: t.payload,
+                prefs,
+                cores: t.cores,
+                status: Status::Pending,
+                next_attempt: 0,
+                failures: 0,
+                attempts: [None, None],
+                speculated: false,
+                result: None,
+            });
+        }
+        let mut job = Job {
+            id,
+            pool,
+            weight: spec.weight.max(1),
+            priority: spec.priority,
+            tasks,
+            pending: n,
+            running: 0,
+            running_cores: 0,
+            final_count: 0,
+            queues: Queues::default(),
+            has_exec_prefs,
+            has_host_prefs,
+            level: Level::Any,
+            level_since_us: now_us,
+            last_progress_us: now_us,
+            exclusion: JobExclusion::default(),
+            durations_us: Vec::new(),
+            speculatable: VecDeque::new(),
+            reasons: FxHashMap::default(),
+            doomed: false,
+            delay_rejected: false,
+            widened: false,
+        };
+        job.level = job.start_level();
+        let book = &self.book;
+        let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
+        for i in 0..n as u32 {
+            job.enqueue(i, host_of);
+        }
+        let slot = match self.job_free_slots.pop() {
+            Some(s) => {
+                if let Some(entry) = self.jobs.get_mut(s as usize) {
+                    *entry = Some(job);
+                }
+                s
+            }
+            None => {
+                self.jobs.push(Some(job));
+                (self.jobs.len() - 1) as u32
+            }
+        };
+        self.job_slots.insert(id.0, slot);
+        let key = (-(i64::from(spec.priority)), id.0);
+        let pos = self.active.partition_point(|&s| {
+            self.jobs
+                .get(s as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|j| (-(i64::from(j.priority)), j.id.0) < key)
+        });
+        self.active.insert(pos, slot);
+        self.pending_total += n;
+        self.unfinished_total += n;
+        if let Some((i, len)) = oversized {
+            let reason = format!(
+                "task {i} payload is {len} bytes, over payload_max_bytes = {}",
+                self.config.payload_max_bytes
+            );
+            self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
+        } else {
+            self.book.unblock_all();
+            self.offer(now_us);
+        }
+        self.flush();
+        Ok(id)
+    }
+
+    /// Cancels a job: its running attempts are killed, its pending tasks dropped, each task and
+    /// the job reported (cancelled) once. Returns false if the job is unknown or already ended.
+    pub fn cancel_job(&mut self, now_us: u64, job: JobId) -> bool {
+        let Some(&slot) = self.job_slots.get(&job.0) else {
+            return false;
+        };
+        self.abort_job(slot, JobOutcome::Cancelled, "job cancelled");
+        self.offer(now_us);
+        self.flush();
+        true
+    }
+
+    /// Kills a task for good: its running attempts are killed, it is reported failed ("killed:
+    /// reason") and its job will fail. Returns false if the task is unknown or already final.
+    pub fn kill_task(&mut self, now_us: u64, task: TaskId, reason: &str) -> bool {
+        let Some(&slot) = self.job_slots.get(&task.job().0) else {
+            return false;
+        };
+        let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return false;
+        };
+        let index = task.index();
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            return false;
+        };
+        match t.status {
+            Status::Succeeded | Status::Failed => return false,
+            Status::Pending => {
+                job.pending -= 1;
+                self.pending_total -= 1;
+            }
+            Status::Running => job.running -= 1,
+        }
+        t.status = Status::Failed;
+        let msg = format!("killed: {reason}");
+        let attempts = std::mem::take(&mut t.attempts);
+        job.reasons
+            .entry(index)
+            .or_default()
+            .push(format!("task {index} {msg}"));
+        job.doomed = true;
+        job.final_count += 1;
+        self.unfinished_total -= 1;
+        for a in attempts.into_iter().flatten() {
+            self.kill_attempt(slot, task, a, &msg);
+        }
+        self.outputs.push_back(Output::TaskResult {
+            task,
+            result: Err(msg),
+        });
+        self.maybe_finish_job(slot);
+        self.offer(now_us);
+        self.flush();
+        true
+    }
+
+    /// Handles a status report from an executor. Unknown, stale and duplicate reports are
+    /// ignored (and counted).
+    pub fn status_update(&mut self, now_us: u64, update: StatusUpdate) {
+        let Some(slot) = self.book.slot_of(update.executor) else {
+            self.stats.ignored_updates += 1;
+            return;
+        };
+        let key = (update.task.0, update.attempt);
+        let Some(exec) = self.book.get_mut(slot) else {
+            self.stats.ignored_updates += 1;
+            return;
+        };
+        match update.state {
+            TaskState::Running => {
+                if !exec.running.contains_key(&key) {
+                    self.stats.ignored_updates += 1;
+                }
+                return;
+            }
+            TaskState::Lost => {
+                if !exec.running.contains_key(&key) {
+                    self.stats.ignored_updates += 1;
+                    return;
+                }
+                let reason = RemovalReason::Lost(format!(
+                    "reported task {} attempt {} lost",
+                    update.task, update.attempt
+                ));
+                self.remove_executor_inner(now_us, update.executor, &reason);
+            }
+            TaskState::Finished | TaskState::Failed | TaskState::Killed => {
+                let Some(run) = exec.running.remove(&key) else {
+                    self.stats.ignored_updates += 1;
+                    return;
+                };
+                exec.free += run.cores;
+                let (id, host) = (exec.id, exec.host);
+                self.book.make_offerable(slot);
+                let end = match update.state {
+                    TaskState::Finished => End::Succeeded(update.data),
+                    TaskState::Killed => End::Failed {
+                        reason: format!("killed by executor: {}", lossy(&update.data)),
+                        counts: true,
+                    },
+                    _ => End::Failed {
+                        reason: lossy(&update.data),
+                        counts: true,
+                    },
+                };
+                self.attempt_ended(now_us, id, host, update.task, update.attempt, end);
+            }
+        }
+        self.offer(now_us);
+        self.flush();
+    }
+
+    /// Time passed: widens locality levels, ends exclusions, looks for stragglers, fails
+    /// unschedulable jobs, and makes offers.
+    pub fn tick(&mut self, now_us: u64) {
+        let waits = self.waits();
+        let mut new_work = false;
+        for &slot in &self.active {
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if job.pending > 0 {
+                job.allowed_level(now_us, waits);
+            }
+            new_work |= std::mem::take(&mut job.widened);
+        }
+        if now_us >= self.next_expiry_us {
+            self.expire_exclusions(now_us);
+            new_work = true;
+        }
+        if self.config.speculation.is_some() && now_us >= self.next_speculation_us {
+            new_work |= self.find_stragglers(now_us);
+        }
+        if new_work {
+            self.book.unblock_all();
+        }
+        self.offer(now_us);
+        self.fail_unschedulable(now_us);
+        self.flush();
+    }
+
+    /// Fails jobs that have queued tasks, nothing running, and no progress for
+    /// `unschedulable_timeout_us` although cores are free (every executor with free cores is
+    /// excluded for them or too small).
+    fn fail_unschedulable(&mut self, now_us: u64) {
+        if !self.book.has_free_cores() {
+            return;
+        }
+        let timeout = self.config.unschedulable_timeout_us;
+        let stuck: Vec<u32> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&s| {
+                self.jobs.get(s as usize).and_then(Option::as_ref).is_some_and(|j| {
+                    j.pending > 0
+                        && j.running == 0
+                        && now_us.saturating_sub(j.last_progress_us) >= timeout
+                })
+            })
+            .collect();
+        for slot in stuck {
+            let reason = format!(
+                "no executor could run the job's tasks for {timeout} us (all excluded for it, \
+                 or too few cores)"
+            );
+            self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
+        }
+    }
+
+    // ----- internals -----
+
+    /// Makes offers until no offerable executor or no runnable task is left.
+    fn offer(&mut self, now_us: u64) {
+        while self.pending_total > 0 || self.speculatable_total > 0 {
+            let Some(slot) = self.book.next_offerable() else {
+                break;
+            };
+            if self.assign_one(now_us, slot) {
+                match self.book.get(slot) {
+                    Some(e) if e.free > 0 => self.book.advance(),
+                    _ => self.book.unlist(slot),
+                }
+            } else {
+                self.book.block(slot);
+            }
+        }
+    }
+
+    /// Gives one task to the executor in `slot`, if any job has one for it.
+    fn assign_one(&mut self, now_us: u64, slot: u32) -> bool {
+        let Some(e) = self.book.get(slot) else {
+            return false;
+        };
+        let (id, host, free) = (e.id, e.host, e.free);
+        if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
+            return false;
+        }
+        let waits = self.waits();
+        let fair = self.config.sharing == Sharing::Fair && self.active.len() > 1;
+        if fair {
+            self.fair_order();
+        }
+        let count = self.active.len();
+        for k in 0..count {
+            let job_slot = if fair {
+                self.order.get(k)
+            } else {
+                self.active.get(k)
+            };
+            let Some(&job_slot) = job_slot else {
+                break;
+            };
+            let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if job.pending == 0 && job.speculatable.is_empty() {
+                continue;
+            }
+            if job.excludes(id, host) {
+                continue;
+            }
+            let spec_before = job.speculatable.len();
+            let found = job.find_task(now_us, waits, id, slot, host, free);
+            if std::mem::take(&mut job.widened) {
+                self.book.unblock_all();
+            }
+            let popped = spec_before - job.speculatable.len();
+            self.speculatable_total = self.speculatable_total.saturating_sub(popped);
+            if let Some(found) = found {
+                self.launch(now_us, job_slot, slot, found);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Sorts active jobs for FAIR sharing into `self.order`.
+    fn fair_order(&mut self) {
+        self.order.clear();
+        self.order.extend_from_slice(&self.active);
+        let jobs = &self.jobs;
+        let pools = &self.pools;
+        let key = |s: &u32| {
+            let j = jobs.get(*s as usize).and_then(Option::as_ref);
+            j.map(|j| {
+                let pool = pools.get(j.pool as usize);
+                let p = pool.map_or(0.0, |p| p.running_cores as f64 / f64::from(p.weight));
+                let w = j.running_cores as f64 / f64::from(j.weight);
+                (p, w, -i64::from(j.priority), j.id.0)
+            })
+        };
+        self.order.sort_by(|a, b| {
+            key(a)
+                .partial_cmp(&key(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    }
+
+    fn launch(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
+        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let (index, speculative) = match found {
+            Found::Pending(i, level) => {
+                job.launched_at(now_us, level);
+                (i, false)
+            }
+            Found::Speculative(i) => (i, true),
+        };
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            return;
+        };
+        let Some(free_attempt) = t.attempts.iter_mut().find(|a| a.is_none()) else {
+            return;
+        };
+        let attempt = t.next_attempt;
+        *free_attempt = Some(Attempt {
+            attempt,
+            exec: exec_slot,
+            started_us: now_us,
+        });
+        t.next_attempt += 1;
+        if speculative {
+            self.stats.speculative_launched += 1;
+        } else {
+            t.status = Status::Running;
+            job.pending -= 1;
+            if job.pending == 0 {
+                job.delay_rejected = false;
+            }
+            job.running += 1;
+            self.pending_total -= 1;
+        }
+        let cores = t.cores;
+        let task = TaskId::new(job.id, index);
+        let launch = TaskLaunch {
+            task,
+            attempt,
+            function: t.function.clone(),
+            payload: t.payload.clone(),
+            cores,
+        };
+        job.running_cores += u64::from(cores);
+        if let Some(p) = self.pools.get_mut(job.pool as usize) {
+            p.running_cores += u64::from(cores);
+        }
+        if let Some(e) = self.book.get_mut(exec_slot) {
+            e.free -= cores;
+            e.running.insert(
+                (task.0, attempt),
+                Run {
+                    cores,
+                    started_us: now_us,
+                },
+            );
+            if e.batch.is_empty() {
+                self.batched.push(exec_slot);
+            }
+            e.batch.push(launch);
+        }
+        self.stats.launched += 1;
+    }
+
+    /// Emits the batched launches, one `Launch` per executor.
+    fn flush(&mut self) {
+        for slot in self.batched.drain(..) {
+            if let Some(e) = self.book.get_mut(slot) {
+                if !e.batch.is_empty() {
+                    self.outputs.push_back(Output::Launch {
+                        executor: e.id,
+                        tasks: std::mem::take(&mut e.batch),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Asks the executor holding `a` to kill it; the job no longer counts its cores.
+    fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Attempt, reason: &str) {
+        if let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) {
+            if let Some(t) = job.tasks.get(task.index() as usize) {
+                let cores = u64::from(t.cores);
+                job.running_cores = job.running_cores.saturating_sub(cores);
+                if let Some(p) = self.pools.get_mut(job.pool as usize) {
+                    p.running_cores = p.running_cores.saturating_sub(cores);
+                }
+            }
+        }
+        if let Some(e) = self.book.get(a.exec) {
+            self.outputs.push_back(Output::Kill {
+                executor: e.id,
+                task,
+                attempt: a.attempt,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// An attempt the executor held has ended (its cores are already back).
+    fn attempt_ended(
+        &mut self,
+        now_us: u64,
+        exec: ExecutorId,
+        host: u32,
+        task: TaskId,
+        attempt: u32,
+        end: End,
+    ) {
+        let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
+            return;
+        };
+        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let index = task.index();
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            return;
+        };
+        // Killed attempts were taken off the task already: nothing more to do.
+        let Some(a) = t
+            .attempts
+            .iter_mut()
+            .find(|a| a.is_some_and(|a| a.attempt == attempt))
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        let cores = u64::from(t.cores);
+        job.running_cores = job.running_cores.saturating_sub(cores);
+        if let Some(p) = self.pools.get_mut(job.pool as usize) {
+            p.running_cores = p.running_cores.saturating_sub(cores);
+        }
+        match end {
+            End::Succeeded(data) => {
+                t.status = Status::Succeeded;
+                t.result = Some(data.clone());
+                let others = std::mem::take(&mut t.attempts);
+                job.running -= 1;
+                job.final_count += 1;
+                if self.config.speculation.is_some() {
+                    job.durations_us.push(now_us.saturating_sub(a.started_us));
+                }
+                self.unfinished_total -= 1;
+                self.stats.succeeded += 1;
+                for other in others.into_iter().flatten() {
+                    self.kill_attempt(job_slot, task, other, "another attempt succeeded");
+                }
+                self.outputs.push_back(Output::TaskResult {
+                    task,
+                    result: Ok(data),
+                });
+                self.maybe_finish_job(job_slot);
+            }
+            End::Failed { reason, counts } => {
+                self.stats.attempts_failed += 1;
+                if counts {
+                    t.failures += 1;
+                    let failures = t.failures;
+                    let reasons = job.reasons.entry(index).or_default();
+                    reasons.push(format!(
+                        "task {index} attempt {attempt} on executor {}: {reason}",
+                        exec.0
+                    ));
+                    if let Some(x) = &self.config.exclusion {
+                        job.record_exclusion_failure(
+                            exec,
+                            host,
+                            x.job_executor_failures_max,
+                            x.job_host_failures_max,
+                        );
+                    }
+                    self.record_global_failure(now_us, exec);
+                    let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut)
+                    else {
+                        return;
+                    };
+                    let Some(t) = job.tasks.get_mut(index as usize) else {
+                        return;
+                    };
+                    if t.running_attempts() > 0 {
+                        return;
+                    }
+                    if failures >= self.config.max_failures {
+                        let mut reasons = vec![format!(
+                            "task {index} failed {failures} times (max_failures = {})",
+                            self.config.max_failures
+                        )];
+                        reasons.extend(job.reasons.remove(&index).unwrap_or_default());
+                        let msg = format!("job failed: task {index} failed {failures} times");
+                        self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
+                        return;
+                    }
+                    self.requeue(now_us, job_slot, index);
+                } else if t.running_attempts() == 0 {
+                    self.requeue(now_us, job_slot, index);
+                }
+            }
+        }
+    }
+
+    /// Puts a task whose last attempt ended back in its queues.
+    fn requeue(&mut self, now_us: u64, job_slot: u32, index: u32) {
+        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            return;
+        };
+        t.status = Status::Pending;
+        t.speculated = false;
+        job.running -= 1;
+        job.pending += 1;
+        job.last_progress_us = now_us;
+        self.pending_total += 1;
+        let book = &self.book;
+        job.enqueue(index, |e| {
+            book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host)
+        });
+        self.book.unblock_all();
+    }
+
+    /// Counts a failure on an executor globally; excludes it (and its host) past the limits.
+    fn record_global_failure(&mut self, now_us: u64, exec: ExecutorId) {
+        let Some(x) = &self.config.exclusion else {
+            return;
+        };
+        let (exec_max, host_max, timeout) = (
+            x.executor_failures_max,
+            x.host_excluded_executors_max,
+            x.timeout_us,
+        );
+        let Some(slot) = self.book.slot_of(exec) else {
+            return;
+        };
+        let Some(e) = self.book.get_mut(slot) else {
+            return;
+        };
+        e.failures += 1;
+        if e.failures < exec_max || e.excluded_until_us > now_us {
+            return;
+        }
+        let until = now_us.saturating_add(timeout);
+        e.excluded_until_us = until;
+        let host = e.host;
+        self.stats.executors_excluded += 1;
+        self.next_expiry_us = self.next_expiry_us.min(until);
+        if let Some(h) = self.book.hosts.get_mut(host as usize) {
+            h.excluded_executors += 1;
+            if h.excluded_executors >= host_max {
+                h.excluded_until_us = until;
+            }
+        }
+    }
+
+    /// Ends global exclusions whose time is up.
+    fn expire_exclusions(&mut self, now_us: u64) {
+        let mut next = u64::MAX;
+        let mut ended_hosts = Vec::new();
+        for e in self.book.iter_mut() {
+            if e.excluded_until_us == 0 {
+                continue;
+            }
+            if e.excluded_until_us <= now_us {
+                e.excluded_until_us = 0;
+                e.failures = 0;
+                ended_hosts.push(e.host);
+            } else {
+                next = next.min(e.excluded_until_us);
+            }
+        }
+        for h in ended_hosts {
+            if let Some(h) = self.book.hosts.get_mut(h as usize) {
+                h.excluded_executors = h.excluded_executors.saturating_sub(1);
+            }
+        }
+        for h in &mut self.book.hosts {
+            if h.excluded_until_us == 0 {
+                continue;
+            }
+            if h.excluded_until_us <= now_us {
+                h.excluded_until_us = 0;
+            } else {
+                next = next.min(h.excluded_until_us);
+            }
+        }
+        self.next_expiry_us = next;
+    }
+
+    /// Queues a copy of each straggler; returns whether it found any.
+    fn find_stragglers(&mut self, now_us: u64) -> bool {
+        let Some(sc) = self.config.speculation.clone() else {
+            return false;
+        };
+        self.next_speculation_us = now_us.saturating_add(sc.interval_us.max(1));
+        let mut thresholds: FxHashMap<u64, u64> = FxHashMap::default();
+        for &slot in &self.active {
+            if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
+                if let Some(t) =
+                    job.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us)
+                {
+                    thresholds.insert(job.id.0, t);
+                }
+            }
+        }
+        if thresholds.is_empty() {
+            return false;
+        }
+        let mut found = false;
+        for e in self.book.iter() {
+            for (&(task, _), run) in &e.running {
+                let task = TaskId(task);
+                let Some(&threshold) = thresholds.get(&task.job().0) else {
+                    continue;
+                };
+                if now_us.saturating_sub(run.started_us) <= threshold {
+                    continue;
+                }
+                let Some(&slot) = self.job_slots.get(&task.job().0) else {
+                    continue;
+                };
+                let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                    continue;
+                };
+                let Some(t) = job.tasks.get_mut(task.index() as usize) else {
+                    continue;
+                };
+                if t.status == Status::Running && !t.speculated && t.running_attempts() == 1 {
+                    t.speculated = true;
+                    job.speculatable.push_back(task.index());
+                    self.speculatable_total += 1;
+                    found = true;
+                }
+            }
+        }
+        found
+    }
+
+    /// Reports the job's outcome once all its tasks are final.
+    fn maybe_finish_job(&mut self, job_slot: u32) {
+        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if job.final_count < job.tasks.len() {
+            return;
+        }
+        let outcome = if job.doomed {
+            let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
+            keys.sort_unstable();
+            let reasons = keys
+                .iter()
+                .filter_map(|k| job.reasons.get(k))
+                .flatten()
+                .cloned()
+                .collect();
+            JobOutcome::Failed(reasons)
+        } else {
+            JobOutcome::Succeeded(
+                job.tasks
+                    .iter_mut()
+                    .map(|t| t.result.take().unwrap_or_default())
+                    .collect(),
+            )
+        };
+        let id = job.id;
+        self.remove_job(job_slot);
+        self.outputs.push_back(Output::JobOutcome { job: id, outcome });
+    }
+
+    /// Ends a job now: kills its running attempts, reports every unfinished task with `task_msg`,
+    /// then the outcome.
+    fn abort_job(&mut self, job_slot: u32, outcome: JobOutcome, task_msg: &str) {
+        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let id = job.id;
+        let mut kills = Vec::new();
+        let mut unfinished = 0usize;
+        for (i, t) in job.tasks.iter_mut().enumerate() {
+            if matches!(t.status, Status::Succeeded | Status::Failed) {
+                continue;
+            }
+            t.status = Status::Failed;
+            unfinished += 1;
+            let task = TaskId::new(id, i as u32);
+            for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
+                kills.push((task, a));
+            }
+            self.outputs.push_back(Output::TaskResult {
+                task,
+                result: Err(task_msg.to_string()),
+            });
+        }
+        self.pending_total -= job.pending;
+        self.speculatable_total = self
+            .speculatable_total
+            .saturating_sub(job.speculatable.len());
+        self.unfinished_total -= unfinished;
+        job.pending = 0;
+        for (task, a) in kills {
+            self.kill_attempt(job_slot, task, a, task_msg);
+        }
+        self.remove_job(job_slot);
+        self.outputs.push_back(Output::JobOutcome { job: id, outcome });
+    }
+
+    fn remove_job(&mut self, job_slot: u32) {
+        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::take) else {
+            return;
+        };
+        if let Some(p) = self.pools.get_mut(job.pool as usize) {
+            p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        }
+        self.job_slots.remove(&job.id.0);
+        self.active.retain(|&s| s != job_slot);
+        self.job_free_slots.push(job_slot);
+    }
+}
+
+/// A peer's message as text, bounded.
+fn lossy(data: &Bytes) -> String {
+    let end = data.len().min(REASON_MAX_BYTES);
+    String::from_utf8_lossy(data.get(..end).unwrap_or_default()).into_owned()
+}

@@ -1,0 +1,422 @@
+//! The scheduler's vocabulary: identifiers, inputs (executors, jobs, status updates), outputs,
+//! configuration and errors. Everything here is plain data that the driver can build from (or put
+//! on) the wire.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// An executor's identity, chosen by whoever starts executors (the driver or a cluster manager).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecutorId(pub u64);
+
+/// A job's identity, assigned by [`super::Scheduler::submit_job`]; never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub u64);
+
+/// A task's identity, unique in one scheduler: the job in the high 32 bits, the task's index in
+/// its job in the low 32 bits. Together with an attempt number it names one run of the task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+impl TaskId {
+    /// The task id of task `index` of `job`.
+    pub fn new(job: JobId, index: u32) -> TaskId {
+        TaskId((job.0 << 32) | u64::from(index))
+    }
+    /// The job this task belongs to.
+    pub fn job(self) -> JobId {
+        JobId(self.0 >> 32)
+    }
+    /// The task's index in its job (the order of [`JobSpec::tasks`]).
+    pub fn index(self) -> u32 {
+        // The low 32 bits, by construction.
+        (self.0 & u64::from(u32::MAX)) as u32
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job {} task {}", self.0 >> 32, self.index())
+    }
+}
+
+/// An executor asking to join: what it offers.
+#[derive(Clone, Debug)]
+pub struct ExecutorInfo {
+    /// Its identity; must not be registered already.
+    pub id: ExecutorId,
+    /// The host it runs on (locality and host exclusion use it).
+    pub host: String,
+    /// Cores it runs tasks on; must be at least 1.
+    pub cores: u32,
+    /// Free-form attributes (kept for the driver's use, not interpreted).
+    pub attributes: Vec<(String, String)>,
+}
+
+/// Why an executor goes away.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemovalReason {
+    /// It stopped answering (heartbeat timeout, connection lost). Not the tasks' fault.
+    Lost(String),
+    /// The driver or the cluster manager killed it. Not the tasks' fault.
+    Killed,
+    /// The process exited with `code`. When `caused_by_app` is true (e.g. out of memory in a
+    /// task), its running tasks count that attempt as a failure.
+    Exited {
+        /// The process exit code.
+        code: i32,
+        /// Whether the application (a task) caused the exit.
+        caused_by_app: bool,
+    },
+}
+
+impl RemovalReason {
+    /// Whether the tasks running on the executor are to blame (their attempt counts as failed).
+    pub fn caused_by_app(&self) -> bool {
+        matches!(
+            self,
+            RemovalReason::Exited {
+                caused_by_app: true,
+                ..
+            }
+        )
+    }
+}
+
+impl fmt::Display for RemovalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemovalReason::Lost(why) => write!(f, "executor lost: {why}"),
+            RemovalReason::Killed => write!(f, "executor killed"),
+            RemovalReason::Exited {
+                code,
+                caused_by_app,
+            } => write!(f, "executor exited with code {code} (caused by app: {caused_by_app})"),
+        }
+    }
+}
+
+/// Why a registration was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// An executor with this id is registered already.
+    #[error("duplicate executor id {0:?}")]
+    DuplicateId(ExecutorId),
+    /// The host is excluded (too many failures) until the given time.
+    #[error("host {host} is excluded until {until_us} us")]
+    HostExcluded {
+        /// The host.
+        host: String,
+        /// When the exclusion ends (micros, the scheduler's clock).
+        until_us: u64,
+    },
+    /// The executor offers no cores.
+    #[error("executor offers zero cores")]
+    ZeroCores,
+    /// The executor table is full (`Config::executors_max`).
+    #[error("too many executors (executors_max = {0})")]
+    TooManyExecutors(usize),
+}
+
+/// One task of a job.
+#[derive(Clone, Debug)]
+pub struct TaskSpec {
+    /// The registered function the executor runs.
+    pub function: Arc<str>,
+    /// The function's input, handed to the wire as is.
+    pub payload: Bytes,
+    /// Cores the task occupies while it runs (at least 1).
+    pub cores: u32,
+    /// Executors it would rather run on (best locality).
+    pub preferred_executors: Vec<ExecutorId>,
+    /// Hosts it would rather run on (second best).
+    pub preferred_hosts: Vec<String>,
+}
+
+impl TaskSpec {
+    /// A one-core task without locality preferences.
+    pub fn new(function: impl Into<Arc<str>>, payload: Bytes) -> TaskSpec {
+        TaskSpec {
+            function: function.into(),
+            payload,
+            cores: 1,
+            preferred_executors: Vec::new(),
+            preferred_hosts: Vec::new(),
+        }
+    }
+}
+
+/// A job: a set of tasks and how it shares the cluster with other jobs.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    /// The tasks; a task's index here is its [`TaskId::index`].
+    pub tasks: Vec<TaskSpec>,
+    /// The FAIR pool it belongs to (ignored under FIFO).
+    pub pool: String,
+    /// Its weight inside its pool under FAIR (at least 1).
+    pub weight: u32,
+    /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break.
+    pub priority: i32,
+}
+
+impl JobSpec {
+    /// A job in the default pool with weight 1 and priority 0.
+    pub fn new(tasks: Vec<TaskSpec>) -> JobSpec {
+        JobSpec {
+            tasks,
+            pool: String::from("default"),
+            weight: 1,
+            priority: 0,
+        }
+    }
+}
+
+/// Why a submission was refused (nothing was accepted).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// Accepting the job would exceed `Config::pending_tasks_max` unfinished tasks: back off.
+    #[error("{active} tasks unfinished + {submitted} submitted exceeds pending_tasks_max = {limit}")]
+    TooManyPending {
+        /// Tasks accepted and not yet final.
+        active: usize,
+        /// Tasks in the refused job.
+        submitted: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// More than `Config::jobs_max` jobs would be active.
+    #[error("too many active jobs (jobs_max = {0})")]
+    TooManyJobs(usize),
+    /// A job holds at most `u32::MAX` tasks.
+    #[error("a job holds at most {} tasks", u32::MAX)]
+    TooManyTasks,
+    /// A task asks for zero cores.
+    #[error("task {0} asks for zero cores")]
+    ZeroCores(u32),
+}
+
+/// A task attempt's state as an executor reports it (Spark's `TaskState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Started; informational.
+    Running,
+    /// Done; the data is the result.
+    Finished,
+    /// The task failed; the data is the error message (UTF-8, lossy).
+    Failed,
+    /// The attempt was killed.
+    Killed,
+    /// The executor lost the task; the executor is treated as lost.
+    Lost,
+}
+
+/// A status report from an executor. Anything may arrive: stale, duplicate or unknown updates
+/// are ignored and counted in [`Stats::ignored_updates`].
+#[derive(Clone, Debug)]
+pub struct StatusUpdate {
+    /// The executor reporting.
+    pub executor: ExecutorId,
+    /// The task.
+    pub task: TaskId,
+    /// Which attempt.
+    pub attempt: u32,
+    /// The new state.
+    pub state: TaskState,
+    /// The result (Finished) or the error message (Failed, Killed).
+    pub data: Bytes,
+}
+
+/// One task handed to an executor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskLaunch {
+    /// The task.
+    pub task: TaskId,
+    /// The attempt number (0 first; retries and speculative copies count up).
+    pub attempt: u32,
+    /// The function to run.
+    pub function: Arc<str>,
+    /// Its input.
+    pub payload: Bytes,
+    /// Cores reserved for it.
+    pub cores: u32,
+}
+
+/// How a job ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Every task succeeded; the results in task index order.
+    Succeeded(Vec<Bytes>),
+    /// At least one task failed for good (or was killed); the reasons.
+    Failed(Vec<String>),
+    /// Cancelled by [`super::Scheduler::cancel_job`].
+    Cancelled,
+}
+
+/// What the scheduler asks the driver to do or tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Send these tasks to this executor (one batch per executor per call).
+    Launch {
+        /// The executor.
+        executor: ExecutorId,
+        /// The tasks, in launch order.
+        tasks: Vec<TaskLaunch>,
+    },
+    /// Ask an executor to kill a task attempt; its cores come back with its KILLED (or any final)
+    /// status update or with the executor's removal.
+    Kill {
+        /// The executor.
+        executor: ExecutorId,
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A task's final report (exactly once per submitted task).
+    TaskResult {
+        /// The task (its job is `task.job()`).
+        task: TaskId,
+        /// The result bytes, or why it did not succeed.
+        result: Result<Bytes, String>,
+    },
+    /// A job's outcome (exactly once per accepted job, after all its task results).
+    JobOutcome {
+        /// The job.
+        job: JobId,
+        /// How it ended.
+        outcome: JobOutcome,
+    },
+}
+
+/// How jobs share the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// Highest priority first, then submission order.
+    Fifo,
+    /// Pools get cores in proportion to their weights, jobs in a pool in proportion to theirs.
+    Fair,
+}
+
+/// Speculative execution settings (Spark's `spark.speculation.*`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpeculationConfig {
+    /// A task is a straggler when it runs longer than this times the median successful run.
+    pub multiplier: f64,
+    /// Fraction of a job's tasks that must have succeeded before it speculates.
+    pub quantile: f64,
+    /// Never speculate tasks that have run less than this.
+    pub min_runtime_us: u64,
+    /// How often `tick` looks for stragglers.
+    pub interval_us: u64,
+}
+
+impl Default for SpeculationConfig {
+    fn default() -> Self {
+        SpeculationConfig {
+            multiplier: 1.5,
+            quantile: 0.75,
+            min_runtime_us: 100_000,
+            interval_us: 100_000,
+        }
+    }
+}
+
+/// Exclusion settings (Spark's `spark.excludeOnFailure.*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExclusionConfig {
+    /// Failed attempts of one job on one executor before that executor is excluded for the job.
+    pub job_executor_failures_max: u32,
+    /// Failed attempts of one job on one host before that host is excluded for the job.
+    pub job_host_failures_max: u32,
+    /// Failed attempts (any job) on one executor before it is excluded for everyone.
+    pub executor_failures_max: u32,
+    /// Globally excluded executors on one host before the whole host is excluded.
+    pub host_excluded_executors_max: u32,
+    /// How long a global exclusion lasts.
+    pub timeout_us: u64,
+}
+
+impl Default for ExclusionConfig {
+    fn default() -> Self {
+        ExclusionConfig {
+            job_executor_failures_max: 2,
+            job_host_failures_max: 4,
+            executor_failures_max: 4,
+            host_excluded_executors_max: 2,
+            timeout_us: 3_600_000_000,
+        }
+    }
+}
+
+/// Scheduler settings. `Config::default()` is a good start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// FIFO or FAIR sharing between jobs.
+    pub sharing: Sharing,
+    /// FAIR pool weights by name; unlisted pools weigh 1.
+    pub pool_weights: Vec<(String, u32)>,
+    /// Attempts a task gets before its job fails (Spark's `task.maxFailures`).
+    pub max_failures: u32,
+    /// How long a job waits for a free core on a preferred executor before accepting its host.
+    pub locality_wait_executor_us: u64,
+    /// How long a job waits for a free core on a preferred host before accepting any executor.
+    pub locality_wait_host_us: u64,
+    /// Exclusion; `None` turns it off.
+    pub exclusion: Option<ExclusionConfig>,
+    /// Speculation; `None` (the default) turns it off.
+    pub speculation: Option<SpeculationConfig>,
+    /// Unfinished tasks (queued or running) over all jobs; submissions beyond are refused.
+    pub pending_tasks_max: usize,
+    /// Active jobs; submissions beyond are refused.
+    pub jobs_max: usize,
+    /// Registered executors; registrations beyond are refused.
+    pub executors_max: usize,
+    /// Largest task payload; a job with a larger one fails (Spark's `rpc.message.maxSize`).
+    pub payload_max_bytes: usize,
+    /// A job that has tasks queued, none running, and launched nothing for this long while cores
+    /// are free fails (every executor is excluded for it or too small).
+    pub unschedulable_timeout_us: u64,
+    /// Seed for the executor order's initial rotation (determinism in tests).
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sharing: Sharing::Fifo,
+            pool_weights: Vec::new(),
+            max_failures: 4,
+            locality_wait_executor_us: 10_000,
+            locality_wait_host_us: 10_000,
+            exclusion: Some(ExclusionConfig::default()),
+            speculation: None,
+            pending_tasks_max: 10_000_000,
+            jobs_max: 10_000,
+            executors_max: 100_000,
+            payload_max_bytes: 128 << 20,
+            unschedulable_timeout_us: 120_000_000,
+            seed: 0,
+        }
+    }
+}
+
+/// Counters for observability.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Task attempts launched (including retries and speculative copies).
+    pub launched: u64,
+    /// Tasks that succeeded.
+    pub succeeded: u64,
+    /// Task attempts that failed (counted or not).
+    pub attempts_failed: u64,
+    /// Speculative attempts launched.
+    pub speculative_launched: u64,
+    /// Status updates ignored as stale, duplicate or unknown.
+    pub ignored_updates: u64,
+    /// Executors excluded globally (cumulative).
+    pub executors_excluded: u64,
+}

@@ -1,0 +1,895 @@
+//! A seeded, deterministic cluster simulator around the [`Scheduler`]: a test tool, not part of
+//! a production driver.
+//!
+//! [`run_seed`] builds a random scenario from a seed (executors with their own latencies, some
+//! joining late, some dying mid-task; jobs with locality preferences, oversized payloads,
+//! cancellations and task kills; random task failures; status updates delayed, reordered,
+//! duplicated, and garbage ones) and plays it on a simulated clock, calling `tick` exactly when
+//! the scheduler asks to ([`Scheduler::poll_timeout`]). After every step it checks:
+//!
+//! - no executor has more cores in use than it has, and the scheduler's free-core count matches
+//!   an independent count from launches and final status updates;
+//! - every submitted task gets exactly one final report, every job exactly one outcome, after all
+//!   its task reports;
+//! - a success is reported only for a task an executor finished, with that executor's result;
+//! - nothing is launched on a refused, removed or excluded executor;
+//! - a job succeeds if and only if all its tasks succeeded; a cancelled job (and only that) is
+//!   reported cancelled;
+//! - progress: free cores never idle longer than the locality waits while a job has runnable
+//!   tasks for them, and every job ends before a generous deadline.
+//!
+//! A failure names the seed and the command that replays it (`ci/sim --seed N`).
+
+mod rng;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use bytes::Bytes;
+
+pub use rng::Rng;
+
+use crate::scheduler::{
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
+    Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, TaskId,
+    TaskLaunch, TaskSpec, TaskState,
+};
+
+/// Largest core count a simulated task asks for.
+const TASK_CORES_MAX: u32 = 2;
+/// Simulated time after which a run that has not finished counts as stuck.
+const DEADLINE_US: u64 = 3_600_000_000;
+/// Steps after which a run counts as stuck (guards against livelock).
+const STEPS_MAX: u64 = 2_000_000;
+
+/// What a run did (for reports and for checking that scenarios exercise things).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimReport {
+    /// Events processed.
+    pub steps: u64,
+    /// Simulated time at the end, micros.
+    pub end_us: u64,
+    /// Jobs submitted and accepted.
+    pub jobs: u64,
+    /// Jobs refused by backpressure.
+    pub jobs_refused: u64,
+    /// Jobs that succeeded, failed, were cancelled.
+    pub outcomes: [u64; 3],
+    /// Tasks accepted.
+    pub tasks: u64,
+    /// Task attempts launched.
+    pub launched: u64,
+    /// Task attempts that failed on an executor (injected).
+    pub failures_injected: u64,
+    /// Executors that died mid-run.
+    pub executors_lost: u64,
+    /// Registrations refused.
+    pub refusals: u64,
+    /// Status updates the scheduler ignored (duplicates, garbage, stale).
+    pub ignored_updates: u64,
+    /// Speculative attempts launched.
+    pub speculative: u64,
+}
+
+/// A violated invariant (or a stuck run), with what replays it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimError {
+    /// The seed.
+    pub seed: u64,
+    /// The step at which it was detected.
+    pub step: u64,
+    /// Simulated time, micros.
+    pub now_us: u64,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} failed at step {} (t = {} us): {}\n  replay: ci/sim --seed {}",
+            self.seed, self.step, self.now_us, self.message, self.seed
+        )
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// Something that happens at a simulated time.
+#[derive(Clone, Debug)]
+enum Ev {
+    /// An executor asks to register.
+    Register(ExecutorId),
+    /// An already registered executor registers again (must be refused).
+    RegisterDuplicate(ExecutorId),
+    /// An executor's process dies; the driver hears of it later.
+    Die(ExecutorId, RemovalReason),
+    /// The driver learns an executor is gone.
+    Remove(ExecutorId, RemovalReason),
+    /// A planned job is submitted.
+    Submit(usize),
+    /// A planned job is cancelled.
+    Cancel(usize),
+    /// A task is killed by the user.
+    KillTask(usize, u32),
+    /// A launch reaches its executor.
+    Arrive(ExecutorId, TaskLaunch),
+    /// A task attempt's run ends on its executor.
+    Complete(ExecutorId, u64, u32),
+    /// A kill request reaches an executor.
+    KillArrive(ExecutorId, u64, u32),
+    /// A status update reaches the driver.
+    Deliver(StatusUpdate),
+}
+
+struct SimExec {
+    info: ExecutorInfo,
+    /// Process alive (runs tasks, sends updates).
+    alive: bool,
+    /// Registered with the scheduler (per the scheduler's answers).
+    registered: bool,
+    /// Ever removed or refused: must never receive launches again.
+    retired: bool,
+    /// Run time multiplier (stragglers).
+    slowness: u64,
+    /// Attempts running in the process, with cores.
+    running: BTreeMap<(u64, u32), u32>,
+    /// Attempts the scheduler should count as holding cores.
+    held: BTreeMap<(u64, u32), u32>,
+}
+
+impl SimExec {
+    fn new(info: ExecutorInfo, slowness: u64) -> SimExec {
+        SimExec {
+            info,
+            alive: false,
+            registered: false,
+            retired: false,
+            slowness,
+            running: BTreeMap::new(),
+            held: BTreeMap::new(),
+        }
+    }
+}
+
+struct PlannedJob {
+    spec: JobSpec,
+    id: Option<JobId>,
+    cancelled: bool,
+    outcome: Option<JobOutcome>,
+    oversized: bool,
+}
+
+/// One simulation run.
+struct Sim {
+    seed: u64,
+    rng: Rng,
+    sched: Scheduler,
+    now_us: u64,
+    step: u64,
+    seq: u64,
+    events: BTreeMap<(u64, u64), Ev>,
+    execs: BTreeMap<ExecutorId, SimExec>,
+    jobs: Vec<PlannedJob>,
+    job_index: BTreeMap<JobId, usize>,
+    results: BTreeMap<TaskId, Result<Bytes, String>>,
+    finished_by_exec: BTreeSet<TaskId>,
+    failure_prob: f64,
+    /// Per (executor, job): since when the executor has had free cores while the job had
+    /// runnable tasks for it.
+    idle_since_us: BTreeMap<(ExecutorId, JobId), u64>,
+    idle_limit_us: u64,
+    report: SimReport,
+    verbose: bool,
+}
+
+/// The result an executor returns for a task (checked against what the scheduler reports).
+fn expected_result(task: TaskId) -> Bytes {
+    Bytes::from(task.0.to_le_bytes().to_vec())
+}
+
+/// Runs the scenario of `seed` and checks the invariants after every step.
+pub fn run_seed(seed: u64) -> Result<SimReport, SimError> {
+    run(seed, false)
+}
+
+/// [`run_seed`], printing every event and output to stderr (for replaying a failure).
+pub fn run_seed_verbose(seed: u64) -> Result<SimReport, SimError> {
+    run(seed, true)
+}
+
+fn run(seed: u64, verbose: bool) -> Result<SimReport, SimError> {
+    let mut sim = Sim::new(seed);
+    sim.verbose = verbose;
+    if verbose {
+        eprintln!("config: {:?}", sim.sched.config());
+    }
+    sim.run()?;
+    sim.report.launched = sim.sched.stats().launched;
+    sim.report.ignored_updates = sim.sched.stats().ignored_updates;
+    sim.report.speculative = sim.sched.stats().speculative_launched;
+    sim.report.end_us = sim.now_us;
+    Ok(sim.report)
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let mut rng = Rng::new(seed);
+        let config = Config {
+            sharing: if rng.chance(0.5) {
+                Sharing::Fifo
+            } else {
+                Sharing::Fair
+            },
+            pool_weights: vec![("a".into(), 1), ("b".into(), 3)],
+            max_failures: rng.range(1, 4) as u32,
+            locality_wait_executor_us: rng.range(0, 20_000),
+            locality_wait_host_us: rng.range(0, 20_000),
+            exclusion: rng.chance(0.6).then(|| ExclusionConfig {
+                job_executor_failures_max: rng.range(1, 3) as u32,
+                job_host_failures_max: rng.range(2, 5) as u32,
+                executor_failures_max: rng.range(2, 6) as u32,
+                host_excluded_executors_max: rng.range(1, 3) as u32,
+                timeout_us: rng.range(50_000, 2_000_000),
+            }),
+            speculation: rng.chance(0.4).then(|| SpeculationConfig {
+                multiplier: 1.5,
+                quantile: 0.5,
+                min_runtime_us: rng.range(0, 20_000),
+                interval_us: rng.range(1_000, 50_000),
+            }),
+            pending_tasks_max: if rng.chance(0.2) { 30 } else { 10_000 },
+            jobs_max: 100,
+            executors_max: 1000,
+            payload_max_bytes: 64,
+            unschedulable_timeout_us: 3_000_000,
+            seed,
+        };
+        let idle_limit_us = config.locality_wait_executor_us + config.locality_wait_host_us + 1;
+        let failure_prob = [0.0, 0.02, 0.1, 0.3][rng.range(0, 3) as usize];
+        let mut sim = Sim {
+            seed,
+            sched: Scheduler::new(config),
+            rng,
+            now_us: 0,
+            step: 0,
+            seq: 0,
+            events: BTreeMap::new(),
+            execs: BTreeMap::new(),
+            jobs: Vec::new(),
+            job_index: BTreeMap::new(),
+            results: BTreeMap::new(),
+            finished_by_exec: BTreeSet::new(),
+            failure_prob,
+            idle_since_us: BTreeMap::new(),
+            idle_limit_us,
+            report: SimReport::default(),
+            verbose: false,
+        };
+        sim.plan();
+        sim
+    }
+
+    fn at(&mut self, t_us: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.insert((t_us, self.seq), ev);
+    }
+
+    fn fail<T>(&self, message: impl Into<String>) -> Result<T, SimError> {
+        Err(SimError {
+            seed: self.seed,
+            step: self.step,
+            now_us: self.now_us,
+            message: message.into(),
+        })
+    }
+
+    /// Draws the scenario: executors (some late, some dying), jobs, cancellations, kills.
+    fn plan(&mut self) {
+        let hosts = self.rng.range(1, 4);
+        let n_execs = self.rng.range(1, 8);
+        for i in 0..n_execs {
+            let id = ExecutorId(i + 1);
+            let host = format!("host{}", self.rng.range(0, hosts - 1));
+            let info = ExecutorInfo {
+                id,
+                host,
+                cores: self.rng.range(1, 4) as u32,
+                attributes: Vec::new(),
+            };
+            let slowness = if self.rng.chance(0.2) { 10 } else { 1 };
+            self.execs.insert(id, SimExec::new(info, slowness));
+            let join_us = if i == 0 || self.rng.chance(0.6) {
+                0
+            } else {
+                self.rng.range(0, 200_000)
+            };
+            self.at(join_us, Ev::Register(id));
+            if self.rng.chance(0.1) {
+                self.at(join_us + 1, Ev::RegisterDuplicate(id));
+            }
+            if self.rng.chance(0.25) {
+                let reason = match self.rng.range(0, 2) {
+                    0 => RemovalReason::Lost("heartbeat timeout".into()),
+                    1 => RemovalReason::Killed,
+                    _ => RemovalReason::Exited {
+                        code: 137,
+                        caused_by_app: self.rng.chance(0.5),
+                    },
+                };
+                let t = join_us + self.rng.range(1, 300_000);
+                self.at(t, Ev::Die(id, reason));
+            }
+        }
+        // A late replacement executor so loss never leaves the cluster empty for good.
+        let id = ExecutorId(100);
+        let info = ExecutorInfo {
+            id,
+            host: "host-late".into(),
+            cores: 2,
+            attributes: Vec::new(),
+        };
+        self.execs.insert(id, SimExec::new(info, 1));
+        let t = self.rng.range(100_000, 400_000);
+        self.at(t, Ev::Register(id));
+
+        let n_jobs = self.rng.range(1, 4) as usize;
+        for j in 0..n_jobs {
+            let n_tasks = self.rng.range(0, 24);
+            let oversized = self.rng.chance(0.05) && n_tasks > 0;
+            let mut tasks = Vec::new();
+            for i in 0..n_tasks {
+                let payload_len = if oversized && i == n_tasks / 2 { 100 } else { 8 };
+                let mut t = TaskSpec::new("work", Bytes::from(vec![7u8; payload_len]));
+                t.cores = if self.rng.chance(0.15) {
+                    TASK_CORES_MAX
+                } else {
+                    1
+                };
+                if self.rng.chance(0.3) {
+                    t.preferred_executors
+                        .push(ExecutorId(self.rng.range(1, n_execs + 1)));
+                }
+                if self.rng.chance(0.2) {
+                    t.preferred_hosts
+                        .push(format!("host{}", self.rng.range(0, hosts)));
+                }
+                tasks.push(t);
+            }
+            let mut spec = JobSpec::new(tasks);
+            spec.pool = if self.rng.chance(0.5) { "a" } else { "b" }.into();
+            spec.weight = self.rng.range(1, 3) as u32;
+            spec.priority = self.rng.range(0, 2) as i32;
+            let submit_us = self.rng.range(0, 300_000);
+            self.at(submit_us, Ev::Submit(j));
+            if self.rng.chance(0.1) {
+                let t = submit_us + self.rng.range(0, 100_000);
+                self.at(t, Ev::Cancel(j));
+            }
+            if n_tasks > 0 && self.rng.chance(0.1) {
+                let t = submit_us + self.rng.range(0, 100_000);
+                let i = self.rng.range(0, n_tasks - 1) as u32;
+                self.at(t, Ev::KillTask(j, i));
+            }
+            self.jobs.push(PlannedJob {
+                spec,
+                id: None,
+                cancelled: false,
+                outcome: None,
+                oversized,
+            });
+        }
+    }
+
+    fn run(&mut self) -> Result<(), SimError> {
+        loop {
+            self.step += 1;
+            self.report.steps = self.step;
+            if self.step > STEPS_MAX || self.now_us > DEADLINE_US {
+                return self.fail(format!(
+                    "no progress: {} jobs still open at the deadline",
+                    self.open_jobs()
+                ));
+            }
+            if self.events.is_empty() && self.open_jobs() > 0 && !self.any_alive() {
+                // Like a cluster manager, replace executors when all are gone.
+                self.add_replacement();
+            }
+            let next_ev = self.events.keys().next().copied();
+            let timeout = self.sched.poll_timeout();
+            match (next_ev, timeout) {
+                (Some((t, _)), Some(d)) if d < t => self.tick(d),
+                (None, Some(d)) => {
+                    if self.open_jobs() == 0 {
+                        break;
+                    }
+                    self.tick(d)
+                }
+                (Some(key), _) => {
+                    let Some(ev) = self.events.remove(&key) else {
+                        break;
+                    };
+                    self.now_us = self.now_us.max(key.0);
+                    self.handle(ev)?;
+                }
+                (None, None) => break,
+            }
+            self.drain()?;
+            self.check()?;
+        }
+        self.finish()
+    }
+
+    fn any_alive(&self) -> bool {
+        self.execs.values().any(|e| e.alive && e.registered)
+    }
+
+    fn add_replacement(&mut self) {
+        let id = ExecutorId(1000 + self.execs.len() as u64);
+        let info = ExecutorInfo {
+            id,
+            host: format!("host-replacement-{}", id.0),
+            cores: 2,
+            attributes: Vec::new(),
+        };
+        self.execs.insert(id, SimExec::new(info, 1));
+        let t = self.now_us + 10_000;
+        self.at(t, Ev::Register(id));
+    }
+
+    fn tick(&mut self, t_us: u64) {
+        // A deadline in the past (already due) still advances the clock by one micro.
+        self.now_us = self.now_us.max(t_us);
+        if self.verbose {
+            eprintln!("{:>9} tick", self.now_us);
+        }
+        self.sched.tick(self.now_us);
+    }
+
+    fn open_jobs(&self) -> usize {
+        self.jobs
+            .iter()
+            .filter(|j| j.id.is_some() && j.outcome.is_none())
+            .count()
+    }
+
+    fn net_delay(&mut self) -> u64 {
+        if self.rng.chance(0.05) {
+            self.rng.range(1_000, 30_000)
+        } else {
+            self.rng.range(10, 500)
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
+        let now = self.now_us;
+        if self.verbose {
+            eprintln!("{now:>9} event {ev:?}");
+        }
+        match ev {
+            Ev::Register(id) => {
+                let Some(e) = self.execs.get(&id) else {
+                    return Ok(());
+                };
+                let info = e.info.clone();
+                match self.sched.register_executor(now, info) {
+                    Ok(()) => {
+                        if let Some(e) = self.execs.get_mut(&id) {
+                            e.alive = true;
+                            e.registered = true;
+                        }
+                    }
+                    Err(Refusal::HostExcluded { .. }) => {
+                        self.report.refusals += 1;
+                        if let Some(e) = self.execs.get_mut(&id) {
+                            e.retired = true;
+                        }
+                    }
+                    Err(r) => return self.fail(format!("unexpected refusal of {id:?}: {r}")),
+                }
+            }
+            Ev::RegisterDuplicate(id) => {
+                let Some(e) = self.execs.get(&id) else {
+                    return Ok(());
+                };
+                if !e.registered {
+                    return Ok(());
+                }
+                let info = e.info.clone();
+                match self.sched.register_executor(now, info) {
+                    Err(Refusal::DuplicateId(d)) if d == id => self.report.refusals += 1,
+                    other => {
+                        return self.fail(format!("duplicate registration of {id:?}: {other:?}"))
+                    }
+                }
+            }
+            Ev::Die(id, reason) => {
+                if let Some(e) = self.execs.get_mut(&id) {
+                    if e.alive {
+                        e.alive = false;
+                        e.running.clear();
+                        self.report.executors_lost += 1;
+                        let t = now + self.rng.range(0, 50_000);
+                        self.at(t, Ev::Remove(id, reason));
+                    }
+                }
+            }
+            Ev::Remove(id, reason) => {
+                let registered = self.execs.get(&id).is_some_and(|e| e.registered);
+                let removed = self.sched.remove_executor(now, id, reason);
+                if removed != registered {
+                    return self.fail(format!(
+                        "remove_executor({id:?}) returned {removed}, registered = {registered}"
+                    ));
+                }
+                if let Some(e) = self.execs.get_mut(&id) {
+                    e.registered = false;
+                    e.retired = true;
+                    e.held.clear();
+                }
+            }
+            Ev::Submit(j) => {
+                let Some(job) = self.jobs.get(j) else {
+                    return Ok(());
+                };
+                let spec = job.spec.clone();
+                let n = spec.tasks.len() as u64;
+                match self.sched.submit_job(now, spec) {
+                    Ok(id) => {
+                        self.job_index.insert(id, j);
+                        if let Some(job) = self.jobs.get_mut(j) {
+                            job.id = Some(id);
+                        }
+                        self.report.jobs += 1;
+                        self.report.tasks += n;
+                    }
+                    Err(crate::scheduler::SubmitError::TooManyPending { .. }) => {
+                        self.report.jobs_refused += 1;
+                    }
+                    Err(e) => return self.fail(format!("unexpected submit error: {e}")),
+                }
+            }
+            Ev::Cancel(j) => {
+                let Some(id) = self.jobs.get(j).and_then(|job| job.id) else {
+                    return Ok(());
+                };
+                let open = self.jobs.get(j).is_some_and(|job| job.outcome.is_none());
+                let accepted = self.sched.cancel_job(now, id);
+                if accepted != open {
+                    return self.fail(format!(
+                        "cancel_job({id:?}) returned {accepted} but the job is open: {open}"
+                    ));
+                }
+                if let Some(job) = self.jobs.get_mut(j) {
+                    job.cancelled |= accepted;
+                }
+            }
+            Ev::KillTask(j, i) => {
+                let Some(id) = self.jobs.get(j).and_then(|job| job.id) else {
+                    return Ok(());
+                };
+                let task = TaskId::new(id, i);
+                let open = !self.results.contains_key(&task);
+                let killed = self.sched.kill_task(now, task, "user request");
+                if killed != open {
+                    return self.fail(format!(
+                        "kill_task({task}) returned {killed} but task open = {open}"
+                    ));
+                }
+            }
+            Ev::Arrive(id, launch) => {
+                let slowness = match self.execs.get(&id) {
+                    Some(e) if e.alive => e.slowness,
+                    _ => return Ok(()),
+                };
+                let run = self.rng.range(1_000, 20_000) * slowness;
+                let key = (launch.task.0, launch.attempt);
+                if let Some(e) = self.execs.get_mut(&id) {
+                    e.running.insert(key, launch.cores);
+                    let used: u32 = e.running.values().sum();
+                    if used > e.info.cores {
+                        let msg = format!("executor {id:?} runs {used} cores of {}", e.info.cores);
+                        return self.fail(msg);
+                    }
+                }
+                self.at(now + run, Ev::Complete(id, key.0, key.1));
+                if self.rng.chance(0.3) {
+                    let t = now + self.net_delay();
+                    self.send(t, id, key, TaskState::Running, Bytes::new());
+                }
+            }
+            Ev::Complete(id, task, attempt) => {
+                let Some(e) = self.execs.get_mut(&id) else {
+                    return Ok(());
+                };
+                if !e.alive || e.running.remove(&(task, attempt)).is_none() {
+                    return Ok(());
+                }
+                let t = now + self.net_delay();
+                let roll = self.rng.next_u64() % 1000;
+                let (state, data) = if self.rng.chance(self.failure_prob) {
+                    self.report.failures_injected += 1;
+                    (TaskState::Failed, Bytes::from_static(b"injected failure"))
+                } else if roll < 3 {
+                    (TaskState::Lost, Bytes::new())
+                } else {
+                    self.finished_by_exec.insert(TaskId(task));
+                    (TaskState::Finished, expected_result(TaskId(task)))
+                };
+                self.send(t, id, (task, attempt), state, data.clone());
+                if self.rng.chance(0.05) {
+                    let t2 = t + self.net_delay();
+                    self.send(t2, id, (task, attempt), state, data);
+                }
+            }
+            Ev::KillArrive(id, task, attempt) => {
+                let Some(e) = self.execs.get_mut(&id) else {
+                    return Ok(());
+                };
+                if e.alive && e.running.remove(&(task, attempt)).is_some() {
+                    let t = now + self.net_delay();
+                    self.send(t, id, (task, attempt), TaskState::Killed, Bytes::new());
+                }
+            }
+            Ev::Deliver(update) => self.deliver(update)?,
+        }
+        // Now and then, garbage from a peer: unknown task, wrong attempt, wrong executor.
+        if self.rng.chance(0.02) {
+            let executor = ExecutorId(self.rng.range(0, 9));
+            let garbage = StatusUpdate {
+                executor,
+                task: TaskId(self.rng.next_u64() % 8 << 32 | self.rng.range(0, 30)),
+                attempt: self.rng.range(5, 9) as u32,
+                state: [TaskState::Finished, TaskState::Failed, TaskState::Killed]
+                    [self.rng.range(0, 2) as usize],
+                data: Bytes::from_static(b"garbage"),
+            };
+            let t = now + 1;
+            self.at(t, Ev::Deliver(garbage));
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, t_us: u64, executor: ExecutorId, key: (u64, u32), state: TaskState, data: Bytes) {
+        let update = StatusUpdate {
+            executor,
+            task: TaskId(key.0),
+            attempt: key.1,
+            state,
+            data,
+        };
+        self.at(t_us, Ev::Deliver(update));
+    }
+
+    fn deliver(&mut self, update: StatusUpdate) -> Result<(), SimError> {
+        let key = (update.task.0, update.attempt);
+        let id = update.executor;
+        let mut lost = false;
+        if let Some(e) = self.execs.get_mut(&id) {
+            if e.registered && e.held.contains_key(&key) {
+                match update.state {
+                    TaskState::Running => {}
+                    TaskState::Lost => lost = true,
+                    _ => {
+                        e.held.remove(&key);
+                    }
+                }
+            }
+        }
+        self.sched.status_update(self.now_us, update);
+        if lost {
+            // The scheduler treats a LOST task as its executor lost.
+            if self.sched.executor_cores(id).is_some() {
+                return self.fail(format!("{id:?} reported LOST but is still registered"));
+            }
+            if let Some(e) = self.execs.get_mut(&id) {
+                e.alive = false;
+                e.registered = false;
+                e.retired = true;
+                e.running.clear();
+                e.held.clear();
+            }
+            self.report.executors_lost += 1;
+        }
+        Ok(())
+    }
+
+    /// Takes the scheduler's outputs, checking each.
+    fn drain(&mut self) -> Result<(), SimError> {
+        while let Some(out) = self.sched.poll_output() {
+            if self.verbose {
+                eprintln!("{:>9}   out {out:?}", self.now_us);
+            }
+            match out {
+                Output::Launch { executor, tasks } => {
+                    for launch in tasks {
+                        self.on_launch(executor, launch)?;
+                    }
+                }
+                Output::Kill {
+                    executor,
+                    task,
+                    attempt,
+                    ..
+                } => {
+                    let t = self.now_us + self.net_delay();
+                    self.at(t, Ev::KillArrive(executor, task.0, attempt));
+                }
+                Output::TaskResult { task, result } => self.on_result(task, result)?,
+                Output::JobOutcome { job, outcome } => self.on_outcome(job, outcome)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn on_launch(&mut self, executor: ExecutorId, launch: TaskLaunch) -> Result<(), SimError> {
+        let job = launch.task.job();
+        if self.sched.is_excluded(self.now_us, executor, Some(job)) {
+            return self.fail(format!("launch of {} on excluded {executor:?}", launch.task));
+        }
+        if self.results.contains_key(&launch.task) {
+            return self.fail(format!("launch of {} after its final report", launch.task));
+        }
+        let Some(e) = self.execs.get_mut(&executor) else {
+            return self.fail(format!("launch on unknown {executor:?}"));
+        };
+        if !e.registered || e.retired {
+            let msg = format!(
+                "launch of {} on {executor:?} (registered {}, removed or refused {})",
+                launch.task, e.registered, e.retired
+            );
+            return self.fail(msg);
+        }
+        e.held.insert((launch.task.0, launch.attempt), launch.cores);
+        let used: u32 = e.held.values().sum();
+        if used > e.info.cores {
+            let msg = format!("{executor:?} oversubscribed: {used} of {} cores", e.info.cores);
+            return self.fail(msg);
+        }
+        let t = self.now_us + self.net_delay();
+        self.at(t, Ev::Arrive(executor, launch));
+        Ok(())
+    }
+
+    fn on_result(&mut self, task: TaskId, result: Result<Bytes, String>) -> Result<(), SimError> {
+        if self.results.contains_key(&task) {
+            return self.fail(format!("second final report for {task}"));
+        }
+        let Some(&j) = self.job_index.get(&task.job()) else {
+            return self.fail(format!("report for {task} of an unknown job"));
+        };
+        let n = self.jobs.get(j).map_or(0, |job| job.spec.tasks.len());
+        if task.index() as usize >= n {
+            return self.fail(format!("report for {task}, beyond the job's {n} tasks"));
+        }
+        if let Ok(data) = &result {
+            if !self.finished_by_exec.contains(&task) {
+                return self.fail(format!("{task} reported succeeded, no executor finished it"));
+            }
+            if *data != expected_result(task) {
+                return self.fail(format!("{task} reported a result its executor did not send"));
+            }
+        }
+        self.results.insert(task, result);
+        Ok(())
+    }
+
+    fn on_outcome(&mut self, job: JobId, outcome: JobOutcome) -> Result<(), SimError> {
+        let Some(&j) = self.job_index.get(&job) else {
+            return self.fail(format!("outcome for unknown {job:?}"));
+        };
+        let Some(pj) = self.jobs.get(j) else {
+            return Ok(());
+        };
+        if pj.outcome.is_some() {
+            return self.fail(format!("second outcome for {job:?}"));
+        }
+        let n = pj.spec.tasks.len() as u32;
+        let mut all_ok = true;
+        let mut results = Vec::new();
+        for i in 0..n {
+            match self.results.get(&TaskId::new(job, i)) {
+                None => return self.fail(format!("{job:?} outcome before task {i}'s report")),
+                Some(Ok(b)) => results.push(b.clone()),
+                Some(Err(_)) => all_ok = false,
+            }
+        }
+        match &outcome {
+            JobOutcome::Succeeded(r) => {
+                if !all_ok || *r != results {
+                    return self.fail(format!("{job:?} succeeded but not all tasks did"));
+                }
+                if pj.cancelled || pj.oversized {
+                    return self.fail(format!("{job:?} succeeded though cancelled or oversized"));
+                }
+                self.report.outcomes[0] += 1;
+            }
+            JobOutcome::Failed(reasons) => {
+                if all_ok || reasons.is_empty() {
+                    return self.fail(format!("{job:?} failed with all tasks ok: {reasons:?}"));
+                }
+                if pj.cancelled {
+                    return self.fail(format!("{job:?} was cancelled but reported failed"));
+                }
+                if pj.oversized && !reasons.iter().any(|r| r.contains("payload_max_bytes")) {
+                    return self.fail(format!("{job:?} oversized, reasons: {reasons:?}"));
+                }
+                self.report.outcomes[1] += 1;
+            }
+            JobOutcome::Cancelled => {
+                if !pj.cancelled {
+                    return self.fail(format!("{job:?} reported cancelled but never was"));
+                }
+                self.report.outcomes[2] += 1;
+            }
+        }
+        if let Some(pj) = self.jobs.get_mut(j) {
+            pj.outcome = Some(outcome);
+        }
+        Ok(())
+    }
+
+    /// The per-step invariants that look at the whole state.
+    fn check(&mut self) -> Result<(), SimError> {
+        let now = self.now_us;
+        let mut idle = Vec::new();
+        for (id, e) in &self.execs {
+            let view = self.sched.executor_cores(*id);
+            if !e.registered {
+                if view.is_some() {
+                    return self.fail(format!("{id:?} removed but the scheduler still has it"));
+                }
+                continue;
+            }
+            let held: u32 = e.held.values().sum();
+            let expected = Some((e.info.cores, e.info.cores - held.min(e.info.cores)));
+            if view != expected {
+                return self.fail(format!(
+                    "{id:?}: scheduler says (cores, free) = {view:?}, expected {expected:?}"
+                ));
+            }
+            let free = e.info.cores - held.min(e.info.cores);
+            if free >= TASK_CORES_MAX && !self.sched.is_excluded(now, *id, None) {
+                for job in self.jobs.iter().filter_map(|j| j.id) {
+                    if self.sched.job_pending_tasks(job).is_some_and(|p| p > 0)
+                        && !self.sched.is_excluded(now, *id, Some(job))
+                    {
+                        idle.push((*id, job));
+                    }
+                }
+            }
+        }
+        self.idle_since_us.retain(|id, _| idle.contains(id));
+        for (id, job) in idle {
+            let since = *self.idle_since_us.entry((id, job)).or_insert(now);
+            if now - since > self.idle_limit_us {
+                return self.fail(format!(
+                    "{id:?} idle for {} us while {job:?} has runnable tasks (limit {} us)",
+                    now - since,
+                    self.idle_limit_us
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// End-of-run checks: everything accepted was reported, nothing is left inside.
+    fn finish(&mut self) -> Result<(), SimError> {
+        for pj in &self.jobs {
+            if let Some(id) = pj.id {
+                if pj.outcome.is_none() {
+                    return self.fail(format!("{id:?} never got an outcome"));
+                }
+            }
+        }
+        if self.sched.unfinished_tasks() != 0 || self.sched.active_jobs() != 0 {
+            return self.fail(format!(
+                "run ended with {} unfinished tasks and {} active jobs inside the scheduler",
+                self.sched.unfinished_tasks(),
+                self.sched.active_jobs()
+            ));
+        }
+        Ok(())
+    }
+}
