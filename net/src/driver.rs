@@ -27,10 +27,12 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
-use flint_engine::runtime::{Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId};
+use flint_engine::runtime::{
+    Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
+};
 use flint_engine::scheduler::{
-    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output, RemovalReason, Scheduler,
-    Stats, TaskId, TaskSpec,
+    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output,
+    RemovalReason, Scheduler, Stats, TaskId, TaskSpec,
 };
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
@@ -139,7 +141,9 @@ pub struct Driver {
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver").field("local_addr", &self.local_addr).finish_non_exhaustive()
+        f.debug_struct("Driver")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -181,7 +185,10 @@ impl DriverBuilder {
 
     /// Starts the driver: binds, starts its loop (and local pool).
     pub fn start(self) -> Result<Driver, DriverError> {
-        Driver::start(self.config, self.registry.unwrap_or_else(Registry::with_builtins))
+        Driver::start(
+            self.config,
+            self.registry.unwrap_or_else(Registry::with_builtins),
+        )
     }
 }
 
@@ -196,10 +203,14 @@ impl Driver {
         if !addr.ip().is_loopback() && config.secret.is_none() && !config.allow_insecure_bind {
             return Err(DriverError::InsecureBind(addr));
         }
-        let listener = TcpListener::bind(addr).map_err(|error| DriverError::Bind { addr, error })?;
+        let listener =
+            TcpListener::bind(addr).map_err(|error| DriverError::Bind { addr, error })?;
         let local_addr = listener.local_addr().ok();
         // A task's payload travels in a LaunchTasks frame; leave room for the frame's fields.
-        config.scheduler.payload_max_bytes = config.scheduler.payload_max_bytes.min(config.frame_size_max.saturating_sub(4096));
+        config.scheduler.payload_max_bytes = config
+            .scheduler
+            .payload_max_bytes
+            .min(config.frame_size_max.saturating_sub(4096));
 
         let pool = match config.local_cores {
             None => None,
@@ -213,8 +224,12 @@ impl Driver {
                 .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
             ),
         };
-        let runtime = Runtime::new(RuntimeConfig { threads: 1, thread_name: "flint-driver".into(), ..RuntimeConfig::default() })
-            .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
+        let runtime = Runtime::new(RuntimeConfig {
+            threads: 1,
+            thread_name: "flint-driver".into(),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
         let counters = Arc::new(Counters::default());
         let endpoint = DriverEndpoint {
             scheduler: Scheduler::new(config.scheduler.clone()),
@@ -240,7 +255,13 @@ impl Driver {
             .handle()
             .spawn("driver", endpoint)
             .map_err(|e| DriverError::Start(format!("driver endpoint: {e}")))?;
-        Ok(Driver { runtime: Some(runtime), pool, endpoint, local_addr, counters })
+        Ok(Driver {
+            runtime: Some(runtime),
+            pool,
+            endpoint,
+            local_addr,
+            counters,
+        })
     }
 
     /// The address executors connect to.
@@ -260,8 +281,12 @@ impl Driver {
 
     /// Waits until at least `count` executors are registered.
     pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
-        wait_until(timeout, || self.executors() >= count)
-            .map_err(|_| DriverError::Timeout(format!("{count} executors ({} registered)", self.executors())))
+        wait_until(timeout, || self.executors() >= count).map_err(|_| {
+            DriverError::Timeout(format!(
+                "{count} executors ({} registered)",
+                self.executors()
+            ))
+        })
     }
 
     /// Submits a job; the handle waits for (or awaits) its outcome.
@@ -271,24 +296,41 @@ impl Driver {
         let job_shared = shared.clone();
         let id = self
             .endpoint
-            .ask(|reply| DriverMsg::Submit { job, shared: job_shared, reply }, Duration::from_secs(60))
+            .ask(
+                |reply| DriverMsg::Submit {
+                    job,
+                    shared: job_shared,
+                    reply,
+                },
+                Duration::from_secs(60),
+            )
             .map_err(|_| DriverError::Stopped)?
             .map_err(DriverError::Submit)?;
         let endpoint = self.endpoint.clone();
         let cancel = Box::new(move || {
             let _ = endpoint.send(DriverMsg::Cancel(JobId(id)));
         });
-        Ok(JobHandle { id, tasks, shared, cancel })
+        Ok(JobHandle {
+            id,
+            tasks,
+            shared,
+            cancel,
+        })
     }
 
     /// The scheduler's counters.
     pub fn stats(&self) -> Result<Stats, DriverError> {
-        self.endpoint.ask(DriverMsg::Stats, Duration::from_secs(10)).map_err(|_| DriverError::Stopped)
+        self.endpoint
+            .ask(DriverMsg::Stats, Duration::from_secs(10))
+            .map_err(|_| DriverError::Stopped)
     }
 
     /// Tells every remote executor to exit and waits (up to `timeout`) until they have gone.
     pub fn stop_executors(&self, timeout: Duration) -> Result<(), DriverError> {
-        let remote = self.endpoint.ask(DriverMsg::StopExecutors, Duration::from_secs(10)).map_err(|_| DriverError::Stopped)?;
+        let remote = self
+            .endpoint
+            .ask(DriverMsg::StopExecutors, Duration::from_secs(10))
+            .map_err(|_| DriverError::Stopped)?;
         let local = usize::from(self.pool.is_some());
         wait_until(timeout, || self.executors() <= local)
             .map_err(|_| DriverError::Timeout(format!("{remote} executors to stop")))
@@ -330,7 +372,7 @@ fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<
 }
 
 /// Messages to the driver's endpoint.
-pub enum DriverMsg {
+pub(crate) enum DriverMsg {
     /// Submit a job.
     Submit {
         /// The job.
@@ -377,7 +419,7 @@ struct JobEntry {
 }
 
 /// The driver on its loop (see the module docs).
-pub struct DriverEndpoint {
+pub(crate) struct DriverEndpoint {
     config: DriverConfig,
     scheduler: Scheduler,
     listener: TcpListener,
@@ -429,13 +471,29 @@ impl DriverEndpoint {
     }
 
     fn open(&mut self, stream: TcpStream, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
-        let mut conn = Connection::new(stream, self.config.frame_size_max, self.config.outbound_max);
-        let token = ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE).map_err(|e| e.to_string())?;
+        let mut conn =
+            Connection::new(stream, self.config.frame_size_max, self.config.outbound_max);
+        let token = ctx
+            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| e.to_string())?;
         let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
-        let handshake =
-            Handshake::start(Role::Driver, self.config.secret.clone(), nonce, &[Role::Executor, Role::Client], conn.outbound());
+        let handshake = Handshake::start(
+            Role::Driver,
+            self.config.secret.clone(),
+            nonce,
+            &[Role::Executor, Role::Client],
+            conn.outbound(),
+        );
         let now = Instant::now();
-        self.peers.insert(token, Peer { conn, phase: Phase::Handshake(Box::new(handshake)), opened: now, last_heard: now });
+        self.peers.insert(
+            token,
+            Peer {
+                conn,
+                phase: Phase::Handshake(Box::new(handshake)),
+                opened: now,
+                last_heard: now,
+            },
+        );
         self.dirty.push(token);
         Ok(())
     }
@@ -460,7 +518,13 @@ impl DriverEndpoint {
     }
 
     /// One frame from a peer, by the phase its connection is in.
-    fn on_frame(&mut self, token: Token, phase: &mut Phase, conn: &mut Connection, frame: wire::Frame) -> Result<(), ConnError> {
+    fn on_frame(
+        &mut self,
+        token: Token,
+        phase: &mut Phase,
+        conn: &mut Connection,
+        frame: wire::Frame,
+    ) -> Result<(), ConnError> {
         if let Phase::Handshake(handshake) = phase {
             return match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
                 Ok(None) => Ok(()),
@@ -477,7 +541,15 @@ impl DriverEndpoint {
         }
         let message = frame.message()?;
         match (&*phase, message) {
-            (Phase::Registering, Message::RegisterExecutor { executor_id, host, cores, attributes }) => {
+            (
+                Phase::Registering,
+                Message::RegisterExecutor {
+                    executor_id,
+                    host,
+                    cores,
+                    attributes,
+                },
+            ) => {
                 let id = self.register(token, executor_id, host, cores, attributes, conn)?;
                 *phase = Phase::Executor(id);
                 Ok(())
@@ -499,11 +571,18 @@ impl DriverEndpoint {
                 Ok(())
             }
             (Phase::Executor(_), Message::Heartbeat { .. }) => {
-                encode(&Message::HeartbeatAck {}, conn.outbound(), self.config.frame_size_max);
+                encode(
+                    &Message::HeartbeatAck {},
+                    conn.outbound(),
+                    self.config.frame_size_max,
+                );
                 Ok(())
             }
             (Phase::Executor(_) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
-            (_, other) => Err(ConnError::Protocol(format!("unexpected {} from this peer", other.kind().name()))),
+            (_, other) => Err(ConnError::Protocol(format!(
+                "unexpected {} from this peer",
+                other.kind().name()
+            ))),
         }
     }
 
@@ -517,8 +596,14 @@ impl DriverEndpoint {
         conn: &mut Connection,
     ) -> Result<ExecutorId, ConnError> {
         let refuse = |reason: String, conn: &mut Connection| {
-            encode(&Message::RegisterExecutorFailed { reason: &reason }, conn.outbound(), FRAME_SIZE_MAX_DEFAULT);
-            Err(ConnError::Protocol(format!("registration refused: {reason}")))
+            encode(
+                &Message::RegisterExecutorFailed { reason: &reason },
+                conn.outbound(),
+                FRAME_SIZE_MAX_DEFAULT,
+            );
+            Err(ConnError::Protocol(format!(
+                "registration refused: {reason}"
+            )))
         };
         if self.stopping {
             return refuse("the driver is stopping".into(), conn);
@@ -531,7 +616,10 @@ impl DriverEndpoint {
             id,
             host: host.to_owned(),
             cores: cores.saturating_mul(self.config.tasks_per_core.max(1)),
-            attributes: attributes.iter().map(|kv| (kv.key.to_owned(), kv.value.to_owned())).collect(),
+            attributes: attributes
+                .iter()
+                .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
+                .collect(),
         };
         if let Err(refusal) = self.scheduler.register_executor(self.now_us(), info) {
             return refuse(refusal.to_string(), conn);
@@ -541,10 +629,21 @@ impl DriverEndpoint {
         self.tokens.insert(id, token);
         self.links.insert(id, Link::Remote(token));
         self.counters.executors.fetch_add(1, Ordering::SeqCst);
-        self.counters.executors_registered.fetch_add(1, Ordering::SeqCst);
+        self.counters
+            .executors_registered
+            .fetch_add(1, Ordering::SeqCst);
         let interval_ms = self.config.heartbeat_interval.as_millis().to_string();
-        let settings = [KeyValue { key: "heartbeat_interval_ms", value: &interval_ms }];
-        encode(&Message::RegisteredExecutor { settings: List::from_items(&settings) }, conn.outbound(), self.config.frame_size_max);
+        let settings = [KeyValue {
+            key: "heartbeat_interval_ms",
+            value: &interval_ms,
+        }];
+        encode(
+            &Message::RegisteredExecutor {
+                settings: List::from_items(&settings),
+            },
+            conn.outbound(),
+            self.config.frame_size_max,
+        );
         tracing::info!(executor = name, host, cores, "executor registered");
         Ok(id)
     }
@@ -570,11 +669,13 @@ impl DriverEndpoint {
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
         if self.stopping {
             tracing::info!(executor = id.0, "executor stopped");
-            self.scheduler.remove_executor(self.now_us(), id, RemovalReason::Killed);
+            self.scheduler
+                .remove_executor(self.now_us(), id, RemovalReason::Killed);
         } else {
             tracing::warn!(executor = id.0, "executor lost: {why}");
             self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
-            self.scheduler.remove_executor(self.now_us(), id, RemovalReason::Lost(why.to_string()));
+            self.scheduler
+                .remove_executor(self.now_us(), id, RemovalReason::Lost(why.to_string()));
         }
     }
 
@@ -609,14 +710,24 @@ impl DriverEndpoint {
         match output {
             Output::Launch { executor, tasks } => match self.links.get(&executor).copied() {
                 Some(Link::Remote(token)) => {
-                    let Some(peer) = self.peers.get_mut(&token) else { return };
+                    let Some(peer) = self.peers.get_mut(&token) else {
+                        return;
+                    };
                     let frame_size_max = self.config.frame_size_max;
                     let mut batch = Vec::with_capacity(tasks.len());
                     let mut batch_bytes = 0;
                     for task in &tasks {
                         // Keep each frame well under the maximum; payloads are bounded by it.
-                        if batch_bytes + task.payload.len() > frame_size_max / 2 && !batch.is_empty() {
-                            encode(&Message::LaunchTasks { tasks: List::from_items(&batch) }, peer.conn.outbound(), frame_size_max);
+                        if batch_bytes + task.payload.len() > frame_size_max / 2
+                            && !batch.is_empty()
+                        {
+                            encode(
+                                &Message::LaunchTasks {
+                                    tasks: List::from_items(&batch),
+                                },
+                                peer.conn.outbound(),
+                                frame_size_max,
+                            );
                             batch.clear();
                             batch_bytes = 0;
                         }
@@ -629,7 +740,13 @@ impl DriverEndpoint {
                             payload: &task.payload,
                         });
                     }
-                    encode(&Message::LaunchTasks { tasks: List::from_items(&batch) }, peer.conn.outbound(), frame_size_max);
+                    encode(
+                        &Message::LaunchTasks {
+                            tasks: List::from_items(&batch),
+                        },
+                        peer.conn.outbound(),
+                        frame_size_max,
+                    );
                     self.dirty.push(token);
                 }
                 Some(Link::Local) => {
@@ -639,12 +756,24 @@ impl DriverEndpoint {
                         }
                     }
                 }
-                None => tracing::error!(executor = executor.0, "launch for an unknown executor dropped"),
+                None => tracing::error!(
+                    executor = executor.0,
+                    "launch for an unknown executor dropped"
+                ),
             },
-            Output::Kill { executor, task, attempt, reason } => match self.links.get(&executor).copied() {
+            Output::Kill {
+                executor,
+                task,
+                attempt,
+                reason,
+            } => match self.links.get(&executor).copied() {
                 Some(Link::Remote(token)) => {
                     if let Some(peer) = self.peers.get_mut(&token) {
-                        let kill = Message::KillTask { task_id: task.0, attempt, reason: &reason };
+                        let kill = Message::KillTask {
+                            task_id: task.0,
+                            attempt,
+                            reason: &reason,
+                        };
                         encode(&kill, peer.conn.outbound(), self.config.frame_size_max);
                         self.dirty.push(token);
                     }
@@ -678,11 +807,27 @@ impl DriverEndpoint {
         let mut expired = Vec::new();
         for (token, peer) in &self.peers {
             match peer.phase {
-                Phase::Executor(_) if now.duration_since(peer.last_heard) > self.config.heartbeat_timeout => {
-                    expired.push((*token, format!("no heartbeat for {} ms", self.config.heartbeat_timeout.as_millis())));
+                Phase::Executor(_)
+                    if now.duration_since(peer.last_heard) > self.config.heartbeat_timeout =>
+                {
+                    expired.push((
+                        *token,
+                        format!(
+                            "no heartbeat for {} ms",
+                            self.config.heartbeat_timeout.as_millis()
+                        ),
+                    ));
                 }
-                Phase::Handshake(_) | Phase::Registering if now.duration_since(peer.opened) > self.config.handshake_timeout => {
-                    expired.push((*token, format!("no handshake and registration within {} ms", self.config.handshake_timeout.as_millis())));
+                Phase::Handshake(_) | Phase::Registering
+                    if now.duration_since(peer.opened) > self.config.handshake_timeout =>
+                {
+                    expired.push((
+                        *token,
+                        format!(
+                            "no handshake and registration within {} ms",
+                            self.config.handshake_timeout.as_millis()
+                        ),
+                    ));
                 }
                 _ => {}
             }
@@ -693,15 +838,30 @@ impl DriverEndpoint {
     }
 
     fn drain_local(&mut self) {
-        let Some(runner) = self.runner.as_mut() else { return };
+        let Some(runner) = self.runner.as_mut() else {
+            return;
+        };
         let now = self.epoch.elapsed().as_micros() as u64;
         let scheduler = &mut self.scheduler;
-        runner.drain(|Completion { task_id, attempt, state, data }| {
-            scheduler.status_update(
-                now,
-                scheduler::StatusUpdate { executor: LOCAL_EXECUTOR, task: TaskId(task_id), attempt, state: task_state(state), data },
-            );
-        });
+        runner.drain(
+            |Completion {
+                 task_id,
+                 attempt,
+                 state,
+                 data,
+             }| {
+                scheduler.status_update(
+                    now,
+                    scheduler::StatusUpdate {
+                        executor: LOCAL_EXECUTOR,
+                        task: TaskId(task_id),
+                        attempt,
+                        state: task_state(state),
+                        data,
+                    },
+                );
+            },
+        );
     }
 }
 
@@ -723,7 +883,12 @@ impl Endpoint for DriverEndpoint {
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || DriverMsg::LocalKick));
             self.runner = Some(TaskRunner::new(pool, registry, slots as usize, kick));
-            let info = ExecutorInfo { id: LOCAL_EXECUTOR, host: "localhost".into(), cores: slots, attributes: Vec::new() };
+            let info = ExecutorInfo {
+                id: LOCAL_EXECUTOR,
+                host: "localhost".into(),
+                cores: slots,
+                attributes: Vec::new(),
+            };
             match self.scheduler.register_executor(self.now_us(), info) {
                 Ok(()) => {
                     self.links.insert(LOCAL_EXECUTOR, Link::Local);
@@ -737,10 +902,24 @@ impl Endpoint for DriverEndpoint {
     fn on_message(&mut self, msg: DriverMsg, _ctx: &mut Ctx<'_, Self>) {
         match msg {
             DriverMsg::Submit { job, shared, reply } => {
-                let Job { function, payloads, cores, observer } = job;
+                let Job {
+                    function,
+                    payloads,
+                    cores,
+                    observer,
+                } = job;
                 let function: Arc<str> = function.into();
-                let tasks = payloads.into_iter().map(|payload| TaskSpec { cores, ..TaskSpec::new(function.clone(), payload) }).collect();
-                let answer = match self.scheduler.submit_job(self.now_us(), JobSpec::new(tasks)) {
+                let tasks = payloads
+                    .into_iter()
+                    .map(|payload| TaskSpec {
+                        cores,
+                        ..TaskSpec::new(function.clone(), payload)
+                    })
+                    .collect();
+                let answer = match self
+                    .scheduler
+                    .submit_job(self.now_us(), JobSpec::new(tasks))
+                {
                     Ok(id) => {
                         self.jobs.insert(id, JobEntry { shared, observer });
                         Ok(id.0)
@@ -760,7 +939,11 @@ impl Endpoint for DriverEndpoint {
                 let tokens: Vec<Token> = self.tokens.values().copied().collect();
                 for token in &tokens {
                     if let Some(peer) = self.peers.get_mut(token) {
-                        encode(&Message::StopExecutor {}, peer.conn.outbound(), self.config.frame_size_max);
+                        encode(
+                            &Message::StopExecutor {},
+                            peer.conn.outbound(),
+                            self.config.frame_size_max,
+                        );
                         self.dirty.push(*token);
                     }
                 }
@@ -787,11 +970,17 @@ impl Endpoint for DriverEndpoint {
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
         for peer in self.peers.values_mut() {
-            encode(&Message::Shutdown {}, peer.conn.outbound(), self.config.frame_size_max);
+            encode(
+                &Message::Shutdown {},
+                peer.conn.outbound(),
+                self.config.frame_size_max,
+            );
             let _ = peer.conn.flush();
         }
         for (_, entry) in self.jobs.drain() {
-            entry.shared.finish(scheduler::JobOutcome::Failed(vec!["the driver stopped".into()]));
+            entry.shared.finish(scheduler::JobOutcome::Failed(vec![
+                "the driver stopped".into()
+            ]));
         }
     }
 }

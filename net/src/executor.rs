@@ -132,7 +132,8 @@ pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorErr
     })
     .map_err(|e| ExecutorError::Start(format!("runtime: {e}")))?;
     let exit = Arc::new(Exit::default());
-    let nonce = random_nonce().map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))?;
+    let nonce =
+        random_nonce().map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))?;
     let endpoint = ExecutorEndpoint {
         conn: Connection::new(stream, config.frame_size_max, usize::MAX / 2),
         token: None,
@@ -144,7 +145,10 @@ pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorErr
         updates: Vec::new(),
         config,
     };
-    runtime.handle().spawn("executor", endpoint).map_err(|e| ExecutorError::Start(format!("executor endpoint: {e}")))?;
+    runtime
+        .handle()
+        .spawn("executor", endpoint)
+        .map_err(|e| ExecutorError::Start(format!("executor endpoint: {e}")))?;
     let reason = exit.wait();
     pool.shutdown(ShutdownMode::Cancel);
     runtime.shutdown();
@@ -159,11 +163,17 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorErr
         let remaining = deadline.saturating_duration_since(Instant::now());
         match std::net::TcpStream::connect_timeout(&addr, remaining.max(Duration::from_millis(1))) {
             Ok(stream) => {
-                stream.set_nonblocking(true).map_err(|e| ExecutorError::Start(format!("set_nonblocking: {e}")))?;
+                stream
+                    .set_nonblocking(true)
+                    .map_err(|e| ExecutorError::Start(format!("set_nonblocking: {e}")))?;
                 return Ok(TcpStream::from_std(stream));
             }
             Err(error) if Instant::now() + backoff >= deadline => {
-                return Err(ExecutorError::Connect { addr, timeout_ms: timeout.as_millis(), error: error.to_string() });
+                return Err(ExecutorError::Connect {
+                    addr,
+                    timeout_ms: timeout.as_millis(),
+                    error: error.to_string(),
+                });
             }
             Err(error) => {
                 tracing::debug!(%addr, "connect failed ({error}); retrying in {} ms", backoff.as_millis());
@@ -179,6 +189,12 @@ enum Phase {
     Handshake(Box<Handshake>),
     Registering,
     Running,
+}
+
+/// What to do after a frame.
+enum Flow {
+    Continue,
+    Stop,
 }
 
 /// Messages to the executor's endpoint.
@@ -213,11 +229,15 @@ impl ExecutorEndpoint {
         ctx.stop();
     }
 
-    fn on_frame(&mut self, frame: wire::Frame, ctx: &mut Ctx<'_, Self>) -> Result<(), ExecutorError> {
+    fn on_frame(
+        &mut self,
+        frame: wire::Frame,
+        ctx: &mut Ctx<'_, Self>,
+    ) -> Result<Flow, ExecutorError> {
         let frame_size_max = self.config.frame_size_max;
         if let Phase::Handshake(handshake) = &mut self.phase {
             return match handshake.on_frame(frame.kind(), frame.body(), self.conn.outbound()) {
-                Ok(None) => Ok(()),
+                Ok(None) => Ok(Flow::Continue),
                 Ok(Some(_driver)) => {
                     let register = Message::RegisterExecutor {
                         executor_id: &self.config.executor_id,
@@ -227,12 +247,14 @@ impl ExecutorEndpoint {
                     };
                     encode(&register, self.conn.outbound(), frame_size_max);
                     self.phase = Phase::Registering;
-                    Ok(())
+                    Ok(Flow::Continue)
                 }
                 Err(error) => Err(ExecutorError::Refused(format!("handshake failed: {error}"))),
             };
         }
-        let message = frame.message().map_err(|e| ExecutorError::DriverGone(format!("malformed frame from the driver: {e}")))?;
+        let message = frame.message().map_err(|e| {
+            ExecutorError::DriverGone(format!("malformed frame from the driver: {e}"))
+        })?;
         match message {
             Message::RegisteredExecutor { settings } => {
                 let interval_ms = settings
@@ -244,34 +266,50 @@ impl ExecutorEndpoint {
                 self.heartbeat = ctx.timer_periodic(Duration::from_millis(interval_ms)).ok();
                 self.phase = Phase::Running;
                 tracing::info!(executor = %self.config.executor_id, "registered with the driver");
-                Ok(())
+                Ok(Flow::Continue)
             }
-            Message::RegisterExecutorFailed { reason } => Err(ExecutorError::Refused(reason.to_owned())),
+            Message::RegisterExecutorFailed { reason } => {
+                Err(ExecutorError::Refused(reason.to_owned()))
+            }
             Message::LaunchTasks { tasks } => {
-                let Some(runner) = self.runner.as_mut() else { return Ok(()) };
+                let Some(runner) = self.runner.as_mut() else {
+                    return Ok(Flow::Continue);
+                };
                 for task in tasks {
-                    runner.launch(task.task_id, task.attempt, task.function, frame.share(task.payload));
+                    runner.launch(
+                        task.task_id,
+                        task.attempt,
+                        task.function,
+                        frame.share(task.payload),
+                    );
                 }
-                Ok(())
+                Ok(Flow::Continue)
             }
-            Message::KillTask { task_id, attempt, .. } => {
+            Message::KillTask {
+                task_id, attempt, ..
+            } => {
                 if let Some(runner) = self.runner.as_mut() {
                     runner.kill(task_id, attempt);
                 }
-                Ok(())
+                Ok(Flow::Continue)
             }
-            Message::HeartbeatAck {} => Ok(()),
+            Message::HeartbeatAck {} => Ok(Flow::Continue),
             Message::StopExecutor {} => {
                 tracing::info!(executor = %self.config.executor_id, "stopped by the driver");
-                Err(ExecutorError::DriverGone(String::new()))
+                Ok(Flow::Stop)
             }
             Message::Shutdown {} => Err(ExecutorError::DriverGone("the driver shut down".into())),
-            other => Err(ExecutorError::DriverGone(format!("unexpected {} from the driver", other.kind().name()))),
+            other => Err(ExecutorError::DriverGone(format!(
+                "unexpected {} from the driver",
+                other.kind().name()
+            ))),
         }
     }
 
     fn send_updates(&mut self) {
-        let Some(runner) = self.runner.as_mut() else { return };
+        let Some(runner) = self.runner.as_mut() else {
+            return;
+        };
         let updates = &mut self.updates;
         runner.drain(|completion| updates.push(completion));
         if self.updates.is_empty() {
@@ -282,7 +320,13 @@ impl ExecutorEndpoint {
         let mut batch_bytes = 0;
         for update in &self.updates {
             if batch_bytes + update.data.len() > frame_size_max / 2 && !batch.is_empty() {
-                encode(&Message::StatusUpdates { updates: List::from_items(&batch) }, self.conn.outbound(), frame_size_max);
+                encode(
+                    &Message::StatusUpdates {
+                        updates: List::from_items(&batch),
+                    },
+                    self.conn.outbound(),
+                    frame_size_max,
+                );
                 batch.clear();
                 batch_bytes = 0;
             }
@@ -292,14 +336,22 @@ impl ExecutorEndpoint {
                 attempt: update.attempt,
                 state: update.state,
                 // A result too large for a frame is reported as a failure, not dropped.
-                data: if update.data.len() > frame_size_max / 2 && update.state == wire::TaskState::Finished {
+                data: if update.data.len() > frame_size_max / 2
+                    && update.state == wire::TaskState::Finished
+                {
                     b"result larger than half the maximum frame size"
                 } else {
                     &update.data
                 },
             });
         }
-        encode(&Message::StatusUpdates { updates: List::from_items(&batch) }, self.conn.outbound(), frame_size_max);
+        encode(
+            &Message::StatusUpdates {
+                updates: List::from_items(&batch),
+            },
+            self.conn.outbound(),
+            frame_size_max,
+        );
         self.updates.clear();
     }
 
@@ -314,17 +366,38 @@ impl Endpoint for ExecutorEndpoint {
     type Msg = ExecutorMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        match ctx.register(self.conn.stream_mut(), Interest::READABLE | Interest::WRITABLE) {
+        match ctx.register(
+            self.conn.stream_mut(),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
             Ok(token) => self.token = Some(token),
-            Err(error) => return self.finish(Err(ExecutorError::Start(format!("cannot watch the socket: {error}"))), ctx),
+            Err(error) => {
+                return self.finish(
+                    Err(ExecutorError::Start(format!(
+                        "cannot watch the socket: {error}"
+                    ))),
+                    ctx,
+                )
+            }
         }
         if let Some((pool, registry)) = self.pool.take() {
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
-            self.runner = Some(TaskRunner::new(pool, registry, self.config.in_flight_max, kick));
+            self.runner = Some(TaskRunner::new(
+                pool,
+                registry,
+                self.config.in_flight_max,
+                kick,
+            ));
         }
         if let Phase::Connecting(nonce) = self.phase {
-            let handshake = Handshake::start(Role::Executor, self.config.secret.clone(), nonce, &[Role::Driver], self.conn.outbound());
+            let handshake = Handshake::start(
+                Role::Executor,
+                self.config.secret.clone(),
+                nonce,
+                &[Role::Driver],
+                self.conn.outbound(),
+            );
             self.phase = Phase::Handshake(Box::new(handshake));
         }
         self.flush(ctx);
@@ -345,12 +418,10 @@ impl Endpoint for ExecutorEndpoint {
                 Ok(())
             });
             for frame in frames {
-                if let Err(error) = self.on_frame(frame, ctx) {
-                    let reason = match error {
-                        ExecutorError::DriverGone(why) if why.is_empty() => Ok(()),
-                        other => Err(other),
-                    };
-                    return self.finish(reason, ctx);
+                match self.on_frame(frame, ctx) {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Stop) => return self.finish(Ok(()), ctx),
+                    Err(error) => return self.finish(Err(error), ctx),
                 }
             }
             if let Err(error) = read {
@@ -366,7 +437,10 @@ impl Endpoint for ExecutorEndpoint {
 
     fn on_timer(&mut self, _timer: TimerId, ctx: &mut Ctx<'_, Self>) {
         let running = self.runner.as_ref().map_or(0, TaskRunner::running);
-        let metrics = [Metric { name: "tasks_running", value: running as u64 }];
+        let metrics = [Metric {
+            name: "tasks_running",
+            value: running as u64,
+        }];
         let heartbeat = Message::Heartbeat {
             executor_id: &self.config.executor_id,
             running_tasks: running.min(u32::MAX as usize) as u32,
@@ -377,6 +451,8 @@ impl Endpoint for ExecutorEndpoint {
     }
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
-        self.exit.set(Err(ExecutorError::DriverGone("the executor's loop stopped".into())));
+        self.exit.set(Err(ExecutorError::DriverGone(
+            "the executor's loop stopped".into(),
+        )));
     }
 }

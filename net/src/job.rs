@@ -25,14 +25,22 @@ pub struct Job {
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("function", &self.function).field("tasks", &self.payloads.len()).finish()
+        f.debug_struct("Job")
+            .field("function", &self.function)
+            .field("tasks", &self.payloads.len())
+            .finish()
     }
 }
 
 impl Job {
     /// A job of `payloads.len()` tasks, each running `function` on its payload.
     pub fn new(function: impl Into<String>, payloads: Vec<Bytes>) -> Self {
-        Job { function: function.into(), payloads, cores: 1, observer: None }
+        Job {
+            function: function.into(),
+            payloads,
+            cores: 1,
+            observer: None,
+        }
     }
 
     /// Cores each task needs (default 1).
@@ -42,7 +50,10 @@ impl Job {
     }
 
     /// Sees every task's result as it arrives (on the driver's loop: keep it short).
-    pub fn on_result(mut self, observer: impl FnMut(u32, Result<&Bytes, &str>) + Send + 'static) -> Self {
+    pub fn on_result(
+        mut self,
+        observer: impl FnMut(u32, Result<&Bytes, &str>) + Send + 'static,
+    ) -> Self {
         self.observer = Some(Box::new(observer));
         self
     }
@@ -66,7 +77,9 @@ impl JobShared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock only means another thread panicked while holding it; the state is a
         // plain value that is always consistent.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn task_done(&self) {
@@ -100,7 +113,10 @@ pub struct JobHandle {
 
 impl std::fmt::Debug for JobHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobHandle").field("id", &self.id).field("tasks", &self.tasks).finish_non_exhaustive()
+        f.debug_struct("JobHandle")
+            .field("id", &self.id)
+            .field("tasks", &self.tasks)
+            .finish_non_exhaustive()
     }
 }
 
@@ -138,7 +154,11 @@ impl JobHandle {
             if let Some(outcome) = state.outcome.take() {
                 return outcome;
             }
-            state = self.shared.finished.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = self
+                .shared
+                .finished
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
 

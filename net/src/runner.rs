@@ -75,7 +75,9 @@ pub struct TaskRunner {
 
 impl std::fmt::Debug for TaskRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskRunner").field("running", &self.running.len()).finish_non_exhaustive()
+        f.debug_struct("TaskRunner")
+            .field("running", &self.running.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -83,7 +85,11 @@ impl TaskRunner {
     /// A runner over `pool` for up to `in_flight_max` attempts at once. Each attempt
     /// reports `Running` when it starts, then its final state.
     pub fn new(pool: PoolHandle, registry: Registry, in_flight_max: usize, kick: Kick) -> Self {
-        let shared = Arc::new(Shared { done: Inbox::new(2 * in_flight_max.max(1)), kick_pending: AtomicBool::new(false), kick });
+        let shared = Arc::new(Shared {
+            done: Inbox::new(2 * in_flight_max.max(1)),
+            kick_pending: AtomicBool::new(false),
+            kick,
+        });
         TaskRunner {
             pool,
             registry,
@@ -111,7 +117,12 @@ impl TaskRunner {
         };
         let key = (task_id, attempt);
         let Ok(resolved) = resolved.map_err(|error| {
-            self.shared.complete(Completion { task_id, attempt, state: TaskState::Failed, data: Bytes::from(error.0) })
+            self.shared.complete(Completion {
+                task_id,
+                attempt,
+                state: TaskState::Failed,
+                data: Bytes::from(error.0),
+            })
         }) else {
             return;
         };
@@ -129,31 +140,59 @@ impl TaskRunner {
         let task = Task::with_completion(
             move || {
                 if report_running {
-                    run_shared.complete(Completion { task_id, attempt, state: TaskState::Running, data: Bytes::new() });
+                    run_shared.complete(Completion {
+                        task_id,
+                        attempt,
+                        state: TaskState::Running,
+                        data: Bytes::new(),
+                    });
                 }
                 let (state, data) = if ctx.is_killed() {
-                    (TaskState::Killed, Bytes::from_static(b"killed before it started"))
+                    (
+                        TaskState::Killed,
+                        Bytes::from_static(b"killed before it started"),
+                    )
                 } else {
                     match function(&ctx, payload) {
                         Ok(result) => (TaskState::Finished, result),
-                        Err(_) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
+                        Err(_) if ctx.is_killed() => {
+                            (TaskState::Killed, Bytes::from_static(b"killed"))
+                        }
                         Err(error) => (TaskState::Failed, Bytes::from(error.0)),
                     }
                 };
-                run_shared.complete(Completion { task_id, attempt, state, data });
+                run_shared.complete(Completion {
+                    task_id,
+                    attempt,
+                    state,
+                    data,
+                });
             },
             move |outcome| {
                 let text = match outcome {
                     TaskOutcome::Finished => return,
                     TaskOutcome::Failed(panic) => format!("task panicked: {panic}"),
-                    TaskOutcome::Cancelled => "not run: the task pool refused or dropped it (full or shutting down)".to_owned(),
+                    TaskOutcome::Cancelled => {
+                        "not run: the task pool refused or dropped it (full or shutting down)"
+                            .to_owned()
+                    }
                 };
-                done_shared.complete(Completion { task_id, attempt, state: TaskState::Failed, data: Bytes::from(text) });
+                done_shared.complete(Completion {
+                    task_id,
+                    attempt,
+                    state: TaskState::Failed,
+                    data: Bytes::from(text),
+                });
             },
         );
         if let Err(rejected) = self.pool.try_submit(task) {
             // Dropping the rejected task reports it through its completion as cancelled.
-            tracing::warn!(task_id, attempt, "task pool refused a task: {}", rejected.error);
+            tracing::warn!(
+                task_id,
+                attempt,
+                "task pool refused a task: {}",
+                rejected.error
+            );
         }
     }
 
@@ -182,7 +221,9 @@ impl TaskRunner {
         // if some are left, the loop is kicked again to come back for them.
         let batch_max = self.shared.done.capacity();
         while self.batch.len() < batch_max {
-            let Some(completion) = self.shared.done.pop() else { break };
+            let Some(completion) = self.shared.done.pop() else {
+                break;
+            };
             self.batch.push(completion);
         }
         if !self.shared.done.is_empty() && !self.shared.kick_pending.swap(true, Ordering::SeqCst) {
@@ -192,7 +233,8 @@ impl TaskRunner {
         for completion in &self.batch {
             if completion.state.is_final() {
                 self.finals.insert((completion.task_id, completion.attempt));
-                self.running.remove(&(completion.task_id, completion.attempt));
+                self.running
+                    .remove(&(completion.task_id, completion.attempt));
             }
         }
         for completion in self.batch.drain(..) {

@@ -7,9 +7,9 @@ use std::time::Instant;
 use crossbeam_deque::Steal;
 
 use super::task::{Outcome, Runnable};
+use super::{Item, PoolShared};
 use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::runtime::Inbox;
-use super::{Item, PoolShared};
 
 /// One parking attempt of a worker: announce, re-check the inbox and the handed-over pill,
 /// block in `park` (which may return spuriously), withdraw the announcement. Returns whether
