@@ -221,6 +221,11 @@ impl ExecutorEndpoint {
         if let Err(error) = &reason {
             tracing::error!(executor = %self.config.executor_id, "{error}");
         }
+        let completed = self.runner.as_ref().map_or(0, TaskRunner::completed);
+        eprintln!(
+            "flint executor {}: ran {completed} task attempts",
+            self.config.executor_id
+        );
         if let Some(runner) = self.runner.as_mut() {
             runner.kill_all();
         }

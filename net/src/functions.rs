@@ -106,8 +106,9 @@ impl Registry {
         Registry::default()
     }
 
-    /// A registry with the built-in functions: `noop`, `sleep:MS`, `spin:US`, `echo`, `hash`,
-    /// `fail:P`, `crash:P`.
+    /// A registry with the built-in functions: `noop`, `sleep:MS`, `spin:US`, `echo`, `hash`
+    /// (FNV-1a 64 of the payload as 8 bytes LE; `hash:MS` first sleeps MS milliseconds, so a
+    /// checksummed job can be made to take time), `fail:P`, `crash:P`.
     pub fn with_builtins() -> Self {
         let mut registry = Registry::new();
         registry.register("noop", |_, _| Ok(Bytes::new()));

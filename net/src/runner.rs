@@ -71,6 +71,7 @@ pub struct TaskRunner {
     report_running: bool,
     batch: Vec<Completion>,
     finals: HashSet<(u64, u32)>,
+    completed: u64,
 }
 
 impl std::fmt::Debug for TaskRunner {
@@ -99,7 +100,13 @@ impl TaskRunner {
             report_running: true,
             batch: Vec::new(),
             finals: HashSet::new(),
+            completed: 0,
         }
+    }
+
+    /// Attempts that have reached a final state so far.
+    pub fn completed(&self) -> u64 {
+        self.completed
     }
 
     /// Attempts launched and not yet drained as completions.
@@ -233,6 +240,7 @@ impl TaskRunner {
         for completion in &self.batch {
             if completion.state.is_final() {
                 self.finals.insert((completion.task_id, completion.attempt));
+                self.completed += 1;
                 self.running
                     .remove(&(completion.task_id, completion.attempt));
             }

@@ -1,0 +1,422 @@
+//! End-to-end tests with real processes: a driver embedded in the test, `flint executor`
+//! processes on 127.0.0.1, real `kill -9` and `SIGSTOP`, raw sockets sending garbage.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flint_net::driver::{Driver, DriverConfig};
+use flint_net::functions::fnv1a64;
+use flint_net::handshake::Secret;
+use flint_net::job::{Job, JobOutcome};
+use flint_net::summary::{checksum_of, indexed_payload};
+use flint_net::wire::{AuthMethod, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An executor process whose stderr goes to a file the test can read.
+struct Executor {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Executor {
+    fn start(driver: SocketAddr, id: &str, secret: Option<&str>) -> Executor {
+        let log = std::env::temp_dir().join(format!(
+            "flint-test-{}-{id}-{}.log",
+            std::process::id(),
+            unique()
+        ));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+        command
+            .args([
+                "executor",
+                "--driver",
+                &driver.to_string(),
+                "--id",
+                id,
+                "--connect-timeout-s",
+                "10",
+            ])
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .env_remove("FLINT_SECRET");
+        if let Some(secret) = secret {
+            command.env("FLINT_SECRET", secret);
+        }
+        Executor {
+            child: command.spawn().expect("spawn flint executor"),
+            log,
+        }
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "executor did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn start_driver(config: DriverConfig) -> Driver {
+    Driver::builder()
+        .config(config)
+        .start()
+        .expect("driver starts")
+}
+
+fn addr(driver: &Driver) -> SocketAddr {
+    driver.local_addr().expect("listening")
+}
+
+/// A `hash` job (optionally slowed down with `hash:MS`) whose checksum the test computes itself.
+struct HashJob {
+    function: String,
+    tasks: u64,
+    payload: usize,
+}
+
+impl HashJob {
+    fn payloads(&self) -> Vec<Bytes> {
+        (0..self.tasks)
+            .map(|i| Bytes::from(indexed_payload(i, self.payload)))
+            .collect()
+    }
+
+    fn expected_checksum(&self) -> u64 {
+        (0..self.tasks).fold(0u64, |sum, i| {
+            sum.wrapping_add(fnv1a64(&indexed_payload(i, self.payload)))
+        })
+    }
+
+    /// Runs the job; `during` is called once at least `after` tasks are done. Returns the
+    /// checksum of the results.
+    fn run(&self, driver: &Driver, after: u64, during: impl FnOnce()) -> u64 {
+        let handle = driver
+            .submit(Job::new(self.function.clone(), self.payloads()))
+            .expect("submitted");
+        wait_until("progress", || {
+            handle.tasks_done() >= after || handle.is_finished()
+        });
+        during();
+        match handle.wait_timeout(DEADLINE).expect("job finishes") {
+            JobOutcome::Succeeded(results) => {
+                assert_eq!(results.len() as u64, self.tasks);
+                results
+                    .iter()
+                    .fold(0u64, |sum, result| sum.wrapping_add(checksum_of(result)))
+            }
+            other => panic!("job did not succeed: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn jobs_across_two_and_three_executor_processes_have_the_right_checksum() {
+    for executors in [2, 3] {
+        let driver = start_driver(DriverConfig::default());
+        let mut children: Vec<Executor> = (0..executors)
+            .map(|i| Executor::start(addr(&driver), &format!("e{i}"), None))
+            .collect();
+        driver
+            .wait_for_executors(executors, DEADLINE)
+            .expect("executors register");
+        let job = HashJob {
+            function: "hash".into(),
+            tasks: 3000,
+            payload: 24,
+        };
+        assert_eq!(job.run(&driver, 0, || {}), job.expected_checksum());
+        driver.stop_executors(DEADLINE).expect("executors stop");
+        for child in &mut children {
+            assert!(
+                child.wait().success(),
+                "an executor stopped by the driver exits 0: {}",
+                child.stderr()
+            );
+        }
+        assert_eq!(driver.executors_lost(), 0);
+    }
+}
+
+#[test]
+fn an_executor_killed_with_sigkill_mid_job_loses_no_task() {
+    let driver = start_driver(DriverConfig::default());
+    let victim = Executor::start(addr(&driver), "victim", None);
+    let _survivor = Executor::start(addr(&driver), "survivor", None);
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("executors register");
+    let job = HashJob {
+        function: "hash:5".into(),
+        tasks: 600,
+        payload: 8,
+    };
+    let checksum = job.run(&driver, 50, || victim.signal("-KILL"));
+    assert_eq!(checksum, job.expected_checksum());
+    assert!(driver.executors_lost() >= 1);
+}
+
+#[test]
+fn an_executor_that_joins_mid_job_gets_work() {
+    let config = DriverConfig {
+        tasks_per_core: 2,
+        ..DriverConfig::default()
+    };
+    let driver = start_driver(config);
+    let _first = Executor::start(addr(&driver), "first", None);
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("first registers");
+    let mut late = None;
+    let job = HashJob {
+        function: "hash:10".into(),
+        tasks: 300,
+        payload: 8,
+    };
+    let checksum = job.run(&driver, 10, || {
+        late = Some(Executor::start(addr(&driver), "late", None));
+    });
+    assert_eq!(checksum, job.expected_checksum());
+    driver.stop_executors(DEADLINE).expect("executors stop");
+    let mut late = late.expect("started");
+    assert!(late.wait().success());
+    let stderr = late.stderr();
+    let ran: u64 = stderr
+        .split("ran ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no task count in the late executor's stderr: {stderr}"));
+    assert!(ran > 0, "the late executor ran no task");
+}
+
+#[test]
+fn a_stopped_executor_is_declared_lost_and_its_tasks_finish_elsewhere() {
+    let config = DriverConfig {
+        heartbeat_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_secs(1),
+        ..DriverConfig::default()
+    };
+    let driver = start_driver(config);
+    let frozen = Executor::start(addr(&driver), "frozen", None);
+    let _other = Executor::start(addr(&driver), "other", None);
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("executors register");
+    let job = HashJob {
+        function: "hash:5".into(),
+        tasks: 400,
+        payload: 8,
+    };
+    let checksum = job.run(&driver, 40, || frozen.signal("-STOP"));
+    assert_eq!(checksum, job.expected_checksum());
+    assert!(
+        driver.executors_lost() >= 1,
+        "the stopped executor was not declared lost"
+    );
+    frozen.signal("-KILL");
+}
+
+#[test]
+fn a_duplicate_executor_id_is_refused_and_that_executor_exits_naming_the_reason() {
+    let driver = start_driver(DriverConfig::default());
+    let _first = Executor::start(addr(&driver), "twin", None);
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("first registers");
+    let mut second = Executor::start(addr(&driver), "twin", None);
+    let status = second.wait();
+    assert!(!status.success());
+    assert!(
+        second.stderr().contains("duplicate executor id \"twin\""),
+        "stderr: {}",
+        second.stderr()
+    );
+    assert_eq!(driver.executors(), 1);
+}
+
+#[test]
+fn a_wrong_or_missing_secret_is_refused() {
+    let secret = Secret::new("right").expect("non-empty");
+    let driver = start_driver(DriverConfig {
+        secret: Some(secret),
+        ..DriverConfig::default()
+    });
+    for (id, secret) in [("wrong", Some("wrong")), ("none", None)] {
+        let mut executor = Executor::start(addr(&driver), id, secret);
+        assert!(!executor.wait().success());
+        assert!(
+            executor.stderr().contains("bad credentials"),
+            "{id}: {}",
+            executor.stderr()
+        );
+    }
+    let _good = Executor::start(addr(&driver), "good", Some("right"));
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("the right secret registers");
+}
+
+/// Reads until the driver closes the connection; true if it did within the deadline.
+fn closed_by_peer(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let mut sink = [0u8; 4096];
+    loop {
+        match stream.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn garbage_oversize_and_truncated_frames_from_raw_sockets_do_not_disturb_a_job() {
+    let config = DriverConfig {
+        handshake_timeout: Duration::from_secs(1),
+        ..DriverConfig::default()
+    };
+    let driver = start_driver(config);
+    let _a = Executor::start(addr(&driver), "a", None);
+    let _b = Executor::start(addr(&driver), "b", None);
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("executors register");
+    let job = HashJob {
+        function: "hash:1".into(),
+        tasks: 1000,
+        payload: 16,
+    };
+    let closed = Arc::new(AtomicU64::new(0));
+    let attacker_closed = closed.clone();
+    let target = addr(&driver);
+    let checksum = job.run(&driver, 20, move || {
+        let mut hello = bytes::BytesMut::new();
+        Message::hello(Role::Executor, AuthMethod::None, [9; 32])
+            .encode(&mut hello, FRAME_SIZE_MAX_DEFAULT)
+            .expect("fits");
+        let garbage: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let oversize = [&(1u32 << 30).to_le_bytes()[..], &[1, 0, 0, 0]].concat();
+        let truncated = [&hello[..], &[200, 0, 0, 0, 16, 0, 0, 0, 1, 2, 3]].concat();
+        let unknown_kind = [&hello[..], &[0, 0, 0, 0, 0xff, 0x7f, 0, 0]].concat();
+        for bytes in [garbage, oversize, truncated, unknown_kind, Vec::new()] {
+            let mut stream = TcpStream::connect(target).expect("connect");
+            stream.write_all(&bytes).expect("write");
+            if closed_by_peer(&mut stream) {
+                attacker_closed.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    assert_eq!(checksum, job.expected_checksum());
+    assert_eq!(
+        closed.load(Ordering::SeqCst),
+        5,
+        "every bad connection is closed by the driver"
+    );
+    assert_eq!(driver.executors_lost(), 0);
+    assert_eq!(driver.executors(), 2);
+}
+
+#[test]
+fn flint_local_runs_a_job_and_prints_the_checksum() {
+    let output = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args([
+            "local",
+            "--executors",
+            "2",
+            "--tasks",
+            "2000",
+            "--task",
+            "hash",
+            "--payload",
+            "8",
+            "--json",
+        ])
+        .output()
+        .expect("run flint local");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "stdout {stdout} stderr {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let job = HashJob {
+        function: "hash".into(),
+        tasks: 2000,
+        payload: 8,
+    };
+    assert!(
+        stdout.contains(&format!("\"checksum\":{}", job.expected_checksum())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"succeeded\":2000"), "{stdout}");
+}
+
+#[test]
+fn flint_local_exits_non_zero_when_tasks_fail() {
+    let output = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args([
+            "local",
+            "--executors",
+            "1",
+            "--tasks",
+            "10",
+            "--task",
+            "fail:1",
+            "--max-failures",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("run flint local");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(stdout.contains("\"succeeded\":0"), "{stdout}");
+}
