@@ -89,7 +89,12 @@ impl Default for DriverConfig {
             connections_max: 4096,
             tasks_per_core: 64,
             local_cores: None,
-            scheduler: SchedulerConfig::default(),
+            // Exclusion is off by default, as in Spark: with few executors, excluding one for a
+            // job's failures can leave the job nowhere to run until the unschedulable timeout.
+            scheduler: SchedulerConfig {
+                exclusion: None,
+                ..SchedulerConfig::default()
+            },
         }
     }
 }

@@ -1,0 +1,141 @@
+//! The embedding API in local mode: the same driver, jobs and functions on an in-process pool,
+//! no sockets needed.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flint_net::driver::Driver;
+use flint_net::functions::{fnv1a64, Registry, TaskError};
+use flint_net::job::{Job, JobOutcome};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn local_driver(registry: Registry) -> Driver {
+    Driver::builder()
+        .local(2, registry)
+        .start()
+        .expect("local driver starts")
+}
+
+#[test]
+fn a_local_job_returns_every_result_in_task_order() {
+    let driver = local_driver(Registry::with_builtins());
+    let payloads: Vec<Bytes> = (0..500u64)
+        .map(|i| Bytes::from(i.to_le_bytes().to_vec()))
+        .collect();
+    let outcome = driver
+        .submit(Job::new("hash", payloads.clone()))
+        .expect("submitted")
+        .wait_timeout(DEADLINE)
+        .expect("done");
+    let JobOutcome::Succeeded(results) = outcome else {
+        panic!("{outcome:?}")
+    };
+    for (payload, result) in payloads.iter().zip(&results) {
+        assert_eq!(&result[..], &fnv1a64(payload).to_le_bytes());
+    }
+}
+
+#[test]
+fn a_registered_function_runs_and_a_panicking_one_fails_the_job_with_its_message() {
+    let mut registry = Registry::new();
+    registry.register("double", |_, payload| {
+        Ok(payload
+            .iter()
+            .map(|b| b.wrapping_mul(2))
+            .collect::<Vec<u8>>()
+            .into())
+    });
+    registry.register("explode", |ctx, _| -> Result<Bytes, TaskError> {
+        panic!("boom in task {}", ctx.task_id)
+    });
+    let driver = local_driver(registry);
+
+    let outcome = driver
+        .submit(Job::new("double", vec![Bytes::from_static(&[1, 2, 3])]))
+        .expect("submitted")
+        .wait();
+    assert_eq!(
+        outcome,
+        JobOutcome::Succeeded(vec![Bytes::from_static(&[2, 4, 6])])
+    );
+
+    let outcome = driver
+        .submit(Job::new("explode", vec![Bytes::new()]))
+        .expect("submitted")
+        .wait();
+    let JobOutcome::Failed(reasons) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("task panicked: boom in task")),
+        "{reasons:?}"
+    );
+
+    let outcome = driver
+        .submit(Job::new("missing", vec![Bytes::new()]))
+        .expect("submitted")
+        .wait();
+    let JobOutcome::Failed(reasons) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("unknown function \"missing\"")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn a_cancelled_job_reports_cancelled() {
+    let driver = local_driver(Registry::with_builtins());
+    let handle = driver
+        .submit(Job::new("sleep:60000", vec![Bytes::new(); 8]))
+        .expect("submitted");
+    handle.cancel();
+    assert_eq!(
+        handle.wait_timeout(DEADLINE).expect("ends"),
+        JobOutcome::Cancelled
+    );
+}
+
+/// Wakes the test thread: a minimal executor for awaiting one future.
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        match future.as_mut().poll(&mut context) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => std::thread::park_timeout(Duration::from_millis(100)),
+        }
+    }
+}
+
+#[test]
+fn a_job_handle_can_be_awaited() {
+    let driver = local_driver(Registry::with_builtins());
+    let handle = driver
+        .submit(Job::new("echo", vec![Bytes::from_static(b"hi"); 3]))
+        .expect("submitted");
+    assert_eq!(
+        block_on(handle),
+        JobOutcome::Succeeded(vec![Bytes::from_static(b"hi"); 3])
+    );
+}
