@@ -45,6 +45,9 @@ use crate::job::{Job, JobHandle, JobShared, ResultObserver};
 use crate::runner::{Completion, TaskRunner};
 use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
+/// The most task slots per executor core: executors size their queues for this many.
+pub const TASKS_PER_CORE_MAX: u32 = 1024;
+
 /// How a driver runs.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
@@ -66,7 +69,7 @@ pub struct DriverConfig {
     pub outbound_max: usize,
     /// Connections (registered or not) held at once; more are refused at accept.
     pub connections_max: usize,
-    /// Task slots per executor core (see the module docs).
+    /// Task slots per executor core (see the module docs), at most [`TASKS_PER_CORE_MAX`].
     pub tasks_per_core: u32,
     /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
     /// executors: local mode.
@@ -222,7 +225,9 @@ impl Driver {
             Some(cores) => Some(
                 TaskPool::new(PoolConfig {
                     workers: cores as usize,
-                    inbox_capacity: (cores * config.tasks_per_core) as usize,
+                    inbox_capacity: cores
+                        .saturating_mul(config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX))
+                        as usize,
                     thread_name: "flint-local".into(),
                     ..PoolConfig::default()
                 })
@@ -620,7 +625,7 @@ impl DriverEndpoint {
         let info = ExecutorInfo {
             id,
             host: host.to_owned(),
-            cores: cores.saturating_mul(self.config.tasks_per_core.max(1)),
+            cores: cores.saturating_mul(self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX)),
             attributes: attributes
                 .iter()
                 .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
@@ -884,7 +889,8 @@ impl Endpoint for DriverEndpoint {
         }
         if let Some((pool, registry)) = self.local.take() {
             let cores = self.config.local_cores.unwrap_or(1);
-            let slots = cores.saturating_mul(self.config.tasks_per_core.max(1));
+            let slots =
+                cores.saturating_mul(self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX));
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || DriverMsg::LocalKick));
             self.runner = Some(TaskRunner::new(pool, registry, slots as usize, kick));
