@@ -179,13 +179,23 @@ mod loom_tests {
     use crate::loom::sync::Arc;
     use crate::loom::thread;
 
+    /// Explores every interleaving with up to `LOOM_MAX_PREEMPTIONS` (default 3) preemptions,
+    /// as tokio does, to keep the state space tractable.
+    fn bounded_model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(f);
+    }
+
     /// The pool's park/unpark protocol with loom's thread parking: two submitters push a task
     /// each and unpark the worker only when `push` says so; then the pill arrives, either
     /// pushed into the worker's own inbox or popped by a stealer and handed over through
     /// `pill_taken`. The worker must run both tasks and exit; a lost wake-up would be a loom
     /// deadlock.
     fn model(pill_stolen: bool) {
-        loom::model(move || {
+        bounded_model(move || {
             let inbox = Arc::new(Inbox::<Option<usize>>::new(4));
             let pill_taken = Arc::new(AtomicBool::new(false));
             let worker = {
