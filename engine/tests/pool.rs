@@ -62,8 +62,12 @@ fn stress_many_producers_with_backpressure_run_every_task_once() {
     for t in threads {
         t.join().unwrap();
     }
-    wait_until("all tasks ran", || done.load(Ordering::Relaxed) == PRODUCERS * PER);
-    wait_until("stats", || pool.stats().finished == (PRODUCERS * PER) as u64);
+    wait_until("all tasks ran", || {
+        done.load(Ordering::Relaxed) == PRODUCERS * PER
+    });
+    wait_until("stats", || {
+        pool.stats().finished == (PRODUCERS * PER) as u64
+    });
     assert_eq!(pool.stats().failed, 0);
 }
 
@@ -84,7 +88,9 @@ fn panicking_task_is_reported_failed_and_worker_survives() {
     pool.submit(Task::with_completion(|| {}, move |o| tx2.send(o).unwrap()).on_core(0))
         .unwrap();
     assert_eq!(rx.recv_timeout(DEADLINE).unwrap(), TaskOutcome::Finished);
-    wait_until("stats", || pool.stats().failed == 1 && pool.stats().finished == 1);
+    wait_until("stats", || {
+        pool.stats().failed == 1 && pool.stats().finished == 1
+    });
 }
 
 #[test]
@@ -92,7 +98,8 @@ fn try_submit_reports_full_and_returns_the_task() {
     let pool = pool(1, 2);
     let (started_tx, started_rx) = unbounded();
     let (release_tx, release_rx) = unbounded();
-    pool.submit(Task::new(blocker(started_tx, release_rx))).unwrap();
+    pool.submit(Task::new(blocker(started_tx, release_rx)))
+        .unwrap();
     started_rx.recv_timeout(DEADLINE).unwrap();
     let mut accepted = 0;
     let rejected = loop {
@@ -120,7 +127,10 @@ fn try_submit_reports_full_and_returns_the_task() {
 fn submit_reports_the_requested_core_and_rejects_unknown_cores() {
     let pool = pool(2, 8);
     assert_eq!(pool.submit(Task::new(|| {}).on_core(1)).unwrap().core, 1);
-    assert_eq!(pool.try_submit(Task::new(|| {}).on_core(0)).unwrap().core, 0);
+    assert_eq!(
+        pool.try_submit(Task::new(|| {}).on_core(0)).unwrap().core,
+        0
+    );
     let err = pool.try_submit(Task::new(|| {}).on_core(2)).unwrap_err();
     assert_eq!(err.error, SubmitError::NoSuchCore(2));
 }
@@ -175,9 +185,10 @@ fn queue_behind_blocker(
 fn release_when_closed(pool: &TaskPool, release: Sender<()>) -> std::thread::JoinHandle<()> {
     let handle = pool.handle();
     std::thread::spawn(move || {
-        wait_until("shutdown begun", || {
-            matches!(handle.spawn(|| {}), Err(r) if r.error == SubmitError::Shutdown)
-        });
+        wait_until(
+            "shutdown begun",
+            || matches!(handle.spawn(|| {}), Err(r) if r.error == SubmitError::Shutdown),
+        );
         release.send(()).unwrap();
     })
 }

@@ -75,7 +75,9 @@ fn on_start_runs_first_and_on_stop_last() {
         r.send_timeout(RecMsg::Note(i), DEADLINE).unwrap();
     }
     r.stop().unwrap();
-    wait_until("on_stop", || log.lock().unwrap().last().map(String::as_str) == Some("stop"));
+    wait_until("on_stop", || {
+        log.lock().unwrap().last().map(String::as_str) == Some("stop")
+    });
     let log = log.lock().unwrap().clone();
     assert_eq!(log.len(), 102);
     assert_eq!(log[0], "start");
@@ -83,7 +85,10 @@ fn on_start_runs_first_and_on_stop_last() {
         assert_eq!(log[i + 1], format!("m{i}"));
     }
     wait_until("stopped visible", || !r.is_alive());
-    assert!(matches!(r.send(RecMsg::Note(0)), Err(SendError::Stopped(_))));
+    assert!(matches!(
+        r.send(RecMsg::Note(0)),
+        Err(SendError::Stopped(_))
+    ));
     assert!(matches!(
         rt.handle().lookup::<Recorder>("rec"),
         Err(LookupError::Unknown(_))
@@ -171,10 +176,17 @@ fn shutdown_drains_queued_messages_then_stops_and_rejects_sends() {
     }
     rt.shutdown();
     let log = log.lock().unwrap().clone();
-    assert_eq!(log.len(), 1002, "every message queued before the pill was handled");
+    assert_eq!(
+        log.len(),
+        1002,
+        "every message queued before the pill was handled"
+    );
     assert_eq!(log.first().unwrap(), "start");
     assert_eq!(log.last().unwrap(), "stop");
-    assert!(matches!(r.send(RecMsg::Note(0)), Err(SendError::Shutdown(_))));
+    assert!(matches!(
+        r.send(RecMsg::Note(0)),
+        Err(SendError::Shutdown(_))
+    ));
     assert_eq!(
         r.ask(RecMsg::Count, Duration::from_millis(10)).unwrap_err(),
         AskError::Shutdown
@@ -202,8 +214,14 @@ fn handler_panic_stops_only_that_endpoint() {
     let good = rt.handle().spawn_on(0, "good", good).unwrap();
     bad.send(RecMsg::Panic).unwrap();
     wait_until("panicked endpoint stopped", || !bad.is_alive());
-    assert!(matches!(bad.send(RecMsg::Note(1)), Err(SendError::Stopped(_))));
-    assert_eq!(bad.ask(RecMsg::Count, DEADLINE).unwrap_err(), AskError::Stopped);
+    assert!(matches!(
+        bad.send(RecMsg::Note(1)),
+        Err(SendError::Stopped(_))
+    ));
+    assert_eq!(
+        bad.ask(RecMsg::Count, DEADLINE).unwrap_err(),
+        AskError::Stopped
+    );
     assert_eq!(good.ask(RecMsg::Count, DEADLINE).unwrap(), 1);
     assert_eq!(*bad_log.lock().unwrap(), vec!["start".to_string()]);
 }
@@ -292,7 +310,8 @@ struct Udp {
 impl Endpoint for Udp {
     type Msg = ();
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        ctx.register(&mut self.socket, mio::Interest::READABLE).unwrap();
+        ctx.register(&mut self.socket, mio::Interest::READABLE)
+            .unwrap();
     }
     fn on_message(&mut self, _: (), _ctx: &mut Ctx<'_, Self>) {}
     fn on_readiness(&mut self, _t: mio::Token, _e: &mio::event::Event, _ctx: &mut Ctx<'_, Self>) {
@@ -311,10 +330,13 @@ fn endpoints_get_readiness_of_registered_sources() {
     let addr = socket.local_addr().unwrap();
     let got = Arc::new(AtomicUsize::new(0));
     rt.handle()
-        .spawn("udp", Udp {
-            socket,
-            got: got.clone(),
-        })
+        .spawn(
+            "udp",
+            Udp {
+                socket,
+                got: got.clone(),
+            },
+        )
         .unwrap();
     let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     // Resend until the first datagram is seen (the registration happens on the loop).
@@ -350,7 +372,10 @@ fn full_inbox_rejects_or_applies_backpressure() {
     })
     .unwrap();
     let (tx, rx) = crossbeam_channel::unbounded();
-    let b = rt.handle().spawn("blocker", Blocker { release: rx }).unwrap();
+    let b = rt
+        .handle()
+        .spawn("blocker", Blocker { release: rx })
+        .unwrap();
     b.send(true).unwrap();
     let mut accepted = 0;
     wait_until("inbox full", || match b.send(false) {
@@ -367,5 +392,8 @@ fn full_inbox_rejects_or_applies_backpressure() {
         std::thread::spawn(move || b.send_timeout(false, DEADLINE).is_ok())
     };
     tx.send(()).unwrap();
-    assert!(sender.join().unwrap(), "send_timeout succeeds once room appears");
+    assert!(
+        sender.join().unwrap(),
+        "send_timeout succeeds once room appears"
+    );
 }

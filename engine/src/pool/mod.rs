@@ -249,7 +249,10 @@ impl PoolHandle {
         let reject = |error, job| {
             Err(Rejected {
                 error,
-                task: Task { job, core: task.core },
+                task: Task {
+                    job,
+                    core: task.core,
+                },
             })
         };
         if shared.closed.load(Ordering::Acquire) {
@@ -402,7 +405,11 @@ impl TaskPool {
                 .spawn(move || {
                     if let Some(core) = core {
                         if !core_affinity::set_for_current(core) {
-                            tracing::warn!(worker = index, core = core.id, "could not pin pool worker");
+                            tracing::warn!(
+                                worker = index,
+                                core = core.id,
+                                "could not pin pool worker"
+                            );
                         }
                     }
                     worker::Worker::new(index, local, shared).run();

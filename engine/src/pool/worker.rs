@@ -7,9 +7,9 @@ use std::time::Instant;
 use crossbeam_deque::Steal;
 
 use super::task::{Outcome, Runnable};
+use super::{Item, PoolShared};
 use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::runtime::Inbox;
-use super::{Item, PoolShared};
 
 /// One parking attempt of a worker: announce, re-check the inbox and the handed-over pill,
 /// block in `park` (which may return spuriously), withdraw the announcement. Returns whether
@@ -113,7 +113,7 @@ impl Worker {
             Some(Item::Task(job)) => job,
         };
         let mut moved = 1;
-        while moved < self.shared.local_batch_max && me.inbox.len() > 0 {
+        while moved < self.shared.local_batch_max && !me.inbox.is_empty() {
             match me.inbox.pop() {
                 Some(Item::Task(job)) => self.local.push(job),
                 Some(Item::Poison) => {

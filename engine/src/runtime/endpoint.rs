@@ -78,7 +78,10 @@ impl<E: Endpoint> Ctx<'_, E> {
         token: Token,
         interest: Interest,
     ) -> Result<(), LoopCtxError> {
-        self.inner.poll.registry().reregister(source, token, interest)?;
+        self.inner
+            .poll
+            .registry()
+            .reregister(source, token, interest)?;
         Ok(())
     }
 
@@ -98,7 +101,9 @@ impl<E: Endpoint> Ctx<'_, E> {
 
     /// Fires [`Endpoint::on_timer`] every `period` (first after one period) until cancelled.
     pub fn timer_periodic(&mut self, period: Duration) -> Result<TimerId, TimerError> {
-        self.inner.timers.add(self.me.state.id, period, Some(period))
+        self.inner
+            .timers
+            .add(self.me.state.id, period, Some(period))
     }
 
     /// Cancels one of this endpoint's timers; false if it already fired (one-shot) or was
@@ -242,9 +247,9 @@ impl<R> Drop for Reply<R> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             let guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = slot
-                .state
-                .compare_exchange(WAITING, DROPPED, Ordering::AcqRel, Ordering::Acquire);
+            let _ =
+                slot.state
+                    .compare_exchange(WAITING, DROPPED, Ordering::AcqRel, Ordering::Acquire);
             drop(guard);
             slot.ready.notify_one();
         }

@@ -133,7 +133,9 @@ impl LoopShared {
             match self.push_wait(envelope, Duration::from_secs(1)) {
                 Ok(()) => return,
                 Err(e) => {
-                    tracing::warn!("event loop inbox full for 1 s while shutting down; still waiting");
+                    tracing::warn!(
+                        "event loop inbox full for 1 s while shutting down; still waiting"
+                    );
                     envelope = e;
                 }
             }
@@ -439,7 +441,10 @@ impl EventLoop {
         self.inner.tokens.retain(|_, owner| *owner != id);
         // Dropping the endpoint drops its sources (closing them removes them from the poll).
         if catch_unwind(AssertUnwindSafe(move || drop(ep))).is_err() {
-            tracing::error!(loop_index = self.index, "an endpoint panicked while being dropped");
+            tracing::error!(
+                loop_index = self.index,
+                "an endpoint panicked while being dropped"
+            );
         }
     }
 

@@ -286,7 +286,11 @@ mod tests {
         assert!(inbox.park_prepare());
         assert_eq!(inbox.push(2), Ok(true), "first push after park wakes");
         inbox.park_done();
-        assert_eq!(inbox.push(3), Ok(false), "no wake once the receiver is running");
+        assert_eq!(
+            inbox.push(3),
+            Ok(false),
+            "no wake once the receiver is running"
+        );
     }
 
     #[test]
@@ -316,47 +320,57 @@ mod loom_tests {
         builder.check(f);
     }
 
-    /// Two producers race into a 2-slot inbox (so `full` is exercised) while one consumer
-    /// drains: every value arrives exactly once and each producer's values arrive in order.
-    #[test]
-    fn loom_inbox_mpsc_fifo() {
-        bounded_model(|| {
-            let inbox = Arc::new(Inbox::new(2));
+    /// Two producers race two values each into the inbox while the consumer pops once
+    /// concurrently, then drains. With capacity 4 every push fits; with capacity 2 some pushes
+    /// find the inbox full. Either way: every accepted value is popped exactly once, nothing
+    /// rejected appears, and each producer's values come out in the order it pushed them.
+    fn mpsc_model(capacity: usize) {
+        bounded_model(move || {
+            let inbox = Arc::new(Inbox::new(capacity));
             let producers: Vec<_> = (0..2usize)
                 .map(|p| {
                     let inbox = inbox.clone();
                     thread::spawn(move || {
-                        for i in 0..2usize {
-                            let mut v = p * 10 + i;
-                            loop {
-                                match inbox.enqueue(v) {
-                                    Ok(()) => break,
-                                    Err(back) => {
-                                        v = back;
-                                        thread::yield_now();
-                                    }
-                                }
-                            }
-                        }
+                        (0..2usize)
+                            .filter(|i| inbox.enqueue(p * 10 + i).is_ok())
+                            .map(|i| p * 10 + i)
+                            .collect::<Vec<_>>()
                     })
                 })
                 .collect();
-            let mut got = Vec::new();
-            while got.len() < 4 {
-                match inbox.pop() {
-                    Some(v) => got.push(v),
-                    None => thread::yield_now(),
-                }
-            }
+            let mut got: Vec<usize> = inbox.pop().into_iter().collect();
+            let mut accepted = Vec::new();
             for p in producers {
-                p.join().unwrap();
+                accepted.extend(p.join().unwrap());
+            }
+            while let Some(v) = inbox.pop() {
+                got.push(v);
             }
             for p in 0..2 {
-                let mine: Vec<_> = got.iter().filter(|v| **v / 10 == p).collect();
-                assert_eq!(mine, vec![&(p * 10), &(p * 10 + 1)]);
+                let mine: Vec<_> = got.iter().filter(|v| **v / 10 == p).copied().collect();
+                let mut sorted = mine.clone();
+                sorted.sort_unstable();
+                assert_eq!(mine, sorted, "per-producer FIFO");
             }
-            assert!(inbox.pop().is_none());
+            let mut got_sorted = got.clone();
+            got_sorted.sort_unstable();
+            accepted.sort_unstable();
+            assert_eq!(
+                got_sorted, accepted,
+                "exactly the accepted values, once each"
+            );
+            assert!(accepted.len() >= capacity.min(4));
         });
+    }
+
+    #[test]
+    fn loom_inbox_mpsc_fifo() {
+        mpsc_model(4);
+    }
+
+    #[test]
+    fn loom_inbox_mpsc_full() {
+        mpsc_model(2);
     }
 
     /// The park handshake never loses a wake-up: the consumer blocks on a condition variable

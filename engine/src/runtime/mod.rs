@@ -38,8 +38,8 @@ pub mod inbox;
 mod timer;
 
 pub use endpoint::{AskError, Ctx, Endpoint, EndpointRef, Reply, SendError};
-pub use event_loop::LoopCtxError;
 pub(crate) use event_loop::panic_message;
+pub use event_loop::LoopCtxError;
 pub use inbox::Inbox;
 pub use timer::{TimerError, TimerId};
 
@@ -63,7 +63,7 @@ impl Hasher for IdHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
-            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(*b);
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
         }
     }
     fn write_u64(&mut self, n: u64) {
@@ -212,7 +212,11 @@ impl RuntimeHandle {
     }
 
     /// Spawns `endpoint` under `name` on the next loop (round robin).
-    pub fn spawn<E: Endpoint>(&self, name: &str, endpoint: E) -> Result<EndpointRef<E>, SpawnError> {
+    pub fn spawn<E: Endpoint>(
+        &self,
+        name: &str,
+        endpoint: E,
+    ) -> Result<EndpointRef<E>, SpawnError> {
         let n = self.shared.loops.len();
         let index = self.shared.next_loop.fetch_add(1, Ordering::Relaxed) % n;
         self.spawn_on(index, name, endpoint)
@@ -334,7 +338,11 @@ impl Runtime {
                 .spawn(move || {
                     if let Some(core) = core {
                         if !core_affinity::set_for_current(core) {
-                            tracing::warn!(loop_index = index, core = core.id, "could not pin event loop");
+                            tracing::warn!(
+                                loop_index = index,
+                                core = core.id,
+                                "could not pin event loop"
+                            );
                         }
                     }
                     event_loop.run();
@@ -417,9 +425,18 @@ mod tests {
         }
         let h = rt.handle();
         h.spawn("a", Nop).unwrap();
-        assert_eq!(h.spawn("a", Nop).unwrap_err(), SpawnError::DuplicateName("a".into()));
-        assert_eq!(h.spawn_on(7, "b", Nop).unwrap_err(), SpawnError::NoSuchLoop(7));
-        assert!(matches!(h.lookup::<Nop>("zz"), Err(LookupError::Unknown(_))));
+        assert_eq!(
+            h.spawn("a", Nop).unwrap_err(),
+            SpawnError::DuplicateName("a".into())
+        );
+        assert_eq!(
+            h.spawn_on(7, "b", Nop).unwrap_err(),
+            SpawnError::NoSuchLoop(7)
+        );
+        assert!(matches!(
+            h.lookup::<Nop>("zz"),
+            Err(LookupError::Unknown(_))
+        ));
         rt.shutdown();
         assert_eq!(h.spawn("c", Nop).unwrap_err(), SpawnError::Shutdown);
         assert_eq!(h.lookup::<Nop>("a").unwrap_err(), LookupError::Shutdown);

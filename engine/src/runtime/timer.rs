@@ -161,13 +161,18 @@ mod tests {
     fn one_shot_periodic_cancel_and_limit() {
         let mut t = Timers::new(3);
         let a = t.add(1, Duration::ZERO, None).unwrap();
-        let b = t.add(1, Duration::ZERO, Some(Duration::from_secs(3600))).unwrap();
+        let b = t
+            .add(1, Duration::ZERO, Some(Duration::from_secs(3600)))
+            .unwrap();
         let c = t.add(2, Duration::ZERO, None).unwrap();
         assert!(matches!(
             t.add(1, Duration::ZERO, None),
             Err(TimerError::TooMany { timers_max: 3 })
         ));
-        assert!(!t.cancel(1, c), "endpoint 1 cannot cancel endpoint 2's timer");
+        assert!(
+            !t.cancel(1, c),
+            "endpoint 1 cannot cancel endpoint 2's timer"
+        );
         assert!(t.cancel(2, c));
         let now = Instant::now();
         let mut fired = Vec::new();
