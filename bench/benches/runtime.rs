@@ -17,6 +17,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use crossbeam_utils::Backoff;
 use flint_engine::pool::{PoolConfig, Task, TaskPool};
 use flint_engine::runtime::{Ctx, Endpoint, Inbox, Reply, Runtime, RuntimeConfig};
 
@@ -35,12 +36,13 @@ fn inbox_throughput(c: &mut Criterion) {
                 std::thread::spawn(move || {
                     for i in 0..total {
                         let mut v = i;
+                        let backoff = Backoff::new();
                         loop {
                             match inbox.push(v) {
                                 Ok(_) => break,
                                 Err(back) => {
                                     v = back;
-                                    std::hint::spin_loop();
+                                    backoff.snooze();
                                 }
                             }
                         }
@@ -49,13 +51,15 @@ fn inbox_throughput(c: &mut Criterion) {
             };
             let start = Instant::now();
             let mut got = 0;
+            let backoff = Backoff::new();
             while got < total {
                 match inbox.pop() {
                     Some(v) => {
                         black_box(v);
                         got += 1;
+                        backoff.reset();
                     }
-                    None => std::hint::spin_loop(),
+                    None => backoff.snooze(),
                 }
             }
             let elapsed = start.elapsed();
@@ -102,12 +106,15 @@ fn inbox_throughput(c: &mut Criterion) {
     g.finish();
 }
 
+/// Waits for a value the way crossbeam-channel's `recv` does before it blocks: spin, then
+/// yield (fair on an oversubscribed machine).
 fn spin_pop(inbox: &Inbox<u64>) -> u64 {
+    let backoff = Backoff::new();
     loop {
         if let Some(v) = inbox.pop() {
             return v;
         }
-        std::hint::spin_loop();
+        backoff.snooze();
     }
 }
 
@@ -225,8 +232,9 @@ fn rayon_pool() -> rayon::ThreadPool {
 }
 
 fn wait_count(counter: &AtomicUsize, target: usize) {
+    let backoff = Backoff::new();
     while counter.load(Ordering::Acquire) < target {
-        std::hint::spin_loop();
+        backoff.snooze();
     }
 }
 
@@ -293,12 +301,13 @@ fn spawn_to_start(iters: u64, spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Durat
         spawn(Box::new(move || {
             STARTED_NS.store(t0.elapsed().as_nanos() as u64, Ordering::Release);
         }));
+        let backoff = Backoff::new();
         let ns = loop {
             let ns = STARTED_NS.load(Ordering::Acquire);
             if ns != u64::MAX {
                 break ns;
             }
-            std::hint::spin_loop();
+            backoff.snooze();
         };
         total += Duration::from_nanos(ns);
     }

@@ -57,6 +57,7 @@ impl Worker {
         let shared = self.shared.clone();
         let me = &shared.workers[self.index];
         let mut idle_since: Option<Instant> = None;
+        let backoff = crossbeam_utils::Backoff::new();
         loop {
             if let Some(job) = self.local.pop() {
                 self.execute(job);
@@ -79,9 +80,13 @@ impl Worker {
                 continue;
             }
             let now = Instant::now();
-            let since = *idle_since.get_or_insert(now);
+            let since = *idle_since.get_or_insert_with(|| {
+                backoff.reset();
+                now
+            });
             if now.duration_since(since) < shared.spin_before_park {
-                std::hint::spin_loop();
+                // Spin, then yield: on an oversubscribed core the submitter gets to run.
+                backoff.snooze();
                 continue;
             }
             // Park (see the module docs for the handshake).

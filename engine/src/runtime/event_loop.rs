@@ -326,6 +326,7 @@ impl EventLoop {
         let me = &shared.loops[self.index];
         let mut events = Events::with_capacity(self.events_capacity);
         let mut idle_since: Option<Instant> = None;
+        let backoff = crossbeam_utils::Backoff::new();
         'run: loop {
             let mut handled = 0;
             while handled < self.batch_max {
@@ -349,9 +350,12 @@ impl EventLoop {
                     continue;
                 }
             } else {
-                let since = *idle_since.get_or_insert(now);
+                let since = *idle_since.get_or_insert_with(|| {
+                    backoff.reset();
+                    now
+                });
                 if now.duration_since(since) < self.spin_before_park {
-                    std::hint::spin_loop();
+                    backoff.snooze();
                     if !has_sources {
                         continue;
                     }
