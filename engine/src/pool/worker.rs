@@ -27,6 +27,9 @@ pub(crate) fn park_once<T>(inbox: &Inbox<T>, pill_taken: &AtomicBool, park: impl
     true
 }
 
+/// An idle worker considers a victim's lone queued item every this many idle rounds.
+const LONE_STEAL_EVERY: u32 = 32;
+
 pub(crate) struct Worker {
     index: usize,
     local: crossbeam_deque::Worker<Box<dyn Runnable>>,
@@ -58,6 +61,7 @@ impl Worker {
         let me = &shared.workers[self.index];
         let mut idle_since: Option<Instant> = None;
         let backoff = crossbeam_utils::Backoff::new();
+        let mut idle_rounds: u32 = 0;
         loop {
             if let Some(job) = self.local.pop() {
                 self.execute(job);
@@ -74,7 +78,8 @@ impl Worker {
             if self.pill {
                 continue;
             }
-            if let Found::Job(job) = self.steal() {
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if let Found::Job(job) = self.steal(idle_rounds % LONE_STEAL_EVERY == 0) {
                 idle_since = None;
                 self.execute(job);
                 continue;
@@ -133,11 +138,20 @@ impl Worker {
         Found::Job(first)
     }
 
-    fn steal(&mut self) -> Found {
+    /// Takes work from other workers: a batch from a non-empty deque, else one task from an
+    /// inbox with a backlog (more than one item), or, when `lone` is set, from any non-empty
+    /// inbox. Leaving a victim's single queued item alone most of the time keeps idle workers
+    /// from fighting the owner for the same cache lines on every task; `lone` (every
+    /// `LONE_STEAL_EVERY` idle rounds) still guarantees a task queued behind a long one is
+    /// picked up.
+    fn steal(&mut self, lone: bool) -> Found {
         let workers = &self.shared.workers;
         let n = workers.len();
         for i in 1..n {
             let victim = &workers[(self.index + i) % n];
+            if victim.stealer.is_empty() {
+                continue;
+            }
             loop {
                 match victim.stealer.steal_batch_and_pop(&self.local) {
                     Steal::Success(job) => return Found::Job(job),
@@ -148,6 +162,10 @@ impl Worker {
         }
         for i in 1..n {
             let victim = &workers[(self.index + i) % n];
+            let queued = victim.inbox.len();
+            if queued == 0 || (queued == 1 && !lone) {
+                continue;
+            }
             match victim.inbox.pop() {
                 Some(Item::Task(job)) => {
                     self.shared.notify_space();
