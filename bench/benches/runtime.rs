@@ -9,6 +9,9 @@
 //!   with the workers hot (spinning or just done);
 //! * `endpoint_ask`: a runtime endpoint's ask round trip vs a crossbeam request/reply thread.
 //!
+//! Flint's pool and loop are measured pinned (the default) and unpinned: on a small machine
+//! shared with other work a pinned thread cannot move off a busy core, rayon's and std's can.
+//!
 //! Run: `cargo bench -p flint-bench --bench runtime -- --warm-up-time 1 --measurement-time 3`.
 
 use std::hint::black_box;
@@ -216,9 +219,12 @@ impl Drop for StdPool {
     }
 }
 
-fn flint_pool() -> TaskPool {
+/// The pool with default settings (workers pinned to cores), or unpinned: on a small shared
+/// machine pinned workers cannot move away from a busy core, so both are measured.
+fn flint_pool(pin_threads: bool) -> TaskPool {
     TaskPool::new(PoolConfig {
         workers: WORKERS,
+        pin_threads,
         ..Default::default()
     })
     .unwrap()
@@ -241,10 +247,10 @@ fn wait_count(counter: &AtomicUsize, target: usize) {
 fn pool_throughput(c: &mut Criterion) {
     let mut g = c.benchmark_group("pool_throughput");
     g.throughput(Throughput::Elements(BATCH));
-    {
+    for (name, pin) in [("flint_pool", true), ("flint_pool_unpinned", false)] {
         static DONE: AtomicUsize = AtomicUsize::new(0);
-        let pool = flint_pool();
-        g.bench_function(BenchmarkId::new("flint_pool", WORKERS), |b| {
+        let pool = flint_pool(pin);
+        g.bench_function(BenchmarkId::new(name, WORKERS), |b| {
             b.iter(|| {
                 DONE.store(0, Ordering::Relaxed);
                 for _ in 0..BATCH {
@@ -316,9 +322,9 @@ fn spawn_to_start(iters: u64, spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Durat
 
 fn pool_spawn_to_start(c: &mut Criterion) {
     let mut g = c.benchmark_group("pool_spawn_to_start");
-    {
-        let pool = flint_pool();
-        g.bench_function("flint_pool", |b| {
+    for (name, pin) in [("flint_pool", true), ("flint_pool_unpinned", false)] {
+        let pool = flint_pool(pin);
+        g.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 spawn_to_start(iters, |f| {
                     pool.submit(Task::new(f)).unwrap();
@@ -352,14 +358,18 @@ impl Endpoint for Echo {
 
 fn endpoint_ask(c: &mut Criterion) {
     let mut g = c.benchmark_group("endpoint_ask");
-    {
+    for (name, pin_threads) in [
+        ("flint_endpoint_ask", true),
+        ("flint_endpoint_ask_unpinned", false),
+    ] {
         let rt = Runtime::new(RuntimeConfig {
             threads: 1,
+            pin_threads,
             ..Default::default()
         })
         .unwrap();
         let echo = rt.handle().spawn("echo", Echo).unwrap();
-        g.bench_function("flint_endpoint_ask", |b| {
+        g.bench_function(name, |b| {
             b.iter(|| black_box(echo.ask(|r| r, Duration::from_secs(10)).unwrap()))
         });
     }

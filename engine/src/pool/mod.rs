@@ -86,7 +86,7 @@ impl Default for PoolConfig {
             local_batch_max: 32,
             pin_threads: true,
             thread_name: "flint-worker".to_string(),
-            spin_before_park: Duration::from_micros(20),
+            spin_before_park: Duration::from_micros(100),
         }
     }
 }

@@ -107,7 +107,7 @@ impl Default for RuntimeConfig {
             timers_max: 65_536,
             events_capacity: 1024,
             batch_max: 256,
-            spin_before_park: Duration::from_micros(20),
+            spin_before_park: Duration::from_micros(50),
         }
     }
 }
