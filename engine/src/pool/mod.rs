@@ -15,7 +15,8 @@
 //!
 //! # Parking
 //!
-//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing), which
+//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing, with
+//! exponential backoff that ends in `yield_now` so a submitter sharing the core can run), which
 //! keeps the spawn-to-start latency in the sub-microsecond range under load, then parks with
 //! the inbox's handshake:
 //!
@@ -85,7 +86,7 @@ impl Default for PoolConfig {
             local_batch_max: 32,
             pin_threads: true,
             thread_name: "flint-worker".to_string(),
-            spin_before_park: Duration::from_micros(50),
+            spin_before_park: Duration::from_micros(100),
         }
     }
 }
@@ -206,7 +207,7 @@ impl PoolShared {
         let worker = &self.workers[core];
         if worker.inbox.push(item)? {
             worker.unpark();
-        } else if worker.inbox.len() > 1 && self.parked_count.load(Ordering::Relaxed) > 0 {
+        } else if self.parked_count.load(Ordering::Relaxed) > 0 && worker.inbox.len() > 1 {
             // The target is busy with a backlog: call an idle worker over to steal.
             let n = self.workers.len();
             for i in 1..n {

@@ -200,6 +200,10 @@ pub enum AskError {
     /// The runtime is shut down.
     #[error("the runtime is shut down")]
     Shutdown,
+    /// Asked from a handler running on the target's own loop: the loop could not answer while
+    /// it waits, so the ask is refused instead of blocking until the timeout.
+    #[error("ask from the endpoint's own event loop would deadlock")]
+    SameLoop,
 }
 
 const WAITING: u8 = 0;
@@ -355,12 +359,17 @@ impl<E: Endpoint> EndpointRef<E> {
     }
 
     /// Sends the request built by `make` (which gets the [`Reply`] to put in the message) and
-    /// waits up to `timeout` for the answer.
+    /// blocks up to `timeout` for the answer. From a handler, asking an endpoint on the same
+    /// loop fails with [`AskError::SameLoop`]; asking one on another loop works but blocks this
+    /// loop meanwhile (prefer `send` with a reply message there).
     pub fn ask<R: Send + 'static>(
         &self,
         make: impl FnOnce(Reply<R>) -> E::Msg,
         timeout: Duration,
     ) -> Result<R, AskError> {
+        if super::event_loop::current_loop() == Some(self.state.loop_index) {
+            return Err(AskError::SameLoop);
+        }
         let slot = Arc::new(ReplySlot {
             state: AtomicU8::new(WAITING),
             value: Mutex::new(None),

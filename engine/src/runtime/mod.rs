@@ -63,7 +63,7 @@ impl Hasher for IdHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
-            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(*b);
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
         }
     }
     fn write_u64(&mut self, n: u64) {
@@ -107,7 +107,7 @@ impl Default for RuntimeConfig {
             timers_max: 65_536,
             events_capacity: 1024,
             batch_max: 256,
-            spin_before_park: Duration::from_micros(20),
+            spin_before_park: Duration::from_micros(50),
         }
     }
 }
