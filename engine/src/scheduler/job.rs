@@ -46,7 +46,6 @@ pub(crate) struct Attempt {
     pub attempt: u32,
     /// The executor's slot in the book (cleared from here before the slot is freed).
     pub exec: u32,
-    pub started_us: u64,
 }
 
 /// Locality preferences, boxed because most tasks have none.
@@ -60,6 +59,7 @@ pub(crate) struct Prefs {
 #[derive(Debug)]
 pub(crate) struct TaskRec {
     pub function: Arc<str>,
+    /// The payload until the task succeeds, then its result (saves memory at millions of tasks).
     pub payload: Bytes,
     pub prefs: Option<Box<Prefs>>,
     pub cores: u32,
@@ -69,7 +69,6 @@ pub(crate) struct TaskRec {
     /// At most two attempts run at once (the original and one speculative copy).
     pub attempts: [Option<Attempt>; 2],
     pub speculated: bool,
-    pub result: Option<Bytes>,
 }
 
 impl TaskRec {

@@ -313,13 +313,11 @@ impl Scheduler {
         }
         let counts = reason.caused_by_app();
         let msg = reason.to_string();
-        for ((task, attempt), _) in exec.running {
+        for ((task, attempt), run) in exec.running {
             self.attempt_ended(
                 now_us,
-                exec.id,
-                exec.host,
-                TaskId(task),
-                attempt,
+                (exec.id, exec.host),
+                (TaskId(task), attempt, run.started_us),
                 End::Failed {
                     reason: msg.clone(),
                     counts,
@@ -404,7 +402,6 @@ impl Scheduler {
                 failures: 0,
                 attempts: [None, None],
                 speculated: false,
-                result: None,
             });
         }
         let mut job = Job {
@@ -579,7 +576,8 @@ impl Scheduler {
                         counts: true,
                     },
                 };
-                self.attempt_ended(now_us, id, host, update.task, update.attempt, end);
+                let attempt = (update.task, update.attempt, run.started_us);
+                self.attempt_ended(now_us, (id, host), attempt, end);
             }
         }
         self.offer(now_us);
@@ -754,7 +752,6 @@ impl Scheduler {
         *free_attempt = Some(Attempt {
             attempt,
             exec: exec_slot,
-            started_us: now_us,
         });
         t.next_attempt += 1;
         if speculative {
@@ -833,14 +830,13 @@ impl Scheduler {
         }
     }
 
-    /// An attempt the executor held has ended (its cores are already back).
+    /// An attempt `(task, attempt, started_us)` that executor `(id, host)` held has ended (its
+    /// cores are already back).
     fn attempt_ended(
         &mut self,
         now_us: u64,
-        exec: ExecutorId,
-        host: u32,
-        task: TaskId,
-        attempt: u32,
+        (exec, host): (ExecutorId, u32),
+        (task, attempt, started_us): (TaskId, u32, u64),
         end: End,
     ) {
         let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
@@ -854,14 +850,14 @@ impl Scheduler {
             return;
         };
         // Killed attempts were taken off the task already: nothing more to do.
-        let Some(a) = t
+        let Some(slot) = t
             .attempts
             .iter_mut()
             .find(|a| a.is_some_and(|a| a.attempt == attempt))
-            .and_then(Option::take)
         else {
             return;
         };
+        *slot = None;
         let cores = u64::from(t.cores);
         job.running_cores = job.running_cores.saturating_sub(cores);
         if let Some(p) = self.pools.get_mut(job.pool as usize) {
@@ -870,12 +866,12 @@ impl Scheduler {
         match end {
             End::Succeeded(data) => {
                 t.status = Status::Succeeded;
-                t.result = Some(data.clone());
+                t.payload = data.clone();
                 let others = std::mem::take(&mut t.attempts);
                 job.running -= 1;
                 job.final_count += 1;
                 if self.config.speculation.is_some() {
-                    job.durations_us.push(now_us.saturating_sub(a.started_us));
+                    job.durations_us.push(now_us.saturating_sub(started_us));
                 }
                 self.unfinished_total -= 1;
                 self.stats.succeeded += 1;
@@ -1094,7 +1090,7 @@ impl Scheduler {
             JobOutcome::Succeeded(
                 job.tasks
                     .iter_mut()
-                    .map(|t| t.result.take().unwrap_or_default())
+                    .map(|t| std::mem::take(&mut t.payload))
                     .collect(),
             )
         };
