@@ -288,7 +288,7 @@ impl Sim {
     /// Draws the scenario: executors (some late, some dying), jobs, cancellations, kills.
     fn plan(&mut self) {
         let hosts = self.rng.range(1, 4);
-        let n_execs = self.rng.range(1, 8);
+        let n_execs = self.rng.range(1, 12);
         for i in 0..n_execs {
             let id = ExecutorId(i + 1);
             let host = format!("host{}", self.rng.range(0, hosts - 1));
@@ -334,9 +334,9 @@ impl Sim {
         let t = self.rng.range(100_000, 400_000);
         self.at(t, Ev::Register(id));
 
-        let n_jobs = self.rng.range(1, 4) as usize;
+        let n_jobs = self.rng.range(1, 6) as usize;
         for j in 0..n_jobs {
-            let n_tasks = self.rng.range(0, 24);
+            let n_tasks = self.rng.range(0, 40);
             let oversized = self.rng.chance(0.05) && n_tasks > 0;
             let mut tasks = Vec::new();
             for i in 0..n_tasks {
