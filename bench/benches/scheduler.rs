@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec,
-    TaskState,
+    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec, TaskState,
 };
 
 const CORES: u32 = 4;

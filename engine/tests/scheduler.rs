@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
-    Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, SubmitError,
-    TaskId, TaskLaunch, TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
+    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, SubmitError, TaskId,
+    TaskLaunch, TaskSpec, TaskState,
 };
 
 fn config() -> Config {
@@ -109,7 +109,10 @@ fn registration_refuses_duplicates_zero_cores_and_a_full_table() {
         s.register_executor(0, exec(1, "h", 2)),
         Err(Refusal::DuplicateId(ExecutorId(1)))
     );
-    assert_eq!(s.register_executor(0, exec(2, "h", 0)), Err(Refusal::ZeroCores));
+    assert_eq!(
+        s.register_executor(0, exec(2, "h", 0)),
+        Err(Refusal::ZeroCores)
+    );
     assert_eq!(s.register_executor(0, exec(2, "h", 1)), Ok(()));
     assert_eq!(
         s.register_executor(0, exec(3, "h", 1)),
@@ -231,17 +234,28 @@ fn locality_prefers_executor_then_host_then_any_after_the_waits() {
     s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
     let first = launches(&drain(&mut s));
     let busy = first[0].0;
-    assert_eq!(busy, ExecutorId(1), "rotation starts at the first executor with seed 0");
+    assert_eq!(
+        busy,
+        ExecutorId(1),
+        "rotation starts at the first executor with seed 0"
+    );
     let mut ts = tasks(2);
     for t in &mut ts {
         t.preferred_executors.push(ExecutorId(1));
     }
     s.submit_job(10, JobSpec::new(ts)).unwrap();
-    assert!(launches(&drain(&mut s)).is_empty(), "within the executor wait");
+    assert!(
+        launches(&drain(&mut s)).is_empty(),
+        "within the executor wait"
+    );
     assert_eq!(s.poll_timeout(), Some(110));
     s.tick(110);
     let ls = launches(&drain(&mut s));
-    assert_eq!(ls.len(), 1, "host level: only the other executor on host ha");
+    assert_eq!(
+        ls.len(),
+        1,
+        "host level: only the other executor on host ha"
+    );
     assert_eq!(ls[0].0, ExecutorId(2));
     assert_eq!(s.poll_timeout(), Some(210));
     s.tick(209);
@@ -283,7 +297,10 @@ fn a_task_is_retried_until_max_failures_then_the_job_fails_with_the_reasons() {
     while outcomes(&kept).is_empty() {
         let ls = launches(&outs);
         assert!(ls.len() <= 1, "one core");
-        kept.extend(outs.into_iter().filter(|o| !matches!(o, Output::Launch { .. })));
+        kept.extend(
+            outs.into_iter()
+                .filter(|o| !matches!(o, Output::Launch { .. })),
+        );
         for (e, l) in ls {
             let msg = format!("boom {}-{}", l.task.index(), l.attempt);
             failed_attempts.push((l.task.index(), l.attempt));
@@ -294,7 +311,10 @@ fn a_task_is_retried_until_max_failures_then_the_job_fails_with_the_reasons() {
     }
     kept.extend(outs);
     // Alternating retries; task 0 reaches 3 failures first.
-    assert_eq!(failed_attempts, vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]);
+    assert_eq!(
+        failed_attempts,
+        vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
+    );
     let res = results(&kept);
     assert_eq!(res.len(), 2, "both tasks reported once");
     assert!(res.iter().all(|(_, r)| r.is_err()));
@@ -334,14 +354,22 @@ fn executor_loss_requeues_its_tasks_without_counting_unless_the_app_caused_it() 
         .collect();
     // Lost: not the tasks' fault, so max_failures = 1 does not fail the job.
     assert!(s.remove_executor(1, ExecutorId(1), RemovalReason::Lost("gone".into())));
-    assert!(drain(&mut s).is_empty(), "no free cores elsewhere, nothing reported");
+    assert!(
+        drain(&mut s).is_empty(),
+        "no free cores elsewhere, nothing reported"
+    );
     assert_eq!(s.job_pending_tasks(job), Some(2));
     s.register_executor(2, exec(3, "h", 2)).unwrap();
     let again = launches(&drain(&mut s));
     let mut relaunched: Vec<TaskId> = again.iter().map(|(_, l)| l.task).collect();
     relaunched.sort();
-    assert_eq!(relaunched, on_1, "exactly the lost executor's tasks come back");
-    assert!(again.iter().all(|(e, l)| *e == ExecutorId(3) && l.attempt == 1));
+    assert_eq!(
+        relaunched, on_1,
+        "exactly the lost executor's tasks come back"
+    );
+    assert!(again
+        .iter()
+        .all(|(e, l)| *e == ExecutorId(3) && l.attempt == 1));
     // Exit caused by the app counts: with max_failures = 1 the job fails.
     assert!(s.remove_executor(
         3,
@@ -402,7 +430,10 @@ fn stale_duplicate_and_unknown_updates_are_ignored_and_counted() {
     update(&mut s, 2, e, &l, TaskState::Finished, b"real");
     update(&mut s, 2, e, &l, TaskState::Finished, b"again");
     let outs = drain(&mut s);
-    assert_eq!(results(&outs), vec![(l.task, Ok(Bytes::from_static(b"real")))]);
+    assert_eq!(
+        results(&outs),
+        vec![(l.task, Ok(Bytes::from_static(b"real")))]
+    );
     assert_eq!(s.stats().ignored_updates, 6);
     assert_eq!(s.executor_cores(e), Some((2, 2)));
 }
@@ -422,7 +453,9 @@ fn cancel_kills_running_drops_pending_and_reports_once() {
     assert_eq!(kills(&outs).len(), 2, "the two running attempts");
     let res = results(&outs);
     assert_eq!(res.len(), 4, "every unfinished task reported");
-    assert!(res.iter().all(|(_, r)| r.as_ref().is_err_and(|e| e.contains("cancelled"))));
+    assert!(res
+        .iter()
+        .all(|(_, r)| r.as_ref().is_err_and(|e| e.contains("cancelled"))));
     assert_eq!(outcomes(&outs), vec![(job, JobOutcome::Cancelled)]);
     assert_eq!(s.pending_tasks(), 0);
     // Cores come back when the executor confirms the kills.
@@ -449,7 +482,10 @@ fn killing_a_task_reports_it_failed_and_the_job_fails_when_the_rest_finish() {
     s.register_executor(0, exec(1, "h", 1)).unwrap();
     let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
     let ls = launches(&drain(&mut s));
-    assert!(s.kill_task(1, TaskId::new(job, 1), "not needed"), "a pending task");
+    assert!(
+        s.kill_task(1, TaskId::new(job, 1), "not needed"),
+        "a pending task"
+    );
     assert!(!s.kill_task(1, TaskId::new(job, 1), "again"));
     let outs = drain(&mut s);
     assert_eq!(
@@ -540,12 +576,25 @@ fn a_job_succeeds_with_its_results_in_task_order() {
     ls.reverse();
     let mut outs = Vec::new();
     for (e, l) in &ls {
-        update(&mut s, 1, *e, l, TaskState::Finished, &[l.task.index() as u8 + 10]);
+        update(
+            &mut s,
+            1,
+            *e,
+            l,
+            TaskState::Finished,
+            &[l.task.index() as u8 + 10],
+        );
         outs.extend(drain(&mut s));
     }
     let expected: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i + 10])).collect();
-    assert_eq!(outcomes(&outs), vec![(job, JobOutcome::Succeeded(expected))]);
-    assert!(matches!(outs.last(), Some(Output::JobOutcome { .. })), "outcome last");
+    assert_eq!(
+        outcomes(&outs),
+        vec![(job, JobOutcome::Succeeded(expected))]
+    );
+    assert!(
+        matches!(outs.last(), Some(Output::JobOutcome { .. })),
+        "outcome last"
+    );
 }
 
 #[test]
@@ -564,7 +613,9 @@ fn unschedulable_jobs_fail_instead_of_hanging() {
     assert!(drain(&mut s).is_empty());
     s.tick(1_000);
     let outs = drain(&mut s);
-    assert!(matches!(&outcomes(&outs)[..], [(j, JobOutcome::Failed(r))] if *j == job && r[0].contains("no executor")));
+    assert!(
+        matches!(&outcomes(&outs)[..], [(j, JobOutcome::Failed(r))] if *j == job && r[0].contains("no executor"))
+    );
 }
 
 #[test]
@@ -601,7 +652,10 @@ fn exclusion_per_job_then_global_with_expiry() {
     assert!(launches(&drain(&mut s)).is_empty());
     assert!(matches!(
         s.register_executor(4, exec(2, "bad", 1)),
-        Err(Refusal::HostExcluded { until_us: 1_003, .. })
+        Err(Refusal::HostExcluded {
+            until_us: 1_003,
+            ..
+        })
     ));
     assert_eq!(s.stats().executors_excluded, 1);
     // Expiry.
@@ -646,7 +700,14 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
     assert_eq!(copy[0].1.attempt, 1);
     assert_eq!(s.stats().speculative_launched, 1);
     // The copy wins; the original is killed; one result.
-    update(&mut s, 260, copy[0].0, &copy[0].1, TaskState::Finished, b"copy");
+    update(
+        &mut s,
+        260,
+        copy[0].0,
+        &copy[0].1,
+        TaskState::Finished,
+        b"copy",
+    );
     let outs2 = drain(&mut s);
     assert_eq!(kills(&outs2), vec![(ExecutorId(1), ls[3].1.task, 0)]);
     assert_eq!(

@@ -338,3 +338,121 @@ impl Job {
         Some(threshold.max(min_runtime_us))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(status: Status, cores: u32) -> TaskRec {
+        TaskRec {
+            function: Arc::from("f"),
+            payload: Bytes::new(),
+            prefs: None,
+            cores,
+            status,
+            next_attempt: 0,
+            failures: 0,
+            attempts: [None, None],
+            speculated: false,
+        }
+    }
+
+    #[test]
+    fn pop_pending_skips_stale_entries_and_stops_at_a_task_that_does_not_fit() {
+        let tasks = vec![
+            task(Status::Running, 1),
+            task(Status::Succeeded, 1),
+            task(Status::Pending, 2),
+            task(Status::Pending, 1),
+        ];
+        let mut q: VecDeque<u32> = [0, 1, 9, 2, 3].into_iter().collect();
+        assert_eq!(pop_pending(&mut q, &tasks, 1), None, "task 2 needs 2 cores");
+        assert_eq!(q, [2, 3], "stale and unknown entries dropped");
+        assert_eq!(pop_pending(&mut q, &tasks, 2), Some(2));
+        assert_eq!(pop_pending(&mut q, &tasks, 2), Some(3));
+        assert_eq!(pop_pending(&mut q, &tasks, 2), None);
+    }
+
+    fn job(has_exec_prefs: bool, has_host_prefs: bool) -> Job {
+        Job {
+            id: JobId(1),
+            pool: 0,
+            weight: 1,
+            priority: 0,
+            tasks: vec![task(Status::Pending, 1)],
+            pending: 1,
+            running: 0,
+            running_cores: 0,
+            final_count: 0,
+            queues: Queues::default(),
+            has_exec_prefs,
+            has_host_prefs,
+            level: Level::Executor,
+            level_since_us: 0,
+            last_progress_us: 0,
+            exclusion: JobExclusion::default(),
+            durations_us: Vec::new(),
+            speculatable: VecDeque::new(),
+            reasons: FxHashMap::default(),
+            doomed: false,
+            delay_rejected: false,
+            widened: false,
+        }
+    }
+
+    #[test]
+    fn locality_level_widens_after_each_wait_and_skips_levels_without_preferences() {
+        let mut j = job(true, true);
+        assert_eq!(j.allowed_level(99, [100, 50]), Level::Executor);
+        assert_eq!(j.level_deadline([100, 50]), Some(100));
+        assert_eq!(j.allowed_level(100, [100, 50]), Level::Host);
+        assert!(j.widened);
+        assert_eq!(j.allowed_level(149, [100, 50]), Level::Host);
+        assert_eq!(j.allowed_level(150, [100, 50]), Level::Any);
+        assert_eq!(j.level_deadline([100, 50]), None);
+        let mut j = job(false, false);
+        assert_eq!(
+            j.allowed_level(0, [100, 50]),
+            Level::Any,
+            "nothing to wait for"
+        );
+    }
+
+    #[test]
+    fn a_turned_away_executor_stops_local_launches_from_restarting_the_wait() {
+        let mut j = job(true, true);
+        j.launched_at(10, Some(Level::Executor));
+        assert_eq!(j.level_since_us, 10);
+        j.delay_rejected = true;
+        j.launched_at(20, Some(Level::Executor));
+        assert_eq!(j.level_since_us, 10, "the wait keeps running");
+        assert_eq!(j.allowed_level(110, [100, 50]), Level::Host);
+    }
+
+    #[test]
+    fn exclusion_counts_per_executor_and_host() {
+        let mut j = job(false, false);
+        j.record_exclusion_failure(ExecutorId(1), 7, 2, 3);
+        assert!(!j.excludes(ExecutorId(1), 7));
+        j.record_exclusion_failure(ExecutorId(1), 7, 2, 3);
+        assert!(j.excludes(ExecutorId(1), 7));
+        assert!(!j.excludes(ExecutorId(2), 7));
+        j.record_exclusion_failure(ExecutorId(2), 7, 2, 3);
+        assert!(j.excludes(ExecutorId(3), 7), "host 7 had 3 failures");
+    }
+
+    #[test]
+    fn speculation_threshold_needs_the_quantile_and_uses_the_median() {
+        let mut j = job(false, false);
+        j.tasks = (0..4).map(|_| task(Status::Running, 1)).collect();
+        j.durations_us = vec![100];
+        assert_eq!(
+            j.speculation_threshold_us(0.5, 1.5, 0),
+            None,
+            "1 of 4 < 50%"
+        );
+        j.durations_us = vec![300, 100];
+        assert_eq!(j.speculation_threshold_us(0.5, 1.5, 0), Some(450));
+        assert_eq!(j.speculation_threshold_us(0.5, 1.5, 1000), Some(1000));
+    }
+}

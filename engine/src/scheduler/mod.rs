@@ -64,9 +64,9 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 pub use types::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
-    Refusal, RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError,
-    TaskId, TaskLaunch, TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
+    RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId,
+    TaskLaunch, TaskSpec, TaskState,
 };
 
 use book::{Book, Run};
@@ -238,7 +238,11 @@ impl Scheduler {
         let waits = self.waits();
         let mut t = u64::MAX;
         let free = self.book.has_free_cores();
-        for job in self.active.iter().filter_map(|&s| self.jobs.get(s as usize)?.as_ref()) {
+        for job in self
+            .active
+            .iter()
+            .filter_map(|&s| self.jobs.get(s as usize)?.as_ref())
+        {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
@@ -302,7 +306,12 @@ impl Scheduler {
         true
     }
 
-    fn remove_executor_inner(&mut self, now_us: u64, id: ExecutorId, reason: &RemovalReason) -> bool {
+    fn remove_executor_inner(
+        &mut self,
+        now_us: u64,
+        id: ExecutorId,
+        reason: &RemovalReason,
+    ) -> bool {
         let Some((_, exec)) = self.book.remove(id) else {
             return false;
         };
@@ -626,11 +635,14 @@ impl Scheduler {
             .iter()
             .copied()
             .filter(|&s| {
-                self.jobs.get(s as usize).and_then(Option::as_ref).is_some_and(|j| {
-                    j.pending > 0
-                        && j.running == 0
-                        && now_us.saturating_sub(j.last_progress_us) >= timeout
-                })
+                self.jobs
+                    .get(s as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|j| {
+                        j.pending > 0
+                            && j.running == 0
+                            && now_us.saturating_sub(j.last_progress_us) >= timeout
+                    })
             })
             .collect();
         for slot in stuck {
@@ -685,7 +697,11 @@ impl Scheduler {
             let Some(&job_slot) = job_slot else {
                 break;
             };
-            let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+            let Some(job) = self
+                .jobs
+                .get_mut(job_slot as usize)
+                .and_then(Option::as_mut)
+            else {
                 continue;
             };
             if job.pending == 0 && job.speculatable.is_empty() {
@@ -732,7 +748,11 @@ impl Scheduler {
     }
 
     fn launch(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
             return;
         };
         let (index, speculative) = match found {
@@ -811,7 +831,11 @@ impl Scheduler {
 
     /// Asks the executor holding `a` to kill it; the job no longer counts its cores.
     fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Attempt, reason: &str) {
-        if let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) {
+        if let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        {
             if let Some(t) = job.tasks.get(task.index() as usize) {
                 let cores = u64::from(t.cores);
                 job.running_cores = job.running_cores.saturating_sub(cores);
@@ -842,7 +866,11 @@ impl Scheduler {
         let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
             return;
         };
-        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
             return;
         };
         let index = task.index();
@@ -903,7 +931,10 @@ impl Scheduler {
                         );
                     }
                     self.record_global_failure(now_us, exec);
-                    let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut)
+                    let Some(job) = self
+                        .jobs
+                        .get_mut(job_slot as usize)
+                        .and_then(Option::as_mut)
                     else {
                         return;
                     };
@@ -933,7 +964,11 @@ impl Scheduler {
 
     /// Puts a task whose last attempt ended back in its queues.
     fn requeue(&mut self, now_us: u64, job_slot: u32, index: u32) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
             return;
         };
         let Some(t) = job.tasks.get_mut(index as usize) else {
@@ -1070,7 +1105,11 @@ impl Scheduler {
 
     /// Reports the job's outcome once all its tasks are final.
     fn maybe_finish_job(&mut self, job_slot: u32) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
             return;
         };
         if job.final_count < job.tasks.len() {
@@ -1096,13 +1135,18 @@ impl Scheduler {
         };
         let id = job.id;
         self.remove_job(job_slot);
-        self.outputs.push_back(Output::JobOutcome { job: id, outcome });
+        self.outputs
+            .push_back(Output::JobOutcome { job: id, outcome });
     }
 
     /// Ends a job now: kills its running attempts, reports every unfinished task with `task_msg`,
     /// then the outcome.
     fn abort_job(&mut self, job_slot: u32, outcome: JobOutcome, task_msg: &str) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
             return;
         };
         let id = job.id;
@@ -1133,7 +1177,8 @@ impl Scheduler {
             self.kill_attempt(job_slot, task, a, task_msg);
         }
         self.remove_job(job_slot);
-        self.outputs.push_back(Output::JobOutcome { job: id, outcome });
+        self.outputs
+            .push_back(Output::JobOutcome { job: id, outcome });
     }
 
     fn remove_job(&mut self, job_slot: u32) {

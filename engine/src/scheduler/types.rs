@@ -93,7 +93,10 @@ impl fmt::Display for RemovalReason {
             RemovalReason::Exited {
                 code,
                 caused_by_app,
-            } => write!(f, "executor exited with code {code} (caused by app: {caused_by_app})"),
+            } => write!(
+                f,
+                "executor exited with code {code} (caused by app: {caused_by_app})"
+            ),
         }
     }
 }
@@ -177,7 +180,9 @@ impl JobSpec {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
     /// Accepting the job would exceed `Config::pending_tasks_max` unfinished tasks: back off.
-    #[error("{active} tasks unfinished + {submitted} submitted exceeds pending_tasks_max = {limit}")]
+    #[error(
+        "{active} tasks unfinished + {submitted} submitted exceeds pending_tasks_max = {limit}"
+    )]
     TooManyPending {
         /// Tasks accepted and not yet final.
         active: usize,

@@ -30,9 +30,9 @@ use bytes::Bytes;
 pub use rng::Rng;
 
 use crate::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
-    Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, TaskId,
-    TaskLaunch, TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
+    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch,
+    TaskSpec, TaskState,
 };
 
 /// Largest core count a simulated task asks for.
@@ -340,7 +340,11 @@ impl Sim {
             let oversized = self.rng.chance(0.05) && n_tasks > 0;
             let mut tasks = Vec::new();
             for i in 0..n_tasks {
-                let payload_len = if oversized && i == n_tasks / 2 { 100 } else { 8 };
+                let payload_len = if oversized && i == n_tasks / 2 {
+                    100
+                } else {
+                    8
+                };
                 let mut t = TaskSpec::new("work", Bytes::from(vec![7u8; payload_len]));
                 t.cores = if self.rng.chance(0.15) {
                     TASK_CORES_MAX
@@ -639,7 +643,7 @@ impl Sim {
             let executor = ExecutorId(self.rng.range(0, 9));
             let garbage = StatusUpdate {
                 executor,
-                task: TaskId(self.rng.next_u64() % 8 << 32 | self.rng.range(0, 30)),
+                task: TaskId(((self.rng.next_u64() % 8) << 32) | self.rng.range(0, 30)),
                 attempt: self.rng.range(5, 9) as u32,
                 state: [TaskState::Finished, TaskState::Failed, TaskState::Killed]
                     [self.rng.range(0, 2) as usize],
@@ -651,7 +655,14 @@ impl Sim {
         Ok(())
     }
 
-    fn send(&mut self, t_us: u64, executor: ExecutorId, key: (u64, u32), state: TaskState, data: Bytes) {
+    fn send(
+        &mut self,
+        t_us: u64,
+        executor: ExecutorId,
+        key: (u64, u32),
+        state: TaskState,
+        data: Bytes,
+    ) {
         let update = StatusUpdate {
             executor,
             task: TaskId(key.0),
@@ -726,7 +737,10 @@ impl Sim {
     fn on_launch(&mut self, executor: ExecutorId, launch: TaskLaunch) -> Result<(), SimError> {
         let job = launch.task.job();
         if self.sched.is_excluded(self.now_us, executor, Some(job)) {
-            return self.fail(format!("launch of {} on excluded {executor:?}", launch.task));
+            return self.fail(format!(
+                "launch of {} on excluded {executor:?}",
+                launch.task
+            ));
         }
         if self.results.contains_key(&launch.task) {
             return self.fail(format!("launch of {} after its final report", launch.task));
@@ -744,7 +758,10 @@ impl Sim {
         e.held.insert((launch.task.0, launch.attempt), launch.cores);
         let used: u32 = e.held.values().sum();
         if used > e.info.cores {
-            let msg = format!("{executor:?} oversubscribed: {used} of {} cores", e.info.cores);
+            let msg = format!(
+                "{executor:?} oversubscribed: {used} of {} cores",
+                e.info.cores
+            );
             return self.fail(msg);
         }
         let t = self.now_us + self.net_delay();
@@ -765,10 +782,14 @@ impl Sim {
         }
         if let Ok(data) = &result {
             if !self.finished_by_exec.contains(&task) {
-                return self.fail(format!("{task} reported succeeded, no executor finished it"));
+                return self.fail(format!(
+                    "{task} reported succeeded, no executor finished it"
+                ));
             }
             if *data != expected_result(task) {
-                return self.fail(format!("{task} reported a result its executor did not send"));
+                return self.fail(format!(
+                    "{task} reported a result its executor did not send"
+                ));
             }
         }
         self.results.insert(task, result);
