@@ -75,6 +75,8 @@ use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Queues, Status, TaskR
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
+/// Tasks per job whose failure reasons are kept (the rest are counted, not stored).
+const REASON_TASKS_MAX: usize = 1024;
 
 /// A FAIR pool.
 #[derive(Debug)]
@@ -516,10 +518,12 @@ impl Scheduler {
         t.status = Status::Failed;
         let msg = format!("killed: {reason}");
         let attempts = std::mem::take(&mut t.attempts);
-        job.reasons
-            .entry(index)
-            .or_default()
-            .push(format!("task {index} {msg}"));
+        if job.reasons.len() < REASON_TASKS_MAX {
+            job.reasons
+                .entry(index)
+                .or_default()
+                .push(format!("task {index} {msg}"));
+        }
         job.doomed = true;
         job.final_count += 1;
         self.unfinished_total -= 1;
@@ -917,11 +921,12 @@ impl Scheduler {
                 if counts {
                     t.failures += 1;
                     let failures = t.failures;
-                    let reasons = job.reasons.entry(index).or_default();
-                    reasons.push(format!(
-                        "task {index} attempt {attempt} on executor {}: {reason}",
-                        exec.0
-                    ));
+                    if job.reasons.len() < REASON_TASKS_MAX || job.reasons.contains_key(&index) {
+                        job.reasons.entry(index).or_default().push(format!(
+                            "task {index} attempt {attempt} on executor {}: {reason}",
+                            exec.0
+                        ));
+                    }
                     if let Some(x) = &self.config.exclusion {
                         job.record_exclusion_failure(
                             exec,
