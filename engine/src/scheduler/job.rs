@@ -134,6 +134,8 @@ pub(crate) struct Job {
     /// The locality level widened since the scheduler last looked: executors set aside for
     /// this job may have work now.
     pub widened: bool,
+    /// Listed in the scheduler's runnable jobs (it has pending tasks or stragglers to copy).
+    pub in_runnable: bool,
 }
 
 /// Pops the first entry of `queue` that is a pending task fitting in `free` cores; stale entries
@@ -157,6 +159,16 @@ fn pop_pending(queue: &mut VecDeque<u32>, tasks: &[TaskRec], free: u32) -> Optio
 }
 
 impl Job {
+    /// Whether the job has something to launch: pending tasks or stragglers to copy.
+    pub fn has_work(&self) -> bool {
+        self.pending > 0 || !self.speculatable.is_empty()
+    }
+
+    /// The job's FIFO key: higher priority first, then submission order.
+    pub fn fifo_key(&self) -> (i64, u64) {
+        (-i64::from(self.priority), self.id.0)
+    }
+
     /// The job's first locality level given which preferences its tasks have.
     pub fn start_level(&self) -> Level {
         if self.has_exec_prefs {
@@ -397,6 +409,7 @@ mod tests {
             doomed: false,
             delay_rejected: false,
             widened: false,
+            in_runnable: false,
         }
     }
 

@@ -102,8 +102,12 @@ pub struct Scheduler {
     job_slots: FxHashMap<u64, u32>,
     /// Active job slots, in FIFO order (priority, then id).
     active: Vec<u32>,
+    /// The active jobs that have something to launch, in FIFO order: offers look only at these.
+    runnable: Vec<u32>,
     /// Scratch for the FAIR order.
     order: Vec<u32>,
+    /// Scratch: jobs whose straggler queue changed during an offer.
+    touched: Vec<u32>,
     pools: Vec<Pool>,
     pool_ids: FxHashMap<String, u32>,
     next_job: u64,
@@ -143,7 +147,9 @@ impl Scheduler {
             job_free_slots: Vec::new(),
             job_slots: FxHashMap::default(),
             active: Vec::new(),
+            runnable: Vec::new(),
             order: Vec::new(),
+            touched: Vec::new(),
             pools,
             pool_ids,
             next_job: 1,
@@ -438,6 +444,7 @@ impl Scheduler {
             doomed: false,
             delay_rejected: false,
             widened: false,
+            in_runnable: false,
         };
         job.level = job.start_level();
         let book = &self.book;
@@ -466,6 +473,7 @@ impl Scheduler {
                 .is_some_and(|j| (-(i64::from(j.priority)), j.id.0) < key)
         });
         self.active.insert(pos, slot);
+        self.sync_runnable(slot);
         self.pending_total += n;
         self.unfinished_total += n;
         if let Some((i, len)) = oversized {
@@ -527,6 +535,7 @@ impl Scheduler {
         job.doomed = true;
         job.final_count += 1;
         self.unfinished_total -= 1;
+        self.sync_runnable(slot);
         for a in attempts.into_iter().flatten() {
             self.kill_attempt(slot, task, a, &msg);
         }
@@ -602,7 +611,7 @@ impl Scheduler {
     pub fn tick(&mut self, now_us: u64) {
         let waits = self.waits();
         let mut new_work = false;
-        for &slot in &self.active {
+        for &slot in &self.runnable {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 continue;
             };
@@ -635,7 +644,7 @@ impl Scheduler {
         }
         let timeout = self.config.unschedulable_timeout_us;
         let stuck: Vec<u32> = self
-            .active
+            .runnable
             .iter()
             .copied()
             .filter(|&s| {
@@ -687,16 +696,17 @@ impl Scheduler {
             return false;
         }
         let waits = self.waits();
-        let fair = self.config.sharing == Sharing::Fair && self.active.len() > 1;
+        let fair = self.config.sharing == Sharing::Fair && self.runnable.len() > 1;
         if fair {
             self.fair_order();
         }
-        let count = self.active.len();
-        for k in 0..count {
+        let mut touched = std::mem::take(&mut self.touched);
+        let mut launched = None;
+        for k in 0..self.runnable.len() {
             let job_slot = if fair {
                 self.order.get(k)
             } else {
-                self.active.get(k)
+                self.runnable.get(k)
             };
             let Some(&job_slot) = job_slot else {
                 break;
@@ -708,10 +718,7 @@ impl Scheduler {
             else {
                 continue;
             };
-            if job.pending == 0 && job.speculatable.is_empty() {
-                continue;
-            }
-            if job.excludes(id, host) {
+            if !job.has_work() || job.excludes(id, host) {
                 continue;
             }
             let spec_before = job.speculatable.len();
@@ -720,19 +727,58 @@ impl Scheduler {
                 self.book.unblock_all();
             }
             let popped = spec_before - job.speculatable.len();
-            self.speculatable_total = self.speculatable_total.saturating_sub(popped);
+            if popped > 0 {
+                self.speculatable_total = self.speculatable_total.saturating_sub(popped);
+                touched.push(job_slot);
+            }
             if let Some(found) = found {
-                self.launch(now_us, job_slot, slot, found);
-                return true;
+                launched = Some((job_slot, found));
+                break;
             }
         }
-        false
+        if let Some((job_slot, found)) = launched {
+            self.launch(now_us, job_slot, slot, found);
+            self.sync_runnable(job_slot);
+        }
+        for job_slot in touched.drain(..) {
+            self.sync_runnable(job_slot);
+        }
+        self.touched = touched;
+        launched.is_some()
     }
 
-    /// Sorts active jobs for FAIR sharing into `self.order`.
+    /// Lists or unlists a job as runnable after its pending or straggler queues changed.
+    fn sync_runnable(&mut self, job_slot: u32) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        let want = job.has_work();
+        if want == job.in_runnable {
+            return;
+        }
+        job.in_runnable = want;
+        let key = job.fifo_key();
+        let jobs = &self.jobs;
+        let pos = self.runnable.partition_point(|&s| {
+            jobs.get(s as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|j| j.fifo_key() < key)
+        });
+        if want {
+            self.runnable.insert(pos, job_slot);
+        } else if self.runnable.get(pos) == Some(&job_slot) {
+            self.runnable.remove(pos);
+        }
+    }
+
+    /// Sorts runnable jobs for FAIR sharing into `self.order`.
     fn fair_order(&mut self) {
         self.order.clear();
-        self.order.extend_from_slice(&self.active);
+        self.order.extend_from_slice(&self.runnable);
         let jobs = &self.jobs;
         let pools = &self.pools;
         let key = |s: &u32| {
@@ -989,6 +1035,7 @@ impl Scheduler {
         job.enqueue(index, |e| {
             book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host)
         });
+        self.sync_runnable(job_slot);
         self.book.unblock_all();
     }
 
@@ -1079,6 +1126,7 @@ impl Scheduler {
             return false;
         }
         let mut found = false;
+        let mut newly_runnable = Vec::new();
         for e in self.book.iter() {
             for (&(task, _), run) in &e.running {
                 let task = TaskId(task);
@@ -1102,8 +1150,14 @@ impl Scheduler {
                     job.speculatable.push_back(task.index());
                     self.speculatable_total += 1;
                     found = true;
+                    if !job.in_runnable {
+                        newly_runnable.push(slot);
+                    }
                 }
             }
+        }
+        for slot in newly_runnable {
+            self.sync_runnable(slot);
         }
         found
     }
@@ -1195,6 +1249,7 @@ impl Scheduler {
         }
         self.job_slots.remove(&job.id.0);
         self.active.retain(|&s| s != job_slot);
+        self.runnable.retain(|&s| s != job_slot);
         self.job_free_slots.push(job_slot);
     }
 }
