@@ -750,3 +750,56 @@ fn same_inputs_same_outputs() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn a_task_too_big_for_the_free_cores_does_not_hide_smaller_ones_behind_it() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let mut ts = tasks(3);
+    ts[0].cores = 2;
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(
+        ls[0].1.task,
+        TaskId::new(job, 1),
+        "the 1-core task behind the 2-core one"
+    );
+    // Once a 2-core executor joins, the big task runs there.
+    s.register_executor(1, exec(2, "h", 2)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(
+        (ls[0].0, ls[0].1.task),
+        (ExecutorId(2), TaskId::new(job, 0))
+    );
+}
+
+#[test]
+fn a_starved_job_waits_while_an_executor_could_serve_it() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 3)).unwrap();
+    // Job a holds 2 of 3 cores; job b's 2-core task cannot fit in the 1 free core for now.
+    let mut a = tasks(2);
+    a[0].cores = 1;
+    a[1].cores = 1;
+    s.submit_job(0, JobSpec::new(a)).unwrap();
+    let running = launches(&drain(&mut s));
+    let mut b = tasks(1);
+    b[0].cores = 3;
+    let jb = s.submit_job(0, JobSpec::new(b)).unwrap();
+    s.tick(5_000);
+    assert!(
+        outcomes(&drain(&mut s)).is_empty(),
+        "executor 1 has 3 cores: b must wait"
+    );
+    for (e, l) in &running {
+        update(&mut s, 5_001, *e, l, TaskState::Finished, b"");
+    }
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(ls[0].1.task.job(), jb);
+}

@@ -4,7 +4,9 @@
 //! Pending queues use lazy deletion: a task is pushed into every queue it qualifies for (its
 //! preferred executors, their and its preferred hosts, and "any"), and an entry is dropped when it
 //! reaches the front and the task is no longer pending. Each push is popped at most once, so
-//! finding a task is O(1) amortized.
+//! finding a task is O(1) amortized. There is one set of queues per distinct task size (cores),
+//! so a task too big for an executor's free cores never hides smaller ones queued behind it; a
+//! job usually has one size.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -77,9 +79,11 @@ impl TaskRec {
     }
 }
 
-/// Pending-task queues per locality bucket.
+/// Pending-task queues per locality bucket, for tasks of one size.
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
+    /// Cores of every task in these queues.
+    pub cores: u32,
     pub by_exec: FxHashMap<ExecutorId, VecDeque<u32>>,
     pub by_host: FxHashMap<u32, VecDeque<u32>>,
     pub no_pref: VecDeque<u32>,
@@ -111,7 +115,8 @@ pub(crate) struct Job {
     pub running_cores: u64,
     /// Tasks in a final state.
     pub final_count: usize,
-    pub queues: Queues,
+    /// Queues per task size, largest first.
+    pub classes: Vec<Queues>,
     pub has_exec_prefs: bool,
     pub has_host_prefs: bool,
     pub level: Level,
@@ -185,19 +190,42 @@ impl Job {
         let Some(t) = self.tasks.get(i as usize) else {
             return;
         };
+        let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
+            Some(p) if self.classes.get(p).is_some_and(|q| q.cores == t.cores) => p,
+            Some(p) => {
+                self.classes.insert(
+                    p,
+                    Queues {
+                        cores: t.cores,
+                        ..Queues::default()
+                    },
+                );
+                p
+            }
+            None => {
+                self.classes.push(Queues {
+                    cores: t.cores,
+                    ..Queues::default()
+                });
+                self.classes.len() - 1
+            }
+        };
+        let Some(q) = self.classes.get_mut(pos) else {
+            return;
+        };
         match &t.prefs {
-            None => self.queues.no_pref.push_back(i),
+            None => q.no_pref.push_back(i),
             Some(p) => {
                 for &e in &p.executors {
-                    self.queues.by_exec.entry(e).or_default().push_back(i);
+                    q.by_exec.entry(e).or_default().push_back(i);
                     if let Some(h) = host_of(e) {
-                        self.queues.by_host.entry(h).or_default().push_back(i);
+                        q.by_host.entry(h).or_default().push_back(i);
                     }
                 }
                 for &h in &p.hosts {
-                    self.queues.by_host.entry(h).or_default().push_back(i);
+                    q.by_host.entry(h).or_default().push_back(i);
                 }
-                self.queues.any.push_back(i);
+                q.any.push_back(i);
             }
         }
     }
@@ -246,29 +274,45 @@ impl Job {
         free: u32,
     ) -> Option<Found> {
         if self.pending > 0 {
-            if self.has_exec_prefs {
-                if let Some(q) = self.queues.by_exec.get_mut(&exec) {
-                    if let Some(i) = pop_pending(q, &self.tasks, free) {
-                        return Some(Found::Pending(i, Some(Level::Executor)));
+            // Classes are largest first: big tasks that fit go before small ones.
+            let Job {
+                classes,
+                tasks,
+                has_exec_prefs,
+                ..
+            } = &mut *self;
+            if *has_exec_prefs {
+                for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                    if let Some(q) = q.by_exec.get_mut(&exec) {
+                        if let Some(i) = pop_pending(q, tasks, free) {
+                            return Some(Found::Pending(i, Some(Level::Executor)));
+                        }
                     }
                 }
             }
             let allowed = self.allowed_level(now_us, waits_us);
-            if allowed >= Level::Host && !self.queues.by_host.is_empty() {
-                if let Some(q) = self.queues.by_host.get_mut(&host) {
-                    if let Some(i) = pop_pending(q, &self.tasks, free) {
-                        return Some(Found::Pending(i, Some(Level::Host)));
+            let Job { classes, tasks, .. } = &mut *self;
+            if allowed >= Level::Host {
+                for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                    if let Some(q) = q.by_host.get_mut(&host) {
+                        if let Some(i) = pop_pending(q, tasks, free) {
+                            return Some(Found::Pending(i, Some(Level::Host)));
+                        }
                     }
                 }
             }
-            if let Some(i) = pop_pending(&mut self.queues.no_pref, &self.tasks, free) {
-                return Some(Found::Pending(i, None));
+            for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                if let Some(i) = pop_pending(&mut q.no_pref, tasks, free) {
+                    return Some(Found::Pending(i, None));
+                }
             }
             if allowed >= Level::Any {
-                if let Some(i) = pop_pending(&mut self.queues.any, &self.tasks, free) {
-                    return Some(Found::Pending(i, Some(Level::Any)));
+                for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                    if let Some(i) = pop_pending(&mut q.any, tasks, free) {
+                        return Some(Found::Pending(i, Some(Level::Any)));
+                    }
                 }
-            } else if !self.queues.any.is_empty() {
+            } else if classes.iter().any(|q| !q.any.is_empty()) {
                 self.delay_rejected = true;
             }
         }
@@ -396,7 +440,7 @@ mod tests {
             running: 0,
             running_cores: 0,
             final_count: 0,
-            queues: Queues::default(),
+            classes: Vec::new(),
             has_exec_prefs,
             has_host_prefs,
             level: Level::Executor,

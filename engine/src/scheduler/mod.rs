@@ -71,7 +71,7 @@ pub use types::{
 
 use book::{Book, Run};
 use hash::FxHashMap;
-use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Queues, Status, TaskRec};
+use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Status, TaskRec};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
@@ -431,7 +431,7 @@ impl Scheduler {
             running: 0,
             running_cores: 0,
             final_count: 0,
-            queues: Queues::default(),
+            classes: Vec::new(),
             has_exec_prefs,
             has_host_prefs,
             level: Level::Any,
@@ -635,15 +635,16 @@ impl Scheduler {
         self.flush();
     }
 
-    /// Fails jobs that have queued tasks, nothing running, and no progress for
-    /// `unschedulable_timeout_us` although cores are free (every executor with free cores is
-    /// excluded for them or too small).
+    /// Fails jobs that have queued tasks, nothing running, and no launch for
+    /// `unschedulable_timeout_us` although cores are free, when no registered executor could
+    /// ever run them (all excluded for the job, or all smaller than its smallest queued task). A job
+    /// that is merely starved by others keeps waiting.
     fn fail_unschedulable(&mut self, now_us: u64) {
         if !self.book.has_free_cores() {
             return;
         }
         let timeout = self.config.unschedulable_timeout_us;
-        let stuck: Vec<u32> = self
+        let overdue: Vec<u32> = self
             .runnable
             .iter()
             .copied()
@@ -658,10 +659,32 @@ impl Scheduler {
                     })
             })
             .collect();
-        for slot in stuck {
+        for slot in overdue {
+            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+                continue;
+            };
+            // Rare (once per timeout per stuck job), so a scan of its tasks is fine here.
+            let smallest = job
+                .tasks
+                .iter()
+                .filter(|t| t.status == Status::Pending)
+                .map(|t| t.cores)
+                .min()
+                .unwrap_or(1);
+            let usable = self.book.iter().any(|e| {
+                e.cores >= smallest
+                    && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
+                    && !job.excludes(e.id, e.host)
+            });
+            if usable {
+                if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
+                    job.last_progress_us = now_us;
+                }
+                continue;
+            }
             let reason = format!(
                 "no executor could run the job's tasks for {timeout} us (all excluded for it, \
-                 or too few cores)"
+                 or all smaller than its smallest task)"
             );
             self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
         }

@@ -391,6 +391,9 @@ impl Sim {
             self.step += 1;
             self.report.steps = self.step;
             if self.step > STEPS_MAX || self.now_us > DEADLINE_US {
+                if self.verbose {
+                    self.dump();
+                }
                 return self.fail(format!(
                     "no progress: {} jobs still open at the deadline",
                     self.open_jobs()
@@ -423,6 +426,30 @@ impl Sim {
             self.check()?;
         }
         self.finish()
+    }
+
+    /// Prints what the scheduler holds (verbose replays of a stuck run).
+    fn dump(&self) {
+        for j in self.jobs.iter().filter_map(|j| j.id) {
+            let excluded: Vec<ExecutorId> = self
+                .execs
+                .keys()
+                .copied()
+                .filter(|&e| self.sched.is_excluded(self.now_us, e, Some(j)))
+                .collect();
+            let pending = self.sched.job_pending_tasks(j);
+            eprintln!("{j:?}: pending {pending:?}, excluded on {excluded:?}");
+        }
+        for (id, e) in &self.execs {
+            eprintln!(
+                "{id:?} on {}: registered {}, scheduler sees {:?}, excluded {}, held {:?}",
+                e.info.host,
+                e.registered,
+                self.sched.executor_cores(*id),
+                self.sched.is_excluded(self.now_us, *id, None),
+                e.held
+            );
+        }
     }
 
     fn any_alive(&self) -> bool {
