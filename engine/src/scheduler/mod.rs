@@ -26,9 +26,19 @@
 //! host, then tasks without preferences, then (after the waits) any task, then a straggler to
 //! copy. An executor for which nothing fits is set aside ("blocked") until new work appears (a
 //! submission, a retry, a wider locality level, a straggler, an exclusion ending) or its own
-//! cores come back, so offers never rescan idle executors. Everything a launch or a completion
-//! touches is O(1) amortized (hash maps and queues with lazy deletion); the only loops are over
-//! active jobs (few) for the sharing order.
+//! cores come back, so offers never rescan idle executors. Only jobs with something to launch
+//! are asked ("runnable" jobs), and a job keeps one set of queues per task size so a task too big
+//! for an executor never hides smaller ones. Everything a launch or a completion touches is O(1)
+//! amortized (hash maps and queues with lazy deletion); the one loop is over runnable jobs for
+//! the sharing order (FIFO: usually the first answers; FAIR sorts them by share per assignment,
+//! O(R log R) for R runnable jobs).
+//!
+//! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
+//! level and widens after each wait; a launch at a local level restarts the wait, except that
+//! once an executor has been turned away for locality the wait keeps running until the job has
+//! nothing queued, so a free core never idles longer than the sum of the waits while a job has
+//! work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
+//! The driver calls [`Scheduler::tick`] at [`Scheduler::poll_timeout`].
 //!
 //! # Failures
 //!
@@ -36,10 +46,12 @@
 //! own tasks. A failed attempt is retried until a task has failed `max_failures` times; then the
 //! job fails with the reasons, its other tasks are killed or dropped, each reported once. A loss
 //! that is not the task's fault (executor lost, killed, or exited not because of the app) does not
-//! count. Counted failures feed exclusion: per job (executor and host) and globally (executor,
-//! then host once enough of its executors are excluded, expiring after a timeout). A job that has
-//! queued tasks, nothing running and has launched nothing for `unschedulable_timeout_us` while
-//! cores are free fails instead of hanging.
+//! count. Counted failures feed exclusion: per job (executor and host, for the job's lifetime)
+//! and globally (executor, then host once enough of its executors are excluded, both expiring
+//! after a timeout). A job that has queued tasks, nothing running, has launched nothing for
+//! `unschedulable_timeout_us` while cores are free, and that no registered executor could ever
+//! serve (all excluded for it, or all smaller than its smallest queued task) fails instead of
+//! hanging; a job merely starved by others keeps waiting.
 //!
 //! # Speculation
 //!
