@@ -803,3 +803,29 @@ fn a_starved_job_waits_while_an_executor_could_serve_it() {
     assert_eq!(ls.len(), 1);
     assert_eq!(ls[0].1.task.job(), jb);
 }
+
+#[test]
+fn fair_sharing_inside_a_pool_follows_job_weights_and_rebalances_on_completion() {
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        ..config()
+    });
+    let mut a = JobSpec::new(tasks(100));
+    a.weight = 1;
+    let mut b = JobSpec::new(tasks(100));
+    b.weight = 2;
+    let ja = s.submit_job(0, a).unwrap();
+    let jb = s.submit_job(0, b).unwrap();
+    s.register_executor(0, exec(1, "h", 6)).unwrap();
+    let ls = launches(&drain(&mut s));
+    let count = |ls: &[(ExecutorId, TaskLaunch)], j: JobId| {
+        ls.iter().filter(|(_, l)| l.task.job() == j).count()
+    };
+    assert_eq!((count(&ls, ja), count(&ls, jb)), (2, 4));
+    // A core freed by b goes back to b (2/1 = 2 vs 3/2 = 1.5 running per weight).
+    let (e, l) = ls.iter().find(|(_, l)| l.task.job() == jb).unwrap().clone();
+    update(&mut s, 1, e, &l, TaskState::Finished, b"");
+    let next = launches(&drain(&mut s));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].1.task.job(), jb);
+}
