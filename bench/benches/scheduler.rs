@@ -13,7 +13,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use flint_engine::scheduler::{
     Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec, TaskState,
 };
@@ -100,6 +102,9 @@ fn run(s: &mut Scheduler) -> (Duration, u64) {
 fn scheduler(c: &mut Criterion) {
     let tasks = task_count();
     let mut group = c.benchmark_group("scheduler");
+    // One run per sample: each run is long (a million tasks), so flat sampling keeps the whole
+    // bench within a couple of minutes.
+    group.sampling_mode(SamplingMode::Flat);
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(8));
