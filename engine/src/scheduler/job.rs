@@ -291,8 +291,13 @@ impl Job {
                 }
             }
             let allowed = self.allowed_level(now_us, waits_us);
-            let Job { classes, tasks, .. } = &mut *self;
-            if allowed >= Level::Host {
+            let Job {
+                classes,
+                tasks,
+                has_host_prefs,
+                ..
+            } = &mut *self;
+            if allowed >= Level::Host && *has_host_prefs {
                 for q in classes.iter_mut().filter(|q| q.cores <= free) {
                     if let Some(q) = q.by_host.get_mut(&host) {
                         if let Some(i) = pop_pending(q, tasks, free) {
