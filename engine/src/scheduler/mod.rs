@@ -30,8 +30,8 @@
 //! are asked ("runnable" jobs), and a job keeps one set of queues per task size so a task too big
 //! for an executor never hides smaller ones. Everything a launch or a completion touches is O(1)
 //! amortized (hash maps and queues with lazy deletion); the one loop is over runnable jobs for
-//! the sharing order (FIFO: usually the first answers; FAIR sorts them by share per assignment,
-//! O(R log R) for R runnable jobs).
+//! the sharing order (FIFO: usually the first answers; FAIR picks the neediest in O(R) for R
+//! runnable jobs, and sorts the rest only when that job has nothing for the executor).
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
 //! level and widens after each wait; a launch at a local level restarts the wait, except that
@@ -733,11 +733,14 @@ impl Scheduler {
         let waits = self.waits();
         let fair = self.config.sharing == Sharing::Fair && self.runnable.len() > 1;
         if fair {
-            self.fair_order();
+            self.fair_order(0);
         }
         let mut touched = std::mem::take(&mut self.touched);
         let mut launched = None;
         for k in 0..self.runnable.len() {
+            if fair && k == 1 {
+                self.fair_order(1);
+            }
             let job_slot = if fair {
                 self.order.get(k)
             } else {
@@ -810,10 +813,14 @@ impl Scheduler {
         }
     }
 
-    /// Sorts runnable jobs for FAIR sharing into `self.order`.
-    fn fair_order(&mut self) {
-        self.order.clear();
-        self.order.extend_from_slice(&self.runnable);
+    /// FAIR order of the runnable jobs in `self.order`, built lazily: `from == 0` refills it and
+    /// only brings the neediest job to the front (O(R), usually all an assignment needs);
+    /// `from == 1` sorts the rest, for when the neediest job had nothing for the executor.
+    fn fair_order(&mut self, from: usize) {
+        if from == 0 {
+            self.order.clear();
+            self.order.extend_from_slice(&self.runnable);
+        }
         let jobs = &self.jobs;
         let pools = &self.pools;
         let key = |s: &u32| {
@@ -825,11 +832,20 @@ impl Scheduler {
                 (p, w, -i64::from(j.priority), j.id.0)
             })
         };
-        self.order.sort_by(|a, b| {
+        let cmp = |a: &u32, b: &u32| {
             key(a)
                 .partial_cmp(&key(b))
                 .unwrap_or(std::cmp::Ordering::Equal)
-        });
+        };
+        let rest = self.order.get_mut(from..).unwrap_or_default();
+        if from == 0 {
+            let min = rest.iter().enumerate().min_by(|a, b| cmp(a.1, b.1));
+            if let Some((pos, _)) = min {
+                rest.swap(0, pos);
+            }
+        } else {
+            rest.sort_by(cmp);
+        }
     }
 
     fn launch(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
