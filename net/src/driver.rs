@@ -260,6 +260,7 @@ impl Driver {
             counters: counters.clone(),
             stopping: false,
             tick: None,
+            retiring: HashMap::new(),
         };
         let endpoint = runtime
             .handle()
@@ -335,6 +336,37 @@ impl Driver {
             .map_err(|_| DriverError::Stopped)
     }
 
+    /// What an allocator needs: the backlog and each remote executor's running tasks.
+    pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Executors, Duration::from_secs(10))
+            .map_err(|_| DriverError::Stopped)
+    }
+
+    /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
+    /// as a loss. Answers whether it was registered.
+    pub fn stop_executor(&self, name: &str) -> Result<bool, DriverError> {
+        let name = name.to_owned();
+        self.endpoint
+            .ask(
+                |reply| DriverMsg::StopExecutor { name, reply },
+                Duration::from_secs(10),
+            )
+            .map_err(|_| DriverError::Stopped)
+    }
+
+    /// Removes a remote executor (by its id on the wire) from the scheduler for `reason` and
+    /// drops its connection, if it is still registered: what a lifecycle handler does when a
+    /// cluster manager reports the executor gone. Its running tasks go back to pending.
+    pub fn remove_executor(&self, name: &str, reason: RemovalReason) -> Result<(), DriverError> {
+        self.endpoint
+            .send(DriverMsg::RemoveExecutor {
+                name: name.to_owned(),
+                reason,
+            })
+            .map_err(|_| DriverError::Stopped)
+    }
+
     /// Tells every remote executor to exit and waits (up to `timeout`) until they have gone.
     pub fn stop_executors(&self, timeout: Duration) -> Result<(), DriverError> {
         let remote = self
@@ -381,6 +413,17 @@ fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<
     }
 }
 
+/// The backlog and the remote executors, as [`Driver::executors_view`] sees them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutorsView {
+    /// Tasks waiting for a slot.
+    pub pending_tasks: usize,
+    /// Tasks running (launched and not finished).
+    pub running_tasks: usize,
+    /// Each registered remote executor: its id on the wire and the tasks running on it.
+    pub executors: Vec<(String, u32)>,
+}
+
 /// Messages to the driver's endpoint.
 pub(crate) enum DriverMsg {
     /// Submit a job.
@@ -400,6 +443,22 @@ pub(crate) enum DriverMsg {
     StopExecutors(Reply<usize>),
     /// Local tasks completed.
     LocalKick,
+    /// The backlog and the executors.
+    Executors(Reply<ExecutorsView>),
+    /// Send `StopExecutor` to one executor; replies whether it is registered.
+    StopExecutor {
+        /// Its id on the wire.
+        name: String,
+        /// Whether it was registered.
+        reply: Reply<bool>,
+    },
+    /// Remove an executor for a reason a cluster manager gave.
+    RemoveExecutor {
+        /// Its id on the wire.
+        name: String,
+        /// Why.
+        reason: RemovalReason,
+    },
 }
 
 /// Where an executor's launches go.
@@ -450,6 +509,8 @@ pub(crate) struct DriverEndpoint {
     counters: Arc<Counters>,
     stopping: bool,
     tick: Option<TimerId>,
+    /// Executors being stopped or removed on purpose, with the reason their removal gets.
+    retiring: HashMap<ExecutorId, RemovalReason>,
 }
 
 /// The local executor's id.
@@ -677,7 +738,10 @@ impl DriverEndpoint {
         self.links.remove(&id);
         self.names.retain(|_, named| *named != id);
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
-        if self.stopping {
+        if let Some(reason) = self.retiring.remove(&id) {
+            tracing::info!(executor = id.0, "executor removed: {reason}");
+            self.scheduler.remove_executor(self.now_us(), id, reason);
+        } else if self.stopping {
             tracing::info!(executor = id.0, "executor stopped");
             self.scheduler
                 .remove_executor(self.now_us(), id, RemovalReason::Killed);
@@ -961,6 +1025,57 @@ impl Endpoint for DriverEndpoint {
                 let _ = reply.send(tokens.len());
             }
             DriverMsg::LocalKick => self.drain_local(),
+            DriverMsg::Executors(reply) => {
+                let pending_tasks = self.scheduler.pending_tasks();
+                let running_tasks = self
+                    .scheduler
+                    .unfinished_tasks()
+                    .saturating_sub(pending_tasks);
+                let executors = self
+                    .names
+                    .iter()
+                    .map(|(name, id)| {
+                        let running = self
+                            .scheduler
+                            .executor_cores(*id)
+                            .map_or(0, |(slots, free)| slots.saturating_sub(free));
+                        (name.clone(), running)
+                    })
+                    .collect();
+                let _ = reply.send(ExecutorsView {
+                    pending_tasks,
+                    running_tasks,
+                    executors,
+                });
+            }
+            DriverMsg::StopExecutor { name, reply } => {
+                let token = self
+                    .names
+                    .get(&name)
+                    .and_then(|id| self.tokens.get(id).map(|token| (*id, *token)));
+                if let Some((id, token)) = token {
+                    self.retiring.insert(id, RemovalReason::Killed);
+                    if let Some(peer) = self.peers.get_mut(&token) {
+                        encode(
+                            &Message::StopExecutor {},
+                            peer.conn.outbound(),
+                            self.config.frame_size_max,
+                        );
+                        self.dirty.push(token);
+                    }
+                }
+                let _ = reply.send(token.is_some());
+            }
+            DriverMsg::RemoveExecutor { name, reason } => {
+                let token = self
+                    .names
+                    .get(&name)
+                    .and_then(|id| self.tokens.get(id).map(|token| (*id, *token)));
+                if let Some((id, token)) = token {
+                    self.retiring.insert(id, reason);
+                    self.close(token, &ConnError::Closed);
+                }
+            }
         }
         self.pump();
     }

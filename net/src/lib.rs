@@ -7,6 +7,7 @@ pub mod executor;
 pub mod functions;
 pub mod handshake;
 pub mod job;
+pub mod local;
 pub mod runner;
 pub mod summary;
 pub mod wire;

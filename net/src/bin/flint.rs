@@ -3,17 +3,19 @@
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
+use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
+use flint_net::local::{LocalConfig, LocalExecutors};
 use flint_net::summary::{indexed_payload, json_string, Recorder, Summary};
 
 /// The environment variable that carries the shared secret.
@@ -70,12 +72,44 @@ struct JobArgs {
 
 #[derive(Args)]
 struct LocalArgs {
-    /// Executor processes to start.
+    /// Executor processes to keep running (without --dynamic); one that dies is replaced.
     #[arg(long, default_value_t = 2)]
     executors: u32,
     /// Cores (task threads) per executor.
     #[arg(long, default_value_t = 1)]
     cores: u32,
+    /// Dynamic allocation: the executor count follows the backlog between --min-executors and
+    /// --max-executors; executors idle for --idle-timeout-ms are released.
+    #[arg(long)]
+    dynamic: bool,
+    /// With --dynamic: the fewest executors.
+    #[arg(long, default_value_t = 1)]
+    min_executors: u32,
+    /// With --dynamic: the most executors.
+    #[arg(long, default_value_t = 8)]
+    max_executors: u32,
+    /// With --dynamic: an executor idle this long is released.
+    #[arg(long, default_value_t = 2000)]
+    idle_timeout_ms: u64,
+    /// Executors started at most per round.
+    #[arg(long, default_value_t = 4)]
+    batch_size: u32,
+    /// Time between rounds of starting executors.
+    #[arg(long, default_value_t = 200)]
+    batch_delay_ms: u64,
+    /// An executor not registered this long after it was started is killed and replaced.
+    #[arg(long, default_value_t = 15000)]
+    pending_timeout_ms: u64,
+    /// Executor failures tolerated; one more stops the application with an error.
+    #[arg(long, default_value_t = 10)]
+    max_executor_failures: u32,
+    /// After the job, wait up to this long for dynamic allocation to release idle executors
+    /// down to --min-executors (shows in `executors_end`).
+    #[arg(long, default_value_t = 0)]
+    idle_wait_ms: u64,
+    /// Print a line per executor event (started with its pid, registered, exited, deleted).
+    #[arg(long)]
+    executor_events: bool,
     #[command(flatten)]
     job: JobArgs,
 }
@@ -193,39 +227,96 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     let addr = driver.local_addr().ok_or("the driver has no address")?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the flint binary: {e}"))?;
-    let mut children = Vec::new();
-    for index in 0..args.executors {
-        let child = Command::new(&exe)
-            .args([
-                "executor",
-                "--driver",
-                &addr.to_string(),
-                "--cores",
-                &args.cores.to_string(),
-            ])
-            .args(["--id", &format!("local-{index}")])
-            .env(SECRET_ENV, String::from_utf8_lossy(&secret_bytes).as_ref())
-            .spawn()
-            .map_err(|e| format!("cannot start an executor: {e}"))?;
-        children.push(child);
+    let (initial, dynamic) = if args.dynamic {
+        if args.min_executors > args.max_executors || args.max_executors == 0 {
+            return Err(
+                "--min-executors must be at most --max-executors, which must be at least 1".into(),
+            );
+        }
+        let dynamic = DynamicConfig {
+            min: args.min_executors,
+            max: args.max_executors,
+            tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+            idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
+        };
+        (args.min_executors, Some(dynamic))
+    } else {
+        (args.executors, None)
+    };
+    let mut local_config = LocalConfig::new(exe, addr);
+    local_config.cores = args.cores;
+    local_config.events = args.executor_events;
+    local_config.env = vec![(
+        SECRET_ENV.to_string(),
+        String::from_utf8_lossy(&secret_bytes).into_owned(),
+    )];
+    local_config.allocator = AllocatorConfig {
+        batch_size: args.batch_size.max(1),
+        batch_delay_us: args.batch_delay_ms.saturating_mul(1000),
+        pending_timeout_us: args.pending_timeout_ms.saturating_mul(1000),
+        failures_max: args.max_executor_failures,
+        initial_target: initial,
+        dynamic,
+        name_prefix: "local-".into(),
+    };
+    let driver = Arc::new(driver);
+    let executors =
+        LocalExecutors::start(local_config, driver.clone()).map_err(|e| e.to_string())?;
+    let failed = || executors.failed();
+    let result = wait_for(&driver, initial.max(1) as usize, &failed)
+        .and_then(|()| run_job(&driver, &args.job, &failed));
+    if result.is_ok() && args.dynamic && args.idle_wait_ms > 0 {
+        let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
+        while Instant::now() < deadline
+            && executors.stats().registered > u64::from(args.min_executors)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
-    let result = driver
-        .wait_for_executors(args.executors as usize, Duration::from_secs(30))
-        .map_err(|e| e.to_string())
-        .and_then(|()| run_job(&driver, &args.job));
+    let stats = executors.stats();
+    executors.freeze();
     let _ = driver.stop_executors(Duration::from_secs(5));
-    reap(children, Duration::from_secs(5));
-    driver.shutdown();
+    executors.shutdown(Duration::from_secs(5));
+    drop(driver);
     let summary = result?;
-    print_summary(
-        &summary,
-        &args.job,
-        &[
-            ("executors", args.executors.to_string()),
-            ("cores", args.cores.to_string()),
-        ],
-    );
+    let mut extra = vec![
+        ("cores", args.cores.to_string()),
+        ("executors_started", stats.started.to_string()),
+        ("executors_peak", stats.peak.to_string()),
+        ("executors_end", stats.registered.to_string()),
+        ("executors_deleted", stats.deleted.to_string()),
+        ("executors_failed", stats.failed.to_string()),
+    ];
+    if args.dynamic {
+        extra.push(("min_executors", args.min_executors.to_string()));
+        extra.push(("max_executors", args.max_executors.to_string()));
+    } else {
+        extra.push(("executors", args.executors.to_string()));
+    }
+    print_summary(&summary, &args.job, &extra);
     Ok(exit_code(&summary))
+}
+
+/// Waits (up to 30 s) until `count` executors are registered, or the allocator gives up.
+fn wait_for(
+    driver: &Driver,
+    count: usize,
+    failed: &dyn Fn() -> Option<String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while driver.executors() < count {
+        if let Some(reason) = failed() {
+            return Err(reason);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out waiting for {count} executors ({} registered)",
+                driver.executors()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }
 
 fn driver(args: DriverArgs) -> Result<ExitCode, String> {
@@ -247,7 +338,7 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
     let result = driver
         .wait_for_executors(args.executors, Duration::from_secs(args.wait_s))
         .map_err(|e| e.to_string())
-        .and_then(|()| run_job(&driver, &args.job));
+        .and_then(|()| run_job(&driver, &args.job, &|| None));
     let _ = driver.stop_executors(Duration::from_secs(5));
     driver.shutdown();
     let summary = result?;
@@ -281,8 +372,13 @@ fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
     }
 }
 
-/// Submits the job, shows progress, waits, and summarizes.
-fn run_job(driver: &Driver, args: &JobArgs) -> Result<Summary, String> {
+/// Submits the job, shows progress, waits, and summarizes; cancels the job and fails if
+/// `failed` reports a reason (the executor allocator gave up).
+fn run_job(
+    driver: &Driver,
+    args: &JobArgs,
+    failed: &dyn Fn() -> Option<String>,
+) -> Result<Summary, String> {
     let payloads: Vec<Bytes> = if args.payload == 0 {
         vec![Bytes::new(); args.tasks as usize]
     } else {
@@ -305,6 +401,13 @@ fn run_job(driver: &Driver, args: &JobArgs) -> Result<Summary, String> {
         match handle.wait_timeout(Duration::from_millis(200)) {
             Ok(outcome) => break outcome,
             Err(pending) => {
+                if let Some(reason) = failed() {
+                    pending.cancel();
+                    if show_progress {
+                        eprintln!();
+                    }
+                    return Err(reason);
+                }
                 if show_progress && start.elapsed() > Duration::from_secs(1) {
                     progress(pending.tasks_done(), pending.tasks(), start.elapsed());
                 }
@@ -359,21 +462,5 @@ fn exit_code(summary: &Summary) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
-}
-
-/// Waits for executor processes to exit; kills those still running after `timeout`.
-fn reap(mut children: Vec<Child>, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while !children.is_empty() {
-        children.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
-        if Instant::now() >= deadline {
-            for child in &mut children {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
