@@ -1,0 +1,267 @@
+//! Executor lifecycle with real processes: `flint local` keeps its executors at a target
+//! (replacing ones killed with `kill -9`), follows the backlog with `--dynamic`, and stops the
+//! application when executors keep failing.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use flint_net::functions::fnv1a64;
+use flint_net::summary::indexed_payload;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A `flint local` run whose stdout and stderr go to files the test reads while it runs.
+struct FlintLocal {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl FlintLocal {
+    fn start(args: &[&str]) -> FlintLocal {
+        let base = std::env::temp_dir().join(format!(
+            "flint-lifecycle-{}-{}",
+            std::process::id(),
+            unique()
+        ));
+        let stdout = base.with_extension("out");
+        let stderr = base.with_extension("err");
+        let child = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .arg("local")
+            .args(args)
+            .args(["--json", "--executor-events"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .env_remove("FLINT_SECRET")
+            .spawn()
+            .expect("spawn flint local");
+        FlintLocal {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits for a stderr line containing `text`; returns it.
+    fn wait_for_line(&mut self, text: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(line) = self.stderr().lines().find(|l| l.contains(text)) {
+                return line.to_owned();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "flint local exited ({status}) before {text:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {text:?}; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The pid in "executor NAME started (pid PID)".
+    fn pid_of(&mut self, name: &str) -> u32 {
+        let line = self.wait_for_line(&format!("executor {name} started (pid "));
+        line.rsplit("(pid ")
+            .next()
+            .and_then(|rest| rest.trim_end_matches(')').parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {line:?}"))
+    }
+
+    /// Waits for the run to end: its status, stdout and stderr.
+    fn finish(&mut self) -> (ExitStatus, String, String) {
+        let deadline = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "flint local did not finish; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let stdout = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        (status, stdout, self.stderr())
+    }
+}
+
+impl Drop for FlintLocal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.stdout);
+        let _ = std::fs::remove_file(&self.stderr);
+    }
+}
+
+/// A number field of the one-line JSON summary.
+fn field(json: &str, name: &str) -> u64 {
+    let key = format!("\"{name}\":");
+    let start = json
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {name} in {json}"))
+        + key.len();
+    json[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number in {json}"))
+}
+
+fn kill_9(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -9 {pid} failed");
+}
+
+fn expected_checksum(tasks: u64, payload: usize) -> u64 {
+    (0..tasks).fold(0u64, |sum, i| {
+        sum.wrapping_add(fnv1a64(&indexed_payload(i, payload)))
+    })
+}
+
+#[test]
+fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
+    // One task slot per executor: 300 tasks of 20 ms are a backlog of 300 executors' worth,
+    // so the target goes to the maximum; once the job is done, all but the minimum go idle and
+    // are released after 300 ms.
+    let mut run = FlintLocal::start(&[
+        "--dynamic",
+        "--min-executors",
+        "1",
+        "--max-executors",
+        "4",
+        "--cores",
+        "1",
+        "--queue-depth",
+        "1",
+        "--idle-timeout-ms",
+        "300",
+        "--batch-delay-ms",
+        "100",
+        "--idle-wait-ms",
+        "15000",
+        "--tasks",
+        "300",
+        "--task",
+        "sleep:20",
+    ]);
+    let (status, stdout, stderr) = run.finish();
+    assert!(status.success(), "stdout {stdout} stderr {stderr}");
+    assert_eq!(field(&stdout, "succeeded"), 300, "{stdout}");
+    assert!(
+        field(&stdout, "executors_peak") >= 2,
+        "did not grow: {stdout}"
+    );
+    assert!(
+        field(&stdout, "executors_peak") <= 4,
+        "above the maximum: {stdout}"
+    );
+    assert!(field(&stdout, "executors_started") >= 2, "{stdout}");
+    assert_eq!(
+        field(&stdout, "executors_end"),
+        1,
+        "did not shrink: {stdout}\n{stderr}"
+    );
+    assert!(field(&stdout, "executors_deleted") >= 1, "{stdout}");
+    assert_eq!(field(&stdout, "executors_failed"), 0, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("deleted (stopped by the driver)"),
+        "{stderr}"
+    );
+    // Started with the minimum: the first executor registered before a second was started.
+    let first_registered = stderr.find("executor local-0 registered").expect("local-0");
+    let second_started = stderr.find("executor local-1 started").expect("local-1");
+    assert!(first_registered < second_started, "{stderr}");
+}
+
+#[test]
+fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
+    let tasks = 1000;
+    let mut run = FlintLocal::start(&[
+        "--executors",
+        "2",
+        "--queue-depth",
+        "2",
+        "--tasks",
+        "1000",
+        "--task",
+        "hash:10",
+        "--payload",
+        "8",
+    ]);
+    let first = run.pid_of("local-0");
+    let second = run.pid_of("local-1");
+    run.wait_for_line("executor local-0 registered");
+    run.wait_for_line("executor local-1 registered");
+    kill_9(first);
+    run.wait_for_line("executor local-0 exited: failed (code 137");
+    run.wait_for_line("executor local-2 registered");
+    kill_9(second);
+    run.wait_for_line("executor local-1 exited: failed (code 137");
+    run.wait_for_line("executor local-3 registered");
+    let (status, stdout, stderr) = run.finish();
+    assert!(status.success(), "stdout {stdout} stderr {stderr}");
+    assert_eq!(field(&stdout, "succeeded"), tasks, "{stdout}");
+    assert_eq!(
+        field(&stdout, "checksum"),
+        expected_checksum(tasks, 8),
+        "{stdout}"
+    );
+    assert_eq!(field(&stdout, "executors_started"), 4, "{stdout}\n{stderr}");
+    assert_eq!(field(&stdout, "executors_failed"), 2, "{stdout}");
+    assert_eq!(
+        field(&stdout, "executors_end"),
+        2,
+        "back at the target: {stdout}"
+    );
+}
+
+#[test]
+fn executors_that_keep_failing_stop_the_application_with_an_error() {
+    // Every task aborts its executor: each replacement dies too, until the limit.
+    let mut run = FlintLocal::start(&[
+        "--executors",
+        "1",
+        "--max-executor-failures",
+        "2",
+        "--batch-delay-ms",
+        "50",
+        "--tasks",
+        "100",
+        "--task",
+        "crash:1",
+    ]);
+    let (status, stdout, stderr) = run.finish();
+    assert_eq!(status.code(), Some(2), "stdout {stdout} stderr {stderr}");
+    assert!(
+        stderr.contains("flint: 3 executors failed (more than the 2 allowed)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("executor local-2 exited: failed"),
+        "{stderr}"
+    );
+}
