@@ -21,6 +21,7 @@ fn simulator_invariants_hold_over_many_seeds() {
         total.failures_injected += r.failures_injected;
         total.executors_lost += r.executors_lost;
         total.speculative += r.speculative;
+        total.executors_created += r.executors_created;
         total.refusals += r.refusals;
         total.ignored_updates += r.ignored_updates;
         total.jobs_refused += r.jobs_refused;
@@ -33,6 +34,7 @@ fn simulator_invariants_hold_over_many_seeds() {
     assert!(total.failures_injected > 0, "{total:?}");
     assert!(total.executors_lost > 0, "{total:?}");
     assert!(total.speculative > 0, "{total:?}");
+    assert!(total.executors_created > 0, "{total:?}");
     assert!(total.refusals > 0, "{total:?}");
     assert!(total.ignored_updates > 0, "{total:?}");
     assert!(total.jobs_refused > 0, "{total:?}");

@@ -18,6 +18,14 @@
 //! - progress: free cores never idle longer than the locality waits while a job has runnable
 //!   tasks for them, and every job ends before a generous deadline.
 //!
+//! Half the seeds add *churn* through the executor lifecycle ([`crate::lifecycle`]): an
+//! [`Allocator`] (a fixed target, or dynamic allocation from the backlog) creates executors,
+//! some of which never register (deleted after the pending timeout and replaced) and some of
+//! which crash; process exits and deletions go to a [`SnapshotStore`], whose batches feed the
+//! allocator and the [`Removals`] handler, which removes gone executors from the scheduler.
+//! Those seeds also check that only dead executors are removed that way and that the allocator
+//! never keeps more executors than its bound.
+//!
 //! A failure names the seed and the command that replays it (`ci/sim --seed N`).
 
 mod rng;
@@ -28,6 +36,11 @@ use std::fmt;
 use bytes::Bytes;
 
 pub use rng::Rng;
+
+use crate::lifecycle::{
+    Allocator, AllocatorConfig, AllocatorOutput, DynamicConfig, ExecutorState, Removals,
+    SnapshotStore, SubscriberId,
+};
 
 use crate::scheduler::{
     Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
@@ -69,6 +82,8 @@ pub struct SimReport {
     pub ignored_updates: u64,
     /// Speculative attempts launched.
     pub speculative: u64,
+    /// Executors the lifecycle allocator created (churn seeds).
+    pub executors_created: u64,
 }
 
 /// A violated invariant (or a stuck run), with what replays it.
@@ -121,6 +136,28 @@ enum Ev {
     KillArrive(ExecutorId, u64, u32),
     /// A status update reaches the driver.
     Deliver(StatusUpdate),
+    /// The lifecycle loop runs: snapshot batches, the allocator (churn seeds).
+    Lifecycle,
+    /// An allocator-created executor's process crashes (churn seeds).
+    Exit(ExecutorId),
+}
+
+/// Start of the ids of executors the allocator creates.
+const CHURN_ID_BASE: u64 = 100_000;
+/// The lifecycle loop's period.
+const CHURN_TICK_US: u64 = 10_000;
+
+/// The executor lifecycle around the scheduler on churn seeds.
+struct Churn {
+    store: SnapshotStore,
+    subscriber: SubscriberId,
+    allocator: Allocator,
+    removals: Removals,
+    ids: BTreeMap<String, ExecutorId>,
+    names: BTreeMap<ExecutorId, String>,
+    crash_prob: f64,
+    /// The most live executors the allocator may keep.
+    live_max: usize,
 }
 
 struct SimExec {
@@ -137,6 +174,8 @@ struct SimExec {
     running: BTreeMap<(u64, u32), u32>,
     /// Attempts the scheduler should count as holding cores.
     held: BTreeMap<(u64, u32), u32>,
+    /// Deleted by the allocator: its process is gone and it never registers.
+    deleted: bool,
 }
 
 impl SimExec {
@@ -149,6 +188,7 @@ impl SimExec {
             slowness,
             running: BTreeMap::new(),
             held: BTreeMap::new(),
+            deleted: false,
         }
     }
 }
@@ -182,6 +222,7 @@ struct Sim {
     idle_limit_us: u64,
     report: SimReport,
     verbose: bool,
+    churn: Option<Churn>,
 }
 
 /// The result an executor returns for a task (checked against what the scheduler reports).
@@ -266,8 +307,10 @@ impl Sim {
             idle_limit_us,
             report: SimReport::default(),
             verbose: false,
+            churn: None,
         };
         sim.plan();
+        sim.plan_churn();
         sim
     }
 
@@ -384,6 +427,163 @@ impl Sim {
                 oversized,
             });
         }
+    }
+
+    /// On half the seeds (drawn from a separate stream, so the other half keep their
+    /// scenarios), an allocator with churn (see the module docs).
+    fn plan_churn(&mut self) {
+        let mut rng = Rng::new(self.seed ^ 0x5eed_c4a7_11fe_c7c1);
+        if !rng.chance(0.5) {
+            return;
+        }
+        let dynamic = rng.chance(0.5).then(|| DynamicConfig {
+            min: 1,
+            max: rng.range(2, 5) as u32,
+            tasks_per_executor: rng.range(1, 4) as u32,
+            idle_timeout_us: rng.range(5_000, 100_000),
+        });
+        let initial_target = rng.range(1, 4) as u32;
+        let live_max = match &dynamic {
+            Some(d) => d.max as usize,
+            None => initial_target as usize,
+        };
+        let mut store = SnapshotStore::new(rng.range(0, 50_000));
+        let subscriber = store.subscribe(rng.range(0, 30_000), rng.range(1, 8) as usize);
+        self.churn = Some(Churn {
+            store,
+            subscriber,
+            allocator: Allocator::new(AllocatorConfig {
+                batch_size: rng.range(1, 3) as u32,
+                batch_delay_us: rng.range(0, 30_000),
+                pending_timeout_us: 100_000,
+                failures_max: u32::MAX,
+                initial_target,
+                dynamic,
+                name_prefix: "churn-".into(),
+            }),
+            removals: Removals::new(),
+            ids: BTreeMap::new(),
+            names: BTreeMap::new(),
+            crash_prob: [0.0, 0.2, 0.5][rng.range(0, 2) as usize],
+            live_max,
+        });
+        self.at(0, Ev::Lifecycle);
+    }
+
+    /// Tells the snapshot store about an allocator-created executor.
+    fn churn_update(&mut self, id: ExecutorId, state: ExecutorState) {
+        let now = self.now_us;
+        if let Some(c) = self.churn.as_mut() {
+            if let Some(name) = c.names.get(&id) {
+                c.store.update(now, name, state);
+            }
+        }
+    }
+
+    /// One round of the lifecycle loop.
+    fn lifecycle(&mut self) -> Result<(), SimError> {
+        let Some(mut c) = self.churn.take() else {
+            return Ok(());
+        };
+        let result = self.lifecycle_step(&mut c);
+        self.churn = Some(c);
+        let now = self.now_us;
+        if self.open_jobs() > 0 || now < 400_000 {
+            self.at(now + CHURN_TICK_US, Ev::Lifecycle);
+        }
+        result
+    }
+
+    fn lifecycle_step(&mut self, c: &mut Churn) -> Result<(), SimError> {
+        let now = self.now_us;
+        for delivery in c.store.poll_deliveries(now) {
+            for snapshot in &delivery.snapshots {
+                c.allocator.on_snapshot(now, snapshot);
+                for (name, reason) in c.removals.on_snapshot(snapshot) {
+                    let Some(&id) = c.ids.get(&name) else {
+                        return self.fail(format!("removal of unknown executor {name}"));
+                    };
+                    if self.execs.get(&id).is_some_and(|e| e.alive) {
+                        return self.fail(format!("removal of live {id:?} ({reason})"));
+                    }
+                    let t = now + self.rng.range(0, 5_000);
+                    self.at(t, Ev::Remove(id, reason));
+                }
+            }
+            c.store.delivered(c.subscriber);
+        }
+        let pending = self.sched.pending_tasks();
+        let running = self.sched.unfinished_tasks().saturating_sub(pending);
+        let idle: Vec<&str> = c
+            .ids
+            .iter()
+            .filter(|(_, id)| {
+                self.execs.get(id).is_some_and(|e| e.alive && e.registered)
+                    && self
+                        .sched
+                        .executor_cores(**id)
+                        .is_some_and(|(cores, free)| cores == free)
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        c.allocator.on_load(now, pending, running, idle);
+        c.allocator.tick(now);
+        while let Some(output) = c.allocator.poll_output() {
+            if self.verbose {
+                eprintln!("{now:>9}   allocator {output:?}");
+            }
+            match output {
+                AllocatorOutput::Create(names) => {
+                    for name in names {
+                        let id = ExecutorId(CHURN_ID_BASE + self.report.executors_created);
+                        self.report.executors_created += 1;
+                        let info = ExecutorInfo {
+                            id,
+                            host: "host-churn".into(),
+                            cores: self.rng.range(1, 3) as u32,
+                            attributes: Vec::new(),
+                        };
+                        self.execs.insert(id, SimExec::new(info, 1));
+                        c.ids.insert(name.clone(), id);
+                        c.names.insert(id, name.clone());
+                        c.store.update(now, &name, ExecutorState::Pending);
+                        // One in ten never registers (the pending timeout deletes it).
+                        if !self.rng.chance(0.1) {
+                            let t = now + self.rng.range(1_000, 30_000);
+                            self.at(t, Ev::Register(id));
+                        }
+                        if self.rng.chance(c.crash_prob) {
+                            let t = now + self.rng.range(5_000, 200_000);
+                            self.at(t, Ev::Exit(id));
+                        }
+                    }
+                }
+                AllocatorOutput::Delete(names) => {
+                    for name in names {
+                        let Some(&id) = c.ids.get(&name) else {
+                            return self.fail(format!("deletion of unknown executor {name}"));
+                        };
+                        if let Some(e) = self.execs.get_mut(&id) {
+                            e.deleted = true;
+                            e.alive = false;
+                            e.running.clear();
+                        }
+                        c.store.update(now, &name, ExecutorState::Deleted);
+                    }
+                }
+                AllocatorOutput::Stop(reason) => {
+                    return self.fail(format!("allocator stopped: {reason}"));
+                }
+            }
+        }
+        if c.allocator.live() > c.live_max {
+            return self.fail(format!(
+                "allocator keeps {} executors, more than {}",
+                c.allocator.live(),
+                c.live_max
+            ));
+        }
+        Ok(())
     }
 
     fn run(&mut self) -> Result<(), SimError> {
@@ -503,6 +703,9 @@ impl Sim {
                 let Some(e) = self.execs.get(&id) else {
                     return Ok(());
                 };
+                if e.deleted {
+                    return Ok(());
+                }
                 let info = e.info.clone();
                 match self.sched.register_executor(now, info) {
                     Ok(()) => {
@@ -510,12 +713,21 @@ impl Sim {
                             e.alive = true;
                             e.registered = true;
                         }
+                        self.churn_update(id, ExecutorState::Running);
                     }
                     Err(Refusal::HostExcluded { .. }) => {
                         self.report.refusals += 1;
                         if let Some(e) = self.execs.get_mut(&id) {
                             e.retired = true;
                         }
+                        // A refused executor exits (code 3).
+                        self.churn_update(
+                            id,
+                            ExecutorState::Failed {
+                                code: 3,
+                                caused_by_app: false,
+                            },
+                        );
                     }
                     Err(r) => return self.fail(format!("unexpected refusal of {id:?}: {r}")),
                 }
@@ -664,6 +876,28 @@ impl Sim {
                 }
             }
             Ev::Deliver(update) => self.deliver(update)?,
+            Ev::Lifecycle => self.lifecycle()?,
+            Ev::Exit(id) => {
+                let crashed = match self.execs.get_mut(&id) {
+                    Some(e) if e.alive && !e.deleted => {
+                        e.alive = false;
+                        e.running.clear();
+                        true
+                    }
+                    _ => false,
+                };
+                if crashed {
+                    self.report.executors_lost += 1;
+                    let caused_by_app = self.rng.chance(0.5);
+                    self.churn_update(
+                        id,
+                        ExecutorState::Failed {
+                            code: 137,
+                            caused_by_app,
+                        },
+                    );
+                }
+            }
         }
         // Now and then, garbage from a peer: unknown task, wrong attempt, wrong executor.
         if self.rng.chance(0.02) {
@@ -729,6 +963,14 @@ impl Sim {
                 e.held.clear();
             }
             self.report.executors_lost += 1;
+            // The driver dropped it; its process exits (code 1: the driver went away).
+            self.churn_update(
+                id,
+                ExecutorState::Failed {
+                    code: 1,
+                    caused_by_app: false,
+                },
+            );
         }
         Ok(())
     }
