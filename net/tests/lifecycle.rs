@@ -199,14 +199,14 @@ fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
 
 #[test]
 fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
-    let tasks = 1000;
+    let tasks = 1200;
     let mut run = FlintLocal::start(&[
         "--executors",
         "2",
         "--queue-depth",
         "2",
         "--tasks",
-        "1000",
+        "1200",
         "--task",
         "hash:10",
         "--payload",
