@@ -9,5 +9,6 @@ pub mod handshake;
 pub mod job;
 pub mod local;
 pub mod runner;
+pub mod source;
 pub mod summary;
 pub mod wire;
