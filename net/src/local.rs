@@ -268,9 +268,13 @@ impl Control {
                     .collect();
                 self.store.replace_all(now_us, listing);
             }
+            // Once frozen (the application is ending), exits are not the allocator's business.
+            let frozen = self.shared.frozen.load(Ordering::SeqCst);
             for delivery in self.store.poll_deliveries(now_us) {
                 for snapshot in &delivery.snapshots {
-                    self.allocator.on_snapshot(now_us, snapshot);
+                    if !frozen {
+                        self.allocator.on_snapshot(now_us, snapshot);
+                    }
                     for (name, reason) in self.removals.on_snapshot(snapshot) {
                         let _ = self.driver.remove_executor(&name, reason);
                     }
@@ -284,7 +288,7 @@ impl Control {
                 .map(|(name, _)| name.as_str());
             self.allocator
                 .on_load(now_us, view.pending_tasks, view.running_tasks, idle);
-            if !self.shared.frozen.load(Ordering::SeqCst) {
+            if !frozen {
                 self.allocator.tick(now_us);
                 while let Some(output) = self.allocator.poll_output() {
                     self.carry_out(output);

@@ -265,3 +265,35 @@ fn executors_that_keep_failing_stop_the_application_with_an_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn dynamic_allocation_from_zero_starts_executors_for_the_backlog_and_scales_back_to_zero() {
+    let mut run = FlintLocal::start(&[
+        "--dynamic",
+        "--min-executors",
+        "0",
+        "--max-executors",
+        "2",
+        "--queue-depth",
+        "1",
+        "--idle-timeout-ms",
+        "200",
+        "--idle-wait-ms",
+        "15000",
+        "--tasks",
+        "50",
+        "--task",
+        "hash:10",
+        "--payload",
+        "8",
+    ]);
+    let (status, stdout, stderr) = run.finish();
+    assert!(status.success(), "stdout {stdout} stderr {stderr}");
+    assert_eq!(
+        field(&stdout, "checksum"),
+        expected_checksum(50, 8),
+        "{stdout}"
+    );
+    assert!(field(&stdout, "executors_started") >= 1, "{stdout}");
+    assert_eq!(field(&stdout, "executors_end"), 0, "{stdout}\n{stderr}");
+}

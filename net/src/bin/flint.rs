@@ -263,7 +263,8 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     let executors =
         LocalExecutors::start(local_config, driver.clone()).map_err(|e| e.to_string())?;
     let failed = || executors.failed();
-    let result = wait_for(&driver, initial.max(1) as usize, &failed)
+    // With --dynamic --min-executors 0 nothing starts before the job's backlog asks for it.
+    let result = wait_for(&driver, initial as usize, &failed)
         .and_then(|()| run_job(&driver, &args.job, &failed));
     if result.is_ok() && args.dynamic && args.idle_wait_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
