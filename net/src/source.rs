@@ -9,6 +9,10 @@
 //! `sync_grace`). A thread drives the [`SnapshotStore`]; its batches go through [`Removals`]
 //! to `on_removal` (in `flint`, [`crate::driver::Driver::remove_executor`]), once per executor,
 //! with the exit reason.
+//!
+//! A source that reports states by diffing what it sees between calls misses an executor that
+//! comes and goes within one `watch_interval`; the driver still removes such an executor when
+//! its connection closes, so the mirror is a backstop that adds the exit reason.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,6 +40,8 @@ pub struct MirrorConfig {
     pub sync_interval: Duration,
     /// An executor missing from listings this long counts as deleted.
     pub sync_grace: Duration,
+    /// Print each state change and removal to stderr as `{prefix}: executor NAME STATE`.
+    pub events_prefix: Option<String>,
 }
 
 impl Default for MirrorConfig {
@@ -44,6 +50,7 @@ impl Default for MirrorConfig {
             watch_interval: Duration::from_millis(20),
             sync_interval: Duration::from_secs(1),
             sync_grace: Duration::from_secs(2),
+            events_prefix: None,
         }
     }
 }
@@ -84,6 +91,9 @@ impl SourceMirror {
                 let mut last_sync: Option<Instant> = None;
                 while !stop_flag.load(Ordering::SeqCst) {
                     for (name, state) in source.changes() {
+                        if let Some(prefix) = &config.events_prefix {
+                            eprintln!("{prefix}: executor {name} {state}");
+                        }
                         store.update(now_us(), &name, state);
                     }
                     if last_sync.is_none_or(|t| t.elapsed() >= config.sync_interval) {
@@ -96,6 +106,9 @@ impl SourceMirror {
                         for snapshot in &delivery.snapshots {
                             for (name, reason) in removals.on_snapshot(snapshot) {
                                 removed_count.fetch_add(1, Ordering::SeqCst);
+                                if let Some(prefix) = &config.events_prefix {
+                                    eprintln!("{prefix}: executor {name} removed: {reason}");
+                                }
                                 on_removal(&name, reason);
                             }
                         }
@@ -175,6 +188,7 @@ mod tests {
                 watch_interval: Duration::from_millis(1),
                 sync_interval: Duration::from_millis(5),
                 sync_grace: Duration::from_millis(50),
+                events_prefix: None,
             },
             Scripted {
                 changes,
