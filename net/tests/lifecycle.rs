@@ -297,3 +297,91 @@ fn dynamic_allocation_from_zero_starts_executors_for_the_backlog_and_scales_back
     assert!(field(&stdout, "executors_started") >= 1, "{stdout}");
     assert_eq!(field(&stdout, "executors_end"), 0, "{stdout}\n{stderr}");
 }
+
+/// A driver and `LocalExecutors` running `exe` instead of `flint executor`.
+fn local_executors_with(
+    exe: PathBuf,
+    allocator: flint_engine::lifecycle::AllocatorConfig,
+) -> (
+    std::sync::Arc<flint_net::driver::Driver>,
+    flint_net::local::LocalExecutors,
+) {
+    let driver = std::sync::Arc::new(
+        flint_net::driver::Driver::builder()
+            .start()
+            .expect("driver starts"),
+    );
+    let addr = driver.local_addr().expect("listening");
+    let mut config = flint_net::local::LocalConfig::new(exe, addr);
+    config.allocator = allocator;
+    let executors =
+        flint_net::local::LocalExecutors::start(config, driver.clone()).expect("starts");
+    (driver, executors)
+}
+
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_executor_that_never_registers_is_deleted_after_the_pending_timeout_and_replaced() {
+    // A stand-in executor that runs but never connects.
+    let script = std::env::temp_dir().join(format!(
+        "flint-never-registers-{}-{}.sh",
+        std::process::id(),
+        unique()
+    ));
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 60\n").expect("script");
+    let chmod = Command::new("chmod")
+        .args(["+x", &script.to_string_lossy()])
+        .status()
+        .expect("chmod");
+    assert!(chmod.success());
+    let (driver, executors) = local_executors_with(
+        script.clone(),
+        flint_engine::lifecycle::AllocatorConfig {
+            initial_target: 1,
+            batch_delay_us: 0,
+            pending_timeout_us: 200_000,
+            name_prefix: "stuck-".into(),
+            ..Default::default()
+        },
+    );
+    wait_until("two pending timeouts", || {
+        let stats = executors.stats();
+        stats.deleted >= 2 && stats.started >= 3
+    });
+    let stats = executors.stats();
+    assert_eq!(
+        stats.failed, 0,
+        "deleted on purpose, not failures: {stats:?}"
+    );
+    assert_eq!(stats.registered, 0);
+    assert!(executors.failed().is_none());
+    executors.shutdown(Duration::ZERO);
+    drop(driver);
+    let _ = std::fs::remove_file(&script);
+}
+
+#[test]
+fn executors_that_cannot_start_stop_the_application() {
+    let (driver, executors) = local_executors_with(
+        PathBuf::from("/nonexistent/flint"),
+        flint_engine::lifecycle::AllocatorConfig {
+            initial_target: 2,
+            batch_delay_us: 0,
+            failures_max: 3,
+            ..Default::default()
+        },
+    );
+    wait_until("the allocator to give up", || executors.failed().is_some());
+    let reason = executors.failed().unwrap_or_default();
+    assert!(reason.contains("4 executors failed"), "{reason}");
+    assert_eq!(executors.stats().started, 0);
+    executors.shutdown(Duration::ZERO);
+    drop(driver);
+}
