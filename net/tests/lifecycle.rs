@@ -385,3 +385,95 @@ fn executors_that_cannot_start_stop_the_application() {
     executors.shutdown(Duration::ZERO);
     drop(driver);
 }
+
+/// A `flint executor` process for an embedded driver; killed on drop.
+struct ExecutorProcess(Child);
+
+impl ExecutorProcess {
+    fn start(driver: std::net::SocketAddr, id: &str) -> ExecutorProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args([
+                "executor",
+                "--driver",
+                &driver.to_string(),
+                "--id",
+                id,
+                "--connect-timeout-s",
+                "10",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env_remove("FLINT_SECRET")
+            .spawn()
+            .expect("spawn flint executor");
+        ExecutorProcess(child)
+    }
+}
+
+impl Drop for ExecutorProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_driver_removes_an_executor_for_a_given_reason_and_its_tasks_run_elsewhere() {
+    use flint_engine::scheduler::RemovalReason;
+    use flint_net::job::{Job, JobOutcome};
+
+    let driver = flint_net::driver::Driver::builder()
+        .start()
+        .expect("driver starts");
+    let addr = driver.local_addr().expect("listening");
+    let _a = ExecutorProcess::start(addr, "a");
+    let _b = ExecutorProcess::start(addr, "b");
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("two executors");
+    let tasks = 400u64;
+    let payloads = (0..tasks)
+        .map(|i| bytes::Bytes::from(indexed_payload(i, 8)))
+        .collect();
+    let handle = driver
+        .submit(Job::new("hash:5", payloads))
+        .expect("submitted");
+    wait_until("tasks running on a", || {
+        driver.executors_view().is_ok_and(|view| {
+            view.executors
+                .iter()
+                .any(|(name, running)| name == "a" && *running > 0)
+        })
+    });
+    driver
+        .remove_executor(
+            "a",
+            RemovalReason::Exited {
+                code: 1,
+                caused_by_app: false,
+            },
+        )
+        .expect("sent");
+    wait_until("a removed", || {
+        driver
+            .executors_view()
+            .is_ok_and(|view| view.executors.iter().all(|(name, _)| name != "a"))
+    });
+    assert_eq!(driver.executors_lost(), 0, "removed for a reason, not lost");
+    // Stopping an executor on purpose is not a loss either.
+    assert!(driver.stop_executor("b").is_ok_and(|known| known));
+    assert!(!driver.stop_executor("a").unwrap_or(true), "a is gone");
+    let _c = ExecutorProcess::start(addr, "c");
+    match handle.wait_timeout(DEADLINE).expect("job finishes") {
+        JobOutcome::Succeeded(results) => {
+            let checksum = results.iter().fold(0u64, |sum, r| {
+                sum.wrapping_add(flint_net::summary::checksum_of(r))
+            });
+            assert_eq!(checksum, expected_checksum(tasks, 8));
+        }
+        other => panic!("job did not succeed: {other:?}"),
+    }
+    assert_eq!(driver.executors_lost(), 0);
+    let stats = driver.stats().expect("stats");
+    assert_eq!(stats.succeeded, tasks);
+}
