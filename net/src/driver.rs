@@ -285,7 +285,8 @@ impl Driver {
         self.counters.executors.load(Ordering::SeqCst)
     }
 
-    /// Executors lost so far (connection closed or failed, or silent past the timeout).
+    /// Executors lost so far (connection closed or failed, silent past the timeout, or
+    /// reported gone through [`Driver::remove_executor`]).
     pub fn executors_lost(&self) -> u64 {
         self.counters.executors_lost.load(Ordering::SeqCst)
     }
@@ -344,7 +345,7 @@ impl Driver {
     }
 
     /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
-    /// as a loss. Answers whether it was registered.
+    /// as a loss ([`Driver::executors_lost`]). Answers whether it was registered.
     pub fn stop_executor(&self, name: &str) -> Result<bool, DriverError> {
         let name = name.to_owned();
         self.endpoint
@@ -357,7 +358,9 @@ impl Driver {
 
     /// Removes a remote executor (by its id on the wire) from the scheduler for `reason` and
     /// drops its connection, if it is still registered: what a lifecycle handler does when a
-    /// cluster manager reports the executor gone. Its running tasks go back to pending.
+    /// cluster manager reports the executor gone. Its running tasks go back to pending (counted
+    /// as failed attempts only if the reason says the application caused it); it counts as
+    /// lost ([`Driver::executors_lost`]).
     pub fn remove_executor(&self, name: &str, reason: RemovalReason) -> Result<(), DriverError> {
         self.endpoint
             .send(DriverMsg::RemoveExecutor {
@@ -509,8 +512,9 @@ pub(crate) struct DriverEndpoint {
     counters: Arc<Counters>,
     stopping: bool,
     tick: Option<TimerId>,
-    /// Executors being stopped or removed on purpose, with the reason their removal gets.
-    retiring: HashMap<ExecutorId, RemovalReason>,
+    /// Executors being stopped or removed for a known reason: the reason their removal gets,
+    /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
+    retiring: HashMap<ExecutorId, (RemovalReason, bool)>,
 }
 
 /// The local executor's id.
@@ -738,8 +742,11 @@ impl DriverEndpoint {
         self.links.remove(&id);
         self.names.retain(|_, named| *named != id);
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
-        if let Some(reason) = self.retiring.remove(&id) {
+        if let Some((reason, lost)) = self.retiring.remove(&id) {
             tracing::info!(executor = id.0, "executor removed: {reason}");
+            if lost {
+                self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
+            }
             self.scheduler.remove_executor(self.now_us(), id, reason);
         } else if self.stopping {
             tracing::info!(executor = id.0, "executor stopped");
@@ -1054,7 +1061,7 @@ impl Endpoint for DriverEndpoint {
                     .get(&name)
                     .and_then(|id| self.tokens.get(id).map(|token| (*id, *token)));
                 if let Some((id, token)) = token {
-                    self.retiring.insert(id, RemovalReason::Killed);
+                    self.retiring.insert(id, (RemovalReason::Killed, false));
                     if let Some(peer) = self.peers.get_mut(&token) {
                         encode(
                             &Message::StopExecutor {},
@@ -1072,7 +1079,7 @@ impl Endpoint for DriverEndpoint {
                     .get(&name)
                     .and_then(|id| self.tokens.get(id).map(|token| (*id, *token)));
                 if let Some((id, token)) = token {
-                    self.retiring.insert(id, reason);
+                    self.retiring.insert(id, (reason, true));
                     self.close(token, &ConnError::Closed);
                 }
             }
