@@ -15,8 +15,9 @@
 //!
 //! # Parking
 //!
-//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing, with
-//! exponential backoff that ends in `yield_now` so a submitter sharing the core can run), which
+//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing; purely
+//! for the first quarter, then with exponential backoff that ends in `yield_now` so a submitter
+//! sharing the core can run), which
 //! keeps the spawn-to-start latency in the sub-microsecond range under load, then parks with
 //! the inbox's handshake:
 //!

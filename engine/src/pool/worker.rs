@@ -89,9 +89,15 @@ impl Worker {
                 backoff.reset();
                 now
             });
-            if now.duration_since(since) < shared.spin_before_park {
-                // Spin, then yield: on an oversubscribed core the submitter gets to run.
-                backoff.snooze();
+            let idle = now.duration_since(since);
+            if idle < shared.spin_before_park {
+                if idle < shared.spin_before_park / 4 {
+                    // Pure spinning for the first quarter: sub-microsecond pick-up.
+                    std::hint::spin_loop();
+                } else {
+                    // Then spin-and-yield: on an oversubscribed core the submitter gets to run.
+                    backoff.snooze();
+                }
                 continue;
             }
             // Park (see the module docs for the handshake).
