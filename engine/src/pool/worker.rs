@@ -100,6 +100,12 @@ impl Worker {
                 }
                 continue;
             }
+            // Last look at other workers' lone queued tasks before sleeping.
+            if let Found::Job(job) = self.steal(true) {
+                idle_since = None;
+                self.execute(job);
+                continue;
+            }
             // Park (see the module docs for the handshake).
             let parked = park_once(&me.inbox, &me.pill_taken, || {
                 shared.parked_count.fetch_add(1, Ordering::Relaxed);
