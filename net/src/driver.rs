@@ -90,7 +90,7 @@ impl Default for DriverConfig {
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             outbound_max: 256 << 20,
             connections_max: 4096,
-            tasks_per_core: 64,
+            tasks_per_core: 256,
             local_cores: None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
