@@ -19,13 +19,13 @@
 //! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
 //! its running tasks back, in time proportional to them.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
     Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
@@ -248,12 +248,12 @@ impl Driver {
             config,
             listener,
             listener_token: None,
-            peers: HashMap::new(),
-            tokens: HashMap::new(),
-            names: HashMap::new(),
-            links: HashMap::new(),
+            peers: FxHashMap::default(),
+            tokens: FxHashMap::default(),
+            names: std::collections::HashMap::new(),
+            links: FxHashMap::default(),
             next_executor: 1,
-            jobs: HashMap::new(),
+            jobs: FxHashMap::default(),
             epoch: Instant::now(),
             outputs: Vec::new(),
             dirty: Vec::new(),
@@ -434,16 +434,16 @@ pub(crate) struct DriverEndpoint {
     scheduler: Scheduler,
     listener: TcpListener,
     listener_token: Option<Token>,
-    peers: HashMap<Token, Peer>,
+    peers: FxHashMap<Token, Peer>,
     /// Registered remote executors' connections.
-    tokens: HashMap<ExecutorId, Token>,
-    /// Executor ids on the wire, for refusing duplicates.
-    names: HashMap<String, ExecutorId>,
-    links: HashMap<ExecutorId, Link>,
+    tokens: FxHashMap<ExecutorId, Token>,
+    /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
+    names: std::collections::HashMap<String, ExecutorId>,
+    links: FxHashMap<ExecutorId, Link>,
     next_executor: u64,
     local: Option<(flint_engine::pool::PoolHandle, Registry)>,
     runner: Option<TaskRunner>,
-    jobs: HashMap<JobId, JobEntry>,
+    jobs: FxHashMap<JobId, JobEntry>,
     epoch: Instant,
     outputs: Vec<Output>,
     dirty: Vec<Token>,

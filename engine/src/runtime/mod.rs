@@ -45,7 +45,6 @@ pub use timer::{TimerError, TimerId};
 
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -53,28 +52,8 @@ use std::time::Duration;
 
 use event_loop::LoopShared;
 
-/// A hasher for ids that are already unique integers.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
-pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+/// Tables keyed by the runtime's own ids.
+pub(crate) type IdMap<V> = crate::hash::FxHashMap<u64, V>;
 
 /// How to build a [`Runtime`].
 #[derive(Debug, Clone)]
@@ -399,16 +378,6 @@ impl Drop for Runtime {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn id_hasher_spreads_ids() {
-        let mut m: IdMap<u64> = HashMap::default();
-        for i in 0..1000 {
-            m.insert(i, i * 2);
-        }
-        assert_eq!(m.get(&999), Some(&1998));
-        let _ = RuntimeConfig::default();
-    }
 
     #[test]
     fn spawn_errors() {

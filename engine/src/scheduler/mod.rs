@@ -68,7 +68,6 @@
 
 mod book;
 mod exclusion;
-mod hash;
 mod job;
 mod speculation;
 mod types;
@@ -83,8 +82,8 @@ pub use types::{
     TaskLaunch, TaskSpec, TaskState,
 };
 
+use crate::hash::FxHashMap;
 use book::{Book, Run};
-use hash::FxHashMap;
 use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Status, TaskRec};
 
 /// Longest failure message kept from a peer, in bytes.

@@ -3,9 +3,9 @@
 //! The copy is launched like any task; the first attempt to finish wins and the other is killed
 //! (see `attempt_ended`).
 
-use super::hash::FxHashMap;
 use super::job::Status;
 use super::{Scheduler, TaskId};
+use crate::hash::FxHashMap;
 
 impl Scheduler {
     /// Queues a copy of each straggler; returns whether it found any.

@@ -1,6 +1,8 @@
-//! A small, fast, non-cryptographic hasher for the scheduler's internal tables.
+//! A small, fast, non-cryptographic hasher for tables keyed by ids (the scheduler's, the
+//! runtime's, the roles'): FxHash, as in rustc.
 //!
-//! Keys are ids the scheduler issues or validates itself, so hash flooding is not a concern. The
+//! Keys are ids the process issues or validates itself, or that come from an authenticated peer,
+//! so hash flooding is not a concern. The
 //! hasher has no random state, so iteration orders (and thus outputs) are deterministic, which the
 //! simulator relies on.
 
@@ -9,7 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// FxHash (as in rustc): one multiply and rotate per word.
 #[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher {
+pub struct FxHasher {
     hash: u64,
 }
 
@@ -58,6 +60,6 @@ impl Hasher for FxHasher {
 }
 
 /// A `HashMap` with [`FxHasher`].
-pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// A `HashSet` with [`FxHasher`].
-pub(crate) type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
+pub type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
