@@ -88,7 +88,7 @@ impl Default for PoolConfig {
             local_batch_max: 32,
             pin_threads: true,
             thread_name: "flint-worker".to_string(),
-            spin_before_park: Duration::from_micros(100),
+            spin_before_park: crate::runtime::spin_default(Duration::from_micros(100)),
         }
     }
 }

@@ -387,8 +387,12 @@ impl<E: Endpoint> EndpointRef<E> {
         let deadline = Instant::now() + timeout;
         // Spin briefly, then yield a few times: a reply from a busy loop usually comes within
         // microseconds, and blocking on the condition variable costs two syscalls.
+        // Only where spinning pays (see `spinning_pays`).
         let backoff = crossbeam_utils::Backoff::new();
-        while slot.state.load(Ordering::Acquire) == WAITING && !backoff.is_completed() {
+        while super::spinning_pays()
+            && slot.state.load(Ordering::Acquire) == WAITING
+            && !backoff.is_completed()
+        {
             backoff.snooze();
         }
         let mut guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());

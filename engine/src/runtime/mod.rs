@@ -55,6 +55,29 @@ use event_loop::LoopShared;
 /// Tables keyed by the runtime's own ids.
 pub(crate) type IdMap<V> = crate::hash::FxHashMap<u64, V>;
 
+/// Cores a machine needs before waiting threads spin by default.
+const SPIN_CORES_MIN: usize = 4;
+
+/// Whether waiting threads should spin before they block: only on a machine with cores to spare.
+/// On 2 cores shared by a driver, executors and their pools, a spinning thread takes the core
+/// from the thread it is waiting for; turning the spins off there measured 2-3x more tasks per
+/// second and cut a task's round trip from 210 to 84 us (BENCHMARKS.md, "without spinning").
+pub fn spinning_pays() -> bool {
+    static PAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAYS.get_or_init(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get()) >= SPIN_CORES_MIN
+    })
+}
+
+/// `spin` where [`spinning_pays`], else zero: the default for spin-before-park settings.
+pub fn spin_default(spin: Duration) -> Duration {
+    if spinning_pays() {
+        spin
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// How to build a [`Runtime`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -86,7 +109,7 @@ impl Default for RuntimeConfig {
             timers_max: 65_536,
             events_capacity: 1024,
             batch_max: 256,
-            spin_before_park: Duration::from_micros(50),
+            spin_before_park: spin_default(Duration::from_micros(50)),
         }
     }
 }
