@@ -204,7 +204,9 @@ impl Cluster {
                     Ok(Err(error)) => error.to_string(),
                     Err(_) => "panicked".to_string(),
                 };
-                return Err(format!("an executor thread ended before registering: {why}"));
+                return Err(format!(
+                    "an executor thread ended before registering: {why}"
+                ));
             }
             if Instant::now() >= deadline {
                 return Err(format!(

@@ -429,9 +429,7 @@ fn steps_json(runs: &[(String, RunResult)]) -> String {
 }
 
 fn steps_table(runs: &[(String, RunResult)], knee: Option<f64>) -> String {
-    let mut out = String::from(
-        "offered/s    achieved/s   p50 us    p99 us    p99.9 us  max us\n",
-    );
+    let mut out = String::from("offered/s    achieved/s   p50 us    p99 us    p99.9 us  max us\n");
     for (_, run) in runs {
         let s = &run.summary;
         let l = &s.latency_us;
@@ -444,7 +442,11 @@ fn steps_table(runs: &[(String, RunResult)], knee: Option<f64>) -> String {
             l.p99,
             l.p999,
             l.max,
-            if Some(offered) == knee { "  <- knee" } else { "" }
+            if Some(offered) == knee {
+                "  <- knee"
+            } else {
+                ""
+            }
         ));
     }
     out.push('\n');
