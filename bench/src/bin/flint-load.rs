@@ -316,7 +316,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 }
 
 fn seconds(flag: &str, value: f64) -> Result<Duration, String> {
-    if value.is_finite() && value >= 0.0 && value < 1e7 {
+    if (0.0..1e7).contains(&value) {
         Ok(Duration::from_secs_f64(value))
     } else {
         Err(format!("{flag} must be a number of seconds, not {value}"))
