@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections import defaultdict
+from statistics import median
 
 
 def fmt_time(ns):
@@ -134,14 +135,27 @@ def load_tables(path):
             continue
         key = sweep.split(":")[0]
         label, get = SWEEP_COLUMNS.get(key, (key, lambda r: r.get(key)))
-        out.append(f"| {label} | tasks | ok | tasks/s | p50 us | p99 us | p99.9 us | load avg |")
-        out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        # Repeated runs of one setting (BENCH_REPEAT) become one row of medians with the range
+        # of tasks/s.
+        groups = defaultdict(list)
+        order = []
         for r in rows:
-            l = r["latency_us"]
-            ok = "yes" if r["succeeded"] == r["tasks"] else f"NO ({r['failed']} failed)"
+            k = get(r)
+            if k not in groups:
+                order.append(k)
+            groups[k].append(r)
+        out.append(f"| {label} | runs | all ok | tasks/s (median) | tasks/s range | p50 us | p99 us | p99.9 us | load avg |")
+        out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for k in order:
+            g = groups[k]
+            ok = "yes" if all(r["succeeded"] == r["tasks"] for r in g) else "NO"
+            med = lambda f: median([f(r) for r in g])
+            rates = [r["tasks_per_s"] for r in g]
+            loads = ",".join(str(r.get("load_average", "?")) for r in g)
             out.append(
-                f"| {get(r)} | {r['tasks']} | {ok} | {r['tasks_per_s']:.0f} | {l['p50']} | {l['p99']} | {l['p999']} "
-                f"| {r.get('load_average', '?')} |"
+                f"| {k} | {len(g)} | {ok} | {med(lambda r: r['tasks_per_s']):.0f} | {min(rates):.0f}-{max(rates):.0f} "
+                f"| {med(lambda r: r['latency_us']['p50']):.0f} | {med(lambda r: r['latency_us']['p99']):.0f} "
+                f"| {med(lambda r: r['latency_us']['p999']):.0f} | {loads} |"
             )
         out.append("")
     return "\n".join(out)
