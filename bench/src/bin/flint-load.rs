@@ -389,17 +389,26 @@ fn describe(mode: &Mode) -> String {
     }
 }
 
-/// The knee of a ramp: the first rate whose p99 is over 5 times the first step's (and over
-/// 1 ms), or whose achieved rate falls under 90% of the offered one.
+/// The knee of a ramp: the lowest rate from which every step on is degraded (p99 over 5 times
+/// the first step's and over 1 ms, or achieved under 90% of offered, or saturated), so a
+/// transient spike at one rate (another process's burst on a shared machine) is not the knee.
 fn knee(runs: &[(String, RunResult)]) -> Option<f64> {
     let base_p99 = runs.first()?.1.summary.latency_us.p99.max(1);
-    runs.iter().find_map(|(_, run)| {
-        let offered = run.offered_per_s?;
+    let degraded = |run: &RunResult| {
         let s = &run.summary;
-        let slow = s.latency_us.p99 > (base_p99 * 5).max(1000);
-        let behind = s.tasks_per_s < 0.9 * offered;
-        (slow || behind || run.saturated).then_some(offered)
-    })
+        let offered = run.offered_per_s.unwrap_or(0.0);
+        run.saturated
+            || s.latency_us.p99 > (base_p99 * 5).max(1000)
+            || s.tasks_per_s < 0.9 * offered
+    };
+    let mut knee = None;
+    for (_, run) in runs.iter().rev() {
+        if !degraded(run) {
+            break;
+        }
+        knee = run.offered_per_s;
+    }
+    knee
 }
 
 fn steps_json(runs: &[(String, RunResult)]) -> String {
