@@ -389,17 +389,18 @@ fn describe(mode: &Mode) -> String {
     }
 }
 
-/// The knee of a ramp: the lowest rate from which every step on is degraded (p99 over 5 times
-/// the first step's and over 1 ms, or achieved under 90% of offered, or saturated), so a
-/// transient spike at one rate (another process's burst on a shared machine) is not the knee.
+/// The knee of a ramp: the lowest rate from which every step on is degraded: p99 over 20 times
+/// the first step's and over 10 ms, or achieved under 95% of offered, or saturated. Requiring
+/// every later step to be degraded keeps a transient spike at one rate (another process's burst
+/// on a shared machine) from being taken for the knee.
 fn knee(runs: &[(String, RunResult)]) -> Option<f64> {
     let base_p99 = runs.first()?.1.summary.latency_us.p99.max(1);
     let degraded = |run: &RunResult| {
         let s = &run.summary;
         let offered = run.offered_per_s.unwrap_or(0.0);
         run.saturated
-            || s.latency_us.p99 > (base_p99 * 5).max(1000)
-            || s.tasks_per_s < 0.9 * offered
+            || s.latency_us.p99 > (base_p99 * 20).max(10_000)
+            || s.tasks_per_s < 0.95 * offered
     };
     let mut knee = None;
     for (_, run) in runs.iter().rev() {
