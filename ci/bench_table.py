@@ -161,14 +161,57 @@ def load_tables(path):
     return "\n".join(out)
 
 
+def headline(rows, loads_path):
+    """The few figures that answer "how far from the goals", with their ratios."""
+    out = ["| figure | Flint | alternative (ratio alternative/Flint) | load avg |", "| --- | --- | --- | --- |"]
+    by = {(r["group"], r["function"]): r for r in rows}
+    for group, label in (("e2e_job_10k_noop", "10k-noop job over loopback"), ("e2e_single_task", "one-task job round trip")):
+        flint = by.get((group, "flint_loopback_2x1"))
+        if not flint:
+            continue
+        alts = [r for (g, f), r in by.items() if g == group and not f.startswith("flint")]
+        alt_text = ", ".join(f"{a['function']} {fmt_time(a['median_ns'])} ({a['median_ns'] / flint['median_ns']:.2f}x)" for a in alts)
+        rate = f" ({flint['rate']})" if flint["rate"] else ""
+        out.append(f"| {label} (criterion median) | {fmt_time(flint['median_ns'])}{rate} | {alt_text} | see top |")
+    loads = []
+    if os.path.isfile(loads_path):
+        with open(loads_path) as f:
+            for line in f:
+                try:
+                    loads.append(json.loads(line))
+                except ValueError:
+                    pass
+    rt = [r for r in loads if r.get("sweep") == "in_flight" and r.get("in_flight") == 1]
+    if rt:
+        p50 = median([r["latency_us"]["p50"] for r in rt])
+        out.append(f"| one-task round trip p50 (flint-load --in-flight 1, goal 25 us) | {p50:.0f} us | - | {','.join(str(r.get('load_average')) for r in rt)} |")
+    runs = [r for r in loads if "tasks_per_s" in r and r.get("sweep") not in ("ramp", "queued_memory")]
+    if runs:
+        best = max(runs, key=lambda r: r["tasks_per_s"])
+        out.append(
+            f"| best closed-loop tasks/s, executor processes (goal 1M) | {best['tasks_per_s']:.0f} ({best['sweep']}: "
+            f"{best.get('executors')}x{best.get('cores')}, batch {best.get('batch')}, in flight {best.get('in_flight')}) | - | {best.get('load_average')} |"
+        )
+    for r in loads:
+        if r.get("sweep") == "ramp":
+            out.append(f"| open-loop knee (offered tasks/s) | {r.get('knee_per_s')} | - | {r.get('load_average')} |")
+        if r.get("sweep") == "queued_memory":
+            out.append(f"| driver memory per queued task ({r['tasks']} queued) | {r['bytes_per_task']:.0f} B | - | {r.get('load_average')} |")
+    return "\n".join(out)
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
     criterion_dir, loads = sys.argv[1], sys.argv[2]
+    rows = criterion_rows(criterion_dir) if os.path.isdir(criterion_dir) else []
+    print("## Headline figures\n")
+    print(headline(rows, loads))
+    print()
     print("## Criterion medians (ratio = alternative / Flint; above 1 means Flint is faster)\n")
     if os.path.isdir(criterion_dir):
-        print(criterion_table(criterion_rows(criterion_dir)))
+        print(criterion_table(rows))
     else:
         print(f"(no criterion results under {criterion_dir})")
     print("\n## Load sweeps (flint-load)\n")
