@@ -557,3 +557,61 @@ fn combined(runs: &[(String, RunResult)]) -> Summary {
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flint_net::summary::Recorder;
+
+    fn step(rate_per_s: f64, achieved_per_s: f64, p99_us: u64) -> (String, RunResult) {
+        let mut recorder = Recorder::new();
+        recorder.record(Ok(&[]), Duration::from_micros(p99_us));
+        let mut summary = recorder.summary(1, 0, 0, Duration::from_secs(1));
+        summary.tasks_per_s = achieved_per_s;
+        (
+            format!("rate-{rate_per_s}"),
+            RunResult {
+                summary,
+                histogram: recorder.histogram().clone(),
+                intervals: Vec::new(),
+                timeline: Vec::new(),
+                offered_per_s: Some(rate_per_s),
+                saturated: false,
+            },
+        )
+    }
+
+    #[test]
+    fn ramps_are_geometric_and_bad_ones_are_refused() {
+        let rates = parse_ramp("1000:100000:3").unwrap();
+        assert_eq!(rates.len(), 3);
+        assert!((rates[1] - 10_000.0).abs() < 1e-6);
+        assert!((rates[2] - 100_000.0).abs() < 1e-6);
+        assert_eq!(parse_ramp("5:5:1").unwrap(), vec![5.0]);
+        for bad in ["", "1:2", "0:10:2", "10:1:2", "1:10:0", "a:b:c", "1:10:2:3"] {
+            assert!(parse_ramp(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_knee_ignores_a_transient_spike() {
+        let runs = vec![
+            step(1000.0, 1000.0, 200),
+            step(2000.0, 2000.0, 50_000),
+            step(4000.0, 4000.0, 300),
+            step(8000.0, 7000.0, 400),
+            step(16000.0, 9000.0, 90_000),
+        ];
+        assert_eq!(knee(&runs), Some(8000.0));
+        assert_eq!(knee(&runs[..3]), None);
+    }
+
+    #[test]
+    fn a_single_run_summary_passes_through_and_ramps_add_up() {
+        let runs = vec![step(1000.0, 1000.0, 200), step(2000.0, 2000.0, 400)];
+        assert_eq!(combined(&runs[..1]), runs[0].1.summary);
+        let total = combined(&runs);
+        assert_eq!((total.tasks, total.succeeded), (2, 2));
+        assert!(total.latency_us.max >= 400);
+    }
+}
