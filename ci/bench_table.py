@@ -63,7 +63,7 @@ def criterion_rows(root):
                 "rate": rate,
             }
         )
-    rows.sort(key=lambda r: (r["group"], r["param"], not r["function"].startswith("flint"), r["function"]))
+    rows.sort(key=lambda r: (r["group"], r["param"], not r["function"].startswith("flint"), "local" in r["function"], r["function"]))
     return rows
 
 
@@ -74,6 +74,8 @@ def criterion_table(rows):
         by_key[(r["group"], r["param"])].append(r)
     for key in sorted(by_key):
         members = by_key[key]
+        # The baseline is the first Flint entry (flint_loopback_* in e2e); other Flint variants
+        # (e.g. local mode) get a ratio against it like the alternatives.
         flint = next((m for m in members if m["function"].startswith("flint")), None)
         for m in members:
             if flint is None or m is flint:

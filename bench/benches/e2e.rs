@@ -3,10 +3,12 @@
 //! same task function run in-process by the alternatives in the same group, so the network and
 //! scheduling overhead reads as a ratio:
 //!
-//! * `e2e_job_10k_noop`: one job of 10,000 `noop` tasks, submit to outcome. Flint vs `rayon`
-//!   (a 2-thread pool, `par_iter` over the same calls) vs a std mpsc pool of 2 worker threads.
-//! * `e2e_single_task`: the round trip of a one-task job (submit, run, result, outcome) vs
-//!   `rayon::ThreadPool::spawn` + a channel back vs one std mpsc worker round trip.
+//! * `e2e_job_10k_noop`: one job of 10,000 `noop` tasks, submit to outcome. Flint over loopback
+//!   vs Flint in local mode (the same driver and scheduler, tasks on an in-process pool of 2
+//!   workers, no sockets: the difference is the network and the executor) vs `rayon` (a
+//!   2-thread pool, `par_iter` over the same calls) vs a std mpsc pool of 2 worker threads.
+//! * `e2e_single_task`: the round trip of a one-task job (submit, run, result, outcome), the
+//!   same four ways (`rayon::ThreadPool::spawn` + a channel back for rayon).
 //!
 //! Run: `cargo bench -p flint-bench --bench e2e`. Under `cargo test --benches` each body runs
 //! once.
@@ -19,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flint_bench::cluster::{Cluster, ClusterSpec, ExecutorSource};
-use flint_net::driver::DriverConfig;
+use flint_net::driver::{Driver, DriverConfig};
 use flint_net::functions::{Registry, TaskContext, TaskFn};
 use flint_net::job::{Job, JobOutcome};
 use rayon::prelude::*;
@@ -35,6 +37,14 @@ fn cluster() -> Cluster {
         driver: DriverConfig::default(),
     })
     .expect("a loopback cluster starts")
+}
+
+/// A driver in local mode: tasks run on its own pool of `WORKERS` workers, no sockets.
+fn local_driver() -> Driver {
+    Driver::builder()
+        .local(WORKERS as u32, Registry::with_builtins())
+        .start()
+        .expect("a local-mode driver starts")
 }
 
 fn noop() -> TaskFn {
@@ -94,9 +104,8 @@ impl Drop for MpscPool {
     }
 }
 
-fn flint_job(cluster: &Cluster, tasks: usize) {
-    let handle = cluster
-        .driver
+fn flint_job(driver: &Driver, tasks: usize) {
+    let handle = driver
         .submit(Job::new("noop", vec![Bytes::new(); tasks]))
         .expect("submitted");
     match handle.wait() {
@@ -116,9 +125,12 @@ fn job_10k(c: &mut Criterion) {
     g.sample_size(20);
     let flint = cluster();
     g.bench_function("flint_loopback_2x1", |b| {
-        b.iter(|| flint_job(&flint, TASKS))
+        b.iter(|| flint_job(&flint.driver, TASKS))
     });
     flint.stop();
+    let local = local_driver();
+    g.bench_function("flint_local_2", |b| b.iter(|| flint_job(&local, TASKS)));
+    local.shutdown();
 
     let function = noop();
     let pool = rayon::ThreadPoolBuilder::new()
@@ -146,8 +158,13 @@ fn single_task(c: &mut Criterion) {
     g.warm_up_time(Duration::from_secs(1));
     g.measurement_time(Duration::from_secs(3));
     let flint = cluster();
-    g.bench_function("flint_loopback_2x1", |b| b.iter(|| flint_job(&flint, 1)));
+    g.bench_function("flint_loopback_2x1", |b| {
+        b.iter(|| flint_job(&flint.driver, 1))
+    });
     flint.stop();
+    let local = local_driver();
+    g.bench_function("flint_local_2", |b| b.iter(|| flint_job(&local, 1)));
+    local.shutdown();
 
     let function = noop();
     let pool = rayon::ThreadPoolBuilder::new()
