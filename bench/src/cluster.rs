@@ -32,6 +32,9 @@ pub enum ExecutorSource {
     },
     /// Threads in this process, each running [`executor::run`].
     Threads,
+    /// No executors: the driver's local mode runs tasks on an in-process pool of
+    /// `executors x cores` workers, with no sockets (to separate the network's cost).
+    LocalMode,
     /// Executors started elsewhere connect to the driver's address; wait this long for them.
     External {
         /// How long to wait for the executors.
@@ -119,8 +122,14 @@ impl Cluster {
             }
         };
         let driver_secret = config.secret.clone();
-        let driver = Driver::builder()
-            .config(config)
+        let mut builder = Driver::builder().config(config);
+        if let ExecutorSource::LocalMode = spec.source {
+            builder = builder.local(
+                spec.executors.saturating_mul(spec.cores),
+                Registry::with_builtins(),
+            );
+        }
+        let driver = builder
             .start()
             .map_err(|e| format!("cannot start the driver: {e}"))?;
         let addr = driver.local_addr().ok_or("the driver has no address")?;
@@ -167,6 +176,10 @@ impl Cluster {
                     cluster.threads.push(thread);
                 }
                 Duration::from_secs(30)
+            }
+            ExecutorSource::LocalMode => {
+                cluster.wait_for(1, Duration::from_secs(10))?;
+                return Ok(cluster);
             }
             ExecutorSource::External { wait } => {
                 eprintln!(

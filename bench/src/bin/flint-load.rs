@@ -35,7 +35,7 @@ use hdrhistogram::Histogram;
         waits for executors started elsewhere.",
     group(ArgGroup::new("load").args(["in_flight", "rate", "ramp"])),
     group(ArgGroup::new("limit").args(["tasks", "duration"])),
-    group(ArgGroup::new("where").args(["driver_listen", "in_process"]))
+    group(ArgGroup::new("where").args(["driver_listen", "in_process", "local_mode"]))
 )]
 struct Args {
     /// Executors (started here unless --driver-listen).
@@ -60,6 +60,10 @@ struct Args {
     /// Run the executors as threads of this process (over 127.0.0.1) instead of processes.
     #[arg(long)]
     in_process: bool,
+    /// No executors: the driver's local mode runs the tasks on an in-process pool of
+    /// executors x cores workers, no sockets (to separate the network's cost).
+    #[arg(long)]
+    local_mode: bool,
     /// The `flint` binary for local executors (default: next to this binary).
     #[arg(long, value_name = "PATH")]
     flint_bin: Option<PathBuf>,
@@ -195,6 +199,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             }
         }
         None if args.in_process => ExecutorSource::Threads,
+        None if args.local_mode => ExecutorSource::LocalMode,
         None => ExecutorSource::Processes {
             binary: cluster::flint_binary(args.flint_bin.as_deref())?,
             logs: args.executor_logs,
@@ -203,6 +208,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let source_name = match source {
         ExecutorSource::Processes { .. } => "processes",
         ExecutorSource::Threads => "threads",
+        ExecutorSource::LocalMode => "local_mode",
         ExecutorSource::External { .. } => "external",
     };
     let spec = LoadSpec {
