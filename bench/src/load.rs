@@ -273,8 +273,13 @@ impl Progress {
         }
     }
 
+    /// True when a redraw is due (so callers skip gathering the figures otherwise).
+    fn due(&self) -> bool {
+        self.enabled && self.last.elapsed() >= Duration::from_millis(200)
+    }
+
     fn tick(&mut self, fraction: f64, text: impl FnOnce() -> String) {
-        if !self.enabled || self.last.elapsed() < Duration::from_millis(200) {
+        if !self.due() {
             return;
         }
         self.last = Instant::now();
@@ -412,6 +417,9 @@ impl Runner<'_> {
     }
 
     fn draw(&mut self, now_ns: u64) {
+        if !self.progress.due() {
+            return;
+        }
         let since_s = now_ns.saturating_sub(self.measure_from_ns) as f64 / 1e9;
         let (fraction, label) = if now_ns < self.measure_from_ns {
             (0.0, "warm-up".to_string())
