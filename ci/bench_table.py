@@ -171,7 +171,7 @@ def headline(rows, loads_path):
         flint = by.get((group, "flint_loopback_2x1"))
         if not flint:
             continue
-        alts = [r for (g, f), r in by.items() if g == group and not f.startswith("flint")]
+        alts = [r for (g, f), r in by.items() if g == group and r is not flint]
         alt_text = ", ".join(f"{a['function']} {fmt_time(a['median_ns'])} ({a['median_ns'] / flint['median_ns']:.2f}x)" for a in alts)
         rate = f" ({flint['rate']})" if flint["rate"] else ""
         out.append(f"| {label} (criterion median) | {fmt_time(flint['median_ns'])}{rate} | {alt_text} | see top |")
