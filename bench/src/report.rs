@@ -315,7 +315,10 @@ pub fn chart(
             x1 = x1.max(2.0);
         }
         Scale::Linear => x0 = x0.min(0.0),
-        Scale::Log => {}
+        Scale::Log => {
+            x0 = x0.floor();
+            x1 = x1.ceil().max(x0 + 1.0);
+        }
     }
     match y_scale {
         Scale::Linear => y0 = y0.min(0.0),
@@ -489,6 +492,34 @@ mod tests {
         assert!(html.contains("href=\"closed.hlog\""));
         assert!(dir.join("closed.hlog").is_file());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn every_tick_is_inside_the_plot() {
+        let series = vec![(
+            "p99".to_string(),
+            vec![(2000.0, 250.0), (400_000.0, 480_000.0)],
+        )];
+        for (x, y) in [
+            (Scale::Log, Scale::Log),
+            (Scale::Linear, Scale::Linear),
+            (Scale::Linear, Scale::Log),
+        ] {
+            let svg = chart("t", "x", "y", &series, x, y);
+            for line in svg.lines().filter(|l| l.starts_with("<line")) {
+                let coord = |name: &str| -> f64 {
+                    let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                    let end = start + line[start..].find('"').unwrap();
+                    line[start..end].parse().unwrap()
+                };
+                for v in [coord("x1"), coord("x2")] {
+                    assert!((69.9..=730.1).contains(&v), "{x:?}/{y:?}: x {v} in {line}");
+                }
+                for v in [coord("y1"), coord("y2")] {
+                    assert!((29.9..=370.1).contains(&v), "{x:?}/{y:?}: y {v} in {line}");
+                }
+            }
+        }
     }
 
     #[test]
