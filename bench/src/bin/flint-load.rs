@@ -150,10 +150,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let limit = match (args.tasks, args.duration) {
         (Some(0), _) => return Err("--tasks must be at least 1".into()),
         (Some(tasks), _) => Limit::Tasks(tasks),
-        (None, Some(d)) => Limit::Duration(seconds("--duration", d)?),
+        (None, Some(d)) if d > 0.0 => Limit::Duration(seconds("--duration", d)?),
+        (None, Some(d)) => return Err(format!("--duration must be positive, not {d}")),
         (None, None) => Limit::Duration(Duration::from_secs(5)),
     };
     let ramp = args.ramp.as_deref().map(parse_ramp).transpose()?;
+    if ramp.is_some() && !(args.step_s > 0.0 && args.step_s < 1e7) {
+        return Err(format!("--step-s must be positive, not {}", args.step_s));
+    }
     let mode = match (args.rate, args.in_flight) {
         (Some(rate_per_s), _) => {
             if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
