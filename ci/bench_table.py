@@ -94,6 +94,7 @@ SWEEP_COLUMNS = {
     "payload": ("payload B", lambda r: r.get("payload")),
     "in_flight": ("in flight", lambda r: r.get("in_flight")),
     "batch": ("tasks per job", lambda r: r.get("batch")),
+    "queue_depth": ("slots per core", lambda r: r.get("queue_depth")),
 }
 
 
