@@ -134,6 +134,9 @@ struct Shared {
     meter: Mutex<Meter>,
     /// Results (and tasks counted failed) so far, warm-up included.
     completed: AtomicU64,
+    /// The observer wakes the submitter once `completed` reaches this (so a closed loop that
+    /// waits for a whole batch of free slots is woken once, not once per result).
+    wake_at: AtomicU64,
     submitter: Thread,
     wake_submitter: bool,
 }
@@ -337,8 +340,8 @@ impl Runner<'_> {
                     .meter()
                     .record(times.of(index), now_ns, result.map(|b| &b[..]));
                 seen.fetch_add(1, Ordering::Relaxed);
-                shared.completed.fetch_add(1, Ordering::Release);
-                if shared.wake_submitter {
+                let done = shared.completed.fetch_add(1, Ordering::AcqRel) + 1;
+                if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
                     shared.submitter.unpark();
                 }
             },
@@ -453,12 +456,18 @@ impl Runner<'_> {
                     count = count.min(tasks - self.measured);
                 }
             }
-            if self.outstanding() + count <= in_flight.max(1) {
+            let window = in_flight.max(1);
+            if self.outstanding() + count <= window {
                 self.submit(count, SentAt::Same(now_ns))?;
-            } else {
-                std::thread::park_timeout(Duration::from_millis(5));
-                self.draw(now_ns);
+                continue;
             }
+            // Sleep until `count` slots are free: completed >= submitted + count - window.
+            let wake_at = (self.submitted + count).saturating_sub(window);
+            self.shared.wake_at.store(wake_at, Ordering::Release);
+            if self.outstanding() + count > window {
+                std::thread::park_timeout(Duration::from_millis(5));
+            }
+            self.draw(now_ns);
         }
     }
 
@@ -517,6 +526,7 @@ impl Runner<'_> {
 
     /// Waits until every submitted task has a result.
     fn drain(&mut self) -> Result<(), String> {
+        self.shared.wake_at.store(self.submitted, Ordering::Release);
         let mut last_completed = self.shared.completed.load(Ordering::Acquire);
         let mut last_progress = Instant::now();
         while self.outstanding() > 0 || !self.pending.is_empty() {
@@ -561,6 +571,7 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
             last_result_ns: measure_from_ns,
         }),
         completed: AtomicU64::new(0),
+        wake_at: AtomicU64::new(0),
         submitter: std::thread::current(),
         wake_submitter: matches!(spec.mode, Mode::Closed { .. }),
     });
