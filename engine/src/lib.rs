@@ -9,3 +9,4 @@ pub mod pool;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;
+pub mod standalone;
