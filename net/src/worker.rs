@@ -699,10 +699,10 @@ impl WorkerEndpoint {
         let Some(running) = self.executors.remove(&(app.clone(), executor.clone())) else {
             return;
         };
-        let (state, message) = if running.killing {
-            (ExecutorState::Killed, "killed by the worker".to_owned())
-        } else if code == Some(0) {
+        let (state, message) = if code == Some(0) {
             (ExecutorState::Exited, "exited normally".to_owned())
+        } else if running.killing {
+            (ExecutorState::Killed, "killed by the worker".to_owned())
         } else if let Some(signal) = signal {
             (ExecutorState::Failed, format!("killed by signal {signal}"))
         } else {
