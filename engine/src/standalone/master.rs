@@ -27,15 +27,19 @@
 //!
 //! A worker silent for `worker_timeout_us`, or whose connection ends, is dead: its executors are
 //! lost and their applications told. An executor that exits abnormally counts against its
-//! application; once `max_executor_retries` such exits happen in a row (an executor reaching
-//! RUNNING resets the count) and none of its executors is running, the application is removed
-//! with the reason. Lost executors do not count: the application was not at fault.
+//! application; once `max_executor_retries` such exits happened and none of its executors is
+//! running, the application is removed with the reason (Spark's rule). The count does not reset
+//! when an executor reaches RUNNING: a worker reports RUNNING as soon as the process starts, so
+//! an executor that crashes right after starting would otherwise never count. Lost executors do
+//! not count: the application was not at fault.
 //!
 //! # Recovery
 //!
 //! After a restart, [`Master::recover`] takes the journaled workers and applications: workers are
 //! UNKNOWN and applications disconnected until they come back. Nothing is placed until every one
-//! of them came back or `recovery_timeout_us` passed; then the ones still missing are removed.
+//! of them came back or `recovery_timeout_us` passed (checked on [`Master::tick`], so the
+//! executors a worker reports right after registering are adopted first); then the ones still
+//! missing are removed.
 //! Workers report executors that kept running ([`Master::executor_reattached`]) and the master
 //! adopts them instead of placing new ones.
 
@@ -48,7 +52,7 @@ pub struct Config {
     pub worker_timeout_us: u64,
     /// Spread executors across workers (true) or pack them onto as few as possible.
     pub spread_out: bool,
-    /// Abnormal executor exits in a row, with none running, that remove an application.
+    /// Abnormal executor exits, with none running after the last, that remove an application.
     pub max_executor_retries: u32,
     /// How long to wait for journaled workers and applications after a restart.
     pub recovery_timeout_us: u64,
@@ -540,7 +544,7 @@ impl Master {
                 executors: BTreeSet::new(),
             },
         );
-        self.check_recovery(now_us);
+        let _ = now_us;
         self.schedule();
         Ok(())
     }
@@ -658,8 +662,8 @@ impl Master {
     pub fn app_reconnected(&mut self, now_us: u64, app: &str) -> Result<(), String> {
         match self.apps.get_mut(app) {
             Some(a) if a.is_active() => {
+                let _ = now_us;
                 a.connected = true;
-                self.check_recovery(now_us);
                 self.schedule();
                 Ok(())
             }
@@ -753,7 +757,6 @@ impl Master {
             exit_code,
         });
         if state == ExecutorState::Running {
-            a.retries = 0;
             a.state = AppState::Running;
         }
         if !state.is_final() {
@@ -1297,18 +1300,25 @@ mod tests {
     }
 
     #[test]
-    fn a_running_executor_resets_the_retry_count() {
+    fn an_app_with_a_running_executor_survives_failures_of_its_others() {
         let mut m = master(true);
-        m.worker_registered(0, worker("a", 1, 4096)).unwrap();
-        let id = m.app_registered(0, app(1, 1, 0)).unwrap();
+        m.worker_registered(0, worker("a", 2, 4096)).unwrap();
+        let id = m.app_registered(0, app(1, 2, 0)).unwrap();
         let mut out = drain(&mut m);
+        let mut launched = launches(&out);
+        let (w, steady) = launched.remove(0);
+        m.executor_state_changed(&w, &id, &steady, ExecutorState::Running, "", None);
         for _ in 0..10 {
-            let (w, e) = launches(&out).pop().expect("a launch");
+            let (w, e) = launched.pop().expect("a launch");
             m.executor_state_changed(&w, &id, &e, ExecutorState::Running, "", None);
             m.executor_state_changed(&w, &id, &e, ExecutorState::Failed, "boom", Some(1));
             out = drain(&mut m);
+            launched = launches(&out);
         }
         assert!(m.app_spec(&id).is_some(), "still registered");
+        // Once the steady one fails too, none is running: the count is far past the limit.
+        m.executor_state_changed(&w, &id, &steady, ExecutorState::Failed, "boom", Some(1));
+        assert!(m.app_spec(&id).is_none(), "removed");
     }
 
     #[test]
@@ -1387,6 +1397,8 @@ mod tests {
         let mut m = master(true);
         m.recover(0, vec![worker("a", 2, 4096)], vec![]);
         m.worker_registered(S, worker("a", 2, 4096)).unwrap();
+        assert!(m.is_recovering(), "recovery ends on a tick");
+        m.tick(S);
         assert!(!m.is_recovering());
     }
 

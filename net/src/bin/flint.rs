@@ -657,6 +657,10 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
                     ));
                 }
             }
+            eprintln!(
+                "flint submit: {} executors registered; running the job",
+                driver.executors()
+            );
             let abort = || {
                 client
                     .removed()
