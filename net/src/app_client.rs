@@ -56,6 +56,8 @@ pub struct AppInfo {
     pub workers_removed: u64,
     /// Whether it is connected to the master now.
     pub connected: bool,
+    /// Answers the master gave to [`AppClient::sync`] so far.
+    pub syncs: u64,
 }
 
 #[derive(Default)]
@@ -172,6 +174,18 @@ impl AppClient {
             .map_err(|e| e.to_string())
     }
 
+    /// Waits (up to `timeout`) until the master has handled everything sent before this call:
+    /// it asks for the cluster status on the same connection and waits for the answer.
+    pub fn sync(&self, timeout: Duration) -> Result<(), String> {
+        let before = self.info().syncs;
+        self.endpoint
+            .send(AppMsg::Sync)
+            .map_err(|e| e.to_string())?;
+        self.shared
+            .wait_for(timeout, |info| (info.syncs > before).then_some(()))
+            .ok_or_else(|| format!("no answer from the master within {} ms", timeout.as_millis()))
+    }
+
     /// Asks the master to kill these executors.
     pub fn kill_executors(&self, ids: Vec<String>) -> Result<(), String> {
         self.endpoint
@@ -210,6 +224,8 @@ pub enum AppMsg {
     Kill(Vec<String>),
     /// Unregister.
     Unregister,
+    /// Ask for the status, to know the master handled what came before.
+    Sync,
 }
 
 enum Phase {
@@ -443,6 +459,7 @@ impl AppEndpoint {
                 let reason = reason.to_owned();
                 self.shared.update(|info| info.removed = Some(reason));
             }
+            Message::StatusResponse { .. } => self.shared.update(|info| info.syncs += 1),
             Message::Shutdown {} => return Err("the master shut down".into()),
             other => return Err(format!("unexpected {} from the master", other.kind().name())),
         }
@@ -497,6 +514,15 @@ impl Endpoint for AppEndpoint {
                             app_id: &app_id,
                             executor_ids: List::from_items(&ids),
                         },
+                        link.conn.outbound(),
+                        FRAME_SIZE_MAX_DEFAULT,
+                    );
+                }
+            }
+            AppMsg::Sync => {
+                if let Some(link) = self.ready_link() {
+                    encode(
+                        &Message::StatusRequest {},
                         link.conn.outbound(),
                         FRAME_SIZE_MAX_DEFAULT,
                     );

@@ -227,6 +227,23 @@ fn safe_component(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// Appends the queued reports to the link's outbound buffer.
+fn drain_reports(reports: &mut VecDeque<Report>, link: &mut Link) {
+    for report in reports.drain(..) {
+        encode(
+            &Message::ExecutorStateChanged {
+                app_id: &report.app,
+                executor_id: &report.executor,
+                state: report.state,
+                message: &report.message,
+                exit_code: report.exit_code,
+            },
+            link.conn.outbound(),
+            FRAME_SIZE_MAX_DEFAULT,
+        );
+    }
+}
+
 /// Sends a signal to a process group with the `kill` command.
 fn signal_group(pgid: u32, signal: &str) {
     let result = Command::new("kill")
@@ -350,6 +367,9 @@ impl WorkerEndpoint {
             if self.exit_requested() {
                 return ctx.stop();
             }
+        }
+        if matches!(link.phase, Phase::Registered) {
+            drain_reports(&mut self.reports, &mut link);
         }
         let flushed = link.conn.flush();
         self.link = Some(link);
@@ -492,48 +512,20 @@ impl WorkerEndpoint {
                 FRAME_SIZE_MAX_DEFAULT,
             );
         }
-        for report in self.reports.drain(..) {
-            encode(
-                &Message::ExecutorStateChanged {
-                    app_id: &report.app,
-                    executor_id: &report.executor,
-                    state: report.state,
-                    message: &report.message,
-                    exit_code: report.exit_code,
-                },
-                out,
-                FRAME_SIZE_MAX_DEFAULT,
-            );
-        }
+        // Running executors were just announced; only how the others ended is news.
+        self.reports.retain(|r| {
+            !matches!(r.state, ExecutorState::Launching | ExecutorState::Running)
+        });
+        drain_reports(&mut self.reports, link);
     }
 
+    /// Queues a state report; it goes out with the next flush while registered, or after the
+    /// next registration.
     fn report(&mut self, report: Report) {
-        match self.link.as_mut() {
-            Some(link) if matches!(link.phase, Phase::Registered | Phase::Registering) => {
-                encode(
-                    &Message::ExecutorStateChanged {
-                        app_id: &report.app,
-                        executor_id: &report.executor,
-                        state: report.state,
-                        message: &report.message,
-                        exit_code: report.exit_code,
-                    },
-                    link.conn.outbound(),
-                    FRAME_SIZE_MAX_DEFAULT,
-                );
-            }
-            _ => {
-                if report.state == ExecutorState::Running || report.state == ExecutorState::Launching
-                {
-                    // Running executors are announced on registration anyway.
-                    return;
-                }
-                if self.reports.len() >= self.config.reports_max {
-                    self.reports.pop_front();
-                }
-                self.reports.push_back(report);
-            }
+        if self.reports.len() >= self.config.reports_max {
+            self.reports.pop_front();
         }
+        self.reports.push_back(report);
     }
 
     fn launch(
@@ -748,6 +740,9 @@ impl WorkerEndpoint {
         };
         if matches!(link.phase, Phase::Connecting(_)) {
             return;
+        }
+        if matches!(link.phase, Phase::Registered) {
+            drain_reports(&mut self.reports, link);
         }
         if let Err(error) = link.conn.flush() {
             self.disconnect(&error.to_string(), ctx);

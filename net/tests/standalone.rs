@@ -60,7 +60,9 @@ struct Proc {
 
 impl Proc {
     fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
-        Proc::start_with(Command::new(FLINT), dir, name, args)
+        let mut command = Command::new(FLINT);
+        command.env_remove("FLINT_SECRET");
+        Proc::start_with(command, dir, name, args)
     }
 
     fn start_with(mut command: Command, dir: &Path, name: &str, args: &[&str]) -> Proc {
@@ -71,7 +73,6 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).expect("stdout file"))
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .env_remove("FLINT_SECRET")
             .spawn()
             .expect("spawn flint");
         Proc {
@@ -412,7 +413,7 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
         .map(|(id, host)| start_worker(&dir, port, id, host, 2))
         .collect();
     wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
-    let tasks = 900;
+    let tasks = 1500;
     let mut job = submit(&dir, port, 3, tasks, "hash:5");
     wait_until("the job to start", || job.stderr().contains("running the job"));
     let snapshot = wait_status(port, "an executor running on w1", |s| s.running_on("w1") == 1);
