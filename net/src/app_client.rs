@@ -73,7 +73,11 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    fn wait_for<R>(&self, timeout: Duration, mut f: impl FnMut(&AppInfo) -> Option<R>) -> Option<R> {
+    fn wait_for<R>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&AppInfo) -> Option<R>,
+    ) -> Option<R> {
         let deadline = Instant::now() + timeout;
         let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -102,7 +106,9 @@ pub struct AppClient {
 
 impl std::fmt::Debug for AppClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppClient").field("info", &self.info()).finish()
+        f.debug_struct("AppClient")
+            .field("info", &self.info())
+            .finish()
     }
 }
 
@@ -183,7 +189,12 @@ impl AppClient {
             .map_err(|e| e.to_string())?;
         self.shared
             .wait_for(timeout, |info| (info.syncs > before).then_some(()))
-            .ok_or_else(|| format!("no answer from the master within {} ms", timeout.as_millis()))
+            .ok_or_else(|| {
+                format!(
+                    "no answer from the master within {} ms",
+                    timeout.as_millis()
+                )
+            })
     }
 
     /// Asks the master to kill these executors.
@@ -324,8 +335,7 @@ impl AppEndpoint {
                 self.link = Some(link);
                 return self.disconnect("connection failed", ctx);
             }
-            if let Phase::Connecting(handshake) = std::mem::replace(&mut link.phase, Phase::Ready)
-            {
+            if let Phase::Connecting(handshake) = std::mem::replace(&mut link.phase, Phase::Ready) {
                 link.phase = Phase::Handshake(handshake);
             }
         }
@@ -461,7 +471,12 @@ impl AppEndpoint {
             }
             Message::StatusResponse { .. } => self.shared.update(|info| info.syncs += 1),
             Message::Shutdown {} => return Err("the master shut down".into()),
-            other => return Err(format!("unexpected {} from the master", other.kind().name())),
+            other => {
+                return Err(format!(
+                    "unexpected {} from the master",
+                    other.kind().name()
+                ))
+            }
         }
         Ok(())
     }

@@ -140,7 +140,10 @@ impl Journal {
     /// Records an application's removal.
     pub fn app_removed(&mut self, app_id: &str) {
         let mut out = BytesMut::new();
-        encode(&Message::ApplicationRemoved { app_id, reason: "" }, &mut out);
+        encode(
+            &Message::ApplicationRemoved { app_id, reason: "" },
+            &mut out,
+        );
         self.append(&out);
     }
 
@@ -159,7 +162,10 @@ impl Journal {
 
 fn encode(message: &Message<'_>, out: &mut BytesMut) {
     if let Err(error) = message.encode(out, FRAME_SIZE_MAX_DEFAULT) {
-        tracing::error!("journal record {} not written: {error}", message.kind().name());
+        tracing::error!(
+            "journal record {} not written: {error}",
+            message.kind().name()
+        );
     }
 }
 
@@ -272,7 +278,10 @@ pub fn replay(bytes: &[u8]) -> Recovered {
     }
     Recovered {
         workers: workers.into_values().collect(),
-        apps: order.into_iter().filter_map(|id| apps.remove(&id)).collect(),
+        apps: order
+            .into_iter()
+            .filter_map(|id| apps.remove(&id))
+            .collect(),
     }
 }
 

@@ -104,7 +104,8 @@ impl MasterHandle {
                 Some(journal)
             }
         };
-        let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let listener =
+            TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let local_addr = listener.local_addr().ok();
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
@@ -300,8 +301,11 @@ impl MasterEndpoint {
                                     .push((old, "the worker registered again".into()));
                             }
                         }
-                        let interval_ms =
-                            self.config.heartbeat_interval.as_millis().min(u32::MAX as u128) as u32;
+                        let interval_ms = self
+                            .config
+                            .heartbeat_interval
+                            .as_millis()
+                            .min(u32::MAX as u128) as u32;
                         encode(
                             &Message::RegisteredWorker {
                                 heartbeat_interval_ms: interval_ms,
@@ -372,7 +376,10 @@ impl MasterEndpoint {
                             conn.outbound(),
                             frame_size_max,
                         );
-                        eprintln!("flint master: application {app_id} ({}) registered", spec.name);
+                        eprintln!(
+                            "flint master: application {app_id} ({}) registered",
+                            spec.name
+                        );
                         self.apps.insert(app_id.clone(), token);
                         *phase = Phase::App(app_id);
                         Ok(())
@@ -386,7 +393,9 @@ impl MasterEndpoint {
                             conn.outbound(),
                             frame_size_max,
                         );
-                        Err(ConnError::Protocol(format!("application refused: {reason}")))
+                        Err(ConnError::Protocol(format!(
+                            "application refused: {reason}"
+                        )))
                     }
                 }
             }
@@ -677,7 +686,8 @@ impl MasterEndpoint {
                     if let Some(peer) = self.peers.get_mut(&token) {
                         peer.phase = Phase::Client;
                     }
-                    self.to_close.push((token, format!("worker removed: {reason}")));
+                    self.to_close
+                        .push((token, format!("worker removed: {reason}")));
                 }
             }
         }

@@ -414,7 +414,8 @@ impl WorkerEndpoint {
             Message::RegisteredWorker {
                 heartbeat_interval_ms,
             } => {
-                let interval = Duration::from_millis(u64::from(heartbeat_interval_ms.clamp(10, 60_000)));
+                let interval =
+                    Duration::from_millis(u64::from(heartbeat_interval_ms.clamp(10, 60_000)));
                 if let Some(timer) = self.heartbeat.take() {
                     ctx.cancel_timer(timer);
                 }
@@ -473,7 +474,10 @@ impl WorkerEndpoint {
                 Ok(())
             }
             Message::Shutdown {} => Err("the master shut down".into()),
-            other => Err(format!("unexpected {} from the master", other.kind().name())),
+            other => Err(format!(
+                "unexpected {} from the master",
+                other.kind().name()
+            )),
         }
     }
 
@@ -513,9 +517,8 @@ impl WorkerEndpoint {
             );
         }
         // Running executors were just announced; only how the others ended is news.
-        self.reports.retain(|r| {
-            !matches!(r.state, ExecutorState::Launching | ExecutorState::Running)
-        });
+        self.reports
+            .retain(|r| !matches!(r.state, ExecutorState::Launching | ExecutorState::Running));
         drain_reports(&mut self.reports, link);
     }
 
@@ -551,7 +554,10 @@ impl WorkerEndpoint {
             });
         };
         if !safe_component(app_id) || !safe_component(executor_id) {
-            return fail(self, "application or executor id unfit for a directory name".into());
+            return fail(
+                self,
+                "application or executor id unfit for a directory name".into(),
+            );
         }
         let key = (app_id.to_owned(), executor_id.to_owned());
         if self.executors.contains_key(&key) {
@@ -681,13 +687,7 @@ impl WorkerEndpoint {
         }
     }
 
-    fn on_exited(
-        &mut self,
-        app: String,
-        executor: String,
-        code: Option<i32>,
-        signal: Option<i32>,
-    ) {
+    fn on_exited(&mut self, app: String, executor: String, code: Option<i32>, signal: Option<i32>) {
         let Some(running) = self.executors.remove(&(app.clone(), executor.clone())) else {
             return;
         };
@@ -707,7 +707,8 @@ impl WorkerEndpoint {
             "flint worker {}: executor {app}/{executor} {state}: {message}",
             self.config.id
         );
-        self.kill_timers.retain(|_, key| *key != (app.clone(), executor.clone()));
+        self.kill_timers
+            .retain(|_, key| *key != (app.clone(), executor.clone()));
         self.report(Report {
             app: app.clone(),
             executor,

@@ -209,7 +209,8 @@ impl Snapshot {
 
 fn status(port: u16) -> Option<Snapshot> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut client = BlockingClient::connect(addr, Role::Client, None, Duration::from_secs(5)).ok()?;
+    let mut client =
+        BlockingClient::connect(addr, Role::Client, None, Duration::from_secs(5)).ok()?;
     client.send(&Message::StatusRequest {}).ok()?;
     let frame = client.next_frame().ok()?;
     let Ok(Message::StatusResponse {
@@ -307,7 +308,10 @@ fn submit_succeeds(submit: &mut Proc, tasks: u64) -> String {
         stdout.contains(&format!("\"checksum\":{}", expected_checksum(tasks, 8))),
         "{stdout}"
     );
-    assert!(stdout.contains(&format!("\"succeeded\":{tasks}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("\"succeeded\":{tasks}")),
+        "{stdout}"
+    );
     stdout
 }
 
@@ -323,7 +327,11 @@ fn json_u64(json: &str, key: &str) -> Option<u64> {
 fn executor_pids(work: &Path) -> Vec<String> {
     let mut pids = Vec::new();
     for app in std::fs::read_dir(work).into_iter().flatten().flatten() {
-        for executor in std::fs::read_dir(app.path()).into_iter().flatten().flatten() {
+        for executor in std::fs::read_dir(app.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if let Ok(pid) = std::fs::read_to_string(executor.path().join("pid")) {
                 pids.push(pid.trim().to_owned());
             }
@@ -337,10 +345,14 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
     let dir = scratch("basic");
     let port = free_port();
     let _master = start_master(&dir, port, &[]);
-    let workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3"), ("w3", "127.0.0.4")]
-        .iter()
-        .map(|(id, host)| start_worker(&dir, port, id, host, 2))
-        .collect();
+    let workers: Vec<Proc> = [
+        ("w1", "127.0.0.2"),
+        ("w2", "127.0.0.3"),
+        ("w3", "127.0.0.4"),
+    ]
+    .iter()
+    .map(|(id, host)| start_worker(&dir, port, id, host, 2))
+    .collect();
     wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
     let mut job = submit(&dir, port, 3, 3000, "hash");
     let json = submit_succeeds(&mut job, 3000);
@@ -355,9 +367,11 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
             worker.stderr()
         );
     }
-    let snapshot = wait_status(port, "the application to finish and executors to end", |s| {
-        s.apps.iter().all(|(_, state)| state == "FINISHED") && s.executors.is_empty()
-    });
+    let snapshot = wait_status(
+        port,
+        "the application to finish and executors to end",
+        |s| s.apps.iter().all(|(_, state)| state == "FINISHED") && s.executors.is_empty(),
+    );
     assert_eq!(snapshot.apps.len(), 1);
     // The worker removes a finished application's directories.
     wait_until("work dirs cleaned up", || {
@@ -374,7 +388,10 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
         .expect("flint status");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{text}");
-    assert!(text.contains("\"id\":\"w2\",\"host\":\"127.0.0.3\""), "{text}");
+    assert!(
+        text.contains("\"id\":\"w2\",\"host\":\"127.0.0.3\""),
+        "{text}"
+    );
     assert!(text.contains("\"state\":\"FINISHED\""), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -408,15 +425,23 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     let dir = scratch("kill");
     let port = free_port();
     let _master = start_master(&dir, port, &[]);
-    let mut workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3"), ("w3", "127.0.0.4")]
-        .iter()
-        .map(|(id, host)| start_worker(&dir, port, id, host, 2))
-        .collect();
+    let mut workers: Vec<Proc> = [
+        ("w1", "127.0.0.2"),
+        ("w2", "127.0.0.3"),
+        ("w3", "127.0.0.4"),
+    ]
+    .iter()
+    .map(|(id, host)| start_worker(&dir, port, id, host, 2))
+    .collect();
     wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
     let tasks = 1500;
     let mut job = submit(&dir, port, 3, tasks, "hash:5");
-    wait_until("the job to start", || job.stderr().contains("running the job"));
-    let snapshot = wait_status(port, "an executor running on w1", |s| s.running_on("w1") == 1);
+    wait_until("the job to start", || {
+        job.stderr().contains("running the job")
+    });
+    let snapshot = wait_status(port, "an executor running on w1", |s| {
+        s.running_on("w1") == 1
+    });
     assert_eq!(snapshot.executors.len(), 3);
     // kill -9 the worker and its executors.
     let victims = executor_pids(&dir.join("work-w1"));
@@ -454,7 +479,9 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
     wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
     let tasks = 800;
     let mut job = submit(&dir, port, 2, tasks, "hash:5");
-    wait_until("the job to start", || job.stderr().contains("running the job"));
+    wait_until("the job to start", || {
+        job.stderr().contains("running the job")
+    });
     master.kill9();
     let mut master = start_master(&dir, port, &["--state-dir", &state_arg]);
     let json = submit_succeeds(&mut job, tasks);
@@ -466,7 +493,9 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
     });
     assert_eq!(snapshot.alive_workers(), 2, "{snapshot:?}");
     assert!(
-        master.stderr().contains("recovering 2 workers and 1 applications"),
+        master
+            .stderr()
+            .contains("recovering 2 workers and 1 applications"),
         "{}",
         master.stderr()
     );
@@ -504,7 +533,9 @@ fn an_application_whose_executors_keep_failing_is_removed_with_the_reason() {
         ..AppSpec::default()
     };
     let client = app_client(port, spec, 1);
-    wait_until("the application to be removed", || client.removed().is_some());
+    wait_until("the application to be removed", || {
+        client.removed().is_some()
+    });
     let reason = client.removed().unwrap_or_default();
     assert!(reason.contains("max executor retries 3"), "{reason}");
     assert!(reason.contains("exit code 7"), "{reason}");
@@ -545,7 +576,9 @@ fn killed_executors_lose_their_whole_process_tree_even_when_they_ignore_sigterm(
     let snapshot = wait_status(port, "2 running executors", |s| s.running_on("w1") == 2);
     let app = snapshot.executors[0].0.clone();
     let work = dir.join("work-w1").join(&app);
-    wait_until("pid files", || executor_pids(&dir.join("work-w1")).len() == 2);
+    wait_until("pid files", || {
+        executor_pids(&dir.join("work-w1")).len() == 2
+    });
     let pids = executor_pids(&dir.join("work-w1"));
     wait_until("the executor's stdout", || {
         std::fs::read_to_string(work.join("0").join("stdout"))
@@ -686,7 +719,9 @@ fn multihost() {
             "--json",
         ],
     );
-    wait_until("the job to start", || job.stderr().contains("running the job"));
+    wait_until("the job to start", || {
+        job.stderr().contains("running the job")
+    });
     // Cut w1's link: the master times it out, the driver times out its executor, and the job
     // finishes on w2 (which gets a second executor).
     net.cut("w1");
@@ -728,7 +763,9 @@ mod netns {
     pub fn probe() -> Result<(), String> {
         let name = format!("flintprobe{}", std::process::id());
         ip(&["netns", "add", &name])?;
-        let veth = ip(&["link", "add", "fpa0", "type", "veth", "peer", "name", "fpb0"]);
+        let veth = ip(&[
+            "link", "add", "fpa0", "type", "veth", "peer", "name", "fpb0",
+        ]);
         let _ = ip(&["link", "del", "fpa0"]);
         let _ = ip(&["netns", "del", &name]);
         veth

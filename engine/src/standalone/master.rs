@@ -372,11 +372,9 @@ impl App {
 
     /// Executors it may still get: by its request, then by its cores.
     fn wanted(&self) -> u32 {
-        let by_limit = self
-            .executor_limit
-            .map_or(u32::MAX, |limit| {
-                limit.saturating_sub(self.executors.len() as u32)
-            });
+        let by_limit = self.executor_limit.map_or(u32::MAX, |limit| {
+            limit.saturating_sub(self.executors.len() as u32)
+        });
         let by_cores = if self.spec.max_cores == 0 {
             u32::MAX
         } else {
@@ -971,7 +969,10 @@ impl Master {
         let Some(until_us) = self.recovering_until_us else {
             return;
         };
-        let all_back = self.workers.values().all(|w| w.state != WorkerState::Unknown)
+        let all_back = self
+            .workers
+            .values()
+            .all(|w| w.state != WorkerState::Unknown)
             && self.apps.values().all(|a| a.connected || !a.is_active());
         if !all_back && now_us < until_us {
             return;
@@ -1073,7 +1074,8 @@ impl Master {
     }
 
     fn launch(&mut self, app_id: &str, worker_id: &str, cores: u32, memory_mb: u64) {
-        let (Some(app), Some(worker)) = (self.apps.get_mut(app_id), self.workers.get_mut(worker_id))
+        let (Some(app), Some(worker)) =
+            (self.apps.get_mut(app_id), self.workers.get_mut(worker_id))
         else {
             return;
         };
@@ -1189,7 +1191,9 @@ mod tests {
         let out = drain(&mut m);
         let counts = per_worker(&out);
         assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
-        assert!(out.iter().any(|o| matches!(o, Output::ExecutorAdded { .. })));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::ExecutorAdded { .. })));
     }
 
     #[test]
@@ -1296,7 +1300,10 @@ mod tests {
         assert_eq!(state, AppState::Failed);
         assert!(reason.contains("max executor retries 3"), "{reason}");
         assert!(reason.contains("boom"), "{reason}");
-        assert_eq!(m.status().apps.last().map(|a| a.state), Some(AppState::Failed));
+        assert_eq!(
+            m.status().apps.last().map(|a| a.state),
+            Some(AppState::Failed)
+        );
     }
 
     #[test]
@@ -1375,7 +1382,9 @@ mod tests {
         m.app_reconnected(S, "app-old-0001").unwrap();
         let out = drain(&mut m);
         assert_eq!(launches(&out), vec![], "nothing placed while recovering");
-        assert!(out.iter().any(|o| matches!(o, Output::KillExecutor { executor, .. } if executor == "7")));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::KillExecutor { executor, .. } if executor == "7")));
         assert!(m.worker_heartbeat(5 * S, "a"));
         m.tick(6 * S);
         let out = drain(&mut m);
@@ -1383,13 +1392,20 @@ mod tests {
             Output::WorkerRemoved { worker, .. } if worker == "b")));
         assert!(out.iter().any(|o| matches!(o,
             Output::ApplicationRemoved { app, state: AppState::Killed, .. } if app == "app-old-0002")));
-        assert_eq!(launches(&out), vec![], "the adopted executors fill the request");
+        assert_eq!(
+            launches(&out),
+            vec![],
+            "the adopted executors fill the request"
+        );
         assert!(!m.is_recovering());
         let status = m.status();
         assert_eq!(status.executors.len(), 2);
         assert_eq!(status.workers[0].cores_used, 2);
         // A new app gets an id with this master's prefix.
-        assert_eq!(m.app_registered(6 * S, app(1, 1, 0)).unwrap(), "app-test-0003");
+        assert_eq!(
+            m.app_registered(6 * S, app(1, 1, 0)).unwrap(),
+            "app-test-0003"
+        );
     }
 
     #[test]

@@ -5,6 +5,6 @@
 pub mod master;
 
 pub use master::{
-    AppSpec, AppState, AppView, Config, ExecutorState, ExecutorView, Master, Output,
-    RecoveredApp, Status, WorkerSpec, WorkerState, WorkerView,
+    AppSpec, AppState, AppView, Config, ExecutorState, ExecutorView, Master, Output, RecoveredApp,
+    Status, WorkerSpec, WorkerState, WorkerView,
 };

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
+use flint_engine::standalone::{AppSpec, Config as StandaloneConfig};
+use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
-use flint_engine::standalone::{AppSpec, Config as StandaloneConfig};
-use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::master::{MasterConfig, MasterHandle};
 use flint_net::standalone::BlockingClient;
 use flint_net::summary::{indexed_payload, json_string, Recorder, Summary};
