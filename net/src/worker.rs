@@ -9,7 +9,8 @@
 //! which reports `ExecutorStateChanged` (LAUNCHING, RUNNING, then EXITED, FAILED or KILLED with
 //! the exit code). Reports made while the master is away are kept (bounded) and sent once the
 //! worker has registered again, together with the executors still running, which the master
-//! adopts.
+//! adopts. A worker that starts kills the executors its previous run left behind in its work
+//! directory (the master has declared them lost when that run died).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -130,6 +131,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
             config.work_dir.display()
         ))
     })?;
+    reap_stale_executors(&config.work_dir, &config.id);
     let mut runtime = Runtime::new(RuntimeConfig {
         threads: 1,
         pin_threads: false,
@@ -158,6 +160,44 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     let reason = exit.wait();
     runtime.shutdown();
     reason
+}
+
+/// Kills executors a previous run of this worker left behind (it was killed and they kept
+/// running: the master has declared them lost) and removes their directories. A `pid` file is
+/// trusted only if that process's environment names this worker, so a reused pid is left alone.
+fn reap_stale_executors(work_dir: &Path, worker_id: &str) {
+    let marker = format!("FLINT_WORKER_ID={worker_id}");
+    let Ok(apps) = std::fs::read_dir(work_dir) else {
+        return;
+    };
+    for app in apps.flatten() {
+        let Ok(executors) = std::fs::read_dir(app.path()) else {
+            continue;
+        };
+        for executor in executors.flatten() {
+            let Ok(text) = std::fs::read_to_string(executor.path().join("pid")) else {
+                continue;
+            };
+            let Ok(pid) = text.trim().parse::<u32>() else {
+                continue;
+            };
+            let ours = std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|b| *b == 0)
+                    .any(|entry| entry == marker.as_bytes())
+            });
+            if ours {
+                eprintln!(
+                    "flint worker {worker_id}: killing executor {} (pid {pid}) left from a previous run",
+                    executor.path().display()
+                );
+                signal_group(pid, "-KILL");
+            }
+        }
+        if let Err(error) = std::fs::remove_dir_all(app.path()) {
+            tracing::warn!("cannot remove {}: {error}", app.path().display());
+        }
+    }
 }
 
 /// Messages to the worker's endpoint.

@@ -466,6 +466,42 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
 }
 
 #[test]
+fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
+    let dir = scratch("orphans");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let spec = AppSpec {
+        name: "orphaned".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        command: "sleep".into(),
+        args: vec!["60".into()],
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, spec, 1);
+    wait_status(port, "the executor running", |s| s.running_on("w1") == 1);
+    wait_until("the pid file", || {
+        executor_pids(&dir.join("work-w1")).len() == 1
+    });
+    let pids = executor_pids(&dir.join("work-w1"));
+    worker.kill9();
+    let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
+    assert!(snapshot.executors.is_empty(), "{snapshot:?}");
+    assert!(group_alive(&pids[0]), "the orphan outlives its worker");
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_until("the orphan to be killed", || !group_alive(&pids[0]));
+    // The application still wants its executor: it gets a new one on the restarted worker.
+    wait_status(port, "a new executor", |s| {
+        s.running_on("w1") == 1 && s.executors.iter().all(|e| e.1 == "1")
+    });
+    client.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_application() {
     let dir = scratch("restart");
     let state = dir.join("state");
@@ -728,6 +764,18 @@ fn multihost() {
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
+    let status_text = status_in_ns();
+    assert!(
+        status_text
+            .contains("{\"id\":\"w1\",\"host\":\"10.77.0.11\",\"port\":0,\"state\":\"DEAD\""),
+        "{status_text}"
+    );
+    // The link comes back: w1's next heartbeat reaches a master that declared it dead, which
+    // drops the connection; w1 reconnects and registers again.
+    net.restore("w1");
+    wait_until("w1 to register again after its link came back", || {
+        status_in_ns().matches("\"state\":\"ALIVE\"").count() == 2
+    });
     // w1's executor is cut off from everything: kill it so the namespace can go.
     drop(workers);
     for id in ["w1", "w2"] {
@@ -828,10 +876,19 @@ mod netns {
 
         /// Takes `name`'s link down (its processes keep running, cut off).
         pub fn cut(&self, name: &str) {
+            self.set_link(name, "down");
+        }
+
+        /// Brings `name`'s link back up.
+        pub fn restore(&self, name: &str) {
+            self.set_link(name, "up");
+        }
+
+        fn set_link(&self, name: &str, state: &str) {
             let index = self.names.iter().position(|n| n == name).unwrap_or(0);
             let outside = format!("{}h{index}", self.prefix);
-            if let Err(error) = ip(&["link", "set", &outside, "down"]) {
-                panic!("cannot cut {name}: {error}");
+            if let Err(error) = ip(&["link", "set", &outside, state]) {
+                panic!("cannot set {name}'s link {state}: {error}");
             }
         }
     }
