@@ -62,6 +62,8 @@ pub struct Config {
     pub apps_max: usize,
     /// Dead workers and completed applications kept for status.
     pub history_max: usize,
+    /// Executors one application holds at most (whatever the workers claim to offer).
+    pub executors_per_app_max: u32,
 }
 
 impl Default for Config {
@@ -74,6 +76,7 @@ impl Default for Config {
             workers_max: 10_000,
             apps_max: 10_000,
             history_max: 64,
+            executors_per_app_max: 10_000,
         }
     }
 }
@@ -1024,7 +1027,11 @@ impl Master {
         let Some(app) = self.apps.get(app_id) else {
             return;
         };
-        let mut wanted = app.wanted();
+        let room = self
+            .config
+            .executors_per_app_max
+            .saturating_sub(app.executors.len() as u32);
+        let mut wanted = app.wanted().min(room);
         if wanted == 0 {
             return;
         }
@@ -1205,6 +1212,15 @@ mod tests {
         let counts = per_worker(&drain(&mut m));
         assert_eq!(counts.get("b"), Some(&3));
         assert_eq!(counts.get("a"), None);
+    }
+
+    #[test]
+    fn a_worker_claiming_huge_resources_gets_a_bounded_number_of_executors() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", u32::MAX, u64::MAX))
+            .unwrap();
+        m.app_registered(0, app(1, 0, 0)).unwrap();
+        assert_eq!(launches(&drain(&mut m)).len(), 10_000);
     }
 
     #[test]
