@@ -333,6 +333,8 @@ impl MasterEndpoint {
             }
             (Phase::Worker(id), Message::WorkerHeartbeat { .. }) => {
                 if self.master.worker_heartbeat(now_us, id) {
+                    // The ack lets the worker notice a master it can no longer reach.
+                    encode(&Message::HeartbeatAck {}, conn.outbound(), frame_size_max);
                     Ok(())
                 } else {
                     Err(ConnError::Protocol(format!(

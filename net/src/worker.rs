@@ -9,8 +9,10 @@
 //! which reports `ExecutorStateChanged` (LAUNCHING, RUNNING, then EXITED, FAILED or KILLED with
 //! the exit code). Reports made while the master is away are kept (bounded) and sent once the
 //! worker has registered again, together with the executors still running, which the master
-//! adopts. A worker that starts kills the executors its previous run left behind in its work
-//! directory (the master has declared them lost when that run died).
+//! adopts. The master acks heartbeats; a worker that hears nothing for 15 heartbeat intervals
+//! drops the connection and reconnects (a master behind a cut link sends no reset). A worker
+//! that starts kills the executors its previous run left behind in its work directory (the
+//! master has declared them lost when that run died).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -18,7 +20,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flint_engine::runtime::{Ctx, Endpoint, EndpointRef, Runtime, RuntimeConfig, TimerId};
 use mio::event::Event;
@@ -143,6 +145,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     let endpoint = WorkerEndpoint {
         config,
         link: None,
+        heartbeat_interval: Duration::from_secs(1),
         registered_once: false,
         backoff: Duration::from_millis(50),
         heartbeat: None,
@@ -227,6 +230,8 @@ struct Link {
     conn: Connection,
     token: Token,
     phase: Phase,
+    /// When the master last sent anything (heartbeats are acked).
+    last_heard: Instant,
 }
 
 struct Running {
@@ -242,8 +247,14 @@ struct Report {
     exit_code: Option<i32>,
 }
 
+/// Heartbeat intervals without a word from the master after which the worker drops the
+/// connection and reconnects (15 s at the default 1 s interval): a master behind a cut link
+/// sends no reset, so silence is the only sign.
+const MASTER_SILENCE_HEARTBEATS: u32 = 15;
+
 struct WorkerEndpoint {
     config: WorkerConfig,
+    heartbeat_interval: Duration,
     link: Option<Link>,
     registered_once: bool,
     backoff: Duration,
@@ -333,6 +344,7 @@ impl WorkerEndpoint {
             conn,
             token,
             phase: Phase::Connecting(Box::new(handshake)),
+            last_heard: Instant::now(),
         });
     }
 
@@ -391,6 +403,7 @@ impl WorkerEndpoint {
         }
         let mut frames = Vec::new();
         let read = if event.is_readable() || event.is_read_closed() || event.is_error() {
+            link.last_heard = Instant::now();
             link.conn.read_frames(|_, frame| {
                 frames.push(frame);
                 Ok(())
@@ -456,6 +469,7 @@ impl WorkerEndpoint {
             } => {
                 let interval =
                     Duration::from_millis(u64::from(heartbeat_interval_ms.clamp(10, 60_000)));
+                self.heartbeat_interval = interval;
                 if let Some(timer) = self.heartbeat.take() {
                     ctx.cancel_timer(timer);
                 }
@@ -513,6 +527,7 @@ impl WorkerEndpoint {
                 }
                 Ok(())
             }
+            Message::HeartbeatAck {} => Ok(()),
             Message::Shutdown {} => Err("the master shut down".into()),
             other => Err(format!(
                 "unexpected {} from the master",
@@ -825,6 +840,15 @@ impl Endpoint for WorkerEndpoint {
             return;
         }
         if Some(timer) == self.heartbeat {
+            let silence = self.heartbeat_interval * MASTER_SILENCE_HEARTBEATS;
+            if self
+                .link
+                .as_ref()
+                .is_some_and(|link| link.last_heard.elapsed() > silence)
+            {
+                let why = format!("no answer from the master for {} ms", silence.as_millis());
+                return self.disconnect(&why, ctx);
+            }
             if let Some(link) = self.link.as_mut() {
                 encode(
                     &Message::WorkerHeartbeat {

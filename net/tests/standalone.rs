@@ -776,6 +776,21 @@ fn multihost() {
     wait_until("w1 to register again after its link came back", || {
         status_in_ns().matches("\"state\":\"ALIVE\"").count() == 2
     });
+    // Now the master's link goes down: no reset reaches the workers, so they notice the silence
+    // (no heartbeat acks), reconnect once the link is back, and register again.
+    net.cut("master");
+    wait_until("the workers to notice the master's silence", || {
+        workers
+            .iter()
+            .all(|w| w.stderr().contains("no answer from the master"))
+    });
+    net.restore("master");
+    wait_until("both workers to register again", || {
+        workers
+            .iter()
+            .all(|w| w.stderr().matches("registered with the master").count() >= 2)
+            && status_in_ns().matches("\"state\":\"ALIVE\"").count() == 2
+    });
     // w1's executor is cut off from everything: kill it so the namespace can go.
     drop(workers);
     for id in ["w1", "w2"] {
