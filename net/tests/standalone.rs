@@ -397,6 +397,64 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
 }
 
 #[test]
+fn a_packed_master_fills_one_worker_first_within_its_memory() {
+    let dir = scratch("packed");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--packed"]);
+    let workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3")]
+        .iter()
+        .map(|(id, host)| start_worker(&dir, port, id, host, 4))
+        .collect();
+    wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    let started = || -> Vec<usize> {
+        workers
+            .iter()
+            .map(|w| w.stderr().matches("started executor").count())
+            .collect()
+    };
+    let run = |executors: &str| {
+        let mut job = Proc::start(
+            &dir,
+            "submit",
+            &[
+                "submit",
+                "--master",
+                &format!("127.0.0.1:{port}"),
+                "--executors",
+                executors,
+                "--memory-mb",
+                "1500",
+                "--tasks",
+                "500",
+                "--task",
+                "hash",
+                "--payload",
+                "8",
+                "--json",
+            ],
+        );
+        submit_succeeds(&mut job, 500);
+    };
+    // 2 executors: packed onto one worker (spread out would give one each).
+    run("2");
+    let mut first = started();
+    first.sort();
+    assert_eq!(first, vec![0, 2]);
+    // 3 executors of 1500 MiB: a 4-core, 4096 MiB worker holds only 2, so the third goes to
+    // the other worker.
+    let before = started();
+    run("3");
+    let mut second: Vec<usize> = started()
+        .iter()
+        .zip(&before)
+        .map(|(now, then)| now - then)
+        .collect();
+    second.sort();
+    assert_eq!(second, vec![1, 2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_duplicate_worker_id_is_refused_with_the_reason() {
     let dir = scratch("dup");
     let port = free_port();
