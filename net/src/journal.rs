@@ -299,6 +299,42 @@ mod tests {
         dir
     }
 
+    proptest::proptest! {
+        #[test]
+        fn replaying_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(0u8..=255, 0..512)) {
+            let _ = replay(&bytes);
+        }
+    }
+
+    #[test]
+    fn every_prefix_of_a_journal_replays_to_a_prefix_of_its_history() {
+        let mut out = BytesMut::new();
+        let spec = AppSpec {
+            name: "a".into(),
+            cores_per_executor: 1,
+            ..AppSpec::default()
+        };
+        encode_app("app-1", &spec, &mut out);
+        encode_executor("app-1", "0", &mut out);
+        encode(
+            &Message::ApplicationRemoved {
+                app_id: "app-1",
+                reason: "",
+            },
+            &mut out,
+        );
+        let full = replay(&out);
+        assert!(full.apps.is_empty());
+        for len in 0..out.len() {
+            let partial = replay(&out[..len]);
+            assert!(partial.apps.len() <= 1);
+            if let Some(app) = partial.apps.first() {
+                assert_eq!(app.id, "app-1");
+                assert!(app.next_executor <= 1);
+            }
+        }
+    }
+
     #[test]
     fn a_journal_replays_live_state_and_survives_a_torn_tail() {
         let dir = dir();

@@ -455,6 +455,32 @@ fn a_packed_master_fills_one_worker_first_within_its_memory() {
 }
 
 #[test]
+fn a_waiting_application_gets_executors_first_come_first_served_as_cores_free_up() {
+    let dir = scratch("fifo");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let mut first = submit(&dir, port, 1, 300, "hash:5");
+    wait_until("the first job to start", || {
+        first.stderr().contains("running the job")
+    });
+    let mut second = submit(&dir, port, 1, 100, "hash");
+    // The only core is taken: the second application waits.
+    let snapshot = wait_status(port, "a second, waiting application", |s| s.apps.len() == 2);
+    if first.child.try_wait().ok().flatten().is_none() {
+        assert_eq!(
+            snapshot.apps.get(1).map(|a| a.1.as_str()),
+            Some("WAITING"),
+            "{snapshot:?}"
+        );
+    }
+    submit_succeeds(&mut first, 300);
+    submit_succeeds(&mut second, 100);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_duplicate_worker_id_is_refused_with_the_reason() {
     let dir = scratch("dup");
     let port = free_port();

@@ -425,7 +425,7 @@ fn clip(text: &str) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    text[..end].to_owned()
+    text.get(..end).unwrap_or_default().to_owned()
 }
 
 impl Master {
