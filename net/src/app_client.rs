@@ -403,7 +403,15 @@ impl AppEndpoint {
                     self.shared.update(|info| info.connected = true);
                     Ok(())
                 }
-                Err(error) => Err(format!("handshake failed: {error}")),
+                Err(error) => {
+                    let why = format!("handshake with the master failed: {error}");
+                    if self.app_id.is_none() {
+                        // A wrong secret or protocol version does not fix itself: give up.
+                        let reason = why.clone();
+                        self.shared.update(|info| info.removed = Some(reason));
+                    }
+                    Err(why)
+                }
             };
         }
         let message = frame

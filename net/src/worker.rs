@@ -457,7 +457,16 @@ impl WorkerEndpoint {
                     link.phase = Phase::Registering;
                     Ok(())
                 }
-                Err(error) => Err(format!("handshake failed: {error}")),
+                Err(error) => {
+                    let why = format!("handshake with the master failed: {error}");
+                    if !self.registered_once {
+                        // A wrong secret or protocol version does not fix itself: stop.
+                        eprintln!("flint worker {}: {why}", self.config.id);
+                        self.kill_all();
+                        self.exit.set(Err(WorkerError::Refused(why.clone())));
+                    }
+                    Err(why)
+                }
             };
         }
         let message = frame

@@ -500,6 +500,45 @@ fn a_duplicate_worker_id_is_refused_with_the_reason() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_wrong_secret_is_refused_for_workers_and_drivers() {
+    let dir = scratch("secret");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut command = Command::new(FLINT);
+    command.env("FLINT_SECRET", "right");
+    let master = Proc::start_with(command, &dir, "master", &["master", "--listen", &listen]);
+    wait_until("the master to listen", || {
+        master.stderr().contains("listening on")
+    });
+    let mut command = Command::new(FLINT);
+    command.env("FLINT_SECRET", "wrong");
+    let mut worker = Proc::start_with(
+        command,
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &listen,
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+        ],
+    );
+    assert_eq!(worker.wait().code(), Some(3), "{}", worker.stderr());
+    assert!(
+        worker.stderr().contains("bad credentials"),
+        "{}",
+        worker.stderr()
+    );
+    let mut job = submit(&dir, port, 1, 10, "hash");
+    assert!(!job.wait().success());
+    assert!(job.stderr().contains("bad credentials"), "{}", job.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn status_now(port: u16) -> Snapshot {
     status(port).expect("status answers")
 }

@@ -669,9 +669,12 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             run_job(&driver, &args.job, &abort).map(|summary| (app_id, summary))
         });
     // No more executors: the master must not replace the ones that exit now.
-    let _ = client
-        .request_executors(0)
-        .and_then(|()| client.sync(Duration::from_secs(5)));
+    let info = client.info();
+    if info.connected && info.removed.is_none() {
+        let _ = client
+            .request_executors(0)
+            .and_then(|()| client.sync(Duration::from_secs(5)));
+    }
     let _ = driver.stop_executors(Duration::from_secs(5));
     let info = client.info();
     client.stop(Duration::from_secs(5));
