@@ -949,12 +949,13 @@ mod netns {
     pub fn probe() -> Result<(), String> {
         let name = format!("flintprobe{}", std::process::id());
         ip(&["netns", "add", &name])?;
-        let veth = ip(&[
-            "link", "add", "fpa0", "type", "veth", "peer", "name", "fpb0",
-        ]);
-        let _ = ip(&["link", "del", "fpa0"]);
+        let tag = std::process::id() % 10_000;
+        let (a, b) = (format!("fpa{tag}"), format!("fpb{tag}"));
+        let result = ip(&["netns", "exec", &name, "true"])
+            .and_then(|()| ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]));
+        let _ = ip(&["link", "del", &a]);
         let _ = ip(&["netns", "del", &name]);
-        veth
+        result
     }
 
     /// Namespaces on one bridge; removed on drop.
