@@ -539,6 +539,80 @@ fn a_wrong_secret_is_refused_for_workers_and_drivers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn garbage_and_misbehaving_peers_do_not_disturb_the_master() {
+    use std::io::{Read, Write};
+    let dir = scratch("garbage");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut hello = bytes::BytesMut::new();
+    Message::hello(Role::Worker, flint_net::wire::AuthMethod::None, [7; 32])
+        .encode(&mut hello, flint_net::wire::FRAME_SIZE_MAX_DEFAULT)
+        .expect("fits");
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let oversize = [&(1u32 << 30).to_le_bytes()[..], &[1, 0, 0, 0]].concat();
+    let truncated = [&hello[..], &[200, 0, 0, 0, 32, 0, 0, 0, 1, 2, 3]].concat();
+    let bad_body = [
+        &hello[..],
+        &[4, 0, 0, 0, 32, 0, 0, 0, 0xff, 0xff, 0xff, 0xff],
+    ]
+    .concat();
+    for bytes in [garbage, oversize, truncated, bad_body] {
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        let _ = stream.write_all(&bytes);
+        // A truncated frame then the end of the stream: the master must not wait for the rest.
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        stream
+            .set_read_timeout(Some(DEADLINE))
+            .expect("read timeout");
+        let mut sink = [0u8; 4096];
+        let closed = loop {
+            match stream.read(&mut sink) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(closed, "the master closes a connection that sent garbage");
+    }
+    // A fake worker that registers, then reports nonsense and sends what workers may not.
+    let mut fake = BlockingClient::connect(addr, Role::Worker, None, DEADLINE).expect("connect");
+    fake.send(&Message::RegisterWorker {
+        worker_id: "fake",
+        host: "127.0.0.9",
+        port: 1,
+        cores: u32::MAX,
+        memory_mb: u64::MAX,
+    })
+    .expect("register");
+    fake.send(&Message::ExecutorStateChanged {
+        app_id: "no-such-app",
+        executor_id: "../../etc",
+        state: flint_net::wire::ExecutorState::Failed,
+        message: "nonsense",
+        exit_code: Some(-1),
+    })
+    .expect("report");
+    wait_status(port, "the fake worker alive", |s| {
+        s.worker_state("fake") == Some("ALIVE")
+    });
+    fake.send(&Message::UnregisterApplication { app_id: "x" })
+        .expect("send");
+    wait_status(port, "the fake worker removed", |s| {
+        s.worker_state("fake") == Some("DEAD")
+    });
+    // The real worker and the master still work: a job runs.
+    let mut job = submit(&dir, port, 2, 500, "hash");
+    submit_succeeds(&mut job, 500);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn status_now(port: u16) -> Snapshot {
     status(port).expect("status answers")
 }
