@@ -19,6 +19,9 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 use crate::conn::{ConnError, Connection};
+
+/// How long one attempt to connect to the master and finish the handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::driver::encode;
 use crate::handshake::{random_nonce, Handshake, Secret};
 use crate::standalone::with_description;
@@ -128,6 +131,7 @@ impl AppClient {
             link: None,
             backoff: Duration::from_millis(50),
             reconnect: None,
+            connect_deadline: None,
             shared: shared.clone(),
             app_id: None,
             unregistering: false,
@@ -256,6 +260,8 @@ struct AppEndpoint {
     link: Option<Link>,
     backoff: Duration,
     reconnect: Option<TimerId>,
+    /// Fires when a connection attempt (connect and handshake) has taken too long.
+    connect_deadline: Option<TimerId>,
     shared: Arc<Shared>,
     app_id: Option<String>,
     unregistering: bool,
@@ -288,6 +294,11 @@ impl AppEndpoint {
             token,
             phase: Phase::Connecting(Box::new(handshake)),
         });
+        // A SYN into a cut link is retried for minutes; give up sooner and start again.
+        if let Some(old) = self.connect_deadline.take() {
+            ctx.cancel_timer(old);
+        }
+        self.connect_deadline = ctx.timer_once(CONNECT_TIMEOUT).ok();
     }
 
     fn schedule_reconnect(&mut self, ctx: &mut Ctx<'_, Self>) {
@@ -574,6 +585,21 @@ impl Endpoint for AppEndpoint {
     }
 
     fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+        if Some(timer) == self.connect_deadline {
+            self.connect_deadline = None;
+            let stuck = self
+                .link
+                .as_ref()
+                .is_some_and(|link| !matches!(link.phase, Phase::Ready));
+            if stuck {
+                let why = format!(
+                    "no connection to the master within {} ms",
+                    CONNECT_TIMEOUT.as_millis()
+                );
+                self.disconnect(&why, ctx);
+            }
+            return;
+        }
         if Some(timer) == self.reconnect {
             self.reconnect = None;
             if self.link.is_none() {

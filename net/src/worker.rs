@@ -28,6 +28,9 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 use crate::conn::{ConnError, Connection};
+
+/// How long one attempt to connect to the master and finish the handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::driver::{encode, send_retrying};
 use crate::handshake::{random_nonce, Handshake, Secret};
 use crate::standalone::REATTACH_MESSAGE;
@@ -150,6 +153,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
         backoff: Duration::from_millis(50),
         heartbeat: None,
         reconnect: None,
+        connect_deadline: None,
         executors: HashMap::new(),
         finished_apps: HashSet::new(),
         kill_timers: HashMap::new(),
@@ -260,6 +264,8 @@ struct WorkerEndpoint {
     backoff: Duration,
     heartbeat: Option<TimerId>,
     reconnect: Option<TimerId>,
+    /// Fires when a connection attempt (connect and handshake) has taken too long.
+    connect_deadline: Option<TimerId>,
     executors: HashMap<(String, String), Running>,
     finished_apps: HashSet<String>,
     kill_timers: HashMap<TimerId, (String, String)>,
@@ -346,6 +352,11 @@ impl WorkerEndpoint {
             phase: Phase::Connecting(Box::new(handshake)),
             last_heard: Instant::now(),
         });
+        // A SYN into a cut link is retried for minutes; give up sooner and start again.
+        if let Some(old) = self.connect_deadline.take() {
+            ctx.cancel_timer(old);
+        }
+        self.connect_deadline = ctx.timer_once(CONNECT_TIMEOUT).ok();
     }
 
     fn schedule_reconnect(&mut self, ctx: &mut Ctx<'_, Self>) {
@@ -841,6 +852,21 @@ impl Endpoint for WorkerEndpoint {
     }
 
     fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+        if Some(timer) == self.connect_deadline {
+            self.connect_deadline = None;
+            let stuck = self
+                .link
+                .as_ref()
+                .is_some_and(|link| !matches!(link.phase, Phase::Registered));
+            if stuck {
+                let why = format!(
+                    "no connection to the master within {} ms",
+                    CONNECT_TIMEOUT.as_millis()
+                );
+                self.disconnect(&why, ctx);
+            }
+            return;
+        }
         if Some(timer) == self.reconnect {
             self.reconnect = None;
             if self.link.is_none() {
