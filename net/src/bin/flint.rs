@@ -669,11 +669,11 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             run_job(&driver, &args.job, &abort).map(|summary| (app_id, summary))
         });
     // No more executors: the master must not replace the ones that exit now.
+    // (If the master is away, the client names 0 as its total when it reconnects.)
+    let _ = client.request_executors(0);
     let info = client.info();
     if info.connected && info.removed.is_none() {
-        let _ = client
-            .request_executors(0)
-            .and_then(|()| client.sync(Duration::from_secs(5)));
+        let _ = client.sync(Duration::from_secs(5));
     }
     let _ = driver.stop_executors(Duration::from_secs(5));
     let info = client.info();
