@@ -14,6 +14,9 @@
 //! | `ExecutorAdded` | an executor was placed (keeps executor numbers unique across restarts) |
 //! | `ApplicationRemoved` | the application is over |
 //!
+//! Records appended while the master handles one event are written and synced together
+//! ([`Journal::flush`]) before any frame from that event is sent.
+//!
 //! A torn or malformed tail (a crash mid-write) ends the replay; what came before it counts. On
 //! open the journal is compacted: the live state is written to a new file that replaces the old
 //! one, so the file stays proportional to what is live plus what happened since the last start.
@@ -43,6 +46,7 @@ pub struct Recovered {
 pub struct Journal {
     file: File,
     path: PathBuf,
+    pending: BytesMut,
 }
 
 const FILE_NAME: &str = "master.journal";
@@ -92,7 +96,14 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        Ok((Journal { file, path }, recovered))
+        Ok((
+            Journal {
+                file,
+                path,
+                pending: BytesMut::new(),
+            },
+            recovered,
+        ))
     }
 
     /// Records a worker's registration.
@@ -148,12 +159,21 @@ impl Journal {
     }
 
     fn append(&mut self, bytes: &[u8]) {
-        // Records are rare (registrations, placements); each is made durable before the master
-        // acts on it further.
+        self.pending.extend_from_slice(bytes);
+    }
+
+    /// Writes the records appended since the last call and makes them durable: the master calls
+    /// it once per event, before any frame that event produced goes out, so a peer never hears
+    /// of something a restarted master would not know.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
         let result = self
             .file
-            .write_all(bytes)
+            .write_all(&self.pending)
             .and_then(|()| self.file.sync_data());
+        self.pending.clear();
         if let Err(error) = result {
             tracing::error!("journal {}: write failed: {error}", self.path.display());
         }
@@ -371,6 +391,7 @@ mod tests {
             journal.app_removed("app-2");
             // A torn record at the end.
             journal.append(&[40, 0, 0, 0, 32, 0]);
+            journal.flush();
         }
         for _ in 0..2 {
             let (_journal, recovered) = Journal::open(&dir).unwrap();

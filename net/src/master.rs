@@ -700,6 +700,9 @@ impl MasterEndpoint {
             while let Some(output) = self.master.poll_output() {
                 self.carry_out(output);
             }
+            if let Some(journal) = self.journal.as_mut() {
+                journal.flush();
+            }
             let mut failed: Vec<(Token, ConnError)> = self
                 .to_close
                 .drain(..)
