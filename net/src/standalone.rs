@@ -128,7 +128,8 @@ impl BlockingClient {
         };
         let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
         let mut out = BytesMut::new();
-        let mut handshake = Handshake::start(role, secret, nonce, &[Role::Master], &mut out);
+        let mut handshake =
+            Handshake::start(role, secret, nonce, &[Role::Master, Role::Worker], &mut out);
         client.write(&out)?;
         loop {
             let frame = client.next_frame()?;

@@ -48,6 +48,8 @@ pub struct WorkerConfig {
     pub host: String,
     /// The port it advertises.
     pub port: u16,
+    /// Where to listen for `flint status` (the advertised host and port become the bound ones).
+    pub listen: Option<SocketAddr>,
     /// Cores it offers.
     pub cores: u32,
     /// Memory it offers, in MiB.
@@ -78,6 +80,7 @@ impl WorkerConfig {
             id,
             host: String::new(),
             port: 0,
+            listen: None,
             cores,
             memory_mb,
             secret: None,
@@ -136,6 +139,25 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
             config.work_dir.display()
         ))
     })?;
+    let mut config = config;
+    let listener = match config.listen {
+        None => None,
+        Some(addr) => {
+            if !addr.ip().is_loopback() && config.secret.is_none() {
+                return Err(WorkerError::Start(format!(
+                    "refusing to listen on non-loopback {addr} without a shared secret"
+                )));
+            }
+            let listener = mio::net::TcpListener::bind(addr)
+                .map_err(|e| WorkerError::Start(format!("cannot listen on {addr}: {e}")))?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            if !bound.ip().is_unspecified() {
+                config.host = bound.ip().to_string();
+            }
+            config.port = bound.port();
+            Some(listener)
+        }
+    };
     reap_stale_executors(&config.work_dir, &config.id);
     let mut runtime = Runtime::new(RuntimeConfig {
         threads: 1,
@@ -159,6 +181,9 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
         kill_timers: HashMap::new(),
         reports: VecDeque::new(),
         exit: exit.clone(),
+        listener,
+        listener_token: None,
+        clients: HashMap::new(),
     };
     runtime
         .handle()
@@ -241,7 +266,19 @@ struct Link {
 struct Running {
     pgid: u32,
     killing: bool,
+    cores: u32,
+    memory_mb: u64,
 }
+
+/// A `flint status` connection to the worker's listener.
+struct Client {
+    conn: Connection,
+    handshake: Option<Box<Handshake>>,
+    opened: Instant,
+}
+
+/// Status connections held at once; the oldest goes when another arrives.
+const CLIENTS_MAX: usize = 64;
 
 struct Report {
     app: String,
@@ -271,6 +308,9 @@ struct WorkerEndpoint {
     kill_timers: HashMap<TimerId, (String, String)>,
     reports: VecDeque<Report>,
     exit: Arc<Exit>,
+    listener: Option<mio::net::TcpListener>,
+    listener_token: Option<Token>,
+    clients: HashMap<Token, Client>,
 }
 
 /// A directory name from a peer: letters, digits, `-`, `_`, `.`; not `.` or `..`.
@@ -730,6 +770,8 @@ impl WorkerEndpoint {
             Running {
                 pgid,
                 killing: false,
+                cores,
+                memory_mb,
             },
         );
         self.report(Report {
@@ -810,6 +852,149 @@ impl WorkerEndpoint {
         }
     }
 
+    fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
+        loop {
+            let Some(listener) = self.listener.as_mut() else {
+                return;
+            };
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(error) => {
+                    tracing::warn!("accept failed: {error}");
+                    return;
+                }
+            };
+            if self.clients.len() >= CLIENTS_MAX {
+                let oldest = self
+                    .clients
+                    .iter()
+                    .min_by_key(|(_, c)| c.opened)
+                    .map(|(t, _)| *t);
+                if let Some(token) = oldest {
+                    self.drop_client(token, ctx);
+                }
+            }
+            let mut conn = Connection::new(stream, FRAME_SIZE_MAX_DEFAULT, 16 << 20);
+            let Ok(token) =
+                ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
+            else {
+                continue;
+            };
+            let Ok(nonce) = random_nonce() else {
+                continue;
+            };
+            let handshake = Handshake::start(
+                Role::Worker,
+                self.config.secret.clone(),
+                nonce,
+                &[Role::Client],
+                conn.outbound(),
+            );
+            let _ = conn.flush();
+            self.clients.insert(
+                token,
+                Client {
+                    conn,
+                    handshake: Some(Box::new(handshake)),
+                    opened: Instant::now(),
+                },
+            );
+        }
+    }
+
+    fn drop_client(&mut self, token: Token, ctx: &mut Ctx<'_, Self>) {
+        if let Some(mut client) = self.clients.remove(&token) {
+            let _ = client.conn.flush();
+            let _ = ctx.deregister(client.conn.stream_mut(), token);
+        }
+    }
+
+    /// A status client: handshake, then `StatusRequest`s answered with this worker and its
+    /// executors.
+    fn on_client_event(&mut self, token: Token, ctx: &mut Ctx<'_, Self>) {
+        let Some(mut client) = self.clients.remove(&token) else {
+            return;
+        };
+        let mut frames = Vec::new();
+        let mut result = client.conn.read_frames(|_, frame| {
+            frames.push(frame);
+            Ok(())
+        });
+        for frame in frames {
+            if result.is_err() {
+                break;
+            }
+            if let Some(handshake) = client.handshake.as_mut() {
+                match handshake.on_frame(frame.kind(), frame.body(), client.conn.outbound()) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => client.handshake = None,
+                    Err(error) => result = Err(ConnError::Protocol(error.to_string())),
+                }
+                continue;
+            }
+            match frame.message() {
+                Ok(Message::StatusRequest {}) => self.status(&mut client.conn),
+                Ok(Message::Shutdown {}) => result = Err(ConnError::Closed),
+                Ok(other) => {
+                    result = Err(ConnError::Protocol(format!(
+                        "unexpected {}",
+                        other.kind().name()
+                    )))
+                }
+                Err(error) => result = Err(error.into()),
+            }
+        }
+        let result = result.and_then(|()| client.conn.flush());
+        self.clients.insert(token, client);
+        if result.is_err() {
+            self.drop_client(token, ctx);
+        }
+    }
+
+    fn status(&self, conn: &mut Connection) {
+        let cores_used: u32 = self.executors.values().map(|r| r.cores).sum();
+        let memory_used_mb: u64 = self.executors.values().map(|r| r.memory_mb).sum();
+        let registered = self
+            .link
+            .as_ref()
+            .is_some_and(|l| matches!(l.phase, Phase::Registered));
+        let workers = [wire::WorkerStatus {
+            worker_id: &self.config.id,
+            host: &self.config.host,
+            port: self.config.port,
+            state: if registered {
+                wire::WorkerState::Alive
+            } else {
+                wire::WorkerState::Unknown
+            },
+            cores: self.config.cores,
+            cores_used,
+            memory_mb: self.config.memory_mb,
+            memory_used_mb,
+        }];
+        let executors: Vec<wire::ExecutorStatus<'_>> = self
+            .executors
+            .iter()
+            .map(|((app, executor), running)| wire::ExecutorStatus {
+                app_id: app,
+                executor_id: executor,
+                worker_id: &self.config.id,
+                cores: running.cores,
+                state: ExecutorState::Running,
+            })
+            .collect();
+        encode(
+            &Message::StatusResponse {
+                workers: wire::List::from_items(&workers),
+                applications: wire::List::empty(),
+                executors: wire::List::from_items(&executors),
+            },
+            conn.outbound(),
+            FRAME_SIZE_MAX_DEFAULT,
+        );
+    }
+
     fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
         let Some(link) = self.link.as_mut() else {
             return;
@@ -830,6 +1015,12 @@ impl Endpoint for WorkerEndpoint {
     type Msg = WorkerMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let Some(listener) = self.listener.as_mut() {
+            match ctx.register(listener, Interest::READABLE) {
+                Ok(token) => self.listener_token = Some(token),
+                Err(error) => tracing::error!("cannot watch the listener: {error}"),
+            }
+        }
         self.connect(ctx);
     }
 
@@ -848,6 +1039,10 @@ impl Endpoint for WorkerEndpoint {
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
         if self.link.as_ref().is_some_and(|l| l.token == token) {
             self.on_link_event(event, ctx);
+        } else if Some(token) == self.listener_token {
+            self.accept(ctx);
+        } else {
+            self.on_client_event(token, ctx);
         }
     }
 

@@ -53,6 +53,8 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 /// A `flint` process with stdout and stderr in files; killed on drop.
 struct Proc {
     name: String,
+    /// Where it listens, for workers.
+    listen: Option<SocketAddr>,
     child: Child,
     stdout: PathBuf,
     stderr: PathBuf,
@@ -77,6 +79,7 @@ impl Proc {
             .expect("spawn flint");
         Proc {
             name: name.into(),
+            listen: None,
             child,
             stdout,
             stderr,
@@ -151,10 +154,11 @@ fn start_master(dir: &Path, port: u16, extra: &[&str]) -> Proc {
     master
 }
 
-/// A worker advertising `host`, with its work dir under `dir`.
+/// A worker listening (for status) on `host` and a free port, with its work dir under `dir`.
 fn start_worker(dir: &Path, master: u16, id: &str, host: &str, cores: u32) -> Proc {
     let work = dir.join(format!("work-{id}"));
-    Proc::start(
+    let listen: SocketAddr = format!("{host}:{}", free_port()).parse().expect("addr");
+    let mut worker = Proc::start(
         dir,
         id,
         &[
@@ -168,13 +172,15 @@ fn start_worker(dir: &Path, master: u16, id: &str, host: &str, cores: u32) -> Pr
             "--memory-mb",
             "4096",
             "--listen",
-            &format!("{host}:7078"),
+            &listen.to_string(),
             "--work-dir",
             &work.to_string_lossy(),
             "--kill-timeout-ms",
             "1000",
         ],
-    )
+    );
+    worker.listen = Some(listen);
+    worker
 }
 
 #[derive(Debug, Default)]
@@ -208,7 +214,11 @@ impl Snapshot {
 }
 
 fn status(port: u16) -> Option<Snapshot> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    status_of(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// The status a master (or a worker) answers.
+fn status_of(addr: SocketAddr) -> Option<Snapshot> {
     let mut client =
         BlockingClient::connect(addr, Role::Client, None, Duration::from_secs(5)).ok()?;
     client.send(&Message::StatusRequest {}).ok()?;
@@ -807,6 +817,16 @@ fn killed_executors_lose_their_whole_process_tree_even_when_they_ignore_sigterm(
     };
     let client = app_client(port, spec, 2);
     let snapshot = wait_status(port, "2 running executors", |s| s.running_on("w1") == 2);
+    // The worker answers status too, about itself and its executors.
+    let worker_addr = _worker.listen.expect("listening");
+    let mut own = None;
+    wait_until("the worker's own status", || {
+        own = status_of(worker_addr);
+        own.is_some()
+    });
+    let own = own.unwrap_or_default();
+    assert_eq!(own.worker_state("w1"), Some("ALIVE"), "{own:?}");
+    assert_eq!(own.running_on("w1"), 2, "{own:?}");
     let app = snapshot.executors[0].0.clone();
     let work = dir.join("work-w1").join(&app);
     wait_until("pid files", || {

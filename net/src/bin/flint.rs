@@ -103,8 +103,9 @@ struct WorkerArgs {
     /// Where executors get their directories (default: a temporary directory per worker id).
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// The host and port this worker is known by (its executors' host); by default the address
-    /// it reaches the master from. Nothing listens on it.
+    /// Where to listen for `flint status --master ADDR` (this worker and its executors); the
+    /// host and port it is known by. Default: no listener, known by the address it reaches the
+    /// master from.
     #[arg(long)]
     listen: Option<SocketAddr>,
     /// This worker's id (default: worker-HOST-PORT with --listen, else worker-PID).
@@ -153,7 +154,7 @@ struct SubmitArgs {
 
 #[derive(Args)]
 struct StatusArgs {
-    /// The master's address.
+    /// The master's address (or a worker's `--listen` address, for that worker alone).
     #[arg(long)]
     master: SocketAddr,
     /// Print one JSON object instead of tables.
@@ -558,10 +559,7 @@ fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
     if let Some(dir) = args.work_dir {
         config.work_dir = dir;
     }
-    if let Some(addr) = args.listen {
-        config.host = addr.ip().to_string();
-        config.port = addr.port();
-    }
+    config.listen = args.listen;
     config.secret = load_secret(args.secret_file.as_ref())?;
     config.kill_timeout = Duration::from_millis(args.kill_timeout_ms);
     config.executor_program =
