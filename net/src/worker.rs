@@ -12,7 +12,8 @@
 //! adopts. The master acks heartbeats; a worker that hears nothing for 15 heartbeat intervals
 //! drops the connection and reconnects (a master behind a cut link sends no reset). A worker
 //! that starts kills the executors its previous run left behind in its work directory (the
-//! master has declared them lost when that run died).
+//! master has declared them lost when that run died). With a listen address, it answers
+//! `flint status` (`Role::Client`) about itself and its executors.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
