@@ -3,6 +3,18 @@
 //! what they say to the engine's [`Master`] state machine on an event loop, and carries out what
 //! it decides as frames on the right connections. With a state directory it journals workers and
 //! applications (see [`crate::journal`]) and recovers them when it starts again.
+//!
+//! Conventions on top of the message table (no new messages):
+//! - the master answers each `WorkerHeartbeat` with `HeartbeatAck`, so a worker notices a master
+//!   it can no longer reach; a heartbeat from a worker it declared dead closes the connection,
+//!   and the worker registers again;
+//! - a worker that registers again sends `ExecutorStateChanged(RUNNING)` with
+//!   [`crate::standalone::REATTACH_MESSAGE`] for each executor still running: the master adopts
+//!   those it placed before a restart and kills the others;
+//! - a driver whose first message is `RequestExecutors{app_id, ..}` instead of
+//!   `RegisterApplication` is coming back to its application (after a master restart);
+//! - a driver connection may send `StatusRequest`: the answer tells it the master has handled
+//!   everything it sent before (the app client's `sync`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
