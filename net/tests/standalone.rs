@@ -403,6 +403,16 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
         "{text}"
     );
     assert!(text.contains("\"state\":\"FINISHED\""), "{text}");
+    let output = Command::new(FLINT)
+        .args(["status", "--master", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("flint status");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("WORKERS") && table.contains("APPLICATIONS"),
+        "{table}"
+    );
+    assert_eq!(table.matches("ALIVE").count(), 3, "{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -787,6 +797,42 @@ fn an_application_whose_executors_keep_failing_is_removed_with_the_reason() {
         snapshot.apps.iter().any(|(_, state)| state == "FAILED"),
         "{snapshot:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn submit_stops_with_the_masters_reason_when_its_executors_keep_crashing() {
+    let dir = scratch("crash");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--max-executor-retries", "3"]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // Every task aborts its executor: the worker reports each exit as FAILED (signal 6).
+    let mut job = Proc::start(
+        &dir,
+        "submit",
+        &[
+            "submit",
+            "--master",
+            &format!("127.0.0.1:{port}"),
+            "--executors",
+            "1",
+            "--tasks",
+            "10",
+            "--task",
+            "crash:1",
+            "--json",
+        ],
+    );
+    let status = job.wait();
+    assert!(!status.success());
+    let stderr = job.stderr();
+    assert!(
+        stderr.contains("the master removed the application")
+            && stderr.contains("max executor retries 3"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("signal 6"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
