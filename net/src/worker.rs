@@ -12,7 +12,8 @@
 //! adopts. The master acks heartbeats; a worker that hears nothing for 15 heartbeat intervals
 //! drops the connection and reconnects (a master behind a cut link sends no reset). A worker
 //! that starts kills the executors its previous run left behind in its work directory (the
-//! master has declared them lost when that run died). With a listen address, it answers
+//! master has declared them lost when that run died; `flint executor` itself exits when the
+//! worker that started it dies, as it sees `FLINT_WORKER_PID` is no longer its parent). With a listen address, it answers
 //! `flint status` (`Role::Client`) about itself and its executors.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -726,6 +727,7 @@ impl WorkerEndpoint {
                 .env("FLINT_APP_ID", app_id)
                 .env("FLINT_EXECUTOR_ID", executor_id)
                 .env("FLINT_WORKER_ID", &self.config.id)
+                .env("FLINT_WORKER_PID", std::process::id().to_string())
                 .env("FLINT_EXECUTOR_CORES", cores.to_string())
                 .env("FLINT_EXECUTOR_MEMORY_MB", memory_mb.to_string())
                 .process_group(0);

@@ -719,6 +719,35 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
 }
 
 #[test]
+fn a_flint_executor_exits_when_its_worker_is_killed() {
+    let dir = scratch("watch");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // The default executor (`flint executor`) for a driver that is not there: it keeps trying
+    // to connect, so it is alive when its worker dies.
+    let spec = AppSpec {
+        name: "watched".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, spec, 1);
+    wait_status(port, "the executor running", |s| s.running_on("w1") == 1);
+    wait_until("the pid file", || {
+        executor_pids(&dir.join("work-w1")).len() == 1
+    });
+    let pids = executor_pids(&dir.join("work-w1"));
+    assert!(group_alive(&pids[0]));
+    worker.kill9();
+    wait_until("the executor to exit by itself", || !group_alive(&pids[0]));
+    client.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_application() {
     let dir = scratch("restart");
     let state = dir.join("state");
@@ -836,8 +865,41 @@ fn submit_stops_with_the_masters_reason_when_its_executors_keep_crashing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Whether a process group has a live member. The group leader counts as dead once it is a
+/// zombie (an orphan's zombie waits for whoever reaps orphans here).
 fn group_alive(pgid: &str) -> bool {
-    kill("-0", &format!("-{pgid}"))
+    let leader_zombie = std::fs::read_to_string(format!("/proc/{pgid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit(')')
+                .next()
+                .map(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true);
+    kill("-0", &format!("-{pgid}")) && !(leader_zombie && !other_member_alive(pgid))
+}
+
+/// Whether a process other than the leader is in group `pgid` (from /proc).
+fn other_member_alive(pgid: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name != pgid
+                && name.bytes().all(|b| b.is_ascii_digit())
+                && std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+                    let fields: Vec<&str> = stat
+                        .rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .split_whitespace()
+                        .collect();
+                    // After the command: state, ppid, pgrp.
+                    fields.get(2) == Some(&pgid) && fields.first() != Some(&"Z")
+                })
+        })
 }
 
 #[test]

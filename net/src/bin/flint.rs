@@ -388,6 +388,9 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
 }
 
 fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
+    if let Some(worker_pid) = std::env::var_os(WORKER_PID_ENV) {
+        watch_worker(worker_pid.to_string_lossy().parse().ok());
+    }
     let id = args
         .id
         .unwrap_or_else(|| format!("exec-{}", std::process::id()));
@@ -406,6 +409,32 @@ fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
                 _ => 1,
             }))
         }
+    }
+}
+
+/// Set by a standalone worker for the executors it starts: its own pid.
+const WORKER_PID_ENV: &str = "FLINT_WORKER_PID";
+
+/// An executor started by a worker exits when that worker dies (Spark's `WorkerWatcher`): it
+/// checks every 200 ms that its parent is still the worker (a dead parent's children are
+/// reparented), so a killed worker does not leave executors the master has declared lost.
+fn watch_worker(worker_pid: Option<u32>) {
+    let parent = std::os::unix::process::parent_id();
+    let gone = move || match worker_pid {
+        Some(pid) => std::os::unix::process::parent_id() != pid,
+        None => std::os::unix::process::parent_id() != parent,
+    };
+    let watcher = std::thread::Builder::new()
+        .name("flint-worker-watch".into())
+        .spawn(move || loop {
+            if gone() {
+                eprintln!("flint executor: its worker is gone; exiting");
+                std::process::exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        });
+    if let Err(error) = watcher {
+        eprintln!("flint executor: cannot watch the worker: {error}");
     }
 }
 
