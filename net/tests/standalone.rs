@@ -876,7 +876,7 @@ fn group_alive(pgid: &str) -> bool {
                 .map(|rest| rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(true);
-    kill("-0", &format!("-{pgid}")) && !(leader_zombie && !other_member_alive(pgid))
+    kill("-0", &format!("-{pgid}")) && (!leader_zombie || other_member_alive(pgid))
 }
 
 /// Whether a process other than the leader is in group `pgid` (from /proc).
