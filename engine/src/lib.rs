@@ -10,3 +10,4 @@ pub mod pool;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;
+pub mod standalone;

@@ -1,12 +1,17 @@
 //! Flint on the network: the wire protocol, connections on the event loop, the roles.
 #![deny(missing_docs)]
 
+pub mod app_client;
 pub mod conn;
 pub mod driver;
 pub mod executor;
 pub mod functions;
 pub mod handshake;
 pub mod job;
+pub mod journal;
+pub mod master;
 pub mod runner;
+pub mod standalone;
 pub mod summary;
 pub mod wire;
+pub mod worker;
