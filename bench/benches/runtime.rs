@@ -9,6 +9,9 @@
 //!   with the workers hot (spinning or just done);
 //! * `endpoint_ask`: a runtime endpoint's ask round trip vs a crossbeam request/reply thread.
 //!
+//! Flint's pool and loop are measured pinned (the default) and unpinned: on a small machine
+//! shared with other work a pinned thread cannot move off a busy core, rayon's and std's can.
+//!
 //! Run: `cargo bench -p flint-bench --bench runtime -- --warm-up-time 1 --measurement-time 3`.
 
 use std::hint::black_box;
@@ -17,6 +20,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use crossbeam_utils::Backoff;
 use flint_engine::pool::{PoolConfig, Task, TaskPool};
 use flint_engine::runtime::{Ctx, Endpoint, Inbox, Reply, Runtime, RuntimeConfig};
 
@@ -35,12 +39,13 @@ fn inbox_throughput(c: &mut Criterion) {
                 std::thread::spawn(move || {
                     for i in 0..total {
                         let mut v = i;
+                        let backoff = Backoff::new();
                         loop {
                             match inbox.push(v) {
                                 Ok(_) => break,
                                 Err(back) => {
                                     v = back;
-                                    std::hint::spin_loop();
+                                    backoff.snooze();
                                 }
                             }
                         }
@@ -49,13 +54,15 @@ fn inbox_throughput(c: &mut Criterion) {
             };
             let start = Instant::now();
             let mut got = 0;
+            let backoff = Backoff::new();
             while got < total {
                 match inbox.pop() {
                     Some(v) => {
                         black_box(v);
                         got += 1;
+                        backoff.reset();
                     }
-                    None => std::hint::spin_loop(),
+                    None => backoff.snooze(),
                 }
             }
             let elapsed = start.elapsed();
@@ -102,12 +109,15 @@ fn inbox_throughput(c: &mut Criterion) {
     g.finish();
 }
 
+/// Waits for a value the way crossbeam-channel's `recv` does before it blocks: spin, then
+/// yield (fair on an oversubscribed machine).
 fn spin_pop(inbox: &Inbox<u64>) -> u64 {
+    let backoff = Backoff::new();
     loop {
         if let Some(v) = inbox.pop() {
             return v;
         }
-        std::hint::spin_loop();
+        backoff.snooze();
     }
 }
 
@@ -209,9 +219,12 @@ impl Drop for StdPool {
     }
 }
 
-fn flint_pool() -> TaskPool {
+/// The pool with default settings (workers pinned to cores), or unpinned: on a small shared
+/// machine pinned workers cannot move away from a busy core, so both are measured.
+fn flint_pool(pin_threads: bool) -> TaskPool {
     TaskPool::new(PoolConfig {
         workers: WORKERS,
+        pin_threads,
         ..Default::default()
     })
     .unwrap()
@@ -225,18 +238,19 @@ fn rayon_pool() -> rayon::ThreadPool {
 }
 
 fn wait_count(counter: &AtomicUsize, target: usize) {
+    let backoff = Backoff::new();
     while counter.load(Ordering::Acquire) < target {
-        std::hint::spin_loop();
+        backoff.snooze();
     }
 }
 
 fn pool_throughput(c: &mut Criterion) {
     let mut g = c.benchmark_group("pool_throughput");
     g.throughput(Throughput::Elements(BATCH));
-    {
+    for (name, pin) in [("flint_pool", true), ("flint_pool_unpinned", false)] {
         static DONE: AtomicUsize = AtomicUsize::new(0);
-        let pool = flint_pool();
-        g.bench_function(BenchmarkId::new("flint_pool", WORKERS), |b| {
+        let pool = flint_pool(pin);
+        g.bench_function(BenchmarkId::new(name, WORKERS), |b| {
             b.iter(|| {
                 DONE.store(0, Ordering::Relaxed);
                 for _ in 0..BATCH {
@@ -293,12 +307,13 @@ fn spawn_to_start(iters: u64, spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Durat
         spawn(Box::new(move || {
             STARTED_NS.store(t0.elapsed().as_nanos() as u64, Ordering::Release);
         }));
+        let backoff = Backoff::new();
         let ns = loop {
             let ns = STARTED_NS.load(Ordering::Acquire);
             if ns != u64::MAX {
                 break ns;
             }
-            std::hint::spin_loop();
+            backoff.snooze();
         };
         total += Duration::from_nanos(ns);
     }
@@ -307,9 +322,9 @@ fn spawn_to_start(iters: u64, spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Durat
 
 fn pool_spawn_to_start(c: &mut Criterion) {
     let mut g = c.benchmark_group("pool_spawn_to_start");
-    {
-        let pool = flint_pool();
-        g.bench_function("flint_pool", |b| {
+    for (name, pin) in [("flint_pool", true), ("flint_pool_unpinned", false)] {
+        let pool = flint_pool(pin);
+        g.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 spawn_to_start(iters, |f| {
                     pool.submit(Task::new(f)).unwrap();
@@ -343,14 +358,18 @@ impl Endpoint for Echo {
 
 fn endpoint_ask(c: &mut Criterion) {
     let mut g = c.benchmark_group("endpoint_ask");
-    {
+    for (name, pin_threads) in [
+        ("flint_endpoint_ask", true),
+        ("flint_endpoint_ask_unpinned", false),
+    ] {
         let rt = Runtime::new(RuntimeConfig {
             threads: 1,
+            pin_threads,
             ..Default::default()
         })
         .unwrap();
         let echo = rt.handle().spawn("echo", Echo).unwrap();
-        g.bench_function("flint_endpoint_ask", |b| {
+        g.bench_function(name, |b| {
             b.iter(|| black_box(echo.ask(|r| r, Duration::from_secs(10)).unwrap()))
         });
     }

@@ -397,3 +397,35 @@ fn full_inbox_rejects_or_applies_backpressure() {
         "send_timeout succeeds once room appears"
     );
 }
+
+/// Asks another endpoint from inside its handler.
+struct Asker {
+    target: flint_engine::runtime::EndpointRef<Recorder>,
+}
+
+impl Endpoint for Asker {
+    type Msg = Reply<Result<usize, AskError>>;
+    fn on_message(&mut self, reply: Self::Msg, _ctx: &mut Ctx<'_, Self>) {
+        let _ = reply.send(self.target.ask(RecMsg::Count, DEADLINE));
+    }
+}
+
+#[test]
+fn ask_from_a_handler_on_the_same_loop_is_refused_and_works_across_loops() {
+    let rt = runtime(2);
+    let (ep, _log) = recorder();
+    let target = rt.handle().spawn_on(0, "target", ep).unwrap();
+    let same = rt
+        .handle()
+        .spawn_on(
+            0,
+            "same",
+            Asker {
+                target: target.clone(),
+            },
+        )
+        .unwrap();
+    let other = rt.handle().spawn_on(1, "other", Asker { target }).unwrap();
+    assert_eq!(same.ask(|r| r, DEADLINE).unwrap(), Err(AskError::SameLoop));
+    assert_eq!(other.ask(|r| r, DEADLINE).unwrap(), Ok(1));
+}

@@ -19,13 +19,13 @@
 //! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
 //! its running tasks back, in time proportional to them.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
     Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
@@ -44,6 +44,9 @@ use crate::handshake::{random_nonce, Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
 use crate::runner::{Completion, TaskRunner};
 use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+
+/// The most task slots per executor core: executors size their queues for this many.
+pub const TASKS_PER_CORE_MAX: u32 = 1024;
 
 /// How a driver runs.
 #[derive(Debug, Clone)]
@@ -66,7 +69,7 @@ pub struct DriverConfig {
     pub outbound_max: usize,
     /// Connections (registered or not) held at once; more are refused at accept.
     pub connections_max: usize,
-    /// Task slots per executor core (see the module docs).
+    /// Task slots per executor core (see the module docs), at most [`TASKS_PER_CORE_MAX`].
     pub tasks_per_core: u32,
     /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
     /// executors: local mode.
@@ -87,7 +90,7 @@ impl Default for DriverConfig {
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             outbound_max: 256 << 20,
             connections_max: 4096,
-            tasks_per_core: 64,
+            tasks_per_core: 256,
             local_cores: None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
@@ -222,7 +225,9 @@ impl Driver {
             Some(cores) => Some(
                 TaskPool::new(PoolConfig {
                     workers: cores as usize,
-                    inbox_capacity: (cores * config.tasks_per_core) as usize,
+                    inbox_capacity: cores
+                        .saturating_mul(config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX))
+                        as usize,
                     thread_name: "flint-local".into(),
                     ..PoolConfig::default()
                 })
@@ -243,12 +248,12 @@ impl Driver {
             config,
             listener,
             listener_token: None,
-            peers: HashMap::new(),
-            tokens: HashMap::new(),
-            names: HashMap::new(),
-            links: HashMap::new(),
+            peers: FxHashMap::default(),
+            tokens: FxHashMap::default(),
+            names: std::collections::HashMap::new(),
+            links: FxHashMap::default(),
             next_executor: 1,
-            jobs: HashMap::new(),
+            jobs: FxHashMap::default(),
             epoch: Instant::now(),
             outputs: Vec::new(),
             dirty: Vec::new(),
@@ -429,16 +434,16 @@ pub(crate) struct DriverEndpoint {
     scheduler: Scheduler,
     listener: TcpListener,
     listener_token: Option<Token>,
-    peers: HashMap<Token, Peer>,
+    peers: FxHashMap<Token, Peer>,
     /// Registered remote executors' connections.
-    tokens: HashMap<ExecutorId, Token>,
-    /// Executor ids on the wire, for refusing duplicates.
-    names: HashMap<String, ExecutorId>,
-    links: HashMap<ExecutorId, Link>,
+    tokens: FxHashMap<ExecutorId, Token>,
+    /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
+    names: std::collections::HashMap<String, ExecutorId>,
+    links: FxHashMap<ExecutorId, Link>,
     next_executor: u64,
     local: Option<(flint_engine::pool::PoolHandle, Registry)>,
     runner: Option<TaskRunner>,
-    jobs: HashMap<JobId, JobEntry>,
+    jobs: FxHashMap<JobId, JobEntry>,
     epoch: Instant,
     outputs: Vec<Output>,
     dirty: Vec<Token>,
@@ -620,7 +625,7 @@ impl DriverEndpoint {
         let info = ExecutorInfo {
             id,
             host: host.to_owned(),
-            cores: cores.saturating_mul(self.config.tasks_per_core.max(1)),
+            cores: cores.saturating_mul(self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX)),
             attributes: attributes
                 .iter()
                 .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
@@ -884,7 +889,8 @@ impl Endpoint for DriverEndpoint {
         }
         if let Some((pool, registry)) = self.local.take() {
             let cores = self.config.local_cores.unwrap_or(1);
-            let slots = cores.saturating_mul(self.config.tasks_per_core.max(1));
+            let slots =
+                cores.saturating_mul(self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX));
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || DriverMsg::LocalKick));
             self.runner = Some(TaskRunner::new(pool, registry, slots as usize, kick));

@@ -39,8 +39,9 @@ pub struct ExecutorConfig {
     pub connect_timeout: Duration,
     /// Largest frame accepted or sent.
     pub frame_size_max: usize,
-    /// Attempts it holds at once, running and queued (the driver sends at most its slots).
-    pub in_flight_max: usize,
+    /// Attempts it holds at once per core, running and queued. The driver sends at most
+    /// `tasks_per_core` per core, which it caps at [`crate::driver::TASKS_PER_CORE_MAX`].
+    pub in_flight_per_core: usize,
     /// Pin pool workers to cores.
     pub pin_threads: bool,
 }
@@ -56,7 +57,7 @@ impl ExecutorConfig {
             secret: None,
             connect_timeout: Duration::from_secs(30),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
-            in_flight_max: 1 << 16,
+            in_flight_per_core: crate::driver::TASKS_PER_CORE_MAX as usize,
             pin_threads: true,
         }
     }
@@ -116,9 +117,12 @@ impl Exit {
 /// Runs an executor until the driver stops it (`Ok`) or it must exit (`Err`).
 pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorError> {
     let stream = connect(config.driver, config.connect_timeout)?;
+    let in_flight_max = config
+        .in_flight_per_core
+        .saturating_mul(config.cores.max(1) as usize);
     let mut pool = TaskPool::new(PoolConfig {
         workers: config.cores.max(1) as usize,
-        inbox_capacity: config.in_flight_max,
+        inbox_capacity: in_flight_max,
         pin_threads: config.pin_threads,
         thread_name: "flint-task".into(),
         ..PoolConfig::default()
@@ -143,6 +147,7 @@ pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorErr
         heartbeat: None,
         exit: exit.clone(),
         updates: Vec::new(),
+        in_flight_max,
         config,
     };
     runtime
@@ -214,6 +219,7 @@ struct ExecutorEndpoint {
     heartbeat: Option<TimerId>,
     exit: Arc<Exit>,
     updates: Vec<crate::runner::Completion>,
+    in_flight_max: usize,
 }
 
 impl ExecutorEndpoint {
@@ -388,12 +394,7 @@ impl Endpoint for ExecutorEndpoint {
         if let Some((pool, registry)) = self.pool.take() {
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
-            self.runner = Some(TaskRunner::new(
-                pool,
-                registry,
-                self.config.in_flight_max,
-                kick,
-            ));
+            self.runner = Some(TaskRunner::new(pool, registry, self.in_flight_max, kick));
         }
         if let Phase::Connecting(nonce) = self.phase {
             let handshake = Handshake::start(

@@ -27,6 +27,12 @@ pub(crate) fn park_once<T>(inbox: &Inbox<T>, pill_taken: &AtomicBool, park: impl
     true
 }
 
+/// An idle worker considers a victim's lone queued item every this many idle rounds.
+const LONE_STEAL_EVERY: u32 = 32;
+/// An idle worker looks at other workers and at the clock every this many idle rounds
+/// (`LONE_STEAL_EVERY` must be a multiple of it).
+const SCAN_EVERY: u32 = 8;
+
 pub(crate) struct Worker {
     index: usize,
     local: crossbeam_deque::Worker<Box<dyn Runnable>>,
@@ -57,6 +63,8 @@ impl Worker {
         let shared = self.shared.clone();
         let me = &shared.workers[self.index];
         let mut idle_since: Option<Instant> = None;
+        let backoff = crossbeam_utils::Backoff::new();
+        let mut idle_rounds: u32 = 0;
         loop {
             if let Some(job) = self.local.pop() {
                 self.execute(job);
@@ -73,15 +81,38 @@ impl Worker {
             if self.pill {
                 continue;
             }
-            if let Found::Job(job) = self.steal() {
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds % SCAN_EVERY != 0 {
+                // Cheap rounds: only the own inbox is polled (the loop head), no clock read
+                // and no look at other workers' cache lines.
+                std::hint::spin_loop();
+                continue;
+            }
+            if let Found::Job(job) = self.steal(idle_rounds % LONE_STEAL_EVERY == 0) {
                 idle_since = None;
                 self.execute(job);
                 continue;
             }
             let now = Instant::now();
-            let since = *idle_since.get_or_insert(now);
-            if now.duration_since(since) < shared.spin_before_park {
-                std::hint::spin_loop();
+            let since = *idle_since.get_or_insert_with(|| {
+                backoff.reset();
+                now
+            });
+            let idle = now.duration_since(since);
+            if idle < shared.spin_before_park {
+                if idle < shared.spin_before_park / 4 {
+                    // Pure spinning for the first quarter: sub-microsecond pick-up.
+                    std::hint::spin_loop();
+                } else {
+                    // Then spin-and-yield: on an oversubscribed core the submitter gets to run.
+                    backoff.snooze();
+                }
+                continue;
+            }
+            // Last look at other workers' lone queued tasks before sleeping.
+            if let Found::Job(job) = self.steal(true) {
+                idle_since = None;
+                self.execute(job);
                 continue;
             }
             // Park (see the module docs for the handshake).
@@ -113,7 +144,7 @@ impl Worker {
             Some(Item::Task(job)) => job,
         };
         let mut moved = 1;
-        while moved < self.shared.local_batch_max && me.inbox.len() > 0 {
+        while moved < self.shared.local_batch_max && !me.inbox.is_empty() {
             match me.inbox.pop() {
                 Some(Item::Task(job)) => self.local.push(job),
                 Some(Item::Poison) => {
@@ -128,11 +159,20 @@ impl Worker {
         Found::Job(first)
     }
 
-    fn steal(&mut self) -> Found {
+    /// Takes work from other workers: a batch from a non-empty deque, else one task from an
+    /// inbox with a backlog (more than one item), or, when `lone` is set, from any non-empty
+    /// inbox. Leaving a victim's single queued item alone most of the time keeps idle workers
+    /// from fighting the owner for the same cache lines on every task; `lone` (every
+    /// `LONE_STEAL_EVERY` idle rounds) still guarantees a task queued behind a long one is
+    /// picked up.
+    fn steal(&mut self, lone: bool) -> Found {
         let workers = &self.shared.workers;
         let n = workers.len();
         for i in 1..n {
             let victim = &workers[(self.index + i) % n];
+            if victim.stealer.is_empty() {
+                continue;
+            }
             loop {
                 match victim.stealer.steal_batch_and_pop(&self.local) {
                     Steal::Success(job) => return Found::Job(job),
@@ -143,6 +183,10 @@ impl Worker {
         }
         for i in 1..n {
             let victim = &workers[(self.index + i) % n];
+            let queued = victim.inbox.len();
+            if queued == 0 || (queued == 1 && !lone) {
+                continue;
+            }
             match victim.inbox.pop() {
                 Some(Item::Task(job)) => {
                     self.shared.notify_space();
@@ -179,13 +223,23 @@ mod loom_tests {
     use crate::loom::sync::Arc;
     use crate::loom::thread;
 
+    /// Explores every interleaving with up to `LOOM_MAX_PREEMPTIONS` (default 3) preemptions,
+    /// as tokio does, to keep the state space tractable.
+    fn bounded_model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(f);
+    }
+
     /// The pool's park/unpark protocol with loom's thread parking: two submitters push a task
     /// each and unpark the worker only when `push` says so; then the pill arrives, either
     /// pushed into the worker's own inbox or popped by a stealer and handed over through
     /// `pill_taken`. The worker must run both tasks and exit; a lost wake-up would be a loom
     /// deadlock.
     fn model(pill_stolen: bool) {
-        loom::model(move || {
+        bounded_model(move || {
             let inbox = Arc::new(Inbox::<Option<usize>>::new(4));
             let pill_taken = Arc::new(AtomicBool::new(false));
             let worker = {

@@ -200,6 +200,10 @@ pub enum AskError {
     /// The runtime is shut down.
     #[error("the runtime is shut down")]
     Shutdown,
+    /// Asked from a handler running on the target's own loop: the loop could not answer while
+    /// it waits, so the ask is refused instead of blocking until the timeout.
+    #[error("ask from the endpoint's own event loop would deadlock")]
+    SameLoop,
 }
 
 const WAITING: u8 = 0;
@@ -355,12 +359,17 @@ impl<E: Endpoint> EndpointRef<E> {
     }
 
     /// Sends the request built by `make` (which gets the [`Reply`] to put in the message) and
-    /// waits up to `timeout` for the answer.
+    /// blocks up to `timeout` for the answer. From a handler, asking an endpoint on the same
+    /// loop fails with [`AskError::SameLoop`]; asking one on another loop works but blocks this
+    /// loop meanwhile (prefer `send` with a reply message there).
     pub fn ask<R: Send + 'static>(
         &self,
         make: impl FnOnce(Reply<R>) -> E::Msg,
         timeout: Duration,
     ) -> Result<R, AskError> {
+        if super::event_loop::current_loop() == Some(self.state.loop_index) {
+            return Err(AskError::SameLoop);
+        }
         let slot = Arc::new(ReplySlot {
             state: AtomicU8::new(WAITING),
             value: Mutex::new(None),
@@ -376,13 +385,15 @@ impl<E: Endpoint> EndpointRef<E> {
             Err(SendError::Shutdown(_)) => return Err(AskError::Shutdown),
         }
         let deadline = Instant::now() + timeout;
-        // Spin briefly: a reply from a busy loop usually comes within microseconds, and
-        // blocking on the condition variable costs two syscalls.
-        for _ in 0..2_000 {
-            if slot.state.load(Ordering::Acquire) != WAITING {
-                break;
-            }
-            std::hint::spin_loop();
+        // Spin briefly, then yield a few times: a reply from a busy loop usually comes within
+        // microseconds, and blocking on the condition variable costs two syscalls.
+        // Only where spinning pays (see `spinning_pays`).
+        let backoff = crossbeam_utils::Backoff::new();
+        while super::spinning_pays()
+            && slot.state.load(Ordering::Acquire) == WAITING
+            && !backoff.is_completed()
+        {
+            backoff.snooze();
         }
         let mut guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());
         loop {

@@ -20,12 +20,19 @@ use super::{IdMap, RuntimeConfig, RuntimeShared};
 const WAKER_TOKEN: Token = Token(usize::MAX);
 
 thread_local! {
-    static ON_LOOP: Cell<bool> = const { Cell::new(false) };
+    /// The index of the event loop running on this thread (`usize::MAX`: none).
+    static ON_LOOP: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
 /// Whether the current thread is an event loop.
 pub(crate) fn on_loop_thread() -> bool {
-    ON_LOOP.with(|c| c.get())
+    ON_LOOP.with(|c| c.get()) != usize::MAX
+}
+
+/// The index of the event loop running on this thread, if any.
+pub(crate) fn current_loop() -> Option<usize> {
+    let index = ON_LOOP.with(|c| c.get());
+    (index != usize::MAX).then_some(index)
 }
 
 /// Why a source could not be (de)registered.
@@ -314,11 +321,12 @@ impl EventLoop {
     }
 
     pub(crate) fn run(mut self) {
-        ON_LOOP.with(|c| c.set(true));
+        ON_LOOP.with(|c| c.set(self.index));
         let shared = self.shared.clone();
         let me = &shared.loops[self.index];
         let mut events = Events::with_capacity(self.events_capacity);
         let mut idle_since: Option<Instant> = None;
+        let backoff = crossbeam_utils::Backoff::new();
         'run: loop {
             let mut handled = 0;
             while handled < self.batch_max {
@@ -342,9 +350,18 @@ impl EventLoop {
                     continue;
                 }
             } else {
-                let since = *idle_since.get_or_insert(now);
-                if now.duration_since(since) < self.spin_before_park {
-                    std::hint::spin_loop();
+                let since = *idle_since.get_or_insert_with(|| {
+                    backoff.reset();
+                    now
+                });
+                let idle = now.duration_since(since);
+                if idle < self.spin_before_park {
+                    // Pure spinning for the first quarter, then spin-and-yield.
+                    if idle < self.spin_before_park / 4 {
+                        std::hint::spin_loop();
+                    } else {
+                        backoff.snooze();
+                    }
                     if !has_sources {
                         continue;
                     }

@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use super::hash::FxHashMap;
 use super::types::{ExecutorId, TaskLaunch};
+use crate::hash::FxHashMap;
 
 /// One running task attempt, as its executor's book sees it.
 #[derive(Clone, Copy, Debug)]
@@ -259,5 +259,65 @@ impl Book {
     /// Whether any executor has a free core (offerable or blocked).
     pub fn has_free_cores(&self) -> bool {
         !self.offerable.is_empty() || !self.blocked.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sets(b: &Book) -> (Vec<u32>, Vec<u32>) {
+        let mut o = b.offerable.clone();
+        let mut k = b.blocked.clone();
+        o.sort_unstable();
+        k.sort_unstable();
+        (o, k)
+    }
+
+    #[test]
+    fn offer_sets_move_executors_and_keep_positions_consistent() {
+        let mut b = Book::new(0);
+        let h = b.host_index("h");
+        let slots: Vec<u32> = (0..4).map(|i| b.insert(ExecutorId(i), h, 2)).collect();
+        assert_eq!(sets(&b), (vec![0, 1, 2, 3], vec![]));
+        b.block(slots[1]);
+        b.block(slots[3]);
+        assert_eq!(sets(&b), (vec![0, 2], vec![1, 3]));
+        b.unlist(slots[0]);
+        assert_eq!(sets(&b), (vec![2], vec![1, 3]));
+        b.make_offerable(slots[3]);
+        assert_eq!(sets(&b), (vec![2, 3], vec![1]));
+        b.unblock_all();
+        assert_eq!(sets(&b), (vec![1, 2, 3], vec![]));
+        // Every member's recorded position points back at it.
+        for (pos, &s) in b.offerable.iter().enumerate() {
+            assert_eq!(
+                b.get(s).map(|e| e.membership),
+                Some(Membership::Offerable(pos))
+            );
+        }
+        // Removal frees the slot for reuse and drops the executor from the sets.
+        let (slot, exec) = b.remove(ExecutorId(2)).expect("registered");
+        assert_eq!((slot, exec.id), (2, ExecutorId(2)));
+        assert_eq!(sets(&b), (vec![1, 3], vec![]));
+        assert_eq!(b.insert(ExecutorId(9), h, 1), 2, "slot reused");
+        assert_eq!(b.slot_of(ExecutorId(9)), Some(2));
+        assert_eq!(b.len(), 4);
+    }
+
+    #[test]
+    fn round_robin_visits_every_offerable_executor() {
+        let mut b = Book::new(5);
+        let h = b.host_index("h");
+        for i in 0..3 {
+            b.insert(ExecutorId(i), h, 1);
+        }
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(b.next_offerable().expect("non-empty"));
+            b.advance();
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2]);
     }
 }

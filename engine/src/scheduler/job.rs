@@ -4,15 +4,17 @@
 //! Pending queues use lazy deletion: a task is pushed into every queue it qualifies for (its
 //! preferred executors, their and its preferred hosts, and "any"), and an entry is dropped when it
 //! reaches the front and the task is no longer pending. Each push is popped at most once, so
-//! finding a task is O(1) amortized.
+//! finding a task is O(1) amortized. There is one set of queues per distinct task size (cores),
+//! so a task too big for an executor's free cores never hides smaller ones queued behind it; a
+//! job usually has one size.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::hash::{FxHashMap, FxHashSet};
 use super::types::{ExecutorId, JobId};
+use crate::hash::{FxHashMap, FxHashSet};
 
 /// Locality levels, best first. `NoPref` tasks can run anywhere at once and never move the clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,7 +48,6 @@ pub(crate) struct Attempt {
     pub attempt: u32,
     /// The executor's slot in the book (cleared from here before the slot is freed).
     pub exec: u32,
-    pub started_us: u64,
 }
 
 /// Locality preferences, boxed because most tasks have none.
@@ -60,6 +61,7 @@ pub(crate) struct Prefs {
 #[derive(Debug)]
 pub(crate) struct TaskRec {
     pub function: Arc<str>,
+    /// The payload until the task succeeds, then its result (saves memory at millions of tasks).
     pub payload: Bytes,
     pub prefs: Option<Box<Prefs>>,
     pub cores: u32,
@@ -69,7 +71,6 @@ pub(crate) struct TaskRec {
     /// At most two attempts run at once (the original and one speculative copy).
     pub attempts: [Option<Attempt>; 2],
     pub speculated: bool,
-    pub result: Option<Bytes>,
 }
 
 impl TaskRec {
@@ -78,9 +79,11 @@ impl TaskRec {
     }
 }
 
-/// Pending-task queues per locality bucket.
+/// Pending-task queues per locality bucket, for tasks of one size.
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
+    /// Cores of every task in these queues.
+    pub cores: u32,
     pub by_exec: FxHashMap<ExecutorId, VecDeque<u32>>,
     pub by_host: FxHashMap<u32, VecDeque<u32>>,
     pub no_pref: VecDeque<u32>,
@@ -112,7 +115,8 @@ pub(crate) struct Job {
     pub running_cores: u64,
     /// Tasks in a final state.
     pub final_count: usize,
-    pub queues: Queues,
+    /// Queues per task size, largest first.
+    pub classes: Vec<Queues>,
     pub has_exec_prefs: bool,
     pub has_host_prefs: bool,
     pub level: Level,
@@ -135,6 +139,8 @@ pub(crate) struct Job {
     /// The locality level widened since the scheduler last looked: executors set aside for
     /// this job may have work now.
     pub widened: bool,
+    /// Listed in the scheduler's runnable jobs (it has pending tasks or stragglers to copy).
+    pub in_runnable: bool,
 }
 
 /// Pops the first entry of `queue` that is a pending task fitting in `free` cores; stale entries
@@ -158,6 +164,16 @@ fn pop_pending(queue: &mut VecDeque<u32>, tasks: &[TaskRec], free: u32) -> Optio
 }
 
 impl Job {
+    /// Whether the job has something to launch: pending tasks or stragglers to copy.
+    pub fn has_work(&self) -> bool {
+        self.pending > 0 || !self.speculatable.is_empty()
+    }
+
+    /// The job's FIFO key: higher priority first, then submission order.
+    pub fn fifo_key(&self) -> (i64, u64) {
+        (-i64::from(self.priority), self.id.0)
+    }
+
     /// The job's first locality level given which preferences its tasks have.
     pub fn start_level(&self) -> Level {
         if self.has_exec_prefs {
@@ -174,19 +190,42 @@ impl Job {
         let Some(t) = self.tasks.get(i as usize) else {
             return;
         };
+        let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
+            Some(p) if self.classes.get(p).is_some_and(|q| q.cores == t.cores) => p,
+            Some(p) => {
+                self.classes.insert(
+                    p,
+                    Queues {
+                        cores: t.cores,
+                        ..Queues::default()
+                    },
+                );
+                p
+            }
+            None => {
+                self.classes.push(Queues {
+                    cores: t.cores,
+                    ..Queues::default()
+                });
+                self.classes.len() - 1
+            }
+        };
+        let Some(q) = self.classes.get_mut(pos) else {
+            return;
+        };
         match &t.prefs {
-            None => self.queues.no_pref.push_back(i),
+            None => q.no_pref.push_back(i),
             Some(p) => {
                 for &e in &p.executors {
-                    self.queues.by_exec.entry(e).or_default().push_back(i);
+                    q.by_exec.entry(e).or_default().push_back(i);
                     if let Some(h) = host_of(e) {
-                        self.queues.by_host.entry(h).or_default().push_back(i);
+                        q.by_host.entry(h).or_default().push_back(i);
                     }
                 }
                 for &h in &p.hosts {
-                    self.queues.by_host.entry(h).or_default().push_back(i);
+                    q.by_host.entry(h).or_default().push_back(i);
                 }
-                self.queues.any.push_back(i);
+                q.any.push_back(i);
             }
         }
     }
@@ -235,29 +274,50 @@ impl Job {
         free: u32,
     ) -> Option<Found> {
         if self.pending > 0 {
-            if self.has_exec_prefs {
-                if let Some(q) = self.queues.by_exec.get_mut(&exec) {
-                    if let Some(i) = pop_pending(q, &self.tasks, free) {
-                        return Some(Found::Pending(i, Some(Level::Executor)));
+            // Classes are largest first: big tasks that fit go before small ones.
+            let Job {
+                classes,
+                tasks,
+                has_exec_prefs,
+                ..
+            } = &mut *self;
+            if *has_exec_prefs {
+                for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                    if let Some(q) = q.by_exec.get_mut(&exec) {
+                        if let Some(i) = pop_pending(q, tasks, free) {
+                            return Some(Found::Pending(i, Some(Level::Executor)));
+                        }
                     }
                 }
             }
             let allowed = self.allowed_level(now_us, waits_us);
-            if allowed >= Level::Host && !self.queues.by_host.is_empty() {
-                if let Some(q) = self.queues.by_host.get_mut(&host) {
-                    if let Some(i) = pop_pending(q, &self.tasks, free) {
-                        return Some(Found::Pending(i, Some(Level::Host)));
+            let Job {
+                classes,
+                tasks,
+                has_host_prefs,
+                ..
+            } = &mut *self;
+            if allowed >= Level::Host && *has_host_prefs {
+                for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                    if let Some(q) = q.by_host.get_mut(&host) {
+                        if let Some(i) = pop_pending(q, tasks, free) {
+                            return Some(Found::Pending(i, Some(Level::Host)));
+                        }
                     }
                 }
             }
-            if let Some(i) = pop_pending(&mut self.queues.no_pref, &self.tasks, free) {
-                return Some(Found::Pending(i, None));
+            for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                if let Some(i) = pop_pending(&mut q.no_pref, tasks, free) {
+                    return Some(Found::Pending(i, None));
+                }
             }
             if allowed >= Level::Any {
-                if let Some(i) = pop_pending(&mut self.queues.any, &self.tasks, free) {
-                    return Some(Found::Pending(i, Some(Level::Any)));
+                for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                    if let Some(i) = pop_pending(&mut q.any, tasks, free) {
+                        return Some(Found::Pending(i, Some(Level::Any)));
+                    }
                 }
-            } else if !self.queues.any.is_empty() {
+            } else if classes.iter().any(|q| !q.any.is_empty()) {
                 self.delay_rejected = true;
             }
         }
@@ -337,5 +397,124 @@ impl Job {
         let (_, median, _) = self.durations_us.select_nth_unstable(mid);
         let threshold = (*median as f64 * multiplier) as u64;
         Some(threshold.max(min_runtime_us))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(status: Status, cores: u32) -> TaskRec {
+        TaskRec {
+            function: Arc::from("f"),
+            payload: Bytes::new(),
+            prefs: None,
+            cores,
+            status,
+            next_attempt: 0,
+            failures: 0,
+            attempts: [None, None],
+            speculated: false,
+        }
+    }
+
+    #[test]
+    fn pop_pending_skips_stale_entries_and_stops_at_a_task_that_does_not_fit() {
+        let tasks = vec![
+            task(Status::Running, 1),
+            task(Status::Succeeded, 1),
+            task(Status::Pending, 2),
+            task(Status::Pending, 1),
+        ];
+        let mut q: VecDeque<u32> = [0, 1, 9, 2, 3].into_iter().collect();
+        assert_eq!(pop_pending(&mut q, &tasks, 1), None, "task 2 needs 2 cores");
+        assert_eq!(q, [2, 3], "stale and unknown entries dropped");
+        assert_eq!(pop_pending(&mut q, &tasks, 2), Some(2));
+        assert_eq!(pop_pending(&mut q, &tasks, 2), Some(3));
+        assert_eq!(pop_pending(&mut q, &tasks, 2), None);
+    }
+
+    fn job(has_exec_prefs: bool, has_host_prefs: bool) -> Job {
+        Job {
+            id: JobId(1),
+            pool: 0,
+            weight: 1,
+            priority: 0,
+            tasks: vec![task(Status::Pending, 1)],
+            pending: 1,
+            running: 0,
+            running_cores: 0,
+            final_count: 0,
+            classes: Vec::new(),
+            has_exec_prefs,
+            has_host_prefs,
+            level: Level::Executor,
+            level_since_us: 0,
+            last_progress_us: 0,
+            exclusion: JobExclusion::default(),
+            durations_us: Vec::new(),
+            speculatable: VecDeque::new(),
+            reasons: FxHashMap::default(),
+            doomed: false,
+            delay_rejected: false,
+            widened: false,
+            in_runnable: false,
+        }
+    }
+
+    #[test]
+    fn locality_level_widens_after_each_wait_and_skips_levels_without_preferences() {
+        let mut j = job(true, true);
+        assert_eq!(j.allowed_level(99, [100, 50]), Level::Executor);
+        assert_eq!(j.level_deadline([100, 50]), Some(100));
+        assert_eq!(j.allowed_level(100, [100, 50]), Level::Host);
+        assert!(j.widened);
+        assert_eq!(j.allowed_level(149, [100, 50]), Level::Host);
+        assert_eq!(j.allowed_level(150, [100, 50]), Level::Any);
+        assert_eq!(j.level_deadline([100, 50]), None);
+        let mut j = job(false, false);
+        assert_eq!(
+            j.allowed_level(0, [100, 50]),
+            Level::Any,
+            "nothing to wait for"
+        );
+    }
+
+    #[test]
+    fn a_turned_away_executor_stops_local_launches_from_restarting_the_wait() {
+        let mut j = job(true, true);
+        j.launched_at(10, Some(Level::Executor));
+        assert_eq!(j.level_since_us, 10);
+        j.delay_rejected = true;
+        j.launched_at(20, Some(Level::Executor));
+        assert_eq!(j.level_since_us, 10, "the wait keeps running");
+        assert_eq!(j.allowed_level(110, [100, 50]), Level::Host);
+    }
+
+    #[test]
+    fn exclusion_counts_per_executor_and_host() {
+        let mut j = job(false, false);
+        j.record_exclusion_failure(ExecutorId(1), 7, 2, 3);
+        assert!(!j.excludes(ExecutorId(1), 7));
+        j.record_exclusion_failure(ExecutorId(1), 7, 2, 3);
+        assert!(j.excludes(ExecutorId(1), 7));
+        assert!(!j.excludes(ExecutorId(2), 7));
+        j.record_exclusion_failure(ExecutorId(2), 7, 2, 3);
+        assert!(j.excludes(ExecutorId(3), 7), "host 7 had 3 failures");
+    }
+
+    #[test]
+    fn speculation_threshold_needs_the_quantile_and_uses_the_median() {
+        let mut j = job(false, false);
+        j.tasks = (0..4).map(|_| task(Status::Running, 1)).collect();
+        j.durations_us = vec![100];
+        assert_eq!(
+            j.speculation_threshold_us(0.5, 1.5, 0),
+            None,
+            "1 of 4 < 50%"
+        );
+        j.durations_us = vec![300, 100];
+        assert_eq!(j.speculation_threshold_us(0.5, 1.5, 0), Some(450));
+        assert_eq!(j.speculation_threshold_us(0.5, 1.5, 1000), Some(1000));
     }
 }

@@ -26,9 +26,19 @@
 //! host, then tasks without preferences, then (after the waits) any task, then a straggler to
 //! copy. An executor for which nothing fits is set aside ("blocked") until new work appears (a
 //! submission, a retry, a wider locality level, a straggler, an exclusion ending) or its own
-//! cores come back, so offers never rescan idle executors. Everything a launch or a completion
-//! touches is O(1) amortized (hash maps and queues with lazy deletion); the only loops are over
-//! active jobs (few) for the sharing order.
+//! cores come back, so offers never rescan idle executors. Only jobs with something to launch
+//! are asked ("runnable" jobs), and a job keeps one set of queues per task size so a task too big
+//! for an executor never hides smaller ones. Everything a launch or a completion touches is O(1)
+//! amortized (hash maps and queues with lazy deletion); the one loop is over runnable jobs for
+//! the sharing order (FIFO: usually the first answers; FAIR picks the neediest in O(R) for R
+//! runnable jobs, and sorts the rest only when that job has nothing for the executor).
+//!
+//! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
+//! level and widens after each wait; a launch at a local level restarts the wait, except that
+//! once an executor has been turned away for locality the wait keeps running until the job has
+//! nothing queued, so a free core never idles longer than the sum of the waits while a job has
+//! work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
+//! The driver calls [`Scheduler::tick`] at [`Scheduler::poll_timeout`].
 //!
 //! # Failures
 //!
@@ -36,10 +46,12 @@
 //! own tasks. A failed attempt is retried until a task has failed `max_failures` times; then the
 //! job fails with the reasons, its other tasks are killed or dropped, each reported once. A loss
 //! that is not the task's fault (executor lost, killed, or exited not because of the app) does not
-//! count. Counted failures feed exclusion: per job (executor and host) and globally (executor,
-//! then host once enough of its executors are excluded, expiring after a timeout). A job that has
-//! queued tasks, nothing running and has launched nothing for `unschedulable_timeout_us` while
-//! cores are free fails instead of hanging.
+//! count. Counted failures feed exclusion: per job (executor and host, for the job's lifetime)
+//! and globally (executor, then host once enough of its executors are excluded, both expiring
+//! after a timeout). A job that has queued tasks, nothing running, has launched nothing for
+//! `unschedulable_timeout_us` while cores are free, and that no registered executor could ever
+//! serve (all excluded for it, or all smaller than its smallest queued task) fails instead of
+//! hanging; a job merely starved by others keeps waiting.
 //!
 //! # Speculation
 //!
@@ -55,8 +67,9 @@
 //! back only with a final update for an attempt the executor actually holds, or with the executor.
 
 mod book;
-mod hash;
+mod exclusion;
 mod job;
+mod speculation;
 mod types;
 
 use std::collections::VecDeque;
@@ -69,12 +82,14 @@ pub use types::{
     TaskLaunch, TaskSpec, TaskState,
 };
 
+use crate::hash::FxHashMap;
 use book::{Book, Run};
-use hash::FxHashMap;
-use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Queues, Status, TaskRec};
+use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Status, TaskRec};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
+/// Tasks per job whose failure reasons are kept (the rest are counted, not stored).
+const REASON_TASKS_MAX: usize = 1024;
 
 /// A FAIR pool.
 #[derive(Debug)]
@@ -100,8 +115,12 @@ pub struct Scheduler {
     job_slots: FxHashMap<u64, u32>,
     /// Active job slots, in FIFO order (priority, then id).
     active: Vec<u32>,
+    /// The active jobs that have something to launch, in FIFO order: offers look only at these.
+    runnable: Vec<u32>,
     /// Scratch for the FAIR order.
     order: Vec<u32>,
+    /// Scratch: jobs whose straggler queue changed during an offer.
+    touched: Vec<u32>,
     pools: Vec<Pool>,
     pool_ids: FxHashMap<String, u32>,
     next_job: u64,
@@ -141,7 +160,9 @@ impl Scheduler {
             job_free_slots: Vec::new(),
             job_slots: FxHashMap::default(),
             active: Vec::new(),
+            runnable: Vec::new(),
             order: Vec::new(),
+            touched: Vec::new(),
             pools,
             pool_ids,
             next_job: 1,
@@ -322,13 +343,11 @@ impl Scheduler {
         }
         let counts = reason.caused_by_app();
         let msg = reason.to_string();
-        for ((task, attempt), _) in exec.running {
+        for ((task, attempt), run) in exec.running {
             self.attempt_ended(
                 now_us,
-                exec.id,
-                exec.host,
-                TaskId(task),
-                attempt,
+                (exec.id, exec.host),
+                (TaskId(task), attempt, run.started_us),
                 End::Failed {
                     reason: msg.clone(),
                     counts,
@@ -413,7 +432,6 @@ impl Scheduler {
                 failures: 0,
                 attempts: [None, None],
                 speculated: false,
-                result: None,
             });
         }
         let mut job = Job {
@@ -426,7 +444,7 @@ impl Scheduler {
             running: 0,
             running_cores: 0,
             final_count: 0,
-            queues: Queues::default(),
+            classes: Vec::new(),
             has_exec_prefs,
             has_host_prefs,
             level: Level::Any,
@@ -439,6 +457,7 @@ impl Scheduler {
             doomed: false,
             delay_rejected: false,
             widened: false,
+            in_runnable: false,
         };
         job.level = job.start_level();
         let book = &self.book;
@@ -467,6 +486,7 @@ impl Scheduler {
                 .is_some_and(|j| (-(i64::from(j.priority)), j.id.0) < key)
         });
         self.active.insert(pos, slot);
+        self.sync_runnable(slot);
         self.pending_total += n;
         self.unfinished_total += n;
         if let Some((i, len)) = oversized {
@@ -519,13 +539,16 @@ impl Scheduler {
         t.status = Status::Failed;
         let msg = format!("killed: {reason}");
         let attempts = std::mem::take(&mut t.attempts);
-        job.reasons
-            .entry(index)
-            .or_default()
-            .push(format!("task {index} {msg}"));
+        if job.reasons.len() < REASON_TASKS_MAX {
+            job.reasons
+                .entry(index)
+                .or_default()
+                .push(format!("task {index} {msg}"));
+        }
         job.doomed = true;
         job.final_count += 1;
         self.unfinished_total -= 1;
+        self.sync_runnable(slot);
         for a in attempts.into_iter().flatten() {
             self.kill_attempt(slot, task, a, &msg);
         }
@@ -588,7 +611,8 @@ impl Scheduler {
                         counts: true,
                     },
                 };
-                self.attempt_ended(now_us, id, host, update.task, update.attempt, end);
+                let attempt = (update.task, update.attempt, run.started_us);
+                self.attempt_ended(now_us, (id, host), attempt, end);
             }
         }
         self.offer(now_us);
@@ -600,7 +624,7 @@ impl Scheduler {
     pub fn tick(&mut self, now_us: u64) {
         let waits = self.waits();
         let mut new_work = false;
-        for &slot in &self.active {
+        for &slot in &self.runnable {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 continue;
             };
@@ -624,16 +648,17 @@ impl Scheduler {
         self.flush();
     }
 
-    /// Fails jobs that have queued tasks, nothing running, and no progress for
-    /// `unschedulable_timeout_us` although cores are free (every executor with free cores is
-    /// excluded for them or too small).
+    /// Fails jobs that have queued tasks, nothing running, and no launch for
+    /// `unschedulable_timeout_us` although cores are free, when no registered executor could
+    /// ever run them (all excluded for the job, or all smaller than its smallest queued task). A job
+    /// that is merely starved by others keeps waiting.
     fn fail_unschedulable(&mut self, now_us: u64) {
         if !self.book.has_free_cores() {
             return;
         }
         let timeout = self.config.unschedulable_timeout_us;
-        let stuck: Vec<u32> = self
-            .active
+        let overdue: Vec<u32> = self
+            .runnable
             .iter()
             .copied()
             .filter(|&s| {
@@ -647,10 +672,32 @@ impl Scheduler {
                     })
             })
             .collect();
-        for slot in stuck {
+        for slot in overdue {
+            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+                continue;
+            };
+            // Rare (once per timeout per stuck job), so a scan of its tasks is fine here.
+            let smallest = job
+                .tasks
+                .iter()
+                .filter(|t| t.status == Status::Pending)
+                .map(|t| t.cores)
+                .min()
+                .unwrap_or(1);
+            let usable = self.book.iter().any(|e| {
+                e.cores >= smallest
+                    && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
+                    && !job.excludes(e.id, e.host)
+            });
+            if usable {
+                if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
+                    job.last_progress_us = now_us;
+                }
+                continue;
+            }
             let reason = format!(
                 "no executor could run the job's tasks for {timeout} us (all excluded for it, \
-                 or too few cores)"
+                 or all smaller than its smallest task)"
             );
             self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
         }
@@ -685,16 +732,20 @@ impl Scheduler {
             return false;
         }
         let waits = self.waits();
-        let fair = self.config.sharing == Sharing::Fair && self.active.len() > 1;
+        let fair = self.config.sharing == Sharing::Fair && self.runnable.len() > 1;
         if fair {
-            self.fair_order();
+            self.fair_order(0);
         }
-        let count = self.active.len();
-        for k in 0..count {
+        let mut touched = std::mem::take(&mut self.touched);
+        let mut launched = None;
+        for k in 0..self.runnable.len() {
+            if fair && k == 1 {
+                self.fair_order(1);
+            }
             let job_slot = if fair {
                 self.order.get(k)
             } else {
-                self.active.get(k)
+                self.runnable.get(k)
             };
             let Some(&job_slot) = job_slot else {
                 break;
@@ -706,10 +757,7 @@ impl Scheduler {
             else {
                 continue;
             };
-            if job.pending == 0 && job.speculatable.is_empty() {
-                continue;
-            }
-            if job.excludes(id, host) {
+            if !job.has_work() || job.excludes(id, host) {
                 continue;
             }
             let spec_before = job.speculatable.len();
@@ -718,19 +766,62 @@ impl Scheduler {
                 self.book.unblock_all();
             }
             let popped = spec_before - job.speculatable.len();
-            self.speculatable_total = self.speculatable_total.saturating_sub(popped);
+            if popped > 0 {
+                self.speculatable_total = self.speculatable_total.saturating_sub(popped);
+                touched.push(job_slot);
+            }
             if let Some(found) = found {
-                self.launch(now_us, job_slot, slot, found);
-                return true;
+                launched = Some((job_slot, found));
+                break;
             }
         }
-        false
+        if let Some((job_slot, found)) = launched {
+            self.launch(now_us, job_slot, slot, found);
+            self.sync_runnable(job_slot);
+        }
+        for job_slot in touched.drain(..) {
+            self.sync_runnable(job_slot);
+        }
+        self.touched = touched;
+        launched.is_some()
     }
 
-    /// Sorts active jobs for FAIR sharing into `self.order`.
-    fn fair_order(&mut self) {
-        self.order.clear();
-        self.order.extend_from_slice(&self.active);
+    /// Lists or unlists a job as runnable after its pending or straggler queues changed.
+    fn sync_runnable(&mut self, job_slot: u32) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        let want = job.has_work();
+        if want == job.in_runnable {
+            return;
+        }
+        job.in_runnable = want;
+        let key = job.fifo_key();
+        let jobs = &self.jobs;
+        let pos = self.runnable.partition_point(|&s| {
+            jobs.get(s as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|j| j.fifo_key() < key)
+        });
+        if want {
+            self.runnable.insert(pos, job_slot);
+        } else if self.runnable.get(pos) == Some(&job_slot) {
+            self.runnable.remove(pos);
+        }
+    }
+
+    /// FAIR order of the runnable jobs in `self.order`, built lazily: `from == 0` refills it and
+    /// only brings the neediest job to the front (O(R), usually all an assignment needs);
+    /// `from == 1` sorts the rest, for when the neediest job had nothing for the executor.
+    fn fair_order(&mut self, from: usize) {
+        if from == 0 {
+            self.order.clear();
+            self.order.extend_from_slice(&self.runnable);
+        }
         let jobs = &self.jobs;
         let pools = &self.pools;
         let key = |s: &u32| {
@@ -742,11 +833,20 @@ impl Scheduler {
                 (p, w, -i64::from(j.priority), j.id.0)
             })
         };
-        self.order.sort_by(|a, b| {
+        let cmp = |a: &u32, b: &u32| {
             key(a)
                 .partial_cmp(&key(b))
                 .unwrap_or(std::cmp::Ordering::Equal)
-        });
+        };
+        let rest = self.order.get_mut(from..).unwrap_or_default();
+        if from == 0 {
+            let min = rest.iter().enumerate().min_by(|a, b| cmp(a.1, b.1));
+            if let Some((pos, _)) = min {
+                rest.swap(0, pos);
+            }
+        } else {
+            rest.sort_by(cmp);
+        }
     }
 
     fn launch(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
@@ -774,7 +874,6 @@ impl Scheduler {
         *free_attempt = Some(Attempt {
             attempt,
             exec: exec_slot,
-            started_us: now_us,
         });
         t.next_attempt += 1;
         if speculative {
@@ -857,14 +956,13 @@ impl Scheduler {
         }
     }
 
-    /// An attempt the executor held has ended (its cores are already back).
+    /// An attempt `(task, attempt, started_us)` that executor `(id, host)` held has ended (its
+    /// cores are already back).
     fn attempt_ended(
         &mut self,
         now_us: u64,
-        exec: ExecutorId,
-        host: u32,
-        task: TaskId,
-        attempt: u32,
+        (exec, host): (ExecutorId, u32),
+        (task, attempt, started_us): (TaskId, u32, u64),
         end: End,
     ) {
         let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
@@ -882,14 +980,14 @@ impl Scheduler {
             return;
         };
         // Killed attempts were taken off the task already: nothing more to do.
-        let Some(a) = t
+        let Some(slot) = t
             .attempts
             .iter_mut()
             .find(|a| a.is_some_and(|a| a.attempt == attempt))
-            .and_then(Option::take)
         else {
             return;
         };
+        *slot = None;
         let cores = u64::from(t.cores);
         job.running_cores = job.running_cores.saturating_sub(cores);
         if let Some(p) = self.pools.get_mut(job.pool as usize) {
@@ -898,12 +996,12 @@ impl Scheduler {
         match end {
             End::Succeeded(data) => {
                 t.status = Status::Succeeded;
-                t.result = Some(data.clone());
+                t.payload = data.clone();
                 let others = std::mem::take(&mut t.attempts);
                 job.running -= 1;
                 job.final_count += 1;
                 if self.config.speculation.is_some() {
-                    job.durations_us.push(now_us.saturating_sub(a.started_us));
+                    job.durations_us.push(now_us.saturating_sub(started_us));
                 }
                 self.unfinished_total -= 1;
                 self.stats.succeeded += 1;
@@ -921,11 +1019,12 @@ impl Scheduler {
                 if counts {
                     t.failures += 1;
                     let failures = t.failures;
-                    let reasons = job.reasons.entry(index).or_default();
-                    reasons.push(format!(
-                        "task {index} attempt {attempt} on executor {}: {reason}",
-                        exec.0
-                    ));
+                    if job.reasons.len() < REASON_TASKS_MAX || job.reasons.contains_key(&index) {
+                        job.reasons.entry(index).or_default().push(format!(
+                            "task {index} attempt {attempt} on executor {}: {reason}",
+                            exec.0
+                        ));
+                    }
                     if let Some(x) = &self.config.exclusion {
                         job.record_exclusion_failure(
                             exec,
@@ -988,123 +1087,8 @@ impl Scheduler {
         job.enqueue(index, |e| {
             book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host)
         });
+        self.sync_runnable(job_slot);
         self.book.unblock_all();
-    }
-
-    /// Counts a failure on an executor globally; excludes it (and its host) past the limits.
-    fn record_global_failure(&mut self, now_us: u64, exec: ExecutorId) {
-        let Some(x) = &self.config.exclusion else {
-            return;
-        };
-        let (exec_max, host_max, timeout) = (
-            x.executor_failures_max,
-            x.host_excluded_executors_max,
-            x.timeout_us,
-        );
-        let Some(slot) = self.book.slot_of(exec) else {
-            return;
-        };
-        let Some(e) = self.book.get_mut(slot) else {
-            return;
-        };
-        e.failures += 1;
-        if e.failures < exec_max || e.excluded_until_us > now_us {
-            return;
-        }
-        let until = now_us.saturating_add(timeout);
-        e.excluded_until_us = until;
-        let host = e.host;
-        self.stats.executors_excluded += 1;
-        self.next_expiry_us = self.next_expiry_us.min(until);
-        if let Some(h) = self.book.hosts.get_mut(host as usize) {
-            h.excluded_executors += 1;
-            if h.excluded_executors >= host_max {
-                h.excluded_until_us = until;
-            }
-        }
-    }
-
-    /// Ends global exclusions whose time is up.
-    fn expire_exclusions(&mut self, now_us: u64) {
-        let mut next = u64::MAX;
-        let mut ended_hosts = Vec::new();
-        for e in self.book.iter_mut() {
-            if e.excluded_until_us == 0 {
-                continue;
-            }
-            if e.excluded_until_us <= now_us {
-                e.excluded_until_us = 0;
-                e.failures = 0;
-                ended_hosts.push(e.host);
-            } else {
-                next = next.min(e.excluded_until_us);
-            }
-        }
-        for h in ended_hosts {
-            if let Some(h) = self.book.hosts.get_mut(h as usize) {
-                h.excluded_executors = h.excluded_executors.saturating_sub(1);
-            }
-        }
-        for h in &mut self.book.hosts {
-            if h.excluded_until_us == 0 {
-                continue;
-            }
-            if h.excluded_until_us <= now_us {
-                h.excluded_until_us = 0;
-            } else {
-                next = next.min(h.excluded_until_us);
-            }
-        }
-        self.next_expiry_us = next;
-    }
-
-    /// Queues a copy of each straggler; returns whether it found any.
-    fn find_stragglers(&mut self, now_us: u64) -> bool {
-        let Some(sc) = self.config.speculation.clone() else {
-            return false;
-        };
-        self.next_speculation_us = now_us.saturating_add(sc.interval_us.max(1));
-        let mut thresholds: FxHashMap<u64, u64> = FxHashMap::default();
-        for &slot in &self.active {
-            if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
-                if let Some(t) =
-                    job.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us)
-                {
-                    thresholds.insert(job.id.0, t);
-                }
-            }
-        }
-        if thresholds.is_empty() {
-            return false;
-        }
-        let mut found = false;
-        for e in self.book.iter() {
-            for (&(task, _), run) in &e.running {
-                let task = TaskId(task);
-                let Some(&threshold) = thresholds.get(&task.job().0) else {
-                    continue;
-                };
-                if now_us.saturating_sub(run.started_us) <= threshold {
-                    continue;
-                }
-                let Some(&slot) = self.job_slots.get(&task.job().0) else {
-                    continue;
-                };
-                let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                    continue;
-                };
-                let Some(t) = job.tasks.get_mut(task.index() as usize) else {
-                    continue;
-                };
-                if t.status == Status::Running && !t.speculated && t.running_attempts() == 1 {
-                    t.speculated = true;
-                    job.speculatable.push_back(task.index());
-                    self.speculatable_total += 1;
-                    found = true;
-                }
-            }
-        }
-        found
     }
 
     /// Reports the job's outcome once all its tasks are final.
@@ -1133,7 +1117,7 @@ impl Scheduler {
             JobOutcome::Succeeded(
                 job.tasks
                     .iter_mut()
-                    .map(|t| t.result.take().unwrap_or_default())
+                    .map(|t| std::mem::take(&mut t.payload))
                     .collect(),
             )
         };
@@ -1194,6 +1178,7 @@ impl Scheduler {
         }
         self.job_slots.remove(&job.id.0);
         self.active.retain(|&s| s != job_slot);
+        self.runnable.retain(|&s| s != job_slot);
         self.job_free_slots.push(job_slot);
     }
 }

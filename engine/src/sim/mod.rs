@@ -288,7 +288,7 @@ impl Sim {
     /// Draws the scenario: executors (some late, some dying), jobs, cancellations, kills.
     fn plan(&mut self) {
         let hosts = self.rng.range(1, 4);
-        let n_execs = self.rng.range(1, 8);
+        let n_execs = self.rng.range(1, 12);
         for i in 0..n_execs {
             let id = ExecutorId(i + 1);
             let host = format!("host{}", self.rng.range(0, hosts - 1));
@@ -334,9 +334,9 @@ impl Sim {
         let t = self.rng.range(100_000, 400_000);
         self.at(t, Ev::Register(id));
 
-        let n_jobs = self.rng.range(1, 4) as usize;
+        let n_jobs = self.rng.range(1, 6) as usize;
         for j in 0..n_jobs {
-            let n_tasks = self.rng.range(0, 24);
+            let n_tasks = self.rng.range(0, 40);
             let oversized = self.rng.chance(0.05) && n_tasks > 0;
             let mut tasks = Vec::new();
             for i in 0..n_tasks {
@@ -391,6 +391,9 @@ impl Sim {
             self.step += 1;
             self.report.steps = self.step;
             if self.step > STEPS_MAX || self.now_us > DEADLINE_US {
+                if self.verbose {
+                    self.dump();
+                }
                 return self.fail(format!(
                     "no progress: {} jobs still open at the deadline",
                     self.open_jobs()
@@ -423,6 +426,30 @@ impl Sim {
             self.check()?;
         }
         self.finish()
+    }
+
+    /// Prints what the scheduler holds (verbose replays of a stuck run).
+    fn dump(&self) {
+        for j in self.jobs.iter().filter_map(|j| j.id) {
+            let excluded: Vec<ExecutorId> = self
+                .execs
+                .keys()
+                .copied()
+                .filter(|&e| self.sched.is_excluded(self.now_us, e, Some(j)))
+                .collect();
+            let pending = self.sched.job_pending_tasks(j);
+            eprintln!("{j:?}: pending {pending:?}, excluded on {excluded:?}");
+        }
+        for (id, e) in &self.execs {
+            eprintln!(
+                "{id:?} on {}: registered {}, scheduler sees {:?}, excluded {}, held {:?}",
+                e.info.host,
+                e.registered,
+                self.sched.executor_cores(*id),
+                self.sched.is_excluded(self.now_us, *id, None),
+                e.held
+            );
+        }
     }
 
     fn any_alive(&self) -> bool {
@@ -643,7 +670,7 @@ impl Sim {
             let executor = ExecutorId(self.rng.range(0, 9));
             let garbage = StatusUpdate {
                 executor,
-                task: TaskId(self.rng.next_u64() % 8 << 32 | self.rng.range(0, 30)),
+                task: TaskId(((self.rng.next_u64() % 8) << 32) | self.rng.range(0, 30)),
                 attempt: self.rng.range(5, 9) as u32,
                 state: [TaskState::Finished, TaskState::Failed, TaskState::Killed]
                     [self.rng.range(0, 2) as usize],

@@ -57,8 +57,8 @@ struct JobArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Task slots the driver gives each executor core (pipelining depth).
-    #[arg(long, default_value_t = 64)]
+    /// Task slots the driver gives each executor core (pipelining depth, at most 1024).
+    #[arg(long, default_value_t = 256)]
     queue_depth: u32,
     /// Attempts per task before its job fails.
     #[arg(long, default_value_t = 4)]

@@ -42,6 +42,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `len` bytes, borrowed.
+    #[inline]
     pub fn take(&mut self, len: usize) -> Result<&'a [u8], WireError> {
         if len > self.rest.len() {
             return Err(WireError::Truncated {
@@ -55,6 +56,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `N` bytes as an array reference.
+    #[inline]
     pub fn array<const N: usize>(&mut self) -> Result<&'a [u8; N], WireError> {
         match self.rest.split_first_chunk::<N>() {
             Some((head, tail)) => {
@@ -69,18 +71,26 @@ impl<'a> Reader<'a> {
     }
 
     /// A `u32` length prefix followed by that many bytes.
+    #[inline]
     pub fn bytes(&mut self) -> Result<&'a [u8], WireError> {
         let len = u32::read(self)?;
         self.take(len as usize)
     }
 
     /// A `u32` length prefix followed by that many bytes of UTF-8.
+    #[inline]
     pub fn str(&mut self) -> Result<&'a str, WireError> {
         let raw = self.bytes()?;
         if self.trusted {
             // SAFETY: `trusted` is set only by `List::iter` over bytes that `List::read` already
             // decoded in full with an untrusted reader, which checked this very slice with
             // `std::str::from_utf8`. `List`'s fields are private, so no other bytes get here.
+            return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
+        }
+        // Names and ids are short and ASCII: checking that first is several times cheaper than
+        // the general validator's setup for a few bytes.
+        if raw.iter().fold(0u8, |high, byte| high | byte) < 0x80 {
+            // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
             return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
         }
         std::str::from_utf8(raw).map_err(|_| WireError::BadUtf8)

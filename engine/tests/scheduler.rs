@@ -1,0 +1,831 @@
+//! Behaviour of the scheduler state machine, one property per test, driven through its public
+//! API only (as the driver will).
+
+use bytes::Bytes;
+use flint_engine::scheduler::{
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
+    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, SubmitError, TaskId,
+    TaskLaunch, TaskSpec, TaskState,
+};
+
+fn config() -> Config {
+    Config {
+        exclusion: None,
+        ..Config::default()
+    }
+}
+
+fn exec(id: u64, host: &str, cores: u32) -> ExecutorInfo {
+    ExecutorInfo {
+        id: ExecutorId(id),
+        host: host.into(),
+        cores,
+        attributes: Vec::new(),
+    }
+}
+
+fn tasks(n: usize) -> Vec<TaskSpec> {
+    (0..n)
+        .map(|i| TaskSpec::new("f", Bytes::from(vec![i as u8])))
+        .collect()
+}
+
+fn drain(s: &mut Scheduler) -> Vec<Output> {
+    let mut v = Vec::new();
+    s.drain_outputs(&mut v);
+    v
+}
+
+fn launches(outs: &[Output]) -> Vec<(ExecutorId, TaskLaunch)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Launch { executor, tasks } => Some((*executor, tasks.clone())),
+            _ => None,
+        })
+        .flat_map(|(e, ts)| ts.into_iter().map(move |t| (e, t)))
+        .collect()
+}
+
+fn results(outs: &[Output]) -> Vec<(TaskId, Result<Bytes, String>)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::TaskResult { task, result } => Some((*task, result.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn outcomes(outs: &[Output]) -> Vec<(JobId, JobOutcome)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::JobOutcome { job, outcome } => Some((*job, outcome.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn kills(outs: &[Output]) -> Vec<(ExecutorId, TaskId, u32)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Kill {
+                executor,
+                task,
+                attempt,
+                ..
+            } => Some((*executor, *task, *attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn update(
+    s: &mut Scheduler,
+    now: u64,
+    e: ExecutorId,
+    l: &TaskLaunch,
+    state: TaskState,
+    data: &[u8],
+) {
+    s.status_update(
+        now,
+        StatusUpdate {
+            executor: e,
+            task: l.task,
+            attempt: l.attempt,
+            state,
+            data: Bytes::copy_from_slice(data),
+        },
+    );
+}
+
+#[test]
+fn registration_refuses_duplicates_zero_cores_and_a_full_table() {
+    let mut s = Scheduler::new(Config {
+        executors_max: 2,
+        ..config()
+    });
+    assert_eq!(s.register_executor(0, exec(1, "h", 2)), Ok(()));
+    assert_eq!(
+        s.register_executor(0, exec(1, "h", 2)),
+        Err(Refusal::DuplicateId(ExecutorId(1)))
+    );
+    assert_eq!(
+        s.register_executor(0, exec(2, "h", 0)),
+        Err(Refusal::ZeroCores)
+    );
+    assert_eq!(s.register_executor(0, exec(2, "h", 1)), Ok(()));
+    assert_eq!(
+        s.register_executor(0, exec(3, "h", 1)),
+        Err(Refusal::TooManyExecutors(2))
+    );
+    assert_eq!(s.executors(), 2);
+    assert!(s.remove_executor(0, ExecutorId(1), RemovalReason::Killed));
+    assert!(!s.remove_executor(0, ExecutorId(1), RemovalReason::Killed));
+    assert_eq!(s.register_executor(0, exec(3, "h", 1)), Ok(()));
+}
+
+#[test]
+fn tasks_spread_over_executors_and_cores_are_never_oversubscribed() {
+    let mut s = Scheduler::new(config());
+    for i in 0..4 {
+        s.register_executor(0, exec(i, "h", 2)).unwrap();
+    }
+    let job = s.submit_job(0, JobSpec::new(tasks(10))).unwrap();
+    let outs = drain(&mut s);
+    let ls = launches(&outs);
+    assert_eq!(ls.len(), 8, "8 cores, 8 launches");
+    for i in 0..4 {
+        let on_i = ls.iter().filter(|(e, _)| *e == ExecutorId(i)).count();
+        assert_eq!(on_i, 2, "executor {i} gets its 2 cores' worth");
+        assert_eq!(s.executor_cores(ExecutorId(i)), Some((2, 0)));
+    }
+    // Launches are batched: one Launch output per executor.
+    let batches = outs
+        .iter()
+        .filter(|o| matches!(o, Output::Launch { .. }))
+        .count();
+    assert_eq!(batches, 4);
+    // Round-robin: the first four launches hit four different executors.
+    let first: std::collections::BTreeSet<_> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Launch { executor, .. } => Some(*executor),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(first.len(), 4);
+    assert_eq!(s.pending_tasks(), 2);
+    // A completion frees a core on that executor and the next task goes there.
+    let (e, l) = ls[0].clone();
+    update(&mut s, 1, e, &l, TaskState::Finished, b"r");
+    let outs = drain(&mut s);
+    let next = launches(&outs);
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].0, e);
+    assert_eq!(results(&outs), vec![(l.task, Ok(Bytes::from_static(b"r")))]);
+    assert_eq!(s.job_pending_tasks(job), Some(1));
+}
+
+#[test]
+fn multi_core_tasks_take_their_cores() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    let mut ts = tasks(3);
+    for t in &mut ts {
+        t.cores = 3;
+    }
+    s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1, "only one 3-core task fits in 4 cores");
+    assert_eq!(ls[0].1.cores, 3);
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((4, 1)));
+    update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Finished, b"");
+    assert_eq!(launches(&drain(&mut s)).len(), 1);
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((4, 1)));
+}
+
+#[test]
+fn fifo_runs_higher_priority_first_then_submission_order() {
+    let mut s = Scheduler::new(config());
+    let low = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let mut spec = JobSpec::new(tasks(2));
+    spec.priority = 5;
+    let high = s.submit_job(0, spec).unwrap();
+    let later = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.register_executor(0, exec(1, "h", 6)).unwrap();
+    let order: Vec<JobId> = launches(&drain(&mut s))
+        .iter()
+        .map(|(_, l)| l.task.job())
+        .collect();
+    assert_eq!(order, vec![high, high, low, low, later, later]);
+}
+
+#[test]
+fn fair_sharing_splits_cores_by_pool_weight() {
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        pool_weights: vec![("small".into(), 1), ("big".into(), 3)],
+        ..config()
+    });
+    let mut a = JobSpec::new(tasks(100));
+    a.pool = "small".into();
+    let mut b = JobSpec::new(tasks(100));
+    b.pool = "big".into();
+    let ja = s.submit_job(0, a).unwrap();
+    let jb = s.submit_job(0, b).unwrap();
+    s.register_executor(0, exec(1, "h", 8)).unwrap();
+    let ls = launches(&drain(&mut s));
+    let na = ls.iter().filter(|(_, l)| l.task.job() == ja).count();
+    let nb = ls.iter().filter(|(_, l)| l.task.job() == jb).count();
+    assert_eq!((na, nb), (2, 6), "weights 1:3 over 8 cores");
+}
+
+#[test]
+fn locality_prefers_executor_then_host_then_any_after_the_waits() {
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 100,
+        locality_wait_host_us: 100,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "ha", 1)).unwrap();
+    s.register_executor(0, exec(2, "ha", 1)).unwrap();
+    s.register_executor(0, exec(3, "hb", 1)).unwrap();
+    // Occupy executor 1 so the tasks preferring it must wait or move.
+    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let first = launches(&drain(&mut s));
+    let busy = first[0].0;
+    assert_eq!(
+        busy,
+        ExecutorId(1),
+        "rotation starts at the first executor with seed 0"
+    );
+    let mut ts = tasks(2);
+    for t in &mut ts {
+        t.preferred_executors.push(ExecutorId(1));
+    }
+    s.submit_job(10, JobSpec::new(ts)).unwrap();
+    assert!(
+        launches(&drain(&mut s)).is_empty(),
+        "within the executor wait"
+    );
+    assert_eq!(s.poll_timeout(), Some(110));
+    s.tick(110);
+    let ls = launches(&drain(&mut s));
+    assert_eq!(
+        ls.len(),
+        1,
+        "host level: only the other executor on host ha"
+    );
+    assert_eq!(ls[0].0, ExecutorId(2));
+    assert_eq!(s.poll_timeout(), Some(210));
+    s.tick(209);
+    assert!(launches(&drain(&mut s)).is_empty());
+    s.tick(210);
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1, "any level after both waits");
+    assert_eq!(ls[0].0, ExecutorId(3));
+}
+
+#[test]
+fn preferred_executor_gets_its_task_at_once() {
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 1_000_000,
+        ..config()
+    });
+    for i in 1..=3 {
+        s.register_executor(0, exec(i, "h", 1)).unwrap();
+    }
+    let mut ts = tasks(1);
+    ts[0].preferred_executors.push(ExecutorId(3));
+    s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(ls[0].0, ExecutorId(3));
+}
+
+#[test]
+fn a_task_is_retried_until_max_failures_then_the_job_fails_with_the_reasons() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 3,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let mut kept = Vec::new();
+    let mut failed_attempts = Vec::new();
+    let mut outs = drain(&mut s);
+    while outcomes(&kept).is_empty() {
+        let ls = launches(&outs);
+        assert!(ls.len() <= 1, "one core");
+        kept.extend(
+            outs.into_iter()
+                .filter(|o| !matches!(o, Output::Launch { .. })),
+        );
+        for (e, l) in ls {
+            let msg = format!("boom {}-{}", l.task.index(), l.attempt);
+            failed_attempts.push((l.task.index(), l.attempt));
+            update(&mut s, 1, e, &l, TaskState::Failed, msg.as_bytes());
+        }
+        outs = drain(&mut s);
+        assert!(failed_attempts.len() < 10, "must end");
+    }
+    kept.extend(outs);
+    // Alternating retries; task 0 reaches 3 failures first.
+    assert_eq!(
+        failed_attempts,
+        vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
+    );
+    let res = results(&kept);
+    assert_eq!(res.len(), 2, "both tasks reported once");
+    assert!(res.iter().all(|(_, r)| r.is_err()));
+    let outs = outcomes(&kept);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].0, job);
+    match &outs[0].1 {
+        JobOutcome::Failed(reasons) => {
+            assert!(reasons[0].contains("task 0 failed 3 times"), "{reasons:?}");
+            for i in 0..3 {
+                let boom = format!("boom 0-{i}");
+                assert!(reasons.iter().any(|r| r.contains(&boom)), "{reasons:?}");
+            }
+        }
+        other => panic!("expected failure, got {other:?}"),
+    }
+    assert_eq!(s.active_jobs(), 0);
+    assert_eq!(s.unfinished_tasks(), 0);
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((1, 1)));
+}
+
+#[test]
+fn executor_loss_requeues_its_tasks_without_counting_unless_the_app_caused_it() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 1,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.register_executor(0, exec(2, "h", 2)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 4);
+    let on_1: Vec<TaskId> = ls
+        .iter()
+        .filter(|(e, _)| *e == ExecutorId(1))
+        .map(|(_, l)| l.task)
+        .collect();
+    // Lost: not the tasks' fault, so max_failures = 1 does not fail the job.
+    assert!(s.remove_executor(1, ExecutorId(1), RemovalReason::Lost("gone".into())));
+    assert!(
+        drain(&mut s).is_empty(),
+        "no free cores elsewhere, nothing reported"
+    );
+    assert_eq!(s.job_pending_tasks(job), Some(2));
+    s.register_executor(2, exec(3, "h", 2)).unwrap();
+    let again = launches(&drain(&mut s));
+    let mut relaunched: Vec<TaskId> = again.iter().map(|(_, l)| l.task).collect();
+    relaunched.sort();
+    assert_eq!(
+        relaunched, on_1,
+        "exactly the lost executor's tasks come back"
+    );
+    assert!(again
+        .iter()
+        .all(|(e, l)| *e == ExecutorId(3) && l.attempt == 1));
+    // Exit caused by the app counts: with max_failures = 1 the job fails.
+    assert!(s.remove_executor(
+        3,
+        ExecutorId(3),
+        RemovalReason::Exited {
+            code: 137,
+            caused_by_app: true
+        }
+    ));
+    let outs = drain(&mut s);
+    let out = outcomes(&outs);
+    assert_eq!(out.len(), 1);
+    assert!(matches!(&out[0].1, JobOutcome::Failed(r) if r.iter().any(|r| r.contains("code 137"))));
+    // The job's tasks still running on executor 2 are asked to stop.
+    assert_eq!(kills(&outs).len(), 2);
+    assert!(kills(&outs).iter().all(|(e, _, _)| *e == ExecutorId(2)));
+    assert_eq!(results(&outs).len(), 4);
+}
+
+#[test]
+fn a_task_reported_lost_removes_its_executor() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let ls = launches(&drain(&mut s));
+    update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Lost, b"");
+    assert_eq!(s.executors(), 0);
+    assert_eq!(s.pending_tasks(), 1);
+}
+
+#[test]
+fn stale_duplicate_and_unknown_updates_are_ignored_and_counted() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.register_executor(0, exec(2, "h", 2)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let ls = launches(&drain(&mut s));
+    let (e, l) = ls[0].clone();
+    let other = if e == ExecutorId(1) {
+        ExecutorId(2)
+    } else {
+        ExecutorId(1)
+    };
+    // The wrong executor claims the task.
+    update(&mut s, 1, other, &l, TaskState::Finished, b"fake");
+    // An unknown executor, an unknown task, a future attempt.
+    update(&mut s, 1, ExecutorId(99), &l, TaskState::Finished, b"x");
+    let mut bogus = l.clone();
+    bogus.task = TaskId(u64::MAX);
+    update(&mut s, 1, e, &bogus, TaskState::Failed, b"x");
+    let mut future = l.clone();
+    future.attempt = 7;
+    update(&mut s, 1, e, &future, TaskState::Killed, b"x");
+    update(&mut s, 1, e, &future, TaskState::Running, b"x");
+    assert_eq!(s.stats().ignored_updates, 5);
+    assert!(drain(&mut s).is_empty());
+    // The real one, then a duplicate.
+    update(&mut s, 2, e, &l, TaskState::Finished, b"real");
+    update(&mut s, 2, e, &l, TaskState::Finished, b"again");
+    let outs = drain(&mut s);
+    assert_eq!(
+        results(&outs),
+        vec![(l.task, Ok(Bytes::from_static(b"real")))]
+    );
+    assert_eq!(s.stats().ignored_updates, 6);
+    assert_eq!(s.executor_cores(e), Some((2, 2)));
+}
+
+#[test]
+fn cancel_kills_running_drops_pending_and_reports_once() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(5))).unwrap();
+    let ls = launches(&drain(&mut s));
+    update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Finished, b"done");
+    let first = drain(&mut s);
+    assert_eq!(results(&first).len(), 1);
+    assert!(s.cancel_job(2, job));
+    assert!(!s.cancel_job(3, job), "only once");
+    let outs = drain(&mut s);
+    assert_eq!(kills(&outs).len(), 2, "the two running attempts");
+    let res = results(&outs);
+    assert_eq!(res.len(), 4, "every unfinished task reported");
+    assert!(res
+        .iter()
+        .all(|(_, r)| r.as_ref().is_err_and(|e| e.contains("cancelled"))));
+    assert_eq!(outcomes(&outs), vec![(job, JobOutcome::Cancelled)]);
+    assert_eq!(s.pending_tasks(), 0);
+    // Cores come back when the executor confirms the kills.
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((2, 0)));
+    for (e, t, a) in kills(&outs) {
+        s.status_update(
+            3,
+            StatusUpdate {
+                executor: e,
+                task: t,
+                attempt: a,
+                state: TaskState::Killed,
+                data: Bytes::new(),
+            },
+        );
+    }
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((2, 2)));
+    assert!(drain(&mut s).is_empty(), "nothing reported twice");
+}
+
+#[test]
+fn killing_a_task_reports_it_failed_and_the_job_fails_when_the_rest_finish() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert!(
+        s.kill_task(1, TaskId::new(job, 1), "not needed"),
+        "a pending task"
+    );
+    assert!(!s.kill_task(1, TaskId::new(job, 1), "again"));
+    let outs = drain(&mut s);
+    assert_eq!(
+        results(&outs),
+        vec![(TaskId::new(job, 1), Err("killed: not needed".to_string()))]
+    );
+    update(&mut s, 2, ls[0].0, &ls[0].1, TaskState::Finished, b"ok");
+    let outs = drain(&mut s);
+    assert_eq!(results(&outs).len(), 1);
+    let out = outcomes(&outs);
+    assert!(
+        matches!(&out[..], [(j, JobOutcome::Failed(r))] if *j == job && r[0].contains("killed"))
+    );
+}
+
+#[test]
+fn killing_a_running_task_asks_its_executor() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert!(s.kill_task(1, ls[0].1.task, "stop"));
+    let outs = drain(&mut s);
+    assert_eq!(kills(&outs), vec![(ExecutorId(1), ls[0].1.task, 0)]);
+    assert_eq!(outcomes(&outs).len(), 1);
+    assert_eq!(outcomes(&outs)[0].0, job);
+    // A late FINISHED does not resurrect it, but frees the core.
+    update(&mut s, 2, ls[0].0, &ls[0].1, TaskState::Finished, b"late");
+    assert!(drain(&mut s).is_empty());
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((1, 1)));
+}
+
+#[test]
+fn limits_refuse_or_fail_with_clear_errors() {
+    let mut s = Scheduler::new(Config {
+        pending_tasks_max: 3,
+        payload_max_bytes: 4,
+        jobs_max: 2,
+        ..config()
+    });
+    assert_eq!(
+        s.submit_job(0, JobSpec::new(tasks(4))).unwrap_err(),
+        SubmitError::TooManyPending {
+            active: 0,
+            submitted: 4,
+            limit: 3
+        }
+    );
+    let mut zero = tasks(1);
+    zero[0].cores = 0;
+    assert_eq!(
+        s.submit_job(0, JobSpec::new(zero)).unwrap_err(),
+        SubmitError::ZeroCores(0)
+    );
+    let mut big = tasks(2);
+    big[1].payload = Bytes::from_static(b"12345");
+    let job = s.submit_job(0, JobSpec::new(big)).unwrap();
+    let outs = drain(&mut s);
+    assert_eq!(results(&outs).len(), 2);
+    match &outcomes(&outs)[..] {
+        [(j, JobOutcome::Failed(r))] => {
+            assert_eq!(*j, job);
+            assert!(r[0].contains("task 1 payload is 5 bytes, over payload_max_bytes = 4"));
+        }
+        other => panic!("{other:?}"),
+    }
+    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    assert_eq!(
+        s.submit_job(0, JobSpec::new(tasks(1))).unwrap_err(),
+        SubmitError::TooManyJobs(2)
+    );
+    // An empty job succeeds at once.
+    let mut s = Scheduler::new(config());
+    let job = s.submit_job(0, JobSpec::new(Vec::new())).unwrap();
+    assert_eq!(
+        outcomes(&drain(&mut s)),
+        vec![(job, JobOutcome::Succeeded(Vec::new()))]
+    );
+}
+
+#[test]
+fn a_job_succeeds_with_its_results_in_task_order() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 3)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(3))).unwrap();
+    let mut ls = launches(&drain(&mut s));
+    ls.reverse();
+    let mut outs = Vec::new();
+    for (e, l) in &ls {
+        update(
+            &mut s,
+            1,
+            *e,
+            l,
+            TaskState::Finished,
+            &[l.task.index() as u8 + 10],
+        );
+        outs.extend(drain(&mut s));
+    }
+    let expected: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i + 10])).collect();
+    assert_eq!(
+        outcomes(&outs),
+        vec![(job, JobOutcome::Succeeded(expected))]
+    );
+    assert!(
+        matches!(outs.last(), Some(Output::JobOutcome { .. })),
+        "outcome last"
+    );
+}
+
+#[test]
+fn unschedulable_jobs_fail_instead_of_hanging() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    let mut ts = tasks(1);
+    ts[0].cores = 4;
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    assert!(drain(&mut s).is_empty());
+    assert_eq!(s.poll_timeout(), Some(1_000));
+    s.tick(999);
+    assert!(drain(&mut s).is_empty());
+    s.tick(1_000);
+    let outs = drain(&mut s);
+    assert!(
+        matches!(&outcomes(&outs)[..], [(j, JobOutcome::Failed(r))] if *j == job && r[0].contains("no executor"))
+    );
+}
+
+#[test]
+fn exclusion_per_job_then_global_with_expiry() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 10,
+        exclusion: Some(ExclusionConfig {
+            job_executor_failures_max: 2,
+            job_host_failures_max: 100,
+            executor_failures_max: 3,
+            host_excluded_executors_max: 1,
+            timeout_us: 1_000,
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "bad", 1)).unwrap();
+    let a = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    for _ in 0..2 {
+        let ls = launches(&drain(&mut s));
+        assert_eq!(ls.len(), 1);
+        update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Failed, b"x");
+    }
+    assert!(s.is_excluded(1, ExecutorId(1), Some(a)));
+    assert!(!s.is_excluded(1, ExecutorId(1), None));
+    assert!(launches(&drain(&mut s)).is_empty(), "excluded for job a");
+    // Another job still runs there; its failure is the executor's third: global exclusion,
+    // and with host_excluded_executors_max = 1 the host too.
+    let b = s.submit_job(2, JobSpec::new(tasks(1))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(ls[0].1.task.job(), b);
+    update(&mut s, 3, ls[0].0, &ls[0].1, TaskState::Failed, b"x");
+    assert!(s.is_excluded(3, ExecutorId(1), None));
+    assert!(launches(&drain(&mut s)).is_empty());
+    assert!(matches!(
+        s.register_executor(4, exec(2, "bad", 1)),
+        Err(Refusal::HostExcluded {
+            until_us: 1_003,
+            ..
+        })
+    ));
+    assert_eq!(s.stats().executors_excluded, 1);
+    // Expiry.
+    assert_eq!(s.poll_timeout(), Some(1_003));
+    s.tick(1_003);
+    assert!(!s.is_excluded(1_003, ExecutorId(1), None));
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1, "job b runs again once the exclusion ends");
+    assert_eq!(ls[0].1.task.job(), b);
+    assert_eq!(s.register_executor(1_004, exec(2, "bad", 1)), Ok(()));
+}
+
+#[test]
+fn speculation_copies_a_straggler_and_the_first_result_wins() {
+    let mut s = Scheduler::new(Config {
+        speculation: Some(SpeculationConfig {
+            multiplier: 2.0,
+            quantile: 0.5,
+            min_runtime_us: 0,
+            interval_us: 10,
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 4);
+    let mut outs = Vec::new();
+    for (e, l) in &ls[..3] {
+        update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
+        outs.extend(drain(&mut s));
+    }
+    s.register_executor(100, exec(2, "h2", 1)).unwrap();
+    // Median run 100 us, threshold 200 us: at 150 not yet, at 250 the 4th is a straggler.
+    s.tick(150);
+    assert!(launches(&drain(&mut s)).is_empty());
+    s.tick(250);
+    let copy = launches(&drain(&mut s));
+    assert_eq!(copy.len(), 1);
+    assert_eq!(copy[0].0, ExecutorId(2), "the copy runs elsewhere");
+    assert_eq!(copy[0].1.task, ls[3].1.task);
+    assert_eq!(copy[0].1.attempt, 1);
+    assert_eq!(s.stats().speculative_launched, 1);
+    // The copy wins; the original is killed; one result.
+    update(
+        &mut s,
+        260,
+        copy[0].0,
+        &copy[0].1,
+        TaskState::Finished,
+        b"copy",
+    );
+    let outs2 = drain(&mut s);
+    assert_eq!(kills(&outs2), vec![(ExecutorId(1), ls[3].1.task, 0)]);
+    assert_eq!(
+        results(&outs2),
+        vec![(ls[3].1.task, Ok(Bytes::from_static(b"copy")))]
+    );
+    assert_eq!(outcomes(&outs2).len(), 1);
+    assert_eq!(outcomes(&outs2)[0].0, job);
+    // The original's late result is not reported again.
+    update(&mut s, 270, ls[3].0, &ls[3].1, TaskState::Finished, b"orig");
+    assert!(drain(&mut s).is_empty());
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((4, 4)));
+}
+
+#[test]
+fn speculation_is_off_by_default() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.register_executor(0, exec(2, "h", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let ls = launches(&drain(&mut s));
+    update(&mut s, 10, ls[0].0, &ls[0].1, TaskState::Finished, b"");
+    drain(&mut s);
+    s.tick(1_000_000_000);
+    assert!(launches(&drain(&mut s)).is_empty());
+}
+
+#[test]
+fn same_inputs_same_outputs() {
+    let run = || {
+        let mut s = Scheduler::new(Config {
+            seed: 42,
+            ..config()
+        });
+        for i in 0..5 {
+            s.register_executor(0, exec(i, "h", 3)).unwrap();
+        }
+        s.submit_job(0, JobSpec::new(tasks(20))).unwrap();
+        drain(&mut s)
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn a_task_too_big_for_the_free_cores_does_not_hide_smaller_ones_behind_it() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let mut ts = tasks(3);
+    ts[0].cores = 2;
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(
+        ls[0].1.task,
+        TaskId::new(job, 1),
+        "the 1-core task behind the 2-core one"
+    );
+    // Once a 2-core executor joins, the big task runs there.
+    s.register_executor(1, exec(2, "h", 2)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(
+        (ls[0].0, ls[0].1.task),
+        (ExecutorId(2), TaskId::new(job, 0))
+    );
+}
+
+#[test]
+fn a_starved_job_waits_while_an_executor_could_serve_it() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 3)).unwrap();
+    // Job a holds 2 of 3 cores; job b's 2-core task cannot fit in the 1 free core for now.
+    let mut a = tasks(2);
+    a[0].cores = 1;
+    a[1].cores = 1;
+    s.submit_job(0, JobSpec::new(a)).unwrap();
+    let running = launches(&drain(&mut s));
+    let mut b = tasks(1);
+    b[0].cores = 3;
+    let jb = s.submit_job(0, JobSpec::new(b)).unwrap();
+    s.tick(5_000);
+    assert!(
+        outcomes(&drain(&mut s)).is_empty(),
+        "executor 1 has 3 cores: b must wait"
+    );
+    for (e, l) in &running {
+        update(&mut s, 5_001, *e, l, TaskState::Finished, b"");
+    }
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(ls[0].1.task.job(), jb);
+}
+
+#[test]
+fn fair_sharing_inside_a_pool_follows_job_weights_and_rebalances_on_completion() {
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        ..config()
+    });
+    let mut a = JobSpec::new(tasks(100));
+    a.weight = 1;
+    let mut b = JobSpec::new(tasks(100));
+    b.weight = 2;
+    let ja = s.submit_job(0, a).unwrap();
+    let jb = s.submit_job(0, b).unwrap();
+    s.register_executor(0, exec(1, "h", 6)).unwrap();
+    let ls = launches(&drain(&mut s));
+    let count = |ls: &[(ExecutorId, TaskLaunch)], j: JobId| {
+        ls.iter().filter(|(_, l)| l.task.job() == j).count()
+    };
+    assert_eq!((count(&ls, ja), count(&ls, jb)), (2, 4));
+    // A core freed by b goes back to b (2/1 = 2 vs 3/2 = 1.5 running per weight).
+    let (e, l) = ls.iter().find(|(_, l)| l.task.job() == jb).unwrap().clone();
+    update(&mut s, 1, e, &l, TaskState::Finished, b"");
+    let next = launches(&drain(&mut s));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].1.task.job(), jb);
+}
