@@ -99,6 +99,9 @@ pub struct LoadSpec {
     pub jobs_max: usize,
     /// Draw a progress bar on stderr (only if it is a terminal).
     pub progress: bool,
+    /// Submitter threads; the in-flight window, the rate, the task count and `jobs_max` are
+    /// split evenly between them.
+    pub submitters: usize,
 }
 
 /// One interval histogram of the HDR log.
@@ -131,7 +134,8 @@ pub struct RunResult {
 
 /// What the observer (on the driver's loop) and the submitter share.
 struct Shared {
-    meter: Mutex<Meter>,
+    /// One for the whole run, shared by every submitter's lane.
+    meter: Arc<Mutex<Meter>>,
     /// Results (and tasks counted failed) so far, warm-up included.
     completed: AtomicU64,
     /// The observer wakes the submitter once `completed` reaches this (so a closed loop that
@@ -319,6 +323,12 @@ struct Runner<'a> {
     /// Measured tasks submitted.
     measured: u64,
     progress: Progress,
+    /// This submitter's index and the number of submitters.
+    lane: u64,
+    lanes: u64,
+    /// This lane's share of the run.
+    jobs_max: usize,
+    limit: Limit,
 }
 
 impl Runner<'_> {
@@ -411,7 +421,7 @@ impl Runner<'_> {
 
     /// True once the limit is reached; `sent_ns` is when the next task would be sent.
     fn measuring_done(&self, sent_ns: u64) -> bool {
-        match self.spec.limit {
+        match self.limit {
             Limit::Tasks(tasks) => self.measured >= tasks,
             Limit::Duration(duration) => {
                 sent_ns >= self.measure_from_ns + duration.as_nanos() as u64
@@ -427,7 +437,7 @@ impl Runner<'_> {
         let (fraction, label) = if now_ns < self.measure_from_ns {
             (0.0, "warm-up".to_string())
         } else {
-            match self.spec.limit {
+            match self.limit {
                 Limit::Tasks(tasks) => (self.measured as f64 / tasks.max(1) as f64, String::new()),
                 Limit::Duration(d) => (since_s / d.as_secs_f64().max(1e-9), String::new()),
             }
@@ -451,7 +461,7 @@ impl Runner<'_> {
                 return Ok(());
             }
             let mut count = batch;
-            if let Limit::Tasks(tasks) = self.spec.limit {
+            if let Limit::Tasks(tasks) = self.limit {
                 if now_ns >= self.measure_from_ns {
                     count = count.min(tasks - self.measured);
                 }
@@ -473,8 +483,10 @@ impl Runner<'_> {
 
     /// Returns true if it stopped early, saturated.
     fn open(&mut self, rate_per_s: f64) -> Result<bool, String> {
+        // Lanes interleave: lane l sends the run's tasks l, l + lanes, l + 2 lanes, ...
         let interval_ns = 1e9 / rate_per_s;
-        let intended = |i: u64| (i as f64 * interval_ns) as u64;
+        let (lane, lanes) = (self.lane, self.lanes);
+        let intended = |i: u64| ((i * lanes + lane) as f64 * interval_ns) as u64;
         let mut next = 0u64;
         loop {
             self.reap(false);
@@ -482,7 +494,7 @@ impl Runner<'_> {
             if self.measuring_done(intended(next)) {
                 return Ok(false);
             }
-            if self.outstanding() >= self.spec.outstanding_max {
+            if self.outstanding() >= self.spec.outstanding_max / self.lanes {
                 return Ok(true);
             }
             let next_ns = intended(next);
@@ -496,14 +508,14 @@ impl Runner<'_> {
                 self.draw(now_ns);
                 continue;
             }
-            if self.pending.len() >= self.spec.jobs_max {
+            if self.pending.len() >= self.jobs_max {
                 // Too many jobs outstanding: let due tasks accumulate into one bigger job.
                 std::thread::sleep(Duration::from_micros(200));
                 continue;
             }
             let mut times = Vec::new();
             while times.len() < OPEN_BATCH_MAX as usize && intended(next) <= now_ns {
-                if let Limit::Tasks(tasks) = self.spec.limit {
+                if let Limit::Tasks(tasks) = self.limit {
                     let measured_here = times
                         .iter()
                         .filter(|&&ns| ns >= self.measure_from_ns)
@@ -558,48 +570,99 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
             return Err(format!("the rate must be positive, not {rate_per_s}"));
         }
     }
+    let lanes = spec.submitters.max(1) as u64;
+    if let Mode::Closed { in_flight, .. } = spec.mode {
+        if in_flight < lanes {
+            return Err(format!(
+                "{lanes} submitters need at least {lanes} tasks in flight, not {in_flight}"
+            ));
+        }
+    }
     let epoch = Instant::now();
     let measure_from_ns = spec.warmup.as_nanos() as u64;
-    let shared = Arc::new(Shared {
-        meter: Mutex::new(Meter {
-            measure_from_ns,
-            recorder: Recorder::new(),
-            timeline: Vec::new(),
-            interval: Recorder::new().histogram().clone(),
-            interval_start_ns: measure_from_ns,
-            intervals: Vec::new(),
-            last_result_ns: measure_from_ns,
-        }),
-        completed: AtomicU64::new(0),
-        wake_at: AtomicU64::new(0),
-        submitter: std::thread::current(),
-        wake_submitter: matches!(spec.mode, Mode::Closed { .. }),
-    });
+    let meter = Arc::new(Mutex::new(Meter {
+        measure_from_ns,
+        recorder: Recorder::new(),
+        timeline: Vec::new(),
+        interval: Recorder::new().histogram().clone(),
+        interval_start_ns: measure_from_ns,
+        intervals: Vec::new(),
+        last_result_ns: measure_from_ns,
+    }));
     let stats_before = driver.stats().map_err(|e| e.to_string())?;
     let lost_before = driver.executors_lost();
-    let mut runner = Runner {
-        driver,
-        spec,
-        shared: shared.clone(),
-        epoch,
-        measure_from_ns,
-        pending: VecDeque::new(),
-        payloads: Payloads::new(&spec.task, spec.payload_bytes),
-        submitted: 0,
-        measured: 0,
-        progress: Progress::new(spec.progress),
-    };
-    let sent = match spec.mode {
-        Mode::Closed { in_flight, batch } => runner.closed(in_flight, batch).map(|()| false),
-        Mode::Open { rate_per_s } => runner.open(rate_per_s),
-    };
-    let drained = runner.drain();
-    runner.progress.finish();
-    let saturated = sent?;
-    drained?;
-    let measured = runner.measured;
+    // Lane l's share of `total`: the first `total % lanes` lanes take one more.
+    let share = |total: u64, lane: u64| total / lanes + u64::from(lane < total % lanes);
+    let lane_results: Vec<Result<(u64, bool), String>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..lanes)
+            .map(|lane| {
+                let meter = meter.clone();
+                scope.spawn(move || {
+                    let shared = Arc::new(Shared {
+                        meter,
+                        completed: AtomicU64::new(0),
+                        wake_at: AtomicU64::new(0),
+                        submitter: std::thread::current(),
+                        wake_submitter: matches!(spec.mode, Mode::Closed { .. }),
+                    });
+                    let limit = match spec.limit {
+                        Limit::Tasks(tasks) => Limit::Tasks(share(tasks, lane)),
+                        duration => duration,
+                    };
+                    let mut payloads = Payloads::new(&spec.task, spec.payload_bytes);
+                    // Task indices stay unique across lanes (0..tasks for a counted run with
+                    // no warm-up, so `hash` checksums are comparable).
+                    payloads.next_index = match spec.limit {
+                        Limit::Tasks(tasks) => (0..lane).map(|l| share(tasks, l)).sum(),
+                        Limit::Duration(_) => lane << 40,
+                    };
+                    let mut runner = Runner {
+                        driver,
+                        spec,
+                        shared,
+                        epoch,
+                        measure_from_ns,
+                        pending: VecDeque::new(),
+                        payloads,
+                        submitted: 0,
+                        measured: 0,
+                        progress: Progress::new(spec.progress && lane == 0),
+                        lane,
+                        lanes,
+                        jobs_max: (spec.jobs_max / lanes as usize).max(1),
+                        limit,
+                    };
+                    let sent = match spec.mode {
+                        Mode::Closed { in_flight, batch } => {
+                            runner.closed(share(in_flight, lane), batch).map(|()| false)
+                        }
+                        Mode::Open { rate_per_s } => runner.open(rate_per_s),
+                    };
+                    let drained = runner.drain();
+                    runner.progress.finish();
+                    let saturated = sent?;
+                    drained?;
+                    Ok((runner.measured, saturated))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a submitter thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut measured = 0;
+    let mut saturated = false;
+    for result in lane_results {
+        let (lane_measured, lane_saturated) = result?;
+        measured += lane_measured;
+        saturated |= lane_saturated;
+    }
     let stats = driver.stats().map_err(|e| e.to_string())?;
-    let mut meter = shared.meter();
+    let mut meter = meter.lock().unwrap_or_else(|p| p.into_inner());
     let end_ns = meter.last_result_ns;
     meter.rotate(end_ns);
     let tail_ns = end_ns.saturating_sub(meter.interval_start_ns).max(1);

@@ -29,6 +29,7 @@ fn spec(mode: Mode, task: &str, limit: Limit) -> LoadSpec {
         outstanding_max: 100_000,
         jobs_max: 1000,
         progress: false,
+        submitters: 1,
     }
 }
 
@@ -62,6 +63,19 @@ fn closed_open_and_failing_runs_account_for_every_task() {
     let tasks = timed.summary.tasks;
     assert!((500..=700).contains(&tasks), "300 ms at 2000/s: {tasks}");
     assert_eq!(timed.summary.succeeded, tasks);
+
+    let lanes = LoadSpec {
+        submitters: 3,
+        ..spec(closed, "hash", Limit::Tasks(301))
+    };
+    let three = load::run(driver, &lanes).unwrap();
+    assert_eq!((three.summary.tasks, three.summary.succeeded), (301, 301));
+    let open_lanes = LoadSpec {
+        submitters: 2,
+        ..spec(open, "noop", Limit::Tasks(301))
+    };
+    let two = load::run(driver, &open_lanes).unwrap();
+    assert_eq!((two.summary.tasks, two.summary.succeeded), (301, 301));
 
     let one = Mode::Closed {
         in_flight: 4,

@@ -76,6 +76,10 @@ struct Args {
     /// Closed loop: tasks per submitted job.
     #[arg(long, default_value_t = 1)]
     batch: u32,
+    /// Submitter threads (each submit is a blocking ask to the driver; more threads overlap
+    /// them). The window, rate and task count are split between them.
+    #[arg(long, default_value_t = 1)]
+    submitters: usize,
     /// Open loop: send tasks at this rate (tasks per second).
     #[arg(long, value_name = "PER_S")]
     rate: Option<f64>,
@@ -146,6 +150,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if (args.task == "hash" || args.task.starts_with("hash:")) && args.payload < 8 {
         return Err("--task hash needs --payload of at least 8 bytes".into());
     }
+    if args.submitters == 0 || args.submitters > 64 {
+        return Err("--submitters must be between 1 and 64".into());
+    }
     let warmup = seconds("--warmup", args.warmup)?;
     let limit = match (args.tasks, args.duration) {
         (Some(0), _) => return Err("--tasks must be at least 1".into()),
@@ -169,6 +176,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             let in_flight = in_flight.unwrap_or(128);
             if in_flight == 0 || args.batch == 0 {
                 return Err("--in-flight and --batch must be at least 1".into());
+            }
+            if in_flight < args.submitters as u64 {
+                return Err("--in-flight must be at least --submitters".into());
             }
             Mode::Closed {
                 in_flight,
@@ -224,6 +234,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         outstanding_max: args.outstanding_max.max(1),
         jobs_max,
         progress: !args.json,
+        submitters: args.submitters,
     };
     let started = SystemTime::now();
     let cluster = Cluster::start(ClusterSpec {
@@ -255,6 +266,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         ("executor_source", json_string(source_name)),
         ("warmup_s", format!("{:.3}", warmup.as_secs_f64())),
         ("queue_depth", args.queue_depth.to_string()),
+        ("submitters", args.submitters.to_string()),
     ];
     match spec.mode {
         Mode::Closed { in_flight, batch } if ramp.is_none() => {
