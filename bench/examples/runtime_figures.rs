@@ -79,8 +79,11 @@ impl Endpoint for Idle {
 }
 
 fn main() {
+    // Spinning is off by default on machines with fewer than 4 cores (see
+    // `flint_engine::runtime::spinning_pays`); this measures the spinning path explicitly.
     let pool = TaskPool::new(PoolConfig {
         workers: 2,
+        spin_before_park: Duration::from_micros(100),
         ..Default::default()
     })
     .expect("pool");

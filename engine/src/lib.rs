@@ -4,9 +4,11 @@
 //! machine and the cluster simulator live here; `flint-net` puts them on the wire.
 #![deny(missing_docs)]
 
+pub mod hash;
 pub mod lifecycle;
 mod loom;
 pub mod pool;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;
+pub mod standalone;

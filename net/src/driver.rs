@@ -19,13 +19,13 @@
 //! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
 //! its running tasks back, in time proportional to them.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
     Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
@@ -90,7 +90,7 @@ impl Default for DriverConfig {
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             outbound_max: 256 << 20,
             connections_max: 4096,
-            tasks_per_core: 64,
+            tasks_per_core: 256,
             local_cores: None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
@@ -248,19 +248,19 @@ impl Driver {
             config,
             listener,
             listener_token: None,
-            peers: HashMap::new(),
-            tokens: HashMap::new(),
-            names: HashMap::new(),
-            links: HashMap::new(),
+            peers: FxHashMap::default(),
+            tokens: FxHashMap::default(),
+            names: std::collections::HashMap::new(),
+            links: FxHashMap::default(),
             next_executor: 1,
-            jobs: HashMap::new(),
+            jobs: FxHashMap::default(),
             epoch: Instant::now(),
             outputs: Vec::new(),
             dirty: Vec::new(),
             counters: counters.clone(),
             stopping: false,
             tick: None,
-            retiring: HashMap::new(),
+            retiring: FxHashMap::default(),
         };
         let endpoint = runtime
             .handle()
@@ -496,16 +496,16 @@ pub(crate) struct DriverEndpoint {
     scheduler: Scheduler,
     listener: TcpListener,
     listener_token: Option<Token>,
-    peers: HashMap<Token, Peer>,
+    peers: FxHashMap<Token, Peer>,
     /// Registered remote executors' connections.
-    tokens: HashMap<ExecutorId, Token>,
-    /// Executor ids on the wire, for refusing duplicates.
-    names: HashMap<String, ExecutorId>,
-    links: HashMap<ExecutorId, Link>,
+    tokens: FxHashMap<ExecutorId, Token>,
+    /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
+    names: std::collections::HashMap<String, ExecutorId>,
+    links: FxHashMap<ExecutorId, Link>,
     next_executor: u64,
     local: Option<(flint_engine::pool::PoolHandle, Registry)>,
     runner: Option<TaskRunner>,
-    jobs: HashMap<JobId, JobEntry>,
+    jobs: FxHashMap<JobId, JobEntry>,
     epoch: Instant,
     outputs: Vec<Output>,
     dirty: Vec<Token>,
@@ -514,7 +514,7 @@ pub(crate) struct DriverEndpoint {
     tick: Option<TimerId>,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
-    retiring: HashMap<ExecutorId, (RemovalReason, bool)>,
+    retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
 }
 
 /// The local executor's id.

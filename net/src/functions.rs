@@ -114,6 +114,7 @@ impl Registry {
         registry.register("noop", |_, _| Ok(Bytes::new()));
         registry.register("echo", |_, payload| Ok(payload));
         registry.register("hash", |ctx, payload| {
+            // `hash:MS` sleeps first, as documented above; plain `hash` does not.
             if ctx.argument().is_some() {
                 let ms: u64 = parse_argument(ctx, "hash:MS")?;
                 wait_unless_killed(ctx, Duration::from_millis(ms), |remaining| {
@@ -313,5 +314,16 @@ mod tests {
         let first = TaskContext::new(3, 0, None);
         let second = TaskContext::new(3, 1, None);
         assert_ne!(chance(&first, 1), chance(&second, 1));
+    }
+
+    #[test]
+    fn hash_with_an_argument_sleeps_first_and_returns_the_same_hash() {
+        let registry = Registry::with_builtins();
+        let start = Instant::now();
+        assert_eq!(
+            run(&registry, "hash:20", b"a"),
+            run(&registry, "hash", b"a")
+        );
+        assert!(start.elapsed() >= Duration::from_millis(20));
     }
 }

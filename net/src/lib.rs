@@ -1,14 +1,20 @@
 //! Flint on the network: the wire protocol, connections on the event loop, the roles.
 #![deny(missing_docs)]
 
+pub mod app_client;
 pub mod conn;
 pub mod driver;
 pub mod executor;
 pub mod functions;
 pub mod handshake;
 pub mod job;
+pub mod journal;
 pub mod local;
+pub mod master;
+pub mod master_source;
 pub mod runner;
 pub mod source;
+pub mod standalone;
 pub mod summary;
 pub mod wire;
+pub mod worker;

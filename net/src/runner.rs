@@ -9,11 +9,11 @@
 //! and kicks again: none is stranded, and while the loop is busy, completions pile up and leave
 //! in one batch (one `StatusUpdates` frame, one write).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flint_engine::hash::{FxHashMap, FxHashSet};
 use flint_engine::pool::{PoolHandle, Task, TaskOutcome};
 use flint_engine::runtime::Inbox;
 
@@ -65,12 +65,12 @@ impl Shared {
 pub struct TaskRunner {
     pool: PoolHandle,
     registry: Registry,
-    resolved: HashMap<Box<str>, Resolved>,
-    running: HashMap<(u64, u32), TaskContext>,
+    resolved: FxHashMap<Box<str>, Resolved>,
+    running: FxHashMap<(u64, u32), TaskContext>,
     shared: Arc<Shared>,
     report_running: bool,
     batch: Vec<Completion>,
-    finals: HashSet<(u64, u32)>,
+    finals: FxHashSet<(u64, u32)>,
     completed: u64,
 }
 
@@ -94,12 +94,12 @@ impl TaskRunner {
         TaskRunner {
             pool,
             registry,
-            resolved: HashMap::new(),
-            running: HashMap::new(),
+            resolved: FxHashMap::default(),
+            running: FxHashMap::default(),
             shared,
             report_running: true,
             batch: Vec::new(),
-            finals: HashSet::new(),
+            finals: FxHashSet::default(),
             completed: 0,
         }
     }

@@ -237,8 +237,10 @@ fn an_executor_that_joins_mid_job_gets_work() {
 #[test]
 fn a_stopped_executor_is_declared_lost_and_its_tasks_finish_elsewhere() {
     let config = DriverConfig {
+        // Short enough to keep the test quick, long enough that a healthy executor on a loaded
+        // machine is never silent this long.
         heartbeat_interval: Duration::from_millis(100),
-        heartbeat_timeout: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(2),
         ..DriverConfig::default()
     };
     let driver = start_driver(config);

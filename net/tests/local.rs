@@ -65,33 +65,20 @@ fn a_registered_function_runs_and_a_panicking_one_fails_the_job_with_its_message
         JobOutcome::Succeeded(vec![Bytes::from_static(&[2, 4, 6])])
     );
 
-    let outcome = driver
-        .submit(Job::new("explode", vec![Bytes::new()]))
-        .expect("submitted")
-        .wait();
-    let JobOutcome::Failed(reasons) = outcome else {
-        panic!("{outcome:?}")
-    };
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.contains("task panicked: boom in task")),
-        "{reasons:?}"
-    );
+    assert_fails_with(&driver, "explode", "task panicked: boom in task");
+    assert_fails_with(&driver, "missing", "unknown function \"missing\"");
+}
 
+/// Runs a one-task job of `function` and checks that it fails with a reason containing `reason`.
+fn assert_fails_with(driver: &Driver, function: &str, reason: &str) {
     let outcome = driver
-        .submit(Job::new("missing", vec![Bytes::new()]))
+        .submit(Job::new(function, vec![Bytes::new()]))
         .expect("submitted")
         .wait();
     let JobOutcome::Failed(reasons) = outcome else {
         panic!("{outcome:?}")
     };
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.contains("unknown function \"missing\"")),
-        "{reasons:?}"
-    );
+    assert!(reasons.iter().any(|r| r.contains(reason)), "{reasons:?}");
 }
 
 #[test]

@@ -15,8 +15,9 @@
 //!
 //! # Parking
 //!
-//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing, with
-//! exponential backoff that ends in `yield_now` so a submitter sharing the core can run), which
+//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing; purely
+//! for the first quarter, then with exponential backoff that ends in `yield_now` so a submitter
+//! sharing the core can run), which
 //! keeps the spawn-to-start latency in the sub-microsecond range under load, then parks with
 //! the inbox's handshake:
 //!
@@ -32,8 +33,9 @@
 //!
 //! The SeqCst fences make a lost wake-up impossible (see the inbox docs), and `unpark` before
 //! `park` is remembered by the thread's park token. A submitter only pays for `unpark` when
-//! the worker is actually parked. When the target worker is busy and already has a backlog,
-//! the submitter also wakes one parked worker (best effort) so it can come and steal. A parked
+//! the worker is actually parked. When the target worker is running and another is parked, the
+//! submitter also wakes that one (best effort) so it can come and steal; an idle worker takes
+//! a last look at the others' queues before it parks. A parked
 //! worker uses no CPU: no timed wake-ups.
 //!
 //! # Shutdown
@@ -86,7 +88,7 @@ impl Default for PoolConfig {
             local_batch_max: 32,
             pin_threads: true,
             thread_name: "flint-worker".to_string(),
-            spin_before_park: Duration::from_micros(100),
+            spin_before_park: crate::runtime::spin_default(Duration::from_micros(100)),
         }
     }
 }
@@ -207,8 +209,9 @@ impl PoolShared {
         let worker = &self.workers[core];
         if worker.inbox.push(item)? {
             worker.unpark();
-        } else if self.parked_count.load(Ordering::Relaxed) > 0 && worker.inbox.len() > 1 {
-            // The target is busy with a backlog: call an idle worker over to steal.
+        } else if self.parked_count.load(Ordering::Relaxed) > 0 {
+            // The target is running (maybe a long task) and others sleep: call one over to
+            // steal. At most one wake-up per parked worker, as the wake clears its flag.
             let n = self.workers.len();
             for i in 1..n {
                 let other = &self.workers[(core + i) % n];

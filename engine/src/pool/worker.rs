@@ -29,6 +29,9 @@ pub(crate) fn park_once<T>(inbox: &Inbox<T>, pill_taken: &AtomicBool, park: impl
 
 /// An idle worker considers a victim's lone queued item every this many idle rounds.
 const LONE_STEAL_EVERY: u32 = 32;
+/// An idle worker looks at other workers and at the clock every this many idle rounds
+/// (`LONE_STEAL_EVERY` must be a multiple of it).
+const SCAN_EVERY: u32 = 8;
 
 pub(crate) struct Worker {
     index: usize,
@@ -79,6 +82,12 @@ impl Worker {
                 continue;
             }
             idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds % SCAN_EVERY != 0 {
+                // Cheap rounds: only the own inbox is polled (the loop head), no clock read
+                // and no look at other workers' cache lines.
+                std::hint::spin_loop();
+                continue;
+            }
             if let Found::Job(job) = self.steal(idle_rounds % LONE_STEAL_EVERY == 0) {
                 idle_since = None;
                 self.execute(job);
@@ -89,9 +98,21 @@ impl Worker {
                 backoff.reset();
                 now
             });
-            if now.duration_since(since) < shared.spin_before_park {
-                // Spin, then yield: on an oversubscribed core the submitter gets to run.
-                backoff.snooze();
+            let idle = now.duration_since(since);
+            if idle < shared.spin_before_park {
+                if idle < shared.spin_before_park / 4 {
+                    // Pure spinning for the first quarter: sub-microsecond pick-up.
+                    std::hint::spin_loop();
+                } else {
+                    // Then spin-and-yield: on an oversubscribed core the submitter gets to run.
+                    backoff.snooze();
+                }
+                continue;
+            }
+            // Last look at other workers' lone queued tasks before sleeping.
+            if let Found::Job(job) = self.steal(true) {
+                idle_since = None;
+                self.execute(job);
                 continue;
             }
             // Park (see the module docs for the handshake).

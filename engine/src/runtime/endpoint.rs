@@ -385,13 +385,15 @@ impl<E: Endpoint> EndpointRef<E> {
             Err(SendError::Shutdown(_)) => return Err(AskError::Shutdown),
         }
         let deadline = Instant::now() + timeout;
-        // Spin briefly: a reply from a busy loop usually comes within microseconds, and
-        // blocking on the condition variable costs two syscalls.
-        for _ in 0..2_000 {
-            if slot.state.load(Ordering::Acquire) != WAITING {
-                break;
-            }
-            std::hint::spin_loop();
+        // Spin briefly, then yield a few times: a reply from a busy loop usually comes within
+        // microseconds, and blocking on the condition variable costs two syscalls.
+        // Only where spinning pays (see `spinning_pays`).
+        let backoff = crossbeam_utils::Backoff::new();
+        while super::spinning_pays()
+            && slot.state.load(Ordering::Acquire) == WAITING
+            && !backoff.is_completed()
+        {
+            backoff.snooze();
         }
         let mut guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());
         loop {

@@ -354,8 +354,14 @@ impl EventLoop {
                     backoff.reset();
                     now
                 });
-                if now.duration_since(since) < self.spin_before_park {
-                    backoff.snooze();
+                let idle = now.duration_since(since);
+                if idle < self.spin_before_park {
+                    // Pure spinning for the first quarter, then spin-and-yield.
+                    if idle < self.spin_before_park / 4 {
+                        std::hint::spin_loop();
+                    } else {
+                        backoff.snooze();
+                    }
                     if !has_sources {
                         continue;
                     }

@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use super::hash::FxHashMap;
 use super::types::{ExecutorId, TaskLaunch};
+use crate::hash::FxHashMap;
 
 /// One running task attempt, as its executor's book sees it.
 #[derive(Clone, Copy, Debug)]

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::hash::{FxHashMap, FxHashSet};
 use super::types::{ExecutorId, JobId};
+use crate::hash::{FxHashMap, FxHashSet};
 
 /// Locality levels, best first. `NoPref` tasks can run anywhere at once and never move the clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -67,8 +67,9 @@
 //! back only with a final update for an attempt the executor actually holds, or with the executor.
 
 mod book;
-mod hash;
+mod exclusion;
 mod job;
+mod speculation;
 mod types;
 
 use std::collections::VecDeque;
@@ -81,8 +82,8 @@ pub use types::{
     TaskLaunch, TaskSpec, TaskState,
 };
 
+use crate::hash::FxHashMap;
 use book::{Book, Run};
-use hash::FxHashMap;
 use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Status, TaskRec};
 
 /// Longest failure message kept from a peer, in bytes.
@@ -1088,129 +1089,6 @@ impl Scheduler {
         });
         self.sync_runnable(job_slot);
         self.book.unblock_all();
-    }
-
-    /// Counts a failure on an executor globally; excludes it (and its host) past the limits.
-    fn record_global_failure(&mut self, now_us: u64, exec: ExecutorId) {
-        let Some(x) = &self.config.exclusion else {
-            return;
-        };
-        let (exec_max, host_max, timeout) = (
-            x.executor_failures_max,
-            x.host_excluded_executors_max,
-            x.timeout_us,
-        );
-        let Some(slot) = self.book.slot_of(exec) else {
-            return;
-        };
-        let Some(e) = self.book.get_mut(slot) else {
-            return;
-        };
-        e.failures += 1;
-        if e.failures < exec_max || e.excluded_until_us > now_us {
-            return;
-        }
-        let until = now_us.saturating_add(timeout);
-        e.excluded_until_us = until;
-        let host = e.host;
-        self.stats.executors_excluded += 1;
-        self.next_expiry_us = self.next_expiry_us.min(until);
-        if let Some(h) = self.book.hosts.get_mut(host as usize) {
-            h.excluded_executors += 1;
-            if h.excluded_executors >= host_max {
-                h.excluded_until_us = until;
-            }
-        }
-    }
-
-    /// Ends global exclusions whose time is up.
-    fn expire_exclusions(&mut self, now_us: u64) {
-        let mut next = u64::MAX;
-        let mut ended_hosts = Vec::new();
-        for e in self.book.iter_mut() {
-            if e.excluded_until_us == 0 {
-                continue;
-            }
-            if e.excluded_until_us <= now_us {
-                e.excluded_until_us = 0;
-                e.failures = 0;
-                ended_hosts.push(e.host);
-            } else {
-                next = next.min(e.excluded_until_us);
-            }
-        }
-        for h in ended_hosts {
-            if let Some(h) = self.book.hosts.get_mut(h as usize) {
-                h.excluded_executors = h.excluded_executors.saturating_sub(1);
-            }
-        }
-        for h in &mut self.book.hosts {
-            if h.excluded_until_us == 0 {
-                continue;
-            }
-            if h.excluded_until_us <= now_us {
-                h.excluded_until_us = 0;
-            } else {
-                next = next.min(h.excluded_until_us);
-            }
-        }
-        self.next_expiry_us = next;
-    }
-
-    /// Queues a copy of each straggler; returns whether it found any.
-    fn find_stragglers(&mut self, now_us: u64) -> bool {
-        let Some(sc) = self.config.speculation.clone() else {
-            return false;
-        };
-        self.next_speculation_us = now_us.saturating_add(sc.interval_us.max(1));
-        let mut thresholds: FxHashMap<u64, u64> = FxHashMap::default();
-        for &slot in &self.active {
-            if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
-                if let Some(t) =
-                    job.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us)
-                {
-                    thresholds.insert(job.id.0, t);
-                }
-            }
-        }
-        if thresholds.is_empty() {
-            return false;
-        }
-        let mut found = false;
-        let mut newly_runnable = Vec::new();
-        for e in self.book.iter() {
-            for (&(task, _), run) in &e.running {
-                let task = TaskId(task);
-                let Some(&threshold) = thresholds.get(&task.job().0) else {
-                    continue;
-                };
-                if now_us.saturating_sub(run.started_us) <= threshold {
-                    continue;
-                }
-                let Some(&slot) = self.job_slots.get(&task.job().0) else {
-                    continue;
-                };
-                let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                    continue;
-                };
-                let Some(t) = job.tasks.get_mut(task.index() as usize) else {
-                    continue;
-                };
-                if t.status == Status::Running && !t.speculated && t.running_attempts() == 1 {
-                    t.speculated = true;
-                    job.speculatable.push_back(task.index());
-                    self.speculatable_total += 1;
-                    found = true;
-                    if !job.in_runnable {
-                        newly_runnable.push(slot);
-                    }
-                }
-            }
-        }
-        for slot in newly_runnable {
-            self.sync_runnable(slot);
-        }
-        found
     }
 
     /// Reports the job's outcome once all its tasks are final.

@@ -1,4 +1,5 @@
-//! `flint`: run a local cluster, a driver, or an executor from the command line.
+//! `flint`: run a local cluster, a driver, or an executor from the command line; run a standalone
+//! cluster (`master`, `worker`), submit a job to it (`submit`) and look at it (`status`).
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -10,13 +11,21 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
+use flint_engine::standalone::{AppSpec, Config as StandaloneConfig};
+use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
 use flint_net::local::{LocalConfig, LocalExecutors};
+use flint_net::master::{MasterConfig, MasterHandle};
+use flint_net::master_source::MasterSource;
+use flint_net::source::{MirrorConfig, SourceMirror};
+use flint_net::standalone::BlockingClient;
 use flint_net::summary::{indexed_payload, json_string, Recorder, Summary};
+use flint_net::wire::{Message, Role};
+use flint_net::worker::{WorkerConfig, WorkerError};
 
 /// The environment variable that carries the shared secret.
 const SECRET_ENV: &str = "FLINT_SECRET";
@@ -41,6 +50,127 @@ enum Cmd {
     Driver(DriverArgs),
     /// Connect to a driver and run its tasks until it stops this executor.
     Executor(ExecutorArgs),
+    /// Run a standalone master: workers register with it, applications get executors from it.
+    Master(MasterArgs),
+    /// Run a standalone worker: registers with the master and starts executor processes.
+    Worker(WorkerArgs),
+    /// Run a job on a standalone cluster: a driver that gets its executors from the master.
+    Submit(SubmitArgs),
+    /// Show a standalone master's workers, applications and executors.
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+struct MasterArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7077")]
+    listen: SocketAddr,
+    /// Directory for the journal of workers and applications; a restarted master recovers them.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// A worker silent this long is dead. Spark's default is 60 s; 15 s notices a lost host
+    /// four times sooner while tolerating a dozen missed heartbeats (one a second).
+    #[arg(long, default_value_t = 15_000)]
+    worker_timeout_ms: u64,
+    /// How often workers heartbeat.
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_interval_ms: u64,
+    /// How long a restarted master waits for journaled workers and drivers (default: the worker
+    /// timeout).
+    #[arg(long)]
+    recovery_timeout_ms: Option<u64>,
+    /// Pack executors onto as few workers as possible (default: spread them out).
+    #[arg(long)]
+    packed: bool,
+    /// Abnormal executor exits in a row, with none running, that remove an application.
+    #[arg(long, default_value_t = 10)]
+    max_executor_retries: u32,
+    /// File holding the shared secret (else $FLINT_SECRET, else none).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without a secret.
+    #[arg(long)]
+    allow_insecure_bind: bool,
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// The master's address.
+    #[arg(long)]
+    master: SocketAddr,
+    /// Cores to offer.
+    #[arg(long)]
+    cores: u32,
+    /// Memory to offer, in MiB.
+    #[arg(long)]
+    memory_mb: u64,
+    /// Where executors get their directories (default: a temporary directory per worker id).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Where to listen for `flint status --master ADDR` (this worker and its executors); the
+    /// host and port it is known by. Default: no listener, known by the address it reaches the
+    /// master from.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// This worker's id (default: worker-HOST-PORT with --listen, else worker-PID).
+    #[arg(long)]
+    id: Option<String>,
+    /// Time between SIGTERM and SIGKILL when killing an executor, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    kill_timeout_ms: u64,
+    /// File holding the shared secret (else $FLINT_SECRET, else none).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct SubmitArgs {
+    /// The master's address.
+    #[arg(long)]
+    master: SocketAddr,
+    /// Executors to ask for (and wait for before the job starts).
+    #[arg(long)]
+    executors: u32,
+    /// Cores per executor.
+    #[arg(long, default_value_t = 1)]
+    cores: u32,
+    /// Memory per executor, in MiB.
+    #[arg(long, default_value_t = 0)]
+    memory_mb: u64,
+    /// The application's name.
+    #[arg(long, default_value = "flint-submit")]
+    name: String,
+    /// Address the driver listens on for executors (must be reachable from the workers).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// How long to wait for the executors, in seconds.
+    #[arg(long, default_value_t = 60)]
+    wait_s: u64,
+    /// File holding the shared secret (else $FLINT_SECRET, else none); executors get it too.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without a secret.
+    #[arg(long)]
+    allow_insecure_bind: bool,
+    /// Print a line per executor state change the master reports and per executor the
+    /// lifecycle handler removes from the scheduler.
+    #[arg(long)]
+    executor_events: bool,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// The master's address (or a worker's `--listen` address, for that worker alone).
+    #[arg(long)]
+    master: SocketAddr,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// File holding the shared secret (else $FLINT_SECRET, else none).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
 }
 
 /// The job every job-running command takes.
@@ -59,8 +189,8 @@ struct JobArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Task slots the driver gives each executor core (pipelining depth).
-    #[arg(long, default_value_t = 64)]
+    /// Task slots the driver gives each executor core (pipelining depth, at most 1024).
+    #[arg(long, default_value_t = 256)]
     queue_depth: u32,
     /// Attempts per task before its job fails.
     #[arg(long, default_value_t = 4)]
@@ -166,6 +296,10 @@ fn main() -> ExitCode {
         Cmd::Local(args) => local(args),
         Cmd::Driver(args) => driver(args),
         Cmd::Executor(args) => executor(args),
+        Cmd::Master(args) => master(args),
+        Cmd::Worker(args) => worker(args),
+        Cmd::Submit(args) => submit(args),
+        Cmd::Status(args) => status(args),
     };
     match result {
         Ok(code) => code,
@@ -352,6 +486,9 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
 }
 
 fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
+    if let Some(worker_pid) = std::env::var_os(WORKER_PID_ENV) {
+        watch_worker(worker_pid.to_string_lossy().parse().ok());
+    }
     let id = args
         .id
         .unwrap_or_else(|| format!("exec-{}", std::process::id()));
@@ -373,12 +510,38 @@ fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
     }
 }
 
-/// Submits the job, shows progress, waits, and summarizes; cancels the job and fails if
-/// `failed` reports a reason (the executor allocator gave up).
+/// Set by a standalone worker for the executors it starts: its own pid.
+const WORKER_PID_ENV: &str = "FLINT_WORKER_PID";
+
+/// An executor started by a worker exits when that worker dies (Spark's `WorkerWatcher`): it
+/// checks every 200 ms that its parent is still the worker (a dead parent's children are
+/// reparented), so a killed worker does not leave executors the master has declared lost.
+fn watch_worker(worker_pid: Option<u32>) {
+    let parent = std::os::unix::process::parent_id();
+    let gone = move || match worker_pid {
+        Some(pid) => std::os::unix::process::parent_id() != pid,
+        None => std::os::unix::process::parent_id() != parent,
+    };
+    let watcher = std::thread::Builder::new()
+        .name("flint-worker-watch".into())
+        .spawn(move || loop {
+            if gone() {
+                eprintln!("flint executor: its worker is gone; exiting");
+                std::process::exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        });
+    if let Err(error) = watcher {
+        eprintln!("flint executor: cannot watch the worker: {error}");
+    }
+}
+
+/// Submits the job, shows progress, waits, and summarizes. `abort` is asked every 200 ms; a
+/// reason from it cancels the job.
 fn run_job(
     driver: &Driver,
     args: &JobArgs,
-    failed: &dyn Fn() -> Option<String>,
+    abort: &dyn Fn() -> Option<String>,
 ) -> Result<Summary, String> {
     let payloads: Vec<Bytes> = if args.payload == 0 {
         vec![Bytes::new(); args.tasks as usize]
@@ -402,11 +565,8 @@ fn run_job(
         match handle.wait_timeout(Duration::from_millis(200)) {
             Ok(outcome) => break outcome,
             Err(pending) => {
-                if let Some(reason) = failed() {
+                if let Some(reason) = abort() {
                     pending.cancel();
-                    if show_progress {
-                        eprintln!();
-                    }
                     return Err(reason);
                 }
                 if show_progress && start.elapsed() > Duration::from_secs(1) {
@@ -464,4 +624,326 @@ fn exit_code(summary: &Summary) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+fn master(args: MasterArgs) -> Result<ExitCode, String> {
+    let worker_timeout_us = args.worker_timeout_ms.max(1).saturating_mul(1000);
+    let config = MasterConfig {
+        listen: args.listen,
+        allow_insecure_bind: args.allow_insecure_bind,
+        secret: load_secret(args.secret_file.as_ref())?,
+        state_dir: args.state_dir,
+        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms.max(10)),
+        master: StandaloneConfig {
+            worker_timeout_us,
+            spread_out: !args.packed,
+            max_executor_retries: args.max_executor_retries,
+            recovery_timeout_us: args
+                .recovery_timeout_ms
+                .map_or(worker_timeout_us, |ms| ms.saturating_mul(1000)),
+            ..StandaloneConfig::default()
+        },
+        ..MasterConfig::default()
+    };
+    let master = MasterHandle::start(config)?;
+    eprintln!(
+        "flint master: listening on {}",
+        master
+            .local_addr()
+            .map_or_else(|| args.listen.to_string(), |a| a.to_string())
+    );
+    // The master runs until the process is killed.
+    loop {
+        std::thread::park();
+    }
+}
+
+fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
+    if args.cores == 0 {
+        return Err("--cores must be at least 1".into());
+    }
+    let id = args.id.clone().unwrap_or_else(|| match args.listen {
+        Some(addr) if addr.port() != 0 => format!("worker-{}-{}", addr.ip(), addr.port()),
+        _ => format!("worker-{}", std::process::id()),
+    });
+    let mut config = WorkerConfig::new(args.master, id.clone(), args.cores, args.memory_mb);
+    if let Some(dir) = args.work_dir {
+        config.work_dir = dir;
+    }
+    config.listen = args.listen;
+    config.secret = load_secret(args.secret_file.as_ref())?;
+    config.kill_timeout = Duration::from_millis(args.kill_timeout_ms);
+    config.executor_program =
+        std::env::current_exe().map_err(|e| format!("cannot find the flint binary: {e}"))?;
+    eprintln!(
+        "flint worker {id}: {} cores, {} MiB, work dir {}, master {}",
+        args.cores,
+        args.memory_mb,
+        config.work_dir.display(),
+        args.master
+    );
+    match flint_net::worker::run(config) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(error) => {
+            eprintln!("flint worker {id}: {error}");
+            Ok(ExitCode::from(match error {
+                WorkerError::Refused(_) => 3,
+                WorkerError::Start(_) => 1,
+            }))
+        }
+    }
+}
+
+fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
+    validate(&args.job)?;
+    if args.executors == 0 || args.cores == 0 {
+        return Err("--executors and --cores must be at least 1".into());
+    }
+    let secret = load_secret(args.secret_file.as_ref())?;
+    let config = DriverConfig {
+        listen: args.listen,
+        secret: secret.clone(),
+        allow_insecure_bind: args.allow_insecure_bind,
+        ..driver_config(&args.job)
+    };
+    let driver = Driver::builder()
+        .config(config)
+        .start()
+        .map_err(|e| e.to_string())?;
+    let driver_addr = driver.local_addr().ok_or("the driver has no address")?;
+    let mut env = Vec::new();
+    if secret.is_some() {
+        // Executors prove the same secret to the driver.
+        let value = match &args.secret_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+                .trim_end_matches('\n')
+                .to_owned(),
+            None => std::env::var(SECRET_ENV).unwrap_or_default(),
+        };
+        env.push((SECRET_ENV.to_owned(), value));
+    }
+    let spec = AppSpec {
+        name: args.name.clone(),
+        driver_addr: driver_addr.to_string(),
+        env,
+        cores_per_executor: args.cores,
+        max_cores: args.executors.saturating_mul(args.cores),
+        memory_mb: args.memory_mb,
+        ..AppSpec::default()
+    };
+    let client = Arc::new(AppClient::start(AppClientConfig {
+        master: args.master,
+        secret,
+        spec,
+        executors: Some(args.executors),
+        reconnect_max: Duration::from_secs(1),
+    })?);
+    // The lifecycle handler: executors the master reports gone leave the scheduler with
+    // their reason (usually the driver has already seen their connection close).
+    let driver = Arc::new(driver);
+    let remover = driver.clone();
+    let mirror = SourceMirror::start(
+        MirrorConfig {
+            events_prefix: args.executor_events.then(|| "flint submit".to_string()),
+            ..MirrorConfig::default()
+        },
+        MasterSource::new(client.clone(), Duration::from_secs(2)),
+        move |name: &str, reason| {
+            let _ = remover.remove_executor(name, reason);
+        },
+    )
+    .map_err(|e| format!("cannot start the executor source: {e}"))?;
+    let result = client
+        .wait_registered(Duration::from_secs(args.wait_s))
+        .and_then(|app_id| {
+            eprintln!(
+                "flint submit: application {app_id}, driver on {driver_addr}, waiting for {} executors",
+                args.executors
+            );
+            let deadline = Instant::now() + Duration::from_secs(args.wait_s);
+            loop {
+                if let Some(reason) = client.removed() {
+                    return Err(format!("the master removed the application: {reason}"));
+                }
+                if driver
+                    .wait_for_executors(args.executors as usize, Duration::from_millis(200))
+                    .is_ok()
+                {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "{} executors did not register within {} s ({} did)",
+                        args.executors,
+                        args.wait_s,
+                        driver.executors()
+                    ));
+                }
+            }
+            eprintln!(
+                "flint submit: {} executors registered; running the job",
+                driver.executors()
+            );
+            let abort = || {
+                client
+                    .removed()
+                    .map(|reason| format!("the master removed the application: {reason}"))
+            };
+            run_job(&driver, &args.job, &abort).map(|summary| (app_id, summary))
+        });
+    let executors_removed = mirror.removed();
+    mirror.stop();
+    // No more executors: the master must not replace the ones that exit now.
+    // (If the master is away, the client names 0 as its total when it reconnects.)
+    let _ = client.request_executors(0);
+    let info = client.info();
+    if info.connected && info.removed.is_none() {
+        let _ = client.sync(Duration::from_secs(5));
+    }
+    let _ = driver.stop_executors(Duration::from_secs(5));
+    let info = client.info();
+    if let Ok(client) = Arc::try_unwrap(client) {
+        client.stop(Duration::from_secs(5));
+    }
+    drop(driver);
+    let (app_id, summary) = result?;
+    print_summary(
+        &summary,
+        &args.job,
+        &[
+            ("app_id", json_or_plain(&args.job, &app_id)),
+            ("executors", args.executors.to_string()),
+            ("cores", args.cores.to_string()),
+            ("executors_placed", info.executors_added.to_string()),
+            ("workers_lost", info.workers_removed.to_string()),
+            ("executors_removed", executors_removed.to_string()),
+        ],
+    );
+    Ok(exit_code(&summary))
+}
+
+/// A string field for the summary: quoted for JSON.
+fn json_or_plain(job: &JobArgs, text: &str) -> String {
+    if job.json {
+        json_string(text)
+    } else {
+        text.to_owned()
+    }
+}
+
+fn status(args: StatusArgs) -> Result<ExitCode, String> {
+    let secret = load_secret(args.secret_file.as_ref())?;
+    let mut client =
+        BlockingClient::connect(args.master, Role::Client, secret, Duration::from_secs(10))?;
+    client.send(&Message::StatusRequest {})?;
+    let frame = client.next_frame()?;
+    let message = frame
+        .message()
+        .map_err(|e| format!("malformed answer: {e}"))?;
+    let Message::StatusResponse {
+        workers,
+        applications,
+        executors,
+    } = message
+    else {
+        return Err(format!("unexpected answer {}", message.kind().name()));
+    };
+    if args.json {
+        let workers: Vec<String> = workers
+            .iter()
+            .map(|w| {
+                format!(
+                    "{{\"id\":{},\"host\":{},\"port\":{},\"state\":{},\"cores\":{},\"cores_used\":{},\"memory_mb\":{},\"memory_used_mb\":{}}}",
+                    json_string(w.worker_id),
+                    json_string(w.host),
+                    w.port,
+                    json_string(&w.state.to_string().to_uppercase()),
+                    w.cores,
+                    w.cores_used,
+                    w.memory_mb,
+                    w.memory_used_mb
+                )
+            })
+            .collect();
+        let apps: Vec<String> = applications
+            .iter()
+            .map(|a| {
+                format!(
+                    "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{}}}",
+                    json_string(a.app_id),
+                    json_string(a.name),
+                    json_string(&a.state.to_string().to_uppercase()),
+                    a.cores_granted,
+                    a.executors_requested
+                )
+            })
+            .collect();
+        let execs: Vec<String> = executors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{{\"app_id\":{},\"id\":{},\"worker_id\":{},\"cores\":{},\"state\":{}}}",
+                    json_string(e.app_id),
+                    json_string(e.executor_id),
+                    json_string(e.worker_id),
+                    e.cores,
+                    json_string(&e.state.to_string().to_uppercase())
+                )
+            })
+            .collect();
+        println!(
+            "{{\"workers\":[{}],\"applications\":[{}],\"executors\":[{}]}}",
+            workers.join(","),
+            apps.join(","),
+            execs.join(",")
+        );
+    } else {
+        println!("WORKERS");
+        println!(
+            "  {:<24} {:<22} {:<8} {:>11} {:>15}",
+            "id", "address", "state", "cores used", "memory used MiB"
+        );
+        for w in workers {
+            println!(
+                "  {:<24} {:<22} {:<8} {:>11} {:>15}",
+                w.worker_id,
+                format!("{}:{}", w.host, w.port),
+                w.state.to_string().to_uppercase(),
+                format!("{}/{}", w.cores_used, w.cores),
+                format!("{}/{}", w.memory_used_mb, w.memory_mb)
+            );
+        }
+        println!("APPLICATIONS");
+        println!(
+            "  {:<24} {:<16} {:<9} {:>6} {:>10}",
+            "id", "name", "state", "cores", "requested"
+        );
+        for a in applications {
+            println!(
+                "  {:<24} {:<16} {:<9} {:>6} {:>10}",
+                a.app_id,
+                a.name,
+                a.state.to_string().to_uppercase(),
+                a.cores_granted,
+                a.executors_requested
+            );
+        }
+        println!("EXECUTORS");
+        println!(
+            "  {:<24} {:<8} {:<24} {:>5} {:<9}",
+            "application", "id", "worker", "cores", "state"
+        );
+        for e in executors {
+            println!(
+                "  {:<24} {:<8} {:<24} {:>5} {:<9}",
+                e.app_id,
+                e.executor_id,
+                e.worker_id,
+                e.cores,
+                e.state.to_string().to_uppercase()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,694 @@
+//! The load generators: a closed loop (a fixed number of tasks in flight) and an open loop (a
+//! fixed arrival rate), both driving a [`Driver`] through its public job API.
+//!
+//! # What the API allows, and so what is measured
+//!
+//! The driver takes whole jobs (`Driver::submit` is a blocking ask to the driver's loop) and
+//! reports each task's result to the job's observer on the driver's loop. The generators
+//! therefore submit many small jobs from one submitter thread (the caller's):
+//!
+//! * closed loop: `--in-flight N` tasks are kept outstanding; as results arrive (the observer
+//!   counts them and unparks the submitter) new jobs of `batch` tasks (default 1) are submitted.
+//!   A task's latency runs from just before its job's `submit` call to its result on the
+//!   driver's loop, so it includes the submit ask, scheduling, the network both ways and the
+//!   executor.
+//! * open loop: task `i` is due at `i / rate`; whenever the submitter wakes it submits every
+//!   task already due as one job, and a task's latency runs from its *intended* send time, so a
+//!   submitter that falls behind (a slow `submit`, a descheduled thread) is charged to latency
+//!   rather than silently lowering the rate (coordinated omission is corrected).
+//!
+//! A warm-up runs the same load first; tasks sent before it ends are neither counted nor
+//! recorded. A job whose outcome is not success has its tasks without a result counted as
+//! failed, so `succeeded + failed == tasks` always holds at the end.
+
+use std::collections::VecDeque;
+use std::io::{IsTerminal, Write as _};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flint_net::driver::Driver;
+use flint_net::job::{Job, JobHandle, JobOutcome};
+use flint_net::summary::{indexed_payload, Recorder, Summary};
+use hdrhistogram::Histogram;
+
+/// Width of a throughput-over-time bucket.
+pub const BUCKET: Duration = Duration::from_millis(100);
+/// Length of one interval histogram in the HDR log.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// Most tasks one open-loop job carries.
+const OPEN_BATCH_MAX: u64 = 4096;
+/// A run with results outstanding and none arriving for this long is stuck.
+const STALL: Duration = Duration::from_secs(60);
+
+/// How load is offered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Keep `in_flight` tasks outstanding, submitting jobs of `batch` tasks.
+    Closed {
+        /// Tasks outstanding.
+        in_flight: u64,
+        /// Tasks per submitted job.
+        batch: u32,
+    },
+    /// Send tasks at a fixed rate.
+    Open {
+        /// Tasks per second.
+        rate_per_s: f64,
+    },
+}
+
+impl Mode {
+    /// The name in the JSON and the report.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Closed { .. } => "closed",
+            Mode::Open { .. } => "open",
+        }
+    }
+}
+
+/// When a run stops sending.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    /// After this many measured tasks.
+    Tasks(u64),
+    /// After this long of measurement.
+    Duration(Duration),
+}
+
+/// One load run.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    /// Closed or open loop.
+    pub mode: Mode,
+    /// The function each task runs (`noop`, `spin:US`, `sleep:MS`, `echo`, `hash`, ...).
+    pub task: String,
+    /// Payload bytes per task.
+    pub payload_bytes: usize,
+    /// When to stop sending.
+    pub limit: Limit,
+    /// Load before measurement starts.
+    pub warmup: Duration,
+    /// Outstanding tasks at which an open loop gives up (the system is past saturation).
+    pub outstanding_max: u64,
+    /// Outstanding jobs the submitter keeps at most (below the driver's job limit); an open
+    /// loop that reaches it waits and sends the tasks that fell due as one bigger job.
+    pub jobs_max: usize,
+    /// Draw a progress bar on stderr (only if it is a terminal).
+    pub progress: bool,
+    /// Submitter threads; the in-flight window, the rate, the task count and `jobs_max` are
+    /// split evenly between them.
+    pub submitters: usize,
+}
+
+/// One interval histogram of the HDR log.
+#[derive(Debug, Clone)]
+pub struct Interval {
+    /// Its start, from the start of measurement.
+    pub start: Duration,
+    /// Its length.
+    pub length: Duration,
+    /// Latencies (us) of the results that arrived in it.
+    pub histogram: Histogram<u64>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The summary (same fields as `flint driver`).
+    pub summary: Summary,
+    /// Every measured latency (us).
+    pub histogram: Histogram<u64>,
+    /// Per-second histograms for the HDR interval log.
+    pub intervals: Vec<Interval>,
+    /// Results per [`BUCKET`] from the start of measurement.
+    pub timeline: Vec<u64>,
+    /// The open loop's rate, if any.
+    pub offered_per_s: Option<f64>,
+    /// True if an open loop stopped early because `outstanding_max` tasks were outstanding.
+    pub saturated: bool,
+}
+
+/// What the observer (on the driver's loop) and the submitter share.
+struct Shared {
+    /// One for the whole run, shared by every submitter's lane.
+    meter: Arc<Mutex<Meter>>,
+    /// Results (and tasks counted failed) so far, warm-up included.
+    completed: AtomicU64,
+    /// The observer wakes the submitter once `completed` reaches this (so a closed loop that
+    /// waits for a whole batch of free slots is woken once, not once per result).
+    wake_at: AtomicU64,
+    submitter: Thread,
+    wake_submitter: bool,
+}
+
+struct Meter {
+    measure_from_ns: u64,
+    recorder: Recorder,
+    timeline: Vec<u64>,
+    interval: Histogram<u64>,
+    interval_start_ns: u64,
+    intervals: Vec<Interval>,
+    last_result_ns: u64,
+}
+
+impl Meter {
+    fn record(&mut self, sent_ns: u64, now_ns: u64, result: Result<&[u8], &str>) {
+        if sent_ns < self.measure_from_ns {
+            return;
+        }
+        let latency = Duration::from_nanos(now_ns.saturating_sub(sent_ns));
+        self.recorder.record(result, latency);
+        let since_ns = now_ns.saturating_sub(self.measure_from_ns);
+        let bucket = (since_ns / BUCKET.as_nanos() as u64) as usize;
+        if self.timeline.len() <= bucket {
+            self.timeline.resize(bucket + 1, 0);
+        }
+        self.timeline[bucket] += 1;
+        self.rotate(now_ns);
+        self.interval
+            .saturating_record((latency.as_micros() as u64).max(1));
+        self.last_result_ns = self.last_result_ns.max(now_ns);
+    }
+
+    /// Closes interval histograms that ended before `now_ns`.
+    fn rotate(&mut self, now_ns: u64) {
+        let length_ns = INTERVAL.as_nanos() as u64;
+        while now_ns >= self.interval_start_ns + length_ns {
+            self.close_interval(length_ns);
+            self.interval_start_ns += length_ns;
+        }
+    }
+
+    fn close_interval(&mut self, length_ns: u64) {
+        if self.interval.is_empty() {
+            return;
+        }
+        let fresh = Histogram::new_from(&self.interval);
+        let histogram = std::mem::replace(&mut self.interval, fresh);
+        self.intervals.push(Interval {
+            start: Duration::from_nanos(self.interval_start_ns - self.measure_from_ns),
+            length: Duration::from_nanos(length_ns),
+            histogram,
+        });
+    }
+}
+
+impl Shared {
+    fn meter(&self) -> MutexGuard<'_, Meter> {
+        self.meter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_ns(&self, epoch: Instant) -> u64 {
+        epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// When the tasks of one job were (meant to be) sent, in ns from the run's epoch.
+#[derive(Clone)]
+enum SentAt {
+    Same(u64),
+    PerTask(Arc<[u64]>),
+}
+
+impl SentAt {
+    fn of(&self, index: u32) -> u64 {
+        match self {
+            SentAt::Same(ns) => *ns,
+            SentAt::PerTask(times) => times.get(index as usize).copied().unwrap_or(0),
+        }
+    }
+}
+
+struct Pending {
+    handle: JobHandle,
+    sent: SentAt,
+    tasks: u32,
+    observed: Arc<AtomicU32>,
+}
+
+/// The payloads of a job: the same bytes shared by every task, except for `hash`, whose
+/// checksum needs task `i`'s payload to be `indexed_payload(i, len)`.
+struct Payloads {
+    shared: Bytes,
+    indexed: bool,
+    len: usize,
+    next_index: u64,
+}
+
+impl Payloads {
+    fn new(task: &str, len: usize) -> Self {
+        Payloads {
+            shared: Bytes::from(vec![0xA5; len]),
+            indexed: task == "hash" || task.starts_with("hash:"),
+            len,
+            next_index: 0,
+        }
+    }
+
+    fn take(&mut self, count: u64) -> Vec<Bytes> {
+        (0..count)
+            .map(|_| {
+                let index = self.next_index;
+                self.next_index += 1;
+                if self.indexed {
+                    Bytes::from(indexed_payload(index, self.len))
+                } else {
+                    self.shared.clone()
+                }
+            })
+            .collect()
+    }
+}
+
+/// Progress on stderr, redrawn at most five times a second.
+struct Progress {
+    enabled: bool,
+    last: Instant,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(enabled: bool) -> Self {
+        Progress {
+            enabled: enabled && std::io::stderr().is_terminal(),
+            last: Instant::now(),
+            drawn: false,
+        }
+    }
+
+    /// True when a redraw is due (so callers skip gathering the figures otherwise).
+    fn due(&self) -> bool {
+        self.enabled && self.last.elapsed() >= Duration::from_millis(200)
+    }
+
+    fn tick(&mut self, fraction: f64, text: impl FnOnce() -> String) {
+        if !self.due() {
+            return;
+        }
+        self.last = Instant::now();
+        const WIDTH: usize = 30;
+        let filled = ((fraction.clamp(0.0, 1.0)) * WIDTH as f64) as usize;
+        let bar: String = (0..WIDTH)
+            .map(|i| if i < filled { '#' } else { '-' })
+            .collect();
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r[{bar}] {}\x1b[K", text());
+        let _ = err.flush();
+        self.drawn = true;
+    }
+
+    fn finish(&mut self) {
+        if self.drawn {
+            eprintln!();
+            self.drawn = false;
+        }
+    }
+}
+
+/// The submitter's side of a run.
+struct Runner<'a> {
+    driver: &'a Driver,
+    spec: &'a LoadSpec,
+    shared: Arc<Shared>,
+    epoch: Instant,
+    measure_from_ns: u64,
+    pending: VecDeque<Pending>,
+    payloads: Payloads,
+    /// Tasks submitted, warm-up included.
+    submitted: u64,
+    /// Measured tasks submitted.
+    measured: u64,
+    progress: Progress,
+    /// This submitter's index and the number of submitters.
+    lane: u64,
+    lanes: u64,
+    /// This lane's share of the run.
+    jobs_max: usize,
+    limit: Limit,
+}
+
+impl Runner<'_> {
+    fn now_ns(&self) -> u64 {
+        self.shared.now_ns(self.epoch)
+    }
+
+    /// Submits one job of `count` tasks sent at `sent`.
+    fn submit(&mut self, count: u64, sent: SentAt) -> Result<(), String> {
+        let shared = self.shared.clone();
+        let observed = Arc::new(AtomicU32::new(0));
+        let seen = observed.clone();
+        let epoch = self.epoch;
+        let times = sent.clone();
+        let job = Job::new(self.spec.task.clone(), self.payloads.take(count)).on_result(
+            move |index, result| {
+                let now_ns = shared.now_ns(epoch);
+                shared
+                    .meter()
+                    .record(times.of(index), now_ns, result.map(|b| &b[..]));
+                seen.fetch_add(1, Ordering::Relaxed);
+                let done = shared.completed.fetch_add(1, Ordering::AcqRel) + 1;
+                if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
+                    shared.submitter.unpark();
+                }
+            },
+        );
+        let measured = match &sent {
+            SentAt::Same(ns) if *ns >= self.measure_from_ns => count,
+            SentAt::Same(_) => 0,
+            SentAt::PerTask(times) => times
+                .iter()
+                .filter(|&&ns| ns >= self.measure_from_ns)
+                .count() as u64,
+        };
+        let handle = self
+            .driver
+            .submit(job)
+            .map_err(|e| format!("submit failed: {e}"))?;
+        self.submitted += count;
+        self.measured += measured;
+        self.pending.push_back(Pending {
+            handle,
+            sent,
+            tasks: count as u32,
+            observed,
+        });
+        Ok(())
+    }
+
+    /// Drops finished jobs (all of them if `all`, else those at the front); tasks of a failed
+    /// or cancelled job that never reported count as failed.
+    fn reap(&mut self, all: bool) {
+        let mut index = 0;
+        while index < self.pending.len() {
+            if !self.pending[index].handle.is_finished() {
+                if !all {
+                    return;
+                }
+                index += 1;
+                continue;
+            }
+            let Some(done) = self.pending.remove(index) else {
+                return;
+            };
+            let observed = done.observed.load(Ordering::Acquire);
+            let outcome = done.handle.wait_timeout(Duration::ZERO);
+            if matches!(outcome, Ok(JobOutcome::Succeeded(_))) || observed >= done.tasks {
+                continue;
+            }
+            let now_ns = self.now_ns();
+            let mut meter = self.shared.meter();
+            // Which tasks reported is not known here; charge the missing ones at the earliest
+            // send time (exact for one-task and same-time jobs).
+            let sent_ns = done.sent.of(0);
+            for _ in observed..done.tasks {
+                meter.record(sent_ns, now_ns, Err("job ended without this task's result"));
+            }
+            drop(meter);
+            self.shared
+                .completed
+                .fetch_add(u64::from(done.tasks - observed), Ordering::Release);
+        }
+    }
+
+    fn outstanding(&self) -> u64 {
+        self.submitted
+            .saturating_sub(self.shared.completed.load(Ordering::Acquire))
+    }
+
+    /// True once the limit is reached; `sent_ns` is when the next task would be sent.
+    fn measuring_done(&self, sent_ns: u64) -> bool {
+        match self.limit {
+            Limit::Tasks(tasks) => self.measured >= tasks,
+            Limit::Duration(duration) => {
+                sent_ns >= self.measure_from_ns + duration.as_nanos() as u64
+            }
+        }
+    }
+
+    fn draw(&mut self, now_ns: u64) {
+        if !self.progress.due() {
+            return;
+        }
+        let since_s = now_ns.saturating_sub(self.measure_from_ns) as f64 / 1e9;
+        let (fraction, label) = if now_ns < self.measure_from_ns {
+            (0.0, "warm-up".to_string())
+        } else {
+            match self.limit {
+                Limit::Tasks(tasks) => (self.measured as f64 / tasks.max(1) as f64, String::new()),
+                Limit::Duration(d) => (since_s / d.as_secs_f64().max(1e-9), String::new()),
+            }
+        };
+        let done = self.shared.meter().recorder.tasks();
+        let outstanding = self.outstanding();
+        self.progress.tick(fraction, || {
+            format!(
+                "{done} tasks, {:.0} tasks/s, {outstanding} in flight, {since_s:.1} s {label}",
+                done as f64 / since_s.max(1e-9)
+            )
+        });
+    }
+
+    fn closed(&mut self, in_flight: u64, batch: u32) -> Result<(), String> {
+        let batch = u64::from(batch.max(1)).min(in_flight.max(1));
+        loop {
+            self.reap(false);
+            let now_ns = self.now_ns();
+            if self.measuring_done(now_ns) {
+                return Ok(());
+            }
+            let mut count = batch;
+            if let Limit::Tasks(tasks) = self.limit {
+                if now_ns >= self.measure_from_ns {
+                    count = count.min(tasks - self.measured);
+                }
+            }
+            let window = in_flight.max(1);
+            if self.outstanding() + count <= window {
+                self.submit(count, SentAt::Same(now_ns))?;
+                continue;
+            }
+            // Sleep until `count` slots are free: completed >= submitted + count - window.
+            let wake_at = (self.submitted + count).saturating_sub(window);
+            self.shared.wake_at.store(wake_at, Ordering::Release);
+            if self.outstanding() + count > window {
+                std::thread::park_timeout(Duration::from_millis(5));
+            }
+            self.draw(now_ns);
+        }
+    }
+
+    /// Returns true if it stopped early, saturated.
+    fn open(&mut self, rate_per_s: f64) -> Result<bool, String> {
+        // Lanes interleave: lane l sends the run's tasks l, l + lanes, l + 2 lanes, ...
+        let interval_ns = 1e9 / rate_per_s;
+        let (lane, lanes) = (self.lane, self.lanes);
+        let intended = |i: u64| ((i * lanes + lane) as f64 * interval_ns) as u64;
+        let mut next = 0u64;
+        loop {
+            self.reap(false);
+            let now_ns = self.now_ns();
+            if self.measuring_done(intended(next)) {
+                return Ok(false);
+            }
+            if self.outstanding() >= self.spec.outstanding_max / self.lanes {
+                return Ok(true);
+            }
+            let next_ns = intended(next);
+            if next_ns > now_ns {
+                let gap = Duration::from_nanos(next_ns - now_ns);
+                if gap > Duration::from_micros(200) {
+                    std::thread::sleep(gap - Duration::from_micros(100));
+                } else {
+                    std::thread::yield_now();
+                }
+                self.draw(now_ns);
+                continue;
+            }
+            if self.pending.len() >= self.jobs_max {
+                // Too many jobs outstanding: let due tasks accumulate into one bigger job.
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            let mut times = Vec::new();
+            while times.len() < OPEN_BATCH_MAX as usize && intended(next) <= now_ns {
+                if let Limit::Tasks(tasks) = self.limit {
+                    let measured_here = times
+                        .iter()
+                        .filter(|&&ns| ns >= self.measure_from_ns)
+                        .count() as u64;
+                    if self.measured + measured_here >= tasks {
+                        break;
+                    }
+                }
+                times.push(intended(next));
+                next += 1;
+            }
+            if times.is_empty() {
+                continue;
+            }
+            let count = times.len() as u64;
+            self.submit(count, SentAt::PerTask(times.into()))?;
+            self.draw(now_ns);
+        }
+    }
+
+    /// Waits until every submitted task has a result.
+    fn drain(&mut self) -> Result<(), String> {
+        self.shared.wake_at.store(self.submitted, Ordering::Release);
+        let mut last_completed = self.shared.completed.load(Ordering::Acquire);
+        let mut last_progress = Instant::now();
+        while self.outstanding() > 0 || !self.pending.is_empty() {
+            self.reap(true);
+            let completed = self.shared.completed.load(Ordering::Acquire);
+            if completed != last_completed {
+                last_completed = completed;
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > STALL {
+                return Err(format!(
+                    "stuck: {} tasks outstanding and no result for {} s (executors lost: {})",
+                    self.outstanding(),
+                    STALL.as_secs(),
+                    self.driver.executors_lost()
+                ));
+            }
+            std::thread::park_timeout(Duration::from_millis(2));
+            let now_ns = self.now_ns();
+            self.draw(now_ns);
+        }
+        Ok(())
+    }
+}
+
+/// Runs one load against `driver` and returns what it measured.
+pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
+    if let Mode::Open { rate_per_s } = spec.mode {
+        if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+            return Err(format!("the rate must be positive, not {rate_per_s}"));
+        }
+    }
+    let lanes = spec.submitters.max(1) as u64;
+    if let Mode::Closed { in_flight, .. } = spec.mode {
+        if in_flight < lanes {
+            return Err(format!(
+                "{lanes} submitters need at least {lanes} tasks in flight, not {in_flight}"
+            ));
+        }
+    }
+    let epoch = Instant::now();
+    let measure_from_ns = spec.warmup.as_nanos() as u64;
+    let meter = Arc::new(Mutex::new(Meter {
+        measure_from_ns,
+        recorder: Recorder::new(),
+        timeline: Vec::new(),
+        interval: Recorder::new().histogram().clone(),
+        interval_start_ns: measure_from_ns,
+        intervals: Vec::new(),
+        last_result_ns: measure_from_ns,
+    }));
+    let stats_before = driver.stats().map_err(|e| e.to_string())?;
+    let lost_before = driver.executors_lost();
+    // Lane l's share of `total`: the first `total % lanes` lanes take one more.
+    let share = |total: u64, lane: u64| total / lanes + u64::from(lane < total % lanes);
+    let lane_results: Vec<Result<(u64, bool), String>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..lanes)
+            .map(|lane| {
+                let meter = meter.clone();
+                scope.spawn(move || {
+                    let shared = Arc::new(Shared {
+                        meter,
+                        completed: AtomicU64::new(0),
+                        wake_at: AtomicU64::new(0),
+                        submitter: std::thread::current(),
+                        wake_submitter: matches!(spec.mode, Mode::Closed { .. }),
+                    });
+                    let limit = match spec.limit {
+                        Limit::Tasks(tasks) => Limit::Tasks(share(tasks, lane)),
+                        duration => duration,
+                    };
+                    let mut payloads = Payloads::new(&spec.task, spec.payload_bytes);
+                    // Task indices stay unique across lanes (0..tasks for a counted run with
+                    // no warm-up, so `hash` checksums are comparable).
+                    payloads.next_index = match spec.limit {
+                        Limit::Tasks(tasks) => (0..lane).map(|l| share(tasks, l)).sum(),
+                        Limit::Duration(_) => lane << 40,
+                    };
+                    let mut runner = Runner {
+                        driver,
+                        spec,
+                        shared,
+                        epoch,
+                        measure_from_ns,
+                        pending: VecDeque::new(),
+                        payloads,
+                        submitted: 0,
+                        measured: 0,
+                        progress: Progress::new(spec.progress && lane == 0),
+                        lane,
+                        lanes,
+                        jobs_max: (spec.jobs_max / lanes as usize).max(1),
+                        limit,
+                    };
+                    let sent = match spec.mode {
+                        Mode::Closed { in_flight, batch } => {
+                            runner.closed(share(in_flight, lane), batch).map(|()| false)
+                        }
+                        Mode::Open { rate_per_s } => runner.open(rate_per_s),
+                    };
+                    let drained = runner.drain();
+                    runner.progress.finish();
+                    let saturated = sent?;
+                    drained?;
+                    Ok((runner.measured, saturated))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a submitter thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut measured = 0;
+    let mut saturated = false;
+    for result in lane_results {
+        let (lane_measured, lane_saturated) = result?;
+        measured += lane_measured;
+        saturated |= lane_saturated;
+    }
+    let stats = driver.stats().map_err(|e| e.to_string())?;
+    let mut meter = meter.lock().unwrap_or_else(|p| p.into_inner());
+    let end_ns = meter.last_result_ns;
+    meter.rotate(end_ns);
+    let tail_ns = end_ns.saturating_sub(meter.interval_start_ns).max(1);
+    meter.close_interval(tail_ns);
+    let elapsed = Duration::from_nanos(end_ns.saturating_sub(measure_from_ns));
+    let failed_now = meter.recorder.summary(0, 0, 0, elapsed).failed;
+    let launched = stats.launched - stats_before.launched;
+    let succeeded = stats.succeeded - stats_before.succeeded;
+    // Attempts beyond one per task (warm-up tasks included: retries are rare and the scheduler
+    // does not tell them apart).
+    let retried = launched.saturating_sub(succeeded + failed_now);
+    let summary = meter.recorder.summary(
+        measured,
+        retried,
+        driver.executors_lost() - lost_before,
+        elapsed,
+    );
+    Ok(RunResult {
+        summary,
+        histogram: meter.recorder.histogram().clone(),
+        intervals: std::mem::take(&mut meter.intervals),
+        timeline: std::mem::take(&mut meter.timeline),
+        offered_per_s: match spec.mode {
+            Mode::Open { rate_per_s } => Some(rate_per_s),
+            Mode::Closed { .. } => None,
+        },
+        saturated,
+    })
+}

@@ -1,0 +1,89 @@
+//! The load generators against a real loopback cluster (executors as threads): every mode ends
+//! with `succeeded + failed == tasks`, warm-up tasks are not counted, and failures are counted.
+
+use std::time::Duration;
+
+use flint_bench::cluster::{Cluster, ClusterSpec, ExecutorSource};
+use flint_bench::load::{self, Limit, LoadSpec, Mode};
+use flint_net::driver::DriverConfig;
+
+fn cluster() -> Cluster {
+    let mut driver = DriverConfig::default();
+    driver.scheduler.max_failures = 2;
+    Cluster::start(ClusterSpec {
+        executors: 2,
+        cores: 1,
+        source: ExecutorSource::Threads,
+        driver,
+    })
+    .expect("a loopback cluster starts")
+}
+
+fn spec(mode: Mode, task: &str, limit: Limit) -> LoadSpec {
+    LoadSpec {
+        mode,
+        task: task.into(),
+        payload_bytes: 16,
+        limit,
+        warmup: Duration::from_millis(100),
+        outstanding_max: 100_000,
+        jobs_max: 1000,
+        progress: false,
+        submitters: 1,
+    }
+}
+
+#[test]
+fn closed_open_and_failing_runs_account_for_every_task() {
+    let cluster = cluster();
+    let driver = &cluster.driver;
+
+    let closed = Mode::Closed {
+        in_flight: 16,
+        batch: 3,
+    };
+    let run = load::run(driver, &spec(closed, "hash", Limit::Tasks(500))).unwrap();
+    assert_eq!(run.summary.tasks, 500);
+    assert_eq!(run.summary.succeeded, 500);
+    assert_eq!(run.histogram.len(), 500);
+    assert_ne!(run.summary.checksum, 0, "hash results are checksummed");
+    assert!(!run.intervals.is_empty());
+    assert_eq!(run.timeline.iter().sum::<u64>(), 500);
+
+    let open = Mode::Open { rate_per_s: 2000.0 };
+    let run = load::run(driver, &spec(open, "noop", Limit::Tasks(300))).unwrap();
+    assert_eq!((run.summary.tasks, run.summary.succeeded), (300, 300));
+    assert_eq!(run.offered_per_s, Some(2000.0));
+
+    let timed = load::run(
+        driver,
+        &spec(open, "noop", Limit::Duration(Duration::from_millis(300))),
+    )
+    .unwrap();
+    let tasks = timed.summary.tasks;
+    assert!((500..=700).contains(&tasks), "300 ms at 2000/s: {tasks}");
+    assert_eq!(timed.summary.succeeded, tasks);
+
+    let lanes = LoadSpec {
+        submitters: 3,
+        ..spec(closed, "hash", Limit::Tasks(301))
+    };
+    let three = load::run(driver, &lanes).unwrap();
+    assert_eq!((three.summary.tasks, three.summary.succeeded), (301, 301));
+    let open_lanes = LoadSpec {
+        submitters: 2,
+        ..spec(open, "noop", Limit::Tasks(301))
+    };
+    let two = load::run(driver, &open_lanes).unwrap();
+    assert_eq!((two.summary.tasks, two.summary.succeeded), (301, 301));
+
+    let one = Mode::Closed {
+        in_flight: 4,
+        batch: 1,
+    };
+    let failing = load::run(driver, &spec(one, "fail:1", Limit::Tasks(20))).unwrap();
+    assert_eq!(failing.summary.tasks, 20);
+    assert_eq!(failing.summary.succeeded, 0);
+    assert_eq!(failing.summary.failed, 20);
+    cluster.stop();
+}

@@ -1,0 +1,1583 @@
+//! The standalone master as a deterministic state machine: workers register and heartbeat,
+//! applications register, and the master places their executors on alive workers.
+//!
+//! # Model
+//!
+//! A [`Master`] has no IO and no clock. The IO layer feeds it events with the current time
+//! `now_us` (any monotonic clock in microseconds):
+//!
+//! - [`Master::worker_registered`], [`Master::worker_heartbeat`], [`Master::worker_lost`]: workers;
+//! - [`Master::app_registered`], [`Master::app_reconnected`], [`Master::app_unregistered`],
+//!   [`Master::app_disconnected`], [`Master::request_executors`], [`Master::kill_executors`]:
+//!   applications;
+//! - [`Master::executor_state_changed`], [`Master::executor_reattached`]: what workers report;
+//! - [`Master::tick`]: time passed (expires silent workers, ends recovery);
+//!
+//! and drains what it must do with [`Master::poll_output`].
+//!
+//! # Placement (Spark's `schedule()`)
+//!
+//! Waiting applications are served first come, first served. For each, the usable workers are the
+//! alive ones with enough free cores and memory for one executor, sorted by free cores (most
+//! first). Spread out (the default) gives one executor to each usable worker in turn, round after
+//! round; packed fills one worker before the next. An application gets executors until its
+//! maximum total cores or its requested executor count is reached.
+//!
+//! # Failure
+//!
+//! A worker silent for `worker_timeout_us`, or whose connection ends, is dead: its executors are
+//! lost and their applications told. An executor that exits abnormally counts against its
+//! application; once `max_executor_retries` such exits happened and none of its executors is
+//! running, the application is removed with the reason (Spark's rule). The count does not reset
+//! when an executor reaches RUNNING: a worker reports RUNNING as soon as the process starts, so
+//! an executor that crashes right after starting would otherwise never count. Lost executors do
+//! not count: the application was not at fault.
+//!
+//! # Recovery
+//!
+//! After a restart, [`Master::recover`] takes the journaled workers and applications: workers are
+//! UNKNOWN and applications disconnected until they come back. Nothing is placed until every one
+//! of them came back or `recovery_timeout_us` passed (checked on [`Master::tick`], so the
+//! executors a worker reports right after registering are adopted first); then the ones still
+//! missing are removed.
+//! Workers report executors that kept running ([`Master::executor_reattached`]) and the master
+//! adopts them instead of placing new ones.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The master's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// A worker silent this long is dead.
+    pub worker_timeout_us: u64,
+    /// Spread executors across workers (true) or pack them onto as few as possible.
+    pub spread_out: bool,
+    /// Abnormal executor exits, with none running after the last, that remove an application.
+    pub max_executor_retries: u32,
+    /// How long to wait for journaled workers and applications after a restart.
+    pub recovery_timeout_us: u64,
+    /// Workers known at once (alive or not); more registrations are refused.
+    pub workers_max: usize,
+    /// Applications registered at once; more are refused.
+    pub apps_max: usize,
+    /// Dead workers and completed applications kept for status.
+    pub history_max: usize,
+    /// Executors one application holds at most (whatever the workers claim to offer).
+    pub executors_per_app_max: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            worker_timeout_us: 15_000_000,
+            spread_out: true,
+            max_executor_retries: 10,
+            recovery_timeout_us: 15_000_000,
+            workers_max: 10_000,
+            apps_max: 10_000,
+            history_max: 64,
+            executors_per_app_max: 10_000,
+        }
+    }
+}
+
+/// A worker as it registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSpec {
+    /// Its id.
+    pub id: String,
+    /// Its host.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// Cores it offers.
+    pub cores: u32,
+    /// Memory it offers, in MiB.
+    pub memory_mb: u64,
+}
+
+/// An application as it registers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AppSpec {
+    /// Its name.
+    pub name: String,
+    /// The address its executors connect to.
+    pub driver_addr: String,
+    /// The executor program; empty for the worker's own `flint executor`.
+    pub command: String,
+    /// Arguments to the executor program.
+    pub args: Vec<String>,
+    /// Environment for the executors.
+    pub env: Vec<(String, String)>,
+    /// Cores per executor (at least 1).
+    pub cores_per_executor: u32,
+    /// Most cores in total (0: no limit).
+    pub max_cores: u32,
+    /// Memory per executor, in MiB.
+    pub memory_mb: u64,
+}
+
+/// A worker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Registered and heartbeating.
+    Alive,
+    /// Timed out or disconnected.
+    Dead,
+    /// Recovered from the journal, not heard from yet.
+    Unknown,
+}
+
+/// An application's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppState {
+    /// Registered, no executor yet.
+    Waiting,
+    /// Has executors.
+    Running,
+    /// Unregistered (or its driver went away).
+    Finished,
+    /// Removed after too many executor failures.
+    Failed,
+    /// Removed by the master (did not come back after a restart).
+    Killed,
+}
+
+/// An executor's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutorState {
+    /// Being started.
+    Launching,
+    /// Its process runs.
+    Running,
+    /// Killed on request.
+    Killed,
+    /// Exited abnormally.
+    Failed,
+    /// Lost with its worker.
+    Lost,
+    /// Exited normally.
+    Exited,
+}
+
+impl ExecutorState {
+    /// True once the executor is over.
+    pub fn is_final(self) -> bool {
+        !matches!(self, ExecutorState::Launching | ExecutorState::Running)
+    }
+}
+
+/// An application recovered from the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredApp {
+    /// Its id.
+    pub id: String,
+    /// Its description.
+    pub spec: AppSpec,
+    /// The executor count it asked for last, if it asked.
+    pub executor_limit: Option<u32>,
+    /// The next executor number it would have used.
+    pub next_executor: u64,
+}
+
+/// What the master decided; the IO layer carries it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Tell `worker` to start an executor.
+    LaunchExecutor {
+        /// The worker.
+        worker: String,
+        /// The application (see [`Master::app_spec`]).
+        app: String,
+        /// The executor's id.
+        executor: String,
+        /// Its cores.
+        cores: u32,
+        /// Its memory, in MiB.
+        memory_mb: u64,
+    },
+    /// Tell `worker` to kill an executor.
+    KillExecutor {
+        /// The worker.
+        worker: String,
+        /// The application.
+        app: String,
+        /// The executor.
+        executor: String,
+    },
+    /// Tell `worker` an application is over.
+    ApplicationFinished {
+        /// The worker.
+        worker: String,
+        /// The application.
+        app: String,
+    },
+    /// Tell an application it got an executor.
+    ExecutorAdded {
+        /// The application.
+        app: String,
+        /// The executor.
+        executor: String,
+        /// The worker.
+        worker: String,
+        /// The worker's host and port.
+        host_port: String,
+        /// Cores.
+        cores: u32,
+        /// Memory, in MiB.
+        memory_mb: u64,
+    },
+    /// Tell an application an executor changed state.
+    ExecutorUpdated {
+        /// The application.
+        app: String,
+        /// The executor.
+        executor: String,
+        /// Its state.
+        state: ExecutorState,
+        /// What happened.
+        message: String,
+        /// The exit code, if it exited.
+        exit_code: Option<i32>,
+    },
+    /// Tell an application it was removed (and forget it).
+    ApplicationRemoved {
+        /// The application.
+        app: String,
+        /// Its final state.
+        state: AppState,
+        /// Why.
+        reason: String,
+    },
+    /// A worker was removed: tell these applications, drop its connection.
+    WorkerRemoved {
+        /// The worker.
+        worker: String,
+        /// Its host.
+        host: String,
+        /// Why.
+        reason: String,
+        /// Applications to tell.
+        apps: Vec<String>,
+    },
+}
+
+/// A worker in a [`Status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerView {
+    /// What it registered with.
+    pub spec: WorkerSpec,
+    /// Its state.
+    pub state: WorkerState,
+    /// Cores in use.
+    pub cores_used: u32,
+    /// Memory in use, in MiB.
+    pub memory_used_mb: u64,
+}
+
+/// An application in a [`Status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppView {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its state.
+    pub state: AppState,
+    /// Cores its executors hold.
+    pub cores_granted: u32,
+    /// The executor count it asked for (or the most its cores allow).
+    pub executors_requested: u32,
+}
+
+/// An executor in a [`Status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorView {
+    /// Its application.
+    pub app: String,
+    /// Its id.
+    pub id: String,
+    /// Its worker.
+    pub worker: String,
+    /// Its cores.
+    pub cores: u32,
+    /// Its state.
+    pub state: ExecutorState,
+}
+
+/// A snapshot of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Status {
+    /// Workers, alive first.
+    pub workers: Vec<WorkerView>,
+    /// Applications, active ones then recently completed ones.
+    pub apps: Vec<AppView>,
+    /// Executors of active applications.
+    pub executors: Vec<ExecutorView>,
+}
+
+#[derive(Debug)]
+struct Worker {
+    spec: WorkerSpec,
+    state: WorkerState,
+    last_heard_us: u64,
+    cores_used: u32,
+    memory_used_mb: u64,
+    /// (app, executor) pairs placed here.
+    executors: BTreeSet<(String, String)>,
+}
+
+impl Worker {
+    fn fits(&self, cores: u32, memory_mb: u64) -> bool {
+        self.state == WorkerState::Alive
+            && self.spec.cores.saturating_sub(self.cores_used) >= cores
+            && self.spec.memory_mb.saturating_sub(self.memory_used_mb) >= memory_mb
+    }
+
+    fn free_cores(&self) -> u32 {
+        self.spec.cores.saturating_sub(self.cores_used)
+    }
+}
+
+#[derive(Debug)]
+struct Executor {
+    worker: String,
+    cores: u32,
+    memory_mb: u64,
+    state: ExecutorState,
+}
+
+#[derive(Debug)]
+struct App {
+    spec: AppSpec,
+    seq: u64,
+    state: AppState,
+    connected: bool,
+    executors: BTreeMap<String, Executor>,
+    executor_limit: Option<u32>,
+    next_executor: u64,
+    retries: u32,
+    last_failure: String,
+    /// Executors numbered below this may be adopted when a worker reports them (recovery).
+    adoptable_below: u64,
+    /// Executors that ended, so a late report does not bring them back.
+    ended: BTreeSet<u64>,
+}
+
+impl App {
+    fn cores_granted(&self) -> u32 {
+        self.executors.values().map(|e| e.cores).sum()
+    }
+
+    fn cores_per_executor(&self) -> u32 {
+        self.spec.cores_per_executor.max(1)
+    }
+
+    /// Executors it may still get: by its request, then by its cores.
+    fn wanted(&self) -> u32 {
+        let by_limit = self.executor_limit.map_or(u32::MAX, |limit| {
+            limit.saturating_sub(self.executors.len() as u32)
+        });
+        let by_cores = if self.spec.max_cores == 0 {
+            u32::MAX
+        } else {
+            self.spec.max_cores.saturating_sub(self.cores_granted()) / self.cores_per_executor()
+        };
+        by_limit.min(by_cores)
+    }
+
+    fn requested(&self) -> u32 {
+        let by_cores = if self.spec.max_cores == 0 {
+            u32::MAX
+        } else {
+            self.spec.max_cores / self.cores_per_executor()
+        };
+        self.executor_limit.map_or(by_cores, |l| l.min(by_cores))
+    }
+
+    fn is_active(&self) -> bool {
+        matches!(self.state, AppState::Waiting | AppState::Running)
+    }
+}
+
+/// The standalone master (see the module docs).
+#[derive(Debug)]
+pub struct Master {
+    config: Config,
+    id_prefix: String,
+    workers: BTreeMap<String, Worker>,
+    apps: BTreeMap<String, App>,
+    next_app: u64,
+    completed: VecDeque<AppView>,
+    dead_order: VecDeque<String>,
+    recovering_until_us: Option<u64>,
+    outputs: VecDeque<Output>,
+}
+
+/// Longest reason text kept from a peer, in bytes.
+const MESSAGE_MAX_BYTES: usize = 1024;
+
+fn clip(text: &str) -> String {
+    if text.len() <= MESSAGE_MAX_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MESSAGE_MAX_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default().to_owned()
+}
+
+impl Master {
+    /// A master with no workers or applications. Application ids are `{id_prefix}-{n:04}`
+    /// (Spark uses `app-{start time}`; a prefix that differs per start keeps ids unique).
+    pub fn new(config: Config, id_prefix: impl Into<String>) -> Self {
+        Master {
+            config,
+            id_prefix: id_prefix.into(),
+            workers: BTreeMap::new(),
+            apps: BTreeMap::new(),
+            next_app: 1,
+            completed: VecDeque::new(),
+            dead_order: VecDeque::new(),
+            recovering_until_us: None,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// Whether the master is still waiting for journaled workers and applications.
+    pub fn is_recovering(&self) -> bool {
+        self.recovering_until_us.is_some()
+    }
+
+    /// The description of an active application.
+    pub fn app_spec(&self, app: &str) -> Option<&AppSpec> {
+        self.apps.get(app).map(|a| &a.spec)
+    }
+
+    /// Whether `worker` is registered and alive.
+    pub fn is_worker_alive(&self, worker: &str) -> bool {
+        self.workers
+            .get(worker)
+            .is_some_and(|w| w.state == WorkerState::Alive)
+    }
+
+    /// Loads journaled state after a restart (see the module docs). Call before anything else.
+    pub fn recover(&mut self, now_us: u64, workers: Vec<WorkerSpec>, apps: Vec<RecoveredApp>) {
+        if workers.is_empty() && apps.is_empty() {
+            return;
+        }
+        for spec in workers.into_iter().take(self.config.workers_max) {
+            self.workers.insert(
+                spec.id.clone(),
+                Worker {
+                    spec,
+                    state: WorkerState::Unknown,
+                    last_heard_us: now_us,
+                    cores_used: 0,
+                    memory_used_mb: 0,
+                    executors: BTreeSet::new(),
+                },
+            );
+        }
+        for app in apps.into_iter().take(self.config.apps_max) {
+            let seq = self.next_app;
+            self.next_app += 1;
+            self.apps.insert(
+                app.id,
+                App {
+                    spec: app.spec,
+                    seq,
+                    state: AppState::Waiting,
+                    connected: false,
+                    executors: BTreeMap::new(),
+                    executor_limit: app.executor_limit,
+                    next_executor: app.next_executor,
+                    retries: 0,
+                    last_failure: String::new(),
+                    adoptable_below: app.next_executor,
+                    ended: BTreeSet::new(),
+                },
+            );
+        }
+        self.recovering_until_us = Some(now_us.saturating_add(self.config.recovery_timeout_us));
+    }
+
+    /// A worker registers. Refused (with the reason) when a worker with its id is alive, or
+    /// when the master knows too many workers.
+    pub fn worker_registered(&mut self, now_us: u64, spec: WorkerSpec) -> Result<(), String> {
+        if spec.id.is_empty() {
+            return Err("empty worker id".into());
+        }
+        match self.workers.get(&spec.id) {
+            Some(existing) if existing.state == WorkerState::Alive => {
+                return Err(format!(
+                    "duplicate worker id {:?}: a worker with this id is registered and alive",
+                    spec.id
+                ));
+            }
+            Some(_) => {}
+            None if self.workers.len() >= self.config.workers_max => {
+                self.prune_dead(self.config.workers_max.saturating_sub(1));
+                if self.workers.len() >= self.config.workers_max {
+                    return Err(format!(
+                        "too many workers ({}, workers_max)",
+                        self.workers.len()
+                    ));
+                }
+            }
+            None => {}
+        }
+        self.dead_order.retain(|id| *id != spec.id);
+        self.workers.insert(
+            spec.id.clone(),
+            Worker {
+                spec,
+                state: WorkerState::Alive,
+                last_heard_us: now_us,
+                cores_used: 0,
+                memory_used_mb: 0,
+                executors: BTreeSet::new(),
+            },
+        );
+        let _ = now_us;
+        self.schedule();
+        Ok(())
+    }
+
+    /// A worker heartbeats. False if it is not alive here (it should register again).
+    pub fn worker_heartbeat(&mut self, now_us: u64, worker: &str) -> bool {
+        match self.workers.get_mut(worker) {
+            Some(w) if w.state == WorkerState::Alive => {
+                w.last_heard_us = now_us;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A worker is gone (its connection ended, or the IO layer knows otherwise).
+    pub fn worker_lost(&mut self, worker: &str, reason: &str) {
+        self.remove_worker(worker, reason);
+        self.schedule();
+    }
+
+    /// Marks a worker dead and reports its executors lost, without placing replacements.
+    fn remove_worker(&mut self, worker: &str, reason: &str) {
+        let Some(w) = self.workers.get_mut(worker) else {
+            return;
+        };
+        if w.state == WorkerState::Dead {
+            return;
+        }
+        w.state = WorkerState::Dead;
+        w.cores_used = 0;
+        w.memory_used_mb = 0;
+        let host = w.spec.host.clone();
+        let executors = std::mem::take(&mut w.executors);
+        let reason = clip(reason);
+        for (app_id, executor) in executors {
+            if let Some(app) = self.apps.get_mut(&app_id) {
+                if app.executors.remove(&executor).is_some() {
+                    if let Ok(n) = executor.parse::<u64>() {
+                        app.ended.insert(n);
+                    }
+                    self.outputs.push_back(Output::ExecutorUpdated {
+                        app: app_id.clone(),
+                        executor,
+                        state: ExecutorState::Lost,
+                        message: format!("worker {worker} lost: {reason}"),
+                        exit_code: None,
+                    });
+                }
+                if app.executors.is_empty() && app.state == AppState::Running {
+                    app.state = AppState::Waiting;
+                }
+            }
+        }
+        let apps = self
+            .apps
+            .iter()
+            .filter(|(_, a)| a.is_active() && a.connected)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.outputs.push_back(Output::WorkerRemoved {
+            worker: worker.to_owned(),
+            host,
+            reason,
+            apps,
+        });
+        self.dead_order.push_back(worker.to_owned());
+        self.prune_dead(self.config.workers_max);
+    }
+
+    /// Time passed: expires silent workers, ends recovery when its time is up.
+    pub fn tick(&mut self, now_us: u64) {
+        let timeout = self.config.worker_timeout_us;
+        let silent: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.state == WorkerState::Alive && now_us.saturating_sub(w.last_heard_us) > timeout
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        // All silent workers go before any replacement is placed, so none lands on another
+        // worker that is about to be declared dead.
+        for worker in &silent {
+            let reason = format!("no heartbeat for {} ms", timeout / 1000);
+            self.remove_worker(worker, &reason);
+        }
+        if !silent.is_empty() {
+            self.schedule();
+        }
+        self.check_recovery(now_us);
+    }
+
+    /// An application registers; returns its id.
+    pub fn app_registered(&mut self, now_us: u64, spec: AppSpec) -> Result<String, String> {
+        let _ = now_us;
+        let active = self.apps.values().filter(|a| a.is_active()).count();
+        if active >= self.config.apps_max {
+            return Err(format!("too many applications ({active}, apps_max)"));
+        }
+        let seq = self.next_app;
+        self.next_app += 1;
+        let id = format!("{}-{seq:04}", self.id_prefix);
+        self.apps.insert(
+            id.clone(),
+            App {
+                spec,
+                seq,
+                state: AppState::Waiting,
+                connected: true,
+                executors: BTreeMap::new(),
+                executor_limit: None,
+                next_executor: 0,
+                retries: 0,
+                last_failure: String::new(),
+                adoptable_below: 0,
+                ended: BTreeSet::new(),
+            },
+        );
+        self.schedule();
+        Ok(id)
+    }
+
+    /// An application's driver is back (after a master restart or a lost connection).
+    pub fn app_reconnected(&mut self, now_us: u64, app: &str) -> Result<(), String> {
+        match self.apps.get_mut(app) {
+            Some(a) if a.is_active() => {
+                let _ = now_us;
+                a.connected = true;
+                self.schedule();
+                Ok(())
+            }
+            _ => Err(format!("unknown application {app:?}")),
+        }
+    }
+
+    /// An application unregistered: it finished.
+    pub fn app_unregistered(&mut self, app: &str) {
+        self.remove_app(app, AppState::Finished, "the application unregistered");
+    }
+
+    /// An application's driver connection ended: as in Spark, it is finished.
+    pub fn app_disconnected(&mut self, app: &str) {
+        self.remove_app(app, AppState::Finished, "the driver disconnected");
+    }
+
+    /// An application asks for `total` executors in all.
+    pub fn request_executors(&mut self, app: &str, total: u32) -> bool {
+        let Some(a) = self.apps.get_mut(app).filter(|a| a.is_active()) else {
+            return false;
+        };
+        a.executor_limit = Some(total);
+        self.schedule();
+        true
+    }
+
+    /// An application asks to kill some of its executors.
+    pub fn kill_executors(&mut self, app: &str, executors: &[&str]) -> bool {
+        let Some(a) = self.apps.get_mut(app).filter(|a| a.is_active()) else {
+            return false;
+        };
+        let mut killed = Vec::new();
+        for id in executors {
+            if let Some(executor) = a.executors.remove(*id) {
+                if let Ok(n) = id.parse::<u64>() {
+                    a.ended.insert(n);
+                }
+                killed.push(((*id).to_owned(), executor));
+            }
+        }
+        if a.executors.is_empty() && a.state == AppState::Running {
+            a.state = AppState::Waiting;
+        }
+        for (id, executor) in killed {
+            if let Some(w) = self.workers.get_mut(&executor.worker) {
+                w.executors.remove(&(app.to_owned(), id.clone()));
+                w.cores_used = w.cores_used.saturating_sub(executor.cores);
+                w.memory_used_mb = w.memory_used_mb.saturating_sub(executor.memory_mb);
+            }
+            self.outputs.push_back(Output::KillExecutor {
+                worker: executor.worker,
+                app: app.to_owned(),
+                executor: id.clone(),
+            });
+            self.outputs.push_back(Output::ExecutorUpdated {
+                app: app.to_owned(),
+                executor: id,
+                state: ExecutorState::Killed,
+                message: "killed at the application's request".into(),
+                exit_code: None,
+            });
+        }
+        self.schedule();
+        true
+    }
+
+    /// A worker reports an executor's state. Reports about executors the master does not place
+    /// on that worker are ignored.
+    pub fn executor_state_changed(
+        &mut self,
+        worker: &str,
+        app: &str,
+        executor: &str,
+        state: ExecutorState,
+        message: &str,
+        exit_code: Option<i32>,
+    ) {
+        let Some(a) = self.apps.get_mut(app) else {
+            return;
+        };
+        match a.executors.get_mut(executor) {
+            Some(e) if e.worker == worker => e.state = state,
+            _ => return,
+        }
+        self.outputs.push_back(Output::ExecutorUpdated {
+            app: app.to_owned(),
+            executor: executor.to_owned(),
+            state,
+            message: clip(message),
+            exit_code,
+        });
+        if state == ExecutorState::Running {
+            a.state = AppState::Running;
+        }
+        if !state.is_final() {
+            return;
+        }
+        if let Some(e) = a.executors.remove(executor) {
+            if let Ok(n) = executor.parse::<u64>() {
+                a.ended.insert(n);
+            }
+            if let Some(w) = self.workers.get_mut(&e.worker) {
+                w.executors.remove(&(app.to_owned(), executor.to_owned()));
+                w.cores_used = w.cores_used.saturating_sub(e.cores);
+                w.memory_used_mb = w.memory_used_mb.saturating_sub(e.memory_mb);
+            }
+        }
+        let normal = state == ExecutorState::Killed
+            || (state == ExecutorState::Exited && exit_code.unwrap_or(0) == 0);
+        if !normal {
+            a.retries += 1;
+            a.last_failure = format!(
+                "executor {executor} on {worker}: {state:?} ({}){}",
+                clip(message),
+                exit_code.map_or(String::new(), |c| format!(", exit code {c}"))
+            );
+            let running = a
+                .executors
+                .values()
+                .any(|e| e.state == ExecutorState::Running);
+            if a.retries >= self.config.max_executor_retries && !running {
+                let reason = format!(
+                    "application {app} failed: {} abnormal executor exits in a row with none running (max executor retries {}); last: {}",
+                    a.retries, self.config.max_executor_retries, a.last_failure
+                );
+                self.remove_app(app, AppState::Failed, &reason);
+                return;
+            }
+        }
+        if a.executors.is_empty() && a.state == AppState::Running {
+            a.state = AppState::Waiting;
+        }
+        self.schedule();
+    }
+
+    /// A worker that registered again reports an executor of `app` still running on it. The
+    /// master adopts it if it placed it before a restart and has not seen it end; otherwise it
+    /// tells the worker to kill it. Returns whether it was adopted.
+    pub fn executor_reattached(&mut self, worker: &str, app: &str, executor: &str) -> bool {
+        let alive = self.is_worker_alive(worker);
+        let number = executor.parse::<u64>().ok();
+        let adoptable = match (self.apps.get(app), number) {
+            (Some(a), Some(n)) => {
+                alive
+                    && a.is_active()
+                    && n < a.adoptable_below
+                    && !a.ended.contains(&n)
+                    && !a.executors.contains_key(executor)
+            }
+            _ => false,
+        };
+        if !adoptable {
+            if self
+                .apps
+                .get(app)
+                .and_then(|a| a.executors.get(executor))
+                .is_some_and(|e| e.worker == worker)
+            {
+                return true;
+            }
+            self.outputs.push_back(Output::KillExecutor {
+                worker: worker.to_owned(),
+                app: app.to_owned(),
+                executor: executor.to_owned(),
+            });
+            return false;
+        }
+        let (Some(a), Some(w)) = (self.apps.get_mut(app), self.workers.get_mut(worker)) else {
+            return false;
+        };
+        let cores = a.cores_per_executor();
+        let memory_mb = a.spec.memory_mb;
+        w.cores_used = w.cores_used.saturating_add(cores);
+        w.memory_used_mb = w.memory_used_mb.saturating_add(memory_mb);
+        w.executors.insert((app.to_owned(), executor.to_owned()));
+        a.executors.insert(
+            executor.to_owned(),
+            Executor {
+                worker: worker.to_owned(),
+                cores,
+                memory_mb,
+                state: ExecutorState::Running,
+            },
+        );
+        a.state = AppState::Running;
+        true
+    }
+
+    /// The cluster as it is now.
+    pub fn status(&self) -> Status {
+        let mut workers: Vec<WorkerView> = self
+            .workers
+            .values()
+            .map(|w| WorkerView {
+                spec: w.spec.clone(),
+                state: w.state,
+                cores_used: w.cores_used,
+                memory_used_mb: w.memory_used_mb,
+            })
+            .collect();
+        workers.sort_by_key(|w| w.state != WorkerState::Alive);
+        let mut apps: Vec<(u64, AppView)> = self
+            .apps
+            .iter()
+            .map(|(id, a)| {
+                (
+                    a.seq,
+                    AppView {
+                        id: id.clone(),
+                        name: a.spec.name.clone(),
+                        state: a.state,
+                        cores_granted: a.cores_granted(),
+                        executors_requested: a.requested(),
+                    },
+                )
+            })
+            .collect();
+        apps.sort_by_key(|(seq, _)| *seq);
+        let executors = self
+            .apps
+            .iter()
+            .flat_map(|(app, a)| {
+                a.executors.iter().map(move |(id, e)| ExecutorView {
+                    app: app.clone(),
+                    id: id.clone(),
+                    worker: e.worker.clone(),
+                    cores: e.cores,
+                    state: e.state,
+                })
+            })
+            .collect();
+        Status {
+            workers,
+            apps: apps
+                .into_iter()
+                .map(|(_, a)| a)
+                .chain(self.completed.iter().cloned())
+                .collect(),
+            executors,
+        }
+    }
+
+    fn remove_app(&mut self, app: &str, state: AppState, reason: &str) {
+        let Some(mut a) = self.apps.remove(app) else {
+            return;
+        };
+        for (id, executor) in std::mem::take(&mut a.executors) {
+            if let Some(w) = self.workers.get_mut(&executor.worker) {
+                w.executors.remove(&(app.to_owned(), id.clone()));
+                w.cores_used = w.cores_used.saturating_sub(executor.cores);
+                w.memory_used_mb = w.memory_used_mb.saturating_sub(executor.memory_mb);
+                if w.state == WorkerState::Alive {
+                    self.outputs.push_back(Output::KillExecutor {
+                        worker: executor.worker.clone(),
+                        app: app.to_owned(),
+                        executor: id,
+                    });
+                }
+            }
+        }
+        for (id, w) in &self.workers {
+            if w.state == WorkerState::Alive {
+                self.outputs.push_back(Output::ApplicationFinished {
+                    worker: id.clone(),
+                    app: app.to_owned(),
+                });
+            }
+        }
+        self.outputs.push_back(Output::ApplicationRemoved {
+            app: app.to_owned(),
+            state,
+            reason: reason.to_owned(),
+        });
+        self.completed.push_back(AppView {
+            id: app.to_owned(),
+            name: a.spec.name.clone(),
+            state,
+            cores_granted: 0,
+            executors_requested: a.requested(),
+        });
+        while self.completed.len() > self.config.history_max {
+            self.completed.pop_front();
+        }
+        self.schedule();
+    }
+
+    fn prune_dead(&mut self, keep_max: usize) {
+        let dead_keep = self.config.history_max;
+        while self.dead_order.len() > dead_keep || self.workers.len() > keep_max {
+            let Some(id) = self.dead_order.pop_front() else {
+                break;
+            };
+            if self
+                .workers
+                .get(&id)
+                .is_some_and(|w| w.state == WorkerState::Dead)
+            {
+                self.workers.remove(&id);
+            }
+        }
+    }
+
+    fn check_recovery(&mut self, now_us: u64) {
+        let Some(until_us) = self.recovering_until_us else {
+            return;
+        };
+        let all_back = self
+            .workers
+            .values()
+            .all(|w| w.state != WorkerState::Unknown)
+            && self.apps.values().all(|a| a.connected || !a.is_active());
+        if !all_back && now_us < until_us {
+            return;
+        }
+        self.recovering_until_us = None;
+        let missing_workers: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Unknown)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for worker in missing_workers {
+            self.remove_worker(&worker, "did not register again after the master restarted");
+        }
+        let missing_apps: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, a)| !a.connected)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for app in missing_apps {
+            self.remove_app(
+                &app,
+                AppState::Killed,
+                "its driver did not come back after the master restarted",
+            );
+        }
+        self.schedule();
+    }
+
+    /// Places executors for waiting applications, first come first served.
+    fn schedule(&mut self) {
+        if self.recovering_until_us.is_some() {
+            return;
+        }
+        let mut order: Vec<(u64, String)> = self
+            .apps
+            .iter()
+            .filter(|(_, a)| a.is_active() && a.connected)
+            .map(|(id, a)| (a.seq, id.clone()))
+            .collect();
+        order.sort();
+        for (_, app_id) in order {
+            self.schedule_app(&app_id);
+        }
+    }
+
+    fn schedule_app(&mut self, app_id: &str) {
+        let Some(app) = self.apps.get(app_id) else {
+            return;
+        };
+        let room = self
+            .config
+            .executors_per_app_max
+            .saturating_sub(app.executors.len() as u32);
+        let mut wanted = app.wanted().min(room);
+        if wanted == 0 {
+            return;
+        }
+        let cores = app.cores_per_executor();
+        let memory_mb = app.spec.memory_mb;
+        // Usable workers by free cores, most first (ties by id, for determinism).
+        let mut usable: Vec<(String, u32, u64)> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.fits(cores, memory_mb))
+            .map(|(id, w)| {
+                (
+                    id.clone(),
+                    w.free_cores(),
+                    w.spec.memory_mb.saturating_sub(w.memory_used_mb),
+                )
+            })
+            .collect();
+        usable.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut assigned = vec![0u32; usable.len()];
+        let mut progress = true;
+        while wanted > 0 && progress {
+            progress = false;
+            for (slot, (_, free_cores, free_memory_mb)) in usable.iter_mut().enumerate() {
+                while wanted > 0 && *free_cores >= cores && *free_memory_mb >= memory_mb {
+                    *free_cores -= cores;
+                    *free_memory_mb -= memory_mb;
+                    if let Some(count) = assigned.get_mut(slot) {
+                        *count += 1;
+                    }
+                    wanted -= 1;
+                    progress = true;
+                    if self.config.spread_out {
+                        break;
+                    }
+                }
+                if wanted == 0 {
+                    break;
+                }
+            }
+        }
+        for ((worker, _, _), count) in usable.into_iter().zip(assigned) {
+            for _ in 0..count {
+                self.launch(app_id, &worker, cores, memory_mb);
+            }
+        }
+    }
+
+    fn launch(&mut self, app_id: &str, worker_id: &str, cores: u32, memory_mb: u64) {
+        let (Some(app), Some(worker)) =
+            (self.apps.get_mut(app_id), self.workers.get_mut(worker_id))
+        else {
+            return;
+        };
+        let executor = app.next_executor.to_string();
+        app.next_executor += 1;
+        app.executors.insert(
+            executor.clone(),
+            Executor {
+                worker: worker_id.to_owned(),
+                cores,
+                memory_mb,
+                state: ExecutorState::Launching,
+            },
+        );
+        app.state = AppState::Running;
+        worker.cores_used += cores;
+        worker.memory_used_mb += memory_mb;
+        worker
+            .executors
+            .insert((app_id.to_owned(), executor.clone()));
+        let host_port = format!("{}:{}", worker.spec.host, worker.spec.port);
+        self.outputs.push_back(Output::LaunchExecutor {
+            worker: worker_id.to_owned(),
+            app: app_id.to_owned(),
+            executor: executor.clone(),
+            cores,
+            memory_mb,
+        });
+        self.outputs.push_back(Output::ExecutorAdded {
+            app: app_id.to_owned(),
+            executor,
+            worker: worker_id.to_owned(),
+            host_port,
+            cores,
+            memory_mb,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+
+    fn worker(id: &str, cores: u32, memory_mb: u64) -> WorkerSpec {
+        WorkerSpec {
+            id: id.into(),
+            host: format!("host-{id}"),
+            port: 7078,
+            cores,
+            memory_mb,
+        }
+    }
+
+    fn app(cores_per_executor: u32, max_cores: u32, memory_mb: u64) -> AppSpec {
+        AppSpec {
+            name: "test".into(),
+            driver_addr: "127.0.0.1:1".into(),
+            cores_per_executor,
+            max_cores,
+            memory_mb,
+            ..AppSpec::default()
+        }
+    }
+
+    fn master(spread_out: bool) -> Master {
+        Master::new(
+            Config {
+                worker_timeout_us: 2 * S,
+                spread_out,
+                max_executor_retries: 3,
+                recovery_timeout_us: 5 * S,
+                ..Config::default()
+            },
+            "app-test",
+        )
+    }
+
+    fn drain(m: &mut Master) -> Vec<Output> {
+        std::iter::from_fn(|| m.poll_output()).collect()
+    }
+
+    /// Launches per worker, in output order.
+    fn launches(outputs: &[Output]) -> Vec<(String, String)> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::LaunchExecutor {
+                    worker, executor, ..
+                } => Some((worker.clone(), executor.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn per_worker(outputs: &[Output]) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for (w, _) in launches(outputs) {
+            *counts.entry(w).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn spread_out_places_one_executor_per_worker_in_turn() {
+        let mut m = master(true);
+        for id in ["a", "b", "c"] {
+            m.worker_registered(0, worker(id, 4, 4096)).unwrap();
+        }
+        let id = m.app_registered(0, app(1, 6, 512)).unwrap();
+        assert_eq!(id, "app-test-0001");
+        let out = drain(&mut m);
+        let counts = per_worker(&out);
+        assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::ExecutorAdded { .. })));
+    }
+
+    #[test]
+    fn packed_fills_the_worker_with_most_free_cores_first() {
+        let mut m = master(false);
+        m.worker_registered(0, worker("a", 2, 4096)).unwrap();
+        m.worker_registered(0, worker("b", 8, 4096)).unwrap();
+        m.app_registered(0, app(2, 6, 0)).unwrap();
+        let counts = per_worker(&drain(&mut m));
+        assert_eq!(counts.get("b"), Some(&3));
+        assert_eq!(counts.get("a"), None);
+    }
+
+    #[test]
+    fn a_worker_claiming_huge_resources_gets_a_bounded_number_of_executors() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", u32::MAX, u64::MAX))
+            .unwrap();
+        m.app_registered(0, app(1, 0, 0)).unwrap();
+        assert_eq!(launches(&drain(&mut m)).len(), 10_000);
+    }
+
+    #[test]
+    fn memory_limits_placement() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 8, 1000)).unwrap();
+        m.app_registered(0, app(1, 0, 400)).unwrap();
+        assert_eq!(launches(&drain(&mut m)).len(), 2);
+        let status = m.status();
+        assert_eq!(status.workers[0].memory_used_mb, 800);
+        assert_eq!(status.workers[0].cores_used, 2);
+    }
+
+    #[test]
+    fn waiting_apps_are_served_fifo_as_resources_free_up() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 2, 4096)).unwrap();
+        let first = m.app_registered(0, app(2, 2, 0)).unwrap();
+        let second = m.app_registered(0, app(2, 2, 0)).unwrap();
+        let third = m.app_registered(0, app(2, 2, 0)).unwrap();
+        let out = drain(&mut m);
+        assert_eq!(launches(&out).len(), 1);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::LaunchExecutor { app, .. } if *app == first)));
+        m.app_unregistered(&first);
+        let out = drain(&mut m);
+        let launched: Vec<&String> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::LaunchExecutor { app, .. } => Some(app),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(launched, vec![&second]);
+        assert!(out.iter().any(
+            |o| matches!(o, Output::ApplicationFinished { worker, app } if worker == "a" && *app == first)
+        ));
+        let _ = third;
+    }
+
+    #[test]
+    fn a_duplicate_alive_worker_is_refused_and_a_dead_one_may_come_back() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 2, 100)).unwrap();
+        let refusal = m.worker_registered(0, worker("a", 2, 100)).unwrap_err();
+        assert!(refusal.contains("duplicate worker id"), "{refusal}");
+        m.tick(3 * S);
+        assert!(!m.is_worker_alive("a"));
+        m.worker_registered(3 * S, worker("a", 2, 100)).unwrap();
+        assert!(m.is_worker_alive("a"));
+    }
+
+    #[test]
+    fn a_silent_worker_is_removed_its_executors_lost_and_replaced_elsewhere() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 2, 4096)).unwrap();
+        m.worker_registered(0, worker("b", 2, 4096)).unwrap();
+        let id = m.app_registered(0, app(1, 2, 0)).unwrap();
+        let out = drain(&mut m);
+        assert_eq!(per_worker(&out).len(), 2);
+        m.worker_heartbeat(S + S / 2, "b");
+        m.tick(2 * S + 1);
+        let out = drain(&mut m);
+        assert!(out.iter().any(|o| matches!(o,
+            Output::ExecutorUpdated { app, state: ExecutorState::Lost, .. } if *app == id)));
+        assert!(out.iter().any(|o| matches!(o,
+            Output::WorkerRemoved { worker, apps, .. } if worker == "a" && apps == &vec![id.clone()])));
+        // The replacement goes to the only worker left.
+        assert_eq!(launches(&out), vec![("b".to_owned(), "2".to_owned())]);
+        assert!(!m.worker_heartbeat(2 * S + 2, "a"));
+    }
+
+    #[test]
+    fn too_many_abnormal_exits_with_none_running_remove_the_app() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 1, 4096)).unwrap();
+        let id = m.app_registered(0, app(1, 1, 0)).unwrap();
+        let mut out = drain(&mut m);
+        for round in 0..3 {
+            let (w, e) = launches(&out).pop().expect("a launch");
+            m.executor_state_changed(&w, &id, &e, ExecutorState::Failed, "boom", Some(1));
+            out = drain(&mut m);
+            if round < 2 {
+                assert_eq!(launches(&out).len(), 1, "relaunched after failure {round}");
+            }
+        }
+        let removed = out.iter().find_map(|o| match o {
+            Output::ApplicationRemoved { state, reason, .. } => Some((*state, reason.clone())),
+            _ => None,
+        });
+        let (state, reason) = removed.expect("removed");
+        assert_eq!(state, AppState::Failed);
+        assert!(reason.contains("max executor retries 3"), "{reason}");
+        assert!(reason.contains("boom"), "{reason}");
+        assert_eq!(
+            m.status().apps.last().map(|a| a.state),
+            Some(AppState::Failed)
+        );
+    }
+
+    #[test]
+    fn an_app_with_a_running_executor_survives_failures_of_its_others() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 2, 4096)).unwrap();
+        let id = m.app_registered(0, app(1, 2, 0)).unwrap();
+        let mut out = drain(&mut m);
+        let mut launched = launches(&out);
+        let (w, steady) = launched.remove(0);
+        m.executor_state_changed(&w, &id, &steady, ExecutorState::Running, "", None);
+        for _ in 0..10 {
+            let (w, e) = launched.pop().expect("a launch");
+            m.executor_state_changed(&w, &id, &e, ExecutorState::Running, "", None);
+            m.executor_state_changed(&w, &id, &e, ExecutorState::Failed, "boom", Some(1));
+            out = drain(&mut m);
+            launched = launches(&out);
+        }
+        assert!(m.app_spec(&id).is_some(), "still registered");
+        // Once the steady one fails too, none is running: the count is far past the limit.
+        m.executor_state_changed(&w, &id, &steady, ExecutorState::Failed, "boom", Some(1));
+        assert!(m.app_spec(&id).is_none(), "removed");
+    }
+
+    #[test]
+    fn request_and_kill_executors() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 8, 4096)).unwrap();
+        let id = m.app_registered(0, app(1, 0, 0)).unwrap();
+        m.request_executors(&id, 0);
+        drain(&mut m);
+        let executors = |m: &Master| m.status().executors.len();
+        // Unlimited by default: it took all 8 cores before the request came.
+        assert_eq!(executors(&m), 8);
+        m.kill_executors(&id, &["0", "1", "nope"]);
+        let out = drain(&mut m);
+        assert_eq!(
+            out.iter()
+                .filter(|o| matches!(o, Output::KillExecutor { .. }))
+                .count(),
+            2
+        );
+        assert_eq!(executors(&m), 6);
+        m.request_executors(&id, 7);
+        assert_eq!(launches(&drain(&mut m)).len(), 1);
+        assert_eq!(executors(&m), 7);
+    }
+
+    #[test]
+    fn recovery_adopts_running_executors_and_removes_what_did_not_come_back() {
+        let mut m = master(true);
+        let spec = app(1, 2, 0);
+        m.recover(
+            0,
+            vec![worker("a", 2, 4096), worker("b", 2, 4096)],
+            vec![
+                RecoveredApp {
+                    id: "app-old-0001".into(),
+                    spec: spec.clone(),
+                    executor_limit: Some(2),
+                    next_executor: 2,
+                },
+                RecoveredApp {
+                    id: "app-old-0002".into(),
+                    spec,
+                    executor_limit: None,
+                    next_executor: 0,
+                },
+            ],
+        );
+        assert!(m.is_recovering());
+        m.worker_registered(S, worker("a", 2, 4096)).unwrap();
+        assert!(m.executor_reattached("a", "app-old-0001", "0"));
+        assert!(m.executor_reattached("a", "app-old-0001", "1"));
+        assert!(!m.executor_reattached("a", "app-old-0001", "7"));
+        m.app_reconnected(S, "app-old-0001").unwrap();
+        let out = drain(&mut m);
+        assert_eq!(launches(&out), vec![], "nothing placed while recovering");
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::KillExecutor { executor, .. } if executor == "7")));
+        assert!(m.worker_heartbeat(5 * S, "a"));
+        m.tick(6 * S);
+        let out = drain(&mut m);
+        assert!(out.iter().any(|o| matches!(o,
+            Output::WorkerRemoved { worker, .. } if worker == "b")));
+        assert!(out.iter().any(|o| matches!(o,
+            Output::ApplicationRemoved { app, state: AppState::Killed, .. } if app == "app-old-0002")));
+        assert_eq!(
+            launches(&out),
+            vec![],
+            "the adopted executors fill the request"
+        );
+        assert!(!m.is_recovering());
+        let status = m.status();
+        assert_eq!(status.executors.len(), 2);
+        assert_eq!(status.workers[0].cores_used, 2);
+        // A new app gets an id with this master's prefix.
+        assert_eq!(
+            m.app_registered(6 * S, app(1, 1, 0)).unwrap(),
+            "app-test-0003"
+        );
+    }
+
+    #[test]
+    fn recovery_ends_early_when_everything_came_back() {
+        let mut m = master(true);
+        m.recover(0, vec![worker("a", 2, 4096)], vec![]);
+        m.worker_registered(S, worker("a", 2, 4096)).unwrap();
+        assert!(m.is_recovering(), "recovery ends on a tick");
+        m.tick(S);
+        assert!(!m.is_recovering());
+    }
+
+    #[test]
+    fn reports_from_the_wrong_worker_are_ignored() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("a", 1, 4096)).unwrap();
+        m.worker_registered(0, worker("b", 1, 4096)).unwrap();
+        let id = m.app_registered(0, app(1, 1, 0)).unwrap();
+        let out = drain(&mut m);
+        let (w, e) = launches(&out).pop().expect("a launch");
+        let other = if w == "a" { "b" } else { "a" };
+        m.executor_state_changed(other, &id, &e, ExecutorState::Failed, "x", Some(1));
+        assert!(drain(&mut m).is_empty());
+        assert_eq!(m.status().executors.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        RegisterWorker(u8, u32, u64),
+        LoseWorker(u8),
+        Heartbeat(u8),
+        Advance(u64),
+        RegisterApp(u32, u32, u64),
+        UnregisterApp(u8),
+        Request(u8, u32),
+        Kill(u8, u8),
+        Report(u8, u8, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..4, 0u32..6, 0u64..3000).prop_map(|(w, c, m)| Op::RegisterWorker(w, c, m)),
+            (0u8..4).prop_map(Op::LoseWorker),
+            (0u8..4).prop_map(Op::Heartbeat),
+            (0u64..3_000_000).prop_map(Op::Advance),
+            (0u32..3, 0u32..8, 0u64..1500).prop_map(|(c, m, mem)| Op::RegisterApp(c, m, mem)),
+            (0u8..4).prop_map(Op::UnregisterApp),
+            (0u8..4, 0u32..6).prop_map(|(a, n)| Op::Request(a, n)),
+            (0u8..4, 0u8..8).prop_map(|(a, e)| Op::Kill(a, e)),
+            (0u8..4, 0u8..8, 0u8..6).prop_map(|(a, e, s)| Op::Report(a, e, s)),
+        ]
+    }
+
+    const STATES: [ExecutorState; 6] = [
+        ExecutorState::Launching,
+        ExecutorState::Running,
+        ExecutorState::Killed,
+        ExecutorState::Failed,
+        ExecutorState::Lost,
+        ExecutorState::Exited,
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn placement_never_oversubscribes_and_only_targets_alive_workers(ops in proptest::collection::vec(op(), 1..80)) {
+            let mut m = Master::new(
+                Config { worker_timeout_us: 2_000_000, max_executor_retries: 3, ..Config::default() },
+                "app",
+            );
+            let mut now = 0u64;
+            let mut apps: Vec<String> = Vec::new();
+            // executor -> (worker, app)
+            let mut placed: BTreeMap<(String, String), String> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::RegisterWorker(w, cores, memory_mb) => {
+                        let _ = m.worker_registered(now, WorkerSpec {
+                            id: format!("w{w}"), host: "h".into(), port: 1, cores, memory_mb,
+                        });
+                    }
+                    Op::LoseWorker(w) => m.worker_lost(&format!("w{w}"), "test"),
+                    Op::Heartbeat(w) => { m.worker_heartbeat(now, &format!("w{w}")); }
+                    Op::Advance(us) => { now += us; m.tick(now); }
+                    Op::RegisterApp(cores, max_cores, memory_mb) => {
+                        if let Ok(id) = m.app_registered(now, AppSpec {
+                            cores_per_executor: cores, max_cores, memory_mb, ..AppSpec::default()
+                        }) {
+                            apps.push(id);
+                        }
+                    }
+                    Op::UnregisterApp(a) => {
+                        if let Some(app) = apps.get(a as usize) { m.app_unregistered(app); }
+                    }
+                    Op::Request(a, n) => {
+                        if let Some(app) = apps.get(a as usize) { m.request_executors(app, n); }
+                    }
+                    Op::Kill(a, e) => {
+                        if let Some(app) = apps.get(a as usize) { m.kill_executors(app, &[&e.to_string()]); }
+                    }
+                    Op::Report(a, e, s) => {
+                        if let Some(app) = apps.get(a as usize) {
+                            let executor = e.to_string();
+                            if let Some(worker) = placed.get(&(app.clone(), executor.clone())) {
+                                m.executor_state_changed(worker, app, &executor, STATES[s as usize], "x", Some(1));
+                            }
+                        }
+                    }
+                }
+                let outputs: Vec<Output> = std::iter::from_fn(|| m.poll_output()).collect();
+                for (i, output) in outputs.iter().enumerate() {
+                    if let Output::LaunchExecutor { worker, app, executor, .. } = output {
+                        // Alive now, or removed by the same event after the launch was sent.
+                        let removed_later = outputs.get(i..).unwrap_or_default().iter().any(|o| {
+                            matches!(o, Output::WorkerRemoved { worker: w, .. } if w == worker)
+                        });
+                        prop_assert!(m.is_worker_alive(worker) || removed_later, "launch on a dead worker");
+                        placed.insert((app.clone(), executor.clone()), worker.clone());
+                    }
+                }
+                let status = m.status();
+                for w in &status.workers {
+                    let on_it: Vec<&ExecutorView> =
+                        status.executors.iter().filter(|e| e.worker == w.spec.id).collect();
+                    let cores: u32 = on_it.iter().map(|e| e.cores).sum();
+                    prop_assert_eq!(cores, w.cores_used);
+                    prop_assert!(w.cores_used <= w.spec.cores);
+                    prop_assert!(w.memory_used_mb <= w.spec.memory_mb);
+                    if w.state != WorkerState::Alive {
+                        prop_assert!(on_it.is_empty(), "executors on a dead worker");
+                    }
+                }
+                for a in &status.apps {
+                    if let Some(spec) = m.app_spec(&a.id) {
+                        if spec.max_cores > 0 {
+                            prop_assert!(a.cores_granted <= spec.max_cores);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Pieces the standalone roles share: conversions between the wire's messages and the engine's
+//! standalone types, and a blocking request/answer client for people's commands (`flint status`).
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use flint_engine::standalone as sa;
+
+use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::wire::{
+    self, AppDescription, Frame, FrameDecoder, KeyValue, List, Message, Role,
+    FRAME_SIZE_MAX_DEFAULT,
+};
+
+/// The message a worker puts in `ExecutorStateChanged(Running)` for an executor that kept
+/// running while it was away from the master (after it registered again): the master adopts
+/// the executor instead of counting it as new.
+pub const REATTACH_MESSAGE: &str = "still running after the worker registered again";
+
+/// The engine's executor state as the wire's.
+pub fn executor_state_to_wire(state: sa::ExecutorState) -> wire::ExecutorState {
+    match state {
+        sa::ExecutorState::Launching => wire::ExecutorState::Launching,
+        sa::ExecutorState::Running => wire::ExecutorState::Running,
+        sa::ExecutorState::Killed => wire::ExecutorState::Killed,
+        sa::ExecutorState::Failed => wire::ExecutorState::Failed,
+        sa::ExecutorState::Lost => wire::ExecutorState::Lost,
+        sa::ExecutorState::Exited => wire::ExecutorState::Exited,
+    }
+}
+
+/// The wire's executor state as the engine's.
+pub fn executor_state_from_wire(state: wire::ExecutorState) -> sa::ExecutorState {
+    match state {
+        wire::ExecutorState::Launching => sa::ExecutorState::Launching,
+        wire::ExecutorState::Running => sa::ExecutorState::Running,
+        wire::ExecutorState::Killed => sa::ExecutorState::Killed,
+        wire::ExecutorState::Failed => sa::ExecutorState::Failed,
+        wire::ExecutorState::Lost => sa::ExecutorState::Lost,
+        wire::ExecutorState::Exited => sa::ExecutorState::Exited,
+    }
+}
+
+/// The engine's application state as the wire's.
+pub fn app_state_to_wire(state: sa::AppState) -> wire::AppState {
+    match state {
+        sa::AppState::Waiting => wire::AppState::Waiting,
+        sa::AppState::Running => wire::AppState::Running,
+        sa::AppState::Finished => wire::AppState::Finished,
+        sa::AppState::Failed => wire::AppState::Failed,
+        sa::AppState::Killed => wire::AppState::Killed,
+    }
+}
+
+/// The engine's worker state as the wire's.
+pub fn worker_state_to_wire(state: sa::WorkerState) -> wire::WorkerState {
+    match state {
+        sa::WorkerState::Alive => wire::WorkerState::Alive,
+        sa::WorkerState::Dead => wire::WorkerState::Dead,
+        sa::WorkerState::Unknown => wire::WorkerState::Unknown,
+    }
+}
+
+/// An application description from the wire, owned.
+pub fn spec_from_wire(app: &AppDescription<'_>) -> sa::AppSpec {
+    sa::AppSpec {
+        name: app.name.to_owned(),
+        driver_addr: app.driver_addr.to_owned(),
+        command: app.command.to_owned(),
+        args: app.args.iter().map(str::to_owned).collect(),
+        env: app
+            .env
+            .iter()
+            .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
+            .collect(),
+        cores_per_executor: app.cores_per_executor,
+        max_cores: app.max_cores,
+        memory_mb: app.memory_mb,
+    }
+}
+
+/// Calls `f` with `spec` as a wire description (which borrows from it).
+pub fn with_description<R>(spec: &sa::AppSpec, f: impl FnOnce(AppDescription<'_>) -> R) -> R {
+    let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
+    let env: Vec<KeyValue<'_>> = spec
+        .env
+        .iter()
+        .map(|(key, value)| KeyValue { key, value })
+        .collect();
+    f(AppDescription {
+        name: &spec.name,
+        driver_addr: &spec.driver_addr,
+        command: &spec.command,
+        args: List::from_items(&args),
+        env: List::from_items(&env),
+        cores_per_executor: spec.cores_per_executor,
+        max_cores: spec.max_cores,
+        memory_mb: spec.memory_mb,
+    })
+}
+
+/// A blocking connection for one-shot requests (`flint status`): handshake, then messages.
+pub struct BlockingClient {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    deadline: Instant,
+}
+
+impl BlockingClient {
+    /// Connects to `addr` as `role` and completes the handshake; everything must happen within
+    /// `timeout`.
+    pub fn connect(
+        addr: SocketAddr,
+        role: Role,
+        secret: Option<Secret>,
+        timeout: Duration,
+    ) -> Result<BlockingClient, String> {
+        let deadline = Instant::now() + timeout;
+        let stream = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let mut client = BlockingClient {
+            stream,
+            decoder: FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT),
+            deadline,
+        };
+        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
+        let mut out = BytesMut::new();
+        let mut handshake =
+            Handshake::start(role, secret, nonce, &[Role::Master, Role::Worker], &mut out);
+        client.write(&out)?;
+        loop {
+            let frame = client.next_frame()?;
+            let mut out = BytesMut::new();
+            let step = handshake.on_frame(frame.kind(), frame.body(), &mut out);
+            client.write(&out)?;
+            match step {
+                Ok(Some(_)) => return Ok(client),
+                Ok(None) => {}
+                Err(error) => return Err(format!("handshake with {addr} failed: {error}")),
+            }
+        }
+    }
+
+    /// Sends one message.
+    pub fn send(&mut self, message: &Message<'_>) -> Result<(), String> {
+        let mut out = BytesMut::new();
+        message
+            .encode(&mut out, FRAME_SIZE_MAX_DEFAULT)
+            .map_err(|e| e.to_string())?;
+        self.write(&out)
+    }
+
+    /// The next frame (decode it with [`Frame::message`]).
+    pub fn next_frame(&mut self) -> Result<Frame, String> {
+        loop {
+            if let Some(frame) = self.decoder.next_frame().map_err(|e| e.to_string())? {
+                return Ok(frame);
+            }
+            let remaining = self.deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err("timed out waiting for an answer".into());
+            }
+            self.stream
+                .set_read_timeout(Some(remaining))
+                .map_err(|e| e.to_string())?;
+            match self.decoder.read_from(&mut self.stream) {
+                Ok(0) => return Err("the peer closed the connection".into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("read failed: {e}")),
+            }
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.stream
+            .write_all(bytes)
+            .map_err(|e| format!("write failed: {e}"))
+    }
+}

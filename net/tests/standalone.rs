@@ -1,0 +1,1246 @@
+//! The standalone cluster with real processes: a `flint master`, `flint worker`s advertising
+//! 127.0.0.2, 127.0.0.3 and 127.0.0.4, `flint submit`, real `kill -9`, a master restart from its
+//! journal, executors killed as process trees, and (where the machine allows it) a master,
+//! workers and a driver in separate network namespaces joined by veth pairs.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use flint_engine::standalone::AppSpec;
+use flint_net::app_client::{AppClient, AppClientConfig};
+use flint_net::functions::fnv1a64;
+use flint_net::standalone::BlockingClient;
+use flint_net::summary::indexed_payload;
+use flint_net::wire::{Message, Role};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const FLINT: &str = env!("CARGO_BIN_EXE_flint");
+
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "flint-sa-{}-{name}-{}",
+        std::process::id(),
+        unique()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `flint` process with stdout and stderr in files; killed on drop.
+struct Proc {
+    name: String,
+    /// Where it listens, for workers.
+    listen: Option<SocketAddr>,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Proc {
+    fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
+        let mut command = Command::new(FLINT);
+        command.env_remove("FLINT_SECRET");
+        Proc::start_with(command, dir, name, args)
+    }
+
+    fn start_with(mut command: Command, dir: &Path, name: &str, args: &[&str]) -> Proc {
+        let stdout = dir.join(format!("{name}-{}.out", unique()));
+        let stderr = dir.join(format!("{name}-{}.err", unique()));
+        let child = command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("spawn flint");
+        Proc {
+            name: name.into(),
+            listen: None,
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + DEADLINE * 2;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit; stderr: {}",
+                self.name,
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill9(&mut self) {
+        kill("-KILL", &self.child.id().to_string());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kill(signal: &str, target: &str) -> bool {
+    Command::new("kill")
+        .args([signal, "--", target])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A master on 127.0.0.1 with fast timeouts.
+fn start_master(dir: &Path, port: u16, extra: &[&str]) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "master",
+        "--listen",
+        &listen,
+        "--worker-timeout-ms",
+        "2000",
+        "--heartbeat-interval-ms",
+        "200",
+        "--recovery-timeout-ms",
+        "5000",
+    ];
+    args.extend_from_slice(extra);
+    let master = Proc::start(dir, "master", &args);
+    let addr: SocketAddr = listen.parse().expect("addr");
+    wait_until("the master to listen", || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    master
+}
+
+/// A worker listening (for status) on `host` and a free port, with its work dir under `dir`.
+fn start_worker(dir: &Path, master: u16, id: &str, host: &str, cores: u32) -> Proc {
+    let work = dir.join(format!("work-{id}"));
+    let listen: SocketAddr = format!("{host}:{}", free_port()).parse().expect("addr");
+    let mut worker = Proc::start(
+        dir,
+        id,
+        &[
+            "worker",
+            "--master",
+            &format!("127.0.0.1:{master}"),
+            "--id",
+            id,
+            "--cores",
+            &cores.to_string(),
+            "--memory-mb",
+            "4096",
+            "--listen",
+            &listen.to_string(),
+            "--work-dir",
+            &work.to_string_lossy(),
+            "--kill-timeout-ms",
+            "1000",
+        ],
+    );
+    worker.listen = Some(listen);
+    worker
+}
+
+#[derive(Debug, Default)]
+struct Snapshot {
+    /// (id, state)
+    workers: Vec<(String, String)>,
+    /// (id, state)
+    apps: Vec<(String, String)>,
+    /// (app, executor, worker, state)
+    executors: Vec<(String, String, String, String)>,
+}
+
+impl Snapshot {
+    fn worker_state(&self, id: &str) -> Option<&str> {
+        self.workers
+            .iter()
+            .find(|(w, _)| w == id)
+            .map(|(_, s)| s.as_str())
+    }
+
+    fn alive_workers(&self) -> usize {
+        self.workers.iter().filter(|(_, s)| s == "ALIVE").count()
+    }
+
+    fn running_on(&self, worker: &str) -> usize {
+        self.executors
+            .iter()
+            .filter(|(_, _, w, s)| w == worker && s == "RUNNING")
+            .count()
+    }
+}
+
+fn status(port: u16) -> Option<Snapshot> {
+    status_of(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// The status a master (or a worker) answers.
+fn status_of(addr: SocketAddr) -> Option<Snapshot> {
+    let mut client =
+        BlockingClient::connect(addr, Role::Client, None, Duration::from_secs(5)).ok()?;
+    client.send(&Message::StatusRequest {}).ok()?;
+    let frame = client.next_frame().ok()?;
+    let Ok(Message::StatusResponse {
+        workers,
+        applications,
+        executors,
+    }) = frame.message()
+    else {
+        return None;
+    };
+    Some(Snapshot {
+        workers: workers
+            .iter()
+            .map(|w| (w.worker_id.to_owned(), w.state.to_string().to_uppercase()))
+            .collect(),
+        apps: applications
+            .iter()
+            .map(|a| (a.app_id.to_owned(), a.state.to_string().to_uppercase()))
+            .collect(),
+        executors: executors
+            .iter()
+            .map(|e| {
+                (
+                    e.app_id.to_owned(),
+                    e.executor_id.to_owned(),
+                    e.worker_id.to_owned(),
+                    e.state.to_string().to_uppercase(),
+                )
+            })
+            .collect(),
+    })
+}
+
+fn wait_status(port: u16, what: &str, mut condition: impl FnMut(&Snapshot) -> bool) -> Snapshot {
+    let mut last = None;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(snapshot) = status(port) {
+            if condition(&snapshot) {
+                return snapshot;
+            }
+            last = Some(snapshot);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last status: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn expected_checksum(tasks: u64, payload: usize) -> u64 {
+    (0..tasks).fold(0u64, |sum, i| {
+        sum.wrapping_add(fnv1a64(&indexed_payload(i, payload)))
+    })
+}
+
+fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -> Proc {
+    Proc::start(
+        dir,
+        "submit",
+        &[
+            "submit",
+            "--master",
+            &format!("127.0.0.1:{master}"),
+            "--executors",
+            &executors.to_string(),
+            "--cores",
+            "1",
+            "--tasks",
+            &tasks.to_string(),
+            "--task",
+            task,
+            "--payload",
+            "8",
+            "--queue-depth",
+            "4",
+            "--wait-s",
+            "30",
+            "--json",
+        ],
+    )
+}
+
+/// Waits for `flint submit` to exit 0 and checks its checksum; returns its JSON line.
+fn submit_succeeds(submit: &mut Proc, tasks: u64) -> String {
+    let status = submit.wait();
+    let stdout = submit.stdout();
+    assert!(
+        status.success(),
+        "submit failed: stdout {stdout} stderr {}",
+        submit.stderr()
+    );
+    assert!(
+        stdout.contains(&format!("\"checksum\":{}", expected_checksum(tasks, 8))),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("\"succeeded\":{tasks}")),
+        "{stdout}"
+    );
+    stdout
+}
+
+fn json_u64(json: &str, key: &str) -> Option<u64> {
+    let rest = json.split(&format!("\"{key}\":")).nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Pids of the executors a worker started (from the `pid` files in its work dir).
+fn executor_pids(work: &Path) -> Vec<String> {
+    let mut pids = Vec::new();
+    for app in std::fs::read_dir(work).into_iter().flatten().flatten() {
+        for executor in std::fs::read_dir(app.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(pid) = std::fs::read_to_string(executor.path().join("pid")) {
+                pids.push(pid.trim().to_owned());
+            }
+        }
+    }
+    pids
+}
+
+#[test]
+fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
+    let dir = scratch("basic");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let workers: Vec<Proc> = [
+        ("w1", "127.0.0.2"),
+        ("w2", "127.0.0.3"),
+        ("w3", "127.0.0.4"),
+    ]
+    .iter()
+    .map(|(id, host)| start_worker(&dir, port, id, host, 2))
+    .collect();
+    wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
+    let mut job = submit(&dir, port, 3, 3000, "hash");
+    let json = submit_succeeds(&mut job, 3000);
+    assert_eq!(json_u64(&json, "executors_placed"), Some(3), "{json}");
+    // Spread out: one executor per worker.
+    for worker in &workers {
+        assert_eq!(
+            worker.stderr().matches("started executor").count(),
+            1,
+            "{}: {}",
+            worker.name,
+            worker.stderr()
+        );
+    }
+    let snapshot = wait_status(
+        port,
+        "the application to finish and executors to end",
+        |s| s.apps.iter().all(|(_, state)| state == "FINISHED") && s.executors.is_empty(),
+    );
+    assert_eq!(snapshot.apps.len(), 1);
+    // The worker removes a finished application's directories.
+    wait_until("work dirs cleaned up", || {
+        ["w1", "w2", "w3"].iter().all(|id| {
+            std::fs::read_dir(dir.join(format!("work-{id}")))
+                .map(|d| d.count() == 0)
+                .unwrap_or(true)
+        })
+    });
+    // `flint status` prints the same, for people and as JSON.
+    let output = Command::new(FLINT)
+        .args(["status", "--master", &format!("127.0.0.1:{port}"), "--json"])
+        .output()
+        .expect("flint status");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("\"id\":\"w2\",\"host\":\"127.0.0.3\""),
+        "{text}"
+    );
+    assert!(text.contains("\"state\":\"FINISHED\""), "{text}");
+    let output = Command::new(FLINT)
+        .args(["status", "--master", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("flint status");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("WORKERS") && table.contains("APPLICATIONS"),
+        "{table}"
+    );
+    assert_eq!(table.matches("ALIVE").count(), 3, "{table}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_packed_master_fills_one_worker_first_within_its_memory() {
+    let dir = scratch("packed");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--packed"]);
+    let workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3")]
+        .iter()
+        .map(|(id, host)| start_worker(&dir, port, id, host, 4))
+        .collect();
+    wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    let started = || -> Vec<usize> {
+        workers
+            .iter()
+            .map(|w| w.stderr().matches("started executor").count())
+            .collect()
+    };
+    let run = |executors: &str| {
+        let mut job = Proc::start(
+            &dir,
+            "submit",
+            &[
+                "submit",
+                "--master",
+                &format!("127.0.0.1:{port}"),
+                "--executors",
+                executors,
+                "--memory-mb",
+                "1500",
+                "--tasks",
+                "500",
+                "--task",
+                "hash",
+                "--payload",
+                "8",
+                "--json",
+            ],
+        );
+        submit_succeeds(&mut job, 500);
+    };
+    // 2 executors: packed onto one worker (spread out would give one each).
+    run("2");
+    let mut first = started();
+    first.sort();
+    assert_eq!(first, vec![0, 2]);
+    // 3 executors of 1500 MiB: a 4-core, 4096 MiB worker holds only 2, so the third goes to
+    // the other worker.
+    let before = started();
+    run("3");
+    let mut second: Vec<usize> = started()
+        .iter()
+        .zip(&before)
+        .map(|(now, then)| now - then)
+        .collect();
+    second.sort();
+    assert_eq!(second, vec![1, 2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_waiting_application_gets_executors_first_come_first_served_as_cores_free_up() {
+    let dir = scratch("fifo");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let mut first = submit(&dir, port, 1, 300, "hash:5");
+    wait_until("the first job to start", || {
+        first.stderr().contains("running the job")
+    });
+    let mut second = submit(&dir, port, 1, 100, "hash");
+    // The only core is taken: the second application waits.
+    let snapshot = wait_status(port, "a second, waiting application", |s| s.apps.len() == 2);
+    if first.child.try_wait().ok().flatten().is_none() {
+        assert_eq!(
+            snapshot.apps.get(1).map(|a| a.1.as_str()),
+            Some("WAITING"),
+            "{snapshot:?}"
+        );
+    }
+    submit_succeeds(&mut first, 300);
+    submit_succeeds(&mut second, 100);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_duplicate_worker_id_is_refused_with_the_reason() {
+    let dir = scratch("dup");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _first = start_worker(&dir, port, "twin", "127.0.0.2", 1);
+    wait_status(port, "the first worker", |s| s.alive_workers() == 1);
+    let mut second = start_worker(&dir, port, "twin", "127.0.0.3", 1);
+    let status = second.wait();
+    assert_eq!(status.code(), Some(3), "{}", second.stderr());
+    assert!(
+        second.stderr().contains("duplicate worker id \"twin\""),
+        "{}",
+        second.stderr()
+    );
+    let snapshot = status_now(port);
+    assert_eq!(snapshot.alive_workers(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wrong_secret_is_refused_for_workers_and_drivers() {
+    let dir = scratch("secret");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut command = Command::new(FLINT);
+    command.env("FLINT_SECRET", "right");
+    let master = Proc::start_with(command, &dir, "master", &["master", "--listen", &listen]);
+    wait_until("the master to listen", || {
+        master.stderr().contains("listening on")
+    });
+    let mut command = Command::new(FLINT);
+    command.env("FLINT_SECRET", "wrong");
+    let mut worker = Proc::start_with(
+        command,
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &listen,
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+        ],
+    );
+    assert_eq!(worker.wait().code(), Some(3), "{}", worker.stderr());
+    assert!(
+        worker.stderr().contains("bad credentials"),
+        "{}",
+        worker.stderr()
+    );
+    let mut job = submit(&dir, port, 1, 10, "hash");
+    assert!(!job.wait().success());
+    assert!(job.stderr().contains("bad credentials"), "{}", job.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn garbage_and_misbehaving_peers_do_not_disturb_the_master() {
+    use std::io::{Read, Write};
+    let dir = scratch("garbage");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut hello = bytes::BytesMut::new();
+    Message::hello(Role::Worker, flint_net::wire::AuthMethod::None, [7; 32])
+        .encode(&mut hello, flint_net::wire::FRAME_SIZE_MAX_DEFAULT)
+        .expect("fits");
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let oversize = [&(1u32 << 30).to_le_bytes()[..], &[1, 0, 0, 0]].concat();
+    let truncated = [&hello[..], &[200, 0, 0, 0, 32, 0, 0, 0, 1, 2, 3]].concat();
+    let bad_body = [
+        &hello[..],
+        &[4, 0, 0, 0, 32, 0, 0, 0, 0xff, 0xff, 0xff, 0xff],
+    ]
+    .concat();
+    for bytes in [garbage, oversize, truncated, bad_body] {
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        let _ = stream.write_all(&bytes);
+        // A truncated frame then the end of the stream: the master must not wait for the rest.
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        stream
+            .set_read_timeout(Some(DEADLINE))
+            .expect("read timeout");
+        let mut sink = [0u8; 4096];
+        let closed = loop {
+            match stream.read(&mut sink) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(closed, "the master closes a connection that sent garbage");
+    }
+    // A fake worker that registers, then reports nonsense and sends what workers may not.
+    let mut fake = BlockingClient::connect(addr, Role::Worker, None, DEADLINE).expect("connect");
+    fake.send(&Message::RegisterWorker {
+        worker_id: "fake",
+        host: "127.0.0.9",
+        port: 1,
+        cores: u32::MAX,
+        memory_mb: u64::MAX,
+    })
+    .expect("register");
+    fake.send(&Message::ExecutorStateChanged {
+        app_id: "no-such-app",
+        executor_id: "../../etc",
+        state: flint_net::wire::ExecutorState::Failed,
+        message: "nonsense",
+        exit_code: Some(-1),
+    })
+    .expect("report");
+    wait_status(port, "the fake worker alive", |s| {
+        s.worker_state("fake") == Some("ALIVE")
+    });
+    fake.send(&Message::UnregisterApplication { app_id: "x" })
+        .expect("send");
+    wait_status(port, "the fake worker removed", |s| {
+        s.worker_state("fake") == Some("DEAD")
+    });
+    // The real worker and the master still work: a job runs.
+    let mut job = submit(&dir, port, 2, 500, "hash");
+    submit_succeeds(&mut job, 500);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn status_now(port: u16) -> Snapshot {
+    status(port).expect("status answers")
+}
+
+#[test]
+fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker_comes_back() {
+    let dir = scratch("kill");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut workers: Vec<Proc> = [
+        ("w1", "127.0.0.2"),
+        ("w2", "127.0.0.3"),
+        ("w3", "127.0.0.4"),
+    ]
+    .iter()
+    .map(|(id, host)| start_worker(&dir, port, id, host, 2))
+    .collect();
+    wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
+    let tasks = 1500;
+    let mut job = submit(&dir, port, 3, tasks, "hash:5");
+    wait_until("the job to start", || {
+        job.stderr().contains("running the job")
+    });
+    let snapshot = wait_status(port, "an executor running on w1", |s| {
+        s.running_on("w1") == 1
+    });
+    assert_eq!(snapshot.executors.len(), 3);
+    // kill -9 the worker and its executors.
+    let victims = executor_pids(&dir.join("work-w1"));
+    assert_eq!(victims.len(), 1, "{victims:?}");
+    workers[0].kill9();
+    for pid in &victims {
+        kill("-KILL", pid);
+    }
+    let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
+    assert_eq!(snapshot.running_on("w1"), 0);
+    let json = submit_succeeds(&mut job, tasks);
+    assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
+    assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
+    // The replacement went to a surviving worker.
+    assert_eq!(json_u64(&json, "executors_placed"), Some(4), "{json}");
+    // The worker restarts and registers again under its id.
+    workers[0] = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "w1 alive again", |s| {
+        s.worker_state("w1") == Some("ALIVE") && s.alive_workers() == 3
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
+    let dir = scratch("orphans");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let spec = AppSpec {
+        name: "orphaned".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        command: "sleep".into(),
+        args: vec!["60".into()],
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, spec, 1);
+    wait_status(port, "the executor running", |s| s.running_on("w1") == 1);
+    wait_until("the pid file", || {
+        executor_pids(&dir.join("work-w1")).len() == 1
+    });
+    let pids = executor_pids(&dir.join("work-w1"));
+    worker.kill9();
+    let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
+    assert!(snapshot.executors.is_empty(), "{snapshot:?}");
+    assert!(group_alive(&pids[0]), "the orphan outlives its worker");
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_until("the orphan to be killed", || !group_alive(&pids[0]));
+    // The application still wants its executor: it gets a new one on the restarted worker.
+    wait_status(port, "a new executor", |s| {
+        s.running_on("w1") == 1 && s.executors.iter().all(|e| e.1 == "1")
+    });
+    client.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_flint_executor_exits_when_its_worker_is_killed() {
+    let dir = scratch("watch");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // The default executor (`flint executor`) for a driver that is not there: it keeps trying
+    // to connect, so it is alive when its worker dies.
+    let spec = AppSpec {
+        name: "watched".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, spec, 1);
+    wait_status(port, "the executor running", |s| s.running_on("w1") == 1);
+    wait_until("the pid file", || {
+        executor_pids(&dir.join("work-w1")).len() == 1
+    });
+    let pids = executor_pids(&dir.join("work-w1"));
+    assert!(group_alive(&pids[0]));
+    worker.kill9();
+    wait_until("the executor to exit by itself", || !group_alive(&pids[0]));
+    client.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_application() {
+    let dir = scratch("restart");
+    let state = dir.join("state");
+    let state_arg = state.to_string_lossy().into_owned();
+    let port = free_port();
+    let mut master = start_master(&dir, port, &["--state-dir", &state_arg]);
+    let _workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3")]
+        .iter()
+        .map(|(id, host)| start_worker(&dir, port, id, host, 1))
+        .collect();
+    wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    let tasks = 800;
+    let mut job = submit(&dir, port, 2, tasks, "hash:5");
+    wait_until("the job to start", || {
+        job.stderr().contains("running the job")
+    });
+    master.kill9();
+    let mut master = start_master(&dir, port, &["--state-dir", &state_arg]);
+    let json = submit_succeeds(&mut job, tasks);
+    // The restarted master adopted the two running executors instead of placing new ones.
+    assert_eq!(json_u64(&json, "executors_placed"), Some(2), "{json}");
+    // The application came back to it and unregistered normally at the end.
+    let snapshot = wait_status(port, "the application finished", |s| {
+        s.apps.iter().any(|(_, state)| state == "FINISHED")
+    });
+    assert_eq!(snapshot.alive_workers(), 2, "{snapshot:?}");
+    assert!(
+        master
+            .stderr()
+            .contains("recovering 2 workers and 1 applications"),
+        "{}",
+        master.stderr()
+    );
+    master.kill9();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn app_client(port: u16, spec: AppSpec, executors: u32) -> AppClient {
+    let client = AppClient::start(AppClientConfig {
+        master: SocketAddr::from(([127, 0, 0, 1], port)),
+        secret: None,
+        spec,
+        executors: Some(executors),
+        reconnect_max: Duration::from_millis(500),
+    })
+    .expect("app client");
+    client.wait_registered(DEADLINE).expect("registered");
+    client
+}
+
+#[test]
+fn an_application_whose_executors_keep_failing_is_removed_with_the_reason() {
+    let dir = scratch("retries");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--max-executor-retries", "3"]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let spec = AppSpec {
+        name: "doomed".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        command: "sh".into(),
+        args: vec!["-c".into(), "exit 7".into()],
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, spec, 1);
+    wait_until("the application to be removed", || {
+        client.removed().is_some()
+    });
+    let reason = client.removed().unwrap_or_default();
+    assert!(reason.contains("max executor retries 3"), "{reason}");
+    assert!(reason.contains("exit code 7"), "{reason}");
+    let snapshot = status_now(port);
+    assert!(
+        snapshot.apps.iter().any(|(_, state)| state == "FAILED"),
+        "{snapshot:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn submit_stops_with_the_masters_reason_when_its_executors_keep_crashing() {
+    let dir = scratch("crash");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--max-executor-retries", "3"]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // Every task aborts its executor: the worker reports each exit as FAILED (signal 6).
+    let mut job = Proc::start(
+        &dir,
+        "submit",
+        &[
+            "submit",
+            "--master",
+            &format!("127.0.0.1:{port}"),
+            "--executors",
+            "1",
+            "--tasks",
+            "10",
+            "--task",
+            "crash:1",
+            "--json",
+        ],
+    );
+    let status = job.wait();
+    assert!(!status.success());
+    let stderr = job.stderr();
+    assert!(
+        stderr.contains("the master removed the application")
+            && stderr.contains("max executor retries 3"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("signal 6"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether a process group has a live member. The group leader counts as dead once it is a
+/// zombie (an orphan's zombie waits for whoever reaps orphans here).
+fn group_alive(pgid: &str) -> bool {
+    let leader_zombie = std::fs::read_to_string(format!("/proc/{pgid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit(')')
+                .next()
+                .map(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true);
+    kill("-0", &format!("-{pgid}")) && (!leader_zombie || other_member_alive(pgid))
+}
+
+/// Whether a process other than the leader is in group `pgid` (from /proc).
+fn other_member_alive(pgid: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name != pgid
+                && name.bytes().all(|b| b.is_ascii_digit())
+                && std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+                    let fields: Vec<&str> = stat
+                        .rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .split_whitespace()
+                        .collect();
+                    // After the command: state, ppid, pgrp.
+                    fields.get(2) == Some(&pgid) && fields.first() != Some(&"Z")
+                })
+        })
+}
+
+#[test]
+fn killed_executors_lose_their_whole_process_tree_even_when_they_ignore_sigterm() {
+    let dir = scratch("tree");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // Each executor is a shell that ignores SIGTERM (as do its children) with a child of its
+    // own: the worker must fall back to SIGKILL for the whole group.
+    let spec = AppSpec {
+        name: "stubborn".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        command: "sh".into(),
+        args: vec![
+            "-c".into(),
+            "trap '' TERM; echo \"$FLINT_EXECUTOR_ID $FLINT_DRIVER_ADDR\"; sleep 60 & wait".into(),
+        ],
+        cores_per_executor: 1,
+        max_cores: 2,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, spec, 2);
+    let snapshot = wait_status(port, "2 running executors", |s| s.running_on("w1") == 2);
+    // The worker answers status too, about itself and its executors.
+    let worker_addr = _worker.listen.expect("listening");
+    let mut own = None;
+    wait_until("the worker's own status", || {
+        own = status_of(worker_addr);
+        own.is_some()
+    });
+    let own = own.unwrap_or_default();
+    assert_eq!(own.worker_state("w1"), Some("ALIVE"), "{own:?}");
+    assert_eq!(own.running_on("w1"), 2, "{own:?}");
+    let app = snapshot.executors[0].0.clone();
+    let work = dir.join("work-w1").join(&app);
+    wait_until("pid files", || {
+        executor_pids(&dir.join("work-w1")).len() == 2
+    });
+    let pids = executor_pids(&dir.join("work-w1"));
+    wait_until("the executor's stdout", || {
+        std::fs::read_to_string(work.join("0").join("stdout"))
+            .is_ok_and(|out| out.contains("0 127.0.0.1:1"))
+    });
+    // Kill one executor on request (lowering the request first, as a driver does): its group
+    // dies, after the SIGKILL fallback.
+    let pid0 = std::fs::read_to_string(work.join("0").join("pid"))
+        .expect("pid")
+        .trim()
+        .to_owned();
+    assert!(group_alive(&pid0));
+    client.request_executors(1).expect("request");
+    client
+        .kill_executors(vec!["0".into()])
+        .expect("kill request");
+    wait_until("executor 0's process group to die", || !group_alive(&pid0));
+    wait_status(port, "one executor left", |s| {
+        s.executors.len() == 1 && s.executors.iter().all(|e| e.1 == "1")
+    });
+    // Unregistering kills the rest and cleans the application's directory.
+    client.stop(DEADLINE);
+    for pid in &pids {
+        wait_until("every executor group to die", || !group_alive(pid));
+    }
+    wait_until("the application's directory removed", || !work.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The multi-host scenario: a master, two workers and the driver, each in its own network
+/// namespace on a bridge of veth pairs (10.77.0.0/24); one worker's link is cut mid-job. Runs
+/// when the machine allows namespaces (root, CAP_SYS_ADMIN, `ip`), else says why it skips;
+/// `ci/multihost` sets FLINT_REQUIRE_NETNS so that a skip there is a failure.
+#[test]
+fn multihost_in_network_namespaces_or_a_clear_skip() {
+    let required = std::env::var_os("FLINT_REQUIRE_NETNS").is_some();
+    match netns::probe() {
+        Ok(()) => multihost(),
+        Err(why) if required => panic!("FLINT_REQUIRE_NETNS is set but namespaces fail: {why}"),
+        Err(why) => eprintln!(
+            "SKIPPED multihost: network namespaces are not available here ({why}); ci/multihost runs it where they are"
+        ),
+    }
+}
+
+fn multihost() {
+    let net = netns::Net::create(&["master", "w1", "w2", "driver"]).expect("namespaces");
+    let dir = scratch("multihost");
+    let secret = "multihost-secret";
+    let master_addr = format!("{}:7077", net.ip("master"));
+    let mut master_cmd = net.command("master");
+    master_cmd.env("FLINT_SECRET", secret);
+    let _master = Proc::start_with(
+        master_cmd,
+        &dir,
+        "master",
+        &[
+            "master",
+            "--listen",
+            &master_addr,
+            "--worker-timeout-ms",
+            "2000",
+            "--heartbeat-interval-ms",
+            "200",
+        ],
+    );
+    wait_until("the master to listen", || {
+        _master.stderr().contains("listening on")
+    });
+    let mut workers = Vec::new();
+    for id in ["w1", "w2"] {
+        let mut command = net.command(id);
+        command.env("FLINT_SECRET", secret);
+        let work = dir.join(format!("work-{id}"));
+        workers.push(Proc::start_with(
+            command,
+            &dir,
+            id,
+            &[
+                "worker",
+                "--master",
+                &master_addr,
+                "--id",
+                id,
+                "--cores",
+                "2",
+                "--memory-mb",
+                "1024",
+                "--work-dir",
+                &work.to_string_lossy(),
+            ],
+        ));
+    }
+    let status_in_ns = || -> String {
+        let output = net
+            .command("driver")
+            .args(["status", "--master", &master_addr, "--json"])
+            .env("FLINT_SECRET", secret)
+            .output()
+            .expect("flint status");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    wait_until("two workers registered across namespaces", || {
+        status_in_ns().matches("\"state\":\"ALIVE\"").count() == 2
+    });
+    let status_text = status_in_ns();
+    assert!(
+        status_text.contains(&format!("\"host\":\"{}\"", net.ip("w1"))),
+        "{status_text}"
+    );
+    let tasks = 1500u64;
+    let mut driver_cmd = net.command("driver");
+    driver_cmd.env("FLINT_SECRET", secret);
+    let mut job = Proc::start_with(
+        driver_cmd,
+        &dir,
+        "submit",
+        &[
+            "submit",
+            "--master",
+            &master_addr,
+            "--listen",
+            &format!("{}:0", net.ip("driver")),
+            "--executors",
+            "2",
+            "--cores",
+            "1",
+            "--tasks",
+            &tasks.to_string(),
+            "--task",
+            "hash:5",
+            "--payload",
+            "8",
+            "--queue-depth",
+            "4",
+            "--heartbeat-timeout-ms",
+            "2000",
+            "--json",
+        ],
+    );
+    wait_until("the job to start", || {
+        job.stderr().contains("running the job")
+    });
+    // Cut w1's link: the master times it out, the driver times out its executor, and the job
+    // finishes on w2 (which gets a second executor).
+    net.cut("w1");
+    let json = submit_succeeds(&mut job, tasks);
+    assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
+    assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
+    let status_text = status_in_ns();
+    assert!(
+        status_text
+            .contains("{\"id\":\"w1\",\"host\":\"10.77.0.11\",\"port\":0,\"state\":\"DEAD\""),
+        "{status_text}"
+    );
+    // The link comes back: w1's next heartbeat reaches a master that declared it dead, which
+    // drops the connection; w1 reconnects and registers again.
+    net.restore("w1");
+    wait_until("w1 to register again after its link came back", || {
+        status_in_ns().matches("\"state\":\"ALIVE\"").count() == 2
+    });
+    // Now the master's link goes down: no reset reaches the workers, so they notice the silence
+    // (no heartbeat acks), reconnect once the link is back, and register again.
+    net.cut("master");
+    wait_until("the workers to notice the master's silence", || {
+        workers
+            .iter()
+            .all(|w| w.stderr().contains("no answer from the master"))
+    });
+    net.restore("master");
+    wait_until("both workers to register again", || {
+        workers
+            .iter()
+            .all(|w| w.stderr().matches("registered with the master").count() >= 2)
+            && status_in_ns().matches("\"state\":\"ALIVE\"").count() == 2
+    });
+    // w1's executor is cut off from everything: kill it so the namespace can go.
+    drop(workers);
+    for id in ["w1", "w2"] {
+        for pid in executor_pids(&dir.join(format!("work-{id}"))) {
+            kill("-KILL", &pid);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Network namespaces joined by a bridge, through the `ip` command.
+mod netns {
+    use std::process::{Command, Stdio};
+
+    fn ip(args: &[&str]) -> Result<(), String> {
+        let output = Command::new("ip")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
+    /// Whether this machine lets us create namespaces and veth pairs.
+    pub fn probe() -> Result<(), String> {
+        let name = format!("flintprobe{}", std::process::id());
+        ip(&["netns", "add", &name])?;
+        let tag = std::process::id() % 10_000;
+        let (a, b) = (format!("fpa{tag}"), format!("fpb{tag}"));
+        let result = ip(&["netns", "exec", &name, "true"])
+            .and_then(|()| ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]));
+        let _ = ip(&["link", "del", &a]);
+        let _ = ip(&["netns", "del", &name]);
+        result
+    }
+
+    /// Namespaces on one bridge; removed on drop.
+    pub struct Net {
+        prefix: String,
+        names: Vec<String>,
+        bridge: String,
+    }
+
+    impl Net {
+        pub fn create(names: &[&str]) -> Result<Net, String> {
+            let tag = std::process::id() % 10_000;
+            let prefix = format!("fl{tag}");
+            let net = Net {
+                bridge: format!("{prefix}br"),
+                prefix,
+                names: names.iter().map(|n| (*n).to_owned()).collect(),
+            };
+            ip(&["link", "add", &net.bridge, "type", "bridge"])?;
+            ip(&["link", "set", &net.bridge, "up"])?;
+            for (index, name) in net.names.iter().enumerate() {
+                let ns = net.ns(name);
+                let outside = format!("{}h{index}", net.prefix);
+                ip(&["netns", "add", &ns])?;
+                ip(&[
+                    "link", "add", &outside, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+                ])?;
+                ip(&["link", "set", &outside, "master", &net.bridge])?;
+                ip(&["link", "set", &outside, "up"])?;
+                let cidr = format!("{}/24", net.ip_at(index));
+                ip(&["-n", &ns, "addr", "add", &cidr, "dev", "eth0"])?;
+                ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+                ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            }
+            Ok(net)
+        }
+
+        fn ns(&self, name: &str) -> String {
+            format!("{}{name}", self.prefix)
+        }
+
+        fn ip_at(&self, index: usize) -> String {
+            format!("10.77.0.{}", index + 10)
+        }
+
+        pub fn ip(&self, name: &str) -> String {
+            let index = self.names.iter().position(|n| n == name).unwrap_or(0);
+            self.ip_at(index)
+        }
+
+        /// A command running `flint` inside `name`'s namespace.
+        pub fn command(&self, name: &str) -> Command {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", &self.ns(name), super::FLINT]);
+            command
+        }
+
+        /// Takes `name`'s link down (its processes keep running, cut off).
+        pub fn cut(&self, name: &str) {
+            self.set_link(name, "down");
+        }
+
+        /// Brings `name`'s link back up.
+        pub fn restore(&self, name: &str) {
+            self.set_link(name, "up");
+        }
+
+        fn set_link(&self, name: &str, state: &str) {
+            let index = self.names.iter().position(|n| n == name).unwrap_or(0);
+            let outside = format!("{}h{index}", self.prefix);
+            if let Err(error) = ip(&["link", "set", &outside, state]) {
+                panic!("cannot set {name}'s link {state}: {error}");
+            }
+        }
+    }
+
+    impl Drop for Net {
+        fn drop(&mut self) {
+            for (index, name) in self.names.iter().enumerate() {
+                let _ = ip(&["link", "del", &format!("{}h{index}", self.prefix)]);
+                let _ = ip(&["netns", "del", &self.ns(name)]);
+            }
+            let _ = ip(&["link", "del", &self.bridge]);
+        }
+    }
+}
