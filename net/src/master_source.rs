@@ -1,18 +1,22 @@
 //! The standalone master as an [`ExecutorSource`] for the lifecycle handler: the executor state
 //! changes the master sends the application (watch) and a status round trip with the master
-//! (poll), read through the [`AppClient`].
+//! (poll), read through the [`AppClient`]; and [`MasterScaler`], dynamic allocation through
+//! the master.
 //!
 //! The client keeps only executors that are not over, so an executor that ends is reported as
 //! failed with an unknown exit code (-1), not caused by the application: its running tasks go
 //! back to pending without counting against them.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use flint_engine::lifecycle::ExecutorState;
+use flint_engine::lifecycle::{dynamic_target, DynamicConfig, ExecutorState};
 
 use crate::app_client::AppClient;
+use crate::driver::Driver;
 use crate::source::ExecutorSource;
 use crate::wire;
 
@@ -94,5 +98,135 @@ impl ExecutorSource for MasterSource {
         }
         self.client.sync(self.sync_timeout).ok()?;
         Some(self.current().into_iter().collect())
+    }
+}
+
+/// Dynamic allocation through the standalone master: a thread that every `interval` computes
+/// the target from the driver's backlog ([`dynamic_target`]), asks the master for that many
+/// executors (`RequestExecutors`), and when the master runs more than the target, asks it to
+/// kill executors idle for at least `idle_timeout_us` (`KillExecutors`, after lowering the
+/// total so they are not replaced). Busy executors are never killed.
+pub struct MasterScaler {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<ScalerStats>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the scaler did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScalerStats {
+    /// The most executors registered with the driver at once.
+    pub peak: u64,
+    /// Executors it asked the master to kill for being idle.
+    pub released: u64,
+    /// The last total it asked for.
+    pub requested: u32,
+}
+
+impl std::fmt::Debug for MasterScaler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterScaler")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MasterScaler {
+    /// Starts scaling `client`'s application by `driver`'s backlog.
+    pub fn start(
+        dynamic: DynamicConfig,
+        client: Arc<AppClient>,
+        driver: Arc<Driver>,
+        interval: Duration,
+    ) -> std::io::Result<MasterScaler> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(ScalerStats::default()));
+        let (stop_flag, shared) = (stop.clone(), stats.clone());
+        let thread = std::thread::Builder::new()
+            .name("flint-master-scaler".into())
+            .spawn(move || {
+                let epoch = Instant::now();
+                let mut idle_since: BTreeMap<String, u64> = BTreeMap::new();
+                let mut requested: Option<u32> = None;
+                while !stop_flag.load(Ordering::SeqCst) {
+                    let Ok(view) = driver.executors_view() else {
+                        return;
+                    };
+                    let now_us = epoch.elapsed().as_micros() as u64;
+                    let target = dynamic_target(&dynamic, view.pending_tasks, view.running_tasks);
+                    for (name, running) in &view.executors {
+                        if *running == 0 {
+                            idle_since.entry(name.clone()).or_insert(now_us);
+                        } else {
+                            idle_since.remove(name);
+                        }
+                    }
+                    idle_since.retain(|name, _| view.executors.iter().any(|(n, _)| n == name));
+                    if requested != Some(target) && client.request_executors(target).is_ok() {
+                        requested = Some(target);
+                    }
+                    let live = client.info().executors.len();
+                    let mut released = 0;
+                    if live > target as usize {
+                        let mut idle: Vec<(u64, String)> = idle_since
+                            .iter()
+                            .filter(|(_, since)| {
+                                now_us.saturating_sub(**since) >= dynamic.idle_timeout_us
+                            })
+                            .map(|(name, since)| (*since, name.clone()))
+                            .collect();
+                        idle.sort();
+                        let victims: Vec<String> = idle
+                            .into_iter()
+                            .take(live - target as usize)
+                            .map(|(_, name)| name)
+                            .collect();
+                        if !victims.is_empty() {
+                            for name in &victims {
+                                idle_since.remove(name);
+                            }
+                            released = victims.len() as u64;
+                            let _ = client.kill_executors(victims);
+                        }
+                    }
+                    if let Ok(mut stats) = shared.lock() {
+                        stats.peak = stats.peak.max(view.executors.len() as u64);
+                        stats.released += released;
+                        stats.requested = target;
+                    }
+                    std::thread::sleep(interval);
+                }
+            })?;
+        Ok(MasterScaler {
+            stop,
+            stats,
+            thread: Some(thread),
+        })
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ScalerStats {
+        self.stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Stops the thread.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for MasterScaler {
+    fn drop(&mut self) {
+        self.halt();
     }
 }

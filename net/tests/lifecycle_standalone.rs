@@ -145,6 +145,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
     let addr: SocketAddr = listen.parse().expect("addr");
     wait_until("the master", || std::net::TcpStream::connect(addr).is_ok());
     let work = dir.join("work");
+    let worker_listen = format!("127.0.0.1:{}", free_port());
     let _worker = Proc::start(
         &dir,
         "worker",
@@ -158,6 +159,8 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
             "3",
             "--memory-mb",
             "4096",
+            "--listen",
+            &worker_listen,
             "--work-dir",
             &work.to_string_lossy(),
         ],
@@ -230,6 +233,105 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
     assert!(
         field(&stdout, "executors_placed") >= 3,
         "replaced: {stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors() {
+    let dir = std::env::temp_dir().join(format!(
+        "flint-lifecycle-sa-dyn-{}-{}",
+        std::process::id(),
+        unique()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _master = Proc::start(
+        &dir,
+        "master",
+        &[
+            "master",
+            "--listen",
+            &listen,
+            "--worker-timeout-ms",
+            "2000",
+            "--heartbeat-interval-ms",
+            "200",
+        ],
+    );
+    let addr: SocketAddr = listen.parse().expect("addr");
+    wait_until("the master", || std::net::TcpStream::connect(addr).is_ok());
+    let worker_listen = format!("127.0.0.1:{}", free_port());
+    let _worker = Proc::start(
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &listen,
+            "--id",
+            "w1",
+            "--cores",
+            "4",
+            "--memory-mb",
+            "4096",
+            "--listen",
+            &worker_listen,
+            "--work-dir",
+            &dir.join("work").to_string_lossy(),
+        ],
+    );
+    // One task slot per executor: 300 tasks of 20 ms ask for the maximum of 3.
+    let mut submit = Proc::start(
+        &dir,
+        "submit",
+        &[
+            "submit",
+            "--master",
+            &listen,
+            "--executors",
+            "1",
+            "--max-executors",
+            "3",
+            "--idle-timeout-ms",
+            "300",
+            "--idle-wait-ms",
+            "15000",
+            "--cores",
+            "1",
+            "--tasks",
+            "300",
+            "--task",
+            "sleep:20",
+            "--queue-depth",
+            "1",
+            "--wait-s",
+            "30",
+            "--json",
+            "--executor-events",
+        ],
+    );
+    let status = submit.wait();
+    let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
+    assert!(
+        status.success(),
+        "stdout {stdout} stderr {}",
+        submit.stderr()
+    );
+    assert_eq!(field(&stdout, "succeeded"), 300, "{stdout}");
+    assert!(
+        field(&stdout, "executors_peak") >= 2,
+        "did not grow: {stdout}"
+    );
+    assert!(field(&stdout, "executors_peak") <= 3, "{stdout}");
+    assert!(field(&stdout, "executors_released") >= 1, "{stdout}");
+    assert_eq!(
+        field(&stdout, "executors_end"),
+        1,
+        "did not shrink: {stdout}\n{}",
+        submit.stderr()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

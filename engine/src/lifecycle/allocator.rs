@@ -49,6 +49,14 @@ pub struct DynamicConfig {
     pub idle_timeout_us: u64,
 }
 
+/// The dynamic allocation target for a backlog: ceil((pending + running) / tasks per
+/// executor), within `[min, max]`.
+pub fn dynamic_target(d: &DynamicConfig, pending_tasks: usize, running_tasks: usize) -> u32 {
+    let tasks = pending_tasks.saturating_add(running_tasks) as u64;
+    let needed = tasks.div_ceil(u64::from(d.tasks_per_executor.max(1)));
+    needed.clamp(u64::from(d.min), u64::from(d.max.max(d.min))) as u32
+}
+
 /// Allocator settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllocatorConfig {
@@ -267,9 +275,7 @@ impl Allocator {
             return;
         }
         if let Some(d) = &self.config.dynamic {
-            let tasks = self.pending_tasks.saturating_add(self.running_tasks) as u64;
-            let needed = tasks.div_ceil(u64::from(d.tasks_per_executor.max(1)));
-            self.target = needed.clamp(u64::from(d.min), u64::from(d.max.max(d.min))) as u32;
+            self.target = dynamic_target(d, self.pending_tasks, self.running_tasks);
         }
         let mut delete = Vec::new();
         // Pending too long: delete (the loop below then replaces it).

@@ -19,7 +19,9 @@ use std::collections::BTreeSet;
 
 use crate::scheduler::RemovalReason;
 
-pub use allocator::{Allocator, AllocatorConfig, AllocatorOutput, AllocatorStats, DynamicConfig};
+pub use allocator::{
+    dynamic_target, Allocator, AllocatorConfig, AllocatorOutput, AllocatorStats, DynamicConfig,
+};
 pub use hub::SnapshotHub;
 pub use snapshot::{Delivery, ExecutorState, Snapshot, SnapshotStore, SubscriberId};
 

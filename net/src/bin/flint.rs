@@ -20,7 +20,7 @@ use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
 use flint_net::local::{LocalConfig, LocalExecutors};
 use flint_net::master::{MasterConfig, MasterHandle};
-use flint_net::master_source::MasterSource;
+use flint_net::master_source::{MasterScaler, MasterSource};
 use flint_net::source::{MirrorConfig, SourceMirror};
 use flint_net::standalone::BlockingClient;
 use flint_net::summary::{indexed_payload, json_string, Recorder, Summary};
@@ -156,6 +156,17 @@ struct SubmitArgs {
     /// lifecycle handler removes from the scheduler.
     #[arg(long)]
     executor_events: bool,
+    /// Dynamic allocation through the master: between --executors and this many executors,
+    /// following the backlog; executors idle for --idle-timeout-ms are killed.
+    #[arg(long)]
+    max_executors: Option<u32>,
+    /// With --max-executors: an executor idle this long is released.
+    #[arg(long, default_value_t = 2000)]
+    idle_timeout_ms: u64,
+    /// With --max-executors: after the job, wait up to this long for idle executors to be
+    /// released down to --executors (shows in `executors_end`).
+    #[arg(long, default_value_t = 0)]
+    idle_wait_ms: u64,
     #[command(flatten)]
     job: JobArgs,
 }
@@ -699,6 +710,9 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     if args.executors == 0 || args.cores == 0 {
         return Err("--executors and --cores must be at least 1".into());
     }
+    if args.max_executors.is_some_and(|max| max < args.executors) {
+        return Err("--max-executors must be at least --executors".into());
+    }
     let secret = load_secret(args.secret_file.as_ref())?;
     let config = DriverConfig {
         listen: args.listen,
@@ -728,7 +742,10 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         driver_addr: driver_addr.to_string(),
         env,
         cores_per_executor: args.cores,
-        max_cores: args.executors.saturating_mul(args.cores),
+        max_cores: args
+            .executors
+            .max(args.max_executors.unwrap_or(0))
+            .saturating_mul(args.cores),
         memory_mb: args.memory_mb,
         ..AppSpec::default()
     };
@@ -754,6 +771,26 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         },
     )
     .map_err(|e| format!("cannot start the executor source: {e}"))?;
+    let scaler = match args.max_executors {
+        Some(max) => {
+            let dynamic = DynamicConfig {
+                min: args.executors,
+                max,
+                tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+                idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
+            };
+            Some(
+                MasterScaler::start(
+                    dynamic,
+                    client.clone(),
+                    driver.clone(),
+                    Duration::from_millis(50),
+                )
+                .map_err(|e| format!("cannot start dynamic allocation: {e}"))?,
+            )
+        }
+        None => None,
+    };
     let result = client
         .wait_registered(Duration::from_secs(args.wait_s))
         .and_then(|app_id| {
@@ -792,6 +829,18 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             };
             run_job(&driver, &args.job, &abort).map(|summary| (app_id, summary))
         });
+    if scaler.is_some() && result.is_ok() {
+        let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
+        while Instant::now() < deadline && driver.executors() > args.executors as usize {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let executors_end = driver.executors();
+    let scaled = scaler.map(|scaler| {
+        let stats = scaler.stats();
+        scaler.stop();
+        stats
+    });
     let executors_removed = mirror.removed();
     mirror.stop();
     // No more executors: the master must not replace the ones that exit now.
@@ -818,6 +867,15 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             ("executors_placed", info.executors_added.to_string()),
             ("workers_lost", info.workers_removed.to_string()),
             ("executors_removed", executors_removed.to_string()),
+            ("executors_end", executors_end.to_string()),
+            (
+                "executors_peak",
+                scaled.as_ref().map_or(0, |s| s.peak).to_string(),
+            ),
+            (
+                "executors_released",
+                scaled.as_ref().map_or(0, |s| s.released).to_string(),
+            ),
         ],
     );
     Ok(exit_code(&summary))
