@@ -9,9 +9,12 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 
 use bytes::{Buf, BytesMut};
+use flint_engine::runtime::{Ctx, Endpoint};
 use mio::net::TcpStream;
+use mio::{Interest, Token};
 
-use crate::wire::{Frame, FrameDecoder, WireError};
+use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::wire::{Frame, FrameDecoder, Role, WireError};
 
 /// Why a connection ends.
 #[derive(Debug, thiserror::Error)]
@@ -116,5 +119,57 @@ impl Connection {
             return Err(ConnError::Backlog(self.outbound_max));
         }
         Ok(())
+    }
+}
+
+/// The next connection waiting on `listener`, or `None` once it would block (an accept error
+/// other than "would block" is logged and also ends this round).
+pub fn accept_next(listener: &mio::net::TcpListener) -> Option<(TcpStream, SocketAddr)> {
+    match listener.accept() {
+        Ok(accepted) => Some(accepted),
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => None,
+        Err(error) => {
+            tracing::warn!("accept failed: {error}");
+            None
+        }
+    }
+}
+
+/// How a listening role (driver, master, worker) opens the connections it accepts.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// Our role in the handshake.
+    pub role: Role,
+    /// The roles that may connect.
+    pub accepted_roles: &'static [Role],
+    /// The shared secret peers must prove they hold, if any.
+    pub secret: Option<Secret>,
+    /// Largest frame accepted or sent.
+    pub frame_size_max: usize,
+    /// Bytes a connection may have queued unsent before it is dropped.
+    pub outbound_max: usize,
+}
+
+impl Inbound {
+    /// Registers an accepted stream on the endpoint's loop and starts the handshake (our `Hello`
+    /// is queued on the connection, to go out with its first flush).
+    pub fn open<E: Endpoint>(
+        &self,
+        stream: TcpStream,
+        ctx: &mut Ctx<'_, E>,
+    ) -> Result<(Token, Connection, Handshake), String> {
+        let mut conn = Connection::new(stream, self.frame_size_max, self.outbound_max);
+        let token = ctx
+            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| e.to_string())?;
+        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
+        let handshake = Handshake::start(
+            self.role,
+            self.secret.clone(),
+            nonce,
+            self.accepted_roles,
+            conn.outbound(),
+        );
+        Ok((token, conn, handshake))
     }
 }

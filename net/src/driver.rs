@@ -35,12 +35,12 @@ use flint_engine::scheduler::{
     RemovalReason, Scheduler, Stats, TaskId, TaskSpec,
 };
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{ConnError, Connection};
+use crate::conn::{accept_next, ConnError, Connection, Inbound};
 use crate::functions::Registry;
-use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
 use crate::runner::{Completion, TaskRunner};
 use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
@@ -526,51 +526,36 @@ impl DriverEndpoint {
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
-        loop {
-            let (stream, addr) = match self.listener.accept() {
-                Ok(accepted) => accepted,
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(error) => {
-                    tracing::warn!("accept failed: {error}");
-                    return;
-                }
-            };
+        let inbound = Inbound {
+            role: Role::Driver,
+            accepted_roles: &[Role::Executor, Role::Client],
+            secret: self.config.secret.clone(),
+            frame_size_max: self.config.frame_size_max,
+            outbound_max: self.config.outbound_max,
+        };
+        while let Some((stream, addr)) = accept_next(&self.listener) {
             if self.peers.len() >= self.config.connections_max {
                 tracing::warn!(%addr, "refused a connection: {} connections open (connections_max)", self.peers.len());
                 continue;
             }
-            if let Err(error) = self.open(stream, ctx) {
-                tracing::warn!(%addr, "could not set up a connection: {error}");
+            match inbound.open(stream, ctx) {
+                Ok((token, conn, handshake)) => {
+                    let now = Instant::now();
+                    let phase = Phase::Handshake(Box::new(handshake));
+                    self.peers.insert(
+                        token,
+                        Peer {
+                            conn,
+                            phase,
+                            opened: now,
+                            last_heard: now,
+                        },
+                    );
+                    self.dirty.push(token);
+                }
+                Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
             }
         }
-    }
-
-    fn open(&mut self, stream: TcpStream, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
-        let mut conn =
-            Connection::new(stream, self.config.frame_size_max, self.config.outbound_max);
-        let token = ctx
-            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| e.to_string())?;
-        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
-        let handshake = Handshake::start(
-            Role::Driver,
-            self.config.secret.clone(),
-            nonce,
-            &[Role::Executor, Role::Client],
-            conn.outbound(),
-        );
-        let now = Instant::now();
-        self.peers.insert(
-            token,
-            Peer {
-                conn,
-                phase: Phase::Handshake(Box::new(handshake)),
-                opened: now,
-                last_heard: now,
-            },
-        );
-        self.dirty.push(token);
-        Ok(())
     }
 
     fn on_peer_event(&mut self, token: Token, event: &Event) {

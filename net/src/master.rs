@@ -24,12 +24,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig, TimerId};
 use flint_engine::standalone::{self as sa, Master, Output, WorkerSpec};
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{ConnError, Connection};
+use crate::conn::{accept_next, ConnError, Connection, Inbound};
 use crate::driver::encode;
-use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::handshake::{Handshake, Secret};
 use crate::journal::Journal;
 use crate::standalone::{
     app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
@@ -197,49 +197,34 @@ impl MasterEndpoint {
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
-        loop {
-            let (stream, addr) = match self.listener.accept() {
-                Ok(accepted) => accepted,
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(error) => {
-                    tracing::warn!("accept failed: {error}");
-                    return;
-                }
-            };
+        let inbound = Inbound {
+            role: Role::Master,
+            accepted_roles: &[Role::Worker, Role::Driver, Role::Client],
+            secret: self.config.secret.clone(),
+            frame_size_max: self.config.frame_size_max,
+            outbound_max: self.config.outbound_max,
+        };
+        while let Some((stream, addr)) = accept_next(&self.listener) {
             if self.peers.len() >= self.config.connections_max {
                 tracing::warn!(%addr, "refused a connection: connections_max reached");
                 continue;
             }
-            if let Err(error) = self.open(stream, ctx) {
-                tracing::warn!(%addr, "could not set up a connection: {error}");
+            match inbound.open(stream, ctx) {
+                Ok((token, conn, handshake)) => {
+                    let phase = Phase::Handshake(Box::new(handshake));
+                    self.peers.insert(
+                        token,
+                        Peer {
+                            conn,
+                            phase,
+                            opened: Instant::now(),
+                        },
+                    );
+                    self.dirty.push(token);
+                }
+                Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
             }
         }
-    }
-
-    fn open(&mut self, stream: TcpStream, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
-        let mut conn =
-            Connection::new(stream, self.config.frame_size_max, self.config.outbound_max);
-        let token = ctx
-            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| e.to_string())?;
-        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
-        let handshake = Handshake::start(
-            Role::Master,
-            self.config.secret.clone(),
-            nonce,
-            &[Role::Worker, Role::Driver, Role::Client],
-            conn.outbound(),
-        );
-        self.peers.insert(
-            token,
-            Peer {
-                conn,
-                phase: Phase::Handshake(Box::new(handshake)),
-                opened: Instant::now(),
-            },
-        );
-        self.dirty.push(token);
-        Ok(())
     }
 
     fn on_peer_event(&mut self, token: Token, event: &Event) {

@@ -29,7 +29,7 @@ use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
-use crate::conn::{ConnError, Connection};
+use crate::conn::{accept_next, ConnError, Connection, Inbound};
 
 /// How long one attempt to connect to the master and finish the handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -856,17 +856,19 @@ impl WorkerEndpoint {
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let inbound = Inbound {
+            role: Role::Worker,
+            accepted_roles: &[Role::Client],
+            secret: self.config.secret.clone(),
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 16 << 20,
+        };
         loop {
-            let Some(listener) = self.listener.as_mut() else {
+            let Some(listener) = self.listener.as_ref() else {
                 return;
             };
-            let stream = match listener.accept() {
-                Ok((stream, _)) => stream,
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(error) => {
-                    tracing::warn!("accept failed: {error}");
-                    return;
-                }
+            let Some((stream, _)) = accept_next(listener) else {
+                return;
             };
             if self.clients.len() >= CLIENTS_MAX {
                 let oldest = self
@@ -878,22 +880,9 @@ impl WorkerEndpoint {
                     self.drop_client(token, ctx);
                 }
             }
-            let mut conn = Connection::new(stream, FRAME_SIZE_MAX_DEFAULT, 16 << 20);
-            let Ok(token) =
-                ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
-            else {
+            let Ok((token, mut conn, handshake)) = inbound.open(stream, ctx) else {
                 continue;
             };
-            let Ok(nonce) = random_nonce() else {
-                continue;
-            };
-            let handshake = Handshake::start(
-                Role::Worker,
-                self.config.secret.clone(),
-                nonce,
-                &[Role::Client],
-                conn.outbound(),
-            );
             let _ = conn.flush();
             self.clients.insert(
                 token,
