@@ -1,6 +1,10 @@
 //! End-to-end tests with real processes: a driver embedded in the test, `flint executor`
 //! processes on 127.0.0.1, real `kill -9` and `SIGSTOP`, raw sockets sending garbage.
 
+mod common;
+
+use common::{unique, wait_until, DEADLINE};
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -16,16 +20,6 @@ use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
 use flint_net::summary::{checksum_of, indexed_payload};
 use flint_net::wire::{AuthMethod, Message, Role, FRAME_SIZE_MAX_DEFAULT};
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// An executor process whose stderr goes to a file the test can read.
 struct Executor {
@@ -94,11 +88,6 @@ impl Drop for Executor {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn unique() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn start_driver(config: DriverConfig) -> Driver {

@@ -2,20 +2,17 @@
 //! (replacing ones killed with `kill -9`), follows the backlog with `--dynamic`, and stops the
 //! application when executors keep failing.
 
+mod common;
+
+use common::{unique, wait_until, DEADLINE};
+
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::{Duration, Instant};
 
 use flint_net::functions::fnv1a64;
 use flint_net::summary::indexed_payload;
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn unique() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
 
 /// A `flint local` run whose stdout and stderr go to files the test reads while it runs.
 struct FlintLocal {
@@ -317,14 +314,6 @@ fn local_executors_with(
     let executors =
         flint_net::local::LocalExecutors::start(config, driver.clone()).expect("starts");
     (driver, executors)
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

@@ -3,36 +3,18 @@
 //! removed from the scheduler by the lifecycle handler, the master replaces it, and the job
 //! completes with the right checksum.
 
-use std::net::{SocketAddr, TcpListener};
+mod common;
+
+use common::{free_port, unique, wait_until, DEADLINE};
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::{Duration, Instant};
 
 use flint_net::functions::fnv1a64;
 use flint_net::summary::indexed_payload;
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn unique() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
 struct Proc {

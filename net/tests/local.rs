@@ -1,6 +1,10 @@
 //! The embedding API in local mode: the same driver, jobs and functions on an in-process pool,
 //! no sockets needed.
 
+mod common;
+
+use common::DEADLINE;
+
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -12,8 +16,6 @@ use bytes::Bytes;
 use flint_net::driver::Driver;
 use flint_net::functions::{fnv1a64, Registry, TaskError};
 use flint_net::job::{Job, JobOutcome};
-
-const DEADLINE: Duration = Duration::from_secs(60);
 
 fn local_driver(registry: Registry) -> Driver {
     Driver::builder()

@@ -3,10 +3,14 @@
 //! journal, executors killed as process trees, and (where the machine allows it) a master,
 //! workers and a driver in separate network namespaces joined by veth pairs.
 
-use std::net::{SocketAddr, TcpListener};
+mod common;
+
+use common::{free_port, unique, wait_until, DEADLINE};
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::{Duration, Instant};
 
 use flint_engine::standalone::AppSpec;
@@ -16,13 +20,7 @@ use flint_net::standalone::BlockingClient;
 use flint_net::summary::indexed_payload;
 use flint_net::wire::{Message, Role};
 
-const DEADLINE: Duration = Duration::from_secs(30);
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
-
-fn unique() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -33,21 +31,6 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
