@@ -43,7 +43,7 @@ use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
 use crate::runner::{Completion, TaskRunner};
-use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{self, batch, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// The most task slots per executor core: executors size their queues for this many.
 pub const TASKS_PER_CORE_MAX: u32 = 1024;
@@ -218,7 +218,7 @@ impl Driver {
         config.scheduler.payload_max_bytes = config
             .scheduler
             .payload_max_bytes
-            .min(config.frame_size_max.saturating_sub(4096));
+            .min(batch::item_bytes_max(config.frame_size_max).saturating_sub(4096));
 
         let pool = match config.local_cores {
             None => None,
@@ -624,7 +624,9 @@ impl DriverEndpoint {
                             task: TaskId(update.task_id),
                             attempt: update.attempt,
                             state: task_state(update.state),
-                            data: frame.share(update.data),
+                            // A result outlives its frame: a small one is copied out so it does
+                            // not keep the whole frame alive.
+                            data: frame.retain(update.data),
                         },
                     );
                 }
@@ -779,40 +781,24 @@ impl DriverEndpoint {
                     let Some(peer) = self.peers.get_mut(&token) else {
                         return;
                     };
-                    let frame_size_max = self.config.frame_size_max;
-                    let mut batch = Vec::with_capacity(tasks.len());
-                    let mut batch_bytes = 0;
-                    for task in &tasks {
-                        // Keep each frame well under the maximum; payloads are bounded by it.
-                        if batch_bytes + task.payload.len() > frame_size_max / 2
-                            && !batch.is_empty()
-                        {
-                            encode(
-                                &Message::LaunchTasks {
-                                    tasks: List::from_items(&batch),
-                                },
-                                peer.conn.outbound(),
-                                frame_size_max,
-                            );
-                            batch.clear();
-                            batch_bytes = 0;
-                        }
-                        batch_bytes += task.payload.len() + task.function.len() + 32;
-                        batch.push(wire::TaskLaunch {
+                    let batch: Vec<wire::TaskLaunch> = tasks
+                        .iter()
+                        .map(|task| wire::TaskLaunch {
                             task_id: task.task.0,
                             attempt: task.attempt,
                             cores: task.cores,
                             function: &task.function,
                             payload: &task.payload,
-                        });
-                    }
-                    encode(
-                        &Message::LaunchTasks {
-                            tasks: List::from_items(&batch),
-                        },
+                        })
+                        .collect();
+                    // Payloads are bounded below a frame (`Driver::start`), so this fits.
+                    if let Err(error) = batch::encode_launches(
+                        &batch,
                         peer.conn.outbound(),
-                        frame_size_max,
-                    );
+                        self.config.frame_size_max,
+                    ) {
+                        tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    }
                     self.dirty.push(token);
                 }
                 Some(Link::Local) => {
@@ -974,6 +960,8 @@ impl Endpoint for DriverEndpoint {
                     payloads,
                     cores,
                     observer,
+                    keep_results,
+                    result_bytes_max,
                 } = job;
                 let function: Arc<str> = function.into();
                 let tasks = payloads
@@ -983,10 +971,12 @@ impl Endpoint for DriverEndpoint {
                         ..TaskSpec::new(function.clone(), payload)
                     })
                     .collect();
-                let answer = match self
-                    .scheduler
-                    .submit_job(self.now_us(), JobSpec::new(tasks))
-                {
+                let spec = JobSpec {
+                    keep_results,
+                    result_bytes_max,
+                    ..JobSpec::new(tasks)
+                };
+                let answer = match self.scheduler.submit_job(self.now_us(), spec) {
                     Ok(id) => {
                         self.jobs.insert(id, JobEntry { shared, observer });
                         Ok(id.0)
