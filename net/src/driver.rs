@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::affinity::Pinning;
 use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
@@ -74,6 +75,9 @@ pub struct DriverConfig {
     /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
     /// executors: local mode.
     pub local_cores: Option<u32>,
+    /// Where the driver's threads run: its loop on the first listed CPU, local mode's workers
+    /// on the next ones. Default: not pinned.
+    pub pin: Pinning,
     /// The scheduler's settings.
     pub scheduler: SchedulerConfig,
 }
@@ -92,6 +96,7 @@ impl Default for DriverConfig {
             connections_max: 4096,
             tasks_per_core: 256,
             local_cores: None,
+            pin: Pinning::None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
             scheduler: SchedulerConfig {
@@ -266,10 +271,10 @@ impl Driver {
             Some(cores) => Some(
                 TaskPool::new(PoolConfig {
                     workers: cores as usize,
-                    inbox_capacity: cores
-                        .saturating_mul(config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX))
-                        as usize,
+                    // Submissions try every worker's inbox: together they hold every slot.
+                    inbox_capacity: config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX) as usize,
                     thread_name: "flint-local".into(),
+                    pin: config.pin.from_thread(1),
                     ..PoolConfig::default()
                 })
                 .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
@@ -278,6 +283,7 @@ impl Driver {
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
             thread_name: "flint-driver".into(),
+            pin: config.pin.clone(),
             ..RuntimeConfig::default()
         })
         .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
@@ -445,7 +451,7 @@ impl Drop for Driver {
 
 /// Polls `condition` every millisecond until it holds or `timeout` passes.
 fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<(), ()> {
-    let deadline = Instant::now() + timeout;
+    let deadline = flint_engine::runtime::deadline_after(timeout);
     loop {
         if condition() {
             return Ok(());
