@@ -3,8 +3,9 @@
 //! Flint pins only to CPUs in the process's affinity mask (what `taskset`, a cgroup or a launcher
 //! allowed), and only to CPUs the caller names: a process cannot know which CPUs its neighbours
 //! on the machine use, and the old rule (thread *i* on CPU *i*) put the first thread of every
-//! process on CPU 0. A launcher that starts several processes on one machine (`flint local`)
-//! hands each its own CPUs with [`Pinning::spread`].
+//! process on CPU 0. A launcher that starts several processes on one machine (`flint local`,
+//! `flint-load`) hands each its own CPUs ([`Pinning::spread`]) and leaves the processes beyond
+//! what the CPUs hold unpinned.
 
 use std::fmt;
 
@@ -76,18 +77,17 @@ impl Pinning {
     }
 
     /// The CPUs for process `index` of several that each run `threads` pinned threads: the
-    /// allowed CPUs handed out in turn, so processes share a CPU only once every CPU is taken.
+    /// allowed CPUs handed out in turn. A process beyond what the CPUs hold is not pinned, so
+    /// the operating system can move it to whichever CPU is idle.
     pub fn spread(index: usize, threads: usize) -> Pinning {
         let allowed = allowed_cpus();
-        if allowed.is_empty() {
-            return Pinning::None;
+        let threads = threads.clamp(1, CPUS_MAX);
+        match allowed
+            .get(index.saturating_mul(threads)..index.saturating_add(1).saturating_mul(threads))
+        {
+            Some(cpus) => Pinning::Cores(cpus.to_vec()),
+            None => Pinning::None,
         }
-        let first = index.wrapping_mul(threads);
-        Pinning::Cores(
-            (0..threads.clamp(1, CPUS_MAX))
-                .filter_map(|j| allowed.get(first.wrapping_add(j) % allowed.len()).copied())
-                .collect(),
-        )
     }
 
     /// The same CPUs for threads numbered from `first`: thread `i` of the result runs where
@@ -182,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn spread_hands_out_distinct_cpus_before_sharing() {
+    fn spread_hands_out_distinct_cpus_then_leaves_the_rest_unpinned() {
         let n = allowed_cpus().len();
         let taken: Vec<usize> = (0..n)
             .filter_map(|i| Pinning::spread(i, 1).cpu_for(0))
@@ -191,6 +191,7 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), n, "{taken:?}");
-        assert_eq!(Pinning::spread(n, 1), Pinning::spread(0, 1));
+        assert_eq!(Pinning::spread(n, 1), Pinning::None);
+        assert_eq!(Pinning::spread(0, n + 1), Pinning::None);
     }
 }

@@ -61,8 +61,8 @@ pub struct LocalConfig {
     /// Print one line per executor event (started with its pid, registered, exited) to stderr.
     pub events: bool,
     /// CPUs to pin executors to (`--pin-cores` of each child): each new executor gets `cores`
-    /// of them, the ones fewest live executors use, so executors share a CPU only once every
-    /// listed CPU is taken. Empty: executors are not pinned.
+    /// of them that no live executor holds; when fewer are free it is not pinned. Empty:
+    /// executors are not pinned.
     pub pin_cpus: Vec<usize>,
 }
 
@@ -399,22 +399,20 @@ impl Control {
         }
     }
 
-    /// The `cores` listed CPUs fewest live children are pinned to (ties: list order).
+    /// `cores` listed CPUs no live child is pinned to (in list order), or none when fewer are
+    /// free: an executor beyond what the CPUs hold is left unpinned, so the operating system
+    /// can move it to whichever CPU is idle (pinned to a shared CPU it could not move at all).
     fn pick_cpus(&self) -> Vec<usize> {
-        let mut uses: Vec<(usize, usize, usize)> = (self.config.pin_cpus.iter().enumerate())
-            .map(|(order, &cpu)| {
-                let users = self.pins.values().filter(|p| p.contains(&cpu)).count();
-                (users, order, cpu)
-            })
-            .collect();
-        uses.sort_unstable();
-        let mut cpus: Vec<usize> = uses
-            .iter()
+        let taken = |cpu: &usize| self.pins.values().any(|pins| pins.contains(cpu));
+        let free: Vec<usize> = (self.config.pin_cpus.iter())
+            .filter(|cpu| !taken(cpu))
+            .copied()
             .take(self.config.cores as usize)
-            .map(|&(_, _, cpu)| cpu)
             .collect();
-        cpus.sort_unstable();
-        cpus
+        if free.len() < self.config.cores as usize {
+            return Vec::new();
+        }
+        free
     }
 
     fn spawn(&self, name: &str, pins: &[usize]) -> std::io::Result<Child> {

@@ -268,8 +268,9 @@ struct LocalArgs {
     /// Cores (task threads) per executor (1 to 256).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=EXECUTOR_CORES_MAX))]
     cores: u32,
-    /// CPUs the executors are pinned to, each new one on the CPUs fewest others use: auto (the
-    /// default: every CPU this process may use), none, or a list like 0,2-3.
+    /// CPUs the executors are pinned to, each on CPUs no other holds (executors beyond what the
+    /// CPUs hold are not pinned): auto (the default: every CPU this process may use), none, or
+    /// a list like 0,2-3.
     #[arg(long, default_value = "auto", value_parser = local_pinning)]
     pin_cores: Pinning,
     /// Dynamic allocation: the executor count follows the backlog between --min-executors and
