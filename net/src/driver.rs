@@ -261,6 +261,7 @@ impl Driver {
             stopping: false,
             tick: None,
             retiring: FxHashMap::default(),
+            local_spilled: false,
         };
         let endpoint = runtime
             .handle()
@@ -515,6 +516,9 @@ pub(crate) struct DriverEndpoint {
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
+    /// The local runner completed attempts on this thread while launching: drain it (no kick
+    /// comes for those).
+    local_spilled: bool,
 }
 
 /// The local executor's id.
@@ -755,6 +759,10 @@ impl DriverEndpoint {
                 self.carry_out(output);
             }
             self.outputs = outputs;
+            if std::mem::take(&mut self.local_spilled) {
+                self.drain_local();
+                continue;
+            }
             let mut failed = Vec::new();
             for token in std::mem::take(&mut self.dirty) {
                 if let Some(peer) = self.peers.get_mut(&token) {
@@ -818,7 +826,13 @@ impl DriverEndpoint {
                 Some(Link::Local) => {
                     if let Some(runner) = self.runner.as_mut() {
                         for task in tasks {
-                            runner.launch(task.task.0, task.attempt, &task.function, task.payload);
+                            // An attempt that fails at once comes with no kick: drained in pump.
+                            self.local_spilled |= runner.launch(
+                                task.task.0,
+                                task.attempt,
+                                &task.function,
+                                task.payload,
+                            );
                         }
                     }
                 }
