@@ -393,6 +393,15 @@ impl Driver {
             .map_err(|_| DriverError::Stopped)
     }
 
+    /// Executors (by their id on the wire) that are stalled: they hold a straggler and have
+    /// finished nothing since it was launched, so they get no new work (and are named in a
+    /// warning every [`WARN_INTERVAL`]) until they report a task.
+    pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Stalled, Duration::from_secs(10))
+            .map_err(|_| DriverError::Stopped)
+    }
+
     /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
     /// as a loss ([`Driver::executors_lost`]). Answers whether it was registered.
     pub fn stop_executor(&self, name: &str) -> Result<bool, DriverError> {
@@ -497,6 +506,8 @@ pub(crate) enum DriverMsg {
     LocalKick,
     /// The backlog and the executors.
     Executors(Reply<ExecutorsView>),
+    /// The stalled executors' ids on the wire.
+    Stalled(Reply<Vec<String>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
         /// Its id on the wire.
@@ -1021,6 +1032,14 @@ impl DriverEndpoint {
         }
     }
 
+    /// An executor's id on the wire (`local` for the in-process one). O(executors).
+    fn executor_name(&self, id: ExecutorId) -> String {
+        self.names
+            .iter()
+            .find(|(_, named)| **named == id)
+            .map_or_else(|| "local".to_owned(), |(name, _)| name.clone())
+    }
+
     /// Warns about stalled executors and about tasks no executor can run (see the module docs),
     /// and publishes the latter for [`Driver::no_executor_for`].
     fn check_health(&mut self, now: Instant) {
@@ -1052,13 +1071,9 @@ impl DriverEndpoint {
             if !stalled.is_empty() {
                 self.health.next_stalled_warning = now + WARN_INTERVAL;
                 for (id, attempts) in stalled {
-                    let name = self
-                        .names
-                        .iter()
-                        .find(|(_, named)| **named == id)
-                        .map_or("(local)", |(name, _)| name.as_str());
+                    let name = self.executor_name(id);
                     tracing::warn!(
-                        executor = name,
+                        executor = name.as_str(),
                         attempts,
                         "executor is stalled: it holds a straggler and has finished nothing \
                          since it was launched; its stragglers are copied elsewhere and it gets \
@@ -1205,6 +1220,15 @@ impl Endpoint for DriverEndpoint {
                     running_tasks,
                     executors,
                 });
+            }
+            DriverMsg::Stalled(reply) => {
+                let names = self
+                    .scheduler
+                    .stalled_executors()
+                    .into_iter()
+                    .map(|(id, _)| self.executor_name(id))
+                    .collect();
+                let _ = reply.send(names);
             }
             DriverMsg::StopExecutor { name, reply } => {
                 let token = self

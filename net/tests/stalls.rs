@@ -358,6 +358,11 @@ fn a_lying_executor_is_refused_over_the_core_bound_and_one_that_never_finishes_h
     assert!(held <= u64::from(slow_start), "held {held}");
     let stats = driver.stats().expect("stats");
     assert!(stats.speculative_launched >= held, "{stats:?}");
+    assert_eq!(
+        driver.stalled_executors().expect("answers"),
+        vec!["liar".to_owned()],
+        "named, and given no more work"
+    );
 }
 
 /// Item 4: an executor that heartbeats and never reads its socket (so never sees its tasks).
