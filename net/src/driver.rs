@@ -32,7 +32,7 @@
 //! - one that does not read its socket (bytes queued for it and none written for
 //!   `heartbeat_timeout`) is lost, like a silent one;
 //! - while tasks wait and no executor can run them (all lost, or all excluded), a warning is
-//!   logged every [`WARN_INTERVAL`] and [`Driver::no_executor_for`] says for how long, so a
+//!   logged every [`WARN_INTERVAL`] (the first after one interval) and [`Driver::no_executor_for`] says for how long, so a
 //!   caller can give up (`flint driver --no-executor-timeout-s`).
 
 use std::net::SocketAddr;
@@ -1045,13 +1045,20 @@ impl DriverEndpoint {
     fn check_health(&mut self, now: Instant) {
         let now_us = self.now_us();
         if self.scheduler.starved(now_us) {
-            let since = *self.health.starved_since.get_or_insert_with(|| {
-                let since_us = now.saturating_duration_since(self.epoch).as_micros() as u64;
-                self.counters
-                    .starved_since_us
-                    .store(since_us.saturating_add(1), Ordering::SeqCst);
-                now
-            });
+            let since = match self.health.starved_since {
+                Some(since) => since,
+                None => {
+                    let since_us = now.saturating_duration_since(self.epoch).as_micros() as u64;
+                    self.counters
+                        .starved_since_us
+                        .store(since_us.saturating_add(1), Ordering::SeqCst);
+                    // The first warning after one interval: executors starting or coming back
+                    // (dynamic allocation from zero, a replaced executor) are not worth one.
+                    self.health.next_starved_warning = now + WARN_INTERVAL;
+                    self.health.starved_since = Some(now);
+                    now
+                }
+            };
             if now >= self.health.next_starved_warning {
                 self.health.next_starved_warning = now + WARN_INTERVAL;
                 tracing::warn!(
@@ -1064,7 +1071,6 @@ impl DriverEndpoint {
             }
         } else if self.health.starved_since.take().is_some() {
             self.counters.starved_since_us.store(0, Ordering::SeqCst);
-            self.health.next_starved_warning = now;
         }
         if now >= self.health.next_stalled_warning {
             let stalled = self.scheduler.stalled_executors();
