@@ -295,13 +295,18 @@ impl ExecutorEndpoint {
                 let Some(runner) = self.runner.as_mut() else {
                     return Ok(Flow::Continue);
                 };
+                let mut completed_at_once = false;
                 for task in tasks {
-                    runner.launch(
+                    completed_at_once |= runner.launch(
                         task.task_id,
                         task.attempt,
                         task.function,
                         frame.share(task.payload),
                     );
+                }
+                // Attempts that failed at once (unknown function, full pool) come with no kick.
+                if completed_at_once {
+                    self.send_updates();
                 }
                 Ok(Flow::Continue)
             }

@@ -212,6 +212,10 @@ struct JobArgs {
     /// An executor silent this long is lost, in milliseconds (100 to 3,600,000).
     #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     heartbeat_timeout_ms: u64,
+    /// Fail the job when its tasks have waited this long with no executor able to run them
+    /// (all lost or excluded), in seconds: 1 to 86400.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    no_executor_timeout_s: u64,
 }
 
 /// The most tasks one command-line job has: the driver's default pending-task limit.
@@ -625,7 +629,8 @@ fn watch_worker(worker_pid: Option<u32>) {
 }
 
 /// Submits the job, shows progress, waits, and summarizes. `abort` is asked every 200 ms; a
-/// reason from it cancels the job.
+/// reason from it cancels the job, as does `--no-executor-timeout-s` of tasks waiting with no
+/// executor able to run them.
 fn run_job(
     driver: &Driver,
     args: &JobArgs,
@@ -661,6 +666,18 @@ fn run_job(
                 if let Some(reason) = abort() {
                     pending.cancel();
                     return Err(reason);
+                }
+                let timeout = Duration::from_secs(args.no_executor_timeout_s);
+                if let Some(waited) = driver.no_executor_for().filter(|w| *w >= timeout) {
+                    pending.cancel();
+                    return Err(format!(
+                        "no executor could run the job's tasks for {} s (all lost or excluded; \
+                         --no-executor-timeout-s {}): {} of {} tasks done; giving up",
+                        waited.as_secs(),
+                        args.no_executor_timeout_s,
+                        pending.tasks_done(),
+                        pending.tasks()
+                    ));
                 }
                 if show_progress && start.elapsed() > Duration::from_secs(1) {
                     progress(pending.tasks_done(), pending.tasks(), start.elapsed());
