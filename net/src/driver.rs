@@ -446,7 +446,7 @@ impl Driver {
     pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
         self.endpoint
             .ask(DriverMsg::Stalled, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted

@@ -224,7 +224,9 @@ const TASKS_MAX: u64 = 10_000_000;
 const PAYLOAD_MAX_BYTES: u64 = 16 * 1024 * 1024 - 8192;
 /// The most payload bytes a command-line job builds.
 const JOB_PAYLOAD_MAX_BYTES: u64 = 4 << 30;
-/// The most task threads one executor runs (a bigger machine runs more executors).
+/// The most task threads a stock `flint executor` runs (its queues grow with them; a bigger
+/// machine runs more executors). The driver accepts claims up to
+/// `flint_net::driver::EXECUTOR_CORES_MAX` from executors built on `executor::run`.
 const EXECUTOR_CORES_MAX: i64 = 256;
 /// The longest any command waits for something, in seconds: one day.
 const WAIT_MAX_S: u64 = 86_400;
