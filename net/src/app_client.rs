@@ -321,7 +321,13 @@ impl AppEndpoint {
     fn disconnect(&mut self, why: &str, ctx: &mut Ctx<'_, Self>) {
         if let Some(mut link) = self.link.take() {
             if matches!(link.phase, Phase::Ready) {
-                eprintln!("flint submit: lost the master ({why}); reconnecting");
+                tracing::warn!("lost the master ({why}); reconnecting");
+            } else {
+                tracing::info!(
+                    "cannot reach the master at {}: {why}; retrying in {} ms",
+                    self.config.master,
+                    self.backoff.as_millis()
+                );
             }
             let _ = ctx.deregister(link.conn.stream_mut(), link.token);
         }

@@ -25,6 +25,9 @@ use sha2::Sha256;
 
 use crate::wire::{AuthMethod, Message, Role, WireError};
 
+/// The environment variable that carries the shared secret.
+pub const SECRET_ENV: &str = "FLINT_SECRET";
+
 /// A shared secret for the handshake.
 #[derive(Clone)]
 pub struct Secret(Vec<u8>);
@@ -290,7 +293,10 @@ pub const WRONG_SECRET: &str = "bad credentials: wrong shared secret; use the se
 /// Why one side has a secret and the other none, with what to do about it (from the view of
 /// `ours`, the side that noticed).
 fn credentials_mismatch(me: Role, peer: Role, ours: AuthMethod) -> String {
-    let (me, peer) = (me.to_string().to_lowercase(), peer.to_string().to_lowercase());
+    let (me, peer) = (
+        me.to_string().to_lowercase(),
+        peer.to_string().to_lowercase(),
+    );
     match ours {
         AuthMethod::None => format!(
             "bad credentials: the {peer} uses a shared secret and this {me} has none; give this \
@@ -439,7 +445,10 @@ mod tests {
 
     #[test]
     fn generated_secrets_are_hex_and_differ() {
-        let (a, b) = (Secret::generate().expect("a"), Secret::generate().expect("b"));
+        let (a, b) = (
+            Secret::generate().expect("a"),
+            Secret::generate().expect("b"),
+        );
         assert_eq!(a.expose_bytes().len(), 64);
         assert!(a.expose_bytes().iter().all(u8::is_ascii_hexdigit));
         assert_ne!(a.expose_bytes(), b.expose_bytes());

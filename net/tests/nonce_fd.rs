@@ -16,7 +16,6 @@ fn nonces_come_even_when_no_file_descriptor_is_left() {
                 assert_eq!(error.raw_os_error(), Some(24), "EMFILE expected: {error}");
                 break;
             }
-            
         }
         assert!(held.len() < 1_000_000, "no open-file limit");
     }
