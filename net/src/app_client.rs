@@ -61,6 +61,10 @@ pub struct AppInfo {
     pub connected: bool,
     /// Answers the master gave to [`AppClient::sync`] so far.
     pub syncs: u64,
+    /// Why the application does not have all it asked for, as of the last [`AppClient::sync`]
+    /// (empty: it does). Starts with
+    /// [`NO_WORKER_FITS`](flint_engine::standalone::NO_WORKER_FITS) when waiting cannot help.
+    pub waiting: String,
 }
 
 #[derive(Default)]
@@ -422,7 +426,8 @@ impl AppEndpoint {
                 }
                 Err(error) => {
                     let why = format!("handshake with the master failed: {error}");
-                    if self.app_id.is_none() {
+                    let table_full = error.to_string().contains(crate::conn::TABLE_FULL);
+                    if self.app_id.is_none() && !table_full {
                         // A wrong secret or protocol version does not fix itself: give up.
                         let reason = why.clone();
                         self.shared.update(|info| info.removed = Some(reason));
@@ -494,7 +499,20 @@ impl AppEndpoint {
                 let reason = reason.to_owned();
                 self.shared.update(|info| info.removed = Some(reason));
             }
-            Message::StatusResponse { .. } => self.shared.update(|info| info.syncs += 1),
+            Message::StatusResponse { applications, .. } => {
+                let waiting = self.app_id.as_deref().and_then(|id| {
+                    applications
+                        .iter()
+                        .find(|a| a.app_id == id)
+                        .map(|a| a.waiting.to_owned())
+                });
+                self.shared.update(|info| {
+                    info.syncs += 1;
+                    if let Some(waiting) = waiting {
+                        info.waiting = waiting;
+                    }
+                })
+            }
             Message::Shutdown {} => return Err("the master shut down".into()),
             other => {
                 return Err(format!(

@@ -227,9 +227,12 @@ impl Handshake {
         body: &[u8],
         out: &mut BytesMut,
     ) -> Result<Option<Role>, HandshakeError> {
+        // A peer may refuse us before its `Hello` (its connection table is full).
         let message = match self.peer_role {
-            None => Message::decode_hello(kind, body)?,
-            Some(_) => Message::decode(kind, body)?,
+            None if kind != crate::wire::Kind::HandshakeRefused as u16 => {
+                Message::decode_hello(kind, body)?
+            }
+            _ => Message::decode(kind, body)?,
         };
         match (message, self.peer_role) {
             (

@@ -27,9 +27,9 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{accept_next, ConnError, Connection, Inbound};
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FULL};
 use crate::driver::encode;
-use crate::handshake::{Handshake, Secret};
+use crate::handshake::{Handshake, Secret, SECRET_ENV};
 use crate::journal::Journal;
 use crate::standalone::{
     app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
@@ -60,6 +60,15 @@ pub struct MasterConfig {
     pub outbound_max: usize,
     /// Connections held at once.
     pub connections_max: usize,
+    /// Connections still in the handshake (unauthenticated) held at once; when another
+    /// arrives the oldest goes, so nobody can hold the table without the secret.
+    pub handshakes_max: usize,
+    /// Status connections (`Role::Client`) held at once; when another arrives the oldest goes.
+    pub clients_max: usize,
+    /// A status connection silent this long is closed.
+    pub client_idle_timeout: Duration,
+    /// Application connections held at once, so workers always have room.
+    pub apps_connections_max: usize,
 }
 
 impl Default for MasterConfig {
@@ -71,10 +80,14 @@ impl Default for MasterConfig {
             state_dir: None,
             heartbeat_interval: Duration::from_millis(1000),
             master: sa::Config::default(),
-            handshake_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             outbound_max: 64 << 20,
             connections_max: 4096,
+            handshakes_max: 256,
+            clients_max: 64,
+            client_idle_timeout: Duration::from_secs(30),
+            apps_connections_max: 2048,
         }
     }
 }
@@ -175,6 +188,7 @@ struct Peer {
     conn: Connection,
     phase: Phase,
     opened: Instant,
+    last_heard: Instant,
 }
 
 struct MasterEndpoint {
@@ -205,19 +219,37 @@ impl MasterEndpoint {
             outbound_max: self.config.outbound_max,
         };
         while let Some((stream, addr)) = accept_next(&self.listener) {
-            if self.peers.len() >= self.config.connections_max {
-                tracing::warn!(%addr, "refused a connection: connections_max reached");
+            // Unauthenticated connections have a table of their own: the oldest goes.
+            if self.count(|p| matches!(p, Phase::Handshake(_))) >= self.config.handshakes_max {
+                self.evict_oldest(|p| matches!(p, Phase::Handshake(_)), "handshakes_max");
+            }
+            if self.peers.len() >= self.config.connections_max
+                && !self.evict_oldest(
+                    |p| matches!(p, Phase::Handshake(_) | Phase::Client),
+                    "connections_max",
+                )
+            {
+                tracing::warn!(%addr, "refused a connection: {TABLE_FULL}");
+                refuse(
+                    stream,
+                    &format!(
+                        "{TABLE_FULL}: the master holds {} connections",
+                        self.peers.len()
+                    ),
+                );
                 continue;
             }
             match inbound.open(stream, ctx) {
                 Ok((token, conn, handshake)) => {
                     let phase = Phase::Handshake(Box::new(handshake));
+                    let now = Instant::now();
                     self.peers.insert(
                         token,
                         Peer {
                             conn,
                             phase,
-                            opened: Instant::now(),
+                            opened: now,
+                            last_heard: now,
                         },
                     );
                     self.dirty.push(token);
@@ -227,12 +259,47 @@ impl MasterEndpoint {
         }
     }
 
+    /// Connections whose phase matches.
+    fn count(&self, matching: impl Fn(&Phase) -> bool) -> usize {
+        self.peers.values().filter(|p| matching(&p.phase)).count()
+    }
+
+    /// Closes the oldest connection whose phase matches (telling it the table is full);
+    /// whether there was one.
+    fn evict_oldest(&mut self, matching: impl Fn(&Phase) -> bool, limit: &str) -> bool {
+        let oldest = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matching(&p.phase))
+            .min_by_key(|(_, p)| p.opened)
+            .map(|(t, _)| *t);
+        let Some(token) = oldest else {
+            return false;
+        };
+        if let Some(peer) = self.peers.get_mut(&token) {
+            encode(
+                &Message::HandshakeRefused {
+                    reason: &format!("{TABLE_FULL} ({limit}): the oldest such connection goes"),
+                },
+                peer.conn.outbound(),
+                self.config.frame_size_max,
+            );
+        }
+        tracing::debug!("dropped the oldest connection ({limit})");
+        self.close(
+            token,
+            &ConnError::Protocol(format!("{TABLE_FULL} ({limit})")),
+        );
+        true
+    }
+
     fn on_peer_event(&mut self, token: Token, event: &Event) {
         let Some(mut peer) = self.peers.remove(&token) else {
             return;
         };
         let mut result = Ok(());
         if event.is_readable() || event.is_read_closed() || event.is_error() {
+            peer.last_heard = Instant::now();
             let phase = &mut peer.phase;
             result = peer
                 .conn
@@ -257,8 +324,28 @@ impl MasterEndpoint {
             return match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
                 Ok(None) => Ok(()),
                 Ok(Some(Role::Client)) => {
+                    // Status connections have a table of their own: the oldest goes.
+                    if self.count(|p| matches!(p, Phase::Client)) >= self.config.clients_max {
+                        self.evict_oldest(|p| matches!(p, Phase::Client), "clients_max");
+                    }
                     *phase = Phase::Client;
                     Ok(())
+                }
+                Ok(Some(Role::Driver))
+                    if self.count(|p| {
+                        matches!(p, Phase::App(_) | Phase::Registering(Role::Driver))
+                    }) >= self.config.apps_connections_max =>
+                {
+                    let reason = format!(
+                        "{TABLE_FULL}: {} application connections (apps_connections_max)",
+                        self.config.apps_connections_max
+                    );
+                    encode(
+                        &Message::HandshakeRefused { reason: &reason },
+                        conn.outbound(),
+                        frame_size_max,
+                    );
+                    Err(ConnError::Protocol(reason))
                 }
                 Ok(Some(role)) => {
                     *phase = Phase::Registering(role);
@@ -364,7 +451,16 @@ impl MasterEndpoint {
                 Ok(())
             }
             (Phase::Registering(Role::Driver), Message::RegisterApplication { app }) => {
-                let spec = spec_from_wire(&app);
+                let mut spec = spec_from_wire(&app);
+                // Secrets never reach the journal: workers give executors their own copy.
+                let before = spec.env.len();
+                spec.env.retain(|(key, _)| key != SECRET_ENV);
+                if spec.env.len() != before {
+                    tracing::warn!(
+                        "dropped {SECRET_ENV} from application {:?}'s environment: the master journals it, and workers pass their own secret to executors",
+                        spec.name
+                    );
+                }
                 match self.master.app_registered(now_us, spec.clone()) {
                     Ok(app_id) => {
                         if let Some(journal) = self.journal.as_mut() {
@@ -493,6 +589,7 @@ impl MasterEndpoint {
                 state: app_state_to_wire(a.state),
                 cores_granted: a.cores_granted,
                 executors_requested: a.executors_requested,
+                waiting: &a.waiting,
             })
             .collect();
         let executors: Vec<wire::ExecutorStatus<'_>> = status
@@ -724,23 +821,29 @@ impl MasterEndpoint {
     fn on_tick(&mut self) {
         self.master.tick(self.now_us());
         let timeout = self.config.handshake_timeout;
-        let expired: Vec<Token> = self
+        let idle = self.config.client_idle_timeout;
+        let expired: Vec<(Token, String)> = self
             .peers
             .iter()
-            .filter(|(_, p)| {
-                matches!(p.phase, Phase::Handshake(_) | Phase::Registering(_))
-                    && p.opened.elapsed() > timeout
-            })
-            .map(|(t, _)| *t)
-            .collect();
-        for token in expired {
-            self.close(
-                token,
-                &ConnError::Protocol(format!(
-                    "no handshake and registration within {} ms",
-                    timeout.as_millis()
+            .filter_map(|(token, p)| match p.phase {
+                Phase::Handshake(_) | Phase::Registering(_) if p.opened.elapsed() > timeout => {
+                    Some((
+                        *token,
+                        format!(
+                            "no handshake and registration within {} ms",
+                            timeout.as_millis()
+                        ),
+                    ))
+                }
+                Phase::Client if p.last_heard.elapsed() > idle => Some((
+                    *token,
+                    format!("a status connection silent for {} ms", idle.as_millis()),
                 )),
-            );
+                _ => None,
+            })
+            .collect();
+        for (token, why) in expired {
+            self.close(token, &ConnError::Protocol(why));
         }
     }
 }

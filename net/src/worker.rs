@@ -545,7 +545,8 @@ impl WorkerEndpoint {
                 }
                 Err(error) => {
                     let why = format!("handshake with the master failed: {error}");
-                    if !self.registered_once {
+                    let table_full = error.to_string().contains(crate::conn::TABLE_FULL);
+                    if !self.registered_once && !table_full {
                         // A wrong secret or protocol version does not fix itself: stop.
                         eprintln!("flint worker {}: {why}", self.config.id);
                         self.kill_all();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
-use flint_engine::standalone::{AppSpec, Config as StandaloneConfig};
+use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FITS};
 use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
@@ -951,9 +951,21 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
                 {
                     break;
                 }
+                // Ask the master why the executors are not there yet; a request no worker can
+                // fit fails now instead of at the end of --wait-s.
+                let _ = client.sync(Duration::from_secs(1));
+                let waiting = client.info().waiting;
+                if waiting.starts_with(NO_WORKER_FITS) {
+                    return Err(format!("the master cannot place the executors: {waiting}"));
+                }
                 if Instant::now() >= deadline {
+                    let why = if waiting.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; the master says: {waiting}")
+                    };
                     return Err(format!(
-                        "{} executors did not register within {} s ({} did)",
+                        "{} executors did not register within {} s ({} did){why}",
                         args.executors,
                         args.wait_s,
                         driver.executors()
@@ -1074,12 +1086,13 @@ fn status(args: StatusArgs) -> Result<ExitCode, String> {
             .iter()
             .map(|a| {
                 format!(
-                    "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{}}}",
+                    "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{},\"waiting\":{}}}",
                     json_string(a.app_id),
                     json_string(a.name),
                     json_string(&a.state.to_string().to_uppercase()),
                     a.cores_granted,
-                    a.executors_requested
+                    a.executors_requested,
+                    json_string(a.waiting)
                 )
             })
             .collect();
@@ -1132,6 +1145,9 @@ fn status(args: StatusArgs) -> Result<ExitCode, String> {
                 a.cores_granted,
                 a.executors_requested
             );
+            if !a.waiting.is_empty() {
+                println!("    waiting: {}", a.waiting);
+            }
         }
         println!("EXECUTORS");
         println!(
