@@ -276,7 +276,8 @@ impl MasterEndpoint {
         let Some(token) = oldest else {
             return false;
         };
-        if let Some(peer) = self.peers.get_mut(&token) {
+        // Quietly: a flood of these is what the tables are for.
+        if let Some(mut peer) = self.peers.remove(&token) {
             encode(
                 &Message::HandshakeRefused {
                     reason: &format!("{TABLE_FULL} ({limit}): the oldest such connection goes"),
@@ -284,12 +285,9 @@ impl MasterEndpoint {
                 peer.conn.outbound(),
                 self.config.frame_size_max,
             );
+            let _ = peer.conn.flush();
         }
-        tracing::debug!("dropped the oldest connection ({limit})");
-        self.close(
-            token,
-            &ConnError::Protocol(format!("{TABLE_FULL} ({limit})")),
-        );
+        tracing::debug!("dropped the oldest connection of its kind: {TABLE_FULL} ({limit})");
         true
     }
 

@@ -1724,7 +1724,7 @@ fn a_missing_or_wrong_secret_says_to_use_secret_file_or_flint_secret() {
     let (code, _, stderr) = flint_output(&[&status[..], &["--insecure"]].concat(), &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("requires a shared secret") && stderr.contains("--secret-file"),
+        stderr.contains("uses a shared secret") && stderr.contains("--secret-file"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
