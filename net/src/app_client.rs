@@ -414,7 +414,7 @@ impl AppEndpoint {
                         }),
                     }
                     if self.app_id.is_some() {
-                        eprintln!("flint submit: reconnected to the master");
+                        tracing::info!("reconnected to the master");
                         if self.unregistering {
                             self.send_unregister(link);
                         }
@@ -474,7 +474,7 @@ impl AppEndpoint {
             } => {
                 let is_final = !matches!(state, ExecutorState::Launching | ExecutorState::Running);
                 if is_final && !self.unregistering {
-                    eprintln!("flint submit: executor {executor_id} {state}: {message}");
+                    tracing::warn!("executor {executor_id} {state}: {message}");
                 }
                 self.shared.update(|info| {
                     if is_final {
@@ -489,12 +489,12 @@ impl AppEndpoint {
             Message::WorkerRemoved {
                 worker_id, reason, ..
             } => {
-                eprintln!("flint submit: the master lost worker {worker_id}: {reason}");
+                tracing::warn!("the master lost worker {worker_id}: {reason}");
                 self.shared.update(|info| info.workers_removed += 1);
             }
             Message::ApplicationRemoved { reason, .. } => {
                 if !self.unregistering {
-                    eprintln!("flint submit: the master removed the application: {reason}");
+                    tracing::warn!("the master removed the application: {reason}");
                 }
                 let reason = reason.to_owned();
                 self.shared.update(|info| info.removed = Some(reason));

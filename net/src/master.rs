@@ -118,8 +118,8 @@ impl MasterHandle {
             Some(dir) => {
                 let (journal, recovered) = Journal::open(dir)?;
                 if !recovered.workers.is_empty() || !recovered.apps.is_empty() {
-                    eprintln!(
-                        "flint master: recovering {} workers and {} applications from {}",
+                    tracing::info!(
+                        "recovering {} workers and {} applications from {}",
                         recovered.workers.len(),
                         recovered.apps.len(),
                         dir.display()
@@ -395,8 +395,8 @@ impl MasterEndpoint {
                             conn.outbound(),
                             frame_size_max,
                         );
-                        eprintln!(
-                            "flint master: worker {worker_id} registered ({host}:{port}, {cores} cores, {memory_mb} MiB)"
+                        tracing::info!(
+                            "worker {worker_id} registered ({host}:{port}, {cores} cores, {memory_mb} MiB)"
                         );
                         *phase = Phase::Worker(spec.id);
                         Ok(())
@@ -469,10 +469,7 @@ impl MasterEndpoint {
                             conn.outbound(),
                             frame_size_max,
                         );
-                        eprintln!(
-                            "flint master: application {app_id} ({}) registered",
-                            spec.name
-                        );
+                        tracing::info!("application {app_id} ({}) registered", spec.name);
                         self.apps.insert(app_id.clone(), token);
                         *phase = Phase::App(app_id);
                         Ok(())
@@ -496,7 +493,7 @@ impl MasterEndpoint {
             (Phase::Registering(Role::Driver), Message::RequestExecutors { app_id, total }) => {
                 match self.master.app_reconnected(now_us, app_id) {
                     Ok(()) => {
-                        eprintln!("flint master: application {app_id} reconnected");
+                        tracing::info!("application {app_id} reconnected");
                         if let Some(old) = self.apps.insert(app_id.to_owned(), token) {
                             if old != token {
                                 self.to_close
@@ -538,7 +535,7 @@ impl MasterEndpoint {
             }
             (Phase::App(id), Message::UnregisterApplication { app_id }) if app_id == id => {
                 let id = id.clone();
-                eprintln!("flint master: application {id} unregistered");
+                tracing::info!("application {id} unregistered");
                 self.master.app_unregistered(&id);
                 Ok(())
             }
@@ -621,7 +618,7 @@ impl MasterEndpoint {
             Phase::Worker(id) => {
                 if self.workers.get(&id) == Some(&token) {
                     self.workers.remove(&id);
-                    eprintln!("flint master: worker {id} disconnected: {why}");
+                    tracing::warn!("worker {id} disconnected: {why}");
                     self.master
                         .worker_lost(&id, &format!("its connection ended: {why}"));
                 }
@@ -739,7 +736,7 @@ impl MasterEndpoint {
                 );
             }
             Output::ApplicationRemoved { app, state, reason } => {
-                eprintln!("flint master: application {app} removed ({state:?}): {reason}");
+                tracing::info!("application {app} removed ({state:?}): {reason}");
                 if let Some(journal) = self.journal.as_mut() {
                     journal.app_removed(&app);
                 }
@@ -761,7 +758,7 @@ impl MasterEndpoint {
                 reason,
                 apps,
             } => {
-                eprintln!("flint master: worker {worker} removed: {reason}");
+                tracing::warn!("worker {worker} removed: {reason}");
                 if let Some(journal) = self.journal.as_mut() {
                     journal.worker_removed(&worker);
                 }

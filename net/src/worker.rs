@@ -232,8 +232,8 @@ fn reap_stale_executors(work_dir: &Path, worker_id: &str) {
                     .any(|entry| entry == marker.as_bytes())
             });
             if ours {
-                eprintln!(
-                    "flint worker {worker_id}: killing executor {} (pid {pid}) left from a previous run",
+                tracing::warn!(
+                    "worker {worker_id}: killing executor {} (pid {pid}) left from a previous run",
                     executor.path().display()
                 );
                 signal_group(pid, "-KILL");
@@ -446,8 +446,8 @@ impl WorkerEndpoint {
         let mut failed = Some(why);
         if let Some(mut link) = self.link.take() {
             if matches!(link.phase, Phase::Registered) {
-                eprintln!(
-                    "flint worker {}: lost the master ({why}); reconnecting",
+                tracing::warn!(
+                    "worker {}: lost the master ({why}); reconnecting",
                     self.config.id
                 );
                 failed = None;
@@ -548,7 +548,7 @@ impl WorkerEndpoint {
                     let table_full = error.to_string().contains(crate::conn::TABLE_FULL);
                     if !self.registered_once && !table_full {
                         // A wrong secret or protocol version does not fix itself: stop.
-                        eprintln!("flint worker {}: {why}", self.config.id);
+                        tracing::warn!("worker {}: {why}", self.config.id);
                         self.kill_all();
                         self.exit.set(Err(WorkerError::Refused(why.clone())));
                     }
@@ -574,17 +574,15 @@ impl WorkerEndpoint {
                 self.registered_once = true;
                 self.backoff = Duration::from_millis(50);
                 self.failed_attempts = 0;
-                eprintln!(
-                    "flint worker {}: registered with the master at {}",
-                    self.config.id, self.config.master
+                tracing::info!(
+                    "worker {}: registered with the master at {}",
+                    self.config.id,
+                    self.config.master
                 );
                 Ok(())
             }
             Message::RegisterWorkerFailed { reason } => {
-                eprintln!(
-                    "flint worker {}: registration refused: {reason}",
-                    self.config.id
-                );
+                tracing::warn!("worker {}: registration refused: {reason}", self.config.id);
                 if !self.registered_once {
                     self.kill_all();
                     self.exit.set(Err(WorkerError::Refused(reason.to_owned())));
@@ -693,8 +691,8 @@ impl WorkerEndpoint {
         ctx: &mut Ctx<'_, Self>,
     ) {
         let fail = |this: &mut Self, message: String| {
-            eprintln!(
-                "flint worker {}: executor {app_id}/{executor_id} not started: {message}",
+            tracing::warn!(
+                "worker {}: executor {app_id}/{executor_id} not started: {message}",
                 this.config.id
             );
             this.report(Report {
@@ -829,8 +827,8 @@ impl WorkerEndpoint {
             signal_group(pgid, "-KILL");
             return fail(self, format!("no thread to watch the executor: {error}"));
         }
-        eprintln!(
-            "flint worker {}: started executor {app_id}/{executor_id} (pid {pgid}) in {}",
+        tracing::info!(
+            "worker {}: started executor {app_id}/{executor_id} (pid {pgid}) in {}",
             self.config.id,
             dir.display()
         );
@@ -900,8 +898,8 @@ impl WorkerEndpoint {
                 format!("exited with code {}", code.unwrap_or(-1)),
             )
         };
-        eprintln!(
-            "flint worker {}: executor {app}/{executor} {state}: {message}",
+        tracing::info!(
+            "worker {}: executor {app}/{executor} {state}: {message}",
             self.config.id
         );
         self.kill_timers

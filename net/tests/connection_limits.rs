@@ -28,11 +28,8 @@ struct Proc {
 
 impl Proc {
     fn start(args: &[&str]) -> Proc {
-        let base = std::env::temp_dir().join(format!(
-            "flint-limits-{}-{}",
-            std::process::id(),
-            unique()
-        ));
+        let base =
+            std::env::temp_dir().join(format!("flint-limits-{}-{}", std::process::id(), unique()));
         let (stdout, stderr) = (base.with_extension("out"), base.with_extension("err"));
         let child = Command::new(FLINT)
             .args(args)
@@ -152,7 +149,9 @@ fn an_executor_refused_by_a_full_driver_says_why_and_retries_with_backoff() {
         .expect("driver");
     let addr = driver.local_addr().expect("address");
     let mut first = Proc::start(&["executor", "--driver", &addr.to_string(), "--id", "first"]);
-    driver.wait_for_executors(1, DEADLINE).expect("the first executor");
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("the first executor");
     let mut second = Proc::start(&[
         "executor",
         "--driver",
@@ -166,13 +165,21 @@ fn an_executor_refused_by_a_full_driver_says_why_and_retries_with_backoff() {
         second.stderr().matches("connection table full").count() >= 2
     });
     assert!(second.exited().is_none(), "{}", second.stderr());
-    assert!(second.stderr().contains("retrying in"), "{}", second.stderr());
+    assert!(
+        second.stderr().contains("retrying in"),
+        "{}",
+        second.stderr()
+    );
     // Room again: the second gets in.
     let _ = first.child.kill();
     let _ = first.child.wait();
     wait_until("the second executor to register", || {
         driver.executors_view().is_ok_and(|view| {
-            view.executors.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>() == ["second"]
+            view.executors
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>()
+                == ["second"]
         })
     });
 }

@@ -1316,9 +1316,7 @@ fn a_default_master_requires_its_generated_secret_and_workers_run_only_allowed_c
         .mode();
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     assert!(
-        master
-            .stderr()
-            .contains(&secret_file.display().to_string()),
+        master.stderr().contains(&secret_file.display().to_string()),
         "{}",
         master.stderr()
     );
@@ -1420,7 +1418,10 @@ fn the_secret_never_reaches_the_journal_and_executors_still_authenticate() {
     assert!(!journaled.is_empty(), "the master journaled nothing");
     let contains = |needle: &[u8]| journaled.windows(needle.len()).any(|w| w == needle);
     assert!(!contains(SECRET.as_bytes()), "the journal holds the secret");
-    assert!(!contains(b"leaked-secret-value"), "the journal holds the secret");
+    assert!(
+        !contains(b"leaked-secret-value"),
+        "the journal holds the secret"
+    );
     assert!(contains(b"leaky"), "the journal lacks the application");
     client.stop(DEADLINE);
     let _ = std::fs::remove_dir_all(&dir);
@@ -1569,7 +1570,11 @@ fn an_executor_a_worker_never_launches_is_placed_elsewhere_after_the_launch_time
         job.stderr()
     );
     let snapshot = status_now(port);
-    assert_eq!(snapshot.worker_state("silent"), Some("ALIVE"), "{snapshot:?}");
+    assert_eq!(
+        snapshot.worker_state("silent"),
+        Some("ALIVE"),
+        "{snapshot:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1622,34 +1627,110 @@ fn bad_ids_and_out_of_range_numbers_are_refused_at_parse_time() {
     let work_arg = work.to_string_lossy().into_owned();
     let long_id = "a".repeat(65);
     let cases: Vec<Vec<&str>> = vec![
-        vec!["worker", "--master", "127.0.0.1:1", "--cores", "1", "--memory-mb", "1", "--id", "../../x", "--work-dir", &work_arg],
-        vec!["worker", "--master", "127.0.0.1:1", "--cores", "1", "--memory-mb", "1", "--id", &long_id],
-        vec!["worker", "--master", "127.0.0.1:1", "--cores", "0", "--memory-mb", "1"],
-        vec!["worker", "--master", "127.0.0.1:1", "--cores", "1", "--memory-mb", "1", "--kill-timeout-ms", "18446744073709551615"],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--id",
+            "../../x",
+            "--work-dir",
+            &work_arg,
+        ],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--id",
+            &long_id,
+        ],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "0",
+            "--memory-mb",
+            "1",
+        ],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--kill-timeout-ms",
+            "18446744073709551615",
+        ],
         vec!["master", "--heartbeat-interval-ms", "18446744073709551615"],
         vec!["master", "--worker-timeout-ms", "0"],
         vec!["master", "--max-executor-retries", "0"],
         vec!["master", "--default-cores", "0"],
         vec!["master", "--launch-timeout-ms", "1"],
         vec!["master", "--recovery-timeout-ms", "18446744073709551615"],
-        vec!["submit", "--master", "127.0.0.1:1", "--executors", "1", "--cores", "4294967295"],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--cores",
+            "4294967295",
+        ],
         vec!["submit", "--master", "127.0.0.1:1", "--executors", "0"],
-        vec!["submit", "--master", "127.0.0.1:1", "--executors", "1", "--wait-s", "0"],
-        vec!["submit", "--master", "127.0.0.1:1", "--executors", "1", "--memory-mb", "18446744073709551615"],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--wait-s",
+            "0",
+        ],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--memory-mb",
+            "18446744073709551615",
+        ],
         vec!["status", "--master", "127.0.0.1:1", "--timeout-ms", "0"],
     ];
     for args in &cases {
         let (code, _, stderr) = flint_output(args, &[("FLINT_SECRET", SECRET)]);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("error: invalid value"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("error: invalid value"),
+            "{args:?}: {stderr}"
+        );
     }
     // A heartbeat no shorter than the worker timeout would drop every worker.
     let (code, _, stderr) = flint_output(
-        &["master", "--worker-timeout-ms", "1000", "--heartbeat-interval-ms", "1000"],
+        &[
+            "master",
+            "--worker-timeout-ms",
+            "1000",
+            "--heartbeat-interval-ms",
+            "1000",
+        ],
         &[("FLINT_SECRET", SECRET)],
     );
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("must be below --worker-timeout-ms"), "{stderr}");
+    assert!(
+        stderr.contains("must be below --worker-timeout-ms"),
+        "{stderr}"
+    );
     assert!(!dir.join("x").exists() && !dir.join("deep").join("x").exists());
     let (_, help, _) = flint_output(&["master", "--help"], &[]);
     assert!(help.contains("(10 to 60000"), "{help}");
@@ -1696,11 +1777,26 @@ fn a_missing_or_wrong_secret_says_to_use_secret_file_or_flint_secret() {
     let _master = start_master(&dir, port, &[]);
     let master = format!("127.0.0.1:{port}");
     let worker = [
-        "worker", "--master", &master, "--cores", "1", "--memory-mb", "1", "--work-dir",
+        "worker",
+        "--master",
+        &master,
+        "--cores",
+        "1",
+        "--memory-mb",
+        "1",
+        "--work-dir",
     ];
     let work = dir.join("work").to_string_lossy().into_owned();
     let worker: Vec<&str> = worker.iter().copied().chain([work.as_str()]).collect();
-    let submit = ["submit", "--master", &master, "--executors", "1", "--tasks", "1"];
+    let submit = [
+        "submit",
+        "--master",
+        &master,
+        "--executors",
+        "1",
+        "--tasks",
+        "1",
+    ];
     let status = ["status", "--master", &master];
     for args in [&worker[..], &submit[..], &status[..]] {
         // No secret at all: refused before connecting.
