@@ -1154,7 +1154,7 @@ impl Master {
         if wanted == 0 {
             let more = a
                 .executor_limit
-                .map_or(true, |limit| limit > a.executors.len() as u32);
+                .is_none_or(|limit| limit > a.executors.len() as u32);
             if more && a.spec.max_cores == 0 && default_cores > 0 {
                 return format!(
                     "at the default maximum of {default_cores} cores per application (the master's --default-cores)"
