@@ -288,7 +288,13 @@ struct Client {
     conn: Connection,
     handshake: Option<Box<Handshake>>,
     opened: Instant,
+    last_heard: Instant,
 }
+
+/// Time a status connection has to finish its handshake.
+const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A status connection silent this long is closed.
+const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Status connections held at once; the oldest goes when another arrives.
 const CLIENTS_MAX: usize = 64;
@@ -965,8 +971,25 @@ impl WorkerEndpoint {
                     conn,
                     handshake: Some(Box::new(handshake)),
                     opened: Instant::now(),
+                    last_heard: Instant::now(),
                 },
             );
+        }
+    }
+
+    /// Closes status connections that did not finish the handshake in time or went silent.
+    fn expire_clients(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let expired: Vec<Token> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                (c.handshake.is_some() && c.opened.elapsed() > CLIENT_HANDSHAKE_TIMEOUT)
+                    || c.last_heard.elapsed() > CLIENT_IDLE_TIMEOUT
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for token in expired {
+            self.drop_client(token, ctx);
         }
     }
 
@@ -983,6 +1006,7 @@ impl WorkerEndpoint {
         let Some(mut client) = self.clients.remove(&token) else {
             return;
         };
+        client.last_heard = Instant::now();
         let mut frames = Vec::new();
         let mut result = client.conn.read_frames(|_, frame| {
             frames.push(frame);
@@ -1137,6 +1161,7 @@ impl Endpoint for WorkerEndpoint {
             return;
         }
         if Some(timer) == self.heartbeat {
+            self.expire_clients(ctx);
             let silence = self.heartbeat_interval * MASTER_SILENCE_HEARTBEATS;
             if self
                 .link
