@@ -1825,3 +1825,84 @@ fn a_missing_or_wrong_secret_says_to_use_secret_file_or_flint_secret() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 12, item 3 (master, --insecure): thousands of fake applications fill only the
+/// application connections' share of the table: `flint status` and workers still get in.
+#[test]
+fn fake_applications_of_an_insecure_master_leave_room_for_status_and_workers() {
+    let dir = scratch("fake-apps");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    let master = Proc::start_with(
+        command,
+        &dir,
+        "master",
+        &["master", "--listen", &listen, "--insecure"],
+    );
+    wait_until("the master to listen", || {
+        master.stderr().contains("listening on")
+    });
+    let addr: SocketAddr = listen.parse().expect("addr");
+    let spec = AppSpec {
+        name: "fake".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let mut fakes = Vec::new();
+    let mut refused = 0;
+    for _ in 0..3000 {
+        let Ok(mut fake) = BlockingClient::connect(addr, Role::Driver, None, DEADLINE) else {
+            refused += 1;
+            continue;
+        };
+        flint_net::standalone::with_description(&spec, |app| {
+            fake.send(&Message::RegisterApplication { app })
+        })
+        .expect("register");
+        let registered = fake.next_frame().is_ok_and(|frame| {
+            matches!(frame.message(), Ok(Message::RegisteredApplication { .. }))
+        });
+        if registered {
+            fakes.push(fake);
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "3000 application connections all held");
+    assert!(fakes.len() >= 1000, "{} held", fakes.len());
+    let (code, stdout, stderr) = flint_output(
+        &["status", "--master", &listen, "--insecure", "--json"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    let _worker = Proc::start_with(
+        command,
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &listen,
+            "--id",
+            "w1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "64",
+            "--insecure",
+            "--work-dir",
+            &dir.join("work").to_string_lossy(),
+        ],
+    );
+    wait_until("the worker registered", || {
+        status_with(addr, None).is_some_and(|s| s.worker_state("w1") == Some("ALIVE"))
+    });
+    drop(fakes);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -359,6 +359,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| default_filter.into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -438,10 +439,13 @@ fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> 
                 }
                 None => {
                     use std::os::unix::fs::DirBuilderExt;
-                    let secret = Secret::generate().map_err(|e| format!("no randomness: {e}"))?;
-                    let tag: String = String::from_utf8_lossy(secret.expose_bytes())
-                        .chars()
-                        .take(12)
+                    // A name of its own (not derived from the secret), made here with mode 0700,
+                    // so nothing planted in the temporary directory beforehand is used.
+                    let tag: String = flint_net::handshake::random_nonce()
+                        .map_err(|e| format!("no randomness: {e}"))?
+                        .iter()
+                        .take(6)
+                        .map(|b| format!("{b:02x}"))
                         .collect();
                     let dir = std::env::temp_dir().join(format!("flint-master-{tag}"));
                     std::fs::DirBuilder::new()
@@ -829,7 +833,11 @@ fn master(args: MasterArgs) -> Result<ExitCode, String> {
 fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
     let secret = cluster_secret(args.secret_file.as_ref(), args.insecure, "flint worker")?;
     let id = args.id.clone().unwrap_or_else(|| match args.listen {
-        Some(addr) if addr.port() != 0 => format!("worker-{}-{}", addr.ip(), addr.port()),
+        // An IPv6 address's colons are no part of an id.
+        Some(addr) if addr.port() != 0 => format!("worker-{}-{}", addr.ip(), addr.port()).replace(
+            |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-',
+            "-",
+        ),
         _ => format!("worker-{}", std::process::id()),
     });
     let mut config = WorkerConfig::new(args.master, id.clone(), args.cores, args.memory_mb);
