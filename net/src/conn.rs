@@ -214,3 +214,35 @@ impl Inbound {
         Ok((token, conn, handshake))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_connection_holds_no_read_buffer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut peer =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        accepted.set_nonblocking(true).expect("nonblocking");
+        let mut conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
+        assert_eq!(conn.read_buffer_capacity(), 0, "allocated before any read");
+        let mut frame = BytesMut::new();
+        Message::Shutdown {}
+            .encode(&mut frame, 1 << 20)
+            .expect("encodes");
+        peer.write_all(&frame).expect("write");
+        let mut frames = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while frames == 0 {
+            assert!(std::time::Instant::now() < deadline, "no frame arrived");
+            conn.read_frames(|_, _| {
+                frames += 1;
+                Ok(())
+            })
+            .expect("reads");
+        }
+        assert_eq!(conn.read_buffer_capacity(), 0, "kept a buffer while idle");
+    }
+}
