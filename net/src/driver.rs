@@ -28,7 +28,7 @@ use bytes::BytesMut;
 use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
-    Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
+    AskError, Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
 };
 use flint_engine::scheduler::{
     self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output,
@@ -43,7 +43,7 @@ use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
 use crate::runner::{Completion, TaskRunner};
-use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{self, batch, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// The most task slots per executor core: executors size their queues for this many.
 pub const TASKS_PER_CORE_MAX: u32 = 1024;
@@ -125,9 +125,38 @@ pub enum DriverError {
     /// Something did not happen in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
+    /// The driver's inbox is full: it is alive but behind. Back off and try again.
+    #[error("the driver is busy (its inbox is full); back off and try again")]
+    Busy,
+    /// Called from the driver's own loop (a [`Job::on_result`] observer, say), where waiting
+    /// for the driver's answer would wait forever.
+    #[error("called from the driver's own loop, which cannot answer while it waits")]
+    SameLoop,
     /// The driver has stopped.
     #[error("the driver has stopped")]
     Stopped,
+}
+
+impl From<AskError> for DriverError {
+    fn from(error: AskError) -> Self {
+        match error {
+            AskError::Timeout { timeout_ms } => {
+                DriverError::Timeout(format!("the driver's answer ({timeout_ms} ms)"))
+            }
+            AskError::Full => DriverError::Busy,
+            AskError::SameLoop => DriverError::SameLoop,
+            AskError::Stopped | AskError::Shutdown => DriverError::Stopped,
+        }
+    }
+}
+
+impl<M> From<SendError<M>> for DriverError {
+    fn from(error: SendError<M>) -> Self {
+        match error {
+            SendError::Full(_) => DriverError::Busy,
+            SendError::Stopped(_) | SendError::Shutdown(_) => DriverError::Stopped,
+        }
+    }
 }
 
 /// Counters the driver keeps for whoever embeds it.
@@ -155,48 +184,60 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-/// Builds a [`Driver`].
+/// Builds a [`Driver`]. The named settings ([`listen`](Self::listen),
+/// [`secret`](Self::secret), [`local`](Self::local)) win over the same fields of
+/// [`config`](Self::config), whatever order they are called in.
 #[derive(Debug, Default)]
 pub struct DriverBuilder {
     config: DriverConfig,
-    registry: Option<Registry>,
+    listen: Option<SocketAddr>,
+    secret: Option<Option<Secret>>,
+    local: Option<(u32, Registry)>,
 }
 
 impl DriverBuilder {
     /// Where to listen.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.config.listen = addr;
+        self.listen = Some(addr);
         self
     }
 
-    /// The shared secret.
+    /// The shared secret (`None`: executors need none).
     pub fn secret(mut self, secret: Option<Secret>) -> Self {
-        self.config.secret = secret;
+        self.secret = Some(secret);
         self
     }
 
     /// Local mode: run tasks in this process on `cores` pinned workers, with `registry`'s
     /// functions. No sockets are needed, but executors may still connect.
     pub fn local(mut self, cores: u32, registry: Registry) -> Self {
-        self.config.local_cores = Some(cores.max(1));
-        self.registry = Some(registry);
+        self.local = Some((cores.max(1), registry));
         self
     }
 
     /// Every other setting.
     pub fn config(mut self, config: DriverConfig) -> Self {
-        let local_cores = self.config.local_cores;
         self.config = config;
-        self.config.local_cores = self.config.local_cores.or(local_cores);
         self
     }
 
     /// Starts the driver: binds, starts its loop (and local pool).
     pub fn start(self) -> Result<Driver, DriverError> {
-        Driver::start(
-            self.config,
-            self.registry.unwrap_or_else(Registry::with_builtins),
-        )
+        let mut config = self.config;
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(secret) = self.secret {
+            config.secret = secret;
+        }
+        let registry = match self.local {
+            Some((cores, registry)) => {
+                config.local_cores = Some(cores);
+                registry
+            }
+            None => Registry::with_builtins(),
+        };
+        Driver::start(config, registry)
     }
 }
 
@@ -218,7 +259,7 @@ impl Driver {
         config.scheduler.payload_max_bytes = config
             .scheduler
             .payload_max_bytes
-            .min(config.frame_size_max.saturating_sub(4096));
+            .min(batch::item_bytes_max(config.frame_size_max).saturating_sub(4096));
 
         let pool = match config.local_cores {
             None => None,
@@ -316,7 +357,7 @@ impl Driver {
                 },
                 Duration::from_secs(60),
             )
-            .map_err(|_| DriverError::Stopped)?
+            .map_err(DriverError::from)?
             .map_err(DriverError::Submit)?;
         let endpoint = self.endpoint.clone();
         let cancel = Box::new(move || {
@@ -334,14 +375,14 @@ impl Driver {
     pub fn stats(&self) -> Result<Stats, DriverError> {
         self.endpoint
             .ask(DriverMsg::Stats, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// What an allocator needs: the backlog and each remote executor's running tasks.
     pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
         self.endpoint
             .ask(DriverMsg::Executors, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
@@ -353,7 +394,7 @@ impl Driver {
                 |reply| DriverMsg::StopExecutor { name, reply },
                 Duration::from_secs(10),
             )
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// Removes a remote executor (by its id on the wire) from the scheduler for `reason` and
@@ -367,7 +408,7 @@ impl Driver {
                 name: name.to_owned(),
                 reason,
             })
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// Tells every remote executor to exit and waits (up to `timeout`) until they have gone.
@@ -375,7 +416,7 @@ impl Driver {
         let remote = self
             .endpoint
             .ask(DriverMsg::StopExecutors, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)?;
+            .map_err(DriverError::from)?;
         let local = usize::from(self.pool.is_some());
         wait_until(timeout, || self.executors() <= local)
             .map_err(|_| DriverError::Timeout(format!("{remote} executors to stop")))
@@ -681,7 +722,9 @@ impl DriverEndpoint {
                             task: TaskId(update.task_id),
                             attempt: update.attempt,
                             state: task_state(update.state),
-                            data: frame.share(update.data),
+                            // A result outlives its frame: a small one is copied out so it does
+                            // not keep the whole frame alive.
+                            data: frame.retain(update.data),
                         },
                     );
                 }
@@ -836,40 +879,24 @@ impl DriverEndpoint {
                     let Some(peer) = self.peers.get_mut(&token) else {
                         return;
                     };
-                    let frame_size_max = self.config.frame_size_max;
-                    let mut batch = Vec::with_capacity(tasks.len());
-                    let mut batch_bytes = 0;
-                    for task in &tasks {
-                        // Keep each frame well under the maximum; payloads are bounded by it.
-                        if batch_bytes + task.payload.len() > frame_size_max / 2
-                            && !batch.is_empty()
-                        {
-                            encode(
-                                &Message::LaunchTasks {
-                                    tasks: List::from_items(&batch),
-                                },
-                                peer.conn.outbound(),
-                                frame_size_max,
-                            );
-                            batch.clear();
-                            batch_bytes = 0;
-                        }
-                        batch_bytes += task.payload.len() + task.function.len() + 32;
-                        batch.push(wire::TaskLaunch {
+                    let batch: Vec<wire::TaskLaunch> = tasks
+                        .iter()
+                        .map(|task| wire::TaskLaunch {
                             task_id: task.task.0,
                             attempt: task.attempt,
                             cores: task.cores,
                             function: &task.function,
                             payload: &task.payload,
-                        });
-                    }
-                    encode(
-                        &Message::LaunchTasks {
-                            tasks: List::from_items(&batch),
-                        },
+                        })
+                        .collect();
+                    // Payloads are bounded below a frame (`Driver::start`), so this fits.
+                    if let Err(error) = batch::encode_launches(
+                        &batch,
                         peer.conn.outbound(),
-                        frame_size_max,
-                    );
+                        self.config.frame_size_max,
+                    ) {
+                        tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    }
                     self.dirty.push(token);
                 }
                 Some(Link::Local) => {
@@ -1040,6 +1067,8 @@ impl Endpoint for DriverEndpoint {
                     payloads,
                     cores,
                     observer,
+                    keep_results,
+                    result_bytes_max,
                 } = job;
                 let function: Arc<str> = function.into();
                 let tasks = payloads
@@ -1049,10 +1078,12 @@ impl Endpoint for DriverEndpoint {
                         ..TaskSpec::new(function.clone(), payload)
                     })
                     .collect();
-                let answer = match self
-                    .scheduler
-                    .submit_job(self.now_us(), JobSpec::new(tasks))
-                {
+                let spec = JobSpec {
+                    keep_results,
+                    result_bytes_max,
+                    ..JobSpec::new(tasks)
+                };
+                let answer = match self.scheduler.submit_job(self.now_us(), spec) {
                     Ok(id) => {
                         self.jobs.insert(id, JobEntry { shared, observer });
                         Ok(id.0)

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig, TimerId};
 use mio::event::Event;
@@ -19,8 +20,8 @@ use crate::conn::{ConnError, Connection};
 use crate::driver::{encode, send_retrying};
 use crate::functions::Registry;
 use crate::handshake::{random_nonce, Handshake, Secret};
-use crate::runner::TaskRunner;
-use crate::wire::{self, List, Message, Metric, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::runner::{Completion, TaskRunner};
+use crate::wire::{self, batch, List, Message, Metric, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// How an executor runs.
 #[derive(Debug, Clone)]
@@ -248,7 +249,7 @@ struct ExecutorEndpoint {
     pool: Option<(flint_engine::pool::PoolHandle, Registry)>,
     heartbeat: Option<TimerId>,
     exit: Arc<Exit>,
-    updates: Vec<crate::runner::Completion>,
+    updates: Vec<Completion>,
     in_flight_max: usize,
 }
 
@@ -258,10 +259,7 @@ impl ExecutorEndpoint {
             tracing::error!(executor = %self.config.executor_id, "{error}");
         }
         let completed = self.runner.as_ref().map_or(0, TaskRunner::completed);
-        eprintln!(
-            "flint executor {}: ran {completed} task attempts",
-            self.config.executor_id
-        );
+        tracing::info!(executor = %self.config.executor_id, completed, "ran {completed} task attempts");
         if let Some(runner) = self.runner.as_mut() {
             runner.kill_all();
         }
@@ -357,42 +355,25 @@ impl ExecutorEndpoint {
             return;
         }
         let frame_size_max = self.config.frame_size_max;
-        let mut batch = Vec::with_capacity(self.updates.len());
-        let mut batch_bytes = 0;
-        for update in &self.updates {
-            if batch_bytes + update.data.len() > frame_size_max / 2 && !batch.is_empty() {
-                encode(
-                    &Message::StatusUpdates {
-                        updates: List::from_items(&batch),
-                    },
-                    self.conn.outbound(),
-                    frame_size_max,
-                );
-                batch.clear();
-                batch_bytes = 0;
-            }
-            batch_bytes += update.data.len() + 24;
-            batch.push(wire::StatusUpdate {
+        for update in &mut self.updates {
+            bound_report(update, frame_size_max);
+        }
+        let batch: Vec<wire::StatusUpdate> = self
+            .updates
+            .iter()
+            .map(|update| wire::StatusUpdate {
                 task_id: update.task_id,
                 attempt: update.attempt,
                 state: update.state,
-                // A result too large for a frame is reported as a failure, not dropped.
-                data: if update.data.len() > frame_size_max / 2
-                    && update.state == wire::TaskState::Finished
-                {
-                    b"result larger than half the maximum frame size"
-                } else {
-                    &update.data
-                },
-            });
+                data: &update.data,
+            })
+            .collect();
+        if let Err(error) =
+            batch::encode_status_updates(&batch, self.conn.outbound(), frame_size_max)
+        {
+            // Unreachable: `bound_report` keeps every update within a frame.
+            tracing::error!(executor = %self.config.executor_id, "status updates not sent: {error}");
         }
-        encode(
-            &Message::StatusUpdates {
-                updates: List::from_items(&batch),
-            },
-            self.conn.outbound(),
-            frame_size_max,
-        );
         self.updates.clear();
     }
 
@@ -400,6 +381,23 @@ impl ExecutorEndpoint {
         if let Err(error) = self.conn.flush() {
             self.finish(Err(ExecutorError::DriverGone(error.to_string())), ctx);
         }
+    }
+}
+
+/// Keeps a report within what one frame carries: a result too large for a frame fails its task
+/// with the reason (the driver never sees a wrong success), and a failure's text is cut to
+/// [`batch::REASON_BYTES_MAX`].
+fn bound_report(update: &mut Completion, frame_size_max: usize) {
+    let result_max = batch::item_bytes_max(frame_size_max);
+    if update.state == wire::TaskState::Finished && update.data.len() > result_max {
+        update.state = wire::TaskState::Failed;
+        update.data = Bytes::from(format!(
+            "the result of {} bytes is larger than a status frame carries ({result_max} bytes with \
+             a maximum frame size of {frame_size_max}): return less from the task",
+            update.data.len()
+        ));
+    } else if update.state != wire::TaskState::Finished {
+        update.data = batch::bound_reason(std::mem::take(&mut update.data));
     }
 }
 

@@ -107,6 +107,11 @@ pub(crate) struct Job {
     pub weight: u32,
     pub priority: i32,
     pub tasks: Vec<TaskRec>,
+    /// Whether results are kept for the outcome, and how many bytes at most.
+    pub keep_results: bool,
+    pub result_bytes_max: u64,
+    /// Result bytes kept so far.
+    pub result_bytes: u64,
     /// Tasks in `Pending`.
     pub pending: usize,
     /// Tasks in `Running`.
@@ -441,6 +446,9 @@ mod tests {
             weight: 1,
             priority: 0,
             tasks: vec![task(Status::Pending, 1)],
+            keep_results: true,
+            result_bytes_max: u64::MAX,
+            result_bytes: 0,
             pending: 1,
             running: 0,
             running_cores: 0,

@@ -440,6 +440,11 @@ impl Scheduler {
             weight: spec.weight.max(1),
             priority: spec.priority,
             tasks,
+            keep_results: spec.keep_results,
+            result_bytes_max: spec
+                .result_bytes_max
+                .unwrap_or(self.config.result_bytes_max),
+            result_bytes: 0,
             pending: n,
             running: 0,
             running_cores: 0,
@@ -995,8 +1000,32 @@ impl Scheduler {
         }
         match end {
             End::Succeeded(data) => {
+                let kept = if job.keep_results {
+                    data.len() as u64
+                } else {
+                    0
+                };
+                if job.result_bytes.saturating_add(kept) > job.result_bytes_max {
+                    let reason = format!(
+                        "task {index}'s result of {} bytes takes the job's kept results over \
+                         result_bytes_max = {} bytes (Spark's spark.driver.maxResultSize): \
+                         return less, raise the limit, or do not keep results",
+                        data.len(),
+                        job.result_bytes_max
+                    );
+                    let msg = format!("job failed: results over {} bytes", job.result_bytes_max);
+                    self.stats.attempts_failed += 1;
+                    self.abort_job(job_slot, JobOutcome::Failed(vec![reason]), &msg);
+                    return;
+                }
+                job.result_bytes += kept;
                 t.status = Status::Succeeded;
-                t.payload = data.clone();
+                // The payload is no longer needed; the result replaces it if the job keeps it.
+                t.payload = if job.keep_results {
+                    data.clone()
+                } else {
+                    Bytes::new()
+                };
                 let others = std::mem::take(&mut t.attempts);
                 job.running -= 1;
                 job.final_count += 1;
@@ -1113,13 +1142,15 @@ impl Scheduler {
                 .cloned()
                 .collect();
             JobOutcome::Failed(reasons)
-        } else {
+        } else if job.keep_results {
             JobOutcome::Succeeded(
                 job.tasks
                     .iter_mut()
                     .map(|t| std::mem::take(&mut t.payload))
                     .collect(),
             )
+        } else {
+            JobOutcome::Succeeded(Vec::new())
         };
         let id = job.id;
         self.remove_job(job_slot);

@@ -162,16 +162,26 @@ pub struct JobSpec {
     pub weight: u32,
     /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break.
     pub priority: i32,
+    /// Keep each task's result for [`JobOutcome::Succeeded`] (default). When false, results are
+    /// only reported ([`Output::TaskResult`]) and the outcome's list is empty, so memory does not
+    /// grow with the job.
+    pub keep_results: bool,
+    /// The most result bytes the job keeps for its outcome; the task whose result goes over it
+    /// fails the job (Spark's `spark.driver.maxResultSize`). `None`: the scheduler's
+    /// [`Config::result_bytes_max`].
+    pub result_bytes_max: Option<u64>,
 }
 
 impl JobSpec {
-    /// A job in the default pool with weight 1 and priority 0.
+    /// A job in the default pool with weight 1 and priority 0 that keeps its results.
     pub fn new(tasks: Vec<TaskSpec>) -> JobSpec {
         JobSpec {
             tasks,
             pool: String::from("default"),
             weight: 1,
             priority: 0,
+            keep_results: true,
+            result_bytes_max: None,
         }
     }
 }
@@ -251,7 +261,8 @@ pub struct TaskLaunch {
 /// How a job ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobOutcome {
-    /// Every task succeeded; the results in task index order.
+    /// Every task succeeded; the results in task index order (empty for a job that does not
+    /// keep its results, [`JobSpec::keep_results`]).
     Succeeded(Vec<Bytes>),
     /// At least one task failed for good (or was killed); the reasons.
     Failed(Vec<String>),
@@ -376,6 +387,9 @@ pub struct Config {
     pub speculation: Option<SpeculationConfig>,
     /// Unfinished tasks (queued or running) over all jobs; submissions beyond are refused.
     pub pending_tasks_max: usize,
+    /// The most result bytes one job keeps for its outcome unless it sets its own
+    /// ([`JobSpec::result_bytes_max`]): 1 GiB, Spark's `spark.driver.maxResultSize`.
+    pub result_bytes_max: u64,
     /// Active jobs; submissions beyond are refused.
     pub jobs_max: usize,
     /// Registered executors; registrations beyond are refused.
@@ -400,6 +414,7 @@ impl Default for Config {
             exclusion: Some(ExclusionConfig::default()),
             speculation: None,
             pending_tasks_max: 10_000_000,
+            result_bytes_max: 1 << 30,
             jobs_max: 10_000,
             executors_max: 100_000,
             payload_max_bytes: 128 << 20,
