@@ -1264,19 +1264,32 @@ mod netns {
     }
 }
 
-/// Runs `flint ARGS` to its end with `env` (and no inherited secret); its exit code and stderr.
+/// Runs `flint ARGS` to its end with `env` (and no inherited secret); its exit code, stdout and
+/// stderr. A process still running after the deadline is killed and fails the test.
 fn flint_output(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let dir = std::env::temp_dir();
     let mut command = Command::new(FLINT);
-    command.env_remove("FLINT_SECRET").args(args);
+    command.env_remove("FLINT_SECRET");
     for (key, value) in env {
         command.env(key, value);
     }
-    let output = command.output().expect("run flint");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let mut proc = Proc::start_with(command, &dir, "flint-output", args);
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = proc.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flint {args:?} did not exit; stderr: {}",
+            proc.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = (status.code(), proc.stdout(), proc.stderr());
+    let _ = std::fs::remove_file(&proc.stdout);
+    let _ = std::fs::remove_file(&proc.stderr);
+    output
 }
 
 /// Issue 12, item 1: a master started with no secret configured is authenticated anyway (it
