@@ -372,7 +372,16 @@ impl MasterEndpoint {
                     cores,
                     memory_mb,
                 };
-                match self.master.worker_registered(now_us, spec.clone()) {
+                let registered = if crate::worker::valid_id(&spec.id) {
+                    self.master.worker_registered(now_us, spec.clone())
+                } else {
+                    Err(format!(
+                        "worker id {:?} is not 1 to {} letters, digits, '-', '_' or '.'",
+                        crate::standalone::clip_for_log(&spec.id),
+                        crate::worker::ID_LEN_MAX
+                    ))
+                };
+                match registered {
                     Ok(()) => {
                         if let Some(journal) = self.journal.as_mut() {
                             journal.worker_registered(&spec);

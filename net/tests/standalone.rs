@@ -1919,3 +1919,32 @@ fn fake_applications_of_an_insecure_master_leave_room_for_status_and_workers() {
     drop(fakes);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 12, item 7: the master refuses a worker id that is not a plain name, from any peer.
+#[test]
+fn the_master_refuses_worker_ids_that_are_not_plain_names() {
+    let dir = scratch("bad-worker-id");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for id in ["../../x", "a/b", ""] {
+        let mut fake =
+            BlockingClient::connect(addr, Role::Worker, secret(), DEADLINE).expect("connect");
+        fake.send(&Message::RegisterWorker {
+            worker_id: id,
+            host: "127.0.0.9",
+            port: 1,
+            cores: 1,
+            memory_mb: 1,
+        })
+        .expect("register");
+        let frame = fake.next_frame().expect("an answer");
+        assert!(
+            matches!(frame.message(), Ok(Message::RegisterWorkerFailed { reason }) if reason.contains("worker id")),
+            "{id:?}: {:?}",
+            frame.message()
+        );
+    }
+    assert_eq!(status_now(port).workers.len(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
