@@ -514,6 +514,10 @@ impl AppEndpoint {
                 })
             }
             Message::Shutdown {} => return Err("the master shut down".into()),
+            // The master's table for applications is full: say so and try again later.
+            Message::HandshakeRefused { reason } => {
+                return Err(format!("the master refused the connection: {reason}"))
+            }
             other => {
                 return Err(format!(
                     "unexpected {} from the master",

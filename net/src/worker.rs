@@ -630,6 +630,9 @@ impl WorkerEndpoint {
             }
             Message::HeartbeatAck {} => Ok(()),
             Message::Shutdown {} => Err("the master shut down".into()),
+            Message::HandshakeRefused { reason } => {
+                Err(format!("the master refused the connection: {reason}"))
+            }
             other => Err(format!(
                 "unexpected {} from the master",
                 other.kind().name()
