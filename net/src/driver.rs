@@ -18,6 +18,22 @@
 //! at most `cores` at a time. An executor is lost when its connection closes or fails, when it
 //! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
 //! its running tasks back, in time proportional to them.
+//!
+//! # Stalls
+//!
+//! A peer is not trusted to be honest or alive:
+//!
+//! - an executor may claim at most [`EXECUTOR_CORES_MAX`] cores (registration above is refused
+//!   with the reason), and the scheduler's slow start lets a new one fill only a few slots until
+//!   it finishes tasks;
+//! - one that heartbeats but never finishes is *stalled* (see the scheduler's docs): its attempts
+//!   are copied elsewhere, it gets no new work, and a warning naming it is logged every
+//!   [`WARN_INTERVAL`] while it stays so;
+//! - one that does not read its socket (bytes queued for it and none written for
+//!   `heartbeat_timeout`) is lost, like a silent one;
+//! - while tasks wait and no executor can run them (all lost, or all excluded), a warning is
+//!   logged every [`WARN_INTERVAL`] (the first after one interval) and [`Driver::no_executor_for`] says for how long, so a
+//!   caller can give up (`flint driver --no-executor-timeout-s`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,6 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::affinity::Pinning;
 use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
@@ -47,6 +64,17 @@ use crate::wire::{self, batch, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEF
 
 /// The most task slots per executor core: executors size their queues for this many.
 pub const TASKS_PER_CORE_MAX: u32 = 1024;
+
+/// The most cores an executor may register with; a registration claiming more is refused
+/// with the reason. (With [`TASKS_PER_CORE_MAX`] that is at most 2^20 slots.)
+pub const EXECUTOR_CORES_MAX: u32 = 1024;
+
+/// How often the driver repeats a warning about a stall (stalled executors, tasks that no
+/// executor can run).
+pub const WARN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often the driver looks for stalls (the checks scan executors).
+const HEALTH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How a driver runs.
 #[derive(Debug, Clone)]
@@ -74,6 +102,9 @@ pub struct DriverConfig {
     /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
     /// executors: local mode.
     pub local_cores: Option<u32>,
+    /// Where the driver's threads run: its loop on the first listed CPU, local mode's workers
+    /// on the next ones. Default: not pinned.
+    pub pin: Pinning,
     /// The scheduler's settings.
     pub scheduler: SchedulerConfig,
 }
@@ -92,6 +123,7 @@ impl Default for DriverConfig {
             connections_max: 4096,
             tasks_per_core: 256,
             local_cores: None,
+            pin: Pinning::None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
             scheduler: SchedulerConfig {
@@ -165,6 +197,9 @@ struct Counters {
     executors: AtomicUsize,
     executors_registered: AtomicU64,
     executors_lost: AtomicU64,
+    /// Since when (micros after the driver's start, plus one) tasks have waited with no
+    /// executor able to run them; 0 while that is not so.
+    starved_since_us: AtomicU64,
 }
 
 /// A running driver.
@@ -174,6 +209,8 @@ pub struct Driver {
     endpoint: EndpointRef<DriverEndpoint>,
     local_addr: Option<SocketAddr>,
     counters: Arc<Counters>,
+    /// The endpoint's clock origin.
+    epoch: Instant,
 }
 
 impl std::fmt::Debug for Driver {
@@ -266,10 +303,10 @@ impl Driver {
             Some(cores) => Some(
                 TaskPool::new(PoolConfig {
                     workers: cores as usize,
-                    inbox_capacity: cores
-                        .saturating_mul(config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX))
-                        as usize,
+                    // Submissions try every worker's inbox: together they hold every slot.
+                    inbox_capacity: config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX) as usize,
                     thread_name: "flint-local".into(),
+                    pin: config.pin.from_thread(1),
                     ..PoolConfig::default()
                 })
                 .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
@@ -278,10 +315,12 @@ impl Driver {
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
             thread_name: "flint-driver".into(),
+            pin: config.pin.clone(),
             ..RuntimeConfig::default()
         })
         .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
         let counters = Arc::new(Counters::default());
+        let epoch = Instant::now();
         let endpoint = DriverEndpoint {
             scheduler: Scheduler::new(config.scheduler.clone()),
             local: pool.as_ref().map(|pool| (pool.handle(), registry)),
@@ -295,13 +334,15 @@ impl Driver {
             links: FxHashMap::default(),
             next_executor: 1,
             jobs: FxHashMap::default(),
-            epoch: Instant::now(),
+            epoch,
             outputs: Vec::new(),
             dirty: Vec::new(),
             counters: counters.clone(),
             stopping: false,
             tick: None,
             retiring: FxHashMap::default(),
+            local_spilled: false,
+            health: Health::new(epoch),
         };
         let endpoint = runtime
             .handle()
@@ -313,6 +354,7 @@ impl Driver {
             endpoint,
             local_addr,
             counters,
+            epoch,
         })
     }
 
@@ -330,6 +372,19 @@ impl Driver {
     /// reported gone through [`Driver::remove_executor`]).
     pub fn executors_lost(&self) -> u64 {
         self.counters.executors_lost.load(Ordering::SeqCst)
+    }
+
+    /// How long tasks have been waiting with no executor able to run them (none registered, or
+    /// all excluded), if they are now; checked every 100 ms. A caller that wants to give up
+    /// cancels its jobs after a while (`flint driver --no-executor-timeout-s`).
+    pub fn no_executor_for(&self) -> Option<Duration> {
+        let since = self.counters.starved_since_us.load(Ordering::SeqCst);
+        let since = since.checked_sub(1)?;
+        Some(
+            self.epoch
+                .elapsed()
+                .saturating_sub(Duration::from_micros(since)),
+        )
     }
 
     /// Waits until at least `count` executors are registered.
@@ -382,6 +437,15 @@ impl Driver {
     pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
         self.endpoint
             .ask(DriverMsg::Executors, Duration::from_secs(10))
+            .map_err(DriverError::from)
+    }
+
+    /// Executors (by their id on the wire) that are stalled: they hold a straggler and have
+    /// finished nothing since it was launched, so they get no new work (and are named in a
+    /// warning every [`WARN_INTERVAL`]) until they report a task.
+    pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Stalled, Duration::from_secs(10))
             .map_err(DriverError::from)
     }
 
@@ -445,7 +509,7 @@ impl Drop for Driver {
 
 /// Polls `condition` every millisecond until it holds or `timeout` passes.
 fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<(), ()> {
-    let deadline = Instant::now() + timeout;
+    let deadline = flint_engine::runtime::deadline_after(timeout);
     loop {
         if condition() {
             return Ok(());
@@ -489,6 +553,8 @@ pub(crate) enum DriverMsg {
     LocalKick,
     /// The backlog and the executors.
     Executors(Reply<ExecutorsView>),
+    /// The stalled executors' ids on the wire.
+    Stalled(Reply<Vec<String>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
         /// Its id on the wire.
@@ -524,6 +590,28 @@ struct Peer {
     phase: Phase,
     opened: Instant,
     last_heard: Instant,
+    /// Since when bytes have been queued for it with none written (a peer not reading).
+    write_stuck_since: Option<Instant>,
+}
+
+/// The driver's watch for stalls (see the module docs).
+struct Health {
+    next_check: Instant,
+    /// Since when tasks have waited with no executor able to run them.
+    starved_since: Option<Instant>,
+    next_starved_warning: Instant,
+    next_stalled_warning: Instant,
+}
+
+impl Health {
+    fn new(now: Instant) -> Health {
+        Health {
+            next_check: now,
+            starved_since: None,
+            next_starved_warning: now,
+            next_stalled_warning: now,
+        }
+    }
 }
 
 struct JobEntry {
@@ -556,6 +644,10 @@ pub(crate) struct DriverEndpoint {
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
+    /// The local runner completed attempts on this thread while launching: drain it (no kick
+    /// comes for those).
+    local_spilled: bool,
+    health: Health,
 }
 
 /// Connections still in the handshake (unauthenticated) held at once; the oldest goes when
@@ -612,6 +704,7 @@ impl DriverEndpoint {
                             phase,
                             opened: now,
                             last_heard: now,
+                            write_stuck_since: None,
                         },
                     );
                     self.dirty.push(token);
@@ -768,6 +861,12 @@ impl DriverEndpoint {
         if self.stopping {
             return refuse("the driver is stopping".into(), conn);
         }
+        if cores > EXECUTOR_CORES_MAX {
+            return refuse(
+                format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted"),
+                conn,
+            );
+        }
         if self.names.contains_key(name) {
             return refuse(format!("duplicate executor id {name:?}"), conn);
         }
@@ -855,10 +954,22 @@ impl DriverEndpoint {
                 self.carry_out(output);
             }
             self.outputs = outputs;
+            if std::mem::take(&mut self.local_spilled) {
+                self.drain_local();
+                continue;
+            }
             let mut failed = Vec::new();
             for token in std::mem::take(&mut self.dirty) {
                 if let Some(peer) = self.peers.get_mut(&token) {
-                    if let Err(error) = peer.conn.flush() {
+                    let before = peer.conn.outbound_len();
+                    let flushed = peer.conn.flush();
+                    let after = peer.conn.outbound_len();
+                    if after == 0 {
+                        peer.write_stuck_since = None;
+                    } else if after < before || peer.write_stuck_since.is_none() {
+                        peer.write_stuck_since = Some(Instant::now());
+                    }
+                    if let Err(error) = flushed {
                         failed.push((token, error));
                     }
                 }
@@ -902,7 +1013,13 @@ impl DriverEndpoint {
                 Some(Link::Local) => {
                     if let Some(runner) = self.runner.as_mut() {
                         for task in tasks {
-                            runner.launch(task.task.0, task.attempt, &task.function, task.payload);
+                            // An attempt that fails at once comes with no kick: drained in pump.
+                            self.local_spilled |= runner.launch(
+                                task.task.0,
+                                task.attempt,
+                                &task.function,
+                                task.payload,
+                            );
                         }
                     }
                 }
@@ -958,6 +1075,20 @@ impl DriverEndpoint {
         for (token, peer) in &self.peers {
             match peer.phase {
                 Phase::Executor(_)
+                    if peer.write_stuck_since.is_some_and(|since| {
+                        now.duration_since(since) > self.config.heartbeat_timeout
+                    }) =>
+                {
+                    expired.push((
+                        *token,
+                        format!(
+                            "not reading: {} bytes queued for it and none written for {} ms",
+                            peer.conn.outbound_len(),
+                            self.config.heartbeat_timeout.as_millis()
+                        ),
+                    ));
+                }
+                Phase::Executor(_)
                     if now.duration_since(peer.last_heard) > self.config.heartbeat_timeout =>
                 {
                     expired.push((
@@ -993,6 +1124,68 @@ impl DriverEndpoint {
         }
         for (token, why) in expired {
             self.close(token, &ConnError::Protocol(why));
+        }
+        if now >= self.health.next_check {
+            self.health.next_check = now + HEALTH_INTERVAL;
+            self.check_health(now);
+        }
+    }
+
+    /// An executor's id on the wire (`local` for the in-process one). O(executors).
+    fn executor_name(&self, id: ExecutorId) -> String {
+        self.names
+            .iter()
+            .find(|(_, named)| **named == id)
+            .map_or_else(|| "local".to_owned(), |(name, _)| name.clone())
+    }
+
+    /// Warns about stalled executors and about tasks no executor can run (see the module docs),
+    /// and publishes the latter for [`Driver::no_executor_for`].
+    fn check_health(&mut self, now: Instant) {
+        let now_us = self.now_us();
+        if self.scheduler.starved(now_us) {
+            let since = match self.health.starved_since {
+                Some(since) => since,
+                None => {
+                    let since_us = now.saturating_duration_since(self.epoch).as_micros() as u64;
+                    self.counters
+                        .starved_since_us
+                        .store(since_us.saturating_add(1), Ordering::SeqCst);
+                    // The first warning after one interval: executors starting or coming back
+                    // (dynamic allocation from zero, a replaced executor) are not worth one.
+                    self.health.next_starved_warning = now + WARN_INTERVAL;
+                    self.health.starved_since = Some(now);
+                    now
+                }
+            };
+            if now >= self.health.next_starved_warning {
+                self.health.next_starved_warning = now + WARN_INTERVAL;
+                tracing::warn!(
+                    pending_tasks = self.scheduler.pending_tasks(),
+                    executors = self.scheduler.executors(),
+                    waited_s = now.duration_since(since).as_secs(),
+                    "tasks are waiting and no executor can run them (none registered, or all \
+                     excluded)"
+                );
+            }
+        } else if self.health.starved_since.take().is_some() {
+            self.counters.starved_since_us.store(0, Ordering::SeqCst);
+        }
+        if now >= self.health.next_stalled_warning {
+            let stalled = self.scheduler.stalled_executors();
+            if !stalled.is_empty() {
+                self.health.next_stalled_warning = now + WARN_INTERVAL;
+                for (id, attempts) in stalled {
+                    let name = self.executor_name(id);
+                    tracing::warn!(
+                        executor = name.as_str(),
+                        attempts,
+                        "executor is stalled: it holds a straggler and has finished nothing \
+                         since it was launched; its stragglers are copied elsewhere and it gets \
+                         no new work until it reports a task"
+                    );
+                }
+            }
         }
     }
 
@@ -1136,6 +1329,15 @@ impl Endpoint for DriverEndpoint {
                     running_tasks,
                     executors,
                 });
+            }
+            DriverMsg::Stalled(reply) => {
+                let names = self
+                    .scheduler
+                    .stalled_executors()
+                    .into_iter()
+                    .map(|(id, _)| self.executor_name(id))
+                    .collect();
+                let _ = reply.send(names);
             }
             DriverMsg::StopExecutor { name, reply } => {
                 let token = self

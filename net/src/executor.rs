@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_engine::affinity::Pinning;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig, TimerId};
 use mio::event::Event;
@@ -43,8 +44,9 @@ pub struct ExecutorConfig {
     /// Attempts it holds at once per core, running and queued. The driver sends at most
     /// `tasks_per_core` per core, which it caps at [`crate::driver::TASKS_PER_CORE_MAX`].
     pub in_flight_per_core: usize,
-    /// Pin pool workers to cores.
-    pub pin_threads: bool,
+    /// Where the task threads run: worker `i` on the `i`-th listed CPU. Default: not pinned
+    /// (a launcher that knows the machine, such as `flint local`, hands out CPUs).
+    pub pin: Pinning,
 }
 
 impl ExecutorConfig {
@@ -59,7 +61,7 @@ impl ExecutorConfig {
             connect_timeout: Duration::from_secs(30),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             in_flight_per_core: crate::driver::TASKS_PER_CORE_MAX as usize,
-            pin_threads: true,
+            pin: Pinning::None,
         }
     }
 }
@@ -88,15 +90,22 @@ pub enum ExecutorError {
     Start(String),
 }
 
+/// What an executor did, once the driver stopped it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecutorSummary {
+    /// Task attempts that reached a final state here.
+    pub task_attempts: u64,
+}
+
 /// Where the endpoint leaves its exit reason for [`run`].
 #[derive(Default)]
 struct Exit {
-    reason: Mutex<Option<Result<(), ExecutorError>>>,
+    reason: Mutex<Option<Result<ExecutorSummary, ExecutorError>>>,
     set: Condvar,
 }
 
 impl Exit {
-    fn set(&self, reason: Result<(), ExecutorError>) {
+    fn set(&self, reason: Result<ExecutorSummary, ExecutorError>) {
         let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(reason);
@@ -104,7 +113,7 @@ impl Exit {
         }
     }
 
-    fn wait(&self) -> Result<(), ExecutorError> {
+    fn wait(&self) -> Result<ExecutorSummary, ExecutorError> {
         let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(reason) = slot.take() {
@@ -115,11 +124,12 @@ impl Exit {
     }
 }
 
-/// Runs an executor until the driver stops it (`Ok`) or it must exit (`Err`). A driver whose
-/// connection table is full refuses the handshake saying so ([`crate::conn::TABLE_FULL`]):
-/// the executor tries again with backoff (logged at info) until `connect_timeout` has passed.
-pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorError> {
-    let deadline = Instant::now() + config.connect_timeout;
+/// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
+/// A driver whose connection table is full refuses the handshake saying so
+/// ([`crate::conn::TABLE_FULL`]): the executor tries again with backoff (logged at info) until
+/// `connect_timeout` has passed.
+pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary, ExecutorError> {
+    let deadline = flint_engine::runtime::deadline_after(config.connect_timeout);
     let mut backoff = Duration::from_millis(100);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -146,22 +156,22 @@ fn run_once(
     config: ExecutorConfig,
     registry: Registry,
     connect_timeout: Duration,
-) -> Result<(), ExecutorError> {
+) -> Result<ExecutorSummary, ExecutorError> {
     let stream = connect(config.driver, connect_timeout)?;
     let in_flight_max = config
         .in_flight_per_core
         .saturating_mul(config.cores.max(1) as usize);
+    // Submissions try every worker's inbox, so together they hold all `in_flight_max`.
     let mut pool = TaskPool::new(PoolConfig {
         workers: config.cores.max(1) as usize,
-        inbox_capacity: in_flight_max,
-        pin_threads: config.pin_threads,
+        inbox_capacity: config.in_flight_per_core.max(1),
+        pin: config.pin.clone(),
         thread_name: "flint-task".into(),
         ..PoolConfig::default()
     })
     .map_err(|e| ExecutorError::Start(format!("task pool: {e}")))?;
     let mut runtime = Runtime::new(RuntimeConfig {
         threads: 1,
-        pin_threads: false,
         thread_name: "flint-executor".into(),
         ..RuntimeConfig::default()
     })
@@ -193,7 +203,7 @@ fn run_once(
 
 /// Connects with exponential backoff (50 ms doubling to 1 s) until `timeout`.
 fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = flint_engine::runtime::deadline_after(timeout);
     let mut backoff = Duration::from_millis(50);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -204,7 +214,7 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorErr
                     .map_err(|e| ExecutorError::Start(format!("set_nonblocking: {e}")))?;
                 return Ok(TcpStream::from_std(stream));
             }
-            Err(error) if Instant::now() + backoff >= deadline => {
+            Err(error) if deadline.saturating_duration_since(Instant::now()) <= backoff => {
                 return Err(ExecutorError::Connect {
                     addr,
                     timeout_ms: timeout.as_millis(),
@@ -264,7 +274,9 @@ impl ExecutorEndpoint {
             runner.kill_all();
         }
         let _ = self.conn.flush();
-        self.exit.set(reason);
+        self.exit.set(reason.map(|()| ExecutorSummary {
+            task_attempts: completed,
+        }));
         ctx.stop();
     }
 
@@ -314,13 +326,18 @@ impl ExecutorEndpoint {
                 let Some(runner) = self.runner.as_mut() else {
                     return Ok(Flow::Continue);
                 };
+                let mut completed_at_once = false;
                 for task in tasks {
-                    runner.launch(
+                    completed_at_once |= runner.launch(
                         task.task_id,
                         task.attempt,
                         task.function,
                         frame.share(task.payload),
                     );
+                }
+                // Attempts that failed at once (unknown function, full pool) come with no kick.
+                if completed_at_once {
+                    self.send_updates();
                 }
                 Ok(Flow::Continue)
             }

@@ -184,7 +184,7 @@ impl JobHandle {
 
     /// Blocks until the job ends or `timeout` passes; on timeout the handle comes back.
     pub fn wait_timeout(self, timeout: Duration) -> Result<JobOutcome, JobHandle> {
-        let deadline = Instant::now() + timeout;
+        let deadline = flint_engine::runtime::deadline_after(timeout);
         {
             let mut state = self.shared.lock();
             loop {

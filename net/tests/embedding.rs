@@ -12,15 +12,17 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use flint_engine::scheduler::RemovalReason;
 use flint_net::driver::{Driver, DriverConfig, DriverError};
-use flint_net::executor::{self, ExecutorConfig, ExecutorError};
+use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
 
-fn executor_with(addr: SocketAddr, secret: Option<Secret>) -> Result<(), ExecutorError> {
+fn executor_with(
+    addr: SocketAddr,
+    secret: Option<Secret>,
+) -> Result<ExecutorSummary, ExecutorError> {
     let config = ExecutorConfig {
         secret,
-        pin_threads: false,
         connect_timeout: DEADLINE,
         ..ExecutorConfig::new(addr, format!("e{}", common::unique()))
     };
@@ -48,7 +50,7 @@ fn listen_and_secret_set_before_config_are_kept() {
     let joined = std::thread::spawn(move || executor_with(listen, Some(secret)));
     driver.wait_for_executors(1, DEADLINE).expect("joins");
     driver.stop_executors(DEADLINE).expect("stops");
-    assert_eq!(joined.join().expect("no panic"), Ok(()));
+    assert!(joined.join().expect("no panic").is_ok());
 }
 
 /// Issue 11.8: every ask error used to read as `DriverError::Stopped`. Asking from the driver's

@@ -328,6 +328,13 @@ pub struct SpeculationConfig {
     pub min_runtime_us: u64,
     /// How often `tick` looks for stragglers.
     pub interval_us: u64,
+    /// A task is also a straggler, whatever the quantile, when it has run longer than this (and
+    /// than `multiplier` times its job's median so far, if any task succeeded) while its executor
+    /// has finished nothing since launching it and some other executor has finished something
+    /// since or sits idle. This covers a job
+    /// whose stuck executor holds more than `1 - quantile` of its tasks (a small job), where the
+    /// quantile is never reached.
+    pub timeout_us: u64,
 }
 
 impl Default for SpeculationConfig {
@@ -337,6 +344,7 @@ impl Default for SpeculationConfig {
             quantile: 0.75,
             min_runtime_us: 100_000,
             interval_us: 100_000,
+            timeout_us: 30_000_000,
         }
     }
 }
@@ -383,8 +391,14 @@ pub struct Config {
     pub locality_wait_host_us: u64,
     /// Exclusion; `None` turns it off.
     pub exclusion: Option<ExclusionConfig>,
-    /// Speculation; `None` (the default) turns it off.
+    /// Speculation; `None` turns it off. On by default (Spark's is off): an executor that
+    /// heartbeats but never finishes its tasks would otherwise hold them forever.
     pub speculation: Option<SpeculationConfig>,
+    /// Slow start: the slots a newly registered executor may fill at first; each attempt it
+    /// finishes successfully adds one, up to its cores (like TCP's congestion window), so an
+    /// executor that claims many cores and never finishes holds this many tasks, not a job.
+    /// An idle executor may always take one task that fits its cores. `u32::MAX` turns it off.
+    pub slow_start_slots: u32,
     /// Unfinished tasks (queued or running) over all jobs; submissions beyond are refused.
     pub pending_tasks_max: usize,
     /// The most result bytes one job keeps for its outcome unless it sets its own
@@ -412,7 +426,8 @@ impl Default for Config {
             locality_wait_executor_us: 10_000,
             locality_wait_host_us: 10_000,
             exclusion: Some(ExclusionConfig::default()),
-            speculation: None,
+            speculation: Some(SpeculationConfig::default()),
+            slow_start_slots: 16,
             pending_tasks_max: 10_000_000,
             result_bytes_max: 1 << 30,
             jobs_max: 10_000,

@@ -279,7 +279,13 @@ impl Sim {
                 quantile: 0.5,
                 min_runtime_us: rng.range(0, 20_000),
                 interval_us: rng.range(1_000, 50_000),
+                timeout_us: rng.range(20_000, 2_000_000),
             }),
+            slow_start_slots: if rng.chance(0.5) {
+                u32::MAX
+            } else {
+                rng.range(1, 4) as u32
+            },
             pending_tasks_max: if rng.chance(0.2) { 30 } else { 10_000 },
             result_bytes_max: 1 << 30,
             jobs_max: 100,
@@ -1160,7 +1166,8 @@ impl Sim {
                     "{id:?}: scheduler says (cores, free) = {view:?}, expected {expected:?}"
                 ));
             }
-            let free = e.info.cores - held.min(e.info.cores);
+            // Slots it may be given now: free within its slow-start window, none while stalled.
+            let free = self.sched.executor_usable(*id).unwrap_or(0);
             if free >= TASK_CORES_MAX && !self.sched.is_excluded(now, *id, None) {
                 for job in self.jobs.iter().filter_map(|j| j.id) {
                     if self.sched.job_pending_tasks(job).is_some_and(|p| p > 0)
