@@ -57,7 +57,7 @@ use mio::{Interest, Token};
 
 use crate::admission::Admission;
 pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
-use crate::conn::{accept_next, ConnError, Connection, Inbound};
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FULL};
 use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
@@ -861,6 +861,14 @@ pub(crate) struct DriverEndpoint {
     executor_waiters: Vec<(usize, Reply<()>)>,
 }
 
+/// Connections still in the handshake (unauthenticated) held at once; the oldest goes when
+/// another arrives.
+const HANDSHAKES_MAX: usize = 256;
+/// Client connections (`Role::Client`) held at once; the oldest goes when another arrives.
+const CLIENTS_MAX: usize = 64;
+/// A client connection silent this long is closed.
+const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The local executor's id.
 const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
 
@@ -878,8 +886,22 @@ impl DriverEndpoint {
             outbound_max: self.config.outbound_max,
         };
         while let Some((stream, addr)) = accept_next(&self.listener) {
-            if self.peers.len() >= self.config.connections_max {
+            // Unauthenticated connections and status clients have small tables of their own
+            // (the oldest goes), so executors always find room in the rest.
+            if self.count_phase(|p| matches!(p, Phase::Handshake(_))) >= HANDSHAKES_MAX {
+                self.evict_oldest(|p| matches!(p, Phase::Handshake(_)));
+            }
+            if self.peers.len() >= self.config.connections_max
+                && !self.evict_oldest(|p| matches!(p, Phase::Handshake(_) | Phase::Client))
+            {
                 tracing::warn!(%addr, "refused a connection: {} connections open (connections_max)", self.peers.len());
+                refuse(
+                    stream,
+                    &format!(
+                        "{TABLE_FULL}: the driver holds {} connections",
+                        self.peers.len()
+                    ),
+                );
                 continue;
             }
             match inbound.open(stream, ctx) {
@@ -901,6 +923,38 @@ impl DriverEndpoint {
                 Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
             }
         }
+    }
+
+    /// Connections whose phase matches.
+    fn count_phase(&self, matching: impl Fn(&Phase) -> bool) -> usize {
+        self.peers.values().filter(|p| matching(&p.phase)).count()
+    }
+
+    /// Closes the oldest connection whose phase matches, telling it the table is full;
+    /// whether there was one.
+    fn evict_oldest(&mut self, matching: impl Fn(&Phase) -> bool) -> bool {
+        let oldest = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matching(&p.phase))
+            .min_by_key(|(_, p)| p.opened)
+            .map(|(t, _)| *t);
+        let Some(token) = oldest else {
+            return false;
+        };
+        // Quietly: a flood of these is what the tables are for.
+        if let Some(mut peer) = self.peers.remove(&token) {
+            encode(
+                &Message::HandshakeRefused {
+                    reason: &format!("{TABLE_FULL}: the oldest such connection goes"),
+                },
+                peer.conn.outbound(),
+                self.config.frame_size_max,
+            );
+            let _ = peer.conn.flush();
+        }
+        tracing::debug!("dropped the oldest connection of its kind: {TABLE_FULL}");
+        true
     }
 
     fn on_peer_event(&mut self, token: Token, event: &Event) {
@@ -934,6 +988,9 @@ impl DriverEndpoint {
             return match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
                 Ok(None) => Ok(()),
                 Ok(Some(Role::Client)) => {
+                    if self.count_phase(|p| matches!(p, Phase::Client)) >= CLIENTS_MAX {
+                        self.evict_oldest(|p| matches!(p, Phase::Client));
+                    }
                     *phase = Phase::Client;
                     Ok(())
                 }
@@ -1361,6 +1418,15 @@ impl DriverEndpoint {
                         format!(
                             "no heartbeat for {} ms",
                             self.config.heartbeat_timeout.as_millis()
+                        ),
+                    ));
+                }
+                Phase::Client if now.duration_since(peer.last_heard) > CLIENT_IDLE_TIMEOUT => {
+                    expired.push((
+                        *token,
+                        format!(
+                            "a client connection silent for {} ms",
+                            CLIENT_IDLE_TIMEOUT.as_millis()
                         ),
                     ));
                 }
