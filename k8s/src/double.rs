@@ -209,10 +209,13 @@ impl ApiDouble {
         self.state.changed.notify_all();
     }
 
-    /// Drops the change history: a watch resuming from any version before now gets 410 Gone.
+    /// Compacts the history (as etcd does): versions up to now are forgotten, so an open
+    /// watch gets a 410 `ERROR` event at its next change, and a watch resuming from any version
+    /// before now gets 410 Gone; a new list gives a version watches can start from.
     pub fn compact(&self) {
         let mut inner = self.state.lock();
         inner.history.clear();
+        inner.rv += 1;
         inner.oldest_rv = inner.rv;
     }
 
