@@ -264,7 +264,7 @@ pub async fn prepare(
     secret_value: &str,
     budget: Duration,
 ) -> Result<(), String> {
-    delete_app_pods(client.clone(), settings, budget).await?;
+    delete_app_pods(client.clone(), settings, budget, budget).await?;
     let secrets: Api<Secret> = Api::namespaced(client, &settings.namespace);
     let name = settings.secret_name.clone();
     delete_secret(&secrets, &name, budget).await?;
@@ -278,14 +278,15 @@ pub async fn prepare(
     Ok(())
 }
 
-/// After the application: deletes its pods (waiting until they are gone, at most `budget`)
-/// and its Secret.
+/// After the application: deletes its pods (waiting until they are gone, at most `wait`) and
+/// its Secret; each API call is retried for at most `budget`.
 pub async fn cleanup(
     client: Client,
     settings: &PodSettings,
     budget: Duration,
+    wait: Duration,
 ) -> Result<(), String> {
-    let pods_result = delete_app_pods(client.clone(), settings, budget).await;
+    let pods_result = delete_app_pods(client.clone(), settings, budget, wait).await;
     let secrets: Api<Secret> = Api::namespaced(client, &settings.namespace);
     let secret_result = delete_secret(&secrets, &settings.secret_name, budget).await;
     pods_result.and(secret_result)
@@ -304,15 +305,16 @@ async fn delete_secret(secrets: &Api<Secret>, name: &str, budget: Duration) -> R
     }
 }
 
-/// Deletes every pod with the app's labels and waits until a list shows none.
+/// Deletes every pod with the app's labels and waits (at most `wait`) until a list shows none.
 async fn delete_app_pods(
     client: Client,
     settings: &PodSettings,
     budget: Duration,
+    wait: Duration,
 ) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(client, &settings.namespace);
     let params = ListParams::default().labels(&pods::selector(&settings.app_id));
-    let deadline = Instant::now() + budget;
+    let deadline = Instant::now() + wait;
     loop {
         let list = with_retry("list pods", budget, || api.list(&params))
             .await
@@ -343,7 +345,7 @@ async fn delete_app_pods(
             return Err(format!(
                 "{} pods of the app are still there after {} s",
                 list.items.len(),
-                budget.as_secs()
+                wait.as_secs()
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

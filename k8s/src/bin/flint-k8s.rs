@@ -349,7 +349,8 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let cleaned = runtime.block_on(executors::cleanup(
         client,
         &settings,
-        api_timeout.max(Duration::from_secs(30)),
+        api_timeout,
+        Duration::from_secs(60),
     ));
     if let Err(error) = &cleaned {
         eprintln!("flint-k8s: cleanup: {error}");
