@@ -403,7 +403,8 @@ fn a_pod_stuck_pending_past_the_timeout_is_deleted_and_replaced() {
     let summary = submit.succeeds();
     assert_eq!(num(&summary, "checksum"), expected_checksum(100, 8));
     assert!(num(&summary, "pending_timeouts") >= 1, "{summary}");
-    assert!(num(&summary, "pods_created") >= 3, "{summary}");
+    // The job waited for two running executors: the stuck pod's replacement was one of them.
+    assert!(double.counters().pods_created >= 3, "{:?}", double.counters());
     nothing_left(&double);
 }
 
