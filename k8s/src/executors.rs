@@ -209,9 +209,11 @@ impl K8sExecutors {
         self.shared.frozen.store(true, Ordering::SeqCst);
     }
 
-    /// Stops the control thread and the sources (the pods stay: see [`cleanup`]).
-    pub fn stop(mut self) {
+    /// Stops the control thread and the sources (the pods stay: see [`cleanup`]); returns the
+    /// final counters.
+    pub fn stop(mut self) -> K8sStats {
         self.halt();
+        self.stats()
     }
 
     fn halt(&mut self) {

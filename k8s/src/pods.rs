@@ -347,12 +347,14 @@ mod tests {
                 caused_by_app: true
             }
         );
-        let mut evicted = Pod::default();
-        evicted.status = Some(PodStatus {
-            phase: Some("Failed".into()),
-            reason: Some("Evicted".into()),
+        let evicted = Pod {
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                reason: Some("Evicted".into()),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(
             pod_state(&evicted),
             ExecutorState::Failed {
@@ -360,11 +362,13 @@ mod tests {
                 caused_by_app: false
             }
         );
-        let mut running = Pod::default();
-        running.status = Some(PodStatus {
-            phase: Some("Running".into()),
+        let running = Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(pod_state(&running), ExecutorState::Running);
         assert_eq!(deleted_state(&running), ExecutorState::Deleted);
         assert_eq!(

@@ -404,7 +404,11 @@ fn a_pod_stuck_pending_past_the_timeout_is_deleted_and_replaced() {
     assert_eq!(num(&summary, "checksum"), expected_checksum(100, 8));
     assert!(num(&summary, "pending_timeouts") >= 1, "{summary}");
     // The job waited for two running executors: the stuck pod's replacement was one of them.
-    assert!(double.counters().pods_created >= 3, "{:?}", double.counters());
+    assert!(
+        double.counters().pods_created >= 3,
+        "{:?}",
+        double.counters()
+    );
     nothing_left(&double);
 }
 
@@ -474,7 +478,7 @@ fn a_dead_api_server_fails_the_app_within_the_api_timeout() {
 }
 
 #[test]
-fn pods_left_by_a_previous_driver_with_the_same_app_id_are_deleted_first() {
+fn pods_left_by_a_previous_driver_are_deleted_first_and_pods_are_owned_by_the_driver_pod() {
     let dir = scratch();
     let double = start_double(&dir);
     let leftover = serde_json::json!({
@@ -484,6 +488,17 @@ fn pods_left_by_a_previous_driver_with_the_same_app_id_are_deleted_first() {
     });
     double.insert("pods", NS, leftover).expect("a leftover pod");
     wait_until("the leftover running", || !running_pods(&double).is_empty());
+    // The driver "runs in" a pod: executor pods are owned by it.
+    let driver_pod = double
+        .insert(
+            "pods",
+            NS,
+            serde_json::json!({
+                "metadata": {"name": "the-driver"},
+                "spec": {"containers": [{"name": "driver", "image": "flint:test", "command": ["sleep", "600"]}]}
+            }),
+        )
+        .expect("a driver pod");
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -497,9 +512,30 @@ fn pods_left_by_a_previous_driver_with_the_same_app_id_are_deleted_first() {
             "hash",
             "--app-id",
             "flint-again",
+            "--driver-pod-name",
+            "the-driver",
         ],
     );
+    let mut seen = None;
+    wait_until("an executor pod", || {
+        seen = double
+            .pods(NS)
+            .into_iter()
+            .find(|p| p.name == "flint-again-exec-0");
+        seen.is_some()
+    });
+    let pod = seen.expect("the executor pod");
+    let owner = &pod.object["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Pod");
+    assert_eq!(owner["name"], "the-driver");
+    assert_eq!(owner["uid"], driver_pod["metadata"]["uid"]);
     let summary = submit.succeeds();
     assert_eq!(num(&summary, "checksum"), expected_checksum(50, 8));
-    nothing_left(&double);
+    let left: Vec<String> = double.pods(NS).into_iter().map(|p| p.name).collect();
+    assert_eq!(
+        left,
+        vec!["the-driver".to_string()],
+        "only the driver's pod is left"
+    );
+    assert!(double.secrets(NS).is_empty());
 }

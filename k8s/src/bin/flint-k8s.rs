@@ -341,10 +341,10 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let stats = pods.stats();
+    let registered_end = pods.stats().registered;
     pods.freeze();
     let _ = driver.stop_executors(Duration::from_secs(5));
-    pods.stop();
+    let stats = pods.stop();
     drop(driver);
     let cleaned = runtime.block_on(executors::cleanup(
         client,
@@ -363,7 +363,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         ("cores", args.cores.to_string()),
         ("pods_created", stats.created.to_string()),
         ("executors_peak", stats.peak.to_string()),
-        ("executors_end", stats.registered.to_string()),
+        ("executors_end", registered_end.to_string()),
         ("executors_deleted", stats.deleted.to_string()),
         ("executors_failed", stats.failed.to_string()),
         ("pending_timeouts", stats.pending_timeouts.to_string()),

@@ -328,7 +328,10 @@ fn main() -> ExitCode {
 /// arguments: the Kubernetes client lives in its own crate, which depends on this one.
 fn k8s_submit() -> Option<ExitCode> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let text: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let k8s = text.first().is_some_and(|c| c == "submit")
         && text.iter().enumerate().any(|(i, a)| {
             a.starts_with("--master=k8s://")
