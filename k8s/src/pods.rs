@@ -36,7 +36,8 @@ pub struct PodSettings {
     pub namespace: String,
     /// The container image (overrides the template's).
     pub image: Option<String>,
-    /// The program the container runs (`flint` in the image built from the Dockerfile).
+    /// The program the container runs, split on whitespace (`tini -- flint` in the image built
+    /// from the Dockerfile, so `flint executor` is not the container's PID 1).
     pub executor_command: String,
     /// The driver's address as the executors reach it.
     pub driver_addr: String,
@@ -112,7 +113,13 @@ pub fn executor_pod(settings: &PodSettings, name: &str) -> Pod {
     if let Some(image) = &settings.image {
         container.image = Some(image.clone());
     }
-    container.command = Some(vec![settings.executor_command.clone()]);
+    container.command = Some(
+        settings
+            .executor_command
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
+    );
     container.args = Some(vec![
         "executor".into(),
         "--driver".into(),

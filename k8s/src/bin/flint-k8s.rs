@@ -53,8 +53,9 @@ struct SubmitArgs {
     /// container named `executor` to fill in.
     #[arg(long)]
     pod_template: Option<PathBuf>,
-    /// The program the executor container runs.
-    #[arg(long, default_value = "flint")]
+    /// The program the executor container runs (words split on whitespace); the image from
+    /// the Dockerfile has `tini` as init so the executor is not PID 1.
+    #[arg(long, default_value = "tini -- flint")]
     executor_command: String,
     /// Executors to keep (with --max-executors: the fewest), and to wait for before the job.
     #[arg(long)]
@@ -82,9 +83,10 @@ struct SubmitArgs {
     /// Address the driver listens on (must be reachable from the pods).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// The driver's address as the pods reach it (default: the listen address).
+    /// The driver's address as the pods reach it: IP:PORT, or an IP alone for the listening
+    /// port (default: the listen address).
     #[arg(long)]
-    driver_address: Option<SocketAddr>,
+    driver_address: Option<String>,
     /// The driver's own pod, when it runs in one (default: $FLINT_DRIVER_POD_NAME): executor
     /// pods get an owner reference to it.
     #[arg(long)]
@@ -256,7 +258,14 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         .start()
         .map_err(|e| e.to_string())?;
     let listening = driver.local_addr().ok_or("the driver has no address")?;
-    let driver_addr = args.driver_address.unwrap_or(listening);
+    let driver_addr = match &args.driver_address {
+        None => listening,
+        Some(text) => match (text.parse::<SocketAddr>(), text.parse::<std::net::IpAddr>()) {
+            (Ok(addr), _) => addr,
+            (_, Ok(ip)) => SocketAddr::new(ip, listening.port()),
+            _ => return Err(format!("--driver-address {text:?}: not IP:PORT nor an IP")),
+        },
+    };
     if driver_addr.ip().is_unspecified() {
         return Err("--driver-address is needed when listening on an unspecified address".into());
     }
