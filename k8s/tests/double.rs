@@ -539,3 +539,37 @@ fn pods_left_by_a_previous_driver_are_deleted_first_and_pods_are_owned_by_the_dr
     );
     assert!(double.secrets(NS).is_empty());
 }
+
+#[test]
+fn sigterm_cancels_the_job_and_deletes_the_pods_and_the_secret() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &[
+            "--executors",
+            "2",
+            "--tasks",
+            "1000",
+            "--task",
+            "sleep:100",
+            "--queue-depth",
+            "1",
+        ],
+    );
+    wait_until("two running executors", || running_pods(&double).len() >= 2);
+    let status = Command::new("kill")
+        .args(["-TERM", &submit.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    assert_eq!(
+        submit.wait().code(),
+        Some(2),
+        "stderr:\n{}",
+        submit.stderr()
+    );
+    nothing_left(&double);
+}

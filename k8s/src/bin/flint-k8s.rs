@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -336,7 +337,14 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     eprintln!(
         "flint-k8s: application {app_id} in namespace {namespace}, driver on {driver_addr}, waiting for {min} executors"
     );
-    let failed = || pods.failed();
+    let interrupted = interrupt_flag(&runtime);
+    let failed = || {
+        pods.failed().or_else(|| {
+            interrupted
+                .load(Ordering::SeqCst)
+                .then(|| "interrupted by a signal; deleting the pods".to_string())
+        })
+    };
     let result = wait_for(
         &driver,
         min as usize,
@@ -387,6 +395,35 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     }
     print_summary(&summary, &args.job, &extra);
     Ok(exit_code(&summary))
+}
+
+/// Set by the first SIGINT or SIGTERM (the job is cancelled, then the pods and the Secret are
+/// deleted); a second one exits at once.
+fn interrupt_flag(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    runtime.spawn(async move {
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::warn!("cannot handle signals: pods stay behind if this process is stopped");
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("flint-k8s: stopping: cancelling the job, deleting the pods (again to exit now)");
+        set.store(true, Ordering::SeqCst);
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        std::process::exit(130);
+    });
+    flag
 }
 
 /// Waits until `count` executors are registered, the pods' control gives up, or `timeout`.
