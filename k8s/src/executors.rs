@@ -546,6 +546,9 @@ impl Control {
             self.update_stats();
             std::thread::sleep(self.config.tick);
         }
+        // What arrived since the last tick still counts.
+        self.apply_events();
+        self.update_stats();
     }
 
     fn apply_events(&mut self) {

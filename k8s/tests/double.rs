@@ -573,3 +573,21 @@ fn sigterm_cancels_the_job_and_deletes_the_pods_and_the_secret() {
     );
     nothing_left(&double);
 }
+
+#[test]
+fn slow_api_responses_only_slow_the_app_down() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    // Every request waits 300 ms for the first 3 s: the secret, the list, the watch, the creates.
+    double.slow_for(Duration::from_millis(300), Duration::from_secs(3));
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &["--executors", "2", "--tasks", "100", "--task", "hash"],
+    );
+    let summary = submit.succeeds();
+    assert_eq!(num(&summary, "checksum"), expected_checksum(100, 8));
+    assert_eq!(double.counters().pods_created, 2, "no create was repeated");
+    nothing_left(&double);
+}
