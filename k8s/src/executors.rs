@@ -64,9 +64,11 @@ pub struct K8sConfig {
     pub watch_timeout_s: u32,
     /// Grace period of pod deletions, in seconds.
     pub delete_grace_s: u32,
-    /// Print one line per executor event (pod created, state change, deleted) to stderr.
-    pub events: bool,
 }
+
+/// The tracing target of executor events (pod requested, state change, removal, deletion), at
+/// `info`: `flint-k8s submit --executor-events` shows them.
+pub const EVENTS_TARGET: &str = "flint_k8s::events";
 
 impl K8sConfig {
     /// Settings with the defaults for everything but the pods.
@@ -83,7 +85,6 @@ impl K8sConfig {
             api_timeout: Duration::from_secs(30),
             watch_timeout_s: 60,
             delete_grace_s: 5,
-            events: false,
         }
     }
 }
@@ -495,9 +496,7 @@ impl Control {
     }
 
     fn event(&self, what: std::fmt::Arguments<'_>) {
-        if self.config.events {
-            eprintln!("flint-k8s: {what}");
-        }
+        tracing::info!(target: EVENTS_TARGET, "{what}");
     }
 
     fn fail(&self, reason: String) {

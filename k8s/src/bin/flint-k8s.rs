@@ -124,14 +124,20 @@ struct SubmitArgs {
 }
 
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let cli = Cli::parse();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // kube's client logs every failed request; the retries log their own line.
         .unwrap_or_else(|_| "warn,kube_client=off".into());
+    let Cmd::Submit(args) = &cli.command;
+    if args.executor_events {
+        if let Ok(directive) = format!("{}=info", executors::EVENTS_TARGET).parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Submit(args) => submit(args),
     };
@@ -325,7 +331,6 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     k8s.poll_interval = Duration::from_millis(args.poll_interval_ms.max(10));
     k8s.api_timeout = api_timeout;
     k8s.watch_timeout_s = args.watch_timeout_s.max(1);
-    k8s.events = args.executor_events;
     let driver = Arc::new(driver);
     let pods = K8sExecutors::start(
         k8s,
