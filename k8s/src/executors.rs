@@ -20,7 +20,8 @@
 //! reason), gives the allocator the load, ticks it and carries out its outputs: `Create`
 //! creates pods, `Delete` asks the driver to stop a registered executor
 //! ([`Driver::stop_executor`]) and deletes its pod, `Stop` records the reason for
-//! [`K8sExecutors::failed`]. An API server that does not answer for `api_timeout` also makes
+//! [`K8sExecutors::failed`]. An API server that does not answer for `api_timeout`, or that
+//! refuses a pod (invalid, forbidden: the next one would be refused too), also makes
 //! [`K8sExecutors::failed`] say so.
 
 use std::collections::BTreeSet;
@@ -576,13 +577,15 @@ impl Control {
                     }
                 }
                 Event::CreateFailed(name, error) => {
+                    // Refused (invalid, forbidden, no such namespace): the next pod would be
+                    // refused the same way, so the application stops with the server's reason.
                     self.creating.remove(&name);
-                    self.event(format_args!("executor {name} not created: {error}"));
                     let failed = ExecutorState::Failed {
                         code: -1,
                         caused_by_app: false,
                     };
                     self.store.update(now_us, &name, failed);
+                    self.fail(format!("the API server refused pod {name}: {error}"));
                 }
                 Event::ApiDown(reason) => self.fail(reason),
             }

@@ -591,3 +591,39 @@ fn slow_api_responses_only_slow_the_app_down() {
     assert_eq!(double.counters().pods_created, 2, "no create was repeated");
     nothing_left(&double);
 }
+
+#[test]
+fn a_pod_the_api_server_refuses_stops_the_app_at_once() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    // A template whose sidecar has an invalid container name: the server answers 422.
+    let template = dir.join("template.json");
+    std::fs::write(
+        &template,
+        r#"{"spec": {"containers": [{"name": "executor"}, {"name": "Bad_Name", "image": "x"}]}}"#,
+    )
+    .expect("a template");
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &[
+            "--executors",
+            "1",
+            "--tasks",
+            "10",
+            "--task",
+            "hash",
+            "--pod-template",
+            template.to_str().expect("UTF-8"),
+        ],
+    );
+    assert_eq!(
+        submit.wait().code(),
+        Some(2),
+        "stderr:\n{}",
+        submit.stderr()
+    );
+    assert_eq!(double.counters().pods_created, 0);
+    nothing_left(&double);
+}
