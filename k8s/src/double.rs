@@ -20,7 +20,7 @@
 //! - watch streams are chunked JSON lines `{"type":..,"object":..}` (`ADDED`, `MODIFIED`,
 //!   `DELETED`, `ERROR`);
 //! - what the server refuses: names that are not DNS-1123 subdomains, invalid label keys or
-//!   values, pods without containers or with a container lacking a name or an image, an env var
+//!   values, owner references without apiVersion, kind, name or uid or with two controllers, pods without containers or with a container lacking a name or an image, an env var
 //!   with both `value` and `valueFrom`, an unknown `restartPolicy`, a namespace in the body
 //!   differing from the path's (400), an existing name (409 `AlreadyExists`), a missing object
 //!   (404), a bad selector (400), secret data that is not base64 (400).
@@ -590,6 +590,26 @@ fn validate_metadata(kind: &str, namespace: &str, object: &mut Value) -> Result<
                     format!("metadata.labels: Invalid value: {k:?}={v:?}"),
                 ));
             }
+        }
+    }
+    if let Some(owners) = meta.get("ownerReferences").and_then(Value::as_array) {
+        for (i, owner) in owners.iter().enumerate() {
+            for field in ["apiVersion", "kind", "name", "uid"] {
+                if owner[field].as_str().is_none_or(str::is_empty) {
+                    return Err(invalid(
+                        kind,
+                        &name,
+                        format!("metadata.ownerReferences[{i}].{field}: Invalid value: \"\": {field} must not be empty"),
+                    ));
+                }
+            }
+        }
+        if owners.iter().filter(|o| o["controller"] == true).count() > 1 {
+            return Err(invalid(
+                kind,
+                &name,
+                "metadata.ownerReferences: Invalid value: Only one reference can have Controller set to true".into(),
+            ));
         }
     }
     if meta.get("resourceVersion").is_some_and(|v| !v.is_null()) {
@@ -1495,6 +1515,13 @@ mod tests {
         let both = json!({"metadata": {"name": "z"}, "spec": {"containers": [{"name": "c", "image": "i",
             "env": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}]}});
         assert_eq!(create(&mut inner, "pods", "ns", both).unwrap_err().0, 422);
+        let owner = json!({"metadata": {"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "d"}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        assert_eq!(
+            create(&mut inner, "pods", "ns", owner).unwrap_err().0,
+            422,
+            "no uid"
+        );
     }
 
     #[test]

@@ -627,3 +627,22 @@ fn a_pod_the_api_server_refuses_stops_the_app_at_once() {
     assert_eq!(double.counters().pods_created, 0);
     nothing_left(&double);
 }
+
+#[test]
+fn too_many_requests_at_the_start_are_retried() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    // 429s from the first request on: the Secret, the leftover list and the first creates wait.
+    double.fail_for(429, Duration::from_secs(2));
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &["--executors", "2", "--tasks", "100", "--task", "hash"],
+    );
+    let summary = submit.succeeds();
+    assert_eq!(num(&summary, "checksum"), expected_checksum(100, 8));
+    assert!(double.counters().injected > 0);
+    assert_eq!(double.counters().pods_created, 2);
+    nothing_left(&double);
+}
