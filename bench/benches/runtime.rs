@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::Backoff;
+use flint_engine::affinity::Pinning;
 use flint_engine::pool::{PoolConfig, Task, TaskPool};
 use flint_engine::runtime::{Ctx, Endpoint, Inbox, Reply, Runtime, RuntimeConfig};
 
@@ -219,12 +220,16 @@ impl Drop for StdPool {
     }
 }
 
-/// The pool with default settings (workers pinned to cores), or unpinned: on a small shared
-/// machine pinned workers cannot move away from a busy core, so both are measured.
-fn flint_pool(pin_threads: bool) -> TaskPool {
+/// The pool pinned to every allowed CPU, or unpinned (the default): on a small shared machine
+/// pinned workers cannot move away from a busy core, so both are measured.
+fn flint_pool(pinned: bool) -> TaskPool {
     TaskPool::new(PoolConfig {
         workers: WORKERS,
-        pin_threads,
+        pin: if pinned {
+            Pinning::all()
+        } else {
+            Pinning::None
+        },
         ..Default::default()
     })
     .unwrap()
@@ -358,13 +363,17 @@ impl Endpoint for Echo {
 
 fn endpoint_ask(c: &mut Criterion) {
     let mut g = c.benchmark_group("endpoint_ask");
-    for (name, pin_threads) in [
+    for (name, pinned) in [
         ("flint_endpoint_ask", true),
         ("flint_endpoint_ask_unpinned", false),
     ] {
         let rt = Runtime::new(RuntimeConfig {
             threads: 1,
-            pin_threads,
+            pin: if pinned {
+                Pinning::all()
+            } else {
+                Pinning::None
+            },
             ..Default::default()
         })
         .unwrap();

@@ -28,7 +28,11 @@ fn main() {
         workers: env("W", 2) as usize,
         local_batch_max: env("B", 32) as usize,
         spin_before_park: Duration::from_micros(env("S", 20)),
-        pin_threads: env("P", 1) == 1,
+        pin: if env("P", 1) == 1 {
+            flint_engine::affinity::Pinning::all()
+        } else {
+            flint_engine::affinity::Pinning::None
+        },
         ..Default::default()
     })
     .unwrap();

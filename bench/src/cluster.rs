@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use flint_engine::affinity::Pinning;
 use flint_net::driver::{Driver, DriverConfig};
-use flint_net::executor::{self, ExecutorConfig, ExecutorError};
+use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
 use flint_net::functions::Registry;
 use flint_net::handshake::{random_nonce, Secret};
 
@@ -60,7 +61,7 @@ pub struct Cluster {
     /// The driver.
     pub driver: Driver,
     children: Vec<Child>,
-    threads: Vec<JoinHandle<Result<(), ExecutorError>>>,
+    threads: Vec<JoinHandle<Result<ExecutorSummary, ExecutorError>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -145,6 +146,11 @@ impl Cluster {
                         .args(["executor", "--driver", &addr.to_string()])
                         .args(["--cores", &spec.cores.to_string()])
                         .args(["--id", &format!("load-{index}")])
+                        // Each process on its own CPUs, as `flint local` does.
+                        .args([
+                            "--pin-cores",
+                            &Pinning::spread(index as usize, spec.cores as usize).to_string(),
+                        ])
                         .env(SECRET_ENV, secret_text.as_deref().unwrap_or_default())
                         .stdout(Stdio::null())
                         .stderr(if *logs {
@@ -164,9 +170,8 @@ impl Cluster {
                         cores: spec.cores,
                         secret: driver_secret.clone(),
                         connect_timeout: Duration::from_secs(10),
-                        // Threads of one process: let the pool's workers float rather than pin
-                        // several executors to the same cores.
-                        pin_threads: false,
+                        // Threads of one process: the pool's workers float (not pinned) rather
+                        // than several executors sharing the same cores.
                         ..ExecutorConfig::new(addr, format!("thread-{index}"))
                     };
                     let thread = std::thread::Builder::new()
@@ -213,7 +218,7 @@ impl Cluster {
             if let Some(finished) = self.threads.iter().position(JoinHandle::is_finished) {
                 let thread = self.threads.swap_remove(finished);
                 let why = match thread.join() {
-                    Ok(Ok(())) => "stopped".to_string(),
+                    Ok(Ok(_)) => "stopped".to_string(),
                     Ok(Err(error)) => error.to_string(),
                     Err(_) => "panicked".to_string(),
                 };

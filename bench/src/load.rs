@@ -343,8 +343,9 @@ impl Runner<'_> {
         let seen = observed.clone();
         let epoch = self.epoch;
         let times = sent.clone();
-        let job = Job::new(self.spec.task.clone(), self.payloads.take(count)).on_result(
-            move |index, result| {
+        let job = Job::new(self.spec.task.clone(), self.payloads.take(count))
+            .keep_results(false)
+            .on_result(move |index, result| {
                 let now_ns = shared.now_ns(epoch);
                 shared
                     .meter()
@@ -354,8 +355,7 @@ impl Runner<'_> {
                 if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
                     shared.submitter.unpark();
                 }
-            },
-        );
+            });
         let measured = match &sent {
             SentAt::Same(ns) if *ns >= self.measure_from_ns => count,
             SentAt::Same(_) => 0,

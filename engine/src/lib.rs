@@ -4,6 +4,7 @@
 //! machine and the cluster simulator live here; `flint-net` puts them on the wire.
 #![deny(missing_docs)]
 
+pub mod affinity;
 pub mod hash;
 pub mod lifecycle;
 mod loom;

@@ -181,15 +181,21 @@ fn queue_behind_blocker(
     (release_tx, blocker_rx, rx)
 }
 
-/// Releases the blocker once the pool refuses submissions (shutdown has begun).
-fn release_when_closed(pool: &TaskPool, release: Sender<()>) -> std::thread::JoinHandle<()> {
+/// Releases the blocker once the pool refuses submissions (shutdown has begun). Returns how
+/// many of its probes the pool accepted before that (they count in the pool's stats too).
+fn release_when_closed(pool: &TaskPool, release: Sender<()>) -> std::thread::JoinHandle<u64> {
     let handle = pool.handle();
     std::thread::spawn(move || {
-        wait_until(
-            "shutdown begun",
-            || matches!(handle.spawn(|| {}), Err(r) if r.error == SubmitError::Shutdown),
-        );
+        let mut accepted = 0;
+        wait_until("shutdown begun", || match handle.spawn(|| {}) {
+            Err(r) => r.error == SubmitError::Shutdown,
+            Ok(_) => {
+                accepted += 1;
+                false
+            }
+        });
         release.send(()).unwrap();
+        accepted
     })
 }
 
@@ -199,11 +205,11 @@ fn shutdown_drain_runs_queued_tasks() {
     let (release, blocker_rx, rx) = queue_behind_blocker(&pool, 10);
     let releaser = release_when_closed(&pool, release);
     pool.shutdown(ShutdownMode::Drain);
-    releaser.join().unwrap();
+    let probes = releaser.join().unwrap();
     assert_eq!(blocker_rx.try_recv().unwrap(), TaskOutcome::Finished);
     let outcomes: Vec<_> = rx.try_iter().collect();
     assert_eq!(outcomes, vec![TaskOutcome::Finished; 10]);
-    assert_eq!(pool.stats().finished, 11);
+    assert_eq!(pool.stats().finished, 11 + probes);
     let err = pool.try_submit(Task::new(|| {})).unwrap_err();
     assert_eq!(err.error, SubmitError::Shutdown);
 }
@@ -214,11 +220,11 @@ fn shutdown_cancel_reports_queued_tasks_cancelled() {
     let (release, blocker_rx, rx) = queue_behind_blocker(&pool, 10);
     let releaser = release_when_closed(&pool, release);
     pool.shutdown(ShutdownMode::Cancel);
-    releaser.join().unwrap();
+    let probes = releaser.join().unwrap();
     assert_eq!(blocker_rx.try_recv().unwrap(), TaskOutcome::Finished);
     let outcomes: Vec<_> = rx.try_iter().collect();
     assert_eq!(outcomes, vec![TaskOutcome::Cancelled; 10]);
-    assert_eq!(pool.stats().cancelled, 10);
+    assert_eq!(pool.stats().cancelled, 10 + probes);
 }
 
 #[test]

@@ -8,9 +8,12 @@ use flint_engine::scheduler::{
     TaskLaunch, TaskSpec, TaskState,
 };
 
+/// The defaults without exclusion and speculation (on by default; these tests look at other
+/// things, some at exact `poll_timeout`s, which speculation's checks would move).
 fn config() -> Config {
     Config {
         exclusion: None,
+        speculation: None,
         ..Config::default()
     }
 }
@@ -676,6 +679,7 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
             quantile: 0.5,
             min_runtime_us: 0,
             interval_us: 10,
+            ..SpeculationConfig::default()
         }),
         ..config()
     });
@@ -723,16 +727,203 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
 }
 
 #[test]
-fn speculation_is_off_by_default() {
-    let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
-    s.register_executor(0, exec(2, "h", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+fn speculation_is_on_by_default_with_sparks_thresholds() {
+    let mut s = Scheduler::new(Config {
+        exclusion: None,
+        ..Config::default()
+    });
+    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
     let ls = launches(&drain(&mut s));
-    update(&mut s, 10, ls[0].0, &ls[0].1, TaskState::Finished, b"");
+    assert_eq!(ls.len(), 4);
+    for (e, l) in &ls[..3] {
+        update(&mut s, 10_000, *e, l, TaskState::Finished, b"ok");
+    }
     drain(&mut s);
-    s.tick(1_000_000_000);
+    s.register_executor(10_000, exec(2, "h2", 1)).unwrap();
+    // 3 of 4 succeeded (75%), median 10 ms: the threshold is max(1.5 x 10 ms, 100 ms).
+    s.tick(50_000);
+    assert!(launches(&drain(&mut s)).is_empty(), "under min_runtime");
+    assert_eq!(s.poll_timeout(), Some(150_000), "checked every 100 ms");
+    s.tick(150_000);
+    let copy = launches(&drain(&mut s));
+    assert_eq!(copy.len(), 1, "the 4th task is copied");
+    assert_eq!(copy[0].0, ExecutorId(2));
+    assert_eq!(copy[0].1.task, ls[3].1.task);
+}
+
+#[test]
+fn a_new_executor_earns_its_slots_so_one_that_lies_about_its_cores_holds_few_tasks() {
+    let mut s = Scheduler::new(config());
+    assert_eq!(s.config().slow_start_slots, 16);
+    // Claims a million slots; gets 16 tasks of 1000.
+    s.register_executor(0, exec(1, "liar", 1_000_000)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(1000))).unwrap();
+    let first = launches(&drain(&mut s));
+    assert_eq!(first.len(), 16);
+    assert_eq!(s.executor_usable(ExecutorId(1)), Some(0));
+    assert_eq!(s.pending_tasks(), 984);
+    // Each success widens the window by one: a finished task is replaced by two.
+    update(
+        &mut s,
+        10,
+        first[0].0,
+        &first[0].1,
+        TaskState::Finished,
+        b"",
+    );
+    assert_eq!(launches(&drain(&mut s)).len(), 2);
+    // A failure frees its slot but does not widen the window.
+    update(&mut s, 20, first[1].0, &first[1].1, TaskState::Failed, b"x");
+    assert_eq!(launches(&drain(&mut s)).len(), 1);
+    assert_eq!(
+        s.executor_cores(ExecutorId(1)),
+        Some((1_000_000, 1_000_000 - 17))
+    );
+    // An idle executor may take one task larger than its window.
+    s.register_executor(30, exec(2, "big", 64)).unwrap();
+    drain(&mut s);
+    let mut big = tasks(2);
+    for t in &mut big {
+        t.cores = 40;
+    }
+    let mut s2 = Scheduler::new(config());
+    s2.register_executor(0, exec(1, "h", 64)).unwrap();
+    s2.submit_job(0, JobSpec::new(big)).unwrap();
+    let ls = launches(&drain(&mut s2));
+    assert_eq!(ls.len(), 1, "one 40-core task on an idle 64-core executor");
+    // Off: the whole executor at once.
+    let mut s3 = Scheduler::new(Config {
+        slow_start_slots: u32::MAX,
+        ..config()
+    });
+    s3.register_executor(0, exec(1, "h", 100)).unwrap();
+    s3.submit_job(0, JobSpec::new(tasks(1000))).unwrap();
+    assert_eq!(launches(&drain(&mut s3)).len(), 100);
+}
+
+#[test]
+fn an_executor_that_finishes_nothing_is_set_aside_and_its_tasks_copied_after_the_timeout() {
+    let mut s = Scheduler::new(Config {
+        exclusion: None,
+        ..Config::default()
+    });
+    let timeout = s
+        .config()
+        .speculation
+        .as_ref()
+        .map(|sc| sc.timeout_us)
+        .unwrap();
+    assert_eq!(timeout, 30_000_000);
+    // The stuck executor registers first and takes the whole (small) job: no task ever
+    // succeeds, so the quantile rule never applies.
+    s.register_executor(0, exec(1, "stuck", 8)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    let stuck = launches(&drain(&mut s));
+    assert_eq!(stuck.len(), 4);
+    s.register_executor(1_000, exec(2, "good", 8)).unwrap();
+    assert!(drain(&mut s).is_empty());
+    s.tick(timeout - 1);
+    assert!(
+        launches(&drain(&mut s)).is_empty(),
+        "not before the timeout"
+    );
+    assert!(s.stalled_executors().is_empty());
+    s.tick(timeout + 100_000);
+    let copies = launches(&drain(&mut s));
+    assert_eq!(
+        copies.len(),
+        4,
+        "every stuck attempt is copied to the idle executor"
+    );
+    assert!(copies.iter().all(|(e, _)| *e == ExecutorId(2)));
+    assert_eq!(s.stalled_executors(), vec![(ExecutorId(1), 4)]);
+    assert_eq!(s.executor_usable(ExecutorId(1)), Some(0), "set aside");
+    let mut outs = Vec::new();
+    for (e, l) in &copies {
+        update(&mut s, timeout + 10, *e, l, TaskState::Finished, b"ok");
+        outs.extend(drain(&mut s));
+    }
+    assert_eq!(kills(&outs).len(), 4, "the stuck attempts are killed");
+    assert_eq!(outcomes(&outs).len(), 1);
+    assert_eq!(outcomes(&outs)[0].0, job);
+    assert_eq!(results(&outs).len(), 4, "each task reported once");
+    // New work avoids the stalled executor until it reports something.
+    s.submit_job(timeout + 20, JobSpec::new(tasks(3))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert!(ls.iter().all(|(e, _)| *e == ExecutorId(2)));
+    update(
+        &mut s,
+        timeout + 30,
+        stuck[0].0,
+        &stuck[0].1,
+        TaskState::Killed,
+        b"",
+    );
+    assert!(
+        s.stalled_executors().is_empty(),
+        "a final update brings it back"
+    );
+}
+
+#[test]
+fn a_full_cluster_of_long_tasks_gets_no_copies_from_the_timeout() {
+    let mut s = Scheduler::new(Config {
+        exclusion: None,
+        slow_start_slots: u32::MAX,
+        ..Config::default()
+    });
+    s.register_executor(0, exec(1, "a", 2)).unwrap();
+    s.register_executor(0, exec(2, "b", 2)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    assert_eq!(launches(&drain(&mut s)).len(), 4);
+    s.tick(600_000_000);
     assert!(launches(&drain(&mut s)).is_empty());
+    assert!(s.stalled_executors().is_empty());
+}
+
+/// Spark's "SPARK-26755 Ensure that a speculative task is submitted only once for execution"
+/// reworked how speculatable tasks are dequeued; here, issue 14 item 1: only the head of the
+/// straggler queue was looked at, so when the head ran on the offered executor nothing was
+/// launched and the executor was set aside, although the straggler behind it could run there.
+#[test]
+fn a_straggler_at_the_head_of_the_queue_running_here_does_not_hide_the_next_one() {
+    let mut s = Scheduler::new(Config {
+        speculation: Some(SpeculationConfig {
+            multiplier: 2.0,
+            quantile: 0.3,
+            min_runtime_us: 0,
+            interval_us: 10,
+            ..SpeculationConfig::default()
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "ha", 2)).unwrap();
+    s.register_executor(0, exec(2, "hb", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(3))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 3);
+    let on = |e: u64| -> Vec<&TaskLaunch> {
+        ls.iter()
+            .filter(|(x, _)| *x == ExecutorId(e))
+            .map(|(_, l)| l)
+            .collect()
+    };
+    let (a, b) = (on(1), on(2));
+    assert_eq!((a.len(), b.len()), (2, 1));
+    update(&mut s, 100, ExecutorId(1), a[0], TaskState::Finished, b"ok");
+    assert!(launches(&drain(&mut s)).is_empty());
+    // Median 100 us, threshold 200 us: both remaining attempts are stragglers, queued in book
+    // order (executor 1's first). Only executor 1 has a free core; its own straggler heads
+    // the queue; the one running on executor 2 must be copied to it.
+    s.tick(250);
+    let copies = launches(&drain(&mut s));
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].0, ExecutorId(1));
+    assert_eq!(
+        copies[0].1.task, b[0].task,
+        "executor 2's straggler copied to executor 1"
+    );
 }
 
 #[test]

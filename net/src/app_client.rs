@@ -120,7 +120,6 @@ impl AppClient {
     pub fn start(config: AppClientConfig) -> Result<AppClient, String> {
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
-            pin_threads: false,
             thread_name: "flint-app-client".into(),
             ..RuntimeConfig::default()
         })

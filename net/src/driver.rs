@@ -18,6 +18,22 @@
 //! at most `cores` at a time. An executor is lost when its connection closes or fails, when it
 //! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
 //! its running tasks back, in time proportional to them.
+//!
+//! # Stalls
+//!
+//! A peer is not trusted to be honest or alive:
+//!
+//! - an executor may claim at most [`EXECUTOR_CORES_MAX`] cores (registration above is refused
+//!   with the reason), and the scheduler's slow start lets a new one fill only a few slots until
+//!   it finishes tasks;
+//! - one that heartbeats but never finishes is *stalled* (see the scheduler's docs): its attempts
+//!   are copied elsewhere, it gets no new work, and a warning naming it is logged every
+//!   [`WARN_INTERVAL`] while it stays so;
+//! - one that does not read its socket (bytes queued for it and none written for
+//!   `heartbeat_timeout`) is lost, like a silent one;
+//! - while tasks wait and no executor can run them (all lost, or all excluded), a warning is
+//!   logged every [`WARN_INTERVAL`] (the first after one interval) and [`Driver::no_executor_for`] says for how long, so a
+//!   caller can give up (`flint driver --no-executor-timeout-s`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,10 +41,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::affinity::Pinning;
 use flint_engine::hash::FxHashMap;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{
-    Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
+    AskError, Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
 };
 use flint_engine::scheduler::{
     self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output,
@@ -43,10 +60,21 @@ use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
 use crate::runner::{Completion, TaskRunner};
-use crate::wire::{self, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{self, batch, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// The most task slots per executor core: executors size their queues for this many.
 pub const TASKS_PER_CORE_MAX: u32 = 1024;
+
+/// The most cores an executor may register with; a registration claiming more is refused
+/// with the reason. (With [`TASKS_PER_CORE_MAX`] that is at most 2^20 slots.)
+pub const EXECUTOR_CORES_MAX: u32 = 1024;
+
+/// How often the driver repeats a warning about a stall (stalled executors, tasks that no
+/// executor can run).
+pub const WARN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often the driver looks for stalls (the checks scan executors).
+const HEALTH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How a driver runs.
 #[derive(Debug, Clone)]
@@ -74,6 +102,9 @@ pub struct DriverConfig {
     /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
     /// executors: local mode.
     pub local_cores: Option<u32>,
+    /// Where the driver's threads run: its loop on the first listed CPU, local mode's workers
+    /// on the next ones. Default: not pinned.
+    pub pin: Pinning,
     /// The scheduler's settings.
     pub scheduler: SchedulerConfig,
 }
@@ -92,6 +123,7 @@ impl Default for DriverConfig {
             connections_max: 4096,
             tasks_per_core: 256,
             local_cores: None,
+            pin: Pinning::None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
             scheduler: SchedulerConfig {
@@ -125,9 +157,38 @@ pub enum DriverError {
     /// Something did not happen in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
+    /// The driver's inbox is full: it is alive but behind. Back off and try again.
+    #[error("the driver is busy (its inbox is full); back off and try again")]
+    Busy,
+    /// Called from the driver's own loop (a [`Job::on_result`] observer, say), where waiting
+    /// for the driver's answer would wait forever.
+    #[error("called from the driver's own loop, which cannot answer while it waits")]
+    SameLoop,
     /// The driver has stopped.
     #[error("the driver has stopped")]
     Stopped,
+}
+
+impl From<AskError> for DriverError {
+    fn from(error: AskError) -> Self {
+        match error {
+            AskError::Timeout { timeout_ms } => {
+                DriverError::Timeout(format!("the driver's answer ({timeout_ms} ms)"))
+            }
+            AskError::Full => DriverError::Busy,
+            AskError::SameLoop => DriverError::SameLoop,
+            AskError::Stopped | AskError::Shutdown => DriverError::Stopped,
+        }
+    }
+}
+
+impl<M> From<SendError<M>> for DriverError {
+    fn from(error: SendError<M>) -> Self {
+        match error {
+            SendError::Full(_) => DriverError::Busy,
+            SendError::Stopped(_) | SendError::Shutdown(_) => DriverError::Stopped,
+        }
+    }
 }
 
 /// Counters the driver keeps for whoever embeds it.
@@ -136,6 +197,9 @@ struct Counters {
     executors: AtomicUsize,
     executors_registered: AtomicU64,
     executors_lost: AtomicU64,
+    /// Since when (micros after the driver's start, plus one) tasks have waited with no
+    /// executor able to run them; 0 while that is not so.
+    starved_since_us: AtomicU64,
 }
 
 /// A running driver.
@@ -145,6 +209,8 @@ pub struct Driver {
     endpoint: EndpointRef<DriverEndpoint>,
     local_addr: Option<SocketAddr>,
     counters: Arc<Counters>,
+    /// The endpoint's clock origin.
+    epoch: Instant,
 }
 
 impl std::fmt::Debug for Driver {
@@ -155,48 +221,60 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-/// Builds a [`Driver`].
+/// Builds a [`Driver`]. The named settings ([`listen`](Self::listen),
+/// [`secret`](Self::secret), [`local`](Self::local)) win over the same fields of
+/// [`config`](Self::config), whatever order they are called in.
 #[derive(Debug, Default)]
 pub struct DriverBuilder {
     config: DriverConfig,
-    registry: Option<Registry>,
+    listen: Option<SocketAddr>,
+    secret: Option<Option<Secret>>,
+    local: Option<(u32, Registry)>,
 }
 
 impl DriverBuilder {
     /// Where to listen.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.config.listen = addr;
+        self.listen = Some(addr);
         self
     }
 
-    /// The shared secret.
+    /// The shared secret (`None`: executors need none).
     pub fn secret(mut self, secret: Option<Secret>) -> Self {
-        self.config.secret = secret;
+        self.secret = Some(secret);
         self
     }
 
     /// Local mode: run tasks in this process on `cores` pinned workers, with `registry`'s
     /// functions. No sockets are needed, but executors may still connect.
     pub fn local(mut self, cores: u32, registry: Registry) -> Self {
-        self.config.local_cores = Some(cores.max(1));
-        self.registry = Some(registry);
+        self.local = Some((cores.max(1), registry));
         self
     }
 
     /// Every other setting.
     pub fn config(mut self, config: DriverConfig) -> Self {
-        let local_cores = self.config.local_cores;
         self.config = config;
-        self.config.local_cores = self.config.local_cores.or(local_cores);
         self
     }
 
     /// Starts the driver: binds, starts its loop (and local pool).
     pub fn start(self) -> Result<Driver, DriverError> {
-        Driver::start(
-            self.config,
-            self.registry.unwrap_or_else(Registry::with_builtins),
-        )
+        let mut config = self.config;
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(secret) = self.secret {
+            config.secret = secret;
+        }
+        let registry = match self.local {
+            Some((cores, registry)) => {
+                config.local_cores = Some(cores);
+                registry
+            }
+            None => Registry::with_builtins(),
+        };
+        Driver::start(config, registry)
     }
 }
 
@@ -218,17 +296,17 @@ impl Driver {
         config.scheduler.payload_max_bytes = config
             .scheduler
             .payload_max_bytes
-            .min(config.frame_size_max.saturating_sub(4096));
+            .min(batch::item_bytes_max(config.frame_size_max).saturating_sub(4096));
 
         let pool = match config.local_cores {
             None => None,
             Some(cores) => Some(
                 TaskPool::new(PoolConfig {
                     workers: cores as usize,
-                    inbox_capacity: cores
-                        .saturating_mul(config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX))
-                        as usize,
+                    // Submissions try every worker's inbox: together they hold every slot.
+                    inbox_capacity: config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX) as usize,
                     thread_name: "flint-local".into(),
+                    pin: config.pin.from_thread(1),
                     ..PoolConfig::default()
                 })
                 .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
@@ -237,10 +315,12 @@ impl Driver {
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
             thread_name: "flint-driver".into(),
+            pin: config.pin.clone(),
             ..RuntimeConfig::default()
         })
         .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
         let counters = Arc::new(Counters::default());
+        let epoch = Instant::now();
         let endpoint = DriverEndpoint {
             scheduler: Scheduler::new(config.scheduler.clone()),
             local: pool.as_ref().map(|pool| (pool.handle(), registry)),
@@ -254,13 +334,15 @@ impl Driver {
             links: FxHashMap::default(),
             next_executor: 1,
             jobs: FxHashMap::default(),
-            epoch: Instant::now(),
+            epoch,
             outputs: Vec::new(),
             dirty: Vec::new(),
             counters: counters.clone(),
             stopping: false,
             tick: None,
             retiring: FxHashMap::default(),
+            local_spilled: false,
+            health: Health::new(epoch),
         };
         let endpoint = runtime
             .handle()
@@ -272,6 +354,7 @@ impl Driver {
             endpoint,
             local_addr,
             counters,
+            epoch,
         })
     }
 
@@ -289,6 +372,19 @@ impl Driver {
     /// reported gone through [`Driver::remove_executor`]).
     pub fn executors_lost(&self) -> u64 {
         self.counters.executors_lost.load(Ordering::SeqCst)
+    }
+
+    /// How long tasks have been waiting with no executor able to run them (none registered, or
+    /// all excluded), if they are now; checked every 100 ms. A caller that wants to give up
+    /// cancels its jobs after a while (`flint driver --no-executor-timeout-s`).
+    pub fn no_executor_for(&self) -> Option<Duration> {
+        let since = self.counters.starved_since_us.load(Ordering::SeqCst);
+        let since = since.checked_sub(1)?;
+        Some(
+            self.epoch
+                .elapsed()
+                .saturating_sub(Duration::from_micros(since)),
+        )
     }
 
     /// Waits until at least `count` executors are registered.
@@ -316,7 +412,7 @@ impl Driver {
                 },
                 Duration::from_secs(60),
             )
-            .map_err(|_| DriverError::Stopped)?
+            .map_err(DriverError::from)?
             .map_err(DriverError::Submit)?;
         let endpoint = self.endpoint.clone();
         let cancel = Box::new(move || {
@@ -334,14 +430,23 @@ impl Driver {
     pub fn stats(&self) -> Result<Stats, DriverError> {
         self.endpoint
             .ask(DriverMsg::Stats, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// What an allocator needs: the backlog and each remote executor's running tasks.
     pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
         self.endpoint
             .ask(DriverMsg::Executors, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
+    }
+
+    /// Executors (by their id on the wire) that are stalled: they hold a straggler and have
+    /// finished nothing since it was launched, so they get no new work (and are named in a
+    /// warning every [`WARN_INTERVAL`]) until they report a task.
+    pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Stalled, Duration::from_secs(10))
+            .map_err(DriverError::from)
     }
 
     /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
@@ -353,7 +458,7 @@ impl Driver {
                 |reply| DriverMsg::StopExecutor { name, reply },
                 Duration::from_secs(10),
             )
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// Removes a remote executor (by its id on the wire) from the scheduler for `reason` and
@@ -367,7 +472,7 @@ impl Driver {
                 name: name.to_owned(),
                 reason,
             })
-            .map_err(|_| DriverError::Stopped)
+            .map_err(DriverError::from)
     }
 
     /// Tells every remote executor to exit and waits (up to `timeout`) until they have gone.
@@ -375,7 +480,7 @@ impl Driver {
         let remote = self
             .endpoint
             .ask(DriverMsg::StopExecutors, Duration::from_secs(10))
-            .map_err(|_| DriverError::Stopped)?;
+            .map_err(DriverError::from)?;
         let local = usize::from(self.pool.is_some());
         wait_until(timeout, || self.executors() <= local)
             .map_err(|_| DriverError::Timeout(format!("{remote} executors to stop")))
@@ -404,7 +509,7 @@ impl Drop for Driver {
 
 /// Polls `condition` every millisecond until it holds or `timeout` passes.
 fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<(), ()> {
-    let deadline = Instant::now() + timeout;
+    let deadline = flint_engine::runtime::deadline_after(timeout);
     loop {
         if condition() {
             return Ok(());
@@ -448,6 +553,8 @@ pub(crate) enum DriverMsg {
     LocalKick,
     /// The backlog and the executors.
     Executors(Reply<ExecutorsView>),
+    /// The stalled executors' ids on the wire.
+    Stalled(Reply<Vec<String>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
         /// Its id on the wire.
@@ -483,6 +590,28 @@ struct Peer {
     phase: Phase,
     opened: Instant,
     last_heard: Instant,
+    /// Since when bytes have been queued for it with none written (a peer not reading).
+    write_stuck_since: Option<Instant>,
+}
+
+/// The driver's watch for stalls (see the module docs).
+struct Health {
+    next_check: Instant,
+    /// Since when tasks have waited with no executor able to run them.
+    starved_since: Option<Instant>,
+    next_starved_warning: Instant,
+    next_stalled_warning: Instant,
+}
+
+impl Health {
+    fn new(now: Instant) -> Health {
+        Health {
+            next_check: now,
+            starved_since: None,
+            next_starved_warning: now,
+            next_stalled_warning: now,
+        }
+    }
 }
 
 struct JobEntry {
@@ -515,6 +644,10 @@ pub(crate) struct DriverEndpoint {
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
+    /// The local runner completed attempts on this thread while launching: drain it (no kick
+    /// comes for those).
+    local_spilled: bool,
+    health: Health,
 }
 
 /// The local executor's id.
@@ -549,6 +682,7 @@ impl DriverEndpoint {
                             phase,
                             opened: now,
                             last_heard: now,
+                            write_stuck_since: None,
                         },
                     );
                     self.dirty.push(token);
@@ -624,7 +758,9 @@ impl DriverEndpoint {
                             task: TaskId(update.task_id),
                             attempt: update.attempt,
                             state: task_state(update.state),
-                            data: frame.share(update.data),
+                            // A result outlives its frame: a small one is copied out so it does
+                            // not keep the whole frame alive.
+                            data: frame.retain(update.data),
                         },
                     );
                 }
@@ -667,6 +803,12 @@ impl DriverEndpoint {
         };
         if self.stopping {
             return refuse("the driver is stopping".into(), conn);
+        }
+        if cores > EXECUTOR_CORES_MAX {
+            return refuse(
+                format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted"),
+                conn,
+            );
         }
         if self.names.contains_key(name) {
             return refuse(format!("duplicate executor id {name:?}"), conn);
@@ -755,10 +897,22 @@ impl DriverEndpoint {
                 self.carry_out(output);
             }
             self.outputs = outputs;
+            if std::mem::take(&mut self.local_spilled) {
+                self.drain_local();
+                continue;
+            }
             let mut failed = Vec::new();
             for token in std::mem::take(&mut self.dirty) {
                 if let Some(peer) = self.peers.get_mut(&token) {
-                    if let Err(error) = peer.conn.flush() {
+                    let before = peer.conn.outbound_len();
+                    let flushed = peer.conn.flush();
+                    let after = peer.conn.outbound_len();
+                    if after == 0 {
+                        peer.write_stuck_since = None;
+                    } else if after < before || peer.write_stuck_since.is_none() {
+                        peer.write_stuck_since = Some(Instant::now());
+                    }
+                    if let Err(error) = flushed {
                         failed.push((token, error));
                     }
                 }
@@ -779,46 +933,36 @@ impl DriverEndpoint {
                     let Some(peer) = self.peers.get_mut(&token) else {
                         return;
                     };
-                    let frame_size_max = self.config.frame_size_max;
-                    let mut batch = Vec::with_capacity(tasks.len());
-                    let mut batch_bytes = 0;
-                    for task in &tasks {
-                        // Keep each frame well under the maximum; payloads are bounded by it.
-                        if batch_bytes + task.payload.len() > frame_size_max / 2
-                            && !batch.is_empty()
-                        {
-                            encode(
-                                &Message::LaunchTasks {
-                                    tasks: List::from_items(&batch),
-                                },
-                                peer.conn.outbound(),
-                                frame_size_max,
-                            );
-                            batch.clear();
-                            batch_bytes = 0;
-                        }
-                        batch_bytes += task.payload.len() + task.function.len() + 32;
-                        batch.push(wire::TaskLaunch {
+                    let batch: Vec<wire::TaskLaunch> = tasks
+                        .iter()
+                        .map(|task| wire::TaskLaunch {
                             task_id: task.task.0,
                             attempt: task.attempt,
                             cores: task.cores,
                             function: &task.function,
                             payload: &task.payload,
-                        });
-                    }
-                    encode(
-                        &Message::LaunchTasks {
-                            tasks: List::from_items(&batch),
-                        },
+                        })
+                        .collect();
+                    // Payloads are bounded below a frame (`Driver::start`), so this fits.
+                    if let Err(error) = batch::encode_launches(
+                        &batch,
                         peer.conn.outbound(),
-                        frame_size_max,
-                    );
+                        self.config.frame_size_max,
+                    ) {
+                        tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    }
                     self.dirty.push(token);
                 }
                 Some(Link::Local) => {
                     if let Some(runner) = self.runner.as_mut() {
                         for task in tasks {
-                            runner.launch(task.task.0, task.attempt, &task.function, task.payload);
+                            // An attempt that fails at once comes with no kick: drained in pump.
+                            self.local_spilled |= runner.launch(
+                                task.task.0,
+                                task.attempt,
+                                &task.function,
+                                task.payload,
+                            );
                         }
                     }
                 }
@@ -874,6 +1018,20 @@ impl DriverEndpoint {
         for (token, peer) in &self.peers {
             match peer.phase {
                 Phase::Executor(_)
+                    if peer.write_stuck_since.is_some_and(|since| {
+                        now.duration_since(since) > self.config.heartbeat_timeout
+                    }) =>
+                {
+                    expired.push((
+                        *token,
+                        format!(
+                            "not reading: {} bytes queued for it and none written for {} ms",
+                            peer.conn.outbound_len(),
+                            self.config.heartbeat_timeout.as_millis()
+                        ),
+                    ));
+                }
+                Phase::Executor(_)
                     if now.duration_since(peer.last_heard) > self.config.heartbeat_timeout =>
                 {
                     expired.push((
@@ -900,6 +1058,68 @@ impl DriverEndpoint {
         }
         for (token, why) in expired {
             self.close(token, &ConnError::Protocol(why));
+        }
+        if now >= self.health.next_check {
+            self.health.next_check = now + HEALTH_INTERVAL;
+            self.check_health(now);
+        }
+    }
+
+    /// An executor's id on the wire (`local` for the in-process one). O(executors).
+    fn executor_name(&self, id: ExecutorId) -> String {
+        self.names
+            .iter()
+            .find(|(_, named)| **named == id)
+            .map_or_else(|| "local".to_owned(), |(name, _)| name.clone())
+    }
+
+    /// Warns about stalled executors and about tasks no executor can run (see the module docs),
+    /// and publishes the latter for [`Driver::no_executor_for`].
+    fn check_health(&mut self, now: Instant) {
+        let now_us = self.now_us();
+        if self.scheduler.starved(now_us) {
+            let since = match self.health.starved_since {
+                Some(since) => since,
+                None => {
+                    let since_us = now.saturating_duration_since(self.epoch).as_micros() as u64;
+                    self.counters
+                        .starved_since_us
+                        .store(since_us.saturating_add(1), Ordering::SeqCst);
+                    // The first warning after one interval: executors starting or coming back
+                    // (dynamic allocation from zero, a replaced executor) are not worth one.
+                    self.health.next_starved_warning = now + WARN_INTERVAL;
+                    self.health.starved_since = Some(now);
+                    now
+                }
+            };
+            if now >= self.health.next_starved_warning {
+                self.health.next_starved_warning = now + WARN_INTERVAL;
+                tracing::warn!(
+                    pending_tasks = self.scheduler.pending_tasks(),
+                    executors = self.scheduler.executors(),
+                    waited_s = now.duration_since(since).as_secs(),
+                    "tasks are waiting and no executor can run them (none registered, or all \
+                     excluded)"
+                );
+            }
+        } else if self.health.starved_since.take().is_some() {
+            self.counters.starved_since_us.store(0, Ordering::SeqCst);
+        }
+        if now >= self.health.next_stalled_warning {
+            let stalled = self.scheduler.stalled_executors();
+            if !stalled.is_empty() {
+                self.health.next_stalled_warning = now + WARN_INTERVAL;
+                for (id, attempts) in stalled {
+                    let name = self.executor_name(id);
+                    tracing::warn!(
+                        executor = name.as_str(),
+                        attempts,
+                        "executor is stalled: it holds a straggler and has finished nothing \
+                         since it was launched; its stragglers are copied elsewhere and it gets \
+                         no new work until it reports a task"
+                    );
+                }
+            }
         }
     }
 
@@ -974,6 +1194,8 @@ impl Endpoint for DriverEndpoint {
                     payloads,
                     cores,
                     observer,
+                    keep_results,
+                    result_bytes_max,
                 } = job;
                 let function: Arc<str> = function.into();
                 let tasks = payloads
@@ -983,10 +1205,12 @@ impl Endpoint for DriverEndpoint {
                         ..TaskSpec::new(function.clone(), payload)
                     })
                     .collect();
-                let answer = match self
-                    .scheduler
-                    .submit_job(self.now_us(), JobSpec::new(tasks))
-                {
+                let spec = JobSpec {
+                    keep_results,
+                    result_bytes_max,
+                    ..JobSpec::new(tasks)
+                };
+                let answer = match self.scheduler.submit_job(self.now_us(), spec) {
                     Ok(id) => {
                         self.jobs.insert(id, JobEntry { shared, observer });
                         Ok(id.0)
@@ -1039,6 +1263,15 @@ impl Endpoint for DriverEndpoint {
                     running_tasks,
                     executors,
                 });
+            }
+            DriverMsg::Stalled(reply) => {
+                let names = self
+                    .scheduler
+                    .stalled_executors()
+                    .into_iter()
+                    .map(|(id, _)| self.executor_name(id))
+                    .collect();
+                let _ = reply.send(names);
             }
             DriverMsg::StopExecutor { name, reply } => {
                 let token = self

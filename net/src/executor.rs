@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use flint_engine::affinity::Pinning;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig, TimerId};
 use mio::event::Event;
@@ -19,8 +21,8 @@ use crate::conn::{ConnError, Connection};
 use crate::driver::{encode, send_retrying};
 use crate::functions::Registry;
 use crate::handshake::{random_nonce, Handshake, Secret};
-use crate::runner::TaskRunner;
-use crate::wire::{self, List, Message, Metric, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::runner::{Completion, TaskRunner};
+use crate::wire::{self, batch, List, Message, Metric, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// How an executor runs.
 #[derive(Debug, Clone)]
@@ -42,8 +44,9 @@ pub struct ExecutorConfig {
     /// Attempts it holds at once per core, running and queued. The driver sends at most
     /// `tasks_per_core` per core, which it caps at [`crate::driver::TASKS_PER_CORE_MAX`].
     pub in_flight_per_core: usize,
-    /// Pin pool workers to cores.
-    pub pin_threads: bool,
+    /// Where the task threads run: worker `i` on the `i`-th listed CPU. Default: not pinned
+    /// (a launcher that knows the machine, such as `flint local`, hands out CPUs).
+    pub pin: Pinning,
 }
 
 impl ExecutorConfig {
@@ -58,7 +61,7 @@ impl ExecutorConfig {
             connect_timeout: Duration::from_secs(30),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             in_flight_per_core: crate::driver::TASKS_PER_CORE_MAX as usize,
-            pin_threads: true,
+            pin: Pinning::None,
         }
     }
 }
@@ -87,15 +90,22 @@ pub enum ExecutorError {
     Start(String),
 }
 
+/// What an executor did, once the driver stopped it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecutorSummary {
+    /// Task attempts that reached a final state here.
+    pub task_attempts: u64,
+}
+
 /// Where the endpoint leaves its exit reason for [`run`].
 #[derive(Default)]
 struct Exit {
-    reason: Mutex<Option<Result<(), ExecutorError>>>,
+    reason: Mutex<Option<Result<ExecutorSummary, ExecutorError>>>,
     set: Condvar,
 }
 
 impl Exit {
-    fn set(&self, reason: Result<(), ExecutorError>) {
+    fn set(&self, reason: Result<ExecutorSummary, ExecutorError>) {
         let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(reason);
@@ -103,7 +113,7 @@ impl Exit {
         }
     }
 
-    fn wait(&self) -> Result<(), ExecutorError> {
+    fn wait(&self) -> Result<ExecutorSummary, ExecutorError> {
         let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(reason) = slot.take() {
@@ -114,23 +124,23 @@ impl Exit {
     }
 }
 
-/// Runs an executor until the driver stops it (`Ok`) or it must exit (`Err`).
-pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorError> {
+/// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
+pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary, ExecutorError> {
     let stream = connect(config.driver, config.connect_timeout)?;
     let in_flight_max = config
         .in_flight_per_core
         .saturating_mul(config.cores.max(1) as usize);
+    // Submissions try every worker's inbox, so together they hold all `in_flight_max`.
     let mut pool = TaskPool::new(PoolConfig {
         workers: config.cores.max(1) as usize,
-        inbox_capacity: in_flight_max,
-        pin_threads: config.pin_threads,
+        inbox_capacity: config.in_flight_per_core.max(1),
+        pin: config.pin.clone(),
         thread_name: "flint-task".into(),
         ..PoolConfig::default()
     })
     .map_err(|e| ExecutorError::Start(format!("task pool: {e}")))?;
     let mut runtime = Runtime::new(RuntimeConfig {
         threads: 1,
-        pin_threads: false,
         thread_name: "flint-executor".into(),
         ..RuntimeConfig::default()
     })
@@ -162,7 +172,7 @@ pub fn run(config: ExecutorConfig, registry: Registry) -> Result<(), ExecutorErr
 
 /// Connects with exponential backoff (50 ms doubling to 1 s) until `timeout`.
 fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = flint_engine::runtime::deadline_after(timeout);
     let mut backoff = Duration::from_millis(50);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -173,7 +183,7 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorErr
                     .map_err(|e| ExecutorError::Start(format!("set_nonblocking: {e}")))?;
                 return Ok(TcpStream::from_std(stream));
             }
-            Err(error) if Instant::now() + backoff >= deadline => {
+            Err(error) if deadline.saturating_duration_since(Instant::now()) <= backoff => {
                 return Err(ExecutorError::Connect {
                     addr,
                     timeout_ms: timeout.as_millis(),
@@ -218,7 +228,7 @@ struct ExecutorEndpoint {
     pool: Option<(flint_engine::pool::PoolHandle, Registry)>,
     heartbeat: Option<TimerId>,
     exit: Arc<Exit>,
-    updates: Vec<crate::runner::Completion>,
+    updates: Vec<Completion>,
     in_flight_max: usize,
 }
 
@@ -228,15 +238,14 @@ impl ExecutorEndpoint {
             tracing::error!(executor = %self.config.executor_id, "{error}");
         }
         let completed = self.runner.as_ref().map_or(0, TaskRunner::completed);
-        eprintln!(
-            "flint executor {}: ran {completed} task attempts",
-            self.config.executor_id
-        );
+        tracing::info!(executor = %self.config.executor_id, completed, "ran {completed} task attempts");
         if let Some(runner) = self.runner.as_mut() {
             runner.kill_all();
         }
         let _ = self.conn.flush();
-        self.exit.set(reason);
+        self.exit.set(reason.map(|()| ExecutorSummary {
+            task_attempts: completed,
+        }));
         ctx.stop();
     }
 
@@ -286,13 +295,18 @@ impl ExecutorEndpoint {
                 let Some(runner) = self.runner.as_mut() else {
                     return Ok(Flow::Continue);
                 };
+                let mut completed_at_once = false;
                 for task in tasks {
-                    runner.launch(
+                    completed_at_once |= runner.launch(
                         task.task_id,
                         task.attempt,
                         task.function,
                         frame.share(task.payload),
                     );
+                }
+                // Attempts that failed at once (unknown function, full pool) come with no kick.
+                if completed_at_once {
+                    self.send_updates();
                 }
                 Ok(Flow::Continue)
             }
@@ -327,42 +341,25 @@ impl ExecutorEndpoint {
             return;
         }
         let frame_size_max = self.config.frame_size_max;
-        let mut batch = Vec::with_capacity(self.updates.len());
-        let mut batch_bytes = 0;
-        for update in &self.updates {
-            if batch_bytes + update.data.len() > frame_size_max / 2 && !batch.is_empty() {
-                encode(
-                    &Message::StatusUpdates {
-                        updates: List::from_items(&batch),
-                    },
-                    self.conn.outbound(),
-                    frame_size_max,
-                );
-                batch.clear();
-                batch_bytes = 0;
-            }
-            batch_bytes += update.data.len() + 24;
-            batch.push(wire::StatusUpdate {
+        for update in &mut self.updates {
+            bound_report(update, frame_size_max);
+        }
+        let batch: Vec<wire::StatusUpdate> = self
+            .updates
+            .iter()
+            .map(|update| wire::StatusUpdate {
                 task_id: update.task_id,
                 attempt: update.attempt,
                 state: update.state,
-                // A result too large for a frame is reported as a failure, not dropped.
-                data: if update.data.len() > frame_size_max / 2
-                    && update.state == wire::TaskState::Finished
-                {
-                    b"result larger than half the maximum frame size"
-                } else {
-                    &update.data
-                },
-            });
+                data: &update.data,
+            })
+            .collect();
+        if let Err(error) =
+            batch::encode_status_updates(&batch, self.conn.outbound(), frame_size_max)
+        {
+            // Unreachable: `bound_report` keeps every update within a frame.
+            tracing::error!(executor = %self.config.executor_id, "status updates not sent: {error}");
         }
-        encode(
-            &Message::StatusUpdates {
-                updates: List::from_items(&batch),
-            },
-            self.conn.outbound(),
-            frame_size_max,
-        );
         self.updates.clear();
     }
 
@@ -370,6 +367,23 @@ impl ExecutorEndpoint {
         if let Err(error) = self.conn.flush() {
             self.finish(Err(ExecutorError::DriverGone(error.to_string())), ctx);
         }
+    }
+}
+
+/// Keeps a report within what one frame carries: a result too large for a frame fails its task
+/// with the reason (the driver never sees a wrong success), and a failure's text is cut to
+/// [`batch::REASON_BYTES_MAX`].
+fn bound_report(update: &mut Completion, frame_size_max: usize) {
+    let result_max = batch::item_bytes_max(frame_size_max);
+    if update.state == wire::TaskState::Finished && update.data.len() > result_max {
+        update.state = wire::TaskState::Failed;
+        update.data = Bytes::from(format!(
+            "the result of {} bytes is larger than a status frame carries ({result_max} bytes with \
+             a maximum frame size of {frame_size_max}): return less from the task",
+            update.data.len()
+        ));
+    } else if update.state != wire::TaskState::Finished {
+        update.data = batch::bound_reason(std::mem::take(&mut update.data));
     }
 }
 

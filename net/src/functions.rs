@@ -116,27 +116,27 @@ impl Registry {
         registry.register("hash", |ctx, payload| {
             // `hash:MS` sleeps first, as documented above; plain `hash` does not.
             if ctx.argument().is_some() {
-                let ms: u64 = parse_argument(ctx, "hash:MS")?;
-                wait_unless_killed(ctx, Duration::from_millis(ms), |remaining| {
+                let wait = wait_argument(ctx.argument(), "hash:MS", 1000)?;
+                wait_unless_killed(ctx, wait, |remaining| {
                     std::thread::sleep(remaining.min(Duration::from_millis(10)))
                 })?;
             }
             Ok(Bytes::copy_from_slice(&fnv1a64(&payload).to_le_bytes()))
         });
         registry.register("sleep", |ctx, _| {
-            let ms: u64 = parse_argument(ctx, "sleep:MS")?;
-            wait_unless_killed(ctx, Duration::from_millis(ms), |remaining| {
+            let wait = wait_argument(ctx.argument(), "sleep:MS", 1000)?;
+            wait_unless_killed(ctx, wait, |remaining| {
                 std::thread::sleep(remaining.min(Duration::from_millis(10)))
             })?;
             Ok(Bytes::new())
         });
         registry.register("spin", |ctx, _| {
-            let us: u64 = parse_argument(ctx, "spin:US")?;
-            wait_unless_killed(ctx, Duration::from_micros(us), |_| std::hint::spin_loop())?;
+            let spin = wait_argument(ctx.argument(), "spin:US", 1)?;
+            wait_unless_killed(ctx, spin, |_| std::hint::spin_loop())?;
             Ok(Bytes::new())
         });
         registry.register("fail", |ctx, _| {
-            let probability: f64 = parse_argument(ctx, "fail:P")?;
+            let probability = probability_argument(ctx.argument(), "fail:P")?;
             if chance(ctx, 0x6661_696c) < probability {
                 return Err(TaskError::new(format!(
                     "fail:{probability}: attempt {} failed on purpose",
@@ -146,11 +146,12 @@ impl Registry {
             Ok(Bytes::new())
         });
         registry.register("crash", |ctx, _| {
-            let probability: f64 = parse_argument(ctx, "crash:P")?;
+            let probability = probability_argument(ctx.argument(), "crash:P")?;
             if chance(ctx, 0x6372_6173) < probability {
-                eprintln!(
-                    "crash:{probability}: task {} attempt {} aborts this executor",
-                    ctx.task_id, ctx.attempt
+                tracing::error!(
+                    task_id = ctx.task_id,
+                    attempt = ctx.attempt,
+                    "crash:{probability}: this task aborts its executor"
                 );
                 std::process::abort();
             }
@@ -197,12 +198,48 @@ pub fn fnv1a64(data: &[u8]) -> u64 {
     })
 }
 
-fn parse_argument<T: std::str::FromStr>(ctx: &TaskContext, usage: &str) -> Result<T, TaskError> {
-    let text = ctx
-        .argument()
-        .ok_or_else(|| TaskError::new(format!("missing argument: use {usage}")))?;
-    text.parse()
-        .map_err(|_| TaskError::new(format!("bad argument {text:?}: use {usage}")))
+/// The longest a built-in waits (`hash:MS`, `sleep:MS`) or spins (`spin:US`): one hour.
+pub const BUILTIN_WAIT_MAX: Duration = Duration::from_secs(3600);
+
+/// Checks a built-in's argument the way the built-in parses it (`fail:nan`, `sleep:-1` and
+/// `sleep:99999999999` are refused), so a command line can refuse it before anything runs.
+/// Other names pass: only the executors know their functions.
+pub fn check_builtin(name: &str) -> Result<(), TaskError> {
+    let (base, argument) = match name.split_once(':') {
+        Some((base, argument)) => (base, Some(argument)),
+        None => (name, None),
+    };
+    match base {
+        "hash" if argument.is_some() => wait_argument(argument, "hash:MS", 1000).map(drop),
+        "sleep" => wait_argument(argument, "sleep:MS", 1000).map(drop),
+        "spin" => wait_argument(argument, "spin:US", 1).map(drop),
+        "fail" => probability_argument(argument, "fail:P").map(drop),
+        "crash" => probability_argument(argument, "crash:P").map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// A whole number of `unit_us` microseconds, at most [`BUILTIN_WAIT_MAX`].
+fn wait_argument(text: Option<&str>, usage: &str, unit_us: u64) -> Result<Duration, TaskError> {
+    let text = text.ok_or_else(|| TaskError::new(format!("missing argument: use {usage}")))?;
+    let max = BUILTIN_WAIT_MAX.as_micros() as u64 / unit_us;
+    match text.parse::<u64>() {
+        Ok(n) if n <= max => Ok(Duration::from_micros(n * unit_us)),
+        _ => Err(TaskError::new(format!(
+            "bad argument {text:?}: use {usage} with a whole number from 0 to {max}"
+        ))),
+    }
+}
+
+/// A probability: a number from 0 to 1.
+fn probability_argument(text: Option<&str>, usage: &str) -> Result<f64, TaskError> {
+    let text = text.ok_or_else(|| TaskError::new(format!("missing argument: use {usage}")))?;
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(TaskError::new(format!(
+            "bad argument {text:?}: use {usage} with a probability from 0 to 1"
+        ))),
+    }
 }
 
 /// Waits for `duration`, calling `step` with the time left, unless the task is killed first.
@@ -211,7 +248,7 @@ fn wait_unless_killed(
     duration: Duration,
     step: impl Fn(Duration),
 ) -> Result<(), TaskError> {
-    let deadline = Instant::now() + duration;
+    let deadline = flint_engine::runtime::deadline_after(duration);
     loop {
         if ctx.is_killed() {
             return Err(TaskError::new("killed"));
@@ -282,8 +319,24 @@ mod tests {
         );
         assert_eq!(
             run(&registry, "sleep:x", b"").unwrap_err(),
-            TaskError::new("bad argument \"x\": use sleep:MS")
+            TaskError::new(
+                "bad argument \"x\": use sleep:MS with a whole number from 0 to 3600000"
+            )
         );
+        for bad in ["fail:nan", "crash:2", "sleep:3600001", "spin:-1"] {
+            assert!(run(&registry, bad, b"").is_err(), "{bad}");
+            assert!(check_builtin(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "fail:0.5",
+            "sleep:0",
+            "hash",
+            "hash:3",
+            "echo",
+            "mine:anything",
+        ] {
+            assert!(check_builtin(good).is_ok(), "{good}");
+        }
         assert_eq!(
             run(&registry, "sleep", b"").unwrap_err(),
             TaskError::new("missing argument: use sleep:MS")

@@ -21,6 +21,8 @@ pub struct Job {
     pub(crate) payloads: Vec<Bytes>,
     pub(crate) cores: u32,
     pub(crate) observer: Option<ResultObserver>,
+    pub(crate) keep_results: bool,
+    pub(crate) result_bytes_max: Option<u64>,
 }
 
 impl std::fmt::Debug for Job {
@@ -40,7 +42,25 @@ impl Job {
             payloads,
             cores: 1,
             observer: None,
+            keep_results: true,
+            result_bytes_max: None,
         }
+    }
+
+    /// Whether the outcome keeps every task's result (default true). A job that takes its
+    /// results through [`Job::on_result`] can say false: the driver then holds no result after
+    /// reporting it, and `JobOutcome::Succeeded` comes with an empty list.
+    pub fn keep_results(mut self, keep: bool) -> Self {
+        self.keep_results = keep;
+        self
+    }
+
+    /// The most result bytes the job keeps for its outcome (default: the driver's
+    /// `scheduler.result_bytes_max`, 1 GiB). The result that goes over it fails the job with a
+    /// reason naming the limit, as Spark's `spark.driver.maxResultSize` does.
+    pub fn result_bytes_max(mut self, bytes: u64) -> Self {
+        self.result_bytes_max = Some(bytes);
+        self
     }
 
     /// Cores each task needs (default 1).
@@ -164,7 +184,7 @@ impl JobHandle {
 
     /// Blocks until the job ends or `timeout` passes; on timeout the handle comes back.
     pub fn wait_timeout(self, timeout: Duration) -> Result<JobOutcome, JobHandle> {
-        let deadline = Instant::now() + timeout;
+        let deadline = flint_engine::runtime::deadline_after(timeout);
         {
             let mut state = self.shared.lock();
             loop {

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{
     Allocator, AllocatorConfig, AllocatorOutput, ExecutorState, Removals, SnapshotStore,
 };
@@ -59,6 +60,10 @@ pub struct LocalConfig {
     pub stop_grace: Duration,
     /// Print one line per executor event (started with its pid, registered, exited) to stderr.
     pub events: bool,
+    /// CPUs to pin executors to (`--pin-cores` of each child): each new executor gets `cores`
+    /// of them that no live executor holds; when fewer are free it is not pinned. Empty:
+    /// executors are not pinned.
+    pub pin_cpus: Vec<usize>,
 }
 
 impl LocalConfig {
@@ -78,6 +83,7 @@ impl LocalConfig {
             sync_grace: Duration::from_secs(2),
             stop_grace: Duration::from_secs(3),
             events: false,
+            pin_cpus: Vec::new(),
         }
     }
 }
@@ -136,6 +142,7 @@ impl LocalExecutors {
             allocator: Allocator::new(config.allocator.clone()),
             removals: Removals::new(),
             children: BTreeMap::new(),
+            pins: BTreeMap::new(),
             deleting: BTreeMap::new(),
             registered: BTreeSet::new(),
             epoch: Instant::now(),
@@ -181,7 +188,7 @@ impl LocalExecutors {
             return;
         };
         let mut children = thread.join().unwrap_or_default();
-        let deadline = Instant::now() + timeout;
+        let deadline = flint_engine::runtime::deadline_after(timeout);
         while !children.is_empty() {
             children.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
             if Instant::now() >= deadline {
@@ -210,6 +217,8 @@ struct Control {
     allocator: Allocator,
     removals: Removals,
     children: BTreeMap<String, Child>,
+    /// The CPUs each live child is pinned to.
+    pins: BTreeMap<String, Vec<usize>>,
     /// Executors the allocator deleted, with when: their exit counts as deleted.
     deleting: BTreeMap<String, Instant>,
     registered: BTreeSet<String>,
@@ -317,6 +326,7 @@ impl Control {
         let now_us = self.now_us();
         for (name, status) in exited {
             self.children.remove(&name);
+            self.pins.remove(&name);
             let deleted = self.deleting.remove(&name).is_some();
             let state = match status {
                 _ if deleted => ExecutorState::Deleted,
@@ -336,8 +346,10 @@ impl Control {
             AllocatorOutput::Create(names) => {
                 for name in names {
                     let now_us = self.now_us();
-                    match self.spawn(&name) {
+                    let pins = self.pick_cpus();
+                    match self.spawn(&name, &pins) {
                         Ok(child) => {
+                            self.pins.insert(name.clone(), pins);
                             self.event(format_args!(
                                 "executor {name} started (pid {})",
                                 child.id()
@@ -387,7 +399,28 @@ impl Control {
         }
     }
 
-    fn spawn(&self, name: &str) -> std::io::Result<Child> {
+    /// `cores` listed CPUs no live child is pinned to (in list order), or none when fewer are
+    /// free: an executor beyond what the CPUs hold is left unpinned, so the operating system
+    /// can move it to whichever CPU is idle (pinned to a shared CPU it could not move at all).
+    fn pick_cpus(&self) -> Vec<usize> {
+        let taken = |cpu: &usize| self.pins.values().any(|pins| pins.contains(cpu));
+        let free: Vec<usize> = (self.config.pin_cpus.iter())
+            .filter(|cpu| !taken(cpu))
+            .copied()
+            .take(self.config.cores as usize)
+            .collect();
+        if free.len() < self.config.cores as usize {
+            return Vec::new();
+        }
+        free
+    }
+
+    fn spawn(&self, name: &str, pins: &[usize]) -> std::io::Result<Child> {
+        let pin = if pins.is_empty() {
+            "none".to_owned()
+        } else {
+            Pinning::Cores(pins.to_vec()).to_string()
+        };
         let mut command = Command::new(&self.config.exe);
         command.args([
             "executor",
@@ -397,6 +430,8 @@ impl Control {
             &self.config.cores.to_string(),
             "--id",
             name,
+            "--pin-cores",
+            &pin,
         ]);
         for (key, value) in &self.config.env {
             command.env(key, value);

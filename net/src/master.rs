@@ -121,7 +121,6 @@ impl MasterHandle {
         let local_addr = listener.local_addr().ok();
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
-            pin_threads: false,
             thread_name: "flint-master".into(),
             ..RuntimeConfig::default()
         })

@@ -8,9 +8,17 @@
 //! drains the queue, so a completion pushed during the drain either is drained or flips the flag
 //! and kicks again: none is stranded, and while the loop is busy, completions pile up and leave
 //! in one batch (one `StatusUpdates` frame, one write).
+//!
+//! No thread waits on a queue only it drains. Pool workers wait (backpressure) while the queue is
+//! full, since the loop drains it. The loop itself completes attempts too: an unknown function,
+//! or a task the pool refused (its completion runs as the loop drops it). Those completions go to
+//! a separate list the loop owns (`spill`), never into the bounded queue and never with a kick
+//! (the loop's own inbox may be full): [`TaskRunner::launch`] returns true when it left one
+//! there, and the caller drains after its batch of launches.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use flint_engine::hash::{FxHashMap, FxHashSet};
@@ -36,16 +44,34 @@ pub struct Completion {
 /// Called (from a pool worker) when completions are waiting and the loop was not yet told.
 pub type Kick = Arc<dyn Fn() + Send + Sync>;
 
+thread_local! {
+    /// Set while [`TaskRunner::launch`] runs on this thread: completions made here (by the loop
+    /// that drains the queue) must not wait for the queue or kick the loop.
+    static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
+}
+
 struct Shared {
     done: Inbox<Completion>,
+    /// Completions made on the draining thread itself, during `launch` (see the module docs).
+    /// Only the loop pushes here, and it drains after each batch of launches, so it holds at
+    /// most one batch.
+    spill: Mutex<Vec<Completion>>,
     kick_pending: AtomicBool,
     kick: Kick,
 }
 
 impl Shared {
     fn complete(&self, mut completion: Completion) {
+        if IN_LAUNCH.with(Cell::get) {
+            self.spill
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(completion);
+            return;
+        }
         // The queue holds as many completions as tasks may be in flight; if the loop is behind,
-        // the worker waits here (backpressure) rather than dropping a result.
+        // the worker waits here (backpressure) rather than dropping a result. Only pool workers
+        // get here: the loop never waits on the queue it drains.
         loop {
             match self.done.push(completion) {
                 Ok(_) => break,
@@ -88,6 +114,7 @@ impl TaskRunner {
     pub fn new(pool: PoolHandle, registry: Registry, in_flight_max: usize, kick: Kick) -> Self {
         let shared = Arc::new(Shared {
             done: Inbox::new(2 * in_flight_max.max(1)),
+            spill: Mutex::new(Vec::new()),
             kick_pending: AtomicBool::new(false),
             kick,
         });
@@ -114,8 +141,29 @@ impl TaskRunner {
         self.running.len()
     }
 
-    /// Starts one attempt. An unknown function or a full pool completes it at once as failed.
-    pub fn launch(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) {
+    /// Starts one attempt. An unknown function or a full pool completes it at once as failed;
+    /// then it returns true, and the caller must [`TaskRunner::drain`] after its batch of
+    /// launches (no kick comes for those completions).
+    pub fn launch(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) -> bool {
+        /// Marks this thread as launching until dropped (also on a panic).
+        struct Launching;
+        impl Drop for Launching {
+            fn drop(&mut self) {
+                IN_LAUNCH.with(|f| f.set(false));
+            }
+        }
+        IN_LAUNCH.with(|f| f.set(true));
+        let _launching = Launching;
+        self.launch_inner(task_id, attempt, function, payload);
+        !self
+            .shared
+            .spill
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    fn launch_inner(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) {
         let resolved = match self.resolved.get(function) {
             Some(resolved) => Ok(resolved.clone()),
             None => self.registry.resolve(function).inspect(|resolved| {
@@ -224,9 +272,11 @@ impl TaskRunner {
     /// loop when the `kick` callback's message arrives.
     pub fn drain(&mut self, mut each: impl FnMut(Completion)) {
         self.shared.kick_pending.store(false, Ordering::SeqCst);
+        self.batch
+            .append(&mut self.shared.spill.lock().unwrap_or_else(|p| p.into_inner()));
         // At most one queue's worth per call, so a flood of completions cannot starve the loop;
         // if some are left, the loop is kicked again to come back for them.
-        let batch_max = self.shared.done.capacity();
+        let batch_max = self.shared.done.capacity() + self.batch.len();
         while self.batch.len() < batch_max {
             let Some(completion) = self.shared.done.pop() else {
                 break;

@@ -163,7 +163,6 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     reap_stale_executors(&config.work_dir, &config.id);
     let mut runtime = Runtime::new(RuntimeConfig {
         threads: 1,
-        pin_threads: false,
         thread_name: "flint-worker".into(),
         ..RuntimeConfig::default()
     })

@@ -245,10 +245,11 @@ fn a_stopped_executor_is_declared_lost_and_its_tasks_finish_elsewhere() {
     };
     let checksum = job.run(&driver, 40, || frozen.signal("-STOP"));
     assert_eq!(checksum, job.expected_checksum());
-    assert!(
-        driver.executors_lost() >= 1,
-        "the stopped executor was not declared lost"
-    );
+    // Speculation (on by default) may finish the job before the heartbeat timeout; the
+    // stopped executor is declared lost all the same.
+    wait_until("the stopped executor to be declared lost", || {
+        driver.executors_lost() >= 1
+    });
     frozen.signal("-KILL");
 }
 

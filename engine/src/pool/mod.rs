@@ -60,6 +60,7 @@ use std::time::Duration;
 use crossbeam_deque::Stealer;
 use crossbeam_utils::CachePadded;
 
+use crate::affinity::Pinning;
 use crate::runtime::Inbox;
 use task::Runnable;
 
@@ -72,8 +73,9 @@ pub struct PoolConfig {
     pub inbox_capacity: usize,
     /// Most tasks a worker moves from its inbox to its stealable deque at once.
     pub local_batch_max: usize,
-    /// Pin worker `i` to core `i mod cores` (a failure to pin is a logged warning).
-    pub pin_threads: bool,
+    /// Where workers run: worker `i` on the `i`-th listed CPU (a failure to pin is a logged
+    /// warning). Default: not pinned.
+    pub pin: Pinning,
     /// Thread name prefix; worker `i` is named `{thread_name}-{i}`.
     pub thread_name: String,
     /// How long an idle worker spins before parking.
@@ -86,7 +88,7 @@ impl Default for PoolConfig {
             workers: 0,
             inbox_capacity: 1024,
             local_batch_max: 32,
-            pin_threads: true,
+            pin: Pinning::None,
             thread_name: "flint-worker".to_string(),
             spin_before_park: crate::runtime::spin_default(Duration::from_micros(100)),
         }
@@ -387,14 +389,6 @@ impl TaskPool {
             local_batch_max: config.local_batch_max.max(1),
             spin_before_park: config.spin_before_park,
         });
-        let cores = if config.pin_threads {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        if config.pin_threads && cores.is_empty() {
-            tracing::warn!("could not list cores; pool workers are not pinned");
-        }
         let mut pool = TaskPool {
             handle: PoolHandle {
                 shared: shared.clone(),
@@ -402,20 +396,12 @@ impl TaskPool {
             threads: Vec::with_capacity(n),
         };
         for (index, local) in locals.into_iter().enumerate() {
-            let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
             let shared = shared.clone();
+            let pin = config.pin.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("{}-{index}", config.thread_name))
                 .spawn(move || {
-                    if let Some(core) = core {
-                        if !core_affinity::set_for_current(core) {
-                            tracing::warn!(
-                                worker = index,
-                                core = core.id,
-                                "could not pin pool worker"
-                            );
-                        }
-                    }
+                    pin.pin_current(index, "pool worker");
                     worker::Worker::new(index, local, shared).run();
                 });
             match spawned {

@@ -337,7 +337,7 @@ impl<E: Endpoint> EndpointRef<E> {
     /// Like [`send`](Self::send) but waits (spinning, then sleeping briefly) while the inbox
     /// is full, up to `timeout`: backpressure instead of an immediate error.
     pub fn send_timeout(&self, msg: E::Msg, timeout: Duration) -> Result<(), SendError<E::Msg>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::runtime::deadline_after(timeout);
         let mut msg = msg;
         let backoff = crossbeam_utils::Backoff::new();
         loop {
@@ -384,7 +384,7 @@ impl<E: Endpoint> EndpointRef<E> {
             Err(SendError::Stopped(_)) => return Err(AskError::Stopped),
             Err(SendError::Shutdown(_)) => return Err(AskError::Shutdown),
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::runtime::deadline_after(timeout);
         // Spin briefly, then yield a few times: a reply from a busy loop usually comes within
         // microseconds, and blocking on the condition variable costs two syscalls.
         // Only where spinning pays (see `spinning_pays`).

@@ -114,7 +114,7 @@ impl LoopShared {
 
     /// Pushes, waiting up to `timeout` for room.
     pub(crate) fn push_wait(&self, envelope: Envelope, timeout: Duration) -> Result<(), Envelope> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::runtime::deadline_after(timeout);
         let backoff = crossbeam_utils::Backoff::new();
         let mut envelope = envelope;
         loop {

@@ -48,12 +48,22 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::affinity::Pinning;
 use event_loop::LoopShared;
 
 /// Tables keyed by the runtime's own ids.
 pub(crate) type IdMap<V> = crate::hash::FxHashMap<u64, V>;
+
+/// The instant `timeout` from now, saturating: a timeout too large to add (`Duration::MAX` from
+/// a careless caller) is a deadline a century away rather than a panic.
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
+}
 
 /// Cores a machine needs before waiting threads spin by default.
 const SPIN_CORES_MIN: usize = 4;
@@ -85,8 +95,9 @@ pub struct RuntimeConfig {
     pub threads: usize,
     /// Capacity of each loop's inbox (rounded up to a power of two).
     pub inbox_capacity: usize,
-    /// Pin loop `i` to core `i mod cores` (a failure to pin is a logged warning).
-    pub pin_threads: bool,
+    /// Where loops run: loop `i` on the `i`-th listed CPU (a failure to pin is a logged
+    /// warning). Default: not pinned.
+    pub pin: Pinning,
     /// Thread name prefix; loop `i` is named `{thread_name}-{i}`.
     pub thread_name: String,
     /// Maximum number of live timers per loop.
@@ -104,7 +115,7 @@ impl Default for RuntimeConfig {
         Self {
             threads: 0,
             inbox_capacity: 4096,
-            pin_threads: true,
+            pin: Pinning::None,
             thread_name: "flint-loop".to_string(),
             timers_max: 65_536,
             events_capacity: 1024,
@@ -318,14 +329,6 @@ impl Runtime {
             next_id: AtomicU64::new(1),
             next_loop: AtomicUsize::new(0),
         });
-        let cores = if config.pin_threads {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        if config.pin_threads && cores.is_empty() {
-            tracing::warn!("could not list cores; event loops are not pinned");
-        }
         let mut runtime = Runtime {
             handle: RuntimeHandle {
                 shared: shared.clone(),
@@ -333,20 +336,12 @@ impl Runtime {
             threads: Vec::with_capacity(threads),
         };
         for (index, poll) in polls.into_iter().enumerate() {
-            let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+            let pin = config.pin.clone();
             let event_loop = event_loop::EventLoop::new(index, poll, shared.clone(), &config);
             let spawned = std::thread::Builder::new()
                 .name(format!("{}-{index}", config.thread_name))
                 .spawn(move || {
-                    if let Some(core) = core {
-                        if !core_affinity::set_for_current(core) {
-                            tracing::warn!(
-                                loop_index = index,
-                                core = core.id,
-                                "could not pin event loop"
-                            );
-                        }
-                    }
+                    pin.pin_current(index, "event loop");
                     event_loop.run();
                 });
             match spawned {
@@ -406,7 +401,6 @@ mod tests {
     fn spawn_errors() {
         let mut rt = Runtime::new(RuntimeConfig {
             threads: 1,
-            pin_threads: false,
             ..Default::default()
         })
         .unwrap();

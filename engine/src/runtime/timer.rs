@@ -67,7 +67,7 @@ impl Timers {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let deadline = Instant::now() + delay;
+        let deadline = crate::runtime::deadline_after(delay);
         self.live.insert(
             id,
             Entry {

@@ -49,7 +49,33 @@ pub(crate) struct Exec {
     pub failures: u32,
     /// Launches gathered during the current call, flushed as one `Output::Launch`.
     pub batch: Vec<TaskLaunch>,
+    /// Slow start: the slots it may fill now (at most `cores`). It starts at
+    /// `Config::slow_start_slots` and grows by one per attempt it finishes successfully, so an
+    /// executor earns its slots and one that lies about its cores holds little.
+    pub window: u32,
+    /// When it last reported an attempt it held as final (or registered).
+    pub progress_us: u64,
+    /// It holds a straggler and has finished nothing since that attempt was launched: no new
+    /// work until it reports a final state (see `speculation.rs`).
+    pub stalled: bool,
     membership: Membership,
+}
+
+impl Exec {
+    /// Slots an offer may fill now: free slots within the slow-start window (an idle executor
+    /// may always take one task that fits its cores, so a task larger than the window runs),
+    /// none while stalled.
+    pub fn usable(&self) -> u32 {
+        if self.stalled {
+            return 0;
+        }
+        let used = self.cores - self.free;
+        if used == 0 {
+            self.free
+        } else {
+            self.free.min(self.window.saturating_sub(used))
+        }
+    }
 }
 
 /// A host that executors ran on (or that a task prefers). Never removed, so indices are stable.
@@ -133,8 +159,16 @@ impl Book {
         self.hosts.get(i as usize)
     }
 
-    /// Adds an executor (the caller checked the id is new) and lists it as offerable.
-    pub fn insert(&mut self, id: ExecutorId, host: u32, cores: u32) -> u32 {
+    /// Adds an executor (the caller checked the id is new) with a slow-start window of
+    /// `window` slots and lists it as offerable.
+    pub fn insert(
+        &mut self,
+        id: ExecutorId,
+        host: u32,
+        cores: u32,
+        window: u32,
+        now_us: u64,
+    ) -> u32 {
         let exec = Exec {
             id,
             host,
@@ -144,6 +178,9 @@ impl Book {
             excluded_until_us: 0,
             failures: 0,
             batch: Vec::new(),
+            window: window.clamp(1, cores.max(1)),
+            progress_us: now_us,
+            stalled: false,
             membership: Membership::Unlisted,
         };
         let slot = match self.free_slots.pop() {
@@ -278,7 +315,9 @@ mod tests {
     fn offer_sets_move_executors_and_keep_positions_consistent() {
         let mut b = Book::new(0);
         let h = b.host_index("h");
-        let slots: Vec<u32> = (0..4).map(|i| b.insert(ExecutorId(i), h, 2)).collect();
+        let slots: Vec<u32> = (0..4)
+            .map(|i| b.insert(ExecutorId(i), h, 2, 2, 0))
+            .collect();
         assert_eq!(sets(&b), (vec![0, 1, 2, 3], vec![]));
         b.block(slots[1]);
         b.block(slots[3]);
@@ -300,7 +339,7 @@ mod tests {
         let (slot, exec) = b.remove(ExecutorId(2)).expect("registered");
         assert_eq!((slot, exec.id), (2, ExecutorId(2)));
         assert_eq!(sets(&b), (vec![1, 3], vec![]));
-        assert_eq!(b.insert(ExecutorId(9), h, 1), 2, "slot reused");
+        assert_eq!(b.insert(ExecutorId(9), h, 1, 1, 0), 2, "slot reused");
         assert_eq!(b.slot_of(ExecutorId(9)), Some(2));
         assert_eq!(b.len(), 4);
     }
@@ -310,7 +349,7 @@ mod tests {
         let mut b = Book::new(5);
         let h = b.host_index("h");
         for i in 0..3 {
-            b.insert(ExecutorId(i), h, 1);
+            b.insert(ExecutorId(i), h, 1, 1, 0);
         }
         let mut seen = Vec::new();
         for _ in 0..3 {

@@ -107,6 +107,11 @@ pub(crate) struct Job {
     pub weight: u32,
     pub priority: i32,
     pub tasks: Vec<TaskRec>,
+    /// Whether results are kept for the outcome, and how many bytes at most.
+    pub keep_results: bool,
+    pub result_bytes_max: u64,
+    /// Result bytes kept so far.
+    pub result_bytes: u64,
     /// Tasks in `Pending`.
     pub pending: usize,
     /// Tasks in `Running`.
@@ -126,6 +131,9 @@ pub(crate) struct Job {
     pub exclusion: JobExclusion,
     /// Successful run times, kept only with speculation on.
     pub durations_us: Vec<u64>,
+    /// The median of `durations_us` when it held `.0` entries (recomputed as it grows by an
+    /// eighth, so a check costs O(1) amortized per success).
+    pub median_cache: (usize, u64),
     pub speculatable: VecDeque<u32>,
     /// Reasons of counted failures and kills, bounded per task by `max_failures`.
     pub reasons: FxHashMap<u32, Vec<String>>,
@@ -321,20 +329,25 @@ impl Job {
                 self.delay_rejected = true;
             }
         }
-        while let Some(&i) = self.speculatable.front() {
-            let Some(t) = self.tasks.get(i as usize) else {
-                self.speculatable.pop_front();
+        // The whole queue, not only its head: a straggler running on this executor (or too big
+        // for it) must not hide the ones behind it (issue 14 item 1, Spark's SPARK-26755).
+        // Stale entries are dropped on the way; skipped ones keep their place.
+        let mut k = 0;
+        while let Some(&i) = self.speculatable.get(k) {
+            let live = self
+                .tasks
+                .get(i as usize)
+                .filter(|t| t.status == Status::Running && t.running_attempts() == 1);
+            let Some(t) = live else {
+                self.speculatable.remove(k);
                 continue;
             };
-            if t.status != Status::Running || t.running_attempts() != 1 {
-                self.speculatable.pop_front();
-                continue;
-            }
             let here = t.attempts.iter().flatten().any(|a| a.exec == exec_slot);
             if here || t.cores > free {
-                return None;
+                k += 1;
+                continue;
             }
-            self.speculatable.pop_front();
+            self.speculatable.remove(k);
             return Some(Found::Speculative(i));
         }
         None
@@ -393,10 +406,25 @@ impl Job {
         if self.durations_us.len() < needed || self.durations_us.is_empty() {
             return None;
         }
-        let mid = self.durations_us.len() / 2;
-        let (_, median, _) = self.durations_us.select_nth_unstable(mid);
-        let threshold = (*median as f64 * multiplier) as u64;
+        let median = self.median_us()?;
+        let threshold = (median as f64 * multiplier) as u64;
         Some(threshold.max(min_runtime_us))
+    }
+
+    /// The median successful run so far, if any task succeeded.
+    pub fn median_us(&mut self) -> Option<u64> {
+        let n = self.durations_us.len();
+        if n == 0 {
+            return None;
+        }
+        let (cached_n, cached) = self.median_cache;
+        if cached_n > 0 && n < cached_n.saturating_add(cached_n / 8).max(cached_n + 1) {
+            return Some(cached);
+        }
+        let (_, median, _) = self.durations_us.select_nth_unstable(n / 2);
+        let median = *median;
+        self.median_cache = (n, median);
+        Some(median)
     }
 }
 
@@ -441,6 +469,9 @@ mod tests {
             weight: 1,
             priority: 0,
             tasks: vec![task(Status::Pending, 1)],
+            keep_results: true,
+            result_bytes_max: u64::MAX,
+            result_bytes: 0,
             pending: 1,
             running: 0,
             running_cores: 0,
@@ -453,6 +484,7 @@ mod tests {
             last_progress_us: 0,
             exclusion: JobExclusion::default(),
             durations_us: Vec::new(),
+            median_cache: (0, 0),
             speculatable: VecDeque::new(),
             reasons: FxHashMap::default(),
             doomed: false,

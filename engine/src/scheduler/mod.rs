@@ -55,10 +55,36 @@
 //!
 //! # Speculation
 //!
-//! With [`SpeculationConfig`], `tick` looks for stragglers: once `quantile` of a job's tasks
-//! succeeded, a task running longer than `multiplier` times their median run gets one copy on
-//! another executor. The first attempt to finish wins; the other is killed; the result is reported
-//! once.
+//! With [`SpeculationConfig`] (on by default), `tick` looks for stragglers: once `quantile` of a
+//! job's tasks succeeded, a task running longer than `multiplier` times their median run gets one
+//! copy on another executor. Before that, a task that has run longer than `timeout_us` on an
+//! executor that has finished nothing since launching it, while other executors finish theirs
+//! or sit idle, is a straggler too. The first attempt to finish wins; the other is killed; the result is
+//! reported once.
+//!
+//! # Stuck executors and slow start
+//!
+//! An executor may heartbeat and never finish anything (wedged, or not reading its socket). One
+//! that holds a straggler and has finished nothing since that attempt was launched is *stalled*:
+//! it gets no new work until it reports a final state ([`Scheduler::stalled_executors`] names
+//! them, for a warning), and its stragglers are copied elsewhere.
+//!
+//! A new executor earns its slots (slow start, [`Config::slow_start_slots`]): it may fill a few
+//! at first, one more per attempt it finishes successfully, up to its cores. So an executor that
+//! claims many cores and never finishes holds a few tasks, not the job.
+//!
+//! [`Scheduler::starved`] says when work is waiting that no registered executor can take (none
+//! registered, or all excluded), so the driver can warn and give up.
+//!
+//! # Defaults that differ from Spark
+//!
+//! - Speculation is on (Spark: `spark.speculation=false`), with Spark's thresholds (1.5 times the
+//!   median once 75% succeeded, at least 100 ms, checked every 100 ms) plus the 30 s timeout
+//!   above (Spark has no default for `spark.speculation.task.duration.threshold`): without it an
+//!   executor that heartbeats but never finishes stalls a job forever, silently. The cost is
+//!   one extra attempt per straggler and the successful run times kept per job (8 bytes a task).
+//! - Slow start (16 slots at first) has no Spark equivalent: Spark trusts the cores an executor
+//!   registers with; a peer here is not trusted.
 //!
 //! # Peers are not trusted
 //!
@@ -137,6 +163,8 @@ pub struct Scheduler {
     next_speculation_us: u64,
     /// Earliest global exclusion expiry (u64::MAX: none).
     next_expiry_us: u64,
+    /// When any executor last reported an attempt as final.
+    last_finish_us: u64,
 }
 
 impl Scheduler {
@@ -174,6 +202,7 @@ impl Scheduler {
             stats: Stats::default(),
             next_speculation_us: 0,
             next_expiry_us: u64::MAX,
+            last_finish_us: 0,
         }
     }
 
@@ -226,6 +255,36 @@ impl Scheduler {
     pub fn executor_cores(&self, id: ExecutorId) -> Option<(u32, u32)> {
         let e = self.book.get(self.book.slot_of(id)?)?;
         Some((e.cores, e.free))
+    }
+
+    /// Slots a registered executor may be given now: its free slots within its slow-start
+    /// window, none while it is stalled.
+    pub fn executor_usable(&self, id: ExecutorId) -> Option<u32> {
+        Some(self.book.get(self.book.slot_of(id)?)?.usable())
+    }
+
+    /// Stalled executors (holding a straggler, nothing finished since it was launched; they get
+    /// no new work until they report a final state), each with the attempts it holds.
+    pub fn stalled_executors(&self) -> Vec<(ExecutorId, usize)> {
+        self.book
+            .iter()
+            .filter(|e| e.stalled)
+            .map(|e| (e.id, e.running.len()))
+            .collect()
+    }
+
+    /// Whether work is waiting (tasks pending, or copies of stragglers queued) that no
+    /// registered executor can take at `now_us`: none is registered, or every one is excluded
+    /// globally. Stalled executors count as able (they may recover; their stragglers are copied).
+    /// O(executors) in the worst case; the driver asks now and then, not per event.
+    pub fn starved(&self, now_us: u64) -> bool {
+        if self.unfinished_total == 0 || (self.pending_total == 0 && self.speculatable_total == 0) {
+            return false;
+        }
+        !self
+            .book
+            .iter()
+            .any(|e| !self.globally_excluded(now_us, e.excluded_until_us, e.host))
     }
 
     /// Whether an executor is excluded at `now_us`: globally, or for `job` if given.
@@ -310,7 +369,13 @@ impl Scheduler {
                 });
             }
         }
-        self.book.insert(info.id, host, info.cores);
+        self.book.insert(
+            info.id,
+            host,
+            info.cores,
+            self.config.slow_start_slots,
+            now_us,
+        );
         self.offer(now_us);
         self.flush();
         Ok(())
@@ -440,6 +505,11 @@ impl Scheduler {
             weight: spec.weight.max(1),
             priority: spec.priority,
             tasks,
+            keep_results: spec.keep_results,
+            result_bytes_max: spec
+                .result_bytes_max
+                .unwrap_or(self.config.result_bytes_max),
+            result_bytes: 0,
             pending: n,
             running: 0,
             running_cores: 0,
@@ -452,6 +522,7 @@ impl Scheduler {
             last_progress_us: now_us,
             exclusion: JobExclusion::default(),
             durations_us: Vec::new(),
+            median_cache: (0, 0),
             speculatable: VecDeque::new(),
             reasons: FxHashMap::default(),
             doomed: false,
@@ -598,6 +669,12 @@ impl Scheduler {
                     return;
                 };
                 exec.free += run.cores;
+                exec.progress_us = now_us;
+                exec.stalled = false;
+                if update.state == TaskState::Finished {
+                    exec.window = exec.window.saturating_add(1).min(exec.cores);
+                }
+                self.last_finish_us = now_us;
                 let (id, host) = (exec.id, exec.host);
                 self.book.make_offerable(slot);
                 let end = match update.state {
@@ -713,11 +790,14 @@ impl Scheduler {
             };
             if self.assign_one(now_us, slot) {
                 match self.book.get(slot) {
-                    Some(e) if e.free > 0 => self.book.advance(),
+                    Some(e) if e.usable() > 0 => self.book.advance(),
                     _ => self.book.unlist(slot),
                 }
-            } else {
+            } else if self.book.get(slot).is_some_and(|e| e.usable() > 0) {
                 self.book.block(slot);
+            } else {
+                // Full within its window, or stalled: back when a final update comes.
+                self.book.unlist(slot);
             }
         }
     }
@@ -727,7 +807,7 @@ impl Scheduler {
         let Some(e) = self.book.get(slot) else {
             return false;
         };
-        let (id, host, free) = (e.id, e.host, e.free);
+        let (id, host, free) = (e.id, e.host, e.usable());
         if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
             return false;
         }
@@ -995,8 +1075,32 @@ impl Scheduler {
         }
         match end {
             End::Succeeded(data) => {
+                let kept = if job.keep_results {
+                    data.len() as u64
+                } else {
+                    0
+                };
+                if job.result_bytes.saturating_add(kept) > job.result_bytes_max {
+                    let reason = format!(
+                        "task {index}'s result of {} bytes takes the job's kept results over \
+                         result_bytes_max = {} bytes (Spark's spark.driver.maxResultSize): \
+                         return less, raise the limit, or do not keep results",
+                        data.len(),
+                        job.result_bytes_max
+                    );
+                    let msg = format!("job failed: results over {} bytes", job.result_bytes_max);
+                    self.stats.attempts_failed += 1;
+                    self.abort_job(job_slot, JobOutcome::Failed(vec![reason]), &msg);
+                    return;
+                }
+                job.result_bytes += kept;
                 t.status = Status::Succeeded;
-                t.payload = data.clone();
+                // The payload is no longer needed; the result replaces it if the job keeps it.
+                t.payload = if job.keep_results {
+                    data.clone()
+                } else {
+                    Bytes::new()
+                };
                 let others = std::mem::take(&mut t.attempts);
                 job.running -= 1;
                 job.final_count += 1;
@@ -1113,13 +1217,15 @@ impl Scheduler {
                 .cloned()
                 .collect();
             JobOutcome::Failed(reasons)
-        } else {
+        } else if job.keep_results {
             JobOutcome::Succeeded(
                 job.tasks
                     .iter_mut()
                     .map(|t| std::mem::take(&mut t.payload))
                     .collect(),
             )
+        } else {
+            JobOutcome::Succeeded(Vec::new())
         };
         let id = job.id;
         self.remove_job(job_slot);

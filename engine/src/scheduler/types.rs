@@ -162,16 +162,26 @@ pub struct JobSpec {
     pub weight: u32,
     /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break.
     pub priority: i32,
+    /// Keep each task's result for [`JobOutcome::Succeeded`] (default). When false, results are
+    /// only reported ([`Output::TaskResult`]) and the outcome's list is empty, so memory does not
+    /// grow with the job.
+    pub keep_results: bool,
+    /// The most result bytes the job keeps for its outcome; the task whose result goes over it
+    /// fails the job (Spark's `spark.driver.maxResultSize`). `None`: the scheduler's
+    /// [`Config::result_bytes_max`].
+    pub result_bytes_max: Option<u64>,
 }
 
 impl JobSpec {
-    /// A job in the default pool with weight 1 and priority 0.
+    /// A job in the default pool with weight 1 and priority 0 that keeps its results.
     pub fn new(tasks: Vec<TaskSpec>) -> JobSpec {
         JobSpec {
             tasks,
             pool: String::from("default"),
             weight: 1,
             priority: 0,
+            keep_results: true,
+            result_bytes_max: None,
         }
     }
 }
@@ -251,7 +261,8 @@ pub struct TaskLaunch {
 /// How a job ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobOutcome {
-    /// Every task succeeded; the results in task index order.
+    /// Every task succeeded; the results in task index order (empty for a job that does not
+    /// keep its results, [`JobSpec::keep_results`]).
     Succeeded(Vec<Bytes>),
     /// At least one task failed for good (or was killed); the reasons.
     Failed(Vec<String>),
@@ -317,6 +328,13 @@ pub struct SpeculationConfig {
     pub min_runtime_us: u64,
     /// How often `tick` looks for stragglers.
     pub interval_us: u64,
+    /// A task is also a straggler, whatever the quantile, when it has run longer than this (and
+    /// than `multiplier` times its job's median so far, if any task succeeded) while its executor
+    /// has finished nothing since launching it and some other executor has finished something
+    /// since or sits idle. This covers a job
+    /// whose stuck executor holds more than `1 - quantile` of its tasks (a small job), where the
+    /// quantile is never reached.
+    pub timeout_us: u64,
 }
 
 impl Default for SpeculationConfig {
@@ -326,6 +344,7 @@ impl Default for SpeculationConfig {
             quantile: 0.75,
             min_runtime_us: 100_000,
             interval_us: 100_000,
+            timeout_us: 30_000_000,
         }
     }
 }
@@ -372,10 +391,19 @@ pub struct Config {
     pub locality_wait_host_us: u64,
     /// Exclusion; `None` turns it off.
     pub exclusion: Option<ExclusionConfig>,
-    /// Speculation; `None` (the default) turns it off.
+    /// Speculation; `None` turns it off. On by default (Spark's is off): an executor that
+    /// heartbeats but never finishes its tasks would otherwise hold them forever.
     pub speculation: Option<SpeculationConfig>,
+    /// Slow start: the slots a newly registered executor may fill at first; each attempt it
+    /// finishes successfully adds one, up to its cores (like TCP's congestion window), so an
+    /// executor that claims many cores and never finishes holds this many tasks, not a job.
+    /// An idle executor may always take one task that fits its cores. `u32::MAX` turns it off.
+    pub slow_start_slots: u32,
     /// Unfinished tasks (queued or running) over all jobs; submissions beyond are refused.
     pub pending_tasks_max: usize,
+    /// The most result bytes one job keeps for its outcome unless it sets its own
+    /// ([`JobSpec::result_bytes_max`]): 1 GiB, Spark's `spark.driver.maxResultSize`.
+    pub result_bytes_max: u64,
     /// Active jobs; submissions beyond are refused.
     pub jobs_max: usize,
     /// Registered executors; registrations beyond are refused.
@@ -398,8 +426,10 @@ impl Default for Config {
             locality_wait_executor_us: 10_000,
             locality_wait_host_us: 10_000,
             exclusion: Some(ExclusionConfig::default()),
-            speculation: None,
+            speculation: Some(SpeculationConfig::default()),
+            slow_start_slots: 16,
             pending_tasks_max: 10_000_000,
+            result_bytes_max: 1 << 30,
             jobs_max: 10_000,
             executors_max: 100_000,
             payload_max_bytes: 128 << 20,

@@ -279,8 +279,15 @@ impl Sim {
                 quantile: 0.5,
                 min_runtime_us: rng.range(0, 20_000),
                 interval_us: rng.range(1_000, 50_000),
+                timeout_us: rng.range(20_000, 2_000_000),
             }),
+            slow_start_slots: if rng.chance(0.5) {
+                u32::MAX
+            } else {
+                rng.range(1, 4) as u32
+            },
             pending_tasks_max: if rng.chance(0.2) { 30 } else { 10_000 },
+            result_bytes_max: 1 << 30,
             jobs_max: 100,
             executors_max: 1000,
             payload_max_bytes: 64,
@@ -408,6 +415,11 @@ impl Sim {
             spec.pool = if self.rng.chance(0.5) { "a" } else { "b" }.into();
             spec.weight = self.rng.range(1, 3) as u32;
             spec.priority = self.rng.range(0, 2) as i32;
+            spec.keep_results = self.rng.chance(0.8);
+            if self.rng.chance(0.1) {
+                // Results are 8 bytes each: sometimes the bound is below what the job returns.
+                spec.result_bytes_max = Some(self.rng.range(0, 8 * n_tasks + 8));
+            }
             let submit_us = self.rng.range(0, 300_000);
             self.at(submit_us, Ev::Submit(j));
             if self.rng.chance(0.1) {
@@ -1087,8 +1099,23 @@ impl Sim {
         }
         match &outcome {
             JobOutcome::Succeeded(r) => {
-                if !all_ok || *r != results {
+                let kept = if pj.spec.keep_results {
+                    results
+                } else {
+                    Vec::new()
+                };
+                if !all_ok || *r != kept {
                     return self.fail(format!("{job:?} succeeded but not all tasks did"));
+                }
+                let kept_bytes: usize = kept.iter().map(Bytes::len).sum();
+                if pj
+                    .spec
+                    .result_bytes_max
+                    .is_some_and(|max| kept_bytes as u64 > max)
+                {
+                    return self.fail(format!(
+                        "{job:?} kept {kept_bytes} result bytes, over its bound"
+                    ));
                 }
                 if pj.cancelled || pj.oversized {
                     return self.fail(format!("{job:?} succeeded though cancelled or oversized"));
@@ -1139,7 +1166,8 @@ impl Sim {
                     "{id:?}: scheduler says (cores, free) = {view:?}, expected {expected:?}"
                 ));
             }
-            let free = e.info.cores - held.min(e.info.cores);
+            // Slots it may be given now: free within its slow-start window, none while stalled.
+            let free = self.sched.executor_usable(*id).unwrap_or(0);
             if free >= TASK_CORES_MAX && !self.sched.is_excluded(now, *id, None) {
                 for job in self.jobs.iter().filter_map(|j| j.id) {
                     if self.sched.job_pending_tasks(job).is_some_and(|p| p > 0)

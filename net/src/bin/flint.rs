@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
+use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_engine::standalone::{AppSpec, Config as StandaloneConfig};
 use flint_net::app_client::{AppClient, AppClientConfig};
-use flint_net::driver::{Driver, DriverConfig};
+use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
-use flint_net::functions::Registry;
+use flint_net::functions::{check_builtin, Registry};
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
 use flint_net::local::{LocalConfig, LocalExecutors};
@@ -187,66 +188,127 @@ struct StatusArgs {
 /// The job every job-running command takes.
 #[derive(Args, Clone, Debug)]
 struct JobArgs {
-    /// Tasks in the job.
-    #[arg(long, default_value_t = 100_000)]
+    /// Tasks in the job (0 to 10,000,000, the driver's pending-task limit).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=TASKS_MAX))]
     tasks: u64,
-    /// Function each task runs: noop, echo, hash, sleep:MS, spin:US, fail:P, crash:P.
-    #[arg(long, default_value = "noop")]
+    /// Function each task runs: noop, echo, hash, hash:MS, sleep:MS, spin:US (MS up to
+    /// 3,600,000, US up to 3,600,000,000), fail:P, crash:P (P from 0 to 1).
+    #[arg(long, default_value = "noop", value_parser = task_name)]
     task: String,
-    /// Payload bytes per task: task i's payload is i as u64 LE, repeated and truncated to this
-    /// length (`hash` needs at least 8).
-    #[arg(long, default_value_t = 0)]
-    payload: usize,
+    /// Payload bytes per task (0 to 16,773,120): task i's payload is i as u64 LE, repeated and
+    /// truncated to this length (`hash` needs at least 8). Tasks times payload is at most
+    /// 4 GiB.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=PAYLOAD_MAX_BYTES))]
+    payload: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Task slots the driver gives each executor core (pipelining depth, at most 1024).
-    #[arg(long, default_value_t = 256)]
+    /// Task slots the driver gives each executor core (pipelining depth, 1 to 1024).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=i64::from(TASKS_PER_CORE_MAX)))]
     queue_depth: u32,
-    /// Attempts per task before its job fails.
-    #[arg(long, default_value_t = 4)]
+    /// Attempts per task before its job fails (1 to 1000).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
     max_failures: u32,
-    /// An executor silent this long is lost.
-    #[arg(long, default_value_t = 3000)]
+    /// An executor silent this long is lost, in milliseconds (100 to 3,600,000).
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     heartbeat_timeout_ms: u64,
+    /// Fail the job when its tasks have waited this long with no executor able to run them
+    /// (all lost or excluded), in seconds: 1 to 86400.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    no_executor_timeout_s: u64,
+}
+
+/// The most tasks one command-line job has: the driver's default pending-task limit.
+const TASKS_MAX: u64 = 10_000_000;
+/// The largest payload a task may have in a 16 MiB frame (the rest is the frame's fields).
+const PAYLOAD_MAX_BYTES: u64 = 16 * 1024 * 1024 - 8192;
+/// The most payload bytes a command-line job builds.
+const JOB_PAYLOAD_MAX_BYTES: u64 = 4 << 30;
+/// The most task threads a stock `flint executor` runs (its queues grow with them; a bigger
+/// machine runs more executors). The driver accepts claims up to
+/// `flint_net::driver::EXECUTOR_CORES_MAX` from executors built on `executor::run`.
+const EXECUTOR_CORES_MAX: i64 = 256;
+/// The longest any command waits for something, in seconds: one day.
+const WAIT_MAX_S: u64 = 86_400;
+
+/// `--task`: a name the built-ins know with a valid argument.
+fn task_name(text: &str) -> Result<String, String> {
+    Registry::with_builtins()
+        .resolve(text)
+        .map_err(|e| e.to_string())?;
+    check_builtin(text).map_err(|e| e.to_string())?;
+    Ok(text.to_owned())
+}
+
+/// `--pin-cores`: `none` or a list of CPUs in this process's affinity mask.
+fn pinning(text: &str) -> Result<Pinning, String> {
+    Pinning::parse(text).map_err(|e| e.to_string())
+}
+
+/// `--pin-cores` for `flint local`: `auto` (the CPUs of the affinity mask), `none`, or a list.
+fn local_pinning(text: &str) -> Result<Pinning, String> {
+    match text {
+        "auto" => Ok(Pinning::all()),
+        other => pinning(other),
+    }
+}
+
+/// `--id`: 1 to 128 characters out of letters, digits, `.`, `_`, `-` and `:`.
+fn executor_id(text: &str) -> Result<String, String> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':');
+    if text.is_empty() || text.len() > 128 || !text.chars().all(valid) {
+        return Err(format!(
+            "{:?} is not an executor id: use 1 to 128 letters, digits, '.', '_', '-' or ':'",
+            text.chars().take(64).collect::<String>()
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 #[derive(Args)]
 struct LocalArgs {
-    /// Executor processes to keep running (without --dynamic); one that dies is replaced.
-    #[arg(long, default_value_t = 2)]
+    /// Executor processes to keep running (without --dynamic; 1 to 64); one that dies is
+    /// replaced.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     executors: u32,
-    /// Cores (task threads) per executor.
-    #[arg(long, default_value_t = 1)]
+    /// Cores (task threads) per executor (1 to 256).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=EXECUTOR_CORES_MAX))]
     cores: u32,
+    /// CPUs the executors are pinned to, each on CPUs no other holds (executors beyond what the
+    /// CPUs hold are not pinned): auto (the default: every CPU this process may use), none, or
+    /// a list like 0,2-3.
+    #[arg(long, default_value = "auto", value_parser = local_pinning)]
+    pin_cores: Pinning,
     /// Dynamic allocation: the executor count follows the backlog between --min-executors and
     /// --max-executors; executors idle for --idle-timeout-ms are released.
     #[arg(long)]
     dynamic: bool,
-    /// With --dynamic: the fewest executors.
-    #[arg(long, default_value_t = 1)]
+    /// With --dynamic: the fewest executors (0 to 64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64))]
     min_executors: u32,
-    /// With --dynamic: the most executors.
-    #[arg(long, default_value_t = 8)]
+    /// With --dynamic: the most executors (1 to 64).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     max_executors: u32,
-    /// With --dynamic: an executor idle this long is released.
-    #[arg(long, default_value_t = 2000)]
+    /// With --dynamic: an executor idle this long is released, in milliseconds (1 to
+    /// 86,400,000).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=WAIT_MAX_S * 1000))]
     idle_timeout_ms: u64,
-    /// Executors started at most per round.
-    #[arg(long, default_value_t = 4)]
+    /// Executors started at most per round (1 to 64).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     batch_size: u32,
-    /// Time between rounds of starting executors.
-    #[arg(long, default_value_t = 200)]
+    /// Time between rounds of starting executors, in milliseconds (1 to 60,000).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     batch_delay_ms: u64,
-    /// An executor not registered this long after it was started is killed and replaced.
-    #[arg(long, default_value_t = 15000)]
+    /// An executor not registered this long after it was started is killed and replaced, in
+    /// milliseconds (100 to 3,600,000).
+    #[arg(long, default_value_t = 15000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pending_timeout_ms: u64,
-    /// Executor failures tolerated; one more stops the application with an error.
-    #[arg(long, default_value_t = 10)]
+    /// Executor failures tolerated (0 to 10,000); one more stops the application with an error.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     max_executor_failures: u32,
     /// After the job, wait up to this long for dynamic allocation to release idle executors
-    /// down to --min-executors (shows in `executors_end`).
-    #[arg(long, default_value_t = 0)]
+    /// down to --min-executors (shows in `executors_end`), in milliseconds (0 to 3,600,000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     idle_wait_ms: u64,
     /// Print a line per executor event (started with its pid, registered, exited, deleted).
     #[arg(long)]
@@ -260,11 +322,11 @@ struct DriverArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7077")]
     listen: SocketAddr,
-    /// Executors to wait for before the job starts.
-    #[arg(long)]
-    executors: usize,
-    /// How long to wait for them, in seconds.
-    #[arg(long, default_value_t = 60)]
+    /// Executors to wait for before the job starts (1 to 100,000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    executors: u64,
+    /// How long to wait for them, in seconds (1 to 86,400).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=WAIT_MAX_S))]
     wait_s: u64,
     /// File holding the shared secret (else $FLINT_SECRET, else none).
     #[arg(long)]
@@ -272,6 +334,10 @@ struct DriverArgs {
     /// Listen on a non-loopback address without a secret.
     #[arg(long)]
     allow_insecure_bind: bool,
+    /// CPU the driver's loop is pinned to: a list like 0 (its first CPU is used), or none (the
+    /// default: not pinned).
+    #[arg(long, default_value = "none", value_parser = pinning)]
+    pin_cores: Pinning,
     #[command(flatten)]
     job: JobArgs,
 }
@@ -281,18 +347,22 @@ struct ExecutorArgs {
     /// The driver's address.
     #[arg(long)]
     driver: SocketAddr,
-    /// Task threads.
-    #[arg(long, default_value_t = 1)]
+    /// Task threads (1 to 256).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=EXECUTOR_CORES_MAX))]
     cores: u32,
-    /// This executor's id (default: exec-PID).
-    #[arg(long)]
+    /// This executor's id (default: exec-PID): 1 to 128 letters, digits, '.', '_', '-', ':'.
+    #[arg(long, value_parser = executor_id)]
     id: Option<String>,
     /// File holding the shared secret (else $FLINT_SECRET, else none).
     #[arg(long)]
     secret_file: Option<PathBuf>,
-    /// How long to keep trying to reach the driver, in seconds.
-    #[arg(long, default_value_t = 30)]
+    /// How long to keep trying to reach the driver, in seconds (1 to 86,400).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=WAIT_MAX_S))]
     connect_timeout_s: u64,
+    /// CPUs the task threads are pinned to, thread i on the i-th: a list like 0,2-3, or none
+    /// (the default: not pinned).
+    #[arg(long, default_value = "none", value_parser = pinning)]
+    pin_cores: Pinning,
 }
 
 fn main() -> ExitCode {
@@ -375,21 +445,23 @@ fn driver_config(job: &JobArgs) -> DriverConfig {
     config
 }
 
+/// What the flags cannot check one by one; runs before anything is allocated.
 fn validate(job: &JobArgs) -> Result<(), String> {
-    if job.task == "hash" && job.payload < 8 {
+    let hash = job.task == "hash" || job.task.starts_with("hash:");
+    if hash && job.payload < 8 {
         return Err("--task hash needs --payload of at least 8 bytes".into());
     }
-    Registry::with_builtins()
-        .resolve(&job.task)
-        .map(|_| ())
-        .map_err(|e| format!("--task: {e}"))
+    if job.tasks.saturating_mul(job.payload) > JOB_PAYLOAD_MAX_BYTES {
+        return Err(format!(
+            "--tasks {} times --payload {} is over {JOB_PAYLOAD_MAX_BYTES} bytes of payloads",
+            job.tasks, job.payload
+        ));
+    }
+    Ok(())
 }
 
 fn local(args: LocalArgs) -> Result<ExitCode, String> {
     validate(&args.job)?;
-    if args.executors == 0 || args.cores == 0 {
-        return Err("--executors and --cores must be at least 1".into());
-    }
     // Local processes share a fresh random secret, so nothing else on this machine can join.
     let secret_bytes: Vec<u8> = flint_net::handshake::random_nonce()
         .map_err(|e| format!("no randomness: {e}"))?
@@ -426,6 +498,9 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     let mut local_config = LocalConfig::new(exe, addr);
     local_config.cores = args.cores;
     local_config.events = args.executor_events;
+    if let Pinning::Cores(cpus) = &args.pin_cores {
+        local_config.pin_cpus = cpus.clone();
+    }
     local_config.env = vec![(
         SECRET_ENV.to_string(),
         String::from_utf8_lossy(&secret_bytes).into_owned(),
@@ -506,6 +581,7 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
         listen: args.listen,
         secret: load_secret(args.secret_file.as_ref())?,
         allow_insecure_bind: args.allow_insecure_bind,
+        pin: args.pin_cores.clone(),
         ..driver_config(&args.job)
     };
     let driver = Driver::builder()
@@ -517,7 +593,7 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
         args.listen, args.executors
     );
     let result = driver
-        .wait_for_executors(args.executors, Duration::from_secs(args.wait_s))
+        .wait_for_executors(args.executors as usize, Duration::from_secs(args.wait_s))
         .map_err(|e| e.to_string())
         .and_then(|()| run_job(&driver, &args.job, &|| None));
     let _ = driver.stop_executors(Duration::from_secs(5));
@@ -539,13 +615,20 @@ fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
         .id
         .unwrap_or_else(|| format!("exec-{}", std::process::id()));
     let config = ExecutorConfig {
-        cores: args.cores.max(1),
+        cores: args.cores,
         secret: load_secret(args.secret_file.as_ref())?,
         connect_timeout: Duration::from_secs(args.connect_timeout_s),
+        pin: args.pin_cores,
         ..ExecutorConfig::new(args.driver, id.clone())
     };
     match executor::run(config, Registry::with_builtins()) {
-        Ok(()) => Ok(ExitCode::SUCCESS),
+        Ok(summary) => {
+            eprintln!(
+                "flint executor {id}: ran {} task attempts",
+                summary.task_attempts
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Err(error) => {
             eprintln!("flint executor {id}: {error}");
             Ok(ExitCode::from(match error {
@@ -583,27 +666,33 @@ fn watch_worker(worker_pid: Option<u32>) {
 }
 
 /// Submits the job, shows progress, waits, and summarizes. `abort` is asked every 200 ms; a
-/// reason from it cancels the job.
+/// reason from it cancels the job, as does `--no-executor-timeout-s` of tasks waiting with no
+/// executor able to run them.
 fn run_job(
     driver: &Driver,
     args: &JobArgs,
     abort: &dyn Fn() -> Option<String>,
 ) -> Result<Summary, String> {
-    let payloads: Vec<Bytes> = if args.payload == 0 {
-        vec![Bytes::new(); args.tasks as usize]
+    // `validate` bounded both, so these fit in memory and in usize.
+    let (tasks, payload) = (args.tasks as usize, args.payload as usize);
+    let payloads: Vec<Bytes> = if payload == 0 {
+        vec![Bytes::new(); tasks]
     } else {
         (0..args.tasks)
-            .map(|i| Bytes::from(indexed_payload(i, args.payload)))
+            .map(|i| Bytes::from(indexed_payload(i, payload)))
             .collect()
     };
     let recorder = Arc::new(Mutex::new(Recorder::new()));
     let start = Instant::now();
     let observer = recorder.clone();
-    let job = Job::new(args.task.clone(), payloads).on_result(move |_, result| {
-        let latency = start.elapsed();
-        let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
-        recorder.record(result.map(|bytes| &bytes[..]), latency);
-    });
+    // Results are checksummed as they arrive; the outcome need not keep them.
+    let job = Job::new(args.task.clone(), payloads)
+        .keep_results(false)
+        .on_result(move |_, result| {
+            let latency = start.elapsed();
+            let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
+            recorder.record(result.map(|bytes| &bytes[..]), latency);
+        });
     let handle = driver.submit(job).map_err(|e| e.to_string())?;
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut handle = handle;
@@ -614,6 +703,18 @@ fn run_job(
                 if let Some(reason) = abort() {
                     pending.cancel();
                     return Err(reason);
+                }
+                let timeout = Duration::from_secs(args.no_executor_timeout_s);
+                if let Some(waited) = driver.no_executor_for().filter(|w| *w >= timeout) {
+                    pending.cancel();
+                    return Err(format!(
+                        "no executor could run the job's tasks for {} s (all lost or excluded; \
+                         --no-executor-timeout-s {}): {} of {} tasks done; giving up",
+                        waited.as_secs(),
+                        args.no_executor_timeout_s,
+                        pending.tasks_done(),
+                        pending.tasks()
+                    ));
                 }
                 if show_progress && start.elapsed() > Duration::from_secs(1) {
                     progress(pending.tasks_done(), pending.tasks(), start.elapsed());

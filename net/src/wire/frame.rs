@@ -60,6 +60,22 @@ impl Frame {
     /// An owned `Bytes` for a part of a message decoded from this frame (a task's payload, say),
     /// sharing this frame's buffer rather than copying it. A slice from elsewhere is copied.
     pub fn share(&self, part: &[u8]) -> Bytes {
+        self.share_or_copy(part)
+    }
+
+    /// `part` as a `Bytes` to keep after the frame is gone (a task's result that a job holds):
+    /// shared only when it is at least [`RETAIN_SHARE_MIN_BYTES`] long and most of the frame,
+    /// copied otherwise, so a small part never keeps a large frame (or the receive buffer it
+    /// was split from) alive. Memory held is then at most about twice what is retained.
+    pub fn retain(&self, part: &[u8]) -> Bytes {
+        if part.len() >= RETAIN_SHARE_MIN_BYTES && part.len().saturating_mul(2) >= self.body.len() {
+            self.share_or_copy(part)
+        } else {
+            Bytes::copy_from_slice(part)
+        }
+    }
+
+    fn share_or_copy(&self, part: &[u8]) -> Bytes {
         let body = self.body.as_ptr_range();
         let part_range = part.as_ptr_range();
         if part.is_empty() {
@@ -71,6 +87,10 @@ impl Frame {
         }
     }
 }
+
+/// Parts at least this long that are most of their frame are shared by [`Frame::retain`]; shorter
+/// ones are copied (one receive buffer read is at most this long too).
+pub const RETAIN_SHARE_MIN_BYTES: usize = READ_CHUNK_LEN;
 
 /// Reads a header: `(body length, kind, flags)`, or `None` if fewer than [`HEADER_LEN`] bytes.
 fn parse_header(buf: &[u8]) -> Option<(usize, u16, u16)> {

@@ -12,6 +12,7 @@
 //! more than the frame's size. Encoding appends frames to a `BytesMut`, so a batch of frames
 //! goes out in one write.
 
+pub mod batch;
 pub mod codec;
 mod error;
 pub mod frame;

@@ -1,0 +1,99 @@
+//! The embedding API keeps what the caller asked for and says what went wrong: builder settings
+//! survive `config()`, and a busy driver or a call from its own loop is not "stopped".
+
+mod common;
+
+use common::{free_port, DEADLINE};
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use flint_engine::scheduler::RemovalReason;
+use flint_net::driver::{Driver, DriverConfig, DriverError};
+use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
+use flint_net::functions::Registry;
+use flint_net::handshake::Secret;
+use flint_net::job::{Job, JobOutcome};
+
+fn executor_with(
+    addr: SocketAddr,
+    secret: Option<Secret>,
+) -> Result<ExecutorSummary, ExecutorError> {
+    let config = ExecutorConfig {
+        secret,
+        connect_timeout: DEADLINE,
+        ..ExecutorConfig::new(addr, format!("e{}", common::unique()))
+    };
+    executor::run(config, Registry::with_builtins())
+}
+
+/// Issue 11.8: `listen` and `secret` set before `config()` were thrown away (asked for port
+/// 47123, got 40349; the secret was dropped, so anyone could join).
+#[test]
+fn listen_and_secret_set_before_config_are_kept() {
+    let port = free_port();
+    let listen = SocketAddr::from(([127, 0, 0, 1], port));
+    let secret = Secret::new(b"a secret for this test".to_vec()).expect("secret");
+    let driver = Driver::builder()
+        .listen(listen)
+        .secret(Some(secret.clone()))
+        .config(DriverConfig::default())
+        .start()
+        .expect("driver starts");
+    assert_eq!(driver.local_addr(), Some(listen));
+    assert!(
+        matches!(executor_with(listen, None), Err(ExecutorError::Refused(_))),
+        "an executor without the secret is refused"
+    );
+    let joined = std::thread::spawn(move || executor_with(listen, Some(secret)));
+    driver.wait_for_executors(1, DEADLINE).expect("joins");
+    driver.stop_executors(DEADLINE).expect("stops");
+    assert!(joined.join().expect("no panic").is_ok());
+}
+
+/// Issue 11.8: every ask error used to read as `DriverError::Stopped`. Asking from the driver's
+/// own loop (an `on_result` observer) is `SameLoop`; a full inbox is `Busy`; both while the
+/// driver is alive and goes on to finish the job.
+#[test]
+fn a_busy_driver_and_a_call_from_its_loop_are_not_reported_stopped() {
+    let driver = Arc::new(
+        Driver::builder()
+            .local(1, Registry::with_builtins())
+            .start()
+            .expect("driver starts"),
+    );
+    let slot: Arc<Mutex<Option<Arc<Driver>>>> = Arc::new(Mutex::new(Some(driver.clone())));
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let observer_slot = slot.clone();
+    let job = Job::new("noop", vec![Bytes::new()]).on_result(move |_, _| {
+        let me = observer_slot.lock().expect("lock").take();
+        let from_loop = me.map(|driver| driver.stats().map(|_| ()));
+        let _ = blocked_tx.send(from_loop);
+        // Hold the driver's loop until the test has filled its inbox.
+        let _ = release_rx.lock().expect("lock").recv_timeout(DEADLINE);
+    });
+    let handle = driver.submit(job).expect("submitted");
+    let from_loop = blocked_rx.recv_timeout(DEADLINE).expect("the observer ran");
+    assert!(
+        matches!(from_loop, Some(Err(DriverError::SameLoop))),
+        "{from_loop:?}"
+    );
+    let mut busy = None;
+    for _ in 0..1_000_000 {
+        if let Err(error) = driver.remove_executor("nobody", RemovalReason::Killed) {
+            busy = Some(error);
+            break;
+        }
+    }
+    assert!(matches!(busy, Some(DriverError::Busy)), "{busy:?}");
+    release_tx.send(()).expect("release");
+    assert_eq!(
+        handle.wait_timeout(DEADLINE).expect("ends"),
+        JobOutcome::Succeeded(vec![Bytes::new()])
+    );
+    assert!(driver.stats().is_ok(), "the driver is alive");
+}
