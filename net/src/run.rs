@@ -1,7 +1,8 @@
 //! Running one job from the command line: the job flags every job-running command takes
 //! ([`JobArgs`]), the driver settings they imply ([`driver_config`]), submitting the job with a
 //! progress bar and an abort check ([`run_job`]), and printing its summary ([`print_summary`],
-//! [`exit_code`]). Shared by the `flint` CLI and by binaries in other crates (`flint-k8s`).
+//! [`exit_code`]). Moved out of the `flint` binary so binaries in other crates (`flint-k8s`) run
+//! jobs the same way.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -11,36 +12,57 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Args;
 
-use crate::driver::{Driver, DriverConfig};
-use crate::functions::Registry;
+use crate::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
+use crate::functions::{check_builtin, Registry};
 use crate::job::{Job, JobOutcome};
 use crate::summary::{indexed_payload, json_string, Recorder, Summary};
 
 /// The job every job-running command takes.
 #[derive(Args, Clone, Debug)]
 pub struct JobArgs {
-    /// Tasks in the job.
-    #[arg(long, default_value_t = 100_000)]
+    /// Tasks in the job (0 to 10,000,000, the driver's pending-task limit).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=TASKS_MAX))]
     pub tasks: u64,
-    /// Function each task runs: noop, echo, hash, sleep:MS, spin:US, fail:P, crash:P.
-    #[arg(long, default_value = "noop")]
+    /// Function each task runs: noop, echo, hash, hash:MS, sleep:MS, spin:US (MS up to
+    /// 3,600,000, US up to 3,600,000,000), fail:P, crash:P (P from 0 to 1).
+    #[arg(long, default_value = "noop", value_parser = task_name)]
     pub task: String,
-    /// Payload bytes per task: task i's payload is i as u64 LE, repeated and truncated to this
-    /// length (`hash` needs at least 8).
-    #[arg(long, default_value_t = 0)]
-    pub payload: usize,
+    /// Payload bytes per task (0 to 16,773,120): task i's payload is i as u64 LE, repeated and
+    /// truncated to this length (`hash` needs at least 8). Tasks times payload is at most
+    /// 4 GiB.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=PAYLOAD_MAX_BYTES))]
+    pub payload: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Task slots the driver gives each executor core (pipelining depth, at most 1024).
-    #[arg(long, default_value_t = 256)]
+    /// Task slots the driver gives each executor core (pipelining depth, 1 to 1024).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=i64::from(TASKS_PER_CORE_MAX)))]
     pub queue_depth: u32,
-    /// Attempts per task before its job fails.
-    #[arg(long, default_value_t = 4)]
+    /// Attempts per task before its job fails (1 to 1000).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_failures: u32,
-    /// An executor silent this long is lost.
-    #[arg(long, default_value_t = 3000)]
+    /// An executor silent this long is lost, in milliseconds (100 to 3,600,000).
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub heartbeat_timeout_ms: u64,
+    /// Fail the job when its tasks have waited this long with no executor able to run them
+    /// (all lost or excluded), in seconds: 1 to 86400.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub no_executor_timeout_s: u64,
+}
+
+/// The most tasks one command-line job has: the driver's default pending-task limit.
+pub const TASKS_MAX: u64 = 10_000_000;
+/// The largest payload a task may have in a 16 MiB frame (the rest is the frame's fields).
+pub const PAYLOAD_MAX_BYTES: u64 = 16 * 1024 * 1024 - 8192;
+/// The most payload bytes a command-line job builds.
+pub const JOB_PAYLOAD_MAX_BYTES: u64 = 4 << 30;
+/// `--task`: a name the built-ins know with a valid argument.
+pub fn task_name(text: &str) -> Result<String, String> {
+    Registry::with_builtins()
+        .resolve(text)
+        .map_err(|e| e.to_string())?;
+    check_builtin(text).map_err(|e| e.to_string())?;
+    Ok(text.to_owned())
 }
 
 /// The driver settings the job flags imply (task slots, heartbeats, attempts).
@@ -56,39 +78,49 @@ pub fn driver_config(job: &JobArgs) -> DriverConfig {
     config
 }
 
-/// Checks the job flags: the function exists, `hash` has a payload to hash.
+/// What the flags cannot check one by one; runs before anything is allocated.
 pub fn validate(job: &JobArgs) -> Result<(), String> {
-    if job.task == "hash" && job.payload < 8 {
+    let hash = job.task == "hash" || job.task.starts_with("hash:");
+    if hash && job.payload < 8 {
         return Err("--task hash needs --payload of at least 8 bytes".into());
     }
-    Registry::with_builtins()
-        .resolve(&job.task)
-        .map(|_| ())
-        .map_err(|e| format!("--task: {e}"))
+    if job.tasks.saturating_mul(job.payload) > JOB_PAYLOAD_MAX_BYTES {
+        return Err(format!(
+            "--tasks {} times --payload {} is over {JOB_PAYLOAD_MAX_BYTES} bytes of payloads",
+            job.tasks, job.payload
+        ));
+    }
+    Ok(())
 }
 
-/// Submits the job, shows progress (on a terminal), waits, and summarizes. `abort` is asked
-/// every 200 ms; a reason from it cancels the job and is the error.
+/// Submits the job, shows progress, waits, and summarizes. `abort` is asked every 200 ms; a
+/// reason from it cancels the job, as does `--no-executor-timeout-s` of tasks waiting with no
+/// executor able to run them.
 pub fn run_job(
     driver: &Driver,
     args: &JobArgs,
     abort: &dyn Fn() -> Option<String>,
 ) -> Result<Summary, String> {
-    let payloads: Vec<Bytes> = if args.payload == 0 {
-        vec![Bytes::new(); args.tasks as usize]
+    // `validate` bounded both, so these fit in memory and in usize.
+    let (tasks, payload) = (args.tasks as usize, args.payload as usize);
+    let payloads: Vec<Bytes> = if payload == 0 {
+        vec![Bytes::new(); tasks]
     } else {
         (0..args.tasks)
-            .map(|i| Bytes::from(indexed_payload(i, args.payload)))
+            .map(|i| Bytes::from(indexed_payload(i, payload)))
             .collect()
     };
     let recorder = Arc::new(Mutex::new(Recorder::new()));
     let start = Instant::now();
     let observer = recorder.clone();
-    let job = Job::new(args.task.clone(), payloads).on_result(move |_, result| {
-        let latency = start.elapsed();
-        let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
-        recorder.record(result.map(|bytes| &bytes[..]), latency);
-    });
+    // Results are checksummed as they arrive; the outcome need not keep them.
+    let job = Job::new(args.task.clone(), payloads)
+        .keep_results(false)
+        .on_result(move |_, result| {
+            let latency = start.elapsed();
+            let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
+            recorder.record(result.map(|bytes| &bytes[..]), latency);
+        });
     let handle = driver.submit(job).map_err(|e| e.to_string())?;
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut handle = handle;
@@ -99,6 +131,18 @@ pub fn run_job(
                 if let Some(reason) = abort() {
                     pending.cancel();
                     return Err(reason);
+                }
+                let timeout = Duration::from_secs(args.no_executor_timeout_s);
+                if let Some(waited) = driver.no_executor_for().filter(|w| *w >= timeout) {
+                    pending.cancel();
+                    return Err(format!(
+                        "no executor could run the job's tasks for {} s (all lost or excluded; \
+                         --no-executor-timeout-s {}): {} of {} tasks done; giving up",
+                        waited.as_secs(),
+                        args.no_executor_timeout_s,
+                        pending.tasks_done(),
+                        pending.tasks()
+                    ));
                 }
                 if show_progress && start.elapsed() > Duration::from_secs(1) {
                     progress(pending.tasks_done(), pending.tasks(), start.elapsed());
@@ -160,7 +204,7 @@ pub fn exit_code(summary: &Summary) -> ExitCode {
     }
 }
 
-/// A string field for the summary: quoted with `--json`, as is in the table.
+/// A string field for the summary: quoted for JSON.
 pub fn json_or_plain(job: &JobArgs, text: &str) -> String {
     if job.json {
         json_string(text)

@@ -59,10 +59,10 @@ struct SubmitArgs {
     #[arg(long, default_value = "tini -- flint")]
     executor_command: String,
     /// Executors to keep (with --max-executors: the fewest), and to wait for before the job.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     executors: u32,
     /// Cores per executor (its cpu request).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     cores: u32,
     /// Memory request per executor, in MiB (0: none).
     #[arg(long, default_value_t = 0)]
@@ -71,11 +71,11 @@ struct SubmitArgs {
     #[arg(long)]
     max_executors: Option<u32>,
     /// With --max-executors: an executor idle this long is released.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     idle_timeout_ms: u64,
     /// With --max-executors: after the job, wait up to this long for idle executors to be
     /// released down to --executors (shows in `executors_end`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     idle_wait_ms: u64,
     /// The application id (pod and label names); pods left by a previous driver with the same
     /// id are deleted first. Default: `flint-` and random hex.
@@ -93,28 +93,28 @@ struct SubmitArgs {
     #[arg(long)]
     driver_pod_name: Option<String>,
     /// Pods created at most per round.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     batch_size: u32,
     /// Time between rounds of pod creation.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     batch_delay_ms: u64,
     /// A pod not running this long after its creation is deleted and replaced.
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pending_timeout_ms: u64,
     /// Executor failures tolerated; one more stops the application with an error.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     max_executor_failures: u32,
     /// Full pod list every this many milliseconds (the polling source).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     poll_interval_ms: u64,
     /// How long API calls are retried before the application fails.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     api_timeout_ms: u64,
     /// `timeoutSeconds` of each watch request.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=3600))]
     watch_timeout_s: u32,
     /// How long to wait for the executors, in seconds.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     wait_s: u64,
     /// Print a line per executor event (pod requested, state change, removal, deletion).
     #[arg(long)]
@@ -202,9 +202,6 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     validate(&args.job)?;
     if args.executors == 0 && args.max_executors.is_none() {
         return Err("--executors must be at least 1 (or give --max-executors)".into());
-    }
-    if args.cores == 0 {
-        return Err("--cores must be at least 1".into());
     }
     if args
         .max_executors
