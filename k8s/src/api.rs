@@ -1,6 +1,9 @@
 //! Calls to the API server with back-off: what is worth retrying (409 Conflict, 429, 5xx,
 //! timeouts and connection errors) is retried with a log line, from 100 ms doubling to 2 s,
 //! for at most the budget; then the call fails with the last error.
+//!
+//! A watch counts as answered when its response headers arrive, so the budget bounds starting
+//! a watch, not the stream.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -27,7 +30,9 @@ pub fn status_code(error: &kube::Error) -> Option<u16> {
 }
 
 /// Runs `call` until it succeeds, fails with an error not worth retrying, or `budget` has
-/// passed since the first attempt (then the last error is returned). Each retry logs `what`.
+/// passed since the first attempt (then the last error is returned). Each attempt may take at
+/// most what is left of the budget (at least 100 ms): one that takes longer counts as a
+/// timeout, so a hung API server fails the call in about `budget`. Each retry logs `what`.
 pub async fn with_retry<T, F, Fut>(what: &str, budget: Duration, mut call: F) -> kube::Result<T>
 where
     F: FnMut() -> Fut,
@@ -37,7 +42,17 @@ where
     let mut delay = Duration::from_millis(100);
     let mut attempt = 1u32;
     loop {
-        match call().await {
+        let left = budget
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(100));
+        let result = match tokio::time::timeout(left, call()).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} ms ({elapsed})", left.as_millis()),
+            )))),
+        };
+        match result {
             Ok(value) => {
                 if attempt > 1 {
                     tracing::info!("{what}: succeeded after {attempt} attempts");

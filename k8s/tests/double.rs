@@ -646,3 +646,35 @@ fn too_many_requests_at_the_start_are_retried() {
     assert_eq!(double.counters().pods_created, 2);
     nothing_left(&double);
 }
+
+#[test]
+fn a_hung_api_server_fails_the_app_within_the_api_timeout() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &[
+            "--executors",
+            "1",
+            "--tasks",
+            "1000",
+            "--task",
+            "sleep:100",
+            "--queue-depth",
+            "1",
+            "--poll-interval-ms",
+            "200",
+            "--api-timeout-ms",
+            "2000",
+        ],
+    );
+    wait_until("a running executor", || !running_pods(&double).is_empty());
+    // Every request now waits 10 minutes for its answer.
+    double.slow_for(Duration::from_secs(600), Duration::from_secs(3600));
+    let started = Instant::now();
+    let status = submit.wait();
+    assert_eq!(status.code(), Some(2), "stderr:\n{}", submit.stderr());
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
