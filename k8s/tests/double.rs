@@ -263,7 +263,7 @@ fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
             "--executors",
             "2",
             "--tasks",
-            "200",
+            "300",
             "--task",
             "hash:25",
             "--queue-depth",
@@ -283,7 +283,7 @@ fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
     });
     wait_until("a replacement pod", || double.counters().pods_created >= 3);
     let summary = submit.succeeds();
-    assert_eq!(num(&summary, "checksum"), expected_checksum(200, 8));
+    assert_eq!(num(&summary, "checksum"), expected_checksum(300, 8));
     assert!(num(&summary, "executors_failed") >= 1, "{summary}");
     assert!(num(&summary, "pods_created") >= 3, "{summary}");
     nothing_left(&double);
@@ -302,7 +302,7 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
             "--executors",
             "2",
             "--tasks",
-            "300",
+            "500",
             "--task",
             "hash:25",
             "--queue-depth",
@@ -340,7 +340,7 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
         double.counters().pods_created >= 4
     });
     let summary = submit.succeeds();
-    assert_eq!(num(&summary, "checksum"), expected_checksum(300, 8));
+    assert_eq!(num(&summary, "checksum"), expected_checksum(500, 8));
     assert!(num(&summary, "watch_lists") >= 3, "{summary}");
     nothing_left(&double);
 }
