@@ -55,6 +55,8 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
+use crate::admission::Admission;
+pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
 use crate::conn::{accept_next, ConnError, Connection, Inbound};
 use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
@@ -209,8 +211,68 @@ pub struct Driver {
     endpoint: EndpointRef<DriverEndpoint>,
     local_addr: Option<SocketAddr>,
     counters: Arc<Counters>,
+    /// The caller side of the limits: ids, room, waiters.
+    admission: Arc<Admission>,
+    /// The scheduler's counters as the loop last published them.
+    stats: Arc<PublishedStats>,
     /// The endpoint's clock origin.
     epoch: Instant,
+}
+
+/// The scheduler's [`Stats`], published by the loop after every event so callers read them
+/// without asking it.
+#[derive(Debug, Default)]
+struct PublishedStats {
+    launched: AtomicU64,
+    succeeded: AtomicU64,
+    attempts_failed: AtomicU64,
+    speculative_launched: AtomicU64,
+    ignored_updates: AtomicU64,
+    executors_excluded: AtomicU64,
+}
+
+impl PublishedStats {
+    fn publish(&self, stats: &Stats) {
+        let Stats {
+            launched,
+            succeeded,
+            attempts_failed,
+            speculative_launched,
+            ignored_updates,
+            executors_excluded,
+        } = *stats;
+        self.launched.store(launched, Ordering::Relaxed);
+        self.succeeded.store(succeeded, Ordering::Relaxed);
+        self.attempts_failed
+            .store(attempts_failed, Ordering::Relaxed);
+        self.speculative_launched
+            .store(speculative_launched, Ordering::Relaxed);
+        self.ignored_updates
+            .store(ignored_updates, Ordering::Relaxed);
+        self.executors_excluded
+            .store(executors_excluded, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> Stats {
+        Stats {
+            launched: self.launched.load(Ordering::Relaxed),
+            succeeded: self.succeeded.load(Ordering::Relaxed),
+            attempts_failed: self.attempts_failed.load(Ordering::Relaxed),
+            speculative_launched: self.speculative_launched.load(Ordering::Relaxed),
+            ignored_updates: self.ignored_updates.load(Ordering::Relaxed),
+            executors_excluded: self.executors_excluded.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A job [`Driver::try_submit`] did not take, handed back with why.
+#[derive(Debug)]
+pub struct Rejected {
+    /// Why: [`DriverError::Busy`] (try again later), [`DriverError::Submit`] (over a limit,
+    /// or malformed), [`DriverError::Stopped`].
+    pub error: DriverError,
+    /// The job, untouched (boxed: a rejection is the rare path).
+    pub job: Box<Job>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -320,6 +382,11 @@ impl Driver {
         })
         .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
         let counters = Arc::new(Counters::default());
+        let admission = Arc::new(Admission::new(
+            config.scheduler.pending_tasks_max,
+            config.scheduler.jobs_max,
+        ));
+        let stats = Arc::new(PublishedStats::default());
         let epoch = Instant::now();
         let endpoint = DriverEndpoint {
             scheduler: Scheduler::new(config.scheduler.clone()),
@@ -343,6 +410,10 @@ impl Driver {
             retiring: FxHashMap::default(),
             local_spilled: false,
             health: Health::new(epoch),
+            admission: admission.clone(),
+            stats: stats.clone(),
+            deadlines: std::collections::BinaryHeap::new(),
+            executor_waiters: Vec::new(),
         };
         let endpoint = runtime
             .handle()
@@ -354,6 +425,8 @@ impl Driver {
             endpoint,
             local_addr,
             counters,
+            admission,
+            stats,
             epoch,
         })
     }
@@ -387,56 +460,181 @@ impl Driver {
         )
     }
 
-    /// Waits until at least `count` executors are registered.
+    /// Waits until at least `count` executors are registered (the loop answers when one
+    /// registers; nothing polls).
     pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
-        wait_until(timeout, || self.executors() >= count).map_err(|_| {
-            DriverError::Timeout(format!(
-                "{count} executors ({} registered)",
-                self.executors()
-            ))
-        })
+        self.endpoint
+            .ask(|reply| DriverMsg::WhenExecutors { count, reply }, timeout)
+            .map_err(|error| match error {
+                AskError::Timeout { .. } => DriverError::Timeout(format!(
+                    "{count} executors ({} registered)",
+                    self.executors()
+                )),
+                other => other.into(),
+            })
     }
 
-    /// Submits a job; the handle waits for (or awaits) its outcome.
-    pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
-        let shared = Arc::new(JobShared::default());
-        let tasks = job.payloads.len() as u64;
-        let job_shared = shared.clone();
-        let id = self
-            .endpoint
-            .ask(
-                |reply| DriverMsg::Submit {
-                    job,
-                    shared: job_shared,
-                    reply,
-                },
-                Duration::from_secs(60),
-            )
-            .map_err(DriverError::from)?
-            .map_err(DriverError::Submit)?;
+    /// [`wait_for_executors`](Self::wait_for_executors) for async callers: no thread blocks.
+    /// Bound it with the caller's own timer.
+    pub async fn wait_for_executors_async(&self, count: usize) -> Result<(), DriverError> {
+        self.endpoint
+            .ask_async(|reply| DriverMsg::WhenExecutors { count, reply })?
+            .await
+            .map_err(DriverError::from)
+    }
+
+    /// Submits a job without waiting for anything: the id is allocated and the limits are
+    /// checked on this thread, then the job goes into the driver loop's inbox (waking the loop
+    /// only if it is parked). A full inbox hands the job back with [`DriverError::Busy`];
+    /// [`submit_async`](Self::submit_async) waits for room instead. What only the loop can
+    /// decide (a payload over the frame size, say) arrives as the job's outcome.
+    pub fn try_submit(&self, job: Job) -> Result<JobHandle, Rejected> {
+        if job.function.len() > FUNCTION_NAME_MAX_BYTES {
+            let error = DriverError::Submit(format!(
+                "the function name is {} bytes, over {FUNCTION_NAME_MAX_BYTES}",
+                job.function.len()
+            ));
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
+        let id = match self.admission.admit(&job) {
+            Ok(id) => id,
+            Err(error) => {
+                let error = DriverError::Submit(error.to_string());
+                return Err(Rejected {
+                    error,
+                    job: Box::new(job),
+                });
+            }
+        };
+        let tasks = job.payloads.len();
+        let shared = Arc::new(JobShared::new(job.stream));
+        let msg = DriverMsg::Submit {
+            id,
+            job,
+            shared: shared.clone(),
+        };
+        if let Err(error) = self.endpoint.send(msg) {
+            self.admission.release(tasks);
+            let busy = matches!(error, SendError::Full(_));
+            let DriverMsg::Submit { job, .. } = error.into_inner() else {
+                unreachable!("the message sent was a Submit");
+            };
+            let error = if busy {
+                DriverError::Busy
+            } else {
+                DriverError::Stopped
+            };
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
         let endpoint = self.endpoint.clone();
+        let admission = self.admission.clone();
+        let cancelled = shared.clone();
         let cancel = Box::new(move || {
-            let _ = endpoint.send(DriverMsg::Cancel(JobId(id)));
+            cancelled.cancel();
+            if endpoint.send(DriverMsg::Cancel(id)).is_err() {
+                // The loop is behind: it looks for cancelled jobs at its next tick.
+                admission.cancels_pending.store(true, Ordering::Release);
+            }
         });
         Ok(JobHandle {
-            id,
-            tasks,
+            id: id.0,
+            tasks: tasks as u64,
             shared,
             cancel,
+            detached: false,
         })
     }
 
-    /// The scheduler's counters.
-    pub fn stats(&self) -> Result<Stats, DriverError> {
-        self.endpoint
-            .ask(DriverMsg::Stats, Duration::from_secs(10))
-            .map_err(DriverError::from)
+    /// Submits a job from a plain thread: as [`try_submit`](Self::try_submit), but while the
+    /// loop's inbox is full it backs off and tries again (for up to a minute) rather than
+    /// handing the job back. Async code uses [`submit_async`](Self::submit_async).
+    pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let deadline = flint_engine::runtime::deadline_after(Duration::from_secs(60));
+        let mut tries = 0u32;
+        let mut job = job;
+        loop {
+            match self.try_submit(job) {
+                Ok(handle) => return Ok(handle),
+                Err(Rejected {
+                    error: DriverError::Busy,
+                    job: back,
+                }) if Instant::now() < deadline => {
+                    job = *back;
+                    tries = tries.saturating_add(1);
+                    if tries < 16 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                Err(rejected) => return Err(rejected.error),
+            }
+        }
+    }
+
+    /// Submits a job from async code: as [`try_submit`](Self::try_submit), but while the
+    /// loop's inbox is full it waits (without blocking a thread) until the loop makes room.
+    pub async fn submit_async(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let mut job = Some(job);
+        std::future::poll_fn(|cx| {
+            let Some(next) = job.take() else {
+                return std::task::Poll::Ready(Err(DriverError::Stopped));
+            };
+            match self.try_submit(next) {
+                Ok(handle) => std::task::Poll::Ready(Ok(handle)),
+                Err(Rejected {
+                    error: DriverError::Busy,
+                    job: back,
+                }) => {
+                    self.admission.wait_for_room(cx.waker());
+                    // The loop may have made room between the try and the registration.
+                    match self.try_submit(*back) {
+                        Ok(handle) => std::task::Poll::Ready(Ok(handle)),
+                        Err(Rejected {
+                            error: DriverError::Busy,
+                            job: back,
+                        }) => {
+                            job = Some(*back);
+                            std::task::Poll::Pending
+                        }
+                        Err(rejected) => std::task::Poll::Ready(Err(rejected.error)),
+                    }
+                }
+                Err(rejected) => std::task::Poll::Ready(Err(rejected.error)),
+            }
+        })
+        .await
+    }
+
+    /// Jobs submitted and not yet ended.
+    pub fn active_jobs(&self) -> usize {
+        self.admission.active_jobs()
+    }
+
+    /// The scheduler's counters, as the driver's loop last published them (read without
+    /// asking the loop).
+    pub fn stats(&self) -> Stats {
+        self.stats.read()
     }
 
     /// What an allocator needs: the backlog and each remote executor's running tasks.
     pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
         self.endpoint
             .ask(DriverMsg::Executors, Duration::from_secs(10))
+            .map_err(DriverError::from)
+    }
+
+    /// [`executors_view`](Self::executors_view) for async callers: no thread blocks.
+    pub async fn executors_view_async(&self) -> Result<ExecutorsView, DriverError> {
+        self.endpoint
+            .ask_async(DriverMsg::Executors)?
+            .await
             .map_err(DriverError::from)
     }
 
@@ -534,19 +732,24 @@ pub struct ExecutorsView {
 
 /// Messages to the driver's endpoint.
 pub(crate) enum DriverMsg {
-    /// Submit a job.
+    /// Submit a job (admitted by the caller under this id).
     Submit {
+        /// Its id.
+        id: JobId,
         /// The job.
         job: Job,
-        /// Where its outcome goes.
+        /// Where its results and outcome go.
         shared: Arc<JobShared>,
-        /// The job's id, or why it was refused.
-        reply: Reply<Result<u64, String>>,
     },
     /// Cancel a job.
     Cancel(JobId),
-    /// The scheduler's counters.
-    Stats(Reply<Stats>),
+    /// Answer once at least this many executors are registered.
+    WhenExecutors {
+        /// How many.
+        count: usize,
+        /// The answer.
+        reply: Reply<()>,
+    },
     /// Send `StopExecutor` to every remote executor; replies with how many.
     StopExecutors(Reply<usize>),
     /// Local tasks completed.
@@ -617,6 +820,8 @@ impl Health {
 struct JobEntry {
     shared: Arc<JobShared>,
     observer: Option<ResultObserver>,
+    /// Tasks in the job, given back to admission when it ends.
+    tasks: usize,
 }
 
 /// The driver on its loop (see the module docs).
@@ -648,6 +853,12 @@ pub(crate) struct DriverEndpoint {
     /// comes for those).
     local_spilled: bool,
     health: Health,
+    admission: Arc<Admission>,
+    stats: Arc<PublishedStats>,
+    /// Jobs' deadlines (micros on the loop's clock), earliest first.
+    deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(u64, JobId)>>,
+    /// Callers waiting for a number of executors.
+    executor_waiters: Vec<(usize, Reply<()>)>,
 }
 
 /// The local executor's id.
@@ -831,6 +1042,7 @@ impl DriverEndpoint {
         self.tokens.insert(id, token);
         self.links.insert(id, Link::Remote(token));
         self.counters.executors.fetch_add(1, Ordering::SeqCst);
+        self.answer_executor_waiters();
         self.counters
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
@@ -892,6 +1104,8 @@ impl DriverEndpoint {
     fn pump(&mut self) {
         loop {
             self.scheduler.drain_outputs(&mut self.outputs);
+            // Before the outputs reach anyone: a caller that sees a job end sees its counts.
+            self.stats.publish(self.scheduler.stats());
             let mut outputs = std::mem::take(&mut self.outputs);
             for output in outputs.drain(..) {
                 self.carry_out(output);
@@ -997,16 +1211,123 @@ impl DriverEndpoint {
             },
             Output::TaskResult { task, result } => {
                 if let Some(entry) = self.jobs.get_mut(&task.job()) {
-                    entry.shared.task_done();
+                    let result = result.as_ref().map_err(String::as_str);
+                    entry.shared.task_done(task.index(), result);
                     if let Some(observer) = entry.observer.as_mut() {
-                        observer(task.index(), result.as_ref().map_err(String::as_str));
+                        observer(task.index(), result);
                     }
                 }
             }
             Output::JobOutcome { job, outcome } => {
                 if let Some(entry) = self.jobs.remove(&job) {
+                    self.admission.release(entry.tasks);
                     entry.shared.finish(outcome);
                 }
+            }
+        }
+    }
+
+    /// A job the caller admitted: into the scheduler, with its deadline armed.
+    fn submit(&mut self, id: JobId, job: Job, shared: Arc<JobShared>, ctx: &mut Ctx<'_, Self>) {
+        let Job {
+            function,
+            payloads,
+            cores,
+            observer,
+            keep_results,
+            result_bytes_max,
+            deadline,
+            stream: _,
+        } = job;
+        let n = payloads.len();
+        let function: Arc<str> = function.into();
+        let tasks = payloads
+            .into_iter()
+            .map(|payload| TaskSpec {
+                cores,
+                ..TaskSpec::new(function.clone(), payload)
+            })
+            .collect();
+        let spec = JobSpec {
+            keep_results,
+            result_bytes_max,
+            ..JobSpec::new(tasks)
+        };
+        let now_us = self.now_us();
+        if shared.is_cancelled() {
+            self.admission.release(n);
+            shared.finish(scheduler::JobOutcome::Cancelled);
+            return;
+        }
+        // The entry goes in first: the scheduler may end a job (no tasks, a payload over the
+        // limit) within the call.
+        self.jobs.insert(
+            id,
+            JobEntry {
+                shared: shared.clone(),
+                observer,
+                tasks: n,
+            },
+        );
+        if let Err(error) = self.scheduler.submit_job_with_id(now_us, id, spec) {
+            self.jobs.remove(&id);
+            self.admission.release(n);
+            shared.finish(scheduler::JobOutcome::Failed(vec![format!(
+                "job refused: {error}"
+            )]));
+            return;
+        }
+        if let Some(deadline) = deadline {
+            let at_us =
+                now_us.saturating_add(deadline.as_micros().min(u128::from(u64::MAX)) as u64);
+            self.deadlines.push(std::cmp::Reverse((at_us, id)));
+            if let Err(error) = ctx.timer_once(deadline) {
+                tracing::warn!(
+                    job = id.0,
+                    "no timer for the deadline ({error}); the tick checks it"
+                );
+            }
+        }
+    }
+
+    /// Answers the callers waiting for as many executors as are registered now.
+    fn answer_executor_waiters(&mut self) {
+        let registered = self.counters.executors.load(Ordering::SeqCst);
+        if self
+            .executor_waiters
+            .iter()
+            .all(|(count, _)| *count > registered)
+        {
+            return;
+        }
+        for (count, reply) in std::mem::take(&mut self.executor_waiters) {
+            if count <= registered {
+                let _ = reply.send(());
+            } else {
+                self.executor_waiters.push((count, reply));
+            }
+        }
+    }
+
+    /// Fails jobs whose deadline passed, and cancels jobs whose handles cancelled them while
+    /// the inbox was full.
+    fn check_jobs(&mut self) {
+        let now_us = self.now_us();
+        while let Some(&std::cmp::Reverse((at_us, id))) = self.deadlines.peek() {
+            if at_us > now_us {
+                break;
+            }
+            self.deadlines.pop();
+            let reason = format!("job {} failed: its deadline passed", id.0);
+            self.scheduler.fail_job(now_us, id, &reason);
+        }
+        if self.admission.cancels_pending.swap(false, Ordering::AcqRel) {
+            let cancelled: Vec<JobId> = (self.jobs.iter())
+                .filter(|(_, entry)| entry.shared.is_cancelled())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in cancelled {
+                self.scheduler.cancel_job(now_us, id);
             }
         }
     }
@@ -1014,6 +1335,7 @@ impl DriverEndpoint {
     fn on_tick(&mut self) {
         let now = Instant::now();
         self.scheduler.tick(self.now_us());
+        self.check_jobs();
         let mut expired = Vec::new();
         for (token, peer) in &self.peers {
             match peer.phase {
@@ -1180,50 +1502,26 @@ impl Endpoint for DriverEndpoint {
                 Ok(()) => {
                     self.links.insert(LOCAL_EXECUTOR, Link::Local);
                     self.counters.executors.fetch_add(1, Ordering::SeqCst);
+                    self.answer_executor_waiters();
                 }
                 Err(refusal) => tracing::error!("local executor refused: {refusal}"),
             }
         }
     }
 
-    fn on_message(&mut self, msg: DriverMsg, _ctx: &mut Ctx<'_, Self>) {
+    fn on_message(&mut self, msg: DriverMsg, ctx: &mut Ctx<'_, Self>) {
+        self.admission.room_made();
         match msg {
-            DriverMsg::Submit { job, shared, reply } => {
-                let Job {
-                    function,
-                    payloads,
-                    cores,
-                    observer,
-                    keep_results,
-                    result_bytes_max,
-                } = job;
-                let function: Arc<str> = function.into();
-                let tasks = payloads
-                    .into_iter()
-                    .map(|payload| TaskSpec {
-                        cores,
-                        ..TaskSpec::new(function.clone(), payload)
-                    })
-                    .collect();
-                let spec = JobSpec {
-                    keep_results,
-                    result_bytes_max,
-                    ..JobSpec::new(tasks)
-                };
-                let answer = match self.scheduler.submit_job(self.now_us(), spec) {
-                    Ok(id) => {
-                        self.jobs.insert(id, JobEntry { shared, observer });
-                        Ok(id.0)
-                    }
-                    Err(error) => Err(error.to_string()),
-                };
-                let _ = reply.send(answer);
-            }
+            DriverMsg::Submit { id, job, shared } => self.submit(id, job, shared, ctx),
             DriverMsg::Cancel(job) => {
                 self.scheduler.cancel_job(self.now_us(), job);
             }
-            DriverMsg::Stats(reply) => {
-                let _ = reply.send(self.scheduler.stats().clone());
+            DriverMsg::WhenExecutors { count, reply } => {
+                if self.counters.executors.load(Ordering::SeqCst) >= count {
+                    let _ = reply.send(());
+                } else {
+                    self.executor_waiters.push((count, reply));
+                }
             }
             DriverMsg::StopExecutors(reply) => {
                 self.stopping = true;
@@ -1329,6 +1627,7 @@ impl Endpoint for DriverEndpoint {
             let _ = peer.conn.flush();
         }
         for (_, entry) in self.jobs.drain() {
+            self.admission.release(entry.tasks);
             entry.shared.finish(scheduler::JobOutcome::Failed(vec![
                 "the driver stopped".into()
             ]));

@@ -732,7 +732,7 @@ fn run_job(
             eprintln!("flint: job failed: {reason}");
         }
     }
-    let stats = driver.stats().map_err(|e| e.to_string())?;
+    let stats = driver.stats();
     let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
     let retried = stats
         .launched
