@@ -11,7 +11,7 @@
 //! - *polling source*: every `poll_interval` a full list, a listing
 //!   ([`SnapshotStore::replace_all`]);
 //! - *API calls*: pod creates and deletes the allocator asks for, each with
-//!   [`with_retry`](crate::api::with_retry).
+//!   [`with_retry`].
 //!
 //! The control thread, every `tick`: applies the events to the store (a pod whose create is
 //! still in flight counts as pending in listings), asks the driver for its backlog and
