@@ -419,6 +419,10 @@ struct ExecutorArgs {
 }
 
 fn main() -> ExitCode {
+    // `submit --master k8s://...` belongs to flint-k8s: hand over before parsing.
+    if let Some(code) = k8s_submit() {
+        return code;
+    }
     let cli = Cli::parse();
     // Daemons say at info what they do (connection attempts and their backoff included).
     let default_filter = match cli.command {
@@ -448,6 +452,38 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `flint submit --master k8s://...` runs `flint-k8s` (found beside this binary) with the same
+/// arguments: the Kubernetes client lives in its own crate, which depends on this one.
+fn k8s_submit() -> Option<ExitCode> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let k8s = text.first().is_some_and(|c| c == "submit")
+        && text.iter().enumerate().any(|(i, a)| {
+            a.starts_with("--master=k8s://")
+                || (a == "--master" && text.get(i + 1).is_some_and(|m| m.starts_with("k8s://")))
+        });
+    if !k8s {
+        return None;
+    }
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("flint-k8s")));
+    let Some(exe) = exe.filter(|exe| exe.is_file()) else {
+        eprintln!(
+            "flint: --master k8s://... needs the flint-k8s binary beside flint; build it with \
+             `cargo build --release -p flint-k8s`"
+        );
+        return Some(ExitCode::from(2));
+    };
+    use std::os::unix::process::CommandExt;
+    let error = std::process::Command::new(&exe).args(&args).exec();
+    eprintln!("flint: cannot run {}: {error}", exe.display());
+    Some(ExitCode::from(2))
 }
 
 fn load_secret(file: Option<&PathBuf>) -> Result<Option<Secret>, String> {
