@@ -140,9 +140,9 @@ pub struct Scheduler {
     /// Job id → slot.
     job_slots: FxHashMap<u64, u32>,
     /// Active job slots, in FIFO order (priority, then id).
-    active: Vec<u32>,
+    active: VecDeque<u32>,
     /// The active jobs that have something to launch, in FIFO order: offers look only at these.
-    runnable: Vec<u32>,
+    runnable: VecDeque<u32>,
     /// Scratch for the FAIR order.
     order: Vec<u32>,
     /// Scratch: jobs whose straggler queue changed during an offer.
@@ -187,8 +187,8 @@ impl Scheduler {
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
             job_slots: FxHashMap::default(),
-            active: Vec::new(),
-            runnable: Vec::new(),
+            active: VecDeque::new(),
+            runnable: VecDeque::new(),
             order: Vec::new(),
             touched: Vec::new(),
             pools,
@@ -930,7 +930,7 @@ impl Scheduler {
     fn fair_order(&mut self, from: usize) {
         if from == 0 {
             self.order.clear();
-            self.order.extend_from_slice(&self.runnable);
+            self.order.extend(self.runnable.iter().copied());
         }
         let jobs = &self.jobs;
         let pools = &self.pools;
@@ -1313,9 +1313,30 @@ impl Scheduler {
             p.running_cores = p.running_cores.saturating_sub(job.running_cores);
         }
         self.job_slots.remove(&job.id.0);
-        self.active.retain(|&s| s != job_slot);
-        self.runnable.retain(|&s| s != job_slot);
+        // Both lists are sorted by FIFO key: find the job by binary search (its own slot is
+        // empty now, which sorts where its key would) instead of scanning every active job.
+        let key = job.fifo_key();
+        remove_sorted(&mut self.active, &self.jobs, job_slot, key);
+        if job.in_runnable {
+            remove_sorted(&mut self.runnable, &self.jobs, job_slot, key);
+        }
         self.job_free_slots.push(job_slot);
+    }
+}
+
+/// Removes `slot` from `list`, a list of job slots sorted by FIFO key, where the job of `slot`
+/// (key `key`) is no longer in `jobs`. O(log n) to find it.
+fn remove_sorted(list: &mut VecDeque<u32>, jobs: &[Option<Job>], slot: u32, key: (i64, u64)) {
+    let pos = list.partition_point(|&s| {
+        jobs.get(s as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|j| j.fifo_key() < key)
+    });
+    if list.get(pos) == Some(&slot) {
+        list.remove(pos);
+    } else {
+        debug_assert!(!list.contains(&slot), "slot {slot} out of FIFO order");
+        list.retain(|&s| s != slot);
     }
 }
 
