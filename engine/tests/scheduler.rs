@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
-    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, SubmitError, TaskId,
-    TaskLaunch, TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
+    LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
+    SpeculationConfig, StatusUpdate, SubmitError, TaskId, TaskLaunch, TaskSpec, TaskState,
+    TaskStatus,
 };
 
 /// The defaults without exclusion and speculation (on by default; these tests look at other
@@ -207,7 +208,16 @@ fn fifo_runs_higher_priority_first_then_submission_order() {
 fn fair_sharing_splits_cores_by_pool_weight() {
     let mut s = Scheduler::new(Config {
         sharing: Sharing::Fair,
-        pool_weights: vec![("small".into(), 1), ("big".into(), 3)],
+        pools: vec![
+            PoolConfig {
+                weight: 1,
+                ..PoolConfig::new("small")
+            },
+            PoolConfig {
+                weight: 3,
+                ..PoolConfig::new("big")
+            },
+        ],
         ..config()
     });
     let mut a = JobSpec::new(tasks(100));
@@ -626,6 +636,8 @@ fn exclusion_per_job_then_global_with_expiry() {
     let mut s = Scheduler::new(Config {
         max_failures: 10,
         exclusion: Some(ExclusionConfig {
+            task_executor_failures_max: 100,
+            task_host_failures_max: 100,
             job_executor_failures_max: 2,
             job_host_failures_max: 100,
             executor_failures_max: 3,

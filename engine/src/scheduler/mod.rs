@@ -103,25 +103,55 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 pub use types::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
-    RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId,
-    TaskLaunch, TaskSpec, TaskState,
+    AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobInfo, JobOutcome,
+    JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Sharing,
+    SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo, TaskLaunch, TaskSpec,
+    TaskState, TaskStatus,
 };
 
 use crate::hash::FxHashMap;
 use book::{Book, Run};
-use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Status, TaskRec};
+use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
 /// Tasks per job whose failure reasons are kept (the rest are counted, not stored).
 const REASON_TASKS_MAX: usize = 1024;
 
+/// Executors removed as lost whose attempts are remembered, so that a later exit reason
+/// blaming the application can still be charged to them (issue 14 item 7).
+const GONE_MAX: usize = 1024;
+
 /// A FAIR pool.
 #[derive(Debug)]
 struct Pool {
+    name: String,
+    mode: Sharing,
     weight: u32,
+    min_share: u32,
     running_cores: u64,
+}
+
+impl Pool {
+    fn new(c: &PoolConfig) -> Pool {
+        Pool {
+            name: c.name.clone(),
+            mode: c.mode,
+            weight: c.weight.max(1),
+            min_share: c.min_share,
+            running_cores: 0,
+        }
+    }
+}
+
+/// An executor removed as lost (no word on whose fault): the attempts it held, in case a
+/// later report says the application made it exit.
+#[derive(Debug)]
+struct Gone {
+    id: ExecutorId,
+    host: u32,
+    /// (task, attempt, reported running)
+    attempts: Vec<(TaskId, u32, bool)>,
 }
 
 /// How an attempt ended.
@@ -165,6 +195,16 @@ pub struct Scheduler {
     next_expiry_us: u64,
     /// When any executor last reported an attempt as final.
     last_finish_us: u64,
+    /// Executors recently removed as lost, oldest first (at most [`GONE_MAX`]).
+    gone: VecDeque<Gone>,
+    /// Active jobs with locality preferences (0: no locality pass, no level upkeep).
+    pref_jobs: usize,
+    /// Active jobs with speculation on.
+    spec_jobs: usize,
+    /// Scratch for the locality pass of an offer.
+    scratch: Vec<u32>,
+    /// The executor slot being removed (its attempts end one by one after it left the book).
+    removing: Option<u32>,
 }
 
 impl Scheduler {
@@ -172,13 +212,10 @@ impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         let mut pools = Vec::new();
         let mut pool_ids = FxHashMap::default();
-        for (name, weight) in &config.pool_weights {
-            if !pool_ids.contains_key(name) {
-                pool_ids.insert(name.clone(), pools.len() as u32);
-                pools.push(Pool {
-                    weight: (*weight).max(1),
-                    running_cores: 0,
-                });
+        for c in &config.pools {
+            if !pool_ids.contains_key(&c.name) {
+                pool_ids.insert(c.name.clone(), pools.len() as u32);
+                pools.push(Pool::new(c));
             }
         }
         Scheduler {
@@ -203,6 +240,11 @@ impl Scheduler {
             next_speculation_us: 0,
             next_expiry_us: u64::MAX,
             last_finish_us: 0,
+            gone: VecDeque::new(),
+            pref_jobs: 0,
+            spec_jobs: 0,
+            scratch: Vec::new(),
+            removing: None,
         }
     }
 
@@ -312,6 +354,75 @@ impl Scheduler {
         self.jobs.get(slot as usize)?.as_ref()
     }
 
+    /// An active job's state: locality level, task counts, counters (`None` once it ended).
+    /// O(1) but for the lists it copies (valid levels, excluded executors).
+    pub fn job_info(&self, id: JobId) -> Option<JobInfo> {
+        let j = self.job(id)?;
+        Some(JobInfo {
+            pool: self
+                .pools
+                .get(j.pool as usize)
+                .map_or_else(String::new, |p| p.name.clone()),
+            locality_level: j.level.public(),
+            valid_levels: j.valid_levels().into_iter().map(Level::public).collect(),
+            tasks: j.tasks.len(),
+            pending: j.pending,
+            running: j.running,
+            succeeded: j.counters.succeeded,
+            finished: j.final_count,
+            running_cores: j.running_cores,
+            launched: j.counters.launched,
+            speculative_launched: j.counters.speculative,
+            failures: j.counters.failures,
+            uncounted_ends: j.counters.uncounted,
+            max_failures: j.max_failures,
+            speculation: j.speculation.is_some(),
+            excluded_executors: {
+                let mut v: Vec<ExecutorId> = j.exclusion.executors.iter().copied().collect();
+                v.sort_unstable();
+                v
+            },
+        })
+    }
+
+    /// A task of an active job: its state, failures and running attempts (`None` once its
+    /// job ended or for an unknown task).
+    pub fn task_info(&self, task: TaskId) -> Option<TaskInfo> {
+        let j = self.job(task.job())?;
+        let t = j.tasks.get(task.index() as usize)?;
+        let running = t
+            .attempts
+            .iter()
+            .flatten()
+            .filter_map(|a| {
+                let e = self.book.get(a.exec)?;
+                let run = e.running.get(&(task.0, a.attempt))?;
+                Some(AttemptInfo {
+                    attempt: a.attempt,
+                    executor: e.id,
+                    started_us: run.started_us,
+                    reported_running: run.reported_running,
+                })
+            })
+            .collect();
+        Some(TaskInfo {
+            status: match t.status {
+                Status::Pending => TaskStatus::Pending,
+                Status::Running => TaskStatus::Running,
+                Status::Succeeded => TaskStatus::Succeeded,
+                Status::Failed => TaskStatus::Failed,
+            },
+            failures: t.failures,
+            attempts_launched: t.next_attempt,
+            running,
+            excluded_executors: t
+                .exclusion
+                .as_ref()
+                .map(|x| x.executors.clone())
+                .unwrap_or_default(),
+        })
+    }
+
     /// The earliest time `tick` has work to do (a locality wait ending, a speculation check, an
     /// exclusion expiring, an unschedulable job timing out), if any.
     pub fn poll_timeout(&self) -> Option<u64> {
@@ -326,14 +437,14 @@ impl Scheduler {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
-            if free && job.pending > 0 && job.running == 0 {
+            if free && job.pending > 0 {
                 t = t.min(
                     job.last_progress_us
                         .saturating_add(self.config.unschedulable_timeout_us),
                 );
             }
         }
-        if self.config.speculation.is_some() && !self.active.is_empty() {
+        if self.spec_jobs > 0 {
             t = t.min(self.next_speculation_us);
         }
         t = t.min(self.next_expiry_us);
@@ -369,6 +480,7 @@ impl Scheduler {
                 });
             }
         }
+        let first_on_host = !self.book.host_live(host);
         self.book.insert(
             info.id,
             host,
@@ -376,15 +488,54 @@ impl Scheduler {
             self.config.slow_start_slots,
             now_us,
         );
+        self.gone.retain(|g| g.id != info.id);
+        self.executor_changed(now_us, info.id, host, first_on_host, true);
         self.offer(now_us);
         self.flush();
         Ok(())
     }
 
-    /// Removes an executor; its running attempts go back to pending (counted as failures only if
-    /// the reason says the app caused it). Returns false if it was not registered.
+    /// Keeps every job's valid locality levels current after an executor came or went.
+    /// O(active jobs with preferences).
+    fn executor_changed(
+        &mut self,
+        now_us: u64,
+        id: ExecutorId,
+        host: u32,
+        host_changed: bool,
+        joined: bool,
+    ) {
+        if self.pref_jobs == 0 {
+            return;
+        }
+        for &slot in &self.active {
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                unreachable!("active job slot {slot} is empty");
+            };
+            if job.has_exec_prefs || job.has_host_prefs {
+                job.executor_changed(now_us, id, host, host_changed, joined);
+            }
+        }
+    }
+
+    /// Removes an executor; its running attempts go back to pending. They count as failed
+    /// attempts only if the reason says the app caused it, and then only those the executor
+    /// reported running (Spark's SPARK-39955: a task still launching did not run; when none
+    /// had reported running, all count, since one of them brought the executor down).
+    /// Returns false if it was not registered.
+    ///
+    /// An executor already removed as lost (its connection closed before anyone knew why) may
+    /// be removed again with the reason a cluster manager learned later: if that reason
+    /// blames the application, the attempts it held then are charged now (once), so a task
+    /// that crashes every executor it runs on fails its job after `max_failures` crashes
+    /// instead of looping (issue 14 item 7). That call also returns false.
     pub fn remove_executor(&mut self, now_us: u64, id: ExecutorId, reason: RemovalReason) -> bool {
         if !self.remove_executor_inner(now_us, id, &reason) {
+            if reason.caused_by_app() {
+                self.late_exit_reason(now_us, id, &reason);
+                self.offer(now_us);
+                self.flush();
+            }
             return false;
         }
         self.offer(now_us);
@@ -398,28 +549,97 @@ impl Scheduler {
         id: ExecutorId,
         reason: &RemovalReason,
     ) -> bool {
-        let Some((_, exec)) = self.book.remove(id) else {
+        let Some((exec_slot, exec)) = self.book.remove(id) else {
             return false;
         };
+        self.removing = Some(exec_slot);
         if exec.excluded_until_us > now_us {
-            if let Some(h) = self.book.hosts.get_mut(exec.host as usize) {
-                h.excluded_executors = h.excluded_executors.saturating_sub(1);
-            }
+            let Some(h) = self.book.hosts.get_mut(exec.host as usize) else {
+                unreachable!("executor {id:?} on unknown host {}", exec.host);
+            };
+            h.excluded_executors = h.excluded_executors.saturating_sub(1);
         }
-        let counts = reason.caused_by_app();
+        let last_on_host = !self.book.host_live(exec.host);
+        self.executor_changed(now_us, id, exec.host, last_on_host, false);
+        let blamed = reason.caused_by_app();
+        let any_running = exec.running.values().any(|r| r.reported_running);
         let msg = reason.to_string();
-        for ((task, attempt), run) in exec.running {
+        let mut runs: Vec<((u64, u32), Run)> = exec.running.into_iter().collect();
+        // Deterministic order (the map's is not).
+        runs.sort_unstable_by_key(|(k, _)| *k);
+        if matches!(reason, RemovalReason::Lost(_)) && !runs.is_empty() {
+            if self.gone.len() >= GONE_MAX {
+                self.gone.pop_front();
+            }
+            self.gone.push_back(Gone {
+                id,
+                host: exec.host,
+                attempts: runs
+                    .iter()
+                    .map(|((task, attempt), run)| (TaskId(*task), *attempt, run.reported_running))
+                    .collect(),
+            });
+        }
+        for ((task, attempt), run) in runs {
             self.attempt_ended(
                 now_us,
                 (exec.id, exec.host),
                 (TaskId(task), attempt, run.started_us),
                 End::Failed {
                     reason: msg.clone(),
-                    counts,
+                    counts: blamed && (run.reported_running || !any_running),
                 },
             );
         }
+        self.removing = None;
         true
+    }
+
+    /// Charges a late exit reason that blames the application to the attempts a lost executor
+    /// held (see [`Scheduler::remove_executor`]).
+    fn late_exit_reason(&mut self, now_us: u64, id: ExecutorId, reason: &RemovalReason) {
+        let Some(pos) = self.gone.iter().position(|g| g.id == id) else {
+            return;
+        };
+        let Some(gone) = self.gone.remove(pos) else {
+            unreachable!("position {pos} was just found");
+        };
+        let any_running = gone.attempts.iter().any(|a| a.2);
+        for (task, attempt, running) in gone.attempts {
+            if !(running || !any_running) {
+                continue;
+            }
+            let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
+                continue; // the job ended since
+            };
+            let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+                unreachable!("job slot {job_slot} of an active job is empty");
+            };
+            let open = job
+                .tasks
+                .get(task.index() as usize)
+                .is_some_and(|t| matches!(t.status, Status::Pending | Status::Running));
+            if !open {
+                continue;
+            }
+            self.stats.late_failures += 1;
+            let why = format!("{reason} (learned after the executor was lost)");
+            self.count_failure(now_us, job_slot, (id, gone.host), task, attempt, &why);
+            if self.job_slots.get(&task.job().0) != Some(&job_slot) {
+                continue; // that failure ended the job
+            }
+            // A task now over its limit with nothing running fails its job here; one that
+            // runs again fails when that attempt ends (attempt_ended checks).
+            let over = self
+                .jobs
+                .get(job_slot as usize)
+                .and_then(Option::as_ref)
+                .and_then(|j| j.tasks.get(task.index() as usize).map(|t| (j, t)))
+                .is_some_and(|(j, t)| t.failures >= j.max_failures && t.status == Status::Pending);
+            if over {
+                self.fail_task_for_good(job_slot, task.index());
+            }
+        }
     }
 
     /// Accepts a job, or refuses it without side effects. A job with a task payload over
@@ -454,12 +674,12 @@ impl Scheduler {
         let pool = match self.pool_ids.get(&spec.pool) {
             Some(&p) => p,
             None => {
+                // Pools are never removed: bounded by the distinct names jobs use, at most
+                // `jobs_max` new ones per generation of jobs in practice.
                 let p = self.pools.len() as u32;
                 self.pool_ids.insert(spec.pool.clone(), p);
-                self.pools.push(Pool {
-                    weight: 1,
-                    running_cores: 0,
-                });
+                self.pools
+                    .push(Pool::new(&PoolConfig::new(spec.pool.clone())));
                 p
             }
         };
@@ -497,8 +717,17 @@ impl Scheduler {
                 failures: 0,
                 attempts: [None, None],
                 speculated: false,
+                exclusion: None,
             });
         }
+        let speculation = spec
+            .speculation
+            .resolve(self.config.speculation.as_ref())
+            .map(Box::new);
+        let exclusion_config = spec
+            .exclusion
+            .resolve(self.config.exclusion.as_ref())
+            .map(Box::new);
         let mut job = Job {
             id,
             pool,
@@ -517,6 +746,8 @@ impl Scheduler {
             classes: Vec::new(),
             has_exec_prefs,
             has_host_prefs,
+            live_exec_keys: 0,
+            live_host_keys: 0,
             level: Level::Any,
             level_since_us: now_us,
             last_progress_us: now_us,
@@ -529,12 +760,23 @@ impl Scheduler {
             delay_rejected: false,
             widened: false,
             in_runnable: false,
+            max_failures: spec.max_failures.unwrap_or(self.config.max_failures).max(1),
+            speculation,
+            exclusion_config,
+            avoiding: Vec::new(),
+            counters: JobCounters::default(),
         };
-        job.level = job.start_level();
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         for i in 0..n as u32 {
-            job.enqueue(i, host_of);
+            job.enqueue(i, host_of, |h| book.host_live(h));
+        }
+        job.level = job.start_level();
+        if has_exec_prefs || has_host_prefs {
+            self.pref_jobs += 1;
+        }
+        if job.speculation.is_some() {
+            self.spec_jobs += 1;
         }
         let slot = match self.job_free_slots.pop() {
             Some(s) => {
@@ -593,7 +835,7 @@ impl Scheduler {
             return false;
         };
         let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-            return false;
+            unreachable!("job slot {slot} of an active job is empty");
         };
         let index = task.index();
         let Some(t) = job.tasks.get_mut(index as usize) else {
@@ -642,13 +884,16 @@ impl Scheduler {
         };
         let key = (update.task.0, update.attempt);
         let Some(exec) = self.book.get_mut(slot) else {
-            self.stats.ignored_updates += 1;
-            return;
+            unreachable!(
+                "slot {slot} of registered executor {:?} is empty",
+                update.executor
+            );
         };
         match update.state {
             TaskState::Running => {
-                if !exec.running.contains_key(&key) {
-                    self.stats.ignored_updates += 1;
+                match exec.running.get_mut(&key) {
+                    Some(run) => run.reported_running = true,
+                    None => self.stats.ignored_updates += 1,
                 }
                 return;
             }
@@ -679,10 +924,15 @@ impl Scheduler {
                 self.book.make_offerable(slot);
                 let end = match update.state {
                     TaskState::Finished => End::Succeeded(update.data),
-                    TaskState::Killed => End::Failed {
-                        reason: format!("killed by executor: {}", lossy(&update.data)),
-                        counts: true,
-                    },
+                    // Spark counts a kill neither towards max_failures nor for exclusion
+                    // (TaskKilled.countTowardsTaskFailures is false).
+                    TaskState::Killed => {
+                        self.stats.attempts_killed += 1;
+                        End::Failed {
+                            reason: format!("killed by executor: {}", lossy(&update.data)),
+                            counts: false,
+                        }
+                    }
                     _ => End::Failed {
                         reason: lossy(&update.data),
                         counts: true,
@@ -703,7 +953,7 @@ impl Scheduler {
         let mut new_work = false;
         for &slot in &self.runnable {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                continue;
+                unreachable!("runnable job slot {slot} is empty");
             };
             if job.pending > 0 {
                 job.allowed_level(now_us, waits);
@@ -714,7 +964,7 @@ impl Scheduler {
             self.expire_exclusions(now_us);
             new_work = true;
         }
-        if self.config.speculation.is_some() && now_us >= self.next_speculation_us {
+        if self.spec_jobs > 0 && now_us >= self.next_speculation_us {
             new_work |= self.find_stragglers(now_us);
         }
         if new_work {
@@ -725,10 +975,12 @@ impl Scheduler {
         self.flush();
     }
 
-    /// Fails jobs that have queued tasks, nothing running, and no launch for
-    /// `unschedulable_timeout_us` although cores are free, when no registered executor could
-    /// ever run them (all excluded for the job, or all smaller than its smallest queued task). A job
-    /// that is merely starved by others keeps waiting.
+    /// Fails jobs that have had tasks queued and no launch for `unschedulable_timeout_us`
+    /// although cores are free, when one of their queued tasks can run on no registered
+    /// executor: every one is excluded for it (globally, for the job, or for that task after
+    /// it failed there) or smaller than it (Spark's `getCompletelyExcludedTaskIfAny`, "abort
+    /// stage if executor loss results in unschedulability from previously failed tasks"). A
+    /// job merely starved by others, or waiting for locality, keeps waiting.
     fn fail_unschedulable(&mut self, now_us: u64) {
         if !self.book.has_free_cores() {
             return;
@@ -743,52 +995,112 @@ impl Scheduler {
                     .get(s as usize)
                     .and_then(Option::as_ref)
                     .is_some_and(|j| {
-                        j.pending > 0
-                            && j.running == 0
-                            && now_us.saturating_sub(j.last_progress_us) >= timeout
+                        j.pending > 0 && now_us.saturating_sub(j.last_progress_us) >= timeout
                     })
             })
             .collect();
         for slot in overdue {
-            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
-                continue;
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                unreachable!("runnable job slot {slot} is empty");
             };
-            // Rare (once per timeout per stuck job), so a scan of its tasks is fine here.
-            let smallest = job
+            // Rare (once per timeout per stuck job), so scans are fine here: the largest
+            // queued task, and every queued task that avoids some executor.
+            let tasks = &job.tasks;
+            job.avoiding.retain(|&i| {
+                tasks
+                    .get(i as usize)
+                    .is_some_and(|t| t.status == Status::Pending)
+            });
+            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+                unreachable!("runnable job slot {slot} is empty");
+            };
+            let largest = job
                 .tasks
                 .iter()
                 .filter(|t| t.status == Status::Pending)
                 .map(|t| t.cores)
-                .min()
+                .max()
                 .unwrap_or(1);
-            let usable = self.book.iter().any(|e| {
-                e.cores >= smallest
-                    && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
-                    && !job.excludes(e.id, e.host)
-            });
-            if usable {
-                if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
+            let runs_somewhere = |cores: u32, task: Option<&TaskRec>| {
+                self.book.iter().any(|e| {
+                    e.cores >= cores
+                        && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
+                        && !job.excludes(e.id, e.host)
+                        && !task.is_some_and(|t| t.avoids(e.id, e.host))
+                })
+            };
+            let stuck = if !runs_somewhere(largest, None) {
+                Some(format!(
+                    "no executor could run the job's tasks for {timeout} us (all excluded for \
+                     it, or all smaller than its largest queued task of {largest} cores)"
+                ))
+            } else {
+                job.avoiding
+                    .iter()
+                    .find(|&&i| {
+                        job.tasks
+                            .get(i as usize)
+                            .is_some_and(|t| !runs_somewhere(t.cores, Some(t)))
+                    })
+                    .map(|i| {
+                        format!(
+                            "task {i} cannot run anywhere: every registered executor is \
+                             excluded for it after its failures (Spark: aborting because a task \
+                             cannot run anywhere due to node and executor exclusion)"
+                        )
+                    })
+            };
+            match stuck {
+                None => {
+                    let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut)
+                    else {
+                        unreachable!("runnable job slot {slot} is empty");
+                    };
                     job.last_progress_us = now_us;
                 }
-                continue;
+                Some(reason) => {
+                    let mut reasons = vec![reason.clone()];
+                    if let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) {
+                        let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
+                        keys.sort_unstable();
+                        for k in keys {
+                            reasons.extend(job.reasons.get(&k).into_iter().flatten().cloned());
+                        }
+                    }
+                    tracing::warn!(job = slot, "{reason}");
+                    self.abort_job(slot, JobOutcome::Failed(reasons), &reason);
+                }
             }
-            let reason = format!(
-                "no executor could run the job's tasks for {timeout} us (all excluded for it, \
-                 or all smaller than its smallest task)"
-            );
-            self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
         }
     }
 
     // ----- internals -----
 
-    /// Makes offers until no offerable executor or no runnable task is left.
+    /// Makes offers until no offerable executor or no runnable task is left. With jobs that
+    /// have locality preferences, a first pass gives each offerable executor the tasks that
+    /// prefer it (or its host, once allowed) before any executor takes tasks at a worse level,
+    /// so a task goes to its preferred executor when that one has a free slot in the same
+    /// round, whatever the order executors are offered in (Spark's resourceOffers loops over
+    /// locality levels outside the offers: "Locality should be used for bulk offers even with
+    /// delay scheduling off").
     fn offer(&mut self, now_us: u64) {
+        if self.pref_jobs > 0 && self.pending_total > 0 {
+            let mut slots = std::mem::take(&mut self.scratch);
+            slots.clear();
+            self.book.offerable_into(&mut slots);
+            for &slot in &slots {
+                while self.pending_total > 0
+                    && self.book.get(slot).is_some_and(|e| e.usable() > 0)
+                    && self.assign_one(now_us, slot, true)
+                {}
+            }
+            self.scratch = slots;
+        }
         while self.pending_total > 0 || self.speculatable_total > 0 {
             let Some(slot) = self.book.next_offerable() else {
                 break;
             };
-            if self.assign_one(now_us, slot) {
+            if self.assign_one(now_us, slot, false) {
                 match self.book.get(slot) {
                     Some(e) if e.usable() > 0 => self.book.advance(),
                     _ => self.book.unlist(slot),
@@ -802,10 +1114,12 @@ impl Scheduler {
         }
     }
 
-    /// Gives one task to the executor in `slot`, if any job has one for it.
-    fn assign_one(&mut self, now_us: u64, slot: u32) -> bool {
+    /// Gives one task to the executor in `slot`, if any job has one for it. With
+    /// `local_only`, only the first job (in sharing order) with work the executor may take is
+    /// asked, and only for tasks preferring this executor or its host.
+    fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> bool {
         let Some(e) = self.book.get(slot) else {
-            return false;
+            unreachable!("offerable slot {slot} is empty");
         };
         let (id, host, free) = (e.id, e.host, e.usable());
         if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
@@ -835,13 +1149,16 @@ impl Scheduler {
                 .get_mut(job_slot as usize)
                 .and_then(Option::as_mut)
             else {
-                continue;
+                unreachable!("runnable job slot {job_slot} is empty");
             };
             if !job.has_work() || job.excludes(id, host) {
                 continue;
             }
+            if local_only && !(job.has_exec_prefs || job.has_host_prefs) {
+                break;
+            }
             let spec_before = job.speculatable.len();
-            let found = job.find_task(now_us, waits, id, slot, host, free);
+            let found = job.find_task(now_us, waits, id, slot, host, free, local_only);
             if std::mem::take(&mut job.widened) {
                 self.book.unblock_all();
             }
@@ -852,6 +1169,9 @@ impl Scheduler {
             }
             if let Some(found) = found {
                 launched = Some((job_slot, found));
+                break;
+            }
+            if local_only {
                 break;
             }
         }
@@ -873,7 +1193,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("sync_runnable of empty job slot {job_slot}");
         };
         let want = job.has_work();
         if want == job.in_runnable {
@@ -897,6 +1217,11 @@ impl Scheduler {
     /// FAIR order of the runnable jobs in `self.order`, built lazily: `from == 0` refills it and
     /// only brings the neediest job to the front (O(R), usually all an assignment needs);
     /// `from == 1` sorts the rest, for when the neediest job had nothing for the executor.
+    ///
+    /// Pools follow Spark's `FairSchedulingAlgorithm`: a pool running fewer cores than its
+    /// `min_share` goes first (the lowest running/min_share first), then the lowest running
+    /// cores over weight, then the name. Inside a pool, FIFO (priority, then submission) or
+    /// FAIR (running cores over job weight, then priority and submission).
     fn fair_order(&mut self, from: usize) {
         if from == 0 {
             self.order.clear();
@@ -907,10 +1232,30 @@ impl Scheduler {
         let key = |s: &u32| {
             let j = jobs.get(*s as usize).and_then(Option::as_ref);
             j.map(|j| {
-                let pool = pools.get(j.pool as usize);
-                let p = pool.map_or(0.0, |p| p.running_cores as f64 / f64::from(p.weight));
-                let w = j.running_cores as f64 / f64::from(j.weight);
-                (p, w, -i64::from(j.priority), j.id.0)
+                let (needy, ratio, name) = match pools.get(j.pool as usize) {
+                    Some(p) => {
+                        let running = p.running_cores as f64;
+                        if p.running_cores < u64::from(p.min_share) {
+                            (
+                                0u8,
+                                running / f64::from(p.min_share.max(1)),
+                                p.name.as_str(),
+                            )
+                        } else {
+                            (1u8, running / f64::from(p.weight), p.name.as_str())
+                        }
+                    }
+                    None => (1u8, 0.0, ""),
+                };
+                let fifo = pools
+                    .get(j.pool as usize)
+                    .is_some_and(|p| p.mode == Sharing::Fifo);
+                let inner = if fifo {
+                    0.0
+                } else {
+                    j.running_cores as f64 / f64::from(j.weight)
+                };
+                (needy, ratio, name, inner, -i64::from(j.priority), j.id.0)
             })
         };
         let cmp = |a: &u32, b: &u32| {
@@ -935,7 +1280,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("launch for empty job slot {job_slot}");
         };
         let (index, speculative) = match found {
             Found::Pending(i, level) => {
@@ -945,10 +1290,10 @@ impl Scheduler {
             Found::Speculative(i) => (i, true),
         };
         let Some(t) = job.tasks.get_mut(index as usize) else {
-            return;
+            unreachable!("found task {index} beyond the job");
         };
         let Some(free_attempt) = t.attempts.iter_mut().find(|a| a.is_none()) else {
-            return;
+            unreachable!("task {index} found with both attempt slots taken");
         };
         let attempt = t.next_attempt;
         *free_attempt = Some(Attempt {
@@ -956,9 +1301,13 @@ impl Scheduler {
             exec: exec_slot,
         });
         t.next_attempt += 1;
+        job.counters.launched += 1;
         if speculative {
+            debug_assert_eq!(t.status, Status::Running, "only running tasks are copied");
             self.stats.speculative_launched += 1;
+            job.counters.speculative += 1;
         } else {
+            debug_assert_eq!(t.status, Status::Pending, "only pending tasks launch");
             t.status = Status::Running;
             job.pending -= 1;
             if job.pending == 0 {
@@ -977,63 +1326,81 @@ impl Scheduler {
             cores,
         };
         job.running_cores += u64::from(cores);
-        if let Some(p) = self.pools.get_mut(job.pool as usize) {
-            p.running_cores += u64::from(cores);
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores += u64::from(cores);
+        let Some(e) = self.book.get_mut(exec_slot) else {
+            unreachable!("launch on empty executor slot {exec_slot}");
+        };
+        debug_assert!(e.free >= cores, "launch over the free cores");
+        e.free -= cores;
+        e.running.insert(
+            (task.0, attempt),
+            Run {
+                cores,
+                started_us: now_us,
+                reported_running: false,
+            },
+        );
+        if e.batch.is_empty() {
+            self.batched.push(exec_slot);
         }
-        if let Some(e) = self.book.get_mut(exec_slot) {
-            e.free -= cores;
-            e.running.insert(
-                (task.0, attempt),
-                Run {
-                    cores,
-                    started_us: now_us,
-                },
-            );
-            if e.batch.is_empty() {
-                self.batched.push(exec_slot);
-            }
-            e.batch.push(launch);
-        }
+        e.batch.push(launch);
         self.stats.launched += 1;
     }
 
     /// Emits the batched launches, one `Launch` per executor.
     fn flush(&mut self) {
         for slot in self.batched.drain(..) {
-            if let Some(e) = self.book.get_mut(slot) {
-                if !e.batch.is_empty() {
-                    self.outputs.push_back(Output::Launch {
-                        executor: e.id,
-                        tasks: std::mem::take(&mut e.batch),
-                    });
-                }
+            let Some(e) = self.book.get_mut(slot) else {
+                unreachable!("batched launches for empty executor slot {slot}");
+            };
+            if !e.batch.is_empty() {
+                self.outputs.push_back(Output::Launch {
+                    executor: e.id,
+                    tasks: std::mem::take(&mut e.batch),
+                });
             }
         }
     }
 
     /// Asks the executor holding `a` to kill it; the job no longer counts its cores.
     fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Attempt, reason: &str) {
-        if let Some(job) = self
+        let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
-        {
-            if let Some(t) = job.tasks.get(task.index() as usize) {
-                let cores = u64::from(t.cores);
-                job.running_cores = job.running_cores.saturating_sub(cores);
-                if let Some(p) = self.pools.get_mut(job.pool as usize) {
-                    p.running_cores = p.running_cores.saturating_sub(cores);
-                }
-            }
-        }
-        if let Some(e) = self.book.get(a.exec) {
-            self.outputs.push_back(Output::Kill {
-                executor: e.id,
-                task,
-                attempt: a.attempt,
-                reason: reason.to_string(),
-            });
-        }
+        else {
+            unreachable!("kill for empty job slot {job_slot}");
+        };
+        let Some(t) = job.tasks.get(task.index() as usize) else {
+            unreachable!("kill of {task} beyond its job");
+        };
+        let cores = u64::from(t.cores);
+        job.running_cores = job.running_cores.saturating_sub(cores);
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores = p.running_cores.saturating_sub(cores);
+        let Some(e) = self.book.get(a.exec) else {
+            // Only the executor being removed right now has left the book with attempts still
+            // on tasks (they end one by one): nothing to ask it.
+            assert_eq!(
+                self.removing,
+                Some(a.exec),
+                "attempt {} of {task} on empty executor slot {}",
+                a.attempt,
+                a.exec
+            );
+            return;
+        };
+        self.outputs.push_back(Output::Kill {
+            executor: e.id,
+            task,
+            attempt: a.attempt,
+            reason: reason.to_string(),
+        });
     }
 
     /// An attempt `(task, attempt, started_us)` that executor `(id, host)` held has ended (its
@@ -1045,6 +1412,7 @@ impl Scheduler {
         (task, attempt, started_us): (TaskId, u32, u64),
         end: End,
     ) {
+        // An executor keeps attempts of ended jobs until they report (their kill was sent).
         let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
             return;
         };
@@ -1053,11 +1421,11 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("job slot {job_slot} of an active job is empty");
         };
         let index = task.index();
         let Some(t) = job.tasks.get_mut(index as usize) else {
-            return;
+            unreachable!("an executor held {task}, beyond its job");
         };
         // Killed attempts were taken off the task already: nothing more to do.
         let Some(slot) = t
@@ -1070,9 +1438,15 @@ impl Scheduler {
         *slot = None;
         let cores = u64::from(t.cores);
         job.running_cores = job.running_cores.saturating_sub(cores);
-        if let Some(p) = self.pools.get_mut(job.pool as usize) {
-            p.running_cores = p.running_cores.saturating_sub(cores);
-        }
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores = p.running_cores.saturating_sub(cores);
+        debug_assert_eq!(
+            t.status,
+            Status::Running,
+            "a live attempt of a running task"
+        );
         match end {
             End::Succeeded(data) => {
                 let kept = if job.keep_results {
@@ -1101,10 +1475,12 @@ impl Scheduler {
                 } else {
                     Bytes::new()
                 };
+                t.exclusion = None;
                 let others = std::mem::take(&mut t.attempts);
                 job.running -= 1;
                 job.final_count += 1;
-                if self.config.speculation.is_some() {
+                job.counters.succeeded += 1;
+                if job.speculation.is_some() {
                     job.durations_us.push(now_us.saturating_sub(started_us));
                 }
                 self.unfinished_total -= 1;
@@ -1120,53 +1496,109 @@ impl Scheduler {
             }
             End::Failed { reason, counts } => {
                 self.stats.attempts_failed += 1;
-                if counts {
-                    t.failures += 1;
-                    let failures = t.failures;
-                    if job.reasons.len() < REASON_TASKS_MAX || job.reasons.contains_key(&index) {
-                        job.reasons.entry(index).or_default().push(format!(
-                            "task {index} attempt {attempt} on executor {}: {reason}",
-                            exec.0
-                        ));
+                let still_running = t.running_attempts() > 0;
+                if !counts {
+                    job.counters.uncounted += 1;
+                    if !still_running {
+                        self.requeue(now_us, job_slot, index);
                     }
-                    if let Some(x) = &self.config.exclusion {
-                        job.record_exclusion_failure(
-                            exec,
-                            host,
-                            x.job_executor_failures_max,
-                            x.job_host_failures_max,
-                        );
-                    }
-                    self.record_global_failure(now_us, exec);
-                    let Some(job) = self
-                        .jobs
-                        .get_mut(job_slot as usize)
-                        .and_then(Option::as_mut)
-                    else {
-                        return;
-                    };
-                    let Some(t) = job.tasks.get_mut(index as usize) else {
-                        return;
-                    };
-                    if t.running_attempts() > 0 {
-                        return;
-                    }
-                    if failures >= self.config.max_failures {
-                        let mut reasons = vec![format!(
-                            "task {index} failed {failures} times (max_failures = {})",
-                            self.config.max_failures
-                        )];
-                        reasons.extend(job.reasons.remove(&index).unwrap_or_default());
-                        let msg = format!("job failed: task {index} failed {failures} times");
-                        self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
-                        return;
-                    }
-                    self.requeue(now_us, job_slot, index);
-                } else if t.running_attempts() == 0 {
-                    self.requeue(now_us, job_slot, index);
+                    return;
                 }
+                self.count_failure(now_us, job_slot, (exec, host), task, attempt, &reason);
+                let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+                    unreachable!("job slot {job_slot} emptied by counting a failure");
+                };
+                let Some(t) = job.tasks.get(index as usize) else {
+                    unreachable!("task {index} vanished from its job");
+                };
+                if t.running_attempts() > 0 {
+                    return;
+                }
+                if t.failures >= job.max_failures {
+                    self.fail_task_for_good(job_slot, index);
+                    return;
+                }
+                self.requeue(now_us, job_slot, index);
             }
         }
+    }
+
+    /// Counts a failure of `task`'s `attempt` on `(exec, host)`: the task's count and reasons,
+    /// and exclusion for the task, the job and (if the job's exclusion is on) globally.
+    fn count_failure(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        (exec, host): (ExecutorId, u32),
+        task: TaskId,
+        attempt: u32,
+        reason: &str,
+    ) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("count_failure for empty job slot {job_slot}");
+        };
+        let index = task.index();
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            unreachable!("count_failure of {task} beyond its job");
+        };
+        t.failures += 1;
+        job.counters.failures += 1;
+        if let Some(x) = &job.exclusion_config {
+            let avoided_before = t.exclusion.is_some();
+            t.record_failure(
+                exec,
+                host,
+                x.task_executor_failures_max,
+                x.task_host_failures_max,
+            );
+            if !avoided_before {
+                job.avoiding.push(index);
+            }
+        }
+        if job.reasons.len() < REASON_TASKS_MAX || job.reasons.contains_key(&index) {
+            let list = job.reasons.entry(index).or_default();
+            // Bounded: a task's list holds at most max_failures entries (one per failure).
+            if list.len() < job.max_failures as usize {
+                list.push(format!(
+                    "task {index} attempt {attempt} on executor {}: {reason}",
+                    exec.0
+                ));
+            }
+        }
+        let global = match job.exclusion_config.as_deref() {
+            Some(x) => {
+                let (em, hm) = (x.job_executor_failures_max, x.job_host_failures_max);
+                job.record_exclusion_failure(exec, host, em, hm);
+                true
+            }
+            None => false,
+        };
+        if global {
+            self.record_global_failure(now_us, exec);
+        }
+    }
+
+    /// Fails a job because task `index` reached its `max_failures`.
+    fn fail_task_for_good(&mut self, job_slot: u32, index: u32) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("fail_task_for_good for empty job slot {job_slot}");
+        };
+        let failures = job.tasks.get(index as usize).map_or(0, |t| t.failures);
+        let mut reasons = vec![format!(
+            "task {index} failed {failures} times (max_failures = {})",
+            job.max_failures
+        )];
+        reasons.extend(job.reasons.remove(&index).unwrap_or_default());
+        let msg = format!("job failed: task {index} failed {failures} times");
+        self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
     }
 
     /// Puts a task whose last attempt ended back in its queues.
@@ -1176,11 +1608,12 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("requeue for empty job slot {job_slot}");
         };
         let Some(t) = job.tasks.get_mut(index as usize) else {
-            return;
+            unreachable!("requeue of task {index} beyond its job");
         };
+        debug_assert_eq!(t.running_attempts(), 0, "requeue with an attempt running");
         t.status = Status::Pending;
         t.speculated = false;
         job.running -= 1;
@@ -1188,9 +1621,11 @@ impl Scheduler {
         job.last_progress_us = now_us;
         self.pending_total += 1;
         let book = &self.book;
-        job.enqueue(index, |e| {
-            book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host)
-        });
+        job.enqueue(
+            index,
+            |e| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host),
+            |h| book.host_live(h),
+        );
         self.sync_runnable(job_slot);
         self.book.unblock_all();
     }
@@ -1202,7 +1637,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("maybe_finish_job for empty job slot {job_slot}");
         };
         if job.final_count < job.tasks.len() {
             return;
@@ -1241,7 +1676,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("abort of empty job slot {job_slot}");
         };
         let id = job.id;
         let mut kills = Vec::new();
@@ -1277,15 +1712,32 @@ impl Scheduler {
 
     fn remove_job(&mut self, job_slot: u32) {
         let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::take) else {
-            return;
+            unreachable!("remove of empty job slot {job_slot}");
         };
-        if let Some(p) = self.pools.get_mut(job.pool as usize) {
-            p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        if job.has_exec_prefs || job.has_host_prefs {
+            self.pref_jobs -= 1;
+        }
+        if job.speculation.is_some() {
+            self.spec_jobs -= 1;
         }
         self.job_slots.remove(&job.id.0);
         self.active.retain(|&s| s != job_slot);
         self.runnable.retain(|&s| s != job_slot);
         self.job_free_slots.push(job_slot);
+    }
+
+    /// The speculation check period: the scheduler's, or the default's when only some jobs
+    /// turned speculation on.
+    fn speculation_interval_us(&self) -> u64 {
+        self.config
+            .speculation
+            .as_ref()
+            .map_or(SpeculationConfig::default().interval_us, |s| s.interval_us)
+            .max(1)
     }
 }
 

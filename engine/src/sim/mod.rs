@@ -43,9 +43,9 @@ use crate::lifecycle::{
 };
 
 use crate::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
-    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch,
-    TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
+    PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate,
+    TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
 /// Largest core count a simulated task asks for.
@@ -263,11 +263,34 @@ impl Sim {
             } else {
                 Sharing::Fair
             },
-            pool_weights: vec![("a".into(), 1), ("b".into(), 3)],
+            pools: vec![
+                PoolConfig {
+                    name: "a".into(),
+                    mode: if rng.chance(0.5) {
+                        Sharing::Fifo
+                    } else {
+                        Sharing::Fair
+                    },
+                    weight: 1,
+                    min_share: rng.range(0, 3) as u32,
+                },
+                PoolConfig {
+                    name: "b".into(),
+                    mode: if rng.chance(0.5) {
+                        Sharing::Fifo
+                    } else {
+                        Sharing::Fair
+                    },
+                    weight: 3,
+                    min_share: rng.range(0, 3) as u32,
+                },
+            ],
             max_failures: rng.range(1, 4) as u32,
             locality_wait_executor_us: rng.range(0, 20_000),
             locality_wait_host_us: rng.range(0, 20_000),
             exclusion: rng.chance(0.6).then(|| ExclusionConfig {
+                task_executor_failures_max: rng.range(1, 2) as u32,
+                task_host_failures_max: rng.range(1, 3) as u32,
                 job_executor_failures_max: rng.range(1, 3) as u32,
                 job_host_failures_max: rng.range(2, 5) as u32,
                 executor_failures_max: rng.range(2, 6) as u32,
