@@ -220,7 +220,7 @@ impl Book {
         self.unlist(slot);
         let exec = self.execs.get_mut(slot as usize)?.take()?;
         if let Some(h) = self.hosts.get_mut(exec.host as usize) {
-            debug_assert!(h.live > 0, "host of a registered executor");
+            assert!(h.live > 0, "host of a registered executor");
             h.live = h.live.saturating_sub(1);
         }
         self.free_slots.push(slot);
@@ -320,11 +320,6 @@ impl Book {
     /// Moves the round-robin cursor past the current executor.
     pub fn advance(&mut self) {
         self.cursor = self.cursor.wrapping_add(1);
-    }
-
-    /// Whether any executor has a free core (offerable or blocked).
-    pub fn has_free_cores(&self) -> bool {
-        !self.offerable.is_empty() || !self.blocked.is_empty()
     }
 }
 

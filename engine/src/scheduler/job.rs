@@ -313,7 +313,7 @@ impl Job {
         host_live: impl Fn(u32) -> bool,
     ) {
         let Some(t) = self.tasks.get(i as usize) else {
-            debug_assert!(false, "enqueue of task {i} beyond the job");
+            assert!(false, "enqueue of task {i} beyond the job");
             return;
         };
         let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
@@ -407,7 +407,7 @@ impl Job {
             self.live_exec_keys += exec_keys;
             self.live_host_keys += host_keys;
         } else {
-            debug_assert!(self.live_exec_keys >= exec_keys && self.live_host_keys >= host_keys);
+            assert!(self.live_exec_keys >= exec_keys && self.live_host_keys >= host_keys);
             self.live_exec_keys = self.live_exec_keys.saturating_sub(exec_keys);
             self.live_host_keys = self.live_host_keys.saturating_sub(host_keys);
         }
@@ -486,7 +486,7 @@ impl Job {
                     let found = pop_pending(queue, tasks, free, exec, host);
                     if queue.is_empty() {
                         q.by_exec.remove(&exec);
-                        debug_assert!(*live_exec_keys > 0, "a registered executor's queue");
+                        assert!(*live_exec_keys > 0, "a registered executor's queue");
                         *live_exec_keys = live_exec_keys.saturating_sub(1);
                     }
                     if let Some(i) = found {
@@ -510,7 +510,7 @@ impl Job {
                     let found = pop_pending(queue, tasks, free, exec, host);
                     if queue.is_empty() {
                         q.by_host.remove(&host);
-                        debug_assert!(*live_host_keys > 0, "a registered executor's host");
+                        assert!(*live_host_keys > 0, "a registered executor's host");
                         *live_host_keys = live_host_keys.saturating_sub(1);
                     }
                     if let Some(i) = found {

@@ -428,7 +428,6 @@ impl Scheduler {
     pub fn poll_timeout(&self) -> Option<u64> {
         let waits = self.waits();
         let mut t = u64::MAX;
-        let free = self.book.has_free_cores();
         for job in self
             .active
             .iter()
@@ -437,7 +436,7 @@ impl Scheduler {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
-            if free && job.pending > 0 {
+            if job.pending > 0 {
                 t = t.min(
                     job.last_progress_us
                         .saturating_add(self.config.unschedulable_timeout_us),
@@ -975,16 +974,13 @@ impl Scheduler {
         self.flush();
     }
 
-    /// Fails jobs that have had tasks queued and no launch for `unschedulable_timeout_us`
-    /// although cores are free, when one of their queued tasks can run on no registered
+    /// Fails jobs that have had tasks queued and no launch for `unschedulable_timeout_us`,
+    /// when one of their queued tasks can run on no registered
     /// executor: every one is excluded for it (globally, for the job, or for that task after
     /// it failed there) or smaller than it (Spark's `getCompletelyExcludedTaskIfAny`, "abort
     /// stage if executor loss results in unschedulability from previously failed tasks"). A
     /// job merely starved by others, or waiting for locality, keeps waiting.
     fn fail_unschedulable(&mut self, now_us: u64) {
-        if !self.book.has_free_cores() {
-            return;
-        }
         let timeout = self.config.unschedulable_timeout_us;
         let overdue: Vec<u32> = self
             .runnable
@@ -1303,11 +1299,11 @@ impl Scheduler {
         t.next_attempt += 1;
         job.counters.launched += 1;
         if speculative {
-            debug_assert_eq!(t.status, Status::Running, "only running tasks are copied");
+            assert_eq!(t.status, Status::Running, "only running tasks are copied");
             self.stats.speculative_launched += 1;
             job.counters.speculative += 1;
         } else {
-            debug_assert_eq!(t.status, Status::Pending, "only pending tasks launch");
+            assert_eq!(t.status, Status::Pending, "only pending tasks launch");
             t.status = Status::Running;
             job.pending -= 1;
             if job.pending == 0 {
@@ -1333,7 +1329,7 @@ impl Scheduler {
         let Some(e) = self.book.get_mut(exec_slot) else {
             unreachable!("launch on empty executor slot {exec_slot}");
         };
-        debug_assert!(e.free >= cores, "launch over the free cores");
+        assert!(e.free >= cores, "launch over the free cores");
         e.free -= cores;
         e.running.insert(
             (task.0, attempt),
@@ -1442,7 +1438,7 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(cores);
-        debug_assert_eq!(
+        assert_eq!(
             t.status,
             Status::Running,
             "a live attempt of a running task"
@@ -1613,7 +1609,7 @@ impl Scheduler {
         let Some(t) = job.tasks.get_mut(index as usize) else {
             unreachable!("requeue of task {index} beyond its job");
         };
-        debug_assert_eq!(t.running_attempts(), 0, "requeue with an attempt running");
+        assert_eq!(t.running_attempts(), 0, "requeue with an attempt running");
         t.status = Status::Pending;
         t.speculated = false;
         job.running -= 1;

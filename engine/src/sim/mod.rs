@@ -43,9 +43,9 @@ use crate::lifecycle::{
 };
 
 use crate::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output,
-    PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate,
-    TaskId, TaskLaunch, TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
+    Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig,
+    StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
 /// Largest core count a simulated task asks for.
@@ -223,6 +223,8 @@ struct Sim {
     report: SimReport,
     verbose: bool,
     churn: Option<Churn>,
+    /// Jobs with a counted failure: their tasks may avoid executors (per-task exclusion).
+    tainted: BTreeSet<JobId>,
 }
 
 /// The result an executor returns for a task (checked against what the scheduler reports).
@@ -338,6 +340,7 @@ impl Sim {
             report: SimReport::default(),
             verbose: false,
             churn: None,
+            tainted: BTreeSet::new(),
         };
         sim.plan();
         sim.plan_churn();
@@ -439,6 +442,34 @@ impl Sim {
             spec.weight = self.rng.range(1, 3) as u32;
             spec.priority = self.rng.range(0, 2) as i32;
             spec.keep_results = self.rng.chance(0.8);
+            // Per-job settings (issue 14 item 9) on a fifth of the jobs each.
+            if self.rng.chance(0.2) {
+                spec.max_failures = Some(self.rng.range(1, 4) as u32);
+            }
+            if self.rng.chance(0.2) {
+                spec.speculation = if self.rng.chance(0.5) {
+                    JobSetting::Off
+                } else {
+                    JobSetting::Custom(SpeculationConfig {
+                        multiplier: 1.5,
+                        quantile: 0.5,
+                        min_runtime_us: self.rng.range(0, 20_000),
+                        interval_us: self.rng.range(1_000, 50_000),
+                        timeout_us: self.rng.range(20_000, 2_000_000),
+                    })
+                };
+            }
+            if self.rng.chance(0.2) {
+                spec.exclusion = if self.rng.chance(0.5) {
+                    JobSetting::Off
+                } else {
+                    JobSetting::Custom(ExclusionConfig {
+                        task_executor_failures_max: self.rng.range(1, 2) as u32,
+                        task_host_failures_max: self.rng.range(1, 3) as u32,
+                        ..ExclusionConfig::default()
+                    })
+                };
+            }
             if self.rng.chance(0.1) {
                 // Results are 8 bytes each: sometimes the bound is below what the job returns.
                 spec.result_bytes_max = Some(self.rng.range(0, 8 * n_tasks + 8));
@@ -663,6 +694,16 @@ impl Sim {
         self.finish()
     }
 
+    /// Marks the jobs with attempts on `id` as having counted failures (per-task exclusion may
+    /// keep their tasks off some executors: the idle check does not apply to them).
+    fn taint_held(&mut self, id: ExecutorId) {
+        if let Some(e) = self.execs.get(&id) {
+            for &(task, _) in e.held.keys() {
+                self.tainted.insert(TaskId(task).job());
+            }
+        }
+    }
+
     /// Prints what the scheduler holds (verbose replays of a stuck run).
     fn dump(&self) {
         for j in self.jobs.iter().filter_map(|j| j.id) {
@@ -789,11 +830,23 @@ impl Sim {
                         e.running.clear();
                         self.report.executors_lost += 1;
                         let t = now + self.rng.range(0, 50_000);
-                        self.at(t, Ev::Remove(id, reason));
+                        if reason.caused_by_app() && self.rng.chance(0.5) {
+                            // The connection closes first (lost, no word on whose fault); the
+                            // cluster manager's exit reason comes later and is charged then.
+                            self.taint_held(id);
+                            self.at(t, Ev::Remove(id, RemovalReason::Lost("closed".into())));
+                            let late = t + self.rng.range(1, 30_000);
+                            self.at(late, Ev::Remove(id, reason));
+                        } else {
+                            self.at(t, Ev::Remove(id, reason));
+                        }
                     }
                 }
             }
             Ev::Remove(id, reason) => {
+                if reason.caused_by_app() {
+                    self.taint_held(id);
+                }
                 let registered = self.execs.get(&id).is_some_and(|e| e.registered);
                 let removed = self.sched.remove_executor(now, id, reason);
                 if removed != registered {
@@ -889,7 +942,10 @@ impl Sim {
                 let (state, data) = if self.rng.chance(self.failure_prob) {
                     self.report.failures_injected += 1;
                     (TaskState::Failed, Bytes::from_static(b"injected failure"))
-                } else if roll < 3 {
+                } else if roll < 20 {
+                    // The executor kills the attempt on its own (preempted): never counted.
+                    (TaskState::Killed, Bytes::from_static(b"preempted"))
+                } else if roll < 23 {
                     (TaskState::Lost, Bytes::new())
                 } else {
                     self.finished_by_exec.insert(TaskId(task));
@@ -973,6 +1029,14 @@ impl Sim {
         let key = (update.task.0, update.attempt);
         let id = update.executor;
         let mut lost = false;
+        if update.state == TaskState::Failed
+            && self
+                .execs
+                .get(&id)
+                .is_some_and(|e| e.registered && e.held.contains_key(&key))
+        {
+            self.tainted.insert(update.task.job());
+        }
         if let Some(e) = self.execs.get_mut(&id) {
             if e.registered && e.held.contains_key(&key) {
                 match update.state {
@@ -1193,6 +1257,9 @@ impl Sim {
             let free = self.sched.executor_usable(*id).unwrap_or(0);
             if free >= TASK_CORES_MAX && !self.sched.is_excluded(now, *id, None) {
                 for job in self.jobs.iter().filter_map(|j| j.id) {
+                    if self.tainted.contains(&job) {
+                        continue;
+                    }
                     if self.sched.job_pending_tasks(job).is_some_and(|p| p > 0)
                         && !self.sched.is_excluded(now, *id, Some(job))
                     {
