@@ -48,8 +48,8 @@ use flint_engine::runtime::{
     AskError, Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
 };
 use flint_engine::scheduler::{
-    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output,
-    RemovalReason, Scheduler, Stats, TaskId, TaskSpec,
+    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, Output,
+    RemovalReason, Scheduler, Stats, TaskId,
 };
 use mio::event::Event;
 use mio::net::TcpListener;
@@ -341,6 +341,7 @@ impl Driver {
             stopping: false,
             tick: None,
             retiring: FxHashMap::default(),
+            gone: std::collections::VecDeque::new(),
             local_spilled: false,
             health: Health::new(epoch),
         };
@@ -465,7 +466,10 @@ impl Driver {
     /// drops its connection, if it is still registered: what a lifecycle handler does when a
     /// cluster manager reports the executor gone. Its running tasks go back to pending (counted
     /// as failed attempts only if the reason says the application caused it); it counts as
-    /// lost ([`Driver::executors_lost`]).
+    /// lost ([`Driver::executors_lost`]). When it is already gone (its connection closed
+    /// first, as it usually does), a reason that blames the application is still charged to
+    /// the attempts it was running then, so a task that crashes every executor fails its job
+    /// after `max_failures` crashes.
     pub fn remove_executor(&self, name: &str, reason: RemovalReason) -> Result<(), DriverError> {
         self.endpoint
             .send(DriverMsg::RemoveExecutor {
@@ -648,7 +652,14 @@ pub(crate) struct DriverEndpoint {
     /// comes for those).
     local_spilled: bool,
     health: Health,
+    /// Executors removed lately (newest last, at most [`GONE_NAMES_MAX`]) by their id on the
+    /// wire, so a cluster manager's later exit reason still reaches the scheduler
+    /// ([`Driver::remove_executor`]; issue 14 item 7).
+    gone: std::collections::VecDeque<(String, ExecutorId)>,
 }
+
+/// Removed executors whose names the driver keeps for late exit reasons.
+const GONE_NAMES_MAX: usize = 1024;
 
 /// The local executor's id.
 const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
@@ -867,7 +878,16 @@ impl DriverEndpoint {
     fn remove_executor(&mut self, id: ExecutorId, why: &ConnError) {
         self.tokens.remove(&id);
         self.links.remove(&id);
-        self.names.retain(|_, named| *named != id);
+        let gone = &mut self.gone;
+        self.names.retain(|name, named| {
+            if *named == id {
+                if gone.len() >= GONE_NAMES_MAX {
+                    gone.pop_front();
+                }
+                gone.push_back((name.clone(), id));
+            }
+            *named != id
+        });
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
         if let Some((reason, lost)) = self.retiring.remove(&id) {
             tracing::info!(executor = id.0, "executor removed: {reason}");
@@ -1196,27 +1216,26 @@ impl Endpoint for DriverEndpoint {
                     observer,
                     keep_results,
                     result_bytes_max,
+                    scheduling,
                 } = job;
-                let function: Arc<str> = function.into();
-                let tasks = payloads
-                    .into_iter()
-                    .map(|payload| TaskSpec {
-                        cores,
-                        ..TaskSpec::new(function.clone(), payload)
-                    })
-                    .collect();
-                let spec = JobSpec {
+                let names = &self.names;
+                let spec = crate::job::job_spec(
+                    function,
+                    payloads,
+                    cores,
                     keep_results,
                     result_bytes_max,
-                    ..JobSpec::new(tasks)
-                };
-                let answer = match self.scheduler.submit_job(self.now_us(), spec) {
-                    Ok(id) => {
-                        self.jobs.insert(id, JobEntry { shared, observer });
-                        Ok(id.0)
-                    }
-                    Err(error) => Err(error.to_string()),
-                };
+                    scheduling,
+                    |name| names.get(name).copied(),
+                );
+                let answer = spec.and_then(|spec| {
+                    let id = self
+                        .scheduler
+                        .submit_job(self.now_us(), spec)
+                        .map_err(|error| error.to_string())?;
+                    self.jobs.insert(id, JobEntry { shared, observer });
+                    Ok(id.0)
+                });
                 let _ = reply.send(answer);
             }
             DriverMsg::Cancel(job) => {
@@ -1299,6 +1318,11 @@ impl Endpoint for DriverEndpoint {
                 if let Some((id, token)) = token {
                     self.retiring.insert(id, (reason, true));
                     self.close(token, &ConnError::Closed);
+                } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == name) {
+                    // Already removed (its connection closed first): the scheduler charges a
+                    // reason that blames the application to the attempts it held then.
+                    tracing::info!(executor = %name, "late exit reason: {reason}");
+                    self.scheduler.remove_executor(self.now_us(), id, reason);
                 }
             }
         }

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod local;
 pub mod master;
 pub mod master_source;
+pub mod pools;
 pub mod runner;
 pub mod source;
 pub mod standalone;
