@@ -48,8 +48,8 @@ use flint_engine::runtime::{
     AskError, Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
 };
 use flint_engine::scheduler::{
-    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, Output,
-    RemovalReason, Scheduler, Stats, TaskId,
+    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason,
+    Scheduler, Stats, TaskId,
 };
 use mio::event::Event;
 use mio::net::TcpListener;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec};
 pub use flint_engine::scheduler::{ExclusionConfig, JobOutcome, JobSetting, SpeculationConfig};
+use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec};
 
 /// Called on the driver's loop with each task's index and result, as results arrive.
 pub type ResultObserver = Box<dyn FnMut(u32, Result<&Bytes, &str>) + Send>;

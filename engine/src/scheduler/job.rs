@@ -379,11 +379,12 @@ impl Job {
 
     /// An executor registered (`joined`) or went (`!joined`); `host_changed` says whether its
     /// host gained its first or lost its last registered executor. Keeps the valid levels
-    /// current and, when a better level becomes valid, moves the job back to it (Spark's
-    /// `recomputeLocality`, SPARK-16106 and SPARK-31837).
+    /// current (Spark's `recomputeLocality`, SPARK-16106). Unlike Spark (SPARK-31837), a job
+    /// does not move back to a better level that became valid: the executor that joined takes
+    /// the tasks preferring it at once anyway (they are always offered first), and the other
+    /// executors' free cores do not wait the locality waits over again.
     pub fn executor_changed(
         &mut self,
-        now_us: u64,
         exec: ExecutorId,
         host: u32,
         host_changed: bool,
@@ -402,7 +403,6 @@ impl Job {
         } else {
             0
         };
-        let before = self.start_level();
         if joined {
             self.live_exec_keys += exec_keys;
             self.live_host_keys += host_keys;
@@ -411,17 +411,13 @@ impl Job {
             self.live_exec_keys = self.live_exec_keys.saturating_sub(exec_keys);
             self.live_host_keys = self.live_host_keys.saturating_sub(host_keys);
         }
-        let best = self.start_level();
-        if joined && best < before && best < self.level && self.pending > 0 {
-            self.level = best;
-            self.level_since_us = now_us;
-            self.delay_rejected = false;
-        }
     }
 
     /// The most distant level the job may launch at now, moving its clock along. A level
-    /// with no registered executor to wait for is skipped at once, and the next level's wait
-    /// starts then (Spark's SPARK-4939).
+    /// with no registered executor to wait for (or no task left for one) is skipped at once.
+    /// Unlike Spark (SPARK-4939 restarts the wait when it skips), the next level's wait keeps
+    /// running from the skipped level's start, so a free core never idles longer than the sum
+    /// of the waits.
     pub fn allowed_level(&mut self, now_us: u64, waits_us: [u64; 2]) -> Level {
         loop {
             let (wait, next, skip) = match self.level {
@@ -431,7 +427,6 @@ impl Job {
             };
             if skip {
                 self.level = next;
-                self.level_since_us = self.level_since_us.max(now_us);
                 self.widened = true;
             } else if now_us.saturating_sub(self.level_since_us) >= wait {
                 self.level_since_us = self.level_since_us.saturating_add(wait);

@@ -488,7 +488,7 @@ impl Scheduler {
             now_us,
         );
         self.gone.retain(|g| g.id != info.id);
-        self.executor_changed(now_us, info.id, host, first_on_host, true);
+        self.executor_changed(info.id, host, first_on_host, true);
         self.offer(now_us);
         self.flush();
         Ok(())
@@ -496,14 +496,7 @@ impl Scheduler {
 
     /// Keeps every job's valid locality levels current after an executor came or went.
     /// O(active jobs with preferences).
-    fn executor_changed(
-        &mut self,
-        now_us: u64,
-        id: ExecutorId,
-        host: u32,
-        host_changed: bool,
-        joined: bool,
-    ) {
+    fn executor_changed(&mut self, id: ExecutorId, host: u32, host_changed: bool, joined: bool) {
         if self.pref_jobs == 0 {
             return;
         }
@@ -512,7 +505,7 @@ impl Scheduler {
                 unreachable!("active job slot {slot} is empty");
             };
             if job.has_exec_prefs || job.has_host_prefs {
-                job.executor_changed(now_us, id, host, host_changed, joined);
+                job.executor_changed(id, host, host_changed, joined);
             }
         }
     }
@@ -559,7 +552,7 @@ impl Scheduler {
             h.excluded_executors = h.excluded_executors.saturating_sub(1);
         }
         let last_on_host = !self.book.host_live(exec.host);
-        self.executor_changed(now_us, id, exec.host, last_on_host, false);
+        self.executor_changed(id, exec.host, last_on_host, false);
         let blamed = reason.caused_by_app();
         let any_running = exec.running.values().any(|r| r.reported_running);
         let msg = reason.to_string();
