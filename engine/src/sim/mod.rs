@@ -225,6 +225,9 @@ struct Sim {
     churn: Option<Churn>,
     /// Jobs with a counted failure: their tasks may avoid executors (per-task exclusion).
     tainted: BTreeSet<JobId>,
+    /// Jobs with attempts on executors removed as lost, by executor (a late exit reason may
+    /// still charge them).
+    lost_held: BTreeMap<ExecutorId, Vec<JobId>>,
 }
 
 /// The result an executor returns for a task (checked against what the scheduler reports).
@@ -341,6 +344,7 @@ impl Sim {
             verbose: false,
             churn: None,
             tainted: BTreeSet::new(),
+            lost_held: BTreeMap::new(),
         };
         sim.plan();
         sim.plan_churn();
@@ -846,6 +850,15 @@ impl Sim {
             Ev::Remove(id, reason) => {
                 if reason.caused_by_app() {
                     self.taint_held(id);
+                    // A late reason is charged to what the executor held when it was lost.
+                    for job in self.lost_held.remove(&id).unwrap_or_default() {
+                        self.tainted.insert(job);
+                    }
+                } else if matches!(reason, RemovalReason::Lost(_)) {
+                    if let Some(e) = self.execs.get(&id) {
+                        let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                        self.lost_held.insert(id, jobs);
+                    }
                 }
                 let registered = self.execs.get(&id).is_some_and(|e| e.registered);
                 let removed = self.sched.remove_executor(now, id, reason);
