@@ -1225,7 +1225,7 @@ impl Endpoint for DriverEndpoint {
                     cores,
                     keep_results,
                     result_bytes_max,
-                    scheduling,
+                    *scheduling,
                     |name| names.get(name).copied(),
                 );
                 let answer = spec.and_then(|spec| {

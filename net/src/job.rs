@@ -36,7 +36,8 @@ pub struct Job {
     pub(crate) observer: Option<ResultObserver>,
     pub(crate) keep_results: bool,
     pub(crate) result_bytes_max: Option<u64>,
-    pub(crate) scheduling: JobScheduling,
+    /// Boxed: most jobs keep the defaults, and a `Job` travels in the driver's messages.
+    pub(crate) scheduling: Box<JobScheduling>,
 }
 
 /// How a job shares the cluster and handles failures; every field has the scheduler's
@@ -85,7 +86,7 @@ impl Job {
             observer: None,
             keep_results: true,
             result_bytes_max: None,
-            scheduling: JobScheduling::default(),
+            scheduling: Box::default(),
         }
     }
 
@@ -402,7 +403,7 @@ mod tests {
             job.cores,
             job.keep_results,
             job.result_bytes_max,
-            job.scheduling,
+            *job.scheduling,
             |name| (name == "e1").then_some(ExecutorId(5)),
         )
         .unwrap();
@@ -427,7 +428,7 @@ mod tests {
             1,
             true,
             None,
-            too_many.scheduling,
+            *too_many.scheduling,
             |_| None
         )
         .is_err());

@@ -313,8 +313,7 @@ impl Job {
         host_live: impl Fn(u32) -> bool,
     ) {
         let Some(t) = self.tasks.get(i as usize) else {
-            assert!(false, "enqueue of task {i} beyond the job");
-            return;
+            unreachable!("enqueue of task {i} beyond the job");
         };
         let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
             Some(p) if self.classes.get(p).is_some_and(|q| q.cores == t.cores) => p,

@@ -34,33 +34,74 @@
 //! runnable jobs, and sorts the rest only when that job has nothing for the executor).
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
-//! level and widens after each wait; a launch at a local level restarts the wait, except that
-//! once an executor has been turned away for locality the wait keeps running until the job has
-//! nothing queued, so a free core never idles longer than the sum of the waits while a job has
-//! work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
+//! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
+//! that once an executor has been turned away for locality the wait keeps running until the job
+//! has nothing queued, so a free core never idles longer than the sum of the waits while a job
+//! has work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
 //! The driver calls [`Scheduler::tick`] at [`Scheduler::poll_timeout`].
+//!
+//! Valid levels come from the executors registered now (Spark's `computeValidLocalityLevels`,
+//! "skip unsatisfiable locality levels", SPARK-16106): the executor level while some queued
+//! task prefers a registered executor, the host level while some queued task prefers a host
+//! with a registered executor. Each job counts its preference queues whose executor (host) is
+//! registered, kept current on registration and removal (O(jobs with preferences) per event)
+//! and as queues empty, so checking a level is O(1). A level with nothing to wait for is skipped
+//! at once.
+//!
+//! When some job has preferences, an offer first gives every offerable executor the tasks that
+//! prefer it (or its host, once allowed) from the first job in sharing order that has work for
+//! it, and only then lets executors take tasks at worse levels: a task goes to its preferred
+//! executor when that one has a free slot in the same round, whatever the order executors come
+//! in (Spark loops over locality levels outside the offers: "Locality should be used for bulk
+//! offers even with delay scheduling off").
+//!
+//! # Pools
+//!
+//! Under FAIR, jobs belong to pools ([`PoolConfig`], Spark's `fairscheduler.xml`; the `flint`
+//! CLI reads them from a TOML file). Pools are ordered by Spark's `FairSchedulingAlgorithm`: a
+//! pool running fewer cores than its `min_share` goes first (lowest running over min share),
+//! then the lowest running cores over weight, then the name. Inside a pool, jobs go FIFO
+//! (priority, then submission) or FAIR (running cores over job weight) as the pool says. Under
+//! FIFO sharing pools are ignored.
 //!
 //! # Failures
 //!
 //! Each executor indexes its own running attempts, so removing it costs time proportional to its
-//! own tasks. A failed attempt is retried until a task has failed `max_failures` times; then the
-//! job fails with the reasons, its other tasks are killed or dropped, each reported once. A loss
-//! that is not the task's fault (executor lost, killed, or exited not because of the app) does not
-//! count. Counted failures feed exclusion: per job (executor and host, for the job's lifetime)
-//! and globally (executor, then host once enough of its executors are excluded, both expiring
-//! after a timeout). A job that has queued tasks, nothing running, has launched nothing for
-//! `unschedulable_timeout_us` while cores are free, and that no registered executor could ever
-//! serve (all excluded for it, or all smaller than its smallest queued task) fails instead of
-//! hanging; a job merely starved by others keeps waiting.
+//! own tasks. A failed attempt is retried until a task has failed `max_failures` times (the
+//! job's own, [`JobSpec::max_failures`], or [`Config::max_failures`]); then the job fails with
+//! the reasons, its other tasks are killed or dropped, each reported once. Ends that are not the
+//! task's fault do not count: a KILLED attempt (Spark's `TaskKilled` does not count towards
+//! failures or exclusion), an executor lost, killed, or exited not because of the app. When an
+//! exit is the app's, only the attempts the executor had reported RUNNING count (Spark's
+//! SPARK-39955: one still launching never ran).
+//!
+//! An executor whose connection closes is removed as lost before anyone knows why; the cluster
+//! manager's exit reason usually comes later. The scheduler remembers the attempts of the last
+//! 1024 executors removed as lost, and [`Scheduler::remove_executor`] with a later
+//! reason that blames the app charges them then (once), so a task that crashes every executor
+//! it runs on fails its job after `max_failures` crashes instead of looping.
+//!
+//! Counted failures feed exclusion (when the job's exclusion is on): per task (Spark's
+//! `maxTaskAttemptsPerExecutor`/`PerNode`: the task avoids that executor, or host, after its
+//! limit; queues pass over such a task without losing it), per job (executor and host, for the
+//! job's lifetime) and globally (executor, then host once enough of its executors are excluded,
+//! both expiring after a timeout). A job that has had tasks queued and launched nothing for
+//! `unschedulable_timeout_us`, and has a queued task that no registered executor could ever
+//! run (all excluded for it globally, for the job or for the task, or all smaller than it),
+//! fails instead of hanging ("abort stage if executor loss results in unschedulability from
+//! previously failed tasks"); a job merely starved by others, or waiting for locality while an
+//! executor could take its tasks, keeps waiting.
 //!
 //! # Speculation
 //!
-//! With [`SpeculationConfig`] (on by default), `tick` looks for stragglers: once `quantile` of a
-//! job's tasks succeeded, a task running longer than `multiplier` times their median run gets one
-//! copy on another executor. Before that, a task that has run longer than `timeout_us` on an
-//! executor that has finished nothing since launching it, while other executors finish theirs
-//! or sit idle, is a straggler too. The first attempt to finish wins; the other is killed; the result is
-//! reported once.
+//! With [`SpeculationConfig`] (on by default; per job with [`JobSpec::speculation`]), `tick`
+//! looks for stragglers: once `max(floor(quantile x tasks), 1)` of a job's tasks succeeded
+//! (Spark's `minFinishedForSpeculation`), a task running longer than `multiplier` times their
+//! median run gets one copy on another executor (every straggler not running on the offered
+//! executor may take it, not only the head of the queue). Before that, a task that has run
+//! longer than `timeout_us` on an executor that has finished nothing since launching it, while
+//! other executors finish theirs or sit idle, is a straggler too. The first attempt to finish
+//! wins; the other is killed; the result is reported once.
 //!
 //! # Stuck executors and slow start
 //!
@@ -76,6 +117,19 @@
 //! [`Scheduler::starved`] says when work is waiting that no registered executor can take (none
 //! registered, or all excluded), so the driver can warn and give up.
 //!
+//! # Introspection
+//!
+//! [`Scheduler::job_info`] (locality level, valid levels, task counts, per-job counters) and
+//! [`Scheduler::task_info`] (state, failures, running attempts and whether each was reported
+//! running, executors it avoids), for tests, a UI and metrics; [`Stats`] for the totals.
+//!
+//! # Invariants
+//!
+//! States that cannot happen (an active job's slot empty, an executor's attempt of a task
+//! beyond its job, a launch over the free cores) are assertions, not silent returns; the
+//! simulator runs with them on. What peers and callers send (unknown executors, tasks, jobs,
+//! stale attempts) is checked and ignored or refused.
+//!
 //! # Defaults that differ from Spark
 //!
 //! - Speculation is on (Spark: `spark.speculation=false`), with Spark's thresholds (1.5 times the
@@ -85,7 +139,31 @@
 //!   one extra attempt per straggler and the successful run times kept per job (8 bytes a task).
 //! - Slow start (16 slots at first) has no Spark equivalent: Spark trusts the cores an executor
 //!   registers with; a peer here is not trusted.
-//!
+//! - Exclusion is on (Spark: `spark.excludeOnFailure.enabled=false`): a service should not keep
+//!   feeding a broken executor. A task avoids an executor after 1 failure there and a host
+//!   after 2 (Spark's); a job excludes an executor after 2 failures (Spark's) and a host after
+//!   4 failures on it (Spark: once 2 of its executors are excluded for the stage); globally an
+//!   executor is excluded after 4 failures (Spark: 2) and a host with 2 excluded executors
+//!   (Spark's), for an hour (Spark's).
+//! - Locality waits are 10 ms per level (Spark: 3 s): a service's tasks last milliseconds, and a
+//!   free core waiting seconds for locality costs more than the data it would save moving.
+//! - A skipped locality level keeps the wait running (Spark's SPARK-4939 restarts it), and a
+//!   job does not move back to a better level when an executor joins (Spark's SPARK-31837): the
+//!   joining executor still takes its preferred tasks at once, and the bound on idle cores
+//!   (the sum of the waits) holds.
+//! - A pool nobody configured (`"default"` included) is FAIR inside (Spark: FIFO), so jobs
+//!   that pick FAIR sharing share within the default pool too.
+//! - When an executor the app brought down had reported no attempt running, all its attempts
+//!   count (Spark counts none): one of them brought it down, and counting none lets a task
+//!   that crashes its executor at once loop forever. A late exit reason that takes a task to
+//!   `max_failures` fails the job even if a retry runs (that retry would likely crash too).
+//! - A job with a task that can run nowhere fails after `unschedulable_timeout_us` (120 s,
+//!   Spark's `unschedulableTaskSetTimeout`) without a launch, also when no executor could be
+//!   added (Spark aborts at once then): the scheduler does not know whether a cluster manager
+//!   will bring one.
+//! - `max_failures`, speculation and exclusion can be set per job ([`JobSpec`]; Spark has them
+//!   per application only).
+
 //! # Peers are not trusted
 //!
 //! Status updates are matched against the reporting executor's own running attempts; anything
@@ -598,7 +676,7 @@ impl Scheduler {
         };
         let any_running = gone.attempts.iter().any(|a| a.2);
         for (task, attempt, running) in gone.attempts {
-            if !(running || !any_running) {
+            if !running && any_running {
                 continue;
             }
             let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
