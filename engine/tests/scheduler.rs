@@ -1614,3 +1614,21 @@ fn introspection_reports_levels_task_states_attempts_and_counters() {
     );
     assert!(s.task_info(TaskId::new(job, 9)).is_none());
 }
+
+/// Spark's `getCompletelyExcludedTaskIfAny` looks "only when at least one executor has
+/// registered": with none, a job waits (the driver warns and may give up), it is not aborted
+/// as unschedulable.
+#[test]
+fn a_job_with_no_executor_at_all_is_not_aborted_as_unschedulable() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.tick(10_000);
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    assert!(s.starved(10_000));
+    s.register_executor(10_001, exec(1, "h", 1)).unwrap();
+    assert_eq!(launches(&drain(&mut s)).len(), 1);
+    assert!(s.job_info(job).is_some());
+}

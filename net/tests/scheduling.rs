@@ -117,7 +117,7 @@ fn a_job_runs_in_a_pool_read_from_a_file() {
         "--locality-wait-ms",
         "0",
         "--exclusion",
-        "off",
+        "on",
         "--speculation",
         "off",
         "--json",

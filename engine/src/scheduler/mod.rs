@@ -139,8 +139,10 @@
 //!   one extra attempt per straggler and the successful run times kept per job (8 bytes a task).
 //! - Slow start (16 slots at first) has no Spark equivalent: Spark trusts the cores an executor
 //!   registers with; a peer here is not trusted.
-//! - Exclusion is on (Spark: `spark.excludeOnFailure.enabled=false`): a service should not keep
-//!   feeding a broken executor. A task avoids an executor after 1 failure there and a host
+//! - [`Config::default`] has exclusion on (Spark: `spark.excludeOnFailure.enabled=false`): a
+//!   service with many executors should not keep feeding a broken one. (flint-net's driver
+//!   turns it off by default, as Spark does, since with few executors it can leave a job
+//!   nowhere to run until the unschedulable timeout; `flint ... --exclusion on`.) A task avoids an executor after 1 failure there and a host
 //!   after 2 (Spark's); a job excludes an executor after 2 failures (Spark's) and a host after
 //!   4 failures on it (Spark: once 2 of its executors are excluded for the stage); globally an
 //!   executor is excluded after 4 failures (Spark: 2) and a host with 2 excluded executors
@@ -1052,6 +1054,11 @@ impl Scheduler {
     /// stage if executor loss results in unschedulability from previously failed tasks"). A
     /// job merely starved by others, or waiting for locality, keeps waiting.
     fn fail_unschedulable(&mut self, now_us: u64) {
+        // With no executor at all there is nothing to be excluded from: the driver's
+        // no-executor warning and timeout handle that (Spark looks only once one registered).
+        if self.book.len() == 0 {
+            return;
+        }
         let timeout = self.config.unschedulable_timeout_us;
         let overdue: Vec<u32> = self
             .runnable

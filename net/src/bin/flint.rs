@@ -253,8 +253,10 @@ struct SchedulingArgs {
     /// (1 to 86,400).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     speculation_timeout_s: u64,
-    /// Exclusion of executors and hosts where tasks fail: on or off.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    /// Exclusion of executors and hosts where tasks fail (Spark's spark.excludeOnFailure): on
+    /// or off (the default, as in Spark: with few executors it can leave a job nowhere to run
+    /// until the 120 s unschedulable timeout).
+    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
     exclusion: String,
 }
 
@@ -293,9 +295,8 @@ impl SchedulingArgs {
                 timeout_us: self.speculation_timeout_s * 1_000_000,
                 ..Default::default()
             });
-        if self.exclusion == "off" {
-            config.exclusion = None;
-        }
+        config.exclusion =
+            (self.exclusion == "on").then(flint_engine::scheduler::ExclusionConfig::default);
     }
 
     /// The job's part: pool, weight, priority.
