@@ -1627,6 +1627,7 @@ fn a_job_with_no_executor_at_all_is_not_aborted_as_unschedulable() {
     let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
     s.tick(10_000);
     assert!(outcomes(&drain(&mut s)).is_empty());
+    assert_eq!(s.poll_timeout(), None, "no deadline in the past to spin on");
     assert!(s.starved(10_000));
     s.register_executor(10_001, exec(1, "h", 1)).unwrap();
     assert_eq!(launches(&drain(&mut s)).len(), 1);

@@ -516,7 +516,7 @@ impl Scheduler {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
-            if job.pending > 0 {
+            if job.pending > 0 && self.book.len() > 0 {
                 t = t.min(
                     job.last_progress_us
                         .saturating_add(self.config.unschedulable_timeout_us),
