@@ -589,7 +589,7 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
         intervals: Vec::new(),
         last_result_ns: measure_from_ns,
     }));
-    let stats_before = driver.stats().map_err(|e| e.to_string())?;
+    let stats_before = driver.stats();
     let lost_before = driver.executors_lost();
     // Lane l's share of `total`: the first `total % lanes` lanes take one more.
     let share = |total: u64, lane: u64| total / lanes + u64::from(lane < total % lanes);
@@ -661,7 +661,7 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
         measured += lane_measured;
         saturated |= lane_saturated;
     }
-    let stats = driver.stats().map_err(|e| e.to_string())?;
+    let stats = driver.stats();
     let mut meter = meter.lock().unwrap_or_else(|p| p.into_inner());
     let end_ns = meter.last_result_ns;
     meter.rotate(end_ns);

@@ -96,7 +96,7 @@ pub fn queued_memory(tasks: u64, payload_bytes: usize) -> Result<QueuedMemory, S
         .config(config)
         .start()
         .map_err(|e| format!("cannot start the driver: {e}"))?;
-    let _ = driver.stats().map_err(|e| e.to_string())?;
+    let _ = driver.executors_view().map_err(|e| e.to_string())?;
     let rss_before_bytes = proc_status_bytes("VmRSS")?;
     let payload = Bytes::from(vec![0u8; payload_bytes]);
     let start = Instant::now();
@@ -108,8 +108,8 @@ pub fn queued_memory(tasks: u64, payload_bytes: usize) -> Result<QueuedMemory, S
         handles.push(driver.submit(job).map_err(|e| e.to_string())?);
         left -= count;
     }
-    // A stats ask is answered after every submission before it has been handled.
-    let _ = driver.stats().map_err(|e| e.to_string())?;
+    // An ask is answered after every submission before it has been handled.
+    let _ = driver.executors_view().map_err(|e| e.to_string())?;
     let submit_s = start.elapsed().as_secs_f64();
     let rss_after_bytes = proc_status_bytes("VmRSS")?;
     let rss_peak_bytes = proc_status_bytes("VmHWM")?;
@@ -117,7 +117,7 @@ pub fn queued_memory(tasks: u64, payload_bytes: usize) -> Result<QueuedMemory, S
         handle.cancel();
     }
     drop(handles);
-    let _ = driver.stats();
+    let _ = driver.executors_view();
     std::thread::sleep(Duration::from_millis(10));
     driver.shutdown();
     Ok(QueuedMemory {

@@ -61,6 +61,10 @@ pub struct AppInfo {
     pub connected: bool,
     /// Answers the master gave to [`AppClient::sync`] so far.
     pub syncs: u64,
+    /// Why the application does not have all it asked for, as of the last [`AppClient::sync`]
+    /// (empty: it does). Starts with
+    /// [`NO_WORKER_FITS`](flint_engine::standalone::NO_WORKER_FITS) when waiting cannot help.
+    pub waiting: String,
 }
 
 #[derive(Default)]
@@ -320,7 +324,13 @@ impl AppEndpoint {
     fn disconnect(&mut self, why: &str, ctx: &mut Ctx<'_, Self>) {
         if let Some(mut link) = self.link.take() {
             if matches!(link.phase, Phase::Ready) {
-                eprintln!("flint submit: lost the master ({why}); reconnecting");
+                tracing::warn!("lost the master ({why}); reconnecting");
+            } else {
+                tracing::info!(
+                    "cannot reach the master at {}: {why}; retrying in {} ms",
+                    self.config.master,
+                    self.backoff.as_millis()
+                );
             }
             let _ = ctx.deregister(link.conn.stream_mut(), link.token);
         }
@@ -403,7 +413,7 @@ impl AppEndpoint {
                         }),
                     }
                     if self.app_id.is_some() {
-                        eprintln!("flint submit: reconnected to the master");
+                        tracing::info!("reconnected to the master");
                         if self.unregistering {
                             self.send_unregister(link);
                         }
@@ -415,7 +425,8 @@ impl AppEndpoint {
                 }
                 Err(error) => {
                     let why = format!("handshake with the master failed: {error}");
-                    if self.app_id.is_none() {
+                    let table_full = error.to_string().contains(crate::conn::TABLE_FULL);
+                    if self.app_id.is_none() && !table_full {
                         // A wrong secret or protocol version does not fix itself: give up.
                         let reason = why.clone();
                         self.shared.update(|info| info.removed = Some(reason));
@@ -462,7 +473,7 @@ impl AppEndpoint {
             } => {
                 let is_final = !matches!(state, ExecutorState::Launching | ExecutorState::Running);
                 if is_final && !self.unregistering {
-                    eprintln!("flint submit: executor {executor_id} {state}: {message}");
+                    tracing::warn!("executor {executor_id} {state}: {message}");
                 }
                 self.shared.update(|info| {
                     if is_final {
@@ -477,18 +488,35 @@ impl AppEndpoint {
             Message::WorkerRemoved {
                 worker_id, reason, ..
             } => {
-                eprintln!("flint submit: the master lost worker {worker_id}: {reason}");
+                tracing::warn!("the master lost worker {worker_id}: {reason}");
                 self.shared.update(|info| info.workers_removed += 1);
             }
             Message::ApplicationRemoved { reason, .. } => {
                 if !self.unregistering {
-                    eprintln!("flint submit: the master removed the application: {reason}");
+                    tracing::warn!("the master removed the application: {reason}");
                 }
                 let reason = reason.to_owned();
                 self.shared.update(|info| info.removed = Some(reason));
             }
-            Message::StatusResponse { .. } => self.shared.update(|info| info.syncs += 1),
+            Message::StatusResponse { applications, .. } => {
+                let waiting = self.app_id.as_deref().and_then(|id| {
+                    applications
+                        .iter()
+                        .find(|a| a.app_id == id)
+                        .map(|a| a.waiting.to_owned())
+                });
+                self.shared.update(|info| {
+                    info.syncs += 1;
+                    if let Some(waiting) = waiting {
+                        info.waiting = waiting;
+                    }
+                })
+            }
             Message::Shutdown {} => return Err("the master shut down".into()),
+            // The master's table for applications is full: say so and try again later.
+            Message::HandshakeRefused { reason } => {
+                return Err(format!("the master refused the connection: {reason}"))
+            }
             other => {
                 return Err(format!(
                     "unexpected {} from the master",

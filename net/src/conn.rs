@@ -14,7 +14,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 use crate::handshake::{random_nonce, Handshake, Secret};
-use crate::wire::{Frame, FrameDecoder, Role, WireError};
+use crate::wire::{Frame, FrameDecoder, Message, Role, WireError};
 
 /// Why a connection ends.
 #[derive(Debug, thiserror::Error)]
@@ -36,12 +36,17 @@ pub enum ConnError {
     Backlog(usize),
 }
 
+/// What a listening role tells a peer it has no room for (in `HandshakeRefused`); a peer that
+/// reads it retries later with backoff.
+pub const TABLE_FULL: &str = "connection table full";
+
 /// A framed TCP connection.
 #[derive(Debug)]
 pub struct Connection {
     stream: TcpStream,
     peer: Option<SocketAddr>,
     decoder: FrameDecoder,
+    frame_size_max: usize,
     outbound: BytesMut,
     outbound_max: usize,
 }
@@ -58,6 +63,7 @@ impl Connection {
             stream,
             peer,
             decoder: FrameDecoder::new(frame_size_max),
+            frame_size_max,
             outbound: BytesMut::new(),
             outbound_max,
         }
@@ -97,11 +103,28 @@ impl Connection {
             match self.decoder.read_from(&mut self.stream) {
                 Ok(0) => return Err(ConnError::Closed),
                 Ok(_) => {}
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    self.release_read_buffer();
+                    return Ok(());
+                }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return Err(error.into()),
             }
         }
+    }
+
+    /// Drops the read buffer (64 KiB once anything was read) when it holds nothing: an idle
+    /// connection holds no read buffer, the next read allocates one. Frames already handed out
+    /// keep their part of the old buffer alive as long as they need it.
+    fn release_read_buffer(&mut self) {
+        if self.decoder.buffered_len() == 0 {
+            self.decoder = FrameDecoder::new(self.frame_size_max);
+        }
+    }
+
+    /// Bytes of read buffer this connection holds (0 while idle).
+    pub fn read_buffer_capacity(&self) -> usize {
+        self.decoder.capacity()
     }
 
     /// Writes queued frames until the queue is empty or the socket would block.
@@ -133,6 +156,24 @@ pub fn accept_next(listener: &mio::net::TcpListener) -> Option<(TcpStream, Socke
             None
         }
     }
+}
+
+/// Tells a peer we accepted but have no room for why (a `HandshakeRefused` with `reason`, one
+/// non-blocking write, best effort) and closes the connection.
+pub fn refuse(mut stream: TcpStream, reason: &str) {
+    let mut out = BytesMut::new();
+    let refusal = Message::HandshakeRefused { reason };
+    if refusal
+        .encode(&mut out, crate::wire::FRAME_SIZE_MAX_DEFAULT)
+        .is_ok()
+    {
+        let _ = stream.write(&out);
+    }
+    // Read what the peer sent (its `Hello`) before closing: closing with unread bytes sends a
+    // reset, which may destroy the refusal before the peer reads it.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 512];
+    while matches!(io::Read::read(&mut stream, &mut sink), Ok(n) if n > 0) {}
 }
 
 /// How a listening role (driver, master, worker) opens the connections it accepts.
@@ -171,5 +212,37 @@ impl Inbound {
             conn.outbound(),
         );
         Ok((token, conn, handshake))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_connection_holds_no_read_buffer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut peer =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        accepted.set_nonblocking(true).expect("nonblocking");
+        let mut conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
+        assert_eq!(conn.read_buffer_capacity(), 0, "allocated before any read");
+        let mut frame = BytesMut::new();
+        Message::Shutdown {}
+            .encode(&mut frame, 1 << 20)
+            .expect("encodes");
+        peer.write_all(&frame).expect("write");
+        let mut frames = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while frames == 0 {
+            assert!(std::time::Instant::now() < deadline, "no frame arrived");
+            conn.read_frames(|_, _| {
+                frames += 1;
+                Ok(())
+            })
+            .expect("reads");
+        }
+        assert_eq!(conn.read_buffer_capacity(), 0, "kept a buffer while idle");
     }
 }

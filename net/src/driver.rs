@@ -55,7 +55,9 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{accept_next, ConnError, Connection, Inbound};
+use crate::admission::Admission;
+pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FULL};
 use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
@@ -209,8 +211,77 @@ pub struct Driver {
     endpoint: EndpointRef<DriverEndpoint>,
     local_addr: Option<SocketAddr>,
     counters: Arc<Counters>,
+    /// The caller side of the limits: ids, room, waiters.
+    admission: Arc<Admission>,
+    /// The scheduler's counters as the loop last published them.
+    stats: Arc<PublishedStats>,
     /// The endpoint's clock origin.
     epoch: Instant,
+}
+
+/// The scheduler's [`Stats`], published by the loop after every event so callers read them
+/// without asking it.
+#[derive(Debug, Default)]
+struct PublishedStats {
+    launched: AtomicU64,
+    succeeded: AtomicU64,
+    attempts_failed: AtomicU64,
+    speculative_launched: AtomicU64,
+    ignored_updates: AtomicU64,
+    executors_excluded: AtomicU64,
+    attempts_killed: AtomicU64,
+    late_failures: AtomicU64,
+}
+
+impl PublishedStats {
+    fn publish(&self, stats: &Stats) {
+        let Stats {
+            launched,
+            succeeded,
+            attempts_failed,
+            speculative_launched,
+            ignored_updates,
+            executors_excluded,
+            attempts_killed,
+            late_failures,
+        } = *stats;
+        self.launched.store(launched, Ordering::Relaxed);
+        self.succeeded.store(succeeded, Ordering::Relaxed);
+        self.attempts_failed
+            .store(attempts_failed, Ordering::Relaxed);
+        self.speculative_launched
+            .store(speculative_launched, Ordering::Relaxed);
+        self.ignored_updates
+            .store(ignored_updates, Ordering::Relaxed);
+        self.executors_excluded
+            .store(executors_excluded, Ordering::Relaxed);
+        self.attempts_killed
+            .store(attempts_killed, Ordering::Relaxed);
+        self.late_failures.store(late_failures, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> Stats {
+        Stats {
+            launched: self.launched.load(Ordering::Relaxed),
+            succeeded: self.succeeded.load(Ordering::Relaxed),
+            attempts_failed: self.attempts_failed.load(Ordering::Relaxed),
+            speculative_launched: self.speculative_launched.load(Ordering::Relaxed),
+            ignored_updates: self.ignored_updates.load(Ordering::Relaxed),
+            executors_excluded: self.executors_excluded.load(Ordering::Relaxed),
+            attempts_killed: self.attempts_killed.load(Ordering::Relaxed),
+            late_failures: self.late_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A job [`Driver::try_submit`] did not take, handed back with why.
+#[derive(Debug)]
+pub struct Rejected {
+    /// Why: [`DriverError::Busy`] (try again later), [`DriverError::Submit`] (over a limit,
+    /// or malformed), [`DriverError::Stopped`].
+    pub error: DriverError,
+    /// The job, untouched (boxed: a rejection is the rare path).
+    pub job: Box<Job>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -320,6 +391,11 @@ impl Driver {
         })
         .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
         let counters = Arc::new(Counters::default());
+        let admission = Arc::new(Admission::new(
+            config.scheduler.pending_tasks_max,
+            config.scheduler.jobs_max,
+        ));
+        let stats = Arc::new(PublishedStats::default());
         let epoch = Instant::now();
         let endpoint = DriverEndpoint {
             scheduler: Scheduler::new(config.scheduler.clone()),
@@ -344,6 +420,10 @@ impl Driver {
             gone: std::collections::VecDeque::new(),
             local_spilled: false,
             health: Health::new(epoch),
+            admission: admission.clone(),
+            stats: stats.clone(),
+            deadlines: std::collections::BinaryHeap::new(),
+            executor_waiters: Vec::new(),
         };
         let endpoint = runtime
             .handle()
@@ -355,6 +435,8 @@ impl Driver {
             endpoint,
             local_addr,
             counters,
+            admission,
+            stats,
             epoch,
         })
     }
@@ -388,56 +470,181 @@ impl Driver {
         )
     }
 
-    /// Waits until at least `count` executors are registered.
+    /// Waits until at least `count` executors are registered (the loop answers when one
+    /// registers; nothing polls).
     pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
-        wait_until(timeout, || self.executors() >= count).map_err(|_| {
-            DriverError::Timeout(format!(
-                "{count} executors ({} registered)",
-                self.executors()
-            ))
-        })
+        self.endpoint
+            .ask(|reply| DriverMsg::WhenExecutors { count, reply }, timeout)
+            .map_err(|error| match error {
+                AskError::Timeout { .. } => DriverError::Timeout(format!(
+                    "{count} executors ({} registered)",
+                    self.executors()
+                )),
+                other => other.into(),
+            })
     }
 
-    /// Submits a job; the handle waits for (or awaits) its outcome.
-    pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
-        let shared = Arc::new(JobShared::default());
-        let tasks = job.payloads.len() as u64;
-        let job_shared = shared.clone();
-        let id = self
-            .endpoint
-            .ask(
-                |reply| DriverMsg::Submit {
-                    job,
-                    shared: job_shared,
-                    reply,
-                },
-                Duration::from_secs(60),
-            )
-            .map_err(DriverError::from)?
-            .map_err(DriverError::Submit)?;
+    /// [`wait_for_executors`](Self::wait_for_executors) for async callers: no thread blocks.
+    /// Bound it with the caller's own timer.
+    pub async fn wait_for_executors_async(&self, count: usize) -> Result<(), DriverError> {
+        self.endpoint
+            .ask_async(|reply| DriverMsg::WhenExecutors { count, reply })?
+            .await
+            .map_err(DriverError::from)
+    }
+
+    /// Submits a job without waiting for anything: the id is allocated and the limits are
+    /// checked on this thread, then the job goes into the driver loop's inbox (waking the loop
+    /// only if it is parked). A full inbox hands the job back with [`DriverError::Busy`];
+    /// [`submit_async`](Self::submit_async) waits for room instead. What only the loop can
+    /// decide (a payload over the frame size, say) arrives as the job's outcome.
+    pub fn try_submit(&self, job: Job) -> Result<JobHandle, Rejected> {
+        if job.function.len() > FUNCTION_NAME_MAX_BYTES {
+            let error = DriverError::Submit(format!(
+                "the function name is {} bytes, over {FUNCTION_NAME_MAX_BYTES}",
+                job.function.len()
+            ));
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
+        let id = match self.admission.admit(&job) {
+            Ok(id) => id,
+            Err(error) => {
+                let error = DriverError::Submit(error.to_string());
+                return Err(Rejected {
+                    error,
+                    job: Box::new(job),
+                });
+            }
+        };
+        let tasks = job.payloads.len();
+        let shared = Arc::new(JobShared::new(job.stream));
+        let msg = DriverMsg::Submit {
+            id,
+            job,
+            shared: shared.clone(),
+        };
+        if let Err(error) = self.endpoint.send(msg) {
+            self.admission.release(tasks);
+            let busy = matches!(error, SendError::Full(_));
+            let DriverMsg::Submit { job, .. } = error.into_inner() else {
+                unreachable!("the message sent was a Submit");
+            };
+            let error = if busy {
+                DriverError::Busy
+            } else {
+                DriverError::Stopped
+            };
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
         let endpoint = self.endpoint.clone();
+        let admission = self.admission.clone();
+        let cancelled = shared.clone();
         let cancel = Box::new(move || {
-            let _ = endpoint.send(DriverMsg::Cancel(JobId(id)));
+            cancelled.cancel();
+            if endpoint.send(DriverMsg::Cancel(id)).is_err() {
+                // The loop is behind: it looks for cancelled jobs at its next tick.
+                admission.cancels_pending.store(true, Ordering::Release);
+            }
         });
         Ok(JobHandle {
-            id,
-            tasks,
+            id: id.0,
+            tasks: tasks as u64,
             shared,
             cancel,
+            detached: false,
         })
     }
 
-    /// The scheduler's counters.
-    pub fn stats(&self) -> Result<Stats, DriverError> {
-        self.endpoint
-            .ask(DriverMsg::Stats, Duration::from_secs(10))
-            .map_err(DriverError::from)
+    /// Submits a job from a plain thread: as [`try_submit`](Self::try_submit), but while the
+    /// loop's inbox is full it backs off and tries again (for up to a minute) rather than
+    /// handing the job back. Async code uses [`submit_async`](Self::submit_async).
+    pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let deadline = flint_engine::runtime::deadline_after(Duration::from_secs(60));
+        let mut tries = 0u32;
+        let mut job = job;
+        loop {
+            match self.try_submit(job) {
+                Ok(handle) => return Ok(handle),
+                Err(Rejected {
+                    error: DriverError::Busy,
+                    job: back,
+                }) if Instant::now() < deadline => {
+                    job = *back;
+                    tries = tries.saturating_add(1);
+                    if tries < 16 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                Err(rejected) => return Err(rejected.error),
+            }
+        }
+    }
+
+    /// Submits a job from async code: as [`try_submit`](Self::try_submit), but while the
+    /// loop's inbox is full it waits (without blocking a thread) until the loop makes room.
+    pub async fn submit_async(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let mut job = Some(job);
+        std::future::poll_fn(|cx| {
+            let Some(next) = job.take() else {
+                return std::task::Poll::Ready(Err(DriverError::Stopped));
+            };
+            match self.try_submit(next) {
+                Ok(handle) => std::task::Poll::Ready(Ok(handle)),
+                Err(Rejected {
+                    error: DriverError::Busy,
+                    job: back,
+                }) => {
+                    self.admission.wait_for_room(cx.waker());
+                    // The loop may have made room between the try and the registration.
+                    match self.try_submit(*back) {
+                        Ok(handle) => std::task::Poll::Ready(Ok(handle)),
+                        Err(Rejected {
+                            error: DriverError::Busy,
+                            job: back,
+                        }) => {
+                            job = Some(*back);
+                            std::task::Poll::Pending
+                        }
+                        Err(rejected) => std::task::Poll::Ready(Err(rejected.error)),
+                    }
+                }
+                Err(rejected) => std::task::Poll::Ready(Err(rejected.error)),
+            }
+        })
+        .await
+    }
+
+    /// Jobs submitted and not yet ended.
+    pub fn active_jobs(&self) -> usize {
+        self.admission.active_jobs()
+    }
+
+    /// The scheduler's counters, as the driver's loop last published them (read without
+    /// asking the loop).
+    pub fn stats(&self) -> Stats {
+        self.stats.read()
     }
 
     /// What an allocator needs: the backlog and each remote executor's running tasks.
     pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
         self.endpoint
             .ask(DriverMsg::Executors, Duration::from_secs(10))
+            .map_err(DriverError::from)
+    }
+
+    /// [`executors_view`](Self::executors_view) for async callers: no thread blocks.
+    pub async fn executors_view_async(&self) -> Result<ExecutorsView, DriverError> {
+        self.endpoint
+            .ask_async(DriverMsg::Executors)?
+            .await
             .map_err(DriverError::from)
     }
 
@@ -538,19 +745,24 @@ pub struct ExecutorsView {
 
 /// Messages to the driver's endpoint.
 pub(crate) enum DriverMsg {
-    /// Submit a job.
+    /// Submit a job (admitted by the caller under this id).
     Submit {
+        /// Its id.
+        id: JobId,
         /// The job.
         job: Job,
-        /// Where its outcome goes.
+        /// Where its results and outcome go.
         shared: Arc<JobShared>,
-        /// The job's id, or why it was refused.
-        reply: Reply<Result<u64, String>>,
     },
     /// Cancel a job.
     Cancel(JobId),
-    /// The scheduler's counters.
-    Stats(Reply<Stats>),
+    /// Answer once at least this many executors are registered.
+    WhenExecutors {
+        /// How many.
+        count: usize,
+        /// The answer.
+        reply: Reply<()>,
+    },
     /// Send `StopExecutor` to every remote executor; replies with how many.
     StopExecutors(Reply<usize>),
     /// Local tasks completed.
@@ -621,6 +833,8 @@ impl Health {
 struct JobEntry {
     shared: Arc<JobShared>,
     observer: Option<ResultObserver>,
+    /// Tasks in the job, given back to admission when it ends.
+    tasks: usize,
 }
 
 /// The driver on its loop (see the module docs).
@@ -644,7 +858,8 @@ pub(crate) struct DriverEndpoint {
     dirty: Vec<Token>,
     counters: Arc<Counters>,
     stopping: bool,
-    tick: Option<TimerId>,
+    /// The periodic tick and its period (see [`DriverEndpoint::arm_tick`]).
+    tick: Option<(TimerId, Duration)>,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
@@ -652,6 +867,12 @@ pub(crate) struct DriverEndpoint {
     /// comes for those).
     local_spilled: bool,
     health: Health,
+    admission: Arc<Admission>,
+    stats: Arc<PublishedStats>,
+    /// Jobs' deadlines (micros on the loop's clock), earliest first.
+    deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(u64, JobId)>>,
+    /// Callers waiting for a number of executors.
+    executor_waiters: Vec<(usize, Reply<()>)>,
     /// Executors removed lately (newest last, at most [`GONE_NAMES_MAX`]) by their id on the
     /// wire, so a cluster manager's later exit reason still reaches the scheduler
     /// ([`Driver::remove_executor`]; issue 14 item 7).
@@ -661,8 +882,19 @@ pub(crate) struct DriverEndpoint {
 /// Removed executors whose names the driver keeps for late exit reasons.
 const GONE_NAMES_MAX: usize = 1024;
 
+/// Connections still in the handshake (unauthenticated) held at once; the oldest goes when
+/// another arrives.
+const HANDSHAKES_MAX: usize = 256;
+/// Client connections (`Role::Client`) held at once; the oldest goes when another arrives.
+const CLIENTS_MAX: usize = 64;
+/// A client connection silent this long is closed.
+const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The local executor's id.
 const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
+
+/// The tick while jobs are active.
+const BUSY_TICK: Duration = Duration::from_millis(10);
 
 impl DriverEndpoint {
     fn now_us(&self) -> u64 {
@@ -678,8 +910,22 @@ impl DriverEndpoint {
             outbound_max: self.config.outbound_max,
         };
         while let Some((stream, addr)) = accept_next(&self.listener) {
-            if self.peers.len() >= self.config.connections_max {
+            // Unauthenticated connections and status clients have small tables of their own
+            // (the oldest goes), so executors always find room in the rest.
+            if self.count_phase(|p| matches!(p, Phase::Handshake(_))) >= HANDSHAKES_MAX {
+                self.evict_oldest(|p| matches!(p, Phase::Handshake(_)));
+            }
+            if self.peers.len() >= self.config.connections_max
+                && !self.evict_oldest(|p| matches!(p, Phase::Handshake(_) | Phase::Client))
+            {
                 tracing::warn!(%addr, "refused a connection: {} connections open (connections_max)", self.peers.len());
+                refuse(
+                    stream,
+                    &format!(
+                        "{TABLE_FULL}: the driver holds {} connections",
+                        self.peers.len()
+                    ),
+                );
                 continue;
             }
             match inbound.open(stream, ctx) {
@@ -701,6 +947,38 @@ impl DriverEndpoint {
                 Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
             }
         }
+    }
+
+    /// Connections whose phase matches.
+    fn count_phase(&self, matching: impl Fn(&Phase) -> bool) -> usize {
+        self.peers.values().filter(|p| matching(&p.phase)).count()
+    }
+
+    /// Closes the oldest connection whose phase matches, telling it the table is full;
+    /// whether there was one.
+    fn evict_oldest(&mut self, matching: impl Fn(&Phase) -> bool) -> bool {
+        let oldest = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matching(&p.phase))
+            .min_by_key(|(_, p)| p.opened)
+            .map(|(t, _)| *t);
+        let Some(token) = oldest else {
+            return false;
+        };
+        // Quietly: a flood of these is what the tables are for.
+        if let Some(mut peer) = self.peers.remove(&token) {
+            encode(
+                &Message::HandshakeRefused {
+                    reason: &format!("{TABLE_FULL}: the oldest such connection goes"),
+                },
+                peer.conn.outbound(),
+                self.config.frame_size_max,
+            );
+            let _ = peer.conn.flush();
+        }
+        tracing::debug!("dropped the oldest connection of its kind: {TABLE_FULL}");
+        true
     }
 
     fn on_peer_event(&mut self, token: Token, event: &Event) {
@@ -734,6 +1012,9 @@ impl DriverEndpoint {
             return match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
                 Ok(None) => Ok(()),
                 Ok(Some(Role::Client)) => {
+                    if self.count_phase(|p| matches!(p, Phase::Client)) >= CLIENTS_MAX {
+                        self.evict_oldest(|p| matches!(p, Phase::Client));
+                    }
                     *phase = Phase::Client;
                     Ok(())
                 }
@@ -842,6 +1123,7 @@ impl DriverEndpoint {
         self.tokens.insert(id, token);
         self.links.insert(id, Link::Remote(token));
         self.counters.executors.fetch_add(1, Ordering::SeqCst);
+        self.answer_executor_waiters();
         self.counters
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
@@ -912,6 +1194,8 @@ impl DriverEndpoint {
     fn pump(&mut self) {
         loop {
             self.scheduler.drain_outputs(&mut self.outputs);
+            // Before the outputs reach anyone: a caller that sees a job end sees its counts.
+            self.stats.publish(self.scheduler.stats());
             let mut outputs = std::mem::take(&mut self.outputs);
             for output in outputs.drain(..) {
                 self.carry_out(output);
@@ -1017,16 +1301,161 @@ impl DriverEndpoint {
             },
             Output::TaskResult { task, result } => {
                 if let Some(entry) = self.jobs.get_mut(&task.job()) {
-                    entry.shared.task_done();
+                    let result = result.as_ref().map_err(String::as_str);
+                    entry.shared.task_done(task.index(), result);
                     if let Some(observer) = entry.observer.as_mut() {
-                        observer(task.index(), result.as_ref().map_err(String::as_str));
+                        observer(task.index(), result);
                     }
                 }
             }
             Output::JobOutcome { job, outcome } => {
                 if let Some(entry) = self.jobs.remove(&job) {
+                    self.admission.release(entry.tasks);
                     entry.shared.finish(outcome);
                 }
+            }
+        }
+    }
+
+    /// A job the caller admitted: into the scheduler, with its deadline armed.
+    fn submit(&mut self, id: JobId, job: Job, shared: Arc<JobShared>, ctx: &mut Ctx<'_, Self>) {
+        let Job {
+            function,
+            payloads,
+            cores,
+            observer,
+            keep_results,
+            result_bytes_max,
+            deadline,
+            stream: _,
+            scheduling,
+        } = job;
+        let n = payloads.len();
+        let names = &self.names;
+        let spec = crate::job::job_spec(
+            function,
+            payloads,
+            cores,
+            keep_results,
+            result_bytes_max,
+            *scheduling,
+            |name| names.get(name).copied(),
+        );
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(error) => {
+                self.admission.release(n);
+                shared.finish(scheduler::JobOutcome::Failed(vec![format!(
+                    "job refused: {error}"
+                )]));
+                return;
+            }
+        };
+        let now_us = self.now_us();
+        if shared.is_cancelled() {
+            self.admission.release(n);
+            shared.finish(scheduler::JobOutcome::Cancelled);
+            return;
+        }
+        // The entry goes in first: the scheduler may end a job (no tasks, a payload over the
+        // limit) within the call.
+        self.jobs.insert(
+            id,
+            JobEntry {
+                shared: shared.clone(),
+                observer,
+                tasks: n,
+            },
+        );
+        if let Err(error) = self.scheduler.submit_job_with_id(now_us, id, spec) {
+            self.jobs.remove(&id);
+            self.admission.release(n);
+            shared.finish(scheduler::JobOutcome::Failed(vec![format!(
+                "job refused: {error}"
+            )]));
+            return;
+        }
+        if let Some(deadline) = deadline {
+            let at_us =
+                now_us.saturating_add(deadline.as_micros().min(u128::from(u64::MAX)) as u64);
+            self.deadlines.push(std::cmp::Reverse((at_us, id)));
+            if let Err(error) = ctx.timer_once(deadline) {
+                tracing::warn!(
+                    job = id.0,
+                    "no timer for the deadline ({error}); the tick checks it"
+                );
+            }
+        }
+    }
+
+    /// Keeps the periodic tick at the period the driver's state needs, so an idle driver does
+    /// not wake up: every 10 ms while jobs are active (locality waits, speculation, health),
+    /// a quarter of the shorter of the heartbeat and handshake timeouts while only connections
+    /// need watching, none when there is neither. O(1): called after every event.
+    fn arm_tick(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let period = if !self.jobs.is_empty() {
+            Some(BUSY_TICK)
+        } else if !self.peers.is_empty() {
+            let shorter = self
+                .config
+                .heartbeat_timeout
+                .min(self.config.handshake_timeout);
+            Some((shorter / 4).max(BUSY_TICK))
+        } else {
+            None
+        };
+        if self.tick.map(|(_, p)| p) == period {
+            return;
+        }
+        if let Some((timer, _)) = self.tick.take() {
+            ctx.cancel_timer(timer);
+        }
+        if let Some(period) = period {
+            match ctx.timer_periodic(period) {
+                Ok(timer) => self.tick = Some((timer, period)),
+                Err(error) => tracing::error!("no tick timer: {error}"),
+            }
+        }
+    }
+
+    /// Answers the callers waiting for as many executors as are registered now.
+    fn answer_executor_waiters(&mut self) {
+        let registered = self.counters.executors.load(Ordering::SeqCst);
+        if self
+            .executor_waiters
+            .iter()
+            .all(|(count, _)| *count > registered)
+        {
+            return;
+        }
+        for (count, reply) in std::mem::take(&mut self.executor_waiters) {
+            if count <= registered {
+                let _ = reply.send(());
+            } else {
+                self.executor_waiters.push((count, reply));
+            }
+        }
+    }
+
+    /// Fails jobs whose deadline passed, and cancels jobs whose handles cancelled them while
+    /// the inbox was full.
+    fn check_jobs(&mut self) {
+        let now_us = self.now_us();
+        while let Some(&std::cmp::Reverse((at_us, id))) = self.deadlines.peek() {
+            if at_us > now_us {
+                break;
+            }
+            self.deadlines.pop();
+            let reason = format!("job {} failed: its deadline passed", id.0);
+            self.scheduler.fail_job(now_us, id, &reason);
+        }
+        if self.admission.cancels_pending.swap(false, Ordering::AcqRel) {
+            let cancelled: Vec<JobId> = (self.jobs.iter())
+                .filter(|(_, entry)| entry.shared.is_cancelled())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in cancelled {
+                self.scheduler.cancel_job(now_us, id);
             }
         }
     }
@@ -1034,6 +1463,7 @@ impl DriverEndpoint {
     fn on_tick(&mut self) {
         let now = Instant::now();
         self.scheduler.tick(self.now_us());
+        self.check_jobs();
         let mut expired = Vec::new();
         for (token, peer) in &self.peers {
             match peer.phase {
@@ -1059,6 +1489,15 @@ impl DriverEndpoint {
                         format!(
                             "no heartbeat for {} ms",
                             self.config.heartbeat_timeout.as_millis()
+                        ),
+                    ));
+                }
+                Phase::Client if now.duration_since(peer.last_heard) > CLIENT_IDLE_TIMEOUT => {
+                    expired.push((
+                        *token,
+                        format!(
+                            "a client connection silent for {} ms",
+                            CLIENT_IDLE_TIMEOUT.as_millis()
                         ),
                     ));
                 }
@@ -1179,10 +1618,6 @@ impl Endpoint for DriverEndpoint {
             Ok(token) => self.listener_token = Some(token),
             Err(error) => tracing::error!("cannot watch the listener: {error}"),
         }
-        match ctx.timer_periodic(Duration::from_millis(10)) {
-            Ok(timer) => self.tick = Some(timer),
-            Err(error) => tracing::error!("no tick timer: {error}"),
-        }
         if let Some((pool, registry)) = self.local.take() {
             let cores = self.config.local_cores.unwrap_or(1);
             let slots =
@@ -1200,49 +1635,26 @@ impl Endpoint for DriverEndpoint {
                 Ok(()) => {
                     self.links.insert(LOCAL_EXECUTOR, Link::Local);
                     self.counters.executors.fetch_add(1, Ordering::SeqCst);
+                    self.answer_executor_waiters();
                 }
                 Err(refusal) => tracing::error!("local executor refused: {refusal}"),
             }
         }
     }
 
-    fn on_message(&mut self, msg: DriverMsg, _ctx: &mut Ctx<'_, Self>) {
+    fn on_message(&mut self, msg: DriverMsg, ctx: &mut Ctx<'_, Self>) {
+        self.admission.room_made();
         match msg {
-            DriverMsg::Submit { job, shared, reply } => {
-                let Job {
-                    function,
-                    payloads,
-                    cores,
-                    observer,
-                    keep_results,
-                    result_bytes_max,
-                    scheduling,
-                } = job;
-                let names = &self.names;
-                let spec = crate::job::job_spec(
-                    function,
-                    payloads,
-                    cores,
-                    keep_results,
-                    result_bytes_max,
-                    *scheduling,
-                    |name| names.get(name).copied(),
-                );
-                let answer = spec.and_then(|spec| {
-                    let id = self
-                        .scheduler
-                        .submit_job(self.now_us(), spec)
-                        .map_err(|error| error.to_string())?;
-                    self.jobs.insert(id, JobEntry { shared, observer });
-                    Ok(id.0)
-                });
-                let _ = reply.send(answer);
-            }
+            DriverMsg::Submit { id, job, shared } => self.submit(id, job, shared, ctx),
             DriverMsg::Cancel(job) => {
                 self.scheduler.cancel_job(self.now_us(), job);
             }
-            DriverMsg::Stats(reply) => {
-                let _ = reply.send(self.scheduler.stats().clone());
+            DriverMsg::WhenExecutors { count, reply } => {
+                if self.counters.executors.load(Ordering::SeqCst) >= count {
+                    let _ = reply.send(());
+                } else {
+                    self.executor_waiters.push((count, reply));
+                }
             }
             DriverMsg::StopExecutors(reply) => {
                 self.stopping = true;
@@ -1327,6 +1739,7 @@ impl Endpoint for DriverEndpoint {
             }
         }
         self.pump();
+        self.arm_tick(ctx);
     }
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
@@ -1336,11 +1749,13 @@ impl Endpoint for DriverEndpoint {
             self.on_peer_event(token, event);
         }
         self.pump();
+        self.arm_tick(ctx);
     }
 
-    fn on_timer(&mut self, _timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+    fn on_timer(&mut self, _timer: TimerId, ctx: &mut Ctx<'_, Self>) {
         self.on_tick();
         self.pump();
+        self.arm_tick(ctx);
     }
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
@@ -1353,6 +1768,7 @@ impl Endpoint for DriverEndpoint {
             let _ = peer.conn.flush();
         }
         for (_, entry) in self.jobs.drain() {
+            self.admission.release(entry.tasks);
             entry.shared.finish(scheduler::JobOutcome::Failed(vec![
                 "the driver stopped".into()
             ]));

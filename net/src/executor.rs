@@ -125,8 +125,39 @@ impl Exit {
 }
 
 /// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
+/// A driver whose connection table is full refuses the handshake saying so
+/// ([`crate::conn::TABLE_FULL`]): the executor tries again with backoff (logged at info) until
+/// `connect_timeout` has passed.
 pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary, ExecutorError> {
-    let stream = connect(config.driver, config.connect_timeout)?;
+    let deadline = flint_engine::runtime::deadline_after(config.connect_timeout);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match run_once(config.clone(), registry.clone(), remaining) {
+            Err(ExecutorError::Refused(reason))
+                if reason.contains(crate::conn::TABLE_FULL)
+                    && Instant::now() + backoff < deadline =>
+            {
+                tracing::info!(
+                    driver = %config.driver,
+                    "the driver refused us: {reason}; retrying in {} ms",
+                    backoff.as_millis()
+                );
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One connection to the driver, until it ends.
+fn run_once(
+    config: ExecutorConfig,
+    registry: Registry,
+    connect_timeout: Duration,
+) -> Result<ExecutorSummary, ExecutorError> {
+    let stream = connect(config.driver, connect_timeout)?;
     let in_flight_max = config
         .in_flight_per_core
         .saturating_mul(config.cores.max(1) as usize);

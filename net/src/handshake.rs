@@ -15,14 +15,18 @@
 //! `HandshakeRefused{reason}` and closes. A proof is bound to the nonce its checker chose, so it
 //! cannot be replayed on another connection.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 
 use bytes::BytesMut;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::wire::{AuthMethod, Message, Role, WireError};
+
+/// The environment variable that carries the shared secret.
+pub const SECRET_ENV: &str = "FLINT_SECRET";
 
 /// A shared secret for the handshake.
 #[derive(Clone)]
@@ -60,6 +64,39 @@ impl Secret {
         }
     }
 
+    /// A fresh random secret: 32 random bytes as 64 hex digits (printable, so it can live in a
+    /// file or an environment variable).
+    pub fn generate() -> std::io::Result<Secret> {
+        let bytes = random_nonce()?;
+        let hex: Vec<u8> = bytes
+            .iter()
+            .flat_map(|b| [b >> 4, b & 15])
+            .map(|d| b"0123456789abcdef"[usize::from(d)])
+            .collect();
+        Ok(Secret(hex))
+    }
+
+    /// The secret's bytes, to hand to a process this one starts (an executor). Never log them.
+    pub fn expose_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Writes the secret to a new file `path` readable by its owner only (mode 0600); fails if
+    /// the file exists (so nothing planted there beforehand is followed or reused).
+    pub fn write_new_file(&self, path: &Path) -> Result<(), String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| format!("cannot create secret file {}: {e}", path.display()))?;
+        file.write_all(&self.0)
+            .and_then(|()| file.write_all(b"\n"))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("cannot write secret file {}: {e}", path.display()))
+    }
+
     fn proof(&self, nonce: &[u8; 32], role: Role) -> Hmac<Sha256> {
         // HMAC takes keys of any length; `new_from_slice` fails for none.
         let mut mac =
@@ -71,11 +108,43 @@ impl Secret {
     }
 }
 
-/// 32 bytes from the operating system's random source.
+/// The generator behind [`random_nonce`]: HMAC-SHA256 in counter mode (an HMAC-DRBG without
+/// reseeding) keyed with 32 bytes read once from the operating system's random source.
+struct Drbg {
+    key: [u8; 32],
+    counter: u64,
+}
+
+static DRBG: OnceLock<Result<Mutex<Drbg>, String>> = OnceLock::new();
+
+fn os_random() -> std::io::Result<[u8; 32]> {
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
+    Ok(seed)
+}
+
+/// 32 unpredictable bytes. The generator reads the operating system's random source once per
+/// process (the first call) and then needs no file descriptor, so a process at its file limit
+/// still gets nonces for the connections it already accepted. The output is HMAC-SHA256 of a
+/// counter under the seed: a pseudo-random function, so nonces never repeat within a process
+/// and cannot be predicted from the ones a peer has seen.
 pub fn random_nonce() -> std::io::Result<[u8; 32]> {
-    let mut nonce = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut nonce)?;
-    Ok(nonce)
+    let drbg = DRBG.get_or_init(|| {
+        os_random()
+            .map(|key| Mutex::new(Drbg { key, counter: 0 }))
+            .map_err(|e| e.to_string())
+    });
+    let drbg = drbg
+        .as_ref()
+        .map_err(|e| std::io::Error::other(format!("no random seed: {e}")))?;
+    let mut state = drbg.lock().unwrap_or_else(|p| p.into_inner());
+    state.counter += 1;
+    // HMAC takes keys of any length; `new_from_slice` fails for none.
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(&state.key).unwrap_or_else(|_| unreachable!());
+    mac.update(b"flint-nonce-v1");
+    mac.update(&state.counter.to_le_bytes());
+    Ok(mac.finalize().into_bytes().into())
 }
 
 /// Why a handshake failed.
@@ -158,9 +227,12 @@ impl Handshake {
         body: &[u8],
         out: &mut BytesMut,
     ) -> Result<Option<Role>, HandshakeError> {
+        // A peer may refuse us before its `Hello` (its connection table is full).
         let message = match self.peer_role {
-            None => Message::decode_hello(kind, body)?,
-            Some(_) => Message::decode(kind, body)?,
+            None if kind != crate::wire::Kind::HandshakeRefused as u16 => {
+                Message::decode_hello(kind, body)?
+            }
+            _ => Message::decode(kind, body)?,
         };
         match (message, self.peer_role) {
             (
@@ -181,8 +253,8 @@ impl Handshake {
                     AuthMethod::None
                 };
                 if auth != ours {
-                    return Err(HandshakeError::Refused(format!(
-                        "bad credentials: authentication {auth} offered, {ours} required"
+                    return Err(HandshakeError::Refused(credentials_mismatch(
+                        self.role, role, ours,
                     )));
                 }
                 self.peer_role = Some(role);
@@ -206,15 +278,51 @@ impl Handshake {
                 secret
                     .proof(&self.nonce, peer_role)
                     .verify_slice(&proof)
-                    .map_err(|_| {
-                        HandshakeError::Refused("bad credentials: wrong shared secret".into())
-                    })?;
+                    .map_err(|_| HandshakeError::Refused(WRONG_SECRET.into()))?;
                 Ok(Some(peer_role))
             }
             (Message::HandshakeRefused { reason }, _) => {
                 Err(HandshakeError::RefusedByPeer(reason.to_owned()))
             }
             (other, _) => Err(HandshakeError::Unexpected(other.kind().name())),
+        }
+    }
+}
+
+/// What a wrong shared secret is called, with what to do about it.
+pub const WRONG_SECRET: &str = "bad credentials: wrong shared secret; use the secret the master \
+     uses (the file `flint master` printed), with --secret-file PATH or $FLINT_SECRET";
+
+/// Why one side has a secret and the other none, with what to do about it (from the view of
+/// `ours`, the side that noticed).
+fn credentials_mismatch(me: Role, peer: Role, ours: AuthMethod) -> String {
+    let (me, peer) = (
+        me.to_string().to_lowercase(),
+        peer.to_string().to_lowercase(),
+    );
+    match ours {
+        AuthMethod::None => format!(
+            "bad credentials: the {peer} uses a shared secret and this {me} has none; give this \
+             {me} the same secret with --secret-file PATH or $FLINT_SECRET (the file `flint \
+             master` printed), or run both with --insecure"
+        ),
+        AuthMethod::HmacSha256 => format!(
+            "bad credentials: this {me} requires a shared secret and the {peer} gave none; give \
+             the {peer} the secret with --secret-file PATH or $FLINT_SECRET (the file `flint \
+             master` printed)"
+        ),
+    }
+}
+
+impl HandshakeError {
+    /// Whether the handshake failed over the shared secret (missing, unexpected or wrong):
+    /// retrying with the same configuration cannot help.
+    pub fn is_credentials(&self) -> bool {
+        match self {
+            HandshakeError::Refused(reason) | HandshakeError::RefusedByPeer(reason) => {
+                reason.starts_with("bad credentials")
+            }
+            _ => false,
         }
     }
 }
@@ -302,12 +410,7 @@ mod tests {
     #[test]
     fn a_wrong_secret_is_refused_as_bad_credentials() {
         let (connector, acceptor) = run(secret("wrong"), secret("right"));
-        assert_eq!(
-            acceptor,
-            Err(HandshakeError::Refused(
-                "bad credentials: wrong shared secret".into()
-            ))
-        );
+        assert_eq!(acceptor, Err(HandshakeError::Refused(WRONG_SECRET.into())));
         assert!(
             matches!(
                 connector,
@@ -324,10 +427,34 @@ mod tests {
             matches!(acceptor, Err(HandshakeError::Refused(ref r)) if r.contains("bad credentials")),
             "{acceptor:?}"
         );
-        assert!(connector
-            .expect_err("refused")
-            .to_string()
-            .contains("bad credentials"));
+        let connector = connector.expect_err("refused");
+        assert!(connector.is_credentials(), "{connector}");
+        // The side without a secret is told how to give it one.
+        let text = connector.to_string();
+        assert!(
+            text.contains("--secret-file") && text.contains("$FLINT_SECRET"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn nonces_never_repeat() {
+        let first = random_nonce().expect("seeded");
+        let nonces: std::collections::HashSet<[u8; 32]> =
+            (0..1000).map(|_| random_nonce().expect("nonce")).collect();
+        assert_eq!(nonces.len(), 1000);
+        assert!(!nonces.contains(&first));
+    }
+
+    #[test]
+    fn generated_secrets_are_hex_and_differ() {
+        let (a, b) = (
+            Secret::generate().expect("a"),
+            Secret::generate().expect("b"),
+        );
+        assert_eq!(a.expose_bytes().len(), 64);
+        assert!(a.expose_bytes().iter().all(u8::is_ascii_hexdigit));
+        assert_ne!(a.expose_bytes(), b.expose_bytes());
     }
 
     #[test]

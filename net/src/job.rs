@@ -1,14 +1,19 @@
 //! What a service holds for a submitted job: a [`JobHandle`] to wait on (blocking with a
-//! timeout, or as a `Future`), watch and cancel.
+//! timeout, or as a `Future`), to take results from as they come (an iterator and a `Stream`,
+//! for jobs that [stream](Job::stream_results)), to watch and to cancel. Dropping a handle
+//! cancels its job unless it was [detached](JobHandle::detach); a job may carry a
+//! [deadline](Job::deadline).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures_core::Stream;
 
 pub use flint_engine::scheduler::{ExclusionConfig, JobOutcome, JobSetting, SpeculationConfig};
 use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec};
@@ -36,6 +41,8 @@ pub struct Job {
     pub(crate) observer: Option<ResultObserver>,
     pub(crate) keep_results: bool,
     pub(crate) result_bytes_max: Option<u64>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) stream: bool,
     /// Boxed: most jobs keep the defaults, and a `Job` travels in the driver's messages.
     pub(crate) scheduling: Box<JobScheduling>,
 }
@@ -86,6 +93,8 @@ impl Job {
             observer: None,
             keep_results: true,
             result_bytes_max: None,
+            deadline: None,
+            stream: false,
             scheduling: Box::default(),
         }
     }
@@ -135,6 +144,22 @@ impl Job {
     /// driver's): inherit (default), off, or its own limits.
     pub fn exclusion(mut self, setting: JobSetting<ExclusionConfig>) -> Self {
         self.scheduling.exclusion = setting;
+        self
+    }
+
+    /// Fails the job with a reason naming the deadline if it has not ended `deadline` after it
+    /// reached the driver: running tasks are killed, pending ones dropped.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Hands each task's result to the handle as it arrives ([`JobHandle::results`],
+    /// [`JobHandle::next_result`], [`JobHandle::results_stream`]), in completion order. Results
+    /// wait in the handle until taken, so a streaming job that also keeps its results for the
+    /// outcome holds each twice (shared bytes, not copies): stream with `keep_results(false)`.
+    pub fn stream_results(mut self) -> Self {
+        self.stream = true;
         self
     }
 
@@ -236,56 +261,150 @@ pub(crate) fn job_spec(
     })
 }
 
+/// One task's result as the handle hands it out: its index in the job, then its bytes or why it
+/// did not succeed.
+pub type TaskResult = (u32, Result<Bytes, String>);
+
 #[derive(Default)]
 struct State {
+    /// The outcome until the handle takes it.
     outcome: Option<JobOutcome>,
+    /// Whether the outcome was decided (it may have been taken since).
+    ended: bool,
+    /// Streamed results not yet taken.
+    results: VecDeque<TaskResult>,
+    /// The task awaiting the outcome or the next result.
     waker: Option<Waker>,
 }
 
 /// The part of a job shared by its handle and the driver.
-#[derive(Default)]
 pub(crate) struct JobShared {
     state: Mutex<State>,
-    finished: Condvar,
+    changed: Condvar,
     tasks_done: AtomicU64,
+    cancelled: AtomicBool,
+    stream: bool,
 }
 
 impl JobShared {
+    pub(crate) fn new(stream: bool) -> JobShared {
+        JobShared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            tasks_done: AtomicU64::new(0),
+            cancelled: AtomicBool::new(false),
+            stream,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A poisoned lock only means another thread panicked while holding it; the state is a
-        // plain value that is always consistent.
+        // A poisoned lock only means another thread panicked while holding it; the state is
+        // plain values that are always consistent.
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(crate) fn task_done(&self) {
+    /// One task reached its final result (handed to the handle if the job streams).
+    pub(crate) fn task_done(&self, index: u32, result: Result<&Bytes, &str>) {
         self.tasks_done.fetch_add(1, Ordering::Relaxed);
+        if !self.stream {
+            return;
+        }
+        let result = result.cloned().map_err(str::to_owned);
+        let waker = {
+            let mut state = self.lock();
+            state.results.push_back((index, result));
+            state.waker.take()
+        };
+        self.changed.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// Records the outcome (the first one wins) and wakes every waiter.
     pub(crate) fn finish(&self, outcome: JobOutcome) {
         let waker = {
             let mut state = self.lock();
-            if state.outcome.is_some() {
+            if state.ended {
                 return;
             }
+            state.ended = true;
             state.outcome = Some(outcome);
             state.waker.take()
         };
-        self.finished.notify_all();
+        self.changed.notify_all();
         if let Some(waker) = waker {
             waker.wake();
         }
     }
+
+    /// Marks the job cancelled (the driver's loop also learns it by message, or by looking).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    fn is_ended(&self) -> bool {
+        self.lock().ended
+    }
+
+    /// The next streamed result, waiting up to `timeout`; `None` once the job has ended and
+    /// every result was taken (or the time ran out: then `Some` may still come later).
+    fn next_result_blocking(&self, timeout: Option<Duration>) -> Option<TaskResult> {
+        let deadline = timeout.map(flint_engine::runtime::deadline_after);
+        let mut state = self.lock();
+        loop {
+            if let Some(result) = state.results.pop_front() {
+                return Some(result);
+            }
+            if state.ended {
+                return None;
+            }
+            state = match deadline {
+                None => self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.changed
+                        .wait_timeout(state, left)
+                        .map(|(guard, _)| guard)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner().0)
+                }
+            };
+        }
+    }
+
+    fn poll_next_result(&self, cx: &mut Context<'_>) -> Poll<Option<TaskResult>> {
+        let mut state = self.lock();
+        if let Some(result) = state.results.pop_front() {
+            return Poll::Ready(Some(result));
+        }
+        if state.ended {
+            return Poll::Ready(None);
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
 }
 
-/// A submitted job.
+/// A submitted job. Dropping it cancels the job unless it has ended or was
+/// [detached](JobHandle::detach).
 pub struct JobHandle {
     pub(crate) id: u64,
     pub(crate) tasks: u64,
     pub(crate) shared: Arc<JobShared>,
     pub(crate) cancel: Box<dyn Fn() + Send + Sync>,
+    pub(crate) detached: bool,
 }
 
 impl std::fmt::Debug for JobHandle {
@@ -315,13 +434,19 @@ impl JobHandle {
 
     /// True once the outcome is known.
     pub fn is_finished(&self) -> bool {
-        self.shared.lock().outcome.is_some()
+        self.shared.is_ended()
     }
 
     /// Cancels the job: running tasks are killed, pending ones dropped; the outcome becomes
     /// `Cancelled` unless it was already decided.
     pub fn cancel(&self) {
         (self.cancel)();
+    }
+
+    /// Lets the job run to its end without this handle: dropping a handle otherwise cancels
+    /// its job. Results still reach the job's [`Job::on_result`] observer.
+    pub fn detach(mut self) {
+        self.detached = true;
     }
 
     /// Blocks until the job ends.
@@ -333,7 +458,7 @@ impl JobHandle {
             }
             state = self
                 .shared
-                .finished
+                .changed
                 .wait(state)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
@@ -348,19 +473,46 @@ impl JobHandle {
                 if let Some(outcome) = state.outcome.take() {
                     return Ok(outcome);
                 }
-                let now = Instant::now();
-                if now >= deadline {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
                     break;
                 }
                 state = self
                     .shared
-                    .finished
-                    .wait_timeout(state, deadline - now)
+                    .changed
+                    .wait_timeout(state, left)
                     .map(|(guard, _)| guard)
                     .unwrap_or_else(|poisoned| poisoned.into_inner().0);
             }
         }
         Err(self)
+    }
+
+    /// The next result of a [streaming](Job::stream_results) job, blocking up to `timeout`
+    /// (`None`: until it comes). `None` once every result was taken and the job ended, or when
+    /// the time ran out.
+    pub fn next_result(&mut self, timeout: Option<Duration>) -> Option<TaskResult> {
+        self.shared.next_result_blocking(timeout)
+    }
+
+    /// The results of a [streaming](Job::stream_results) job as they come, blocking between
+    /// them, until the job ends.
+    pub fn results(&mut self) -> impl Iterator<Item = TaskResult> + '_ {
+        std::iter::from_fn(move || self.shared.next_result_blocking(None))
+    }
+
+    /// The results of a [streaming](Job::stream_results) job as a `Stream`, ending with the
+    /// job. Await the handle afterwards for the outcome.
+    pub fn results_stream(&mut self) -> ResultStream<'_> {
+        ResultStream { handle: self }
+    }
+}
+
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        if !self.detached && !self.shared.is_ended() {
+            (self.cancel)();
+        }
     }
 }
 
@@ -376,6 +528,20 @@ impl Future for JobHandle {
                 Poll::Pending
             }
         }
+    }
+}
+
+/// A streaming job's results as they come ([`JobHandle::results_stream`]).
+#[derive(Debug)]
+pub struct ResultStream<'a> {
+    handle: &'a mut JobHandle,
+}
+
+impl Stream for ResultStream<'_> {
+    type Item = TaskResult;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<TaskResult>> {
+        self.handle.shared.poll_next_result(cx)
     }
 }
 

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use bytes::BytesMut;
 use flint_engine::standalone::{AppSpec, RecoveredApp, WorkerSpec};
 
+use crate::handshake::SECRET_ENV;
 use crate::standalone::{spec_from_wire, with_description};
 use crate::wire::{FrameDecoder, Message, FRAME_SIZE_MAX_DEFAULT};
 
@@ -202,9 +203,21 @@ fn encode_worker(worker: &WorkerSpec, out: &mut BytesMut) {
     );
 }
 
+/// `spec` without a shared secret in its environment: secrets never reach the journal (an
+/// older journal that holds one loses it at the next compaction).
+fn without_secret(spec: &AppSpec) -> std::borrow::Cow<'_, AppSpec> {
+    if spec.env.iter().any(|(key, _)| key == SECRET_ENV) {
+        let mut clean = spec.clone();
+        clean.env.retain(|(key, _)| key != SECRET_ENV);
+        std::borrow::Cow::Owned(clean)
+    } else {
+        std::borrow::Cow::Borrowed(spec)
+    }
+}
+
 fn encode_app(app_id: &str, spec: &AppSpec, out: &mut BytesMut) {
     encode(&Message::RegisteredApplication { app_id }, out);
-    with_description(spec, |app| {
+    with_description(&without_secret(spec), |app| {
         encode(&Message::RegisterApplication { app }, out);
     });
 }
@@ -267,7 +280,7 @@ pub fn replay(bytes: &[u8]) -> Recovered {
                         id.clone(),
                         RecoveredApp {
                             id,
-                            spec: spec_from_wire(&app),
+                            spec: without_secret(&spec_from_wire(&app)).into_owned(),
                             executor_limit: None,
                             next_executor: 0,
                         },
@@ -353,6 +366,43 @@ mod tests {
                 assert!(app.next_executor <= 1);
             }
         }
+    }
+
+    #[test]
+    fn a_secret_in_an_applications_environment_is_never_journaled() {
+        let dir = dir().with_extension("secret");
+        let _ = std::fs::remove_dir_all(&dir);
+        let spec = AppSpec {
+            name: "leaky".into(),
+            env: vec![
+                (SECRET_ENV.into(), "s3cret-value".into()),
+                ("K".into(), "V".into()),
+            ],
+            ..AppSpec::default()
+        };
+        {
+            let (mut journal, _) = Journal::open(&dir).unwrap();
+            journal.app_registered("app-1", &spec);
+            journal.flush();
+        }
+        // An older journal written with the secret: replay drops it, compaction forgets it.
+        let mut old = BytesMut::new();
+        encode(
+            &Message::RegisteredApplication { app_id: "app-2" },
+            &mut old,
+        );
+        with_description(&spec, |app| {
+            encode(&Message::RegisterApplication { app }, &mut old);
+        });
+        let recovered = replay(&old);
+        assert_eq!(recovered.apps[0].spec.env, vec![("K".into(), "V".into())]);
+        let (_journal, recovered) = Journal::open(&dir).unwrap();
+        assert_eq!(recovered.apps[0].spec.env, vec![("K".into(), "V".into())]);
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let bytes = std::fs::read(entry.path()).unwrap();
+            assert!(!bytes.windows(12).any(|w| w == b"s3cret-value"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Flint on the network: the wire protocol, connections on the event loop, the roles.
 #![deny(missing_docs)]
 
+mod admission;
 pub mod app_client;
 pub mod conn;
 pub mod driver;

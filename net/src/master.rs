@@ -27,9 +27,9 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{accept_next, ConnError, Connection, Inbound};
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FULL};
 use crate::driver::encode;
-use crate::handshake::{Handshake, Secret};
+use crate::handshake::{Handshake, Secret, SECRET_ENV};
 use crate::journal::Journal;
 use crate::standalone::{
     app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
@@ -60,6 +60,15 @@ pub struct MasterConfig {
     pub outbound_max: usize,
     /// Connections held at once.
     pub connections_max: usize,
+    /// Connections still in the handshake (unauthenticated) held at once; when another
+    /// arrives the oldest goes, so nobody can hold the table without the secret.
+    pub handshakes_max: usize,
+    /// Status connections (`Role::Client`) held at once; when another arrives the oldest goes.
+    pub clients_max: usize,
+    /// A status connection silent this long is closed.
+    pub client_idle_timeout: Duration,
+    /// Application connections held at once, so workers always have room.
+    pub apps_connections_max: usize,
 }
 
 impl Default for MasterConfig {
@@ -71,10 +80,14 @@ impl Default for MasterConfig {
             state_dir: None,
             heartbeat_interval: Duration::from_millis(1000),
             master: sa::Config::default(),
-            handshake_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             outbound_max: 64 << 20,
             connections_max: 4096,
+            handshakes_max: 256,
+            clients_max: 64,
+            client_idle_timeout: Duration::from_secs(30),
+            apps_connections_max: 2048,
         }
     }
 }
@@ -105,8 +118,8 @@ impl MasterHandle {
             Some(dir) => {
                 let (journal, recovered) = Journal::open(dir)?;
                 if !recovered.workers.is_empty() || !recovered.apps.is_empty() {
-                    eprintln!(
-                        "flint master: recovering {} workers and {} applications from {}",
+                    tracing::info!(
+                        "recovering {} workers and {} applications from {}",
                         recovered.workers.len(),
                         recovered.apps.len(),
                         dir.display()
@@ -174,6 +187,7 @@ struct Peer {
     conn: Connection,
     phase: Phase,
     opened: Instant,
+    last_heard: Instant,
 }
 
 struct MasterEndpoint {
@@ -204,19 +218,37 @@ impl MasterEndpoint {
             outbound_max: self.config.outbound_max,
         };
         while let Some((stream, addr)) = accept_next(&self.listener) {
-            if self.peers.len() >= self.config.connections_max {
-                tracing::warn!(%addr, "refused a connection: connections_max reached");
+            // Unauthenticated connections have a table of their own: the oldest goes.
+            if self.count(|p| matches!(p, Phase::Handshake(_))) >= self.config.handshakes_max {
+                self.evict_oldest(|p| matches!(p, Phase::Handshake(_)), "handshakes_max");
+            }
+            if self.peers.len() >= self.config.connections_max
+                && !self.evict_oldest(
+                    |p| matches!(p, Phase::Handshake(_) | Phase::Client),
+                    "connections_max",
+                )
+            {
+                tracing::warn!(%addr, "refused a connection: {TABLE_FULL}");
+                refuse(
+                    stream,
+                    &format!(
+                        "{TABLE_FULL}: the master holds {} connections",
+                        self.peers.len()
+                    ),
+                );
                 continue;
             }
             match inbound.open(stream, ctx) {
                 Ok((token, conn, handshake)) => {
                     let phase = Phase::Handshake(Box::new(handshake));
+                    let now = Instant::now();
                     self.peers.insert(
                         token,
                         Peer {
                             conn,
                             phase,
-                            opened: Instant::now(),
+                            opened: now,
+                            last_heard: now,
                         },
                     );
                     self.dirty.push(token);
@@ -226,12 +258,45 @@ impl MasterEndpoint {
         }
     }
 
+    /// Connections whose phase matches.
+    fn count(&self, matching: impl Fn(&Phase) -> bool) -> usize {
+        self.peers.values().filter(|p| matching(&p.phase)).count()
+    }
+
+    /// Closes the oldest connection whose phase matches (telling it the table is full);
+    /// whether there was one.
+    fn evict_oldest(&mut self, matching: impl Fn(&Phase) -> bool, limit: &str) -> bool {
+        let oldest = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matching(&p.phase))
+            .min_by_key(|(_, p)| p.opened)
+            .map(|(t, _)| *t);
+        let Some(token) = oldest else {
+            return false;
+        };
+        // Quietly: a flood of these is what the tables are for.
+        if let Some(mut peer) = self.peers.remove(&token) {
+            encode(
+                &Message::HandshakeRefused {
+                    reason: &format!("{TABLE_FULL} ({limit}): the oldest such connection goes"),
+                },
+                peer.conn.outbound(),
+                self.config.frame_size_max,
+            );
+            let _ = peer.conn.flush();
+        }
+        tracing::debug!("dropped the oldest connection of its kind: {TABLE_FULL} ({limit})");
+        true
+    }
+
     fn on_peer_event(&mut self, token: Token, event: &Event) {
         let Some(mut peer) = self.peers.remove(&token) else {
             return;
         };
         let mut result = Ok(());
         if event.is_readable() || event.is_read_closed() || event.is_error() {
+            peer.last_heard = Instant::now();
             let phase = &mut peer.phase;
             result = peer
                 .conn
@@ -256,8 +321,28 @@ impl MasterEndpoint {
             return match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
                 Ok(None) => Ok(()),
                 Ok(Some(Role::Client)) => {
+                    // Status connections have a table of their own: the oldest goes.
+                    if self.count(|p| matches!(p, Phase::Client)) >= self.config.clients_max {
+                        self.evict_oldest(|p| matches!(p, Phase::Client), "clients_max");
+                    }
                     *phase = Phase::Client;
                     Ok(())
+                }
+                Ok(Some(Role::Driver))
+                    if self.count(|p| {
+                        matches!(p, Phase::App(_) | Phase::Registering(Role::Driver))
+                    }) >= self.config.apps_connections_max =>
+                {
+                    let reason = format!(
+                        "{TABLE_FULL}: {} application connections (apps_connections_max)",
+                        self.config.apps_connections_max
+                    );
+                    encode(
+                        &Message::HandshakeRefused { reason: &reason },
+                        conn.outbound(),
+                        frame_size_max,
+                    );
+                    Err(ConnError::Protocol(reason))
                 }
                 Ok(Some(role)) => {
                     *phase = Phase::Registering(role);
@@ -286,7 +371,16 @@ impl MasterEndpoint {
                     cores,
                     memory_mb,
                 };
-                match self.master.worker_registered(now_us, spec.clone()) {
+                let registered = if crate::worker::valid_id(&spec.id) {
+                    self.master.worker_registered(now_us, spec.clone())
+                } else {
+                    Err(format!(
+                        "worker id {:?} is not 1 to {} letters, digits, '-', '_' or '.'",
+                        crate::standalone::clip_for_log(&spec.id),
+                        crate::worker::ID_LEN_MAX
+                    ))
+                };
+                match registered {
                     Ok(()) => {
                         if let Some(journal) = self.journal.as_mut() {
                             journal.worker_registered(&spec);
@@ -309,8 +403,8 @@ impl MasterEndpoint {
                             conn.outbound(),
                             frame_size_max,
                         );
-                        eprintln!(
-                            "flint master: worker {worker_id} registered ({host}:{port}, {cores} cores, {memory_mb} MiB)"
+                        tracing::info!(
+                            "worker {worker_id} registered ({host}:{port}, {cores} cores, {memory_mb} MiB)"
                         );
                         *phase = Phase::Worker(spec.id);
                         Ok(())
@@ -363,7 +457,16 @@ impl MasterEndpoint {
                 Ok(())
             }
             (Phase::Registering(Role::Driver), Message::RegisterApplication { app }) => {
-                let spec = spec_from_wire(&app);
+                let mut spec = spec_from_wire(&app);
+                // Secrets never reach the journal: workers give executors their own copy.
+                let before = spec.env.len();
+                spec.env.retain(|(key, _)| key != SECRET_ENV);
+                if spec.env.len() != before {
+                    tracing::warn!(
+                        "dropped {SECRET_ENV} from application {:?}'s environment: the master journals it, and workers pass their own secret to executors",
+                        spec.name
+                    );
+                }
                 match self.master.app_registered(now_us, spec.clone()) {
                     Ok(app_id) => {
                         if let Some(journal) = self.journal.as_mut() {
@@ -374,10 +477,7 @@ impl MasterEndpoint {
                             conn.outbound(),
                             frame_size_max,
                         );
-                        eprintln!(
-                            "flint master: application {app_id} ({}) registered",
-                            spec.name
-                        );
+                        tracing::info!("application {app_id} ({}) registered", spec.name);
                         self.apps.insert(app_id.clone(), token);
                         *phase = Phase::App(app_id);
                         Ok(())
@@ -401,7 +501,7 @@ impl MasterEndpoint {
             (Phase::Registering(Role::Driver), Message::RequestExecutors { app_id, total }) => {
                 match self.master.app_reconnected(now_us, app_id) {
                     Ok(()) => {
-                        eprintln!("flint master: application {app_id} reconnected");
+                        tracing::info!("application {app_id} reconnected");
                         if let Some(old) = self.apps.insert(app_id.to_owned(), token) {
                             if old != token {
                                 self.to_close
@@ -443,7 +543,7 @@ impl MasterEndpoint {
             }
             (Phase::App(id), Message::UnregisterApplication { app_id }) if app_id == id => {
                 let id = id.clone();
-                eprintln!("flint master: application {id} unregistered");
+                tracing::info!("application {id} unregistered");
                 self.master.app_unregistered(&id);
                 Ok(())
             }
@@ -492,6 +592,7 @@ impl MasterEndpoint {
                 state: app_state_to_wire(a.state),
                 cores_granted: a.cores_granted,
                 executors_requested: a.executors_requested,
+                waiting: &a.waiting,
             })
             .collect();
         let executors: Vec<wire::ExecutorStatus<'_>> = status
@@ -525,7 +626,7 @@ impl MasterEndpoint {
             Phase::Worker(id) => {
                 if self.workers.get(&id) == Some(&token) {
                     self.workers.remove(&id);
-                    eprintln!("flint master: worker {id} disconnected: {why}");
+                    tracing::warn!("worker {id} disconnected: {why}");
                     self.master
                         .worker_lost(&id, &format!("its connection ended: {why}"));
                 }
@@ -643,7 +744,7 @@ impl MasterEndpoint {
                 );
             }
             Output::ApplicationRemoved { app, state, reason } => {
-                eprintln!("flint master: application {app} removed ({state:?}): {reason}");
+                tracing::info!("application {app} removed ({state:?}): {reason}");
                 if let Some(journal) = self.journal.as_mut() {
                     journal.app_removed(&app);
                 }
@@ -665,7 +766,7 @@ impl MasterEndpoint {
                 reason,
                 apps,
             } => {
-                eprintln!("flint master: worker {worker} removed: {reason}");
+                tracing::warn!("worker {worker} removed: {reason}");
                 if let Some(journal) = self.journal.as_mut() {
                     journal.worker_removed(&worker);
                 }
@@ -723,23 +824,29 @@ impl MasterEndpoint {
     fn on_tick(&mut self) {
         self.master.tick(self.now_us());
         let timeout = self.config.handshake_timeout;
-        let expired: Vec<Token> = self
+        let idle = self.config.client_idle_timeout;
+        let expired: Vec<(Token, String)> = self
             .peers
             .iter()
-            .filter(|(_, p)| {
-                matches!(p.phase, Phase::Handshake(_) | Phase::Registering(_))
-                    && p.opened.elapsed() > timeout
-            })
-            .map(|(t, _)| *t)
-            .collect();
-        for token in expired {
-            self.close(
-                token,
-                &ConnError::Protocol(format!(
-                    "no handshake and registration within {} ms",
-                    timeout.as_millis()
+            .filter_map(|(token, p)| match p.phase {
+                Phase::Handshake(_) | Phase::Registering(_) if p.opened.elapsed() > timeout => {
+                    Some((
+                        *token,
+                        format!(
+                            "no handshake and registration within {} ms",
+                            timeout.as_millis()
+                        ),
+                    ))
+                }
+                Phase::Client if p.last_heard.elapsed() > idle => Some((
+                    *token,
+                    format!("a status connection silent for {} ms", idle.as_millis()),
                 )),
-            );
+                _ => None,
+            })
+            .collect();
+        for (token, why) in expired {
+            self.close(token, &ConnError::Protocol(why));
         }
     }
 }

@@ -19,6 +19,15 @@ use crate::wire::{
 /// the executor instead of counting it as new.
 pub const REATTACH_MESSAGE: &str = "still running after the worker registered again";
 
+/// At most the first 64 bytes of `text` (whole characters), for messages about a peer's input.
+pub fn clip_for_log(text: &str) -> &str {
+    let mut end = text.len().min(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
 /// The engine's executor state as the wire's.
 pub fn executor_state_to_wire(state: sa::ExecutorState) -> wire::ExecutorState {
     match state {

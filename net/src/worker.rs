@@ -34,7 +34,7 @@ use crate::conn::{accept_next, ConnError, Connection, Inbound};
 /// How long one attempt to connect to the master and finish the handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::driver::{encode, send_retrying};
-use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::handshake::{random_nonce, Handshake, Secret, SECRET_ENV};
 use crate::standalone::REATTACH_MESSAGE;
 use crate::wire::{self, ExecutorState, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
@@ -62,6 +62,9 @@ pub struct WorkerConfig {
     pub secret: Option<Secret>,
     /// The program for executors of applications that name none (`flint executor`).
     pub executor_program: PathBuf,
+    /// Other programs applications may name as their executor command (compared as given and
+    /// as canonical paths); an application naming any other is refused.
+    pub allowed_commands: Vec<PathBuf>,
     /// Time between `SIGTERM` and `SIGKILL` when killing an executor.
     pub kill_timeout: Duration,
     /// Longest wait between two connection attempts.
@@ -87,6 +90,7 @@ impl WorkerConfig {
             memory_mb,
             secret: None,
             executor_program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("flint")),
+            allowed_commands: Vec::new(),
             kill_timeout: Duration::from_secs(5),
             reconnect_max: Duration::from_secs(2),
             executors_max: 1024,
@@ -135,6 +139,12 @@ impl Exit {
 /// Runs a worker until it must stop (its first registration refused). Executors it started
 /// are killed before it returns.
 pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
+    if !valid_id(&config.id) {
+        return Err(WorkerError::Start(format!(
+            "{:?} is not a worker id: use 1 to {ID_LEN_MAX} letters, digits, '-', '_' or '.'",
+            config.id
+        )));
+    }
     std::fs::create_dir_all(&config.work_dir).map_err(|e| {
         WorkerError::Start(format!(
             "cannot create work dir {}: {e}",
@@ -174,6 +184,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
         heartbeat_interval: Duration::from_secs(1),
         registered_once: false,
         backoff: Duration::from_millis(50),
+        failed_attempts: 0,
         heartbeat: None,
         reconnect: None,
         connect_deadline: None,
@@ -220,8 +231,8 @@ fn reap_stale_executors(work_dir: &Path, worker_id: &str) {
                     .any(|entry| entry == marker.as_bytes())
             });
             if ours {
-                eprintln!(
-                    "flint worker {worker_id}: killing executor {} (pid {pid}) left from a previous run",
+                tracing::warn!(
+                    "worker {worker_id}: killing executor {} (pid {pid}) left from a previous run",
                     executor.path().display()
                 );
                 signal_group(pid, "-KILL");
@@ -276,7 +287,13 @@ struct Client {
     conn: Connection,
     handshake: Option<Box<Handshake>>,
     opened: Instant,
+    last_heard: Instant,
 }
+
+/// Time a status connection has to finish its handshake.
+const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A status connection silent this long is closed.
+const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Status connections held at once; the oldest goes when another arrives.
 const CLIENTS_MAX: usize = 64;
@@ -300,6 +317,8 @@ struct WorkerEndpoint {
     link: Option<Link>,
     registered_once: bool,
     backoff: Duration,
+    /// Connection attempts that failed since the last registration.
+    failed_attempts: u32,
     heartbeat: Option<TimerId>,
     reconnect: Option<TimerId>,
     /// Fires when a connection attempt (connect and handshake) has taken too long.
@@ -312,6 +331,15 @@ struct WorkerEndpoint {
     listener: Option<mio::net::TcpListener>,
     listener_token: Option<Token>,
     clients: HashMap<Token, Client>,
+}
+
+/// The longest worker id.
+pub const ID_LEN_MAX: usize = 64;
+
+/// Whether `id` can be a worker's id: 1 to [`ID_LEN_MAX`] letters, digits, `-`, `_` or `.`,
+/// not `.` or `..` (it names the default work directory, and the master shows it).
+pub fn valid_id(id: &str) -> bool {
+    id.len() <= ID_LEN_MAX && safe_component(id)
 }
 
 /// A directory name from a peer: letters, digits, `-`, `_`, `.`; not `.` or `..`.
@@ -360,16 +388,15 @@ impl WorkerEndpoint {
         let stream = match TcpStream::connect(self.config.master) {
             Ok(stream) => stream,
             Err(error) => {
-                tracing::debug!("connect to the master failed: {error}");
-                return self.schedule_reconnect(ctx);
+                return self.schedule_reconnect(Some(&format!("connect failed: {error}")), ctx);
             }
         };
         let mut conn = Connection::new(stream, FRAME_SIZE_MAX_DEFAULT, 64 << 20);
         let token = match ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE) {
             Ok(token) => token,
             Err(error) => {
-                tracing::warn!("cannot watch the master connection: {error}");
-                return self.schedule_reconnect(ctx);
+                let why = format!("cannot watch the master connection: {error}");
+                return self.schedule_reconnect(Some(&why), ctx);
             }
         };
         let nonce = match random_nonce() {
@@ -400,30 +427,42 @@ impl WorkerEndpoint {
         self.connect_deadline = ctx.timer_once(CONNECT_TIMEOUT).ok();
     }
 
-    fn schedule_reconnect(&mut self, ctx: &mut Ctx<'_, Self>) {
+    /// Arms the next connection attempt after the backoff; `failed` is why the last attempt
+    /// failed (logged at info with the backoff: a worker that cannot reach its master says so).
+    fn schedule_reconnect(&mut self, failed: Option<&str>, ctx: &mut Ctx<'_, Self>) {
         if self.reconnect.is_some() {
             return;
+        }
+        if let Some(why) = failed {
+            self.failed_attempts += 1;
+            tracing::info!(
+                "worker {}: cannot reach the master at {} (attempt {}): {why}; retrying in {} ms",
+                self.config.id,
+                self.config.master,
+                self.failed_attempts,
+                self.backoff.as_millis()
+            );
         }
         self.reconnect = ctx.timer_once(self.backoff).ok();
         self.backoff = (self.backoff * 2).min(self.config.reconnect_max);
     }
 
     fn disconnect(&mut self, why: &str, ctx: &mut Ctx<'_, Self>) {
+        let mut failed = Some(why);
         if let Some(mut link) = self.link.take() {
             if matches!(link.phase, Phase::Registered) {
-                eprintln!(
-                    "flint worker {}: lost the master ({why}); reconnecting",
+                tracing::warn!(
+                    "worker {}: lost the master ({why}); reconnecting",
                     self.config.id
                 );
-            } else {
-                tracing::debug!("master connection failed: {why}");
+                failed = None;
             }
             let _ = ctx.deregister(link.conn.stream_mut(), link.token);
         }
         if let Some(timer) = self.heartbeat.take() {
             ctx.cancel_timer(timer);
         }
-        self.schedule_reconnect(ctx);
+        self.schedule_reconnect(failed, ctx);
     }
 
     fn on_link_event(&mut self, event: &Event, ctx: &mut Ctx<'_, Self>) {
@@ -511,9 +550,10 @@ impl WorkerEndpoint {
                 }
                 Err(error) => {
                     let why = format!("handshake with the master failed: {error}");
-                    if !self.registered_once {
+                    let table_full = error.to_string().contains(crate::conn::TABLE_FULL);
+                    if !self.registered_once && !table_full {
                         // A wrong secret or protocol version does not fix itself: stop.
-                        eprintln!("flint worker {}: {why}", self.config.id);
+                        tracing::warn!("worker {}: {why}", self.config.id);
                         self.kill_all();
                         self.exit.set(Err(WorkerError::Refused(why.clone())));
                     }
@@ -538,17 +578,16 @@ impl WorkerEndpoint {
                 link.phase = Phase::Registered;
                 self.registered_once = true;
                 self.backoff = Duration::from_millis(50);
-                eprintln!(
-                    "flint worker {}: registered with the master at {}",
-                    self.config.id, self.config.master
+                self.failed_attempts = 0;
+                tracing::info!(
+                    "worker {}: registered with the master at {}",
+                    self.config.id,
+                    self.config.master
                 );
                 Ok(())
             }
             Message::RegisterWorkerFailed { reason } => {
-                eprintln!(
-                    "flint worker {}: registration refused: {reason}",
-                    self.config.id
-                );
+                tracing::warn!("worker {}: registration refused: {reason}", self.config.id);
                 if !self.registered_once {
                     self.kill_all();
                     self.exit.set(Err(WorkerError::Refused(reason.to_owned())));
@@ -590,6 +629,9 @@ impl WorkerEndpoint {
             }
             Message::HeartbeatAck {} => Ok(()),
             Message::Shutdown {} => Err("the master shut down".into()),
+            Message::HandshakeRefused { reason } => {
+                Err(format!("the master refused the connection: {reason}"))
+            }
             other => Err(format!(
                 "unexpected {} from the master",
                 other.kind().name()
@@ -657,8 +699,8 @@ impl WorkerEndpoint {
         ctx: &mut Ctx<'_, Self>,
     ) {
         let fail = |this: &mut Self, message: String| {
-            eprintln!(
-                "flint worker {}: executor {app_id}/{executor_id} not started: {message}",
+            tracing::warn!(
+                "worker {}: executor {app_id}/{executor_id} not started: {message}",
                 this.config.id
             );
             this.report(Report {
@@ -701,6 +743,12 @@ impl WorkerEndpoint {
             let stderr = std::fs::File::create(dir.join("stderr"))
                 .map_err(|e| format!("cannot create stderr: {e}"))?;
             let mut command = if app.command.is_empty() {
+                if !app.args.is_empty() {
+                    return Err(
+                        "arguments for the default executor (flint executor) are not accepted"
+                            .into(),
+                    );
+                }
                 let mut command = Command::new(&self.config.executor_program);
                 command.args([
                     "executor",
@@ -712,8 +760,14 @@ impl WorkerEndpoint {
                     &cores.max(1).to_string(),
                 ]);
                 command
-            } else {
+            } else if self.command_allowed(app.command) {
                 Command::new(app.command)
+            } else {
+                return Err(format!(
+                    "command {:?} is not allowed on this worker: it runs `flint executor` and \
+                     the programs given with --allow-command",
+                    app.command
+                ));
             };
             command
                 .args(app.args.iter())
@@ -721,7 +775,12 @@ impl WorkerEndpoint {
                 .stdin(Stdio::null())
                 .stdout(stdout)
                 .stderr(stderr)
-                .envs(app.env.iter().map(|kv| (kv.key, kv.value)))
+                .envs(
+                    app.env
+                        .iter()
+                        .filter(|kv| kv.key != SECRET_ENV)
+                        .map(|kv| (kv.key, kv.value)),
+                )
                 .env("FLINT_DRIVER_ADDR", app.driver_addr)
                 .env("FLINT_APP_ID", app_id)
                 .env("FLINT_EXECUTOR_ID", executor_id)
@@ -730,6 +789,20 @@ impl WorkerEndpoint {
                 .env("FLINT_EXECUTOR_CORES", cores.to_string())
                 .env("FLINT_EXECUTOR_MEMORY_MB", memory_mb.to_string())
                 .process_group(0);
+            // The worker hands its own secret (the cluster's) to its executors: it never
+            // travels in the application's description, which the master journals.
+            match &self.config.secret {
+                Some(secret) => {
+                    use std::os::unix::ffi::OsStrExt;
+                    command.env(
+                        SECRET_ENV,
+                        std::ffi::OsStr::from_bytes(secret.expose_bytes()),
+                    );
+                }
+                None => {
+                    command.env_remove(SECRET_ENV);
+                }
+            }
             let child = command
                 .spawn()
                 .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
@@ -762,8 +835,8 @@ impl WorkerEndpoint {
             signal_group(pgid, "-KILL");
             return fail(self, format!("no thread to watch the executor: {error}"));
         }
-        eprintln!(
-            "flint worker {}: started executor {app_id}/{executor_id} (pid {pgid}) in {}",
+        tracing::info!(
+            "worker {}: started executor {app_id}/{executor_id} (pid {pgid}) in {}",
             self.config.id,
             dir.display()
         );
@@ -783,6 +856,17 @@ impl WorkerEndpoint {
             message: format!("pid {pgid}"),
             exit_code: None,
         });
+    }
+
+    /// Whether an application may run `command` here: it is one of the allowed programs, as
+    /// given or as the same file.
+    fn command_allowed(&self, command: &str) -> bool {
+        let wanted = Path::new(command);
+        let canonical = std::fs::canonicalize(wanted).ok();
+        self.config.allowed_commands.iter().any(|allowed| {
+            allowed == wanted
+                || (canonical.is_some() && std::fs::canonicalize(allowed).ok() == canonical)
+        })
     }
 
     fn kill(&mut self, app: &str, executor: &str, ctx: &mut Ctx<'_, Self>) {
@@ -822,8 +906,8 @@ impl WorkerEndpoint {
                 format!("exited with code {}", code.unwrap_or(-1)),
             )
         };
-        eprintln!(
-            "flint worker {}: executor {app}/{executor} {state}: {message}",
+        tracing::info!(
+            "worker {}: executor {app}/{executor} {state}: {message}",
             self.config.id
         );
         self.kill_timers
@@ -889,8 +973,25 @@ impl WorkerEndpoint {
                     conn,
                     handshake: Some(Box::new(handshake)),
                     opened: Instant::now(),
+                    last_heard: Instant::now(),
                 },
             );
+        }
+    }
+
+    /// Closes status connections that did not finish the handshake in time or went silent.
+    fn expire_clients(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let expired: Vec<Token> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                (c.handshake.is_some() && c.opened.elapsed() > CLIENT_HANDSHAKE_TIMEOUT)
+                    || c.last_heard.elapsed() > CLIENT_IDLE_TIMEOUT
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for token in expired {
+            self.drop_client(token, ctx);
         }
     }
 
@@ -907,6 +1008,7 @@ impl WorkerEndpoint {
         let Some(mut client) = self.clients.remove(&token) else {
             return;
         };
+        client.last_heard = Instant::now();
         let mut frames = Vec::new();
         let mut result = client.conn.read_frames(|_, frame| {
             frames.push(frame);
@@ -1061,6 +1163,7 @@ impl Endpoint for WorkerEndpoint {
             return;
         }
         if Some(timer) == self.heartbeat {
+            self.expire_clients(ctx);
             let silence = self.heartbeat_interval * MASTER_SILENCE_HEARTBEATS;
             if self
                 .link

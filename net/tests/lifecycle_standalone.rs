@@ -32,7 +32,7 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).expect("stdout file"))
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .env_remove("FLINT_SECRET")
+            .env("FLINT_SECRET", "lifecycle-standalone-secret")
             .spawn()
             .expect("spawn flint");
         Proc {

@@ -356,7 +356,7 @@ fn a_lying_executor_is_refused_over_the_core_bound_and_one_that_never_finishes_h
     eprintln!("the lying executor was given {held} of {TASKS} tasks");
     let slow_start = DriverConfig::default().scheduler.slow_start_slots;
     assert!(held <= u64::from(slow_start), "held {held}");
-    let stats = driver.stats().expect("stats");
+    let stats = driver.stats();
     assert!(stats.speculative_launched >= held, "{stats:?}");
     assert_eq!(
         driver.stalled_executors().expect("answers"),

@@ -16,11 +16,19 @@ use std::time::{Duration, Instant};
 use flint_engine::standalone::AppSpec;
 use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::functions::fnv1a64;
+use flint_net::handshake::Secret;
 use flint_net::standalone::BlockingClient;
 use flint_net::summary::indexed_payload;
 use flint_net::wire::{Message, Role};
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
+
+/// The shared secret of the test clusters: every `flint` process gets it as $FLINT_SECRET.
+const SECRET: &str = "standalone-test-secret";
+
+fn secret() -> Option<Secret> {
+    Some(Secret::new(SECRET).expect("non-empty"))
+}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -46,7 +54,7 @@ struct Proc {
 impl Proc {
     fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
         let mut command = Command::new(FLINT);
-        command.env_remove("FLINT_SECRET");
+        command.env("FLINT_SECRET", SECRET);
         Proc::start_with(command, dir, name, args)
     }
 
@@ -139,29 +147,49 @@ fn start_master(dir: &Path, port: u16, extra: &[&str]) -> Proc {
 
 /// A worker listening (for status) on `host` and a free port, with its work dir under `dir`.
 fn start_worker(dir: &Path, master: u16, id: &str, host: &str, cores: u32) -> Proc {
+    start_worker_allowing(dir, master, id, host, cores, &[])
+}
+
+/// A worker that also lets applications run `commands` as executors.
+fn start_worker_allowing(
+    dir: &Path,
+    master: u16,
+    id: &str,
+    host: &str,
+    cores: u32,
+    commands: &[&str],
+) -> Proc {
     let work = dir.join(format!("work-{id}"));
     let listen: SocketAddr = format!("{host}:{}", free_port()).parse().expect("addr");
-    let mut worker = Proc::start(
-        dir,
-        id,
-        &[
-            "worker",
-            "--master",
-            &format!("127.0.0.1:{master}"),
-            "--id",
-            id,
-            "--cores",
-            &cores.to_string(),
-            "--memory-mb",
-            "4096",
-            "--listen",
-            &listen.to_string(),
-            "--work-dir",
-            &work.to_string_lossy(),
-            "--kill-timeout-ms",
-            "1000",
-        ],
+    let mut args: Vec<&str> = Vec::new();
+    for command in commands {
+        args.extend(["--allow-command", command]);
+    }
+    let (master, cores, work) = (
+        format!("127.0.0.1:{master}"),
+        cores.to_string(),
+        work.to_string_lossy().into_owned(),
     );
+    let listen_arg = listen.to_string();
+    let mut all = vec![
+        "worker",
+        "--master",
+        &master,
+        "--id",
+        id,
+        "--cores",
+        &cores,
+        "--memory-mb",
+        "4096",
+        "--listen",
+        &listen_arg,
+        "--work-dir",
+        &work,
+        "--kill-timeout-ms",
+        "1000",
+    ];
+    all.extend(args);
+    let mut worker = Proc::start(dir, id, &all);
     worker.listen = Some(listen);
     worker
 }
@@ -202,8 +230,13 @@ fn status(port: u16) -> Option<Snapshot> {
 
 /// The status a master (or a worker) answers.
 fn status_of(addr: SocketAddr) -> Option<Snapshot> {
+    status_with(addr, secret())
+}
+
+/// The status a master (or a worker) answers to a client proving `secret`.
+fn status_with(addr: SocketAddr, secret: Option<Secret>) -> Option<Snapshot> {
     let mut client =
-        BlockingClient::connect(addr, Role::Client, None, Duration::from_secs(5)).ok()?;
+        BlockingClient::connect(addr, Role::Client, secret, Duration::from_secs(5)).ok()?;
     client.send(&Message::StatusRequest {}).ok()?;
     let frame = client.next_frame().ok()?;
     let Ok(Message::StatusResponse {
@@ -377,6 +410,7 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
     // `flint status` prints the same, for people and as JSON.
     let output = Command::new(FLINT)
         .args(["status", "--master", &format!("127.0.0.1:{port}"), "--json"])
+        .env("FLINT_SECRET", SECRET)
         .output()
         .expect("flint status");
     let text = String::from_utf8_lossy(&output.stdout);
@@ -388,6 +422,7 @@ fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
     assert!(text.contains("\"state\":\"FINISHED\""), "{text}");
     let output = Command::new(FLINT)
         .args(["status", "--master", &format!("127.0.0.1:{port}")])
+        .env("FLINT_SECRET", SECRET)
         .output()
         .expect("flint status");
     let table = String::from_utf8_lossy(&output.stdout);
@@ -585,7 +620,8 @@ fn garbage_and_misbehaving_peers_do_not_disturb_the_master() {
         assert!(closed, "the master closes a connection that sent garbage");
     }
     // A fake worker that registers, then reports nonsense and sends what workers may not.
-    let mut fake = BlockingClient::connect(addr, Role::Worker, None, DEADLINE).expect("connect");
+    let mut fake =
+        BlockingClient::connect(addr, Role::Worker, secret(), DEADLINE).expect("connect");
     fake.send(&Message::RegisterWorker {
         worker_id: "fake",
         host: "127.0.0.9",
@@ -670,7 +706,7 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
     let dir = scratch("orphans");
     let port = free_port();
     let _master = start_master(&dir, port, &[]);
-    let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sleep"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
     let spec = AppSpec {
         name: "orphaned".into(),
@@ -691,7 +727,7 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
     let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
     assert!(snapshot.executors.is_empty(), "{snapshot:?}");
     assert!(group_alive(&pids[0]), "the orphan outlives its worker");
-    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sleep"]);
     wait_until("the orphan to be killed", || !group_alive(&pids[0]));
     // The application still wants its executor: it gets a new one on the restarted worker.
     wait_status(port, "a new executor", |s| {
@@ -771,7 +807,7 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
 fn app_client(port: u16, spec: AppSpec, executors: u32) -> AppClient {
     let client = AppClient::start(AppClientConfig {
         master: SocketAddr::from(([127, 0, 0, 1], port)),
-        secret: None,
+        secret: secret(),
         spec,
         executors: Some(executors),
         reconnect_max: Duration::from_millis(500),
@@ -786,7 +822,7 @@ fn an_application_whose_executors_keep_failing_is_removed_with_the_reason() {
     let dir = scratch("retries");
     let port = free_port();
     let _master = start_master(&dir, port, &["--max-executor-retries", "3"]);
-    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 2, &["sh"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
     let spec = AppSpec {
         name: "doomed".into(),
@@ -890,7 +926,7 @@ fn killed_executors_lose_their_whole_process_tree_even_when_they_ignore_sigterm(
     let dir = scratch("tree");
     let port = free_port();
     let _master = start_master(&dir, port, &[]);
-    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 2, &["sh"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
     // Each executor is a shell that ignores SIGTERM (as do its children) with a child of its
     // own: the worker must fall back to SIGKILL for the whole group.
@@ -1226,4 +1262,689 @@ mod netns {
             let _ = ip(&["link", "del", &self.bridge]);
         }
     }
+}
+
+/// Runs `flint ARGS` to its end with `env` (and no inherited secret); its exit code, stdout and
+/// stderr. A process still running after the deadline is killed and fails the test.
+fn flint_output(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let dir = std::env::temp_dir();
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut proc = Proc::start_with(command, &dir, "flint-output", args);
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = proc.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flint {args:?} did not exit; stderr: {}",
+            proc.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = (status.code(), proc.stdout(), proc.stderr());
+    let _ = std::fs::remove_file(&proc.stdout);
+    let _ = std::fs::remove_file(&proc.stderr);
+    output
+}
+
+/// Issue 12, item 1: a master started with no secret configured is authenticated anyway (it
+/// creates a random secret, mode 0600, in its state dir and says where); a peer without it is
+/// refused; and an application holding the secret still cannot make a worker run anything but
+/// `flint executor` and the programs the worker allows.
+#[test]
+fn a_default_master_requires_its_generated_secret_and_workers_run_only_allowed_commands() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("secure-default");
+    let state = dir.join("state");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    let master = Proc::start_with(
+        command,
+        &dir,
+        "master",
+        &[
+            "master",
+            "--listen",
+            &listen,
+            "--state-dir",
+            &state.to_string_lossy(),
+            "--max-executor-retries",
+            "2",
+        ],
+    );
+    wait_until("the master to listen", || {
+        master.stderr().contains("listening on")
+    });
+    let secret_file = state.join("secret");
+    let mode = std::fs::metadata(&secret_file)
+        .expect("the master created its secret file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    assert!(
+        master.stderr().contains(&secret_file.display().to_string()),
+        "{}",
+        master.stderr()
+    );
+    let generated = Secret::from_file(&secret_file).expect("a secret");
+    let addr: SocketAddr = listen.parse().expect("addr");
+    // An attacker without the secret gets nowhere, whatever role it claims.
+    for role in [Role::Driver, Role::Worker, Role::Client] {
+        let refused = BlockingClient::connect(addr, role, None, DEADLINE)
+            .err()
+            .unwrap_or_default();
+        assert!(refused.contains("bad credentials"), "{role}: {refused}");
+    }
+    // A worker given the secret file registers.
+    let work = dir.join("work");
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    let _worker = Proc::start_with(
+        command,
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &listen,
+            "--id",
+            "w1",
+            "--cores",
+            "2",
+            "--memory-mb",
+            "1024",
+            "--work-dir",
+            &work.to_string_lossy(),
+            "--secret-file",
+            &secret_file.to_string_lossy(),
+        ],
+    );
+    let mut snapshot = None;
+    wait_until("the worker registered", || {
+        snapshot = status_with(addr, Some(generated.clone()));
+        snapshot.as_ref().is_some_and(|s| s.alive_workers() == 1)
+    });
+    // An application (even one holding the secret) asking for a shell: refused by the worker.
+    let marker = dir.join("pwned");
+    let client = AppClient::start(AppClientConfig {
+        master: addr,
+        secret: Some(generated.clone()),
+        spec: AppSpec {
+            name: "shell".into(),
+            driver_addr: "127.0.0.1:1".into(),
+            command: "/bin/sh".into(),
+            args: vec!["-c".into(), format!("touch {}", marker.display())],
+            cores_per_executor: 1,
+            max_cores: 1,
+            ..AppSpec::default()
+        },
+        executors: Some(1),
+        reconnect_max: Duration::from_millis(500),
+    })
+    .expect("app client");
+    client.wait_registered(DEADLINE).expect("registered");
+    wait_until("the application to be removed", || {
+        client.removed().is_some()
+    });
+    let reason = client.removed().unwrap_or_default();
+    assert!(reason.contains("is not allowed on this worker"), "{reason}");
+    assert!(!marker.exists(), "the worker ran the application's shell");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 2: `flint submit` does not put the secret in the application's environment,
+/// the master drops one an application sends anyway, so the journal never holds it; executors
+/// still authenticate (their worker gives them its copy).
+#[test]
+fn the_secret_never_reaches_the_journal_and_executors_still_authenticate() {
+    let dir = scratch("journal-secret");
+    let state = dir.join("state");
+    let state_arg = state.to_string_lossy().into_owned();
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--state-dir", &state_arg]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let mut job = submit(&dir, port, 1, 200, "hash");
+    submit_succeeds(&mut job, 200);
+    // A client that still sends a secret in the environment.
+    let leaky = AppSpec {
+        name: "leaky".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        env: vec![("FLINT_SECRET".into(), "leaked-secret-value".into())],
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(port, leaky, 0);
+    client.sync(DEADLINE).expect("sync");
+    let mut journaled = Vec::new();
+    for entry in std::fs::read_dir(&state).expect("state dir").flatten() {
+        journaled.extend(std::fs::read(entry.path()).unwrap_or_default());
+    }
+    assert!(!journaled.is_empty(), "the master journaled nothing");
+    let contains = |needle: &[u8]| journaled.windows(needle.len()).any(|w| w == needle);
+    assert!(!contains(SECRET.as_bytes()), "the journal holds the secret");
+    assert!(
+        !contains(b"leaked-secret-value"),
+        "the journal holds the secret"
+    );
+    assert!(contains(b"leaky"), "the journal lacks the application");
+    client.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 3 (master): thousands of silent unauthenticated connections do not keep
+/// `flint status` and `flint submit` out.
+#[test]
+fn silent_unauthenticated_connections_do_not_lock_people_and_drivers_out() {
+    let dir = scratch("flood");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let flood: Vec<std::net::TcpStream> = (0..4100)
+        .filter_map(|_| std::net::TcpStream::connect(addr).ok())
+        .collect();
+    assert!(flood.len() > 4000, "{} connections", flood.len());
+    let (code, stdout, stderr) = flint_output(
+        &["status", "--master", &addr.to_string(), "--json"],
+        &[("FLINT_SECRET", SECRET)],
+    );
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
+    assert!(stdout.contains("\"id\":\"w1\""), "{stdout}");
+    let mut job = submit(&dir, port, 1, 100, "hash");
+    submit_succeeds(&mut job, 100);
+    drop(flood);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 4: an application that sets no maximum gets the master's default cores, so
+/// another application still gets executors; `flint status` says why the first one waits.
+#[test]
+fn an_application_without_a_maximum_cannot_take_the_whole_cluster() {
+    let dir = scratch("fair");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--default-cores", "2"]);
+    let _workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3")]
+        .iter()
+        .map(|(id, host)| start_worker_allowing(&dir, port, id, host, 2, &["sleep"]))
+        .collect();
+    wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    let greedy = AppClient::start(AppClientConfig {
+        master: SocketAddr::from(([127, 0, 0, 1], port)),
+        secret: secret(),
+        spec: AppSpec {
+            name: "greedy".into(),
+            driver_addr: "127.0.0.1:1".into(),
+            command: "sleep".into(),
+            args: vec!["60".into()],
+            cores_per_executor: 1,
+            max_cores: 0,
+            ..AppSpec::default()
+        },
+        executors: None,
+        reconnect_max: Duration::from_millis(500),
+    })
+    .expect("app client");
+    let greedy_id = greedy.wait_registered(DEADLINE).expect("registered");
+    wait_status(port, "the greedy application's 2 executors", |s| {
+        s.executors.iter().filter(|e| e.0 == greedy_id).count() == 2
+    });
+    let (code, stdout, stderr) = flint_output(
+        &["status", "--master", &format!("127.0.0.1:{port}"), "--json"],
+        &[("FLINT_SECRET", SECRET)],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("\"waiting\":\"at the default maximum of 2 cores"),
+        "{stdout}"
+    );
+    let mut job = submit(&dir, port, 2, 200, "hash");
+    submit_succeeds(&mut job, 200);
+    greedy.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fake worker that registers, heartbeats, and never launches anything it is told to.
+struct SilentWorker {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentWorker {
+    fn start(port: u16, id: &'static str, cores: u32) -> SilentWorker {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut client =
+            BlockingClient::connect(addr, Role::Worker, secret(), DEADLINE * 10).expect("connect");
+        client
+            .send(&Message::RegisterWorker {
+                worker_id: id,
+                host: "127.0.0.9",
+                port: 1,
+                cores,
+                memory_mb: 4096,
+            })
+            .expect("register");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                if client
+                    .send(&Message::WorkerHeartbeat { worker_id: id })
+                    .is_err()
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        SilentWorker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SilentWorker {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Issue 12, item 5: a worker that accepts `LaunchExecutor` and never launches does not hold
+/// the executor forever: after the launch timeout the master marks it failed and places it on
+/// another worker, and the job runs.
+#[test]
+fn an_executor_a_worker_never_launches_is_placed_elsewhere_after_the_launch_timeout() {
+    let dir = scratch("launch-timeout");
+    let port = free_port();
+    let _master = start_master(&dir, port, &["--launch-timeout-ms", "1000"]);
+    // The silent worker offers the most cores: it gets the first executor.
+    let _silent = SilentWorker::start(port, "silent", 8);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    let mut job = submit(&dir, port, 1, 200, "hash");
+    let json = submit_succeeds(&mut job, 200);
+    assert_eq!(json_u64(&json, "executors_placed"), Some(2), "{json}");
+    assert!(
+        job.stderr().contains("did not start it within 1000 ms"),
+        "{}",
+        job.stderr()
+    );
+    let snapshot = status_now(port);
+    assert_eq!(
+        snapshot.worker_state("silent"),
+        Some("ALIVE"),
+        "{snapshot:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 6: a request no worker can fit fails at once with the reason, instead of
+/// waiting the whole --wait-s.
+#[test]
+fn a_request_no_worker_can_fit_fails_at_once_saying_why() {
+    let dir = scratch("unfit");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 2);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let started = Instant::now();
+    let mut job = Proc::start(
+        &dir,
+        "submit",
+        &[
+            "submit",
+            "--master",
+            &format!("127.0.0.1:{port}"),
+            "--executors",
+            "1",
+            "--cores",
+            "8",
+            "--tasks",
+            "10",
+            "--wait-s",
+            "600",
+        ],
+    );
+    let status = job.wait();
+    assert!(!status.success());
+    assert!(started.elapsed() < Duration::from_secs(300));
+    let stderr = job.stderr();
+    assert!(
+        stderr.contains("no worker can fit an executor of 8 cores")
+            && stderr.contains("offers 2 cores"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 7: ids and numbers are checked when the command line is parsed (exit 2, with
+/// the range in the message and in --help); nothing is created outside the work dir.
+#[test]
+fn bad_ids_and_out_of_range_numbers_are_refused_at_parse_time() {
+    let dir = scratch("bad-values");
+    let work = dir.join("deep").join("work");
+    std::fs::create_dir_all(&work).expect("work dir");
+    let work_arg = work.to_string_lossy().into_owned();
+    let long_id = "a".repeat(65);
+    let cases: Vec<Vec<&str>> = vec![
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--id",
+            "../../x",
+            "--work-dir",
+            &work_arg,
+        ],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--id",
+            &long_id,
+        ],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "0",
+            "--memory-mb",
+            "1",
+        ],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--kill-timeout-ms",
+            "18446744073709551615",
+        ],
+        vec!["master", "--heartbeat-interval-ms", "18446744073709551615"],
+        vec!["master", "--worker-timeout-ms", "0"],
+        vec!["master", "--max-executor-retries", "0"],
+        vec!["master", "--default-cores", "0"],
+        vec!["master", "--launch-timeout-ms", "1"],
+        vec!["master", "--recovery-timeout-ms", "18446744073709551615"],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--cores",
+            "4294967295",
+        ],
+        vec!["submit", "--master", "127.0.0.1:1", "--executors", "0"],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--wait-s",
+            "0",
+        ],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--memory-mb",
+            "18446744073709551615",
+        ],
+        vec!["status", "--master", "127.0.0.1:1", "--timeout-ms", "0"],
+    ];
+    for args in &cases {
+        let (code, _, stderr) = flint_output(args, &[("FLINT_SECRET", SECRET)]);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("error: invalid value"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A heartbeat no shorter than the worker timeout would drop every worker.
+    let (code, _, stderr) = flint_output(
+        &[
+            "master",
+            "--worker-timeout-ms",
+            "1000",
+            "--heartbeat-interval-ms",
+            "1000",
+        ],
+        &[("FLINT_SECRET", SECRET)],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("must be below --worker-timeout-ms"),
+        "{stderr}"
+    );
+    assert!(!dir.join("x").exists() && !dir.join("deep").join("x").exists());
+    let (_, help, _) = flint_output(&["master", "--help"], &[]);
+    assert!(help.contains("(10 to 60000"), "{help}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 7: a worker that cannot reach its master logs each failed attempt at info
+/// with its backoff.
+#[test]
+fn a_worker_that_cannot_reach_its_master_logs_each_attempt_and_its_backoff() {
+    let dir = scratch("unreachable");
+    let port = free_port();
+    let mut worker = Proc::start(
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &format!("127.0.0.1:{port}"),
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--work-dir",
+            &dir.join("work").to_string_lossy(),
+        ],
+    );
+    wait_until("three logged attempts", || {
+        worker.stderr().matches("cannot reach the master").count() >= 3
+    });
+    let stderr = worker.stderr();
+    assert!(stderr.contains("(attempt 3)"), "{stderr}");
+    assert!(stderr.contains("retrying in 200 ms"), "{stderr}");
+    worker.kill9();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 8: a missing or wrong secret says what to do, naming --secret-file and
+/// $FLINT_SECRET, for workers, `flint submit` and `flint status`.
+#[test]
+fn a_missing_or_wrong_secret_says_to_use_secret_file_or_flint_secret() {
+    let dir = scratch("actionable");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let master = format!("127.0.0.1:{port}");
+    let worker = [
+        "worker",
+        "--master",
+        &master,
+        "--cores",
+        "1",
+        "--memory-mb",
+        "1",
+        "--work-dir",
+    ];
+    let work = dir.join("work").to_string_lossy().into_owned();
+    let worker: Vec<&str> = worker.iter().copied().chain([work.as_str()]).collect();
+    let submit = [
+        "submit",
+        "--master",
+        &master,
+        "--executors",
+        "1",
+        "--tasks",
+        "1",
+    ];
+    let status = ["status", "--master", &master];
+    for args in [&worker[..], &submit[..], &status[..]] {
+        // No secret at all: refused before connecting.
+        let (code, _, stderr) = flint_output(args, &[]);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--secret-file") && stderr.contains("$FLINT_SECRET"),
+            "{args:?}: {stderr}"
+        );
+        // A wrong one: refused by the master, with what to do.
+        let (code, _, stderr) = flint_output(args, &[("FLINT_SECRET", "wrong")]);
+        assert_ne!(code, Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("wrong shared secret")
+                && stderr.contains("--secret-file")
+                && stderr.contains("$FLINT_SECRET"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // --insecure against a master with a secret: told to give the secret.
+    let (code, _, stderr) = flint_output(&[&status[..], &["--insecure"]].concat(), &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("uses a shared secret") && stderr.contains("--secret-file"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 3 (master, --insecure): thousands of fake applications fill only the
+/// application connections' share of the table: `flint status` and workers still get in.
+#[test]
+fn fake_applications_of_an_insecure_master_leave_room_for_status_and_workers() {
+    let dir = scratch("fake-apps");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    let master = Proc::start_with(
+        command,
+        &dir,
+        "master",
+        &["master", "--listen", &listen, "--insecure"],
+    );
+    wait_until("the master to listen", || {
+        master.stderr().contains("listening on")
+    });
+    let addr: SocketAddr = listen.parse().expect("addr");
+    let spec = AppSpec {
+        name: "fake".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let mut fakes = Vec::new();
+    let mut refused = 0;
+    for _ in 0..3000 {
+        let Ok(mut fake) = BlockingClient::connect(addr, Role::Driver, None, DEADLINE) else {
+            refused += 1;
+            continue;
+        };
+        flint_net::standalone::with_description(&spec, |app| {
+            fake.send(&Message::RegisterApplication { app })
+        })
+        .expect("register");
+        let registered = fake.next_frame().is_ok_and(|frame| {
+            matches!(frame.message(), Ok(Message::RegisteredApplication { .. }))
+        });
+        if registered {
+            fakes.push(fake);
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "3000 application connections all held");
+    assert!(fakes.len() >= 1000, "{} held", fakes.len());
+    let (code, stdout, stderr) = flint_output(
+        &["status", "--master", &listen, "--insecure", "--json"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
+    let mut command = Command::new(FLINT);
+    command.env_remove("FLINT_SECRET");
+    let _worker = Proc::start_with(
+        command,
+        &dir,
+        "worker",
+        &[
+            "worker",
+            "--master",
+            &listen,
+            "--id",
+            "w1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "64",
+            "--insecure",
+            "--work-dir",
+            &dir.join("work").to_string_lossy(),
+        ],
+    );
+    wait_until("the worker registered", || {
+        status_with(addr, None).is_some_and(|s| s.worker_state("w1") == Some("ALIVE"))
+    });
+    drop(fakes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12, item 7: the master refuses a worker id that is not a plain name, from any peer.
+#[test]
+fn the_master_refuses_worker_ids_that_are_not_plain_names() {
+    let dir = scratch("bad-worker-id");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for id in ["../../x", "a/b", ""] {
+        let mut fake =
+            BlockingClient::connect(addr, Role::Worker, secret(), DEADLINE).expect("connect");
+        fake.send(&Message::RegisterWorker {
+            worker_id: id,
+            host: "127.0.0.9",
+            port: 1,
+            cores: 1,
+            memory_mb: 1,
+        })
+        .expect("register");
+        let frame = fake.next_frame().expect("an answer");
+        assert!(
+            matches!(frame.message(), Ok(Message::RegisterWorkerFailed { reason }) if reason.contains("worker id")),
+            "{id:?}: {:?}",
+            frame.message()
+        );
+    }
+    assert_eq!(status_now(port).workers.len(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }

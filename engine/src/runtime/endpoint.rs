@@ -1,9 +1,12 @@
 //! Endpoints: the typed actors that live on an event loop, the context their handlers get,
 //! the references other threads send through, and ask/reply.
 
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use mio::event::{Event, Source};
@@ -213,8 +216,31 @@ const ABANDONED: u8 = 3;
 
 struct ReplySlot<R> {
     state: AtomicU8,
-    value: Mutex<Option<R>>,
+    value: Mutex<SlotValue<R>>,
     ready: Condvar,
+}
+
+/// The answer, and the task to wake when it comes (for [`EndpointRef::ask_async`]).
+struct SlotValue<R> {
+    value: Option<R>,
+    waker: Option<Waker>,
+}
+
+impl<R> ReplySlot<R> {
+    fn new() -> Arc<ReplySlot<R>> {
+        Arc::new(ReplySlot {
+            state: AtomicU8::new(WAITING),
+            value: Mutex::new(SlotValue {
+                value: None,
+                waker: None,
+            }),
+            ready: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotValue<R>> {
+        self.value.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The answer side of an ask: a one-shot channel back to the asker. Dropping it unanswered
@@ -235,14 +261,18 @@ impl<R> Reply<R> {
         let Some(slot) = self.slot.take() else {
             return Err(value);
         };
-        let mut guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = slot.lock();
         if slot.state.load(Ordering::Acquire) == ABANDONED {
             return Err(value);
         }
-        *guard = Some(value);
+        guard.value = Some(value);
         slot.state.store(DONE, Ordering::Release);
+        let waker = guard.waker.take();
         drop(guard);
         slot.ready.notify_one();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
         Ok(())
     }
 }
@@ -250,12 +280,16 @@ impl<R> Reply<R> {
 impl<R> Drop for Reply<R> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            let guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+            let mut guard = slot.lock();
             let _ =
                 slot.state
                     .compare_exchange(WAITING, DROPPED, Ordering::AcqRel, Ordering::Acquire);
+            let waker = guard.waker.take();
             drop(guard);
             slot.ready.notify_one();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
         }
     }
 }
@@ -370,11 +404,7 @@ impl<E: Endpoint> EndpointRef<E> {
         if super::event_loop::current_loop() == Some(self.state.loop_index) {
             return Err(AskError::SameLoop);
         }
-        let slot = Arc::new(ReplySlot {
-            state: AtomicU8::new(WAITING),
-            value: Mutex::new(None),
-            ready: Condvar::new(),
-        });
+        let slot = ReplySlot::new();
         let reply = Reply {
             slot: Some(slot.clone()),
         };
@@ -395,10 +425,10 @@ impl<E: Endpoint> EndpointRef<E> {
         {
             backoff.snooze();
         }
-        let mut guard = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = slot.lock();
         loop {
             match slot.state.load(Ordering::Acquire) {
-                DONE => return guard.take().ok_or(AskError::Stopped),
+                DONE => return guard.value.take().ok_or(AskError::Stopped),
                 DROPPED => return Err(AskError::Stopped),
                 _ => {}
             }
@@ -417,6 +447,27 @@ impl<E: Endpoint> EndpointRef<E> {
         }
     }
 
+    /// Sends the request built by `make` and returns a future of the answer: the asking
+    /// thread never blocks, so async code can ask. Fails at once with `Full`, `Stopped` or
+    /// `Shutdown` as [`send`](Self::send) does; the future fails with `Stopped` if the endpoint
+    /// drops the [`Reply`] unanswered. Dropping the future abandons the ask. Bound the wait
+    /// with the caller's own timer (e.g. `tokio::time::timeout`).
+    pub fn ask_async<R: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<R>) -> E::Msg,
+    ) -> Result<AskFuture<R>, AskError> {
+        let slot = ReplySlot::new();
+        let reply = Reply {
+            slot: Some(slot.clone()),
+        };
+        match self.send(make(reply)) {
+            Ok(()) => Ok(AskFuture { slot }),
+            Err(SendError::Full(_)) => Err(AskError::Full),
+            Err(SendError::Stopped(_)) => Err(AskError::Stopped),
+            Err(SendError::Shutdown(_)) => Err(AskError::Shutdown),
+        }
+    }
+
     /// Asks the endpoint to stop: messages queued before this request are handled, then
     /// `on_stop` runs. Sends after the stop is handled fail with `Stopped`.
     pub fn stop(&self) -> Result<(), SendError<()>> {
@@ -424,5 +475,44 @@ impl<E: Endpoint> EndpointRef<E> {
         self.shared.loops[self.state.loop_index]
             .push_wait(Envelope::Stop { id: self.state.id }, Duration::from_secs(1))
             .map_err(|_| SendError::Full(()))
+    }
+}
+
+/// The answer to an [`EndpointRef::ask_async`], as a future.
+pub struct AskFuture<R> {
+    slot: Arc<ReplySlot<R>>,
+}
+
+impl<R> std::fmt::Debug for AskFuture<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AskFuture")
+    }
+}
+
+impl<R> Future for AskFuture<R> {
+    type Output = Result<R, AskError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut guard = self.slot.lock();
+        match self.slot.state.load(Ordering::Acquire) {
+            DONE => Poll::Ready(guard.value.take().ok_or(AskError::Stopped)),
+            DROPPED => Poll::Ready(Err(AskError::Stopped)),
+            _ => {
+                guard.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<R> Drop for AskFuture<R> {
+    fn drop(&mut self) {
+        let _guard = self.slot.lock();
+        let _ = self.slot.state.compare_exchange(
+            WAITING,
+            ABANDONED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 }

@@ -37,7 +37,7 @@ mod event_loop;
 pub mod inbox;
 mod timer;
 
-pub use endpoint::{AskError, Ctx, Endpoint, EndpointRef, Reply, SendError};
+pub use endpoint::{AskError, AskFuture, Ctx, Endpoint, EndpointRef, Reply, SendError};
 pub(crate) use event_loop::panic_message;
 pub use event_loop::LoopCtxError;
 pub use inbox::Inbox;

@@ -717,6 +717,24 @@ impl Scheduler {
     /// Accepts a job, or refuses it without side effects. A job with a task payload over
     /// `payload_max_bytes` is accepted and fails at once (its outcome names the limit).
     pub fn submit_job(&mut self, now_us: u64, spec: JobSpec) -> Result<JobId, SubmitError> {
+        let id = JobId(self.next_job);
+        self.submit_job_with_id(now_us, id, spec)?;
+        Ok(id)
+    }
+
+    /// [`submit_job`](Self::submit_job) with an id the caller chose (a driver whose callers
+    /// allocate ids so that submitting never waits for the scheduler). The id must be below
+    /// 2^32 (it is the high half of its tasks' [`TaskId`]s) and not belong to an active job;
+    /// later [`submit_job`](Self::submit_job) calls pick ids above it. FIFO order is id order.
+    pub fn submit_job_with_id(
+        &mut self,
+        now_us: u64,
+        id: JobId,
+        spec: JobSpec,
+    ) -> Result<(), SubmitError> {
+        if id.0 > u64::from(u32::MAX) || self.job_slots.contains_key(&id.0) {
+            return Err(SubmitError::DuplicateJob(id));
+        }
         let n = spec.tasks.len();
         if u32::try_from(n).is_err() {
             return Err(SubmitError::TooManyTasks);
@@ -734,14 +752,13 @@ impl Scheduler {
         if let Some(i) = spec.tasks.iter().position(|t| t.cores == 0) {
             return Err(SubmitError::ZeroCores(i as u32));
         }
-        let id = JobId(self.next_job);
-        self.next_job += 1;
+        self.next_job = self.next_job.max(id.0 + 1);
         if n == 0 {
             self.outputs.push_back(Output::JobOutcome {
                 job: id,
                 outcome: JobOutcome::Succeeded(Vec::new()),
             });
-            return Ok(id);
+            return Ok(());
         }
         let pool = match self.pool_ids.get(&spec.pool) {
             Some(&p) => p,
@@ -885,7 +902,7 @@ impl Scheduler {
             self.offer(now_us);
         }
         self.flush();
-        Ok(id)
+        Ok(())
     }
 
     /// Cancels a job: its running attempts are killed, its pending tasks dropped, each task and
@@ -895,6 +912,19 @@ impl Scheduler {
             return false;
         };
         self.abort_job(slot, JobOutcome::Cancelled, "job cancelled");
+        self.offer(now_us);
+        self.flush();
+        true
+    }
+
+    /// Fails a job now for `reason` (its deadline passed, say): like
+    /// [`cancel_job`](Self::cancel_job), but the outcome is `Failed([reason])`. Returns false if
+    /// the job is unknown or already ended.
+    pub fn fail_job(&mut self, now_us: u64, job: JobId, reason: &str) -> bool {
+        let Some(&slot) = self.job_slots.get(&job.0) else {
+            return false;
+        };
+        self.abort_job(slot, JobOutcome::Failed(vec![reason.to_owned()]), reason);
         self.offer(now_us);
         self.flush();
         true

@@ -248,6 +248,10 @@ pub enum SubmitError {
     /// A task asks for zero cores.
     #[error("task {0} asks for zero cores")]
     ZeroCores(u32),
+    /// A job with this id is active already (ids chosen by the caller,
+    /// [`super::Scheduler::submit_job_with_id`]).
+    #[error("job id {0:?} is in use")]
+    DuplicateJob(JobId),
 }
 
 /// A task attempt's state as an executor reports it (Spark's `TaskState`).

@@ -64,6 +64,14 @@ pub struct Config {
     pub history_max: usize,
     /// Executors one application holds at most (whatever the workers claim to offer).
     pub executors_per_app_max: u32,
+    /// Cores an application that sets no maximum (`max_cores` 0) gets at most, so one
+    /// application cannot take the whole cluster (Spark's `spark.deploy.defaultCores`); 0: no
+    /// limit.
+    pub default_cores: u32,
+    /// An executor still LAUNCHING this long after the master placed it is marked failed, its
+    /// worker told to kill it, and a replacement placed on another worker (the application
+    /// avoids that worker from then on); 0: no limit.
+    pub launch_timeout_us: u64,
 }
 
 impl Default for Config {
@@ -77,6 +85,8 @@ impl Default for Config {
             apps_max: 10_000,
             history_max: 64,
             executors_per_app_max: 10_000,
+            default_cores: 0,
+            launch_timeout_us: 30_000_000,
         }
     }
 }
@@ -288,6 +298,8 @@ pub struct AppView {
     pub cores_granted: u32,
     /// The executor count it asked for (or the most its cores allow).
     pub executors_requested: u32,
+    /// Why it does not have all the executors it asked for (empty when it does, or is over).
+    pub waiting: String,
 }
 
 /// An executor in a [`Status`].
@@ -345,6 +357,8 @@ struct Executor {
     cores: u32,
     memory_mb: u64,
     state: ExecutorState,
+    /// When the master placed it (for the launch timeout).
+    placed_us: u64,
 }
 
 #[derive(Debug)]
@@ -362,6 +376,8 @@ struct App {
     adoptable_below: u64,
     /// Executors that ended, so a late report does not bring them back.
     ended: BTreeSet<u64>,
+    /// Workers that did not launch one of its executors in time: not used for it again.
+    avoided_workers: BTreeSet<String>,
 }
 
 impl App {
@@ -373,24 +389,35 @@ impl App {
         self.spec.cores_per_executor.max(1)
     }
 
+    /// Its maximum total cores: its own, else the master's default; 0: no limit.
+    fn max_cores(&self, default_cores: u32) -> u32 {
+        if self.spec.max_cores == 0 {
+            default_cores
+        } else {
+            self.spec.max_cores
+        }
+    }
+
     /// Executors it may still get: by its request, then by its cores.
-    fn wanted(&self) -> u32 {
+    fn wanted(&self, default_cores: u32) -> u32 {
         let by_limit = self.executor_limit.map_or(u32::MAX, |limit| {
             limit.saturating_sub(self.executors.len() as u32)
         });
-        let by_cores = if self.spec.max_cores == 0 {
+        let max_cores = self.max_cores(default_cores);
+        let by_cores = if max_cores == 0 {
             u32::MAX
         } else {
-            self.spec.max_cores.saturating_sub(self.cores_granted()) / self.cores_per_executor()
+            max_cores.saturating_sub(self.cores_granted()) / self.cores_per_executor()
         };
         by_limit.min(by_cores)
     }
 
-    fn requested(&self) -> u32 {
-        let by_cores = if self.spec.max_cores == 0 {
+    fn requested(&self, default_cores: u32) -> u32 {
+        let max_cores = self.max_cores(default_cores);
+        let by_cores = if max_cores == 0 {
             u32::MAX
         } else {
-            self.spec.max_cores / self.cores_per_executor()
+            max_cores / self.cores_per_executor()
         };
         self.executor_limit.map_or(by_cores, |l| l.min(by_cores))
     }
@@ -412,7 +439,13 @@ pub struct Master {
     dead_order: VecDeque<String>,
     recovering_until_us: Option<u64>,
     outputs: VecDeque<Output>,
+    /// The latest time an event brought (placement stamps executors with it).
+    now_us: u64,
 }
+
+/// How [`AppView::waiting`] begins when no alive worker could ever hold one executor of the
+/// application (whatever the others free up): waiting will not help.
+pub const NO_WORKER_FITS: &str = "no worker can fit";
 
 /// Longest reason text kept from a peer, in bytes.
 const MESSAGE_MAX_BYTES: usize = 1024;
@@ -442,6 +475,7 @@ impl Master {
             dead_order: VecDeque::new(),
             recovering_until_us: None,
             outputs: VecDeque::new(),
+            now_us: 0,
         }
     }
 
@@ -469,6 +503,7 @@ impl Master {
 
     /// Loads journaled state after a restart (see the module docs). Call before anything else.
     pub fn recover(&mut self, now_us: u64, workers: Vec<WorkerSpec>, apps: Vec<RecoveredApp>) {
+        self.now_us = self.now_us.max(now_us);
         if workers.is_empty() && apps.is_empty() {
             return;
         }
@@ -502,6 +537,7 @@ impl Master {
                     last_failure: String::new(),
                     adoptable_below: app.next_executor,
                     ended: BTreeSet::new(),
+                    avoided_workers: BTreeSet::new(),
                 },
             );
         }
@@ -511,6 +547,7 @@ impl Master {
     /// A worker registers. Refused (with the reason) when a worker with its id is alive, or
     /// when the master knows too many workers.
     pub fn worker_registered(&mut self, now_us: u64, spec: WorkerSpec) -> Result<(), String> {
+        self.now_us = self.now_us.max(now_us);
         if spec.id.is_empty() {
             return Err("empty worker id".into());
         }
@@ -618,6 +655,7 @@ impl Master {
 
     /// Time passed: expires silent workers, ends recovery when its time is up.
     pub fn tick(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
         let timeout = self.config.worker_timeout_us;
         let silent: Vec<String> = self
             .workers
@@ -636,11 +674,74 @@ impl Master {
         if !silent.is_empty() {
             self.schedule();
         }
+        self.expire_launches(now_us);
         self.check_recovery(now_us);
+    }
+
+    /// Executors still LAUNCHING past the launch timeout: failed, killed on their worker (in
+    /// case it starts them late), and replaced on another worker.
+    fn expire_launches(&mut self, now_us: u64) {
+        let timeout = self.config.launch_timeout_us;
+        if timeout == 0 {
+            return;
+        }
+        let stuck: Vec<(String, String, String)> = self
+            .apps
+            .iter()
+            .flat_map(|(app, a)| {
+                a.executors
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.state == ExecutorState::Launching
+                            && now_us.saturating_sub(e.placed_us) > timeout
+                    })
+                    .map(move |(id, e)| (app.clone(), id.clone(), e.worker.clone()))
+            })
+            .collect();
+        if stuck.is_empty() {
+            return;
+        }
+        for (app, executor, worker) in stuck {
+            let Some(a) = self.apps.get_mut(&app) else {
+                continue;
+            };
+            let Some(e) = a.executors.remove(&executor) else {
+                continue;
+            };
+            if let Ok(n) = executor.parse::<u64>() {
+                a.ended.insert(n);
+            }
+            a.avoided_workers.insert(worker.clone());
+            if a.executors.is_empty() && a.state == AppState::Running {
+                a.state = AppState::Waiting;
+            }
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.executors.remove(&(app.clone(), executor.clone()));
+                w.cores_used = w.cores_used.saturating_sub(e.cores);
+                w.memory_used_mb = w.memory_used_mb.saturating_sub(e.memory_mb);
+            }
+            self.outputs.push_back(Output::KillExecutor {
+                worker: worker.clone(),
+                app: app.clone(),
+                executor: executor.clone(),
+            });
+            self.outputs.push_back(Output::ExecutorUpdated {
+                app,
+                executor,
+                state: ExecutorState::Failed,
+                message: format!(
+                    "worker {worker} did not start it within {} ms of its launch; placing it elsewhere",
+                    timeout / 1000
+                ),
+                exit_code: None,
+            });
+        }
+        self.schedule();
     }
 
     /// An application registers; returns its id.
     pub fn app_registered(&mut self, now_us: u64, spec: AppSpec) -> Result<String, String> {
+        self.now_us = self.now_us.max(now_us);
         let _ = now_us;
         let active = self.apps.values().filter(|a| a.is_active()).count();
         if active >= self.config.apps_max {
@@ -663,6 +764,7 @@ impl Master {
                 last_failure: String::new(),
                 adoptable_below: 0,
                 ended: BTreeSet::new(),
+                avoided_workers: BTreeSet::new(),
             },
         );
         self.schedule();
@@ -671,6 +773,7 @@ impl Master {
 
     /// An application's driver is back (after a master restart or a lost connection).
     pub fn app_reconnected(&mut self, now_us: u64, app: &str) -> Result<(), String> {
+        self.now_us = self.now_us.max(now_us);
         match self.apps.get_mut(app) {
             Some(a) if a.is_active() => {
                 let _ = now_us;
@@ -858,6 +961,7 @@ impl Master {
                 cores,
                 memory_mb,
                 state: ExecutorState::Running,
+                placed_us: self.now_us,
             },
         );
         a.state = AppState::Running;
@@ -877,6 +981,7 @@ impl Master {
             })
             .collect();
         workers.sort_by_key(|w| w.state != WorkerState::Alive);
+        let default_cores = self.config.default_cores;
         let mut apps: Vec<(u64, AppView)> = self
             .apps
             .iter()
@@ -888,7 +993,8 @@ impl Master {
                         name: a.spec.name.clone(),
                         state: a.state,
                         cores_granted: a.cores_granted(),
-                        executors_requested: a.requested(),
+                        executors_requested: a.requested(default_cores),
+                        waiting: self.waiting_reason(a),
                     },
                 )
             })
@@ -954,7 +1060,8 @@ impl Master {
             name: a.spec.name.clone(),
             state,
             cores_granted: 0,
-            executors_requested: a.requested(),
+            executors_requested: a.requested(self.config.default_cores),
+            waiting: String::new(),
         });
         while self.completed.len() > self.config.history_max {
             self.completed.pop_front();
@@ -1033,6 +1140,60 @@ impl Master {
         }
     }
 
+    /// Why an application does not have all it asked for; empty when it does.
+    fn waiting_reason(&self, a: &App) -> String {
+        if !a.is_active() {
+            return String::new();
+        }
+        let default_cores = self.config.default_cores;
+        let room = self
+            .config
+            .executors_per_app_max
+            .saturating_sub(a.executors.len() as u32);
+        let wanted = a.wanted(default_cores).min(room);
+        if wanted == 0 {
+            let more = a
+                .executor_limit
+                .is_none_or(|limit| limit > a.executors.len() as u32);
+            if more && a.spec.max_cores == 0 && default_cores > 0 {
+                return format!(
+                    "at the default maximum of {default_cores} cores per application (the master's --default-cores)"
+                );
+            }
+            return String::new();
+        }
+        if self.recovering_until_us.is_some() {
+            return "the master is recovering: waiting for journaled workers and drivers".into();
+        }
+        if !a.connected {
+            return "its driver has not reconnected".into();
+        }
+        let (cores, memory_mb) = (a.cores_per_executor(), a.spec.memory_mb);
+        let alive: Vec<&Worker> = self
+            .workers
+            .iter()
+            .filter(|(id, w)| w.state == WorkerState::Alive && !a.avoided_workers.contains(*id))
+            .map(|(_, w)| w)
+            .collect();
+        if alive.is_empty() {
+            return "no alive worker".into();
+        }
+        if !alive
+            .iter()
+            .any(|w| w.spec.cores >= cores && w.spec.memory_mb >= memory_mb)
+        {
+            let most_cores = alive.iter().map(|w| w.spec.cores).max().unwrap_or(0);
+            let most_memory = alive.iter().map(|w| w.spec.memory_mb).max().unwrap_or(0);
+            return format!(
+                "{NO_WORKER_FITS} an executor of {cores} cores and {memory_mb} MiB: the largest alive worker offers {most_cores} cores and {most_memory} MiB"
+            );
+        }
+        let free: u32 = alive.iter().map(|w| w.free_cores()).sum();
+        format!(
+            "waiting for {wanted} more executors of {cores} cores and {memory_mb} MiB: other applications hold the resources ({free} cores free)"
+        )
+    }
+
     fn schedule_app(&mut self, app_id: &str) {
         let Some(app) = self.apps.get(app_id) else {
             return;
@@ -1041,7 +1202,7 @@ impl Master {
             .config
             .executors_per_app_max
             .saturating_sub(app.executors.len() as u32);
-        let mut wanted = app.wanted().min(room);
+        let mut wanted = app.wanted(self.config.default_cores).min(room);
         if wanted == 0 {
             return;
         }
@@ -1051,7 +1212,7 @@ impl Master {
         let mut usable: Vec<(String, u32, u64)> = self
             .workers
             .iter()
-            .filter(|(_, w)| w.fits(cores, memory_mb))
+            .filter(|(id, w)| w.fits(cores, memory_mb) && !app.avoided_workers.contains(*id))
             .map(|(id, w)| {
                 (
                     id.clone(),
@@ -1105,6 +1266,7 @@ impl Master {
                 cores,
                 memory_mb,
                 state: ExecutorState::Launching,
+                placed_us: self.now_us,
             },
         );
         app.state = AppState::Running;
@@ -1195,6 +1357,100 @@ mod tests {
             *counts.entry(w).or_insert(0) += 1;
         }
         counts
+    }
+
+    #[test]
+    fn an_app_without_a_maximum_gets_the_default_cores_and_leaves_the_rest_to_others() {
+        let mut m = Master::new(
+            Config {
+                default_cores: 2,
+                ..Config::default()
+            },
+            "app",
+        );
+        m.worker_registered(0, worker("w1", 2, 1000)).expect("w1");
+        m.worker_registered(0, worker("w2", 2, 1000)).expect("w2");
+        let greedy = m.app_registered(0, app(1, 0, 0)).expect("greedy");
+        assert_eq!(launches(&drain(&mut m)).len(), 2);
+        let status = m.status();
+        assert!(
+            status.apps[0]
+                .waiting
+                .contains("default maximum of 2 cores"),
+            "{:?}",
+            status.apps[0]
+        );
+        let other = m.app_registered(0, app(1, 2, 0)).expect("other");
+        assert_eq!(launches(&drain(&mut m)).len(), 2);
+        let status = m.status();
+        let granted = |id: &str| {
+            status
+                .apps
+                .iter()
+                .find(|a| a.id == id)
+                .map(|a| a.cores_granted)
+        };
+        assert_eq!((granted(&greedy), granted(&other)), (Some(2), Some(2)));
+    }
+
+    #[test]
+    fn a_request_no_worker_can_fit_says_so() {
+        let mut m = master(true);
+        m.worker_registered(0, worker("w1", 2, 1000)).expect("w1");
+        m.app_registered(0, app(4, 4, 0)).expect("app");
+        let status = m.status();
+        assert!(
+            status.apps[0].waiting.starts_with(NO_WORKER_FITS),
+            "{:?}",
+            status.apps[0]
+        );
+        assert!(
+            status.apps[0].waiting.contains("2 cores"),
+            "{:?}",
+            status.apps[0]
+        );
+    }
+
+    #[test]
+    fn an_executor_stuck_launching_fails_and_is_placed_on_another_worker() {
+        let mut m = Master::new(
+            Config {
+                launch_timeout_us: S,
+                ..Config::default()
+            },
+            "app",
+        );
+        m.worker_registered(0, worker("stuck", 8, 1000))
+            .expect("stuck");
+        m.worker_registered(0, worker("good", 2, 1000))
+            .expect("good");
+        let id = m.app_registered(0, app(1, 1, 0)).expect("app");
+        // Most free cores first: the stuck worker gets it.
+        assert_eq!(
+            launches(&drain(&mut m)),
+            vec![("stuck".to_string(), "0".to_string())]
+        );
+        m.worker_heartbeat(S / 2, "stuck");
+        m.worker_heartbeat(S / 2, "good");
+        m.tick(S / 2);
+        assert!(launches(&drain(&mut m)).is_empty());
+        m.worker_heartbeat(S + S / 2, "stuck");
+        m.worker_heartbeat(S + S / 2, "good");
+        m.tick(S + S / 2);
+        let outputs = drain(&mut m);
+        assert!(
+            outputs.iter().any(|o| matches!(o,
+            Output::KillExecutor { worker, executor, .. } if worker == "stuck" && executor == "0"))
+        );
+        assert!(outputs.iter().any(|o| matches!(o,
+            Output::ExecutorUpdated { executor, state: ExecutorState::Failed, .. } if executor == "0")));
+        assert_eq!(
+            launches(&outputs),
+            vec![("good".to_string(), "1".to_string())]
+        );
+        // A RUNNING report from the stuck worker after the fact is ignored.
+        m.executor_state_changed("stuck", &id, "0", ExecutorState::Running, "late", None);
+        assert_eq!(m.status().executors.len(), 1);
     }
 
     #[test]

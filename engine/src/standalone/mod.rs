@@ -6,5 +6,5 @@ pub mod master;
 
 pub use master::{
     AppSpec, AppState, AppView, Config, ExecutorState, ExecutorView, Master, Output, RecoveredApp,
-    Status, WorkerSpec, WorkerState, WorkerView,
+    Status, WorkerSpec, WorkerState, WorkerView, NO_WORKER_FITS,
 };

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
-use flint_engine::standalone::{AppSpec, Config as StandaloneConfig};
+use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FITS};
 use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
@@ -67,29 +67,49 @@ struct MasterArgs {
     #[arg(long, default_value = "127.0.0.1:7077")]
     listen: SocketAddr,
     /// Directory for the journal of workers and applications; a restarted master recovers them.
+    /// The master's shared secret is kept here too (`secret`, mode 0600) unless --secret-file
+    /// or $FLINT_SECRET names one.
     #[arg(long)]
     state_dir: Option<PathBuf>,
-    /// A worker silent this long is dead. Spark's default is 60 s; 15 s notices a lost host
-    /// four times sooner while tolerating a dozen missed heartbeats (one a second).
-    #[arg(long, default_value_t = 15_000)]
+    /// A worker silent this long is dead, in milliseconds (100 to 3600000). Spark's default is
+    /// 60 s; 15 s notices a lost host four times sooner while tolerating a dozen missed
+    /// heartbeats (one a second).
+    #[arg(long, default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     worker_timeout_ms: u64,
-    /// How often workers heartbeat.
-    #[arg(long, default_value_t = 1000)]
+    /// How often workers heartbeat, in milliseconds (10 to 60000, and below
+    /// --worker-timeout-ms).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     heartbeat_interval_ms: u64,
-    /// How long a restarted master waits for journaled workers and drivers (default: the worker
-    /// timeout).
-    #[arg(long)]
+    /// How long a restarted master waits for journaled workers and drivers, in milliseconds
+    /// (0 to 3600000; default: the worker timeout).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     recovery_timeout_ms: Option<u64>,
     /// Pack executors onto as few workers as possible (default: spread them out).
     #[arg(long)]
     packed: bool,
-    /// Abnormal executor exits in a row, with none running, that remove an application.
-    #[arg(long, default_value_t = 10)]
+    /// Abnormal executor exits in a row, with none running, that remove an application
+    /// (1 to 10000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_executor_retries: u32,
-    /// File holding the shared secret (else $FLINT_SECRET, else none).
+    /// Cores an application that sets no maximum of its own gets at most (1 to 1000000;
+    /// Spark's spark.deploy.defaultCores), so one application cannot take the whole cluster.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    default_cores: u32,
+    /// An executor a worker has not reported running this long after its launch is marked
+    /// failed and placed elsewhere, in milliseconds (100 to 3600000).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    launch_timeout_ms: u64,
+    /// File holding the shared secret; created (random, mode 0600) if it does not exist.
+    /// Default: $FLINT_SECRET if set, else STATE_DIR/secret, else a new file in a fresh
+    /// temporary directory. The master prints where it is.
     #[arg(long)]
     secret_file: Option<PathBuf>,
-    /// Listen on a non-loopback address without a secret.
+    /// Run without a shared secret: anyone who can reach the master can register workers and
+    /// applications (and so run executors on the workers). Loopback only, unless
+    /// --allow-insecure-bind.
+    #[arg(long)]
+    insecure: bool,
+    /// With --insecure: listen on a non-loopback address too.
     #[arg(long)]
     allow_insecure_bind: bool,
 }
@@ -99,11 +119,11 @@ struct WorkerArgs {
     /// The master's address.
     #[arg(long)]
     master: SocketAddr,
-    /// Cores to offer.
-    #[arg(long)]
+    /// Cores to offer (1 to 65536).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     cores: u32,
-    /// Memory to offer, in MiB.
-    #[arg(long)]
+    /// Memory to offer, in MiB (0 to 1099511627776).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1 << 40))]
     memory_mb: u64,
     /// Where executors get their directories (default: a temporary directory per worker id).
     #[arg(long)]
@@ -113,15 +133,24 @@ struct WorkerArgs {
     /// master from.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// This worker's id (default: worker-HOST-PORT with --listen, else worker-PID).
-    #[arg(long)]
+    /// This worker's id: 1 to 64 letters, digits, '-', '_' or '.', not "." or ".." (default:
+    /// worker-HOST-PORT with --listen, else worker-PID).
+    #[arg(long, value_parser = parse_id)]
     id: Option<String>,
-    /// Time between SIGTERM and SIGKILL when killing an executor, in milliseconds.
-    #[arg(long, default_value_t = 5000)]
+    /// Time between SIGTERM and SIGKILL when killing an executor, in milliseconds (0 to 600000).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     kill_timeout_ms: u64,
-    /// File holding the shared secret (else $FLINT_SECRET, else none).
+    /// A program applications may name as their executor command, besides `flint executor`
+    /// (repeatable). Any other command an application asks for is refused.
+    #[arg(long = "allow-command", value_name = "PATH")]
+    allow_commands: Vec<PathBuf>,
+    /// File holding the master's shared secret (the file `flint master` printed); else
+    /// $FLINT_SECRET. Executors this worker starts get it too.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// Run without a shared secret (the master must run with --insecure too).
+    #[arg(long)]
+    insecure: bool,
 }
 
 #[derive(Args)]
@@ -129,14 +158,14 @@ struct SubmitArgs {
     /// The master's address.
     #[arg(long)]
     master: SocketAddr,
-    /// Executors to ask for (and wait for before the job starts).
-    #[arg(long)]
+    /// Executors to ask for (and wait for before the job starts), 1 to 10000.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     executors: u32,
-    /// Cores per executor.
-    #[arg(long, default_value_t = 1)]
+    /// Cores per executor (1 to 65536).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     cores: u32,
-    /// Memory per executor, in MiB.
-    #[arg(long, default_value_t = 0)]
+    /// Memory per executor, in MiB (0 to 1099511627776).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1 << 40))]
     memory_mb: u64,
     /// The application's name.
     #[arg(long, default_value = "flint-submit")]
@@ -144,29 +173,34 @@ struct SubmitArgs {
     /// Address the driver listens on for executors (must be reachable from the workers).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// How long to wait for the executors, in seconds.
-    #[arg(long, default_value_t = 60)]
+    /// How long to wait for the executors, in seconds (1 to 86400).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     wait_s: u64,
-    /// File holding the shared secret (else $FLINT_SECRET, else none); executors get it too.
+    /// File holding the master's shared secret (the file `flint master` printed); else
+    /// $FLINT_SECRET. The workers give their executors their own copy.
     #[arg(long)]
     secret_file: Option<PathBuf>,
-    /// Listen on a non-loopback address without a secret.
+    /// Run without a shared secret (the master must run with --insecure too).
+    #[arg(long)]
+    insecure: bool,
+    /// With --insecure: listen on a non-loopback address too.
     #[arg(long)]
     allow_insecure_bind: bool,
     /// Print a line per executor state change the master reports and per executor the
     /// lifecycle handler removes from the scheduler.
     #[arg(long)]
     executor_events: bool,
-    /// Dynamic allocation through the master: between --executors and this many executors,
-    /// following the backlog; executors idle for --idle-timeout-ms are killed.
-    #[arg(long)]
+    /// Dynamic allocation through the master: between --executors and this many executors
+    /// (1 to 10000), following the backlog; executors idle for --idle-timeout-ms are killed.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_executors: Option<u32>,
-    /// With --max-executors: an executor idle this long is released.
-    #[arg(long, default_value_t = 2000)]
+    /// With --max-executors: an executor idle this long is released, in milliseconds
+    /// (0 to 86400000).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     idle_timeout_ms: u64,
-    /// With --max-executors: after the job, wait up to this long for idle executors to be
-    /// released down to --executors (shows in `executors_end`).
-    #[arg(long, default_value_t = 0)]
+    /// With --max-executors: after the job, wait up to this long (milliseconds, 0 to 3600000)
+    /// for idle executors to be released down to --executors (shows in `executors_end`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     idle_wait_ms: u64,
     #[command(flatten)]
     job: JobArgs,
@@ -180,9 +214,28 @@ struct StatusArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
-    /// File holding the shared secret (else $FLINT_SECRET, else none).
+    /// How long to wait for the answer, in milliseconds (1 to 600000).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    timeout_ms: u64,
+    /// File holding the master's shared secret (the file `flint master` printed); else
+    /// $FLINT_SECRET.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// Run without a shared secret (the master must run with --insecure too).
+    #[arg(long)]
+    insecure: bool,
+}
+
+/// A worker id from the command line: what the worker's directories and the master accept.
+fn parse_id(text: &str) -> Result<String, String> {
+    if flint_net::worker::valid_id(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not an id: use 1 to {} letters, digits, '-', '_' or '.', not \".\" or \"..\"",
+            flint_net::worker::ID_LEN_MAX
+        ))
+    }
 }
 
 /// The job every job-running command takes.
@@ -455,13 +508,19 @@ struct ExecutorArgs {
 }
 
 fn main() -> ExitCode {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let cli = Cli::parse();
+    // Daemons say at info what they do (connection attempts and their backoff included).
+    let default_filter = match cli.command {
+        Cmd::Master(_) | Cmd::Worker(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_filter.into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Local(args) => local(args),
         Cmd::Driver(args) => driver(args),
@@ -485,6 +544,94 @@ fn load_secret(file: Option<&PathBuf>) -> Result<Option<Secret>, String> {
         Some(path) => Secret::from_file(path).map(Some),
         None => Secret::from_env(SECRET_ENV),
     }
+}
+
+/// The shared secret a worker, `flint submit` or `flint status` proves to the master: required
+/// unless `--insecure`.
+fn cluster_secret(
+    file: Option<&PathBuf>,
+    insecure: bool,
+    who: &str,
+) -> Result<Option<Secret>, String> {
+    if insecure {
+        if file.is_some() {
+            return Err("--insecure and --secret-file exclude each other".into());
+        }
+        tracing::warn!("{who}: --insecure: no shared secret, nothing authenticates the master");
+        return Ok(None);
+    }
+    match load_secret(file)? {
+        Some(secret) => Ok(Some(secret)),
+        None => Err(format!(
+            "no shared secret: pass --secret-file PATH (the file `flint master` printed when it \
+             started, e.g. STATE_DIR/secret) or set ${SECRET_ENV}; --insecure runs without one \
+             (the master must too)"
+        )),
+    }
+}
+
+/// The master's shared secret and where it came from: --secret-file (created if missing),
+/// $FLINT_SECRET, STATE_DIR/secret (created if missing), or a new file in a fresh directory.
+fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> {
+    if args.insecure {
+        if args.secret_file.is_some() {
+            return Err("--insecure and --secret-file exclude each other".into());
+        }
+        tracing::warn!(
+            "flint master: --insecure: no shared secret; anyone who can reach {} can register \
+             workers and applications, and so run executors on the workers",
+            args.listen
+        );
+        return Ok(None);
+    }
+    let path = match (&args.secret_file, &args.state_dir) {
+        (Some(path), _) => path.clone(),
+        (None, state_dir) => {
+            if let Some(secret) = Secret::from_env(SECRET_ENV)? {
+                return Ok(Some((secret, format!("${SECRET_ENV}"))));
+            }
+            match state_dir {
+                Some(dir) => {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| format!("cannot create state dir {}: {e}", dir.display()))?;
+                    dir.join("secret")
+                }
+                None => {
+                    use std::os::unix::fs::DirBuilderExt;
+                    // A name of its own (not derived from the secret), made here with mode 0700,
+                    // so nothing planted in the temporary directory beforehand is used.
+                    let tag: String = flint_net::handshake::random_nonce()
+                        .map_err(|e| format!("no randomness: {e}"))?
+                        .iter()
+                        .take(6)
+                        .map(|b| format!("{b:02x}"))
+                        .collect();
+                    let dir = std::env::temp_dir().join(format!("flint-master-{tag}"));
+                    std::fs::DirBuilder::new()
+                        .mode(0o700)
+                        .create(&dir)
+                        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                    dir.join("secret")
+                }
+            }
+        }
+    };
+    if path.exists() {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(
+                    "secret file {} is readable by other users; chmod 600 it",
+                    path.display()
+                );
+            }
+        }
+        let secret = Secret::from_file(&path)?;
+        return Ok(Some((secret, path.display().to_string())));
+    }
+    let secret = Secret::generate().map_err(|e| format!("no randomness: {e}"))?;
+    secret.write_new_file(&path)?;
+    Ok(Some((secret, path.display().to_string())))
 }
 
 fn driver_config(job: &JobArgs) -> DriverConfig {
@@ -789,7 +936,7 @@ fn run_job(
             eprintln!("flint: job failed: {reason}");
         }
     }
-    let stats = driver.stats().map_err(|e| e.to_string())?;
+    let stats = driver.stats();
     let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
     let retried = stats
         .launched
@@ -831,13 +978,20 @@ fn exit_code(summary: &Summary) -> ExitCode {
 }
 
 fn master(args: MasterArgs) -> Result<ExitCode, String> {
-    let worker_timeout_us = args.worker_timeout_ms.max(1).saturating_mul(1000);
+    if args.heartbeat_interval_ms >= args.worker_timeout_ms {
+        return Err(format!(
+            "--heartbeat-interval-ms ({}) must be below --worker-timeout-ms ({})",
+            args.heartbeat_interval_ms, args.worker_timeout_ms
+        ));
+    }
+    let secret = master_secret(&args)?;
+    let worker_timeout_us = args.worker_timeout_ms.saturating_mul(1000);
     let config = MasterConfig {
         listen: args.listen,
         allow_insecure_bind: args.allow_insecure_bind,
-        secret: load_secret(args.secret_file.as_ref())?,
-        state_dir: args.state_dir,
-        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms.max(10)),
+        secret: secret.as_ref().map(|(secret, _)| secret.clone()),
+        state_dir: args.state_dir.clone(),
+        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
         master: StandaloneConfig {
             worker_timeout_us,
             spread_out: !args.packed,
@@ -845,11 +999,18 @@ fn master(args: MasterArgs) -> Result<ExitCode, String> {
             recovery_timeout_us: args
                 .recovery_timeout_ms
                 .map_or(worker_timeout_us, |ms| ms.saturating_mul(1000)),
+            default_cores: args.default_cores,
+            launch_timeout_us: args.launch_timeout_ms.saturating_mul(1000),
             ..StandaloneConfig::default()
         },
         ..MasterConfig::default()
     };
     let master = MasterHandle::start(config)?;
+    if let Some((_, source)) = &secret {
+        eprintln!(
+            "flint master: shared secret in {source}; give workers, `flint submit` and `flint status` --secret-file PATH (or ${SECRET_ENV})"
+        );
+    }
     eprintln!(
         "flint master: listening on {}",
         master
@@ -863,11 +1024,13 @@ fn master(args: MasterArgs) -> Result<ExitCode, String> {
 }
 
 fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
-    if args.cores == 0 {
-        return Err("--cores must be at least 1".into());
-    }
+    let secret = cluster_secret(args.secret_file.as_ref(), args.insecure, "flint worker")?;
     let id = args.id.clone().unwrap_or_else(|| match args.listen {
-        Some(addr) if addr.port() != 0 => format!("worker-{}-{}", addr.ip(), addr.port()),
+        // An IPv6 address's colons are no part of an id.
+        Some(addr) if addr.port() != 0 => format!("worker-{}-{}", addr.ip(), addr.port()).replace(
+            |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-',
+            "-",
+        ),
         _ => format!("worker-{}", std::process::id()),
     });
     let mut config = WorkerConfig::new(args.master, id.clone(), args.cores, args.memory_mb);
@@ -875,8 +1038,9 @@ fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
         config.work_dir = dir;
     }
     config.listen = args.listen;
-    config.secret = load_secret(args.secret_file.as_ref())?;
+    config.secret = secret;
     config.kill_timeout = Duration::from_millis(args.kill_timeout_ms);
+    config.allowed_commands = args.allow_commands.clone();
     config.executor_program =
         std::env::current_exe().map_err(|e| format!("cannot find the flint binary: {e}"))?;
     eprintln!(
@@ -900,13 +1064,10 @@ fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
 
 fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     validate(&args.job)?;
-    if args.executors == 0 || args.cores == 0 {
-        return Err("--executors and --cores must be at least 1".into());
-    }
     if args.max_executors.is_some_and(|max| max < args.executors) {
         return Err("--max-executors must be at least --executors".into());
     }
-    let secret = load_secret(args.secret_file.as_ref())?;
+    let secret = cluster_secret(args.secret_file.as_ref(), args.insecure, "flint submit")?;
     let config = DriverConfig {
         listen: args.listen,
         secret: secret.clone(),
@@ -918,22 +1079,11 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         .start()
         .map_err(|e| e.to_string())?;
     let driver_addr = driver.local_addr().ok_or("the driver has no address")?;
-    let mut env = Vec::new();
-    if secret.is_some() {
-        // Executors prove the same secret to the driver.
-        let value = match &args.secret_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-                .trim_end_matches('\n')
-                .to_owned(),
-            None => std::env::var(SECRET_ENV).unwrap_or_default(),
-        };
-        env.push((SECRET_ENV.to_owned(), value));
-    }
+    // No secret in the application's environment: the master journals it. The workers give
+    // the executors they start their own copy of the cluster's secret.
     let spec = AppSpec {
         name: args.name.clone(),
         driver_addr: driver_addr.to_string(),
-        env,
         cores_per_executor: args.cores,
         max_cores: args
             .executors
@@ -1002,9 +1152,21 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
                 {
                     break;
                 }
+                // Ask the master why the executors are not there yet; a request no worker can
+                // fit fails now instead of at the end of --wait-s.
+                let _ = client.sync(Duration::from_secs(1));
+                let waiting = client.info().waiting;
+                if waiting.starts_with(NO_WORKER_FITS) {
+                    return Err(format!("the master cannot place the executors: {waiting}"));
+                }
                 if Instant::now() >= deadline {
+                    let why = if waiting.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; the master says: {waiting}")
+                    };
                     return Err(format!(
-                        "{} executors did not register within {} s ({} did)",
+                        "{} executors did not register within {} s ({} did){why}",
                         args.executors,
                         args.wait_s,
                         driver.executors()
@@ -1084,9 +1246,13 @@ fn json_or_plain(job: &JobArgs, text: &str) -> String {
 }
 
 fn status(args: StatusArgs) -> Result<ExitCode, String> {
-    let secret = load_secret(args.secret_file.as_ref())?;
-    let mut client =
-        BlockingClient::connect(args.master, Role::Client, secret, Duration::from_secs(10))?;
+    let secret = cluster_secret(args.secret_file.as_ref(), args.insecure, "flint status")?;
+    let mut client = BlockingClient::connect(
+        args.master,
+        Role::Client,
+        secret,
+        Duration::from_millis(args.timeout_ms),
+    )?;
     client.send(&Message::StatusRequest {})?;
     let frame = client.next_frame()?;
     let message = frame
@@ -1121,12 +1287,13 @@ fn status(args: StatusArgs) -> Result<ExitCode, String> {
             .iter()
             .map(|a| {
                 format!(
-                    "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{}}}",
+                    "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{},\"waiting\":{}}}",
                     json_string(a.app_id),
                     json_string(a.name),
                     json_string(&a.state.to_string().to_uppercase()),
                     a.cores_granted,
-                    a.executors_requested
+                    a.executors_requested,
+                    json_string(a.waiting)
                 )
             })
             .collect();
@@ -1179,6 +1346,9 @@ fn status(args: StatusArgs) -> Result<ExitCode, String> {
                 a.cores_granted,
                 a.executors_requested
             );
+            if !a.waiting.is_empty() {
+                println!("    waiting: {}", a.waiting);
+            }
         }
         println!("EXECUTORS");
         println!(

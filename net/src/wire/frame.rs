@@ -124,6 +124,11 @@ impl FrameDecoder {
         self.buf.len()
     }
 
+    /// Bytes the buffer holds room for (0 until the first read).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Appends received bytes.
     pub fn extend_from_slice(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);

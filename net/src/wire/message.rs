@@ -273,6 +273,8 @@ wire_struct! {
         pub cores_granted: u32,
         /// Executors it asked for.
         pub executors_requested: u32,
+        /// Why it does not have all it asked for (empty: it does, or it is over).
+        pub waiting: &'a str,
     }
 }
 
