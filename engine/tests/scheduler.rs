@@ -1633,3 +1633,26 @@ fn a_job_with_no_executor_at_all_is_not_aborted_as_unschedulable() {
     assert_eq!(launches(&drain(&mut s)).len(), 1);
     assert!(s.job_info(job).is_some());
 }
+
+/// "Everything bounded": a service naming a new pool per job does not grow the pool table
+/// past the configured pools plus `jobs_max` (issue 14 item 8).
+#[test]
+fn pools_made_for_jobs_are_reused_once_idle() {
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        jobs_max: 2,
+        pools: vec![PoolConfig::new("kept")],
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    for i in 0..50u64 {
+        let mut spec = JobSpec::new(tasks(1));
+        spec.pool = format!("pool-{i}");
+        let job = s.submit_job(i, spec).unwrap();
+        let ls = launches(&drain(&mut s));
+        assert_eq!(s.job_info(job).unwrap().pool, format!("pool-{i}"));
+        update(&mut s, i, ls[0].0, &ls[0].1, TaskState::Finished, b"");
+        assert_eq!(outcomes(&drain(&mut s)).len(), 1);
+    }
+    assert!(s.pools() <= 3, "{} pools", s.pools());
+}

@@ -210,16 +210,23 @@ struct Pool {
     weight: u32,
     min_share: u32,
     running_cores: u64,
+    /// Active jobs in it.
+    jobs: u32,
+    /// Listed in [`Config::pools`] (kept for good); others are made for a job that names them
+    /// and may be reused for another name once they hold no job.
+    configured: bool,
 }
 
 impl Pool {
-    fn new(c: &PoolConfig) -> Pool {
+    fn new(c: &PoolConfig, configured: bool) -> Pool {
         Pool {
             name: c.name.clone(),
             mode: c.mode,
             weight: c.weight.max(1),
             min_share: c.min_share,
             running_cores: 0,
+            jobs: 0,
+            configured,
         }
     }
 }
@@ -295,7 +302,7 @@ impl Scheduler {
         for c in &config.pools {
             if !pool_ids.contains_key(&c.name) {
                 pool_ids.insert(c.name.clone(), pools.len() as u32);
-                pools.push(Pool::new(c));
+                pools.push(Pool::new(c, true));
             }
         }
         Scheduler {
@@ -366,6 +373,12 @@ impl Scheduler {
     /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
     pub fn job_pending_tasks(&self, job: JobId) -> Option<usize> {
         self.job(job).map(|j| j.pending)
+    }
+
+    /// Pools known: the configured ones plus those made for jobs naming others (at most
+    /// [`Config::jobs_max`] of those: one with no job is reused for the next new name).
+    pub fn pools(&self) -> usize {
+        self.pools.len()
     }
 
     /// Registered executors.
@@ -763,15 +776,35 @@ impl Scheduler {
         let pool = match self.pool_ids.get(&spec.pool) {
             Some(&p) => p,
             None => {
-                // Pools are never removed: bounded by the distinct names jobs use, at most
-                // `jobs_max` new ones per generation of jobs in practice.
-                let p = self.pools.len() as u32;
+                // Bounded: past the configured pools plus `jobs_max` (more than active jobs
+                // can hold), an unconfigured pool with no job is reused for the new name.
+                let fresh = Pool::new(&PoolConfig::new(spec.pool.clone()), false);
+                let idle = (self.pools.len() >= self.config.pools.len() + self.config.jobs_max)
+                    .then(|| self.pools.iter().position(|p| !p.configured && p.jobs == 0))
+                    .flatten();
+                let p = match idle {
+                    Some(i) => {
+                        let Some(old) = self.pools.get_mut(i) else {
+                            unreachable!("pool {i} was just found");
+                        };
+                        assert_eq!(old.running_cores, 0, "an idle pool runs nothing");
+                        self.pool_ids.remove(&old.name);
+                        *old = fresh;
+                        i as u32
+                    }
+                    None => {
+                        self.pools.push(fresh);
+                        (self.pools.len() - 1) as u32
+                    }
+                };
                 self.pool_ids.insert(spec.pool.clone(), p);
-                self.pools
-                    .push(Pool::new(&PoolConfig::new(spec.pool.clone())));
                 p
             }
         };
+        let Some(pool_rec) = self.pools.get_mut(pool as usize) else {
+            unreachable!("pool {pool} was just resolved");
+        };
+        pool_rec.jobs += 1;
         let oversized = spec
             .tasks
             .iter()
@@ -1822,6 +1855,8 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        assert!(p.jobs > 0, "pool {} counts its jobs", p.name);
+        p.jobs -= 1;
         if job.has_exec_prefs || job.has_host_prefs {
             self.pref_jobs -= 1;
         }

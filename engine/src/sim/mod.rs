@@ -442,7 +442,12 @@ impl Sim {
                 tasks.push(t);
             }
             let mut spec = JobSpec::new(tasks);
-            spec.pool = if self.rng.chance(0.5) { "a" } else { "b" }.into();
+            spec.pool = match self.rng.range(0, 9) {
+                // An unconfigured pool (FAIR inside, weight 1), now and then.
+                0 => format!("job-{j}"),
+                1..=4 => "a".into(),
+                _ => "b".into(),
+            };
             spec.weight = self.rng.range(1, 3) as u32;
             spec.priority = self.rng.range(0, 2) as i32;
             spec.keep_results = self.rng.chance(0.8);
