@@ -620,6 +620,9 @@ impl Scheduler {
                 self.late_exit_reason(now_us, id, &reason);
                 self.offer(now_us);
                 self.flush();
+            } else {
+                // Not the app's fault after all: nothing will be charged.
+                self.gone.retain(|g| g.id != id);
             }
             return false;
         }
