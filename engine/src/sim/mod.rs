@@ -1237,6 +1237,26 @@ impl Sim {
                 if pj.oversized && !reasons.iter().any(|r| r.contains("payload_max_bytes")) {
                     return self.fail(format!("{job:?} oversized, reasons: {reasons:?}"));
                 }
+                // A job fails only for a reason: a counted failure (a FAILED report or an
+                // exit the app caused, which taint the job), a kill by the user, a limit, or a
+                // task nothing can run. Kills by executors and losses never count.
+                let explained = self.tainted.contains(&job)
+                    || pj.oversized
+                    || reasons.iter().any(|r| {
+                        [
+                            "killed:",
+                            "result_bytes_max",
+                            "no executor could run",
+                            "cannot run anywhere",
+                        ]
+                        .iter()
+                        .any(|why| r.contains(why))
+                    });
+                if !explained {
+                    return self.fail(format!(
+                        "{job:?} failed with no counted failure, kill or limit: {reasons:?}"
+                    ));
+                }
                 self.report.outcomes[1] += 1;
             }
             JobOutcome::Cancelled => {
