@@ -1073,6 +1073,9 @@ impl Sim {
                 return self.fail(format!("{id:?} reported LOST but is still registered"));
             }
             if let Some(e) = self.execs.get_mut(&id) {
+                // Removed as lost: a late exit reason may still charge what it held.
+                let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                self.lost_held.insert(id, jobs);
                 e.alive = false;
                 e.registered = false;
                 e.retired = true;
