@@ -1038,9 +1038,9 @@ fn running(s: &mut Scheduler, now: u64, e: ExecutorId, l: &TaskLaunch) {
 }
 
 /// Spark's `TaskSetManager` starts speculating once `max(floor(quantile x tasks), 1)` tasks
-/// succeeded (`minFinishedForSpeculation`, SPARK-37580; TaskSetManagerSuite "SPARK-24755
-/// Executor lost can cause task to not be resubmitted" and the speculation tests compute it
-/// so). Issue 14 item 2: Flint used the ceiling, so 10 tasks at 0.75 needed 8, not 7.
+/// succeeded (`minFinishedForSpeculation`, SPARK-37580). No TaskSetManagerSuite test pins the
+/// floor on its own (its speculation tests use quantiles where floor and ceiling agree), so
+/// this one does. Issue 14 item 2: Flint used the ceiling, so 10 tasks at 0.75 needed 8, not 7.
 #[test]
 fn speculation_starts_after_floor_of_quantile_times_tasks_successes() {
     let mut s = Scheduler::new(Config {
