@@ -893,6 +893,9 @@ const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The local executor's id.
 const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
 
+/// Callers waiting for executors at once, at most.
+const EXECUTOR_WAITERS_MAX: usize = 4096;
+
 /// The tick while jobs are active.
 const BUSY_TICK: Duration = Duration::from_millis(10);
 
@@ -1653,7 +1656,12 @@ impl Endpoint for DriverEndpoint {
                 if self.counters.executors.load(Ordering::SeqCst) >= count {
                     let _ = reply.send(());
                 } else {
-                    self.executor_waiters.push((count, reply));
+                    // Askers that gave up (timed out, dropped the future) are forgotten, and
+                    // the table is bounded: past it the asker hears `Stopped` at once.
+                    self.executor_waiters.retain(|(_, r)| !r.is_abandoned());
+                    if self.executor_waiters.len() < EXECUTOR_WAITERS_MAX {
+                        self.executor_waiters.push((count, reply));
+                    }
                 }
             }
             DriverMsg::StopExecutors(reply) => {

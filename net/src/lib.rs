@@ -14,6 +14,7 @@ pub mod local;
 pub mod master;
 pub mod master_source;
 pub mod pools;
+pub mod run;
 pub mod runner;
 pub mod source;
 pub mod standalone;
