@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
-    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, SubmitError, TaskId,
-    TaskLaunch, TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
+    LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
+    SpeculationConfig, StatusUpdate, SubmitError, TaskId, TaskLaunch, TaskSpec, TaskState,
+    TaskStatus,
 };
 
 /// The defaults without exclusion and speculation (on by default; these tests look at other
@@ -207,7 +208,16 @@ fn fifo_runs_higher_priority_first_then_submission_order() {
 fn fair_sharing_splits_cores_by_pool_weight() {
     let mut s = Scheduler::new(Config {
         sharing: Sharing::Fair,
-        pool_weights: vec![("small".into(), 1), ("big".into(), 3)],
+        pools: vec![
+            PoolConfig {
+                weight: 1,
+                ..PoolConfig::new("small")
+            },
+            PoolConfig {
+                weight: 3,
+                ..PoolConfig::new("big")
+            },
+        ],
         ..config()
     });
     let mut a = JobSpec::new(tasks(100));
@@ -626,6 +636,8 @@ fn exclusion_per_job_then_global_with_expiry() {
     let mut s = Scheduler::new(Config {
         max_failures: 10,
         exclusion: Some(ExclusionConfig {
+            task_executor_failures_max: 100,
+            task_host_failures_max: 100,
             job_executor_failures_max: 2,
             job_host_failures_max: 100,
             executor_failures_max: 3,
@@ -1019,4 +1031,628 @@ fn fair_sharing_inside_a_pool_follows_job_weights_and_rebalances_on_completion()
     let next = launches(&drain(&mut s));
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].1.task.job(), jb);
+}
+
+fn running(s: &mut Scheduler, now: u64, e: ExecutorId, l: &TaskLaunch) {
+    update(s, now, e, l, TaskState::Running, b"");
+}
+
+/// Spark's `TaskSetManager` starts speculating once `max(floor(quantile x tasks), 1)` tasks
+/// succeeded (`minFinishedForSpeculation`, SPARK-37580). No TaskSetManagerSuite test pins the
+/// floor on its own (its speculation tests use quantiles where floor and ceiling agree), so
+/// this one does. Issue 14 item 2: Flint used the ceiling, so 10 tasks at 0.75 needed 8, not 7.
+#[test]
+fn speculation_starts_after_floor_of_quantile_times_tasks_successes() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: u32::MAX,
+        speculation: Some(SpeculationConfig {
+            multiplier: 1.5,
+            quantile: 0.75,
+            min_runtime_us: 0,
+            interval_us: 10,
+            ..SpeculationConfig::default()
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "a", 10)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(10))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 10);
+    for (e, l) in &ls[..7] {
+        update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
+    }
+    drain(&mut s);
+    s.register_executor(100, exec(2, "b", 3)).unwrap();
+    // 7 of 10 succeeded = floor(7.5): median 100 us, threshold 150 us.
+    s.tick(1_000);
+    let copies = launches(&drain(&mut s));
+    assert_eq!(copies.len(), 3, "the three stragglers are copied");
+    assert!(copies.iter().all(|(e, _)| *e == ExecutorId(2)));
+}
+
+/// TaskSetManagerSuite "skip unsatisfiable locality levels" and TaskSchedulerImplSuite
+/// "SPARK-16106 locality levels updated if executor added to existing host": the valid
+/// levels come from the executors registered now, so a job whose preferred executor is not
+/// there does not wait for it, and the executor level comes back when it joins. Issue 14
+/// item 3.
+#[test]
+fn locality_levels_skip_preferred_executors_that_are_not_registered_and_come_back_when_one_joins() {
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 1_000_000,
+        locality_wait_host_us: 1_000_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "host1", 1)).unwrap(); // execA
+    s.register_executor(0, exec(3, "host2", 1)).unwrap(); // execC
+    let mut ts = tasks(1);
+    ts[0].preferred_executors.push(ExecutorId(2)); // execB, not registered
+    ts[0].preferred_hosts.push("host1".into());
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1, "no wait for an executor that is not there");
+    assert_eq!(s.job_info(job).unwrap().running, 1);
+    assert_eq!(ls[0].0, ExecutorId(1), "host level at once: execA on host1");
+    // SPARK-16106: two tasks prefer executor2 on host0; only host0's executor0 and
+    // host1's executor1 are there.
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 1_000_000,
+        locality_wait_host_us: 1_000_000,
+        ..config()
+    });
+    s.register_executor(0, exec(0, "host0", 1)).unwrap();
+    s.register_executor(0, exec(1, "host1", 1)).unwrap();
+    let mut ts = tasks(3);
+    for t in &mut ts {
+        t.preferred_executors.push(ExecutorId(2));
+        t.preferred_hosts.push("host0".into());
+    }
+    let j2 = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1, "only one task: locality");
+    assert_eq!(ls[0].0, ExecutorId(0));
+    let info = s.job_info(j2).unwrap();
+    assert_eq!(
+        info.valid_levels,
+        vec![LocalityLevel::Host, LocalityLevel::Any]
+    );
+    assert_eq!(info.locality_level, LocalityLevel::Host);
+    s.register_executor(10, exec(2, "host0", 1)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(
+        ls[0].0,
+        ExecutorId(2),
+        "process-local on the executor that joined"
+    );
+    // The third task still prefers executor 2: the executor level is valid again.
+    let info = s.job_info(j2).unwrap();
+    assert_eq!(
+        info.valid_levels,
+        vec![
+            LocalityLevel::Executor,
+            LocalityLevel::Host,
+            LocalityLevel::Any
+        ]
+    );
+}
+
+/// TaskSchedulerImplSuite "Locality should be used for bulk offers even with delay scheduling
+/// off" and "With delay scheduling off, tasks can be run at any locality level immediately".
+/// Issue 14 item 4: with a wait of 0, whichever executor was offered first took the task.
+#[test]
+fn with_no_locality_wait_a_task_goes_to_its_free_preferred_executor_whatever_the_offer_order() {
+    for order in [[1u64, 2], [2, 1]] {
+        let mut s = Scheduler::new(Config {
+            locality_wait_executor_us: 0,
+            locality_wait_host_us: 0,
+            ..config()
+        });
+        // Both register before the job, so one offer round sees both.
+        for id in order {
+            s.register_executor(0, exec(id, &format!("host{id}"), 1))
+                .unwrap();
+        }
+        let mut ts = tasks(1);
+        ts[0].preferred_executors.push(ExecutorId(1));
+        ts[0].preferred_hosts.push("host1".into());
+        s.submit_job(0, JobSpec::new(ts)).unwrap();
+        let ls = launches(&drain(&mut s));
+        assert_eq!(ls.len(), 1, "order {order:?}");
+        assert_eq!(ls[0].0, ExecutorId(1), "order {order:?}");
+    }
+    // With its preferred executor busy, the task runs elsewhere at once.
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 0,
+        locality_wait_host_us: 0,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "host1", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    assert_eq!(launches(&drain(&mut s))[0].0, ExecutorId(1));
+    s.register_executor(0, exec(2, "host2", 1)).unwrap();
+    let mut ts = tasks(1);
+    ts[0].preferred_executors.push(ExecutorId(1));
+    s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(ls[0].0, ExecutorId(2));
+}
+
+/// TaskSetManagerSuite "Killing speculative tasks does not count towards aborting the
+/// taskset" and "don't update excludelist for shuffle-fetch failures, preemption, denied
+/// commits, or killed tasks": a KILLED attempt counts neither towards `max_failures` nor for
+/// exclusion. Issue 14 item 5: with `max_failures` 1 a kill failed the job.
+#[test]
+fn a_killed_attempt_counts_neither_as_a_failure_nor_for_exclusion() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 1,
+        exclusion: Some(ExclusionConfig {
+            executor_failures_max: 1,
+            ..ExclusionConfig::default()
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let ls = launches(&drain(&mut s));
+    // The executor kills it on its own (preempted, say).
+    update(
+        &mut s,
+        1,
+        ls[0].0,
+        &ls[0].1,
+        TaskState::Killed,
+        b"preempted",
+    );
+    let outs = drain(&mut s);
+    assert!(outcomes(&outs).is_empty(), "the job goes on");
+    let again = launches(&outs);
+    assert_eq!(again.len(), 1, "retried on the same executor: not excluded");
+    assert_eq!((again[0].0, again[0].1.attempt), (ExecutorId(1), 1));
+    assert!(!s.is_excluded(1, ExecutorId(1), Some(job)));
+    assert!(!s.is_excluded(1, ExecutorId(1), None));
+    let info = s.task_info(ls[0].1.task).unwrap();
+    assert_eq!(info.failures, 0);
+    assert_eq!(s.job_info(job).unwrap().uncounted_ends, 1);
+    assert_eq!(s.stats().attempts_killed, 1);
+    update(
+        &mut s,
+        2,
+        again[0].0,
+        &again[0].1,
+        TaskState::Finished,
+        b"ok",
+    );
+    assert!(matches!(
+        &outcomes(&drain(&mut s))[..],
+        [(_, JobOutcome::Succeeded(_))]
+    ));
+}
+
+/// TaskSetManagerSuite "executors should be excluded after task failure, in spite of locality
+/// preferences" (Spark's `task.maxTaskAttemptsPerExecutor` = 1): a task that failed on an
+/// executor is not retried there while another can run it. Issue 14 item 6.
+#[test]
+fn a_task_that_failed_on_an_executor_avoids_it() {
+    let mut s = Scheduler::new(Config {
+        exclusion: Some(ExclusionConfig::default()),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let ls = launches(&drain(&mut s));
+    let on = |e: u64| {
+        ls.iter()
+            .find(|(x, _)| *x == ExecutorId(e))
+            .unwrap()
+            .1
+            .clone()
+    };
+    let (a, b) = (on(1), on(2));
+    update(&mut s, 1, ExecutorId(1), &a, TaskState::Failed, b"boom");
+    assert!(
+        launches(&drain(&mut s)).is_empty(),
+        "executor 1 is free but the task avoids it"
+    );
+    assert_eq!(
+        s.task_info(a.task).unwrap().excluded_executors,
+        vec![ExecutorId(1)]
+    );
+    update(&mut s, 2, ExecutorId(2), &b, TaskState::Finished, b"ok");
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    assert_eq!(
+        (ls[0].0, ls[0].1.task, ls[0].1.attempt),
+        (ExecutorId(2), a.task, 1)
+    );
+}
+
+/// TaskSchedulerImplSuite "abort stage if executor loss results in unschedulability from
+/// previously failed tasks": once the only executor left is one the task failed on, the job
+/// fails (after `unschedulable_timeout_us` without a launch, which Spark also waits when it
+/// may get new executors) instead of hanging. Issue 14 item 6.
+#[test]
+fn a_job_fails_when_executor_loss_leaves_a_task_nowhere_to_run() {
+    let mut s = Scheduler::new(Config {
+        exclusion: Some(ExclusionConfig::default()),
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(0, "host0", 1)).unwrap();
+    s.register_executor(0, exec(1, "host1", 1)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let ls = launches(&drain(&mut s));
+    let failed = ls
+        .iter()
+        .find(|(e, _)| *e == ExecutorId(0))
+        .unwrap()
+        .1
+        .clone();
+    update(
+        &mut s,
+        1,
+        ExecutorId(0),
+        &failed,
+        TaskState::Failed,
+        b"boom",
+    );
+    assert!(
+        outcomes(&drain(&mut s)).is_empty(),
+        "it could still run on executor 1"
+    );
+    // Executor 1 goes; its task is retried on executor 0, the failed one cannot be.
+    s.remove_executor(2, ExecutorId(1), RemovalReason::Lost("oops".into()));
+    let next = launches(&drain(&mut s));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].0, ExecutorId(0));
+    assert_ne!(next[0].1.task, failed.task);
+    assert_eq!(next[0].1.attempt, 1);
+    s.tick(500);
+    assert!(
+        outcomes(&drain(&mut s)).is_empty(),
+        "not before the timeout"
+    );
+    s.tick(1_002);
+    let outs = drain(&mut s);
+    match &outcomes(&outs)[..] {
+        [(j, JobOutcome::Failed(r))] => {
+            assert_eq!(*j, job);
+            assert!(r[0].contains("cannot run anywhere"), "{r:?}");
+            assert!(r.iter().any(|r| r.contains("boom")), "{r:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// TaskSchedulerImplSuite "don't abort if there is an executor available, though it hasn't
+/// had scheduled tasks yet" (SPARK-15865 with SPARK-16106): tasks that failed on the only
+/// executor they ran on still have another one, kept away only by locality. Issue 14 item 6.
+#[test]
+fn no_abort_while_an_executor_that_ran_nothing_yet_can_take_the_failed_tasks() {
+    let mut s = Scheduler::new(Config {
+        exclusion: Some(ExclusionConfig::default()),
+        unschedulable_timeout_us: 1_000,
+        locality_wait_executor_us: 5_000,
+        locality_wait_host_us: 5_000,
+        slow_start_slots: u32::MAX,
+        ..config()
+    });
+    s.register_executor(0, exec(0, "host0", 4)).unwrap();
+    s.register_executor(0, exec(1, "host1", 4)).unwrap();
+    let mut ts = tasks(2);
+    for t in &mut ts {
+        t.preferred_hosts.push("host0".into());
+    }
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 2);
+    assert!(ls.iter().all(|(e, _)| *e == ExecutorId(0)));
+    for (e, l) in &ls {
+        update(&mut s, 1, *e, l, TaskState::Failed, b"bad executor");
+    }
+    assert!(
+        launches(&drain(&mut s)).is_empty(),
+        "locality keeps executor 1 out for now"
+    );
+    s.tick(2_000);
+    assert!(
+        outcomes(&drain(&mut s)).is_empty(),
+        "executor 1 can run them: no abort"
+    );
+    s.tick(10_000);
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 2);
+    assert!(ls.iter().all(|(e, _)| *e == ExecutorId(1)));
+    assert!(s.job_info(job).is_some());
+}
+
+/// TaskSchedulerImplSuite "SPARK-39955: executor lost could fail task set if task is
+/// running" / "... should not fail task set if task is launching", and issue 14 item 7: a
+/// task that crashes every executor it runs on. Its executors' connections close first (lost:
+/// not counted); the lifecycle handler's exit reason (caused by the app) arrives later and is
+/// charged then, so the job fails after `max_failures` crashes instead of looping.
+#[test]
+fn a_poison_task_fails_its_job_once_late_exit_reasons_are_charged() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 2,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    let mut spec = JobSpec::new(tasks(1));
+    spec.max_failures = None;
+    let job = s.submit_job(0, spec).unwrap();
+    let crash = RemovalReason::Exited {
+        code: 134,
+        caused_by_app: true,
+    };
+    // Crash 1: executor 1 (reported running) closes, is retried on executor 2; the reason
+    // comes after.
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls[0].0, ExecutorId(1));
+    running(&mut s, 1, ExecutorId(1), &ls[0].1);
+    assert!(s.remove_executor(2, ExecutorId(1), RemovalReason::Lost("closed".into())));
+    let retry = launches(&drain(&mut s));
+    assert_eq!((retry[0].0, retry[0].1.attempt), (ExecutorId(2), 1));
+    assert_eq!(
+        s.task_info(ls[0].1.task).unwrap().failures,
+        0,
+        "lost: not counted yet"
+    );
+    assert!(
+        !s.remove_executor(3, ExecutorId(1), crash.clone()),
+        "already gone"
+    );
+    assert_eq!(
+        s.task_info(ls[0].1.task).unwrap().failures,
+        1,
+        "charged late"
+    );
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    // Crash 2 on executor 2: the second charge reaches max_failures = 2.
+    running(&mut s, 4, ExecutorId(2), &retry[0].1);
+    assert!(s.remove_executor(5, ExecutorId(2), RemovalReason::Lost("closed".into())));
+    drain(&mut s);
+    assert!(!s.remove_executor(6, ExecutorId(2), crash.clone()));
+    assert!(
+        !s.remove_executor(7, ExecutorId(2), crash.clone()),
+        "charged once"
+    );
+    let outs = drain(&mut s);
+    assert_eq!(s.stats().late_failures, 2);
+    match &outcomes(&outs)[..] {
+        [(j, JobOutcome::Failed(r))] => {
+            assert_eq!(*j, job);
+            assert!(r[0].contains("failed 2 times"), "{r:?}");
+            assert!(r.iter().any(|r| r.contains("code 134")), "{r:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // SPARK-39955: only the attempt the executor reported running counts when it exits.
+    let mut s = Scheduler::new(Config {
+        max_failures: 2,
+        slow_start_slots: u32::MAX,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h1", 2)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let ls = launches(&drain(&mut s));
+    running(&mut s, 1, ls[0].0, &ls[0].1);
+    assert!(s.remove_executor(2, ExecutorId(1), crash));
+    assert_eq!(
+        s.task_info(ls[0].1.task).unwrap().failures,
+        1,
+        "was running"
+    );
+    assert_eq!(
+        s.task_info(ls[1].1.task).unwrap().failures,
+        0,
+        "was launching"
+    );
+}
+
+/// PoolSuite "Fair Scheduler Test" (pools "1" and "2" with minShare 2 and 3 from
+/// fairscheduler.xml): a pool under its minimum share goes first, by running over min share.
+/// Issue 14 item 8.
+#[test]
+fn fair_pools_get_their_min_share_first() {
+    let pool = |name: &str, min_share: u32| PoolConfig {
+        min_share,
+        ..PoolConfig::new(name)
+    };
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        pools: vec![pool("1", 2), pool("2", 3)],
+        ..config()
+    });
+    let mut a = JobSpec::new(tasks(10));
+    a.pool = "1".into();
+    let mut b = JobSpec::new(tasks(10));
+    b.pool = "2".into();
+    let ja = s.submit_job(0, a).unwrap();
+    let jb = s.submit_job(0, b).unwrap();
+    s.register_executor(0, exec(1, "h", 5)).unwrap();
+    let ls = launches(&drain(&mut s));
+    let count = |j: JobId| ls.iter().filter(|(_, l)| l.task.job() == j).count();
+    assert_eq!((count(ja), count(jb)), (2, 3), "each pool at its min share");
+    assert_eq!(s.job_info(ja).unwrap().pool, "1");
+}
+
+/// PoolSuite "Fair Scheduler Test" reads pools whose mode is FIFO (Spark's `<schedulingMode>`):
+/// inside a FIFO pool the first job takes what the pool gets; inside a FAIR pool jobs share.
+/// Issue 14 item 8.
+#[test]
+fn a_fifo_pool_runs_its_jobs_in_order_a_fair_one_shares() {
+    for (mode, expected) in [(Sharing::Fifo, (4, 0)), (Sharing::Fair, (2, 2))] {
+        let mut s = Scheduler::new(Config {
+            sharing: Sharing::Fair,
+            pools: vec![PoolConfig {
+                mode,
+                ..PoolConfig::new("q")
+            }],
+            ..config()
+        });
+        let mut a = JobSpec::new(tasks(10));
+        a.pool = "q".into();
+        let mut b = JobSpec::new(tasks(10));
+        b.pool = "q".into();
+        let ja = s.submit_job(0, a).unwrap();
+        let jb = s.submit_job(0, b).unwrap();
+        s.register_executor(0, exec(1, "h", 4)).unwrap();
+        let ls = launches(&drain(&mut s));
+        let count = |j: JobId| ls.iter().filter(|(_, l)| l.task.job() == j).count();
+        assert_eq!((count(ja), count(jb)), expected, "{mode:?}");
+    }
+}
+
+/// Issue 14 item 9: a job's own `max_failures`, speculation and exclusion settings override
+/// the scheduler's (Spark has them per application only; `Job` reaches these fields).
+#[test]
+fn per_job_settings_override_the_schedulers() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 4,
+        exclusion: Some(ExclusionConfig::default()),
+        speculation: Some(SpeculationConfig {
+            multiplier: 1.0,
+            quantile: 0.5,
+            min_runtime_us: 0,
+            interval_us: 10,
+            ..SpeculationConfig::default()
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    // max_failures 1 and exclusion off: fails at the first failure.
+    let mut spec = JobSpec::new(tasks(1));
+    spec.max_failures = Some(1);
+    spec.exclusion = JobSetting::Off;
+    spec.speculation = JobSetting::Off;
+    let job = s.submit_job(0, spec).unwrap();
+    let info = s.job_info(job).unwrap();
+    assert_eq!((info.max_failures, info.speculation), (1, false));
+    let ls = launches(&drain(&mut s));
+    update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Failed, b"x");
+    assert!(matches!(&outcomes(&drain(&mut s))[..], [(j, JobOutcome::Failed(_))] if *j == job));
+    assert!(
+        !s.is_excluded(1, ExecutorId(1), None),
+        "its failure excluded nothing"
+    );
+    // Exclusion off for the job: retried on the executor it failed on.
+    let mut spec = JobSpec::new(tasks(1));
+    spec.exclusion = JobSetting::Off;
+    s.submit_job(2, spec).unwrap();
+    let ls = launches(&drain(&mut s));
+    update(&mut s, 3, ls[0].0, &ls[0].1, TaskState::Failed, b"x");
+    let again = launches(&drain(&mut s));
+    assert_eq!((again[0].0, again[0].1.attempt), (ExecutorId(1), 1));
+    // Speculation on for one job while the scheduler has it off.
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    let mut spec = JobSpec::new(tasks(2));
+    spec.speculation = JobSetting::Custom(SpeculationConfig {
+        multiplier: 1.0,
+        quantile: 0.5,
+        min_runtime_us: 0,
+        interval_us: 10,
+        ..SpeculationConfig::default()
+    });
+    let job = s.submit_job(0, spec).unwrap();
+    let ls = launches(&drain(&mut s));
+    update(&mut s, 100, ls[0].0, &ls[0].1, TaskState::Finished, b"ok");
+    drain(&mut s);
+    s.register_executor(100, exec(2, "h2", 1)).unwrap();
+    s.tick(1_000);
+    assert_eq!(launches(&drain(&mut s)).len(), 1, "the straggler is copied");
+    assert_eq!(s.job_info(job).unwrap().speculative_launched, 1);
+}
+
+/// Issue 14 item 10: a job's locality level, per-task state, failures and running attempts,
+/// and per-job counters, for tests, a UI and metrics (Spark's `TaskSetManager.taskInfos`,
+/// `myLocalityLevels`, `currentLocalityIndex`).
+#[test]
+fn introspection_reports_levels_task_states_attempts_and_counters() {
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 1_000,
+        max_failures: 3,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    let mut ts = tasks(2);
+    ts[0].preferred_executors.push(ExecutorId(1));
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 1);
+    let (e, l) = ls[0].clone();
+    let info = s.job_info(job).unwrap();
+    assert_eq!(info.locality_level, LocalityLevel::Executor);
+    assert_eq!(
+        (info.tasks, info.pending, info.running, info.launched),
+        (2, 1, 1, 1)
+    );
+    assert_eq!(info.pool, "default");
+    let t = s.task_info(l.task).unwrap();
+    assert_eq!(t.status, TaskStatus::Running);
+    assert_eq!(t.running.len(), 1);
+    assert_eq!(t.running[0].executor, e);
+    assert!(!t.running[0].reported_running, "launching");
+    running(&mut s, 1, e, &l);
+    assert!(s.task_info(l.task).unwrap().running[0].reported_running);
+    update(&mut s, 2, e, &l, TaskState::Failed, b"x");
+    drain(&mut s);
+    let t = s.task_info(l.task).unwrap();
+    assert_eq!(
+        (t.failures, t.attempts_launched),
+        (1, 2),
+        "retried at once (no exclusion)"
+    );
+    let info = s.job_info(job).unwrap();
+    assert_eq!(info.failures, 1);
+    assert_eq!(
+        s.task_info(TaskId::new(job, 1)).unwrap().status,
+        TaskStatus::Pending
+    );
+    assert!(s.task_info(TaskId::new(job, 9)).is_none());
+}
+
+/// Spark's `getCompletelyExcludedTaskIfAny` looks "only when at least one executor has
+/// registered": with none, a job waits (the driver warns and may give up), it is not aborted
+/// as unschedulable.
+#[test]
+fn a_job_with_no_executor_at_all_is_not_aborted_as_unschedulable() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.tick(10_000);
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    assert_eq!(s.poll_timeout(), None, "no deadline in the past to spin on");
+    assert!(s.starved(10_000));
+    s.register_executor(10_001, exec(1, "h", 1)).unwrap();
+    assert_eq!(launches(&drain(&mut s)).len(), 1);
+    assert!(s.job_info(job).is_some());
+}
+
+/// "Everything bounded": a service naming a new pool per job does not grow the pool table
+/// past the configured pools plus `jobs_max` (issue 14 item 8).
+#[test]
+fn pools_made_for_jobs_are_reused_once_idle() {
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        jobs_max: 2,
+        pools: vec![PoolConfig::new("kept")],
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    for i in 0..50u64 {
+        let mut spec = JobSpec::new(tasks(1));
+        spec.pool = format!("pool-{i}");
+        let job = s.submit_job(i, spec).unwrap();
+        let ls = launches(&drain(&mut s));
+        assert_eq!(s.job_info(job).unwrap().pool, format!("pool-{i}"));
+        update(&mut s, i, ls[0].0, &ls[0].1, TaskState::Finished, b"");
+        assert_eq!(outcomes(&drain(&mut s)).len(), 1);
+    }
+    assert!(s.pools() <= 3, "{} pools", s.pools());
 }

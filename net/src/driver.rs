@@ -48,8 +48,8 @@ use flint_engine::runtime::{
     AskError, Ctx, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError, TimerId,
 };
 use flint_engine::scheduler::{
-    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, JobSpec, Output,
-    RemovalReason, Scheduler, Stats, TaskId, TaskSpec,
+    self, Config as SchedulerConfig, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason,
+    Scheduler, Stats, TaskId,
 };
 use mio::event::Event;
 use mio::net::TcpListener;
@@ -229,6 +229,8 @@ struct PublishedStats {
     speculative_launched: AtomicU64,
     ignored_updates: AtomicU64,
     executors_excluded: AtomicU64,
+    attempts_killed: AtomicU64,
+    late_failures: AtomicU64,
 }
 
 impl PublishedStats {
@@ -240,6 +242,8 @@ impl PublishedStats {
             speculative_launched,
             ignored_updates,
             executors_excluded,
+            attempts_killed,
+            late_failures,
         } = *stats;
         self.launched.store(launched, Ordering::Relaxed);
         self.succeeded.store(succeeded, Ordering::Relaxed);
@@ -251,6 +255,9 @@ impl PublishedStats {
             .store(ignored_updates, Ordering::Relaxed);
         self.executors_excluded
             .store(executors_excluded, Ordering::Relaxed);
+        self.attempts_killed
+            .store(attempts_killed, Ordering::Relaxed);
+        self.late_failures.store(late_failures, Ordering::Relaxed);
     }
 
     fn read(&self) -> Stats {
@@ -261,6 +268,8 @@ impl PublishedStats {
             speculative_launched: self.speculative_launched.load(Ordering::Relaxed),
             ignored_updates: self.ignored_updates.load(Ordering::Relaxed),
             executors_excluded: self.executors_excluded.load(Ordering::Relaxed),
+            attempts_killed: self.attempts_killed.load(Ordering::Relaxed),
+            late_failures: self.late_failures.load(Ordering::Relaxed),
         }
     }
 }
@@ -408,6 +417,7 @@ impl Driver {
             stopping: false,
             tick: None,
             retiring: FxHashMap::default(),
+            gone: std::collections::VecDeque::new(),
             local_spilled: false,
             health: Health::new(epoch),
             admission: admission.clone(),
@@ -663,7 +673,10 @@ impl Driver {
     /// drops its connection, if it is still registered: what a lifecycle handler does when a
     /// cluster manager reports the executor gone. Its running tasks go back to pending (counted
     /// as failed attempts only if the reason says the application caused it); it counts as
-    /// lost ([`Driver::executors_lost`]).
+    /// lost ([`Driver::executors_lost`]). When it is already gone (its connection closed
+    /// first, as it usually does), a reason that blames the application is still charged to
+    /// the attempts it was running then, so a task that crashes every executor fails its job
+    /// after `max_failures` crashes.
     pub fn remove_executor(&self, name: &str, reason: RemovalReason) -> Result<(), DriverError> {
         self.endpoint
             .send(DriverMsg::RemoveExecutor {
@@ -860,7 +873,14 @@ pub(crate) struct DriverEndpoint {
     deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(u64, JobId)>>,
     /// Callers waiting for a number of executors.
     executor_waiters: Vec<(usize, Reply<()>)>,
+    /// Executors removed lately (newest last, at most [`GONE_NAMES_MAX`]) by their id on the
+    /// wire, so a cluster manager's later exit reason still reaches the scheduler
+    /// ([`Driver::remove_executor`]; issue 14 item 7).
+    gone: std::collections::VecDeque<(String, ExecutorId)>,
 }
+
+/// Removed executors whose names the driver keeps for late exit reasons.
+const GONE_NAMES_MAX: usize = 1024;
 
 /// Connections still in the handshake (unauthenticated) held at once; the oldest goes when
 /// another arrives.
@@ -1143,7 +1163,16 @@ impl DriverEndpoint {
     fn remove_executor(&mut self, id: ExecutorId, why: &ConnError) {
         self.tokens.remove(&id);
         self.links.remove(&id);
-        self.names.retain(|_, named| *named != id);
+        let gone = &mut self.gone;
+        self.names.retain(|name, named| {
+            if *named == id {
+                if gone.len() >= GONE_NAMES_MAX {
+                    gone.pop_front();
+                }
+                gone.push_back((name.clone(), id));
+            }
+            *named != id
+        });
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
         if let Some((reason, lost)) = self.retiring.remove(&id) {
             tracing::info!(executor = id.0, "executor removed: {reason}");
@@ -1302,20 +1331,28 @@ impl DriverEndpoint {
             result_bytes_max,
             deadline,
             stream: _,
+            scheduling,
         } = job;
         let n = payloads.len();
-        let function: Arc<str> = function.into();
-        let tasks = payloads
-            .into_iter()
-            .map(|payload| TaskSpec {
-                cores,
-                ..TaskSpec::new(function.clone(), payload)
-            })
-            .collect();
-        let spec = JobSpec {
+        let names = &self.names;
+        let spec = crate::job::job_spec(
+            function,
+            payloads,
+            cores,
             keep_results,
             result_bytes_max,
-            ..JobSpec::new(tasks)
+            *scheduling,
+            |name| names.get(name).copied(),
+        );
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(error) => {
+                self.admission.release(n);
+                shared.finish(scheduler::JobOutcome::Failed(vec![format!(
+                    "job refused: {error}"
+                )]));
+                return;
+            }
         };
         let now_us = self.now_us();
         if shared.is_cancelled() {
@@ -1701,6 +1738,11 @@ impl Endpoint for DriverEndpoint {
                 if let Some((id, token)) = token {
                     self.retiring.insert(id, (reason, true));
                     self.close(token, &ConnError::Closed);
+                } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == name) {
+                    // Already removed (its connection closed first): the scheduler charges a
+                    // reason that blames the application to the attempts it held then.
+                    tracing::info!(executor = %name, "late exit reason: {reason}");
+                    self.scheduler.remove_executor(self.now_us(), id, reason);
                 }
             }
         }

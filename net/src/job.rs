@@ -15,10 +15,23 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_core::Stream;
 
-pub use flint_engine::scheduler::JobOutcome;
+pub use flint_engine::scheduler::{ExclusionConfig, JobOutcome, JobSetting, SpeculationConfig};
+use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec};
 
 /// Called on the driver's loop with each task's index and result, as results arrive.
 pub type ResultObserver = Box<dyn FnMut(u32, Result<&Bytes, &str>) + Send>;
+
+/// Where one task would rather run (Spark's `preferredLocations`): executors by their id on
+/// the wire, then hosts. An executor not registered when the job is submitted is ignored (its
+/// host, if listed, still counts); a preference only delays a task by the driver's locality
+/// waits, never blocks it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskLocality {
+    /// Preferred executors (best locality).
+    pub executors: Vec<String>,
+    /// Preferred hosts (second best).
+    pub hosts: Vec<String>,
+}
 
 /// A job to submit: one function over many payloads.
 pub struct Job {
@@ -30,6 +43,35 @@ pub struct Job {
     pub(crate) result_bytes_max: Option<u64>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) stream: bool,
+    /// Boxed: most jobs keep the defaults, and a `Job` travels in the driver's messages.
+    pub(crate) scheduling: Box<JobScheduling>,
+}
+
+/// How a job shares the cluster and handles failures; every field has the scheduler's
+/// default until a [`Job`] builder method sets it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct JobScheduling {
+    pub pool: String,
+    pub weight: u32,
+    pub priority: i32,
+    pub locality: Vec<TaskLocality>,
+    pub max_failures: Option<u32>,
+    pub speculation: JobSetting<SpeculationConfig>,
+    pub exclusion: JobSetting<ExclusionConfig>,
+}
+
+impl Default for JobScheduling {
+    fn default() -> Self {
+        JobScheduling {
+            pool: String::from("default"),
+            weight: 1,
+            priority: 0,
+            locality: Vec::new(),
+            max_failures: None,
+            speculation: JobSetting::Inherit,
+            exclusion: JobSetting::Inherit,
+        }
+    }
 }
 
 impl std::fmt::Debug for Job {
@@ -53,7 +95,56 @@ impl Job {
             result_bytes_max: None,
             deadline: None,
             stream: false,
+            scheduling: Box::default(),
         }
+    }
+
+    /// The FAIR pool the job runs in (default `"default"`; ignored under FIFO sharing). Pools
+    /// come from the driver's configuration (`flint ... --pools FILE`); an unknown name makes a
+    /// pool with the defaults (FAIR inside, weight 1, no minimum share).
+    pub fn pool(mut self, name: impl Into<String>) -> Self {
+        self.scheduling.pool = name.into();
+        self
+    }
+
+    /// The job's weight inside its pool when the pool is FAIR (default 1, at least 1).
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.scheduling.weight = weight.max(1);
+        self
+    }
+
+    /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break
+    /// (default 0).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.scheduling.priority = priority;
+        self
+    }
+
+    /// Per-task locality preferences, in task order: entry `i` is task `i`'s (tasks beyond
+    /// the list have none). More entries than tasks is a submission error.
+    pub fn locality(mut self, per_task: Vec<TaskLocality>) -> Self {
+        self.scheduling.locality = per_task;
+        self
+    }
+
+    /// Counted failures a task may have before the job fails (default: the driver's
+    /// `scheduler.max_failures`, 4; at least 1).
+    pub fn max_failures(mut self, max_failures: u32) -> Self {
+        self.scheduling.max_failures = Some(max_failures.max(1));
+        self
+    }
+
+    /// Speculation for this job: inherit the driver's (default), off, or its own thresholds.
+    pub fn speculation(mut self, setting: JobSetting<SpeculationConfig>) -> Self {
+        self.scheduling.speculation = setting;
+        self
+    }
+
+    /// Exclusion for this job (its per-job and per-task limits; global exclusion stays the
+    /// driver's): inherit (default), off, or its own limits.
+    pub fn exclusion(mut self, setting: JobSetting<ExclusionConfig>) -> Self {
+        self.scheduling.exclusion = setting;
+        self
     }
 
     /// Fails the job with a reason naming the deadline if it has not ended `deadline` after it
@@ -102,6 +193,72 @@ impl Job {
         self.observer = Some(Box::new(observer));
         self
     }
+}
+
+/// The scheduler's view of a job's tasks and settings: `executor_id` maps an executor's id on
+/// the wire to the scheduler's, if it is registered. Errors name what is wrong.
+pub(crate) fn job_spec(
+    function: String,
+    payloads: Vec<Bytes>,
+    cores: u32,
+    keep_results: bool,
+    result_bytes_max: Option<u64>,
+    scheduling: JobScheduling,
+    executor_id: impl Fn(&str) -> Option<ExecutorId>,
+) -> Result<JobSpec, String> {
+    let JobScheduling {
+        pool,
+        weight,
+        priority,
+        locality,
+        max_failures,
+        speculation,
+        exclusion,
+    } = scheduling;
+    if locality.len() > payloads.len() {
+        return Err(format!(
+            "{} locality entries for {} tasks",
+            locality.len(),
+            payloads.len()
+        ));
+    }
+    let function: std::sync::Arc<str> = function.into();
+    let mut locality = locality.into_iter();
+    let tasks = payloads
+        .into_iter()
+        .map(|payload| {
+            let mut task = TaskSpec {
+                cores,
+                ..TaskSpec::new(function.clone(), payload)
+            };
+            if let Some(l) = locality.next() {
+                task.preferred_executors = l
+                    .executors
+                    .iter()
+                    .filter_map(|name| {
+                        let id = executor_id(name);
+                        if id.is_none() {
+                            tracing::debug!(executor = %name, "preferred executor not registered");
+                        }
+                        id
+                    })
+                    .collect();
+                task.preferred_hosts = l.hosts;
+            }
+            task
+        })
+        .collect();
+    Ok(JobSpec {
+        pool,
+        weight,
+        priority,
+        keep_results,
+        result_bytes_max,
+        max_failures,
+        speculation,
+        exclusion,
+        ..JobSpec::new(tasks)
+    })
 }
 
 /// One task's result as the handle hands it out: its index in the job, then its bytes or why it
@@ -385,5 +542,61 @@ impl Stream for ResultStream<'_> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<TaskResult>> {
         self.handle.shared.poll_next_result(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 14 item 9: what a `Job` sets reaches the scheduler's `JobSpec`.
+    #[test]
+    fn a_jobs_scheduling_settings_reach_its_spec() {
+        let job = Job::new("hash", vec![Bytes::new(), Bytes::new()])
+            .pool("prod")
+            .weight(3)
+            .priority(-2)
+            .max_failures(7)
+            .speculation(JobSetting::Off)
+            .exclusion(JobSetting::Custom(ExclusionConfig::default()))
+            .locality(vec![TaskLocality {
+                executors: vec!["e1".into(), "unknown".into()],
+                hosts: vec!["h1".into()],
+            }]);
+        let spec = job_spec(
+            job.function,
+            job.payloads,
+            job.cores,
+            job.keep_results,
+            job.result_bytes_max,
+            *job.scheduling,
+            |name| (name == "e1").then_some(ExecutorId(5)),
+        )
+        .unwrap();
+        assert_eq!(
+            (spec.pool.as_str(), spec.weight, spec.priority),
+            ("prod", 3, -2)
+        );
+        assert_eq!(spec.max_failures, Some(7));
+        assert_eq!(spec.speculation, JobSetting::Off);
+        assert_eq!(
+            spec.exclusion,
+            JobSetting::Custom(ExclusionConfig::default())
+        );
+        assert_eq!(spec.tasks[0].preferred_executors, vec![ExecutorId(5)]);
+        assert_eq!(spec.tasks[0].preferred_hosts, vec!["h1".to_string()]);
+        assert!(spec.tasks[1].preferred_executors.is_empty());
+        let too_many = Job::new("noop", vec![Bytes::new()])
+            .locality(vec![TaskLocality::default(), TaskLocality::default()]);
+        assert!(job_spec(
+            too_many.function,
+            too_many.payloads,
+            1,
+            true,
+            None,
+            *too_many.scheduling,
+            |_| None
+        )
+        .is_err());
     }
 }

@@ -13,6 +13,7 @@ pub mod journal;
 pub mod local;
 pub mod master;
 pub mod master_source;
+pub mod pools;
 pub mod run;
 pub mod runner;
 pub mod source;

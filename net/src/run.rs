@@ -48,6 +48,96 @@ pub struct JobArgs {
     /// (all lost or excluded), in seconds: 1 to 86400.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub no_executor_timeout_s: u64,
+    /// Sharing, pools, locality, speculation, exclusion (issue 14 item 9).
+    #[command(flatten)]
+    pub scheduling: SchedulingArgs,
+}
+
+/// How the job shares the cluster and handles failures (issue 14 item 9); each flag's range
+/// is checked at parse time (exit 2 on a bad value).
+#[derive(Args, Clone, Debug)]
+pub struct SchedulingArgs {
+    /// How jobs share executors: fifo (priority, then submission) or fair (pools by weight
+    /// and minimum share).
+    #[arg(long, default_value = "fifo", value_parser = ["fifo", "fair"])]
+    pub sharing: String,
+    /// FAIR pools from a TOML file (Spark's fairscheduler.xml): `[pool.NAME]` tables with
+    /// `mode` ("fair" or "fifo"), `weight` (1 to 1000), `min_share` (cores); at most 1 MiB
+    /// and 1024 pools.
+    #[arg(long, value_parser = pool_file)]
+    pub pools: Option<PoolFile>,
+    /// The job's FAIR pool (1 to 128 bytes; default "default").
+    #[arg(long, default_value = "default", value_parser = pool_name)]
+    pub pool: String,
+    /// The job's weight in its pool (1 to 1000).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub weight: u32,
+    /// The job's priority, higher first (-1000 to 1000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    pub priority: i32,
+    /// Delay scheduling: how long a task waits for its preferred executor, then host, in
+    /// milliseconds (0 to 60,000; Spark's spark.locality.wait is 3,000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub locality_wait_ms: u64,
+    /// Speculative copies of stragglers: on or off.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub speculation: String,
+    /// A task running this long on an executor that finishes nothing is copied, in seconds
+    /// (1 to 86,400).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub speculation_timeout_s: u64,
+    /// Exclusion of executors and hosts where tasks fail (Spark's spark.excludeOnFailure): on
+    /// or off (the default, as in Spark: with few executors it can leave a job nowhere to run
+    /// until the 120 s unschedulable timeout).
+    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
+    pub exclusion: String,
+}
+
+/// A parsed `--pools` file.
+#[derive(Clone, Debug)]
+pub struct PoolFile(pub Vec<flint_engine::scheduler::PoolConfig>);
+
+/// `--pools`: a readable, valid pool file.
+fn pool_file(text: &str) -> Result<PoolFile, String> {
+    crate::pools::load(std::path::Path::new(text)).map(PoolFile)
+}
+
+/// `--pool`: 1 to 128 bytes.
+fn pool_name(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 128 {
+        return Err("a pool name has 1 to 128 bytes".into());
+    }
+    Ok(text.to_owned())
+}
+
+impl SchedulingArgs {
+    /// The driver-wide part: sharing, pools, locality waits, speculation, exclusion.
+    pub fn apply(&self, config: &mut flint_engine::scheduler::Config) {
+        config.sharing = if self.sharing == "fair" {
+            flint_engine::scheduler::Sharing::Fair
+        } else {
+            flint_engine::scheduler::Sharing::Fifo
+        };
+        if let Some(PoolFile(pools)) = &self.pools {
+            config.pools = pools.clone();
+        }
+        config.locality_wait_executor_us = self.locality_wait_ms * 1000;
+        config.locality_wait_host_us = self.locality_wait_ms * 1000;
+        config.speculation =
+            (self.speculation == "on").then(|| flint_engine::scheduler::SpeculationConfig {
+                timeout_us: self.speculation_timeout_s * 1_000_000,
+                ..Default::default()
+            });
+        config.exclusion =
+            (self.exclusion == "on").then(flint_engine::scheduler::ExclusionConfig::default);
+    }
+
+    /// The job's part: pool, weight, priority.
+    pub fn job(&self, job: Job) -> Job {
+        job.pool(self.pool.clone())
+            .weight(self.weight)
+            .priority(self.priority)
+    }
 }
 
 /// The most tasks one command-line job has: the driver's default pending-task limit.
@@ -75,6 +165,7 @@ pub fn driver_config(job: &JobArgs) -> DriverConfig {
     config.heartbeat_interval =
         (config.heartbeat_timeout / 6).clamp(Duration::from_millis(10), Duration::from_secs(1));
     config.scheduler.max_failures = job.max_failures.max(1);
+    job.scheduling.apply(&mut config.scheduler);
     config
 }
 
@@ -114,7 +205,9 @@ pub fn run_job(
     let start = Instant::now();
     let observer = recorder.clone();
     // Results are checksummed as they arrive; the outcome need not keep them.
-    let job = Job::new(args.task.clone(), payloads)
+    let job = args
+        .scheduling
+        .job(Job::new(args.task.clone(), payloads))
         .keep_results(false)
         .on_result(move |_, result| {
             let latency = start.elapsed();

@@ -24,6 +24,9 @@ pub(crate) struct Run {
     pub cores: u32,
     /// When it was launched.
     pub started_us: u64,
+    /// Its executor reported it RUNNING (before that it is launching: Spark's
+    /// `TaskInfo.launching`, SPARK-39955).
+    pub reported_running: bool,
 }
 
 /// Which offer set an executor is in.
@@ -85,6 +88,8 @@ pub(crate) struct Host {
     pub excluded_until_us: u64,
     /// Its executors currently excluded globally.
     pub excluded_executors: u32,
+    /// Its registered executors.
+    pub live: u32,
 }
 
 /// The executor book.
@@ -149,6 +154,7 @@ impl Book {
         self.hosts.push(Host {
             excluded_until_us: 0,
             excluded_executors: 0,
+            live: 0,
         });
         self.host_ids.insert(name, i);
         i
@@ -196,8 +202,16 @@ impl Book {
             }
         };
         self.ids.insert(id, slot);
+        if let Some(h) = self.hosts.get_mut(host as usize) {
+            h.live += 1;
+        }
         self.make_offerable(slot);
         slot
+    }
+
+    /// Whether a host has a registered executor.
+    pub fn host_live(&self, host: u32) -> bool {
+        self.hosts.get(host as usize).is_some_and(|h| h.live > 0)
     }
 
     /// Removes an executor, returning its slot and record.
@@ -205,6 +219,10 @@ impl Book {
         let slot = self.ids.remove(&id)?;
         self.unlist(slot);
         let exec = self.execs.get_mut(slot as usize)?.take()?;
+        if let Some(h) = self.hosts.get_mut(exec.host as usize) {
+            assert!(h.live > 0, "host of a registered executor");
+            h.live = h.live.saturating_sub(1);
+        }
         self.free_slots.push(slot);
         Some((slot, exec))
     }
@@ -288,14 +306,20 @@ impl Book {
         self.offerable.get(self.cursor).copied()
     }
 
+    /// Appends the offerable executors to `out`, from the cursor on (the round-robin order).
+    pub fn offerable_into(&self, out: &mut Vec<u32>) {
+        let n = self.offerable.len();
+        if n == 0 {
+            return;
+        }
+        let start = self.cursor % n;
+        out.extend(self.offerable.iter().skip(start));
+        out.extend(self.offerable.iter().take(start));
+    }
+
     /// Moves the round-robin cursor past the current executor.
     pub fn advance(&mut self) {
         self.cursor = self.cursor.wrapping_add(1);
-    }
-
-    /// Whether any executor has a free core (offerable or blocked).
-    pub fn has_free_cores(&self) -> bool {
-        !self.offerable.is_empty() || !self.blocked.is_empty()
     }
 }
 

@@ -15,11 +15,12 @@ impl Scheduler {
             x.host_excluded_executors_max,
             x.timeout_us,
         );
+        // A failure charged late (its executor already gone) excludes nothing globally.
         let Some(slot) = self.book.slot_of(exec) else {
             return;
         };
         let Some(e) = self.book.get_mut(slot) else {
-            return;
+            unreachable!("slot {slot} of registered executor {exec:?} is empty");
         };
         e.failures += 1;
         if e.failures < exec_max || e.excluded_until_us > now_us {

@@ -13,8 +13,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::types::{ExecutorId, JobId};
+use super::types::{ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig};
 use crate::hash::{FxHashMap, FxHashSet};
+
+/// Executors (and hosts) one task remembers failing on; failures beyond are counted against
+/// the task but not remembered (a task reaches `max_failures` long before in practice).
+pub(crate) const TASK_EXCLUSION_MAX: usize = 64;
 
 /// Locality levels, best first. `NoPref` tasks can run anywhere at once and never move the clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -22,6 +26,16 @@ pub(crate) enum Level {
     Executor,
     Host,
     Any,
+}
+
+impl Level {
+    pub fn public(self) -> LocalityLevel {
+        match self {
+            Level::Executor => LocalityLevel::Executor,
+            Level::Host => LocalityLevel::Host,
+            Level::Any => LocalityLevel::Any,
+        }
+    }
 }
 
 /// Where a found task came from.
@@ -71,11 +85,53 @@ pub(crate) struct TaskRec {
     /// At most two attempts run at once (the original and one speculative copy).
     pub attempts: [Option<Attempt>; 2],
     pub speculated: bool,
+    /// Per-task exclusion: where it failed (boxed: most tasks never fail).
+    pub exclusion: Option<Box<TaskExclusion>>,
+}
+
+/// Where one task failed, and which executors and hosts it avoids for that.
+#[derive(Debug, Default)]
+pub(crate) struct TaskExclusion {
+    pub exec_failures: Vec<(ExecutorId, u32)>,
+    pub host_failures: Vec<(u32, u32)>,
+    pub executors: Vec<ExecutorId>,
+    pub hosts: Vec<u32>,
 }
 
 impl TaskRec {
     pub fn running_attempts(&self) -> usize {
         self.attempts.iter().flatten().count()
+    }
+
+    /// Whether this task avoids `exec` (or its host) after failing there.
+    pub fn avoids(&self, exec: ExecutorId, host: u32) -> bool {
+        self.exclusion
+            .as_ref()
+            .is_some_and(|x| x.executors.contains(&exec) || x.hosts.contains(&host))
+    }
+
+    /// Counts a failure of this task on `exec`/`host`; past the limits it avoids them.
+    pub fn record_failure(&mut self, exec: ExecutorId, host: u32, exec_max: u32, host_max: u32) {
+        let x = self.exclusion.get_or_insert_with(Box::default);
+        bump(&mut x.exec_failures, exec, exec_max, &mut x.executors);
+        bump(&mut x.host_failures, host, host_max, &mut x.hosts);
+    }
+}
+
+/// Adds one failure for `key`; past `max` the key joins `excluded`. Bounded by
+/// [`TASK_EXCLUSION_MAX`] keys.
+fn bump<K: PartialEq + Copy>(counts: &mut Vec<(K, u32)>, key: K, max: u32, excluded: &mut Vec<K>) {
+    let n = if let Some((_, n)) = counts.iter_mut().find(|(k, _)| *k == key) {
+        *n = n.saturating_add(1);
+        *n
+    } else if counts.len() < TASK_EXCLUSION_MAX {
+        counts.push((key, 1));
+        1
+    } else {
+        return;
+    };
+    if n >= max.max(1) && !excluded.contains(&key) {
+        excluded.push(key);
     }
 }
 
@@ -124,6 +180,12 @@ pub(crate) struct Job {
     pub classes: Vec<Queues>,
     pub has_exec_prefs: bool,
     pub has_host_prefs: bool,
+    /// Executor-preference queues (over all classes) whose executor is registered: the
+    /// executor level is valid while this is above 0 (Spark's `computeValidLocalityLevels`).
+    pub live_exec_keys: u32,
+    /// Host-preference queues whose host has a registered executor: the host level is valid
+    /// while this is above 0.
+    pub live_host_keys: u32,
     pub level: Level,
     pub level_since_us: u64,
     /// Last launch (or submission): the unschedulable clock.
@@ -149,14 +211,50 @@ pub(crate) struct Job {
     pub widened: bool,
     /// Listed in the scheduler's runnable jobs (it has pending tasks or stragglers to copy).
     pub in_runnable: bool,
+    /// Counted failures a task may have before the job fails.
+    pub max_failures: u32,
+    /// Speculation in effect for this job.
+    pub speculation: Option<Box<SpeculationConfig>>,
+    /// Exclusion in effect for this job (its per-job and per-task limits).
+    pub exclusion_config: Option<Box<ExclusionConfig>>,
+    /// Pending tasks that avoid some executor or host: the candidates for "can run nowhere".
+    pub avoiding: Vec<u32>,
+    pub counters: JobCounters,
 }
 
-/// Pops the first entry of `queue` that is a pending task fitting in `free` cores; stale entries
-/// are dropped on the way. Stops (without popping) at a pending task that does not fit.
-fn pop_pending(queue: &mut VecDeque<u32>, tasks: &[TaskRec], free: u32) -> Option<u32> {
+/// Per-job counters (introspection).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct JobCounters {
+    pub launched: u64,
+    pub speculative: u64,
+    pub failures: u64,
+    pub uncounted: u64,
+    pub succeeded: usize,
+}
+
+/// Pops the first entry of `queue` that is a pending task fitting in `free` cores and not
+/// avoiding `exec` on `host`; stale entries are dropped on the way, tasks avoiding this executor
+/// go to the back (each entry is looked at once per call). Stops (without popping) at a pending
+/// task that does not fit.
+fn pop_pending(
+    queue: &mut VecDeque<u32>,
+    tasks: &[TaskRec],
+    free: u32,
+    exec: ExecutorId,
+    host: u32,
+) -> Option<u32> {
+    let mut rotated = 0usize;
     while let Some(&i) = queue.front() {
         match tasks.get(i as usize) {
             Some(t) if t.status == Status::Pending => {
+                if t.avoids(exec, host) {
+                    if rotated >= queue.len() {
+                        return None;
+                    }
+                    queue.rotate_left(1);
+                    rotated += 1;
+                    continue;
+                }
                 if t.cores <= free {
                     queue.pop_front();
                     return Some(i);
@@ -182,21 +280,40 @@ impl Job {
         (-i64::from(self.priority), self.id.0)
     }
 
-    /// The job's first locality level given which preferences its tasks have.
+    /// The job's best valid locality level given the executors registered now.
     pub fn start_level(&self) -> Level {
-        if self.has_exec_prefs {
+        if self.live_exec_keys > 0 {
             Level::Executor
-        } else if self.has_host_prefs {
+        } else if self.live_host_keys > 0 {
             Level::Host
         } else {
             Level::Any
         }
     }
 
-    /// Pushes task `i` into its queues. `host_of` maps a preferred executor to its host, if known.
-    pub fn enqueue(&mut self, i: u32, host_of: impl Fn(ExecutorId) -> Option<u32>) {
+    /// The levels valid now, best first (Spark's `myLocalityLevels`, without rack and no-pref).
+    pub fn valid_levels(&self) -> Vec<Level> {
+        let mut v = Vec::with_capacity(3);
+        if self.live_exec_keys > 0 {
+            v.push(Level::Executor);
+        }
+        if self.live_host_keys > 0 {
+            v.push(Level::Host);
+        }
+        v.push(Level::Any);
+        v
+    }
+
+    /// Pushes task `i` into its queues. `host_of` maps a preferred executor to its host if it
+    /// is registered; `host_live` says whether a host has a registered executor.
+    pub fn enqueue(
+        &mut self,
+        i: u32,
+        host_of: impl Fn(ExecutorId) -> Option<u32>,
+        host_live: impl Fn(u32) -> bool,
+    ) {
         let Some(t) = self.tasks.get(i as usize) else {
-            return;
+            unreachable!("enqueue of task {i} beyond the job");
         };
         let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
             Some(p) if self.classes.get(p).is_some_and(|q| q.cores == t.cores) => p,
@@ -219,35 +336,97 @@ impl Job {
             }
         };
         let Some(q) = self.classes.get_mut(pos) else {
-            return;
+            unreachable!("class {pos} was just found or made");
         };
         match &t.prefs {
             None => q.no_pref.push_back(i),
             Some(p) => {
                 for &e in &p.executors {
-                    q.by_exec.entry(e).or_default().push_back(i);
-                    if let Some(h) = host_of(e) {
-                        q.by_host.entry(h).or_default().push_back(i);
+                    let host = host_of(e);
+                    let queue = q.by_exec.entry(e).or_insert_with(|| {
+                        if host.is_some() {
+                            self.live_exec_keys += 1;
+                        }
+                        VecDeque::new()
+                    });
+                    queue.push_back(i);
+                    if let Some(h) = host {
+                        q.by_host
+                            .entry(h)
+                            .or_insert_with(|| {
+                                self.live_host_keys += 1;
+                                VecDeque::new()
+                            })
+                            .push_back(i);
                     }
                 }
                 for &h in &p.hosts {
-                    q.by_host.entry(h).or_default().push_back(i);
+                    q.by_host
+                        .entry(h)
+                        .or_insert_with(|| {
+                            if host_live(h) {
+                                self.live_host_keys += 1;
+                            }
+                            VecDeque::new()
+                        })
+                        .push_back(i);
                 }
                 q.any.push_back(i);
             }
         }
     }
 
-    /// The most distant level the job may launch at now, moving its clock along.
+    /// An executor registered (`joined`) or went (`!joined`); `host_changed` says whether its
+    /// host gained its first or lost its last registered executor. Keeps the valid levels
+    /// current (Spark's `recomputeLocality`, SPARK-16106). Unlike Spark (SPARK-31837), a job
+    /// does not move back to a better level that became valid: the executor that joined takes
+    /// the tasks preferring it at once anyway (they are always offered first), and the other
+    /// executors' free cores do not wait the locality waits over again.
+    pub fn executor_changed(
+        &mut self,
+        exec: ExecutorId,
+        host: u32,
+        host_changed: bool,
+        joined: bool,
+    ) {
+        let exec_keys = self
+            .classes
+            .iter()
+            .filter(|q| q.by_exec.contains_key(&exec))
+            .count() as u32;
+        let host_keys = if host_changed {
+            self.classes
+                .iter()
+                .filter(|q| q.by_host.contains_key(&host))
+                .count() as u32
+        } else {
+            0
+        };
+        if joined {
+            self.live_exec_keys += exec_keys;
+            self.live_host_keys += host_keys;
+        } else {
+            assert!(self.live_exec_keys >= exec_keys && self.live_host_keys >= host_keys);
+            self.live_exec_keys = self.live_exec_keys.saturating_sub(exec_keys);
+            self.live_host_keys = self.live_host_keys.saturating_sub(host_keys);
+        }
+    }
+
+    /// The most distant level the job may launch at now, moving its clock along. A level
+    /// with no registered executor to wait for (or no task left for one) is skipped at once.
+    /// Unlike Spark (SPARK-4939 restarts the wait when it skips), the next level's wait keeps
+    /// running from the skipped level's start, so a free core never idles longer than the sum
+    /// of the waits.
     pub fn allowed_level(&mut self, now_us: u64, waits_us: [u64; 2]) -> Level {
         loop {
             let (wait, next, skip) = match self.level {
-                Level::Executor => (waits_us[0], Level::Host, !self.has_exec_prefs),
-                Level::Host => (waits_us[1], Level::Any, !self.has_host_prefs),
+                Level::Executor => (waits_us[0], Level::Host, self.live_exec_keys == 0),
+                Level::Host => (waits_us[1], Level::Any, self.live_host_keys == 0),
                 Level::Any => return Level::Any,
             };
             if skip {
                 self.level = next;
+                self.widened = true;
             } else if now_us.saturating_sub(self.level_since_us) >= wait {
                 self.level_since_us = self.level_since_us.saturating_add(wait);
                 self.level = next;
@@ -271,7 +450,9 @@ impl Job {
     }
 
     /// Finds a task for an executor (`exec`, `exec_slot`, on `host`, with `free` cores), best
-    /// locality first, then a straggler to copy. The task is taken off its queue.
+    /// locality first, then a straggler to copy. The task is taken off its queue. With
+    /// `local_only`, only tasks preferring this executor or (once the wait allows) its host.
+    #[allow(clippy::too_many_arguments)]
     pub fn find_task(
         &mut self,
         now_us: u64,
@@ -280,6 +461,7 @@ impl Job {
         exec_slot: u32,
         host: u32,
         free: u32,
+        local_only: bool,
     ) -> Option<Found> {
         if self.pending > 0 {
             // Classes are largest first: big tasks that fit go before small ones.
@@ -287,14 +469,22 @@ impl Job {
                 classes,
                 tasks,
                 has_exec_prefs,
+                live_exec_keys,
                 ..
             } = &mut *self;
             if *has_exec_prefs {
                 for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    if let Some(q) = q.by_exec.get_mut(&exec) {
-                        if let Some(i) = pop_pending(q, tasks, free) {
-                            return Some(Found::Pending(i, Some(Level::Executor)));
-                        }
+                    let Some(queue) = q.by_exec.get_mut(&exec) else {
+                        continue;
+                    };
+                    let found = pop_pending(queue, tasks, free, exec, host);
+                    if queue.is_empty() {
+                        q.by_exec.remove(&exec);
+                        assert!(*live_exec_keys > 0, "a registered executor's queue");
+                        *live_exec_keys = live_exec_keys.saturating_sub(1);
+                    }
+                    if let Some(i) = found {
+                        return Some(Found::Pending(i, Some(Level::Executor)));
                     }
                 }
             }
@@ -303,25 +493,36 @@ impl Job {
                 classes,
                 tasks,
                 has_host_prefs,
+                live_host_keys,
                 ..
             } = &mut *self;
             if allowed >= Level::Host && *has_host_prefs {
                 for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    if let Some(q) = q.by_host.get_mut(&host) {
-                        if let Some(i) = pop_pending(q, tasks, free) {
-                            return Some(Found::Pending(i, Some(Level::Host)));
-                        }
+                    let Some(queue) = q.by_host.get_mut(&host) else {
+                        continue;
+                    };
+                    let found = pop_pending(queue, tasks, free, exec, host);
+                    if queue.is_empty() {
+                        q.by_host.remove(&host);
+                        assert!(*live_host_keys > 0, "a registered executor's host");
+                        *live_host_keys = live_host_keys.saturating_sub(1);
+                    }
+                    if let Some(i) = found {
+                        return Some(Found::Pending(i, Some(Level::Host)));
                     }
                 }
             }
+            if local_only {
+                return None;
+            }
             for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                if let Some(i) = pop_pending(&mut q.no_pref, tasks, free) {
+                if let Some(i) = pop_pending(&mut q.no_pref, tasks, free, exec, host) {
                     return Some(Found::Pending(i, None));
                 }
             }
             if allowed >= Level::Any {
                 for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    if let Some(i) = pop_pending(&mut q.any, tasks, free) {
+                    if let Some(i) = pop_pending(&mut q.any, tasks, free, exec, host) {
                         return Some(Found::Pending(i, Some(Level::Any)));
                     }
                 }
@@ -329,9 +530,12 @@ impl Job {
                 self.delay_rejected = true;
             }
         }
+        if local_only {
+            return None;
+        }
         // The whole queue, not only its head: a straggler running on this executor (or too big
-        // for it) must not hide the ones behind it (issue 14 item 1, Spark's SPARK-26755).
-        // Stale entries are dropped on the way; skipped ones keep their place.
+        // for it, or avoiding it) must not hide the ones behind it (issue 14 item 1, Spark's
+        // SPARK-26755). Stale entries are dropped on the way; skipped ones keep their place.
         let mut k = 0;
         while let Some(&i) = self.speculatable.get(k) {
             let live = self
@@ -343,7 +547,7 @@ impl Job {
                 continue;
             };
             let here = t.attempts.iter().flatten().any(|a| a.exec == exec_slot);
-            if here || t.cores > free {
+            if here || t.cores > free || t.avoids(exec, host) {
                 k += 1;
                 continue;
             }
@@ -402,7 +606,8 @@ impl Job {
         min_runtime_us: u64,
     ) -> Option<u64> {
         let total = self.tasks.len();
-        let needed = ((quantile * total as f64).ceil() as usize).max(1);
+        // Spark's `minFinishedForSpeculation`: floor(quantile x tasks), at least 1 (SPARK-37580).
+        let needed = ((quantile * total as f64).floor() as usize).max(1);
         if self.durations_us.len() < needed || self.durations_us.is_empty() {
             return None;
         }
@@ -443,6 +648,7 @@ mod tests {
             failures: 0,
             attempts: [None, None],
             speculated: false,
+            exclusion: None,
         }
     }
 
@@ -455,11 +661,27 @@ mod tests {
             task(Status::Pending, 1),
         ];
         let mut q: VecDeque<u32> = [0, 1, 9, 2, 3].into_iter().collect();
-        assert_eq!(pop_pending(&mut q, &tasks, 1), None, "task 2 needs 2 cores");
+        let e = ExecutorId(1);
+        assert_eq!(
+            pop_pending(&mut q, &tasks, 1, e, 0),
+            None,
+            "task 2 needs 2 cores"
+        );
         assert_eq!(q, [2, 3], "stale and unknown entries dropped");
-        assert_eq!(pop_pending(&mut q, &tasks, 2), Some(2));
-        assert_eq!(pop_pending(&mut q, &tasks, 2), Some(3));
-        assert_eq!(pop_pending(&mut q, &tasks, 2), None);
+        assert_eq!(pop_pending(&mut q, &tasks, 2, e, 0), Some(2));
+        assert_eq!(pop_pending(&mut q, &tasks, 2, e, 0), Some(3));
+        assert_eq!(pop_pending(&mut q, &tasks, 2, e, 0), None);
+    }
+
+    #[test]
+    fn pop_pending_passes_over_a_task_that_avoids_the_executor_and_keeps_it() {
+        let mut tasks = vec![task(Status::Pending, 1), task(Status::Pending, 1)];
+        tasks[0].record_failure(ExecutorId(1), 0, 1, 2);
+        let mut q: VecDeque<u32> = [0, 1].into_iter().collect();
+        assert_eq!(pop_pending(&mut q, &tasks, 1, ExecutorId(1), 0), Some(1));
+        assert_eq!(q, [0], "kept for other executors");
+        assert_eq!(pop_pending(&mut q, &tasks, 1, ExecutorId(1), 0), None);
+        assert_eq!(pop_pending(&mut q, &tasks, 1, ExecutorId(2), 0), Some(0));
     }
 
     fn job(has_exec_prefs: bool, has_host_prefs: bool) -> Job {
@@ -479,6 +701,8 @@ mod tests {
             classes: Vec::new(),
             has_exec_prefs,
             has_host_prefs,
+            live_exec_keys: u32::from(has_exec_prefs),
+            live_host_keys: u32::from(has_host_prefs),
             level: Level::Executor,
             level_since_us: 0,
             last_progress_us: 0,
@@ -491,6 +715,11 @@ mod tests {
             delay_rejected: false,
             widened: false,
             in_runnable: false,
+            max_failures: 4,
+            speculation: None,
+            exclusion_config: None,
+            avoiding: Vec::new(),
+            counters: JobCounters::default(),
         }
     }
 
@@ -545,7 +774,11 @@ mod tests {
             None,
             "1 of 4 < 50%"
         );
+        // floor(0.75 x 4) = 3, floor(0.6 x 4) = 2 (ceil would be 3).
+        j.durations_us = vec![100, 100];
+        assert_eq!(j.speculation_threshold_us(0.6, 1.5, 0), Some(150));
         j.durations_us = vec![300, 100];
+        j.median_cache = (0, 0);
         assert_eq!(j.speculation_threshold_us(0.5, 1.5, 0), Some(450));
         assert_eq!(j.speculation_threshold_us(0.5, 1.5, 1000), Some(1000));
     }

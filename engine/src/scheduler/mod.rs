@@ -34,33 +34,74 @@
 //! runnable jobs, and sorts the rest only when that job has nothing for the executor).
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
-//! level and widens after each wait; a launch at a local level restarts the wait, except that
-//! once an executor has been turned away for locality the wait keeps running until the job has
-//! nothing queued, so a free core never idles longer than the sum of the waits while a job has
-//! work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
+//! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
+//! that once an executor has been turned away for locality the wait keeps running until the job
+//! has nothing queued, so a free core never idles longer than the sum of the waits while a job
+//! has work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
 //! The driver calls [`Scheduler::tick`] at [`Scheduler::poll_timeout`].
+//!
+//! Valid levels come from the executors registered now (Spark's `computeValidLocalityLevels`,
+//! "skip unsatisfiable locality levels", SPARK-16106): the executor level while some queued
+//! task prefers a registered executor, the host level while some queued task prefers a host
+//! with a registered executor. Each job counts its preference queues whose executor (host) is
+//! registered, kept current on registration and removal (O(jobs with preferences) per event)
+//! and as queues empty, so checking a level is O(1). A level with nothing to wait for is skipped
+//! at once.
+//!
+//! When some job has preferences, an offer first gives every offerable executor the tasks that
+//! prefer it (or its host, once allowed) from the first job in sharing order that has work for
+//! it, and only then lets executors take tasks at worse levels: a task goes to its preferred
+//! executor when that one has a free slot in the same round, whatever the order executors come
+//! in (Spark loops over locality levels outside the offers: "Locality should be used for bulk
+//! offers even with delay scheduling off").
+//!
+//! # Pools
+//!
+//! Under FAIR, jobs belong to pools ([`PoolConfig`], Spark's `fairscheduler.xml`; the `flint`
+//! CLI reads them from a TOML file). Pools are ordered by Spark's `FairSchedulingAlgorithm`: a
+//! pool running fewer cores than its `min_share` goes first (lowest running over min share),
+//! then the lowest running cores over weight, then the name. Inside a pool, jobs go FIFO
+//! (priority, then submission) or FAIR (running cores over job weight) as the pool says. Under
+//! FIFO sharing pools are ignored.
 //!
 //! # Failures
 //!
 //! Each executor indexes its own running attempts, so removing it costs time proportional to its
-//! own tasks. A failed attempt is retried until a task has failed `max_failures` times; then the
-//! job fails with the reasons, its other tasks are killed or dropped, each reported once. A loss
-//! that is not the task's fault (executor lost, killed, or exited not because of the app) does not
-//! count. Counted failures feed exclusion: per job (executor and host, for the job's lifetime)
-//! and globally (executor, then host once enough of its executors are excluded, both expiring
-//! after a timeout). A job that has queued tasks, nothing running, has launched nothing for
-//! `unschedulable_timeout_us` while cores are free, and that no registered executor could ever
-//! serve (all excluded for it, or all smaller than its smallest queued task) fails instead of
-//! hanging; a job merely starved by others keeps waiting.
+//! own tasks. A failed attempt is retried until a task has failed `max_failures` times (the
+//! job's own, [`JobSpec::max_failures`], or [`Config::max_failures`]); then the job fails with
+//! the reasons, its other tasks are killed or dropped, each reported once. Ends that are not the
+//! task's fault do not count: a KILLED attempt (Spark's `TaskKilled` does not count towards
+//! failures or exclusion), an executor lost, killed, or exited not because of the app. When an
+//! exit is the app's, only the attempts the executor had reported RUNNING count (Spark's
+//! SPARK-39955: one still launching never ran).
+//!
+//! An executor whose connection closes is removed as lost before anyone knows why; the cluster
+//! manager's exit reason usually comes later. The scheduler remembers the attempts of the last
+//! 1024 executors removed as lost, and [`Scheduler::remove_executor`] with a later
+//! reason that blames the app charges them then (once), so a task that crashes every executor
+//! it runs on fails its job after `max_failures` crashes instead of looping.
+//!
+//! Counted failures feed exclusion (when the job's exclusion is on): per task (Spark's
+//! `maxTaskAttemptsPerExecutor`/`PerNode`: the task avoids that executor, or host, after its
+//! limit; queues pass over such a task without losing it), per job (executor and host, for the
+//! job's lifetime) and globally (executor, then host once enough of its executors are excluded,
+//! both expiring after a timeout). A job that has had tasks queued and launched nothing for
+//! `unschedulable_timeout_us`, and has a queued task that no registered executor could ever
+//! run (all excluded for it globally, for the job or for the task, or all smaller than it),
+//! fails instead of hanging ("abort stage if executor loss results in unschedulability from
+//! previously failed tasks"); a job merely starved by others, or waiting for locality while an
+//! executor could take its tasks, keeps waiting.
 //!
 //! # Speculation
 //!
-//! With [`SpeculationConfig`] (on by default), `tick` looks for stragglers: once `quantile` of a
-//! job's tasks succeeded, a task running longer than `multiplier` times their median run gets one
-//! copy on another executor. Before that, a task that has run longer than `timeout_us` on an
-//! executor that has finished nothing since launching it, while other executors finish theirs
-//! or sit idle, is a straggler too. The first attempt to finish wins; the other is killed; the result is
-//! reported once.
+//! With [`SpeculationConfig`] (on by default; per job with [`JobSpec::speculation`]), `tick`
+//! looks for stragglers: once `max(floor(quantile x tasks), 1)` of a job's tasks succeeded
+//! (Spark's `minFinishedForSpeculation`), a task running longer than `multiplier` times their
+//! median run gets one copy on another executor (every straggler not running on the offered
+//! executor may take it, not only the head of the queue). Before that, a task that has run
+//! longer than `timeout_us` on an executor that has finished nothing since launching it, while
+//! other executors finish theirs or sit idle, is a straggler too. The first attempt to finish
+//! wins; the other is killed; the result is reported once.
 //!
 //! # Stuck executors and slow start
 //!
@@ -76,6 +117,19 @@
 //! [`Scheduler::starved`] says when work is waiting that no registered executor can take (none
 //! registered, or all excluded), so the driver can warn and give up.
 //!
+//! # Introspection
+//!
+//! [`Scheduler::job_info`] (locality level, valid levels, task counts, per-job counters) and
+//! [`Scheduler::task_info`] (state, failures, running attempts and whether each was reported
+//! running, executors it avoids), for tests, a UI and metrics; [`Stats`] for the totals.
+//!
+//! # Invariants
+//!
+//! States that cannot happen (an active job's slot empty, an executor's attempt of a task
+//! beyond its job, a launch over the free cores) are assertions, not silent returns; the
+//! simulator runs with them on. What peers and callers send (unknown executors, tasks, jobs,
+//! stale attempts) is checked and ignored or refused.
+//!
 //! # Defaults that differ from Spark
 //!
 //! - Speculation is on (Spark: `spark.speculation=false`), with Spark's thresholds (1.5 times the
@@ -85,7 +139,33 @@
 //!   one extra attempt per straggler and the successful run times kept per job (8 bytes a task).
 //! - Slow start (16 slots at first) has no Spark equivalent: Spark trusts the cores an executor
 //!   registers with; a peer here is not trusted.
-//!
+//! - [`Config::default`] has exclusion on (Spark: `spark.excludeOnFailure.enabled=false`): a
+//!   service with many executors should not keep feeding a broken one. (flint-net's driver
+//!   turns it off by default, as Spark does, since with few executors it can leave a job
+//!   nowhere to run until the unschedulable timeout; `flint ... --exclusion on`.) A task avoids an executor after 1 failure there and a host
+//!   after 2 (Spark's); a job excludes an executor after 2 failures (Spark's) and a host after
+//!   4 failures on it (Spark: once 2 of its executors are excluded for the stage); globally an
+//!   executor is excluded after 4 failures (Spark: 2) and a host with 2 excluded executors
+//!   (Spark's), for an hour (Spark's).
+//! - Locality waits are 10 ms per level (Spark: 3 s): a service's tasks last milliseconds, and a
+//!   free core waiting seconds for locality costs more than the data it would save moving.
+//! - A skipped locality level keeps the wait running (Spark's SPARK-4939 restarts it), and a
+//!   job does not move back to a better level when an executor joins (Spark's SPARK-31837): the
+//!   joining executor still takes its preferred tasks at once, and the bound on idle cores
+//!   (the sum of the waits) holds.
+//! - A pool nobody configured (`"default"` included) is FAIR inside (Spark: FIFO), so jobs
+//!   that pick FAIR sharing share within the default pool too.
+//! - When an executor the app brought down had reported no attempt running, all its attempts
+//!   count (Spark counts none): one of them brought it down, and counting none lets a task
+//!   that crashes its executor at once loop forever. A late exit reason that takes a task to
+//!   `max_failures` fails the job even if a retry runs (that retry would likely crash too).
+//! - A job with a task that can run nowhere fails after `unschedulable_timeout_us` (120 s,
+//!   Spark's `unschedulableTaskSetTimeout`) without a launch, also when no executor could be
+//!   added (Spark aborts at once then): the scheduler does not know whether a cluster manager
+//!   will bring one.
+//! - `max_failures`, speculation and exclusion can be set per job ([`JobSpec`]; Spark has them
+//!   per application only).
+
 //! # Peers are not trusted
 //!
 //! Status updates are matched against the reporting executor's own running attempts; anything
@@ -103,25 +183,62 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 pub use types::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
-    RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId,
-    TaskLaunch, TaskSpec, TaskState,
+    AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobInfo, JobOutcome,
+    JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Sharing,
+    SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo, TaskLaunch, TaskSpec,
+    TaskState, TaskStatus,
 };
 
 use crate::hash::FxHashMap;
 use book::{Book, Run};
-use job::{Attempt, Found, Job, JobExclusion, Level, Prefs, Status, TaskRec};
+use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
 /// Tasks per job whose failure reasons are kept (the rest are counted, not stored).
 const REASON_TASKS_MAX: usize = 1024;
 
+/// Executors removed as lost whose attempts are remembered, so that a later exit reason
+/// blaming the application can still be charged to them (issue 14 item 7).
+const GONE_MAX: usize = 1024;
+
 /// A FAIR pool.
 #[derive(Debug)]
 struct Pool {
+    name: String,
+    mode: Sharing,
     weight: u32,
+    min_share: u32,
     running_cores: u64,
+    /// Active jobs in it.
+    jobs: u32,
+    /// Listed in [`Config::pools`] (kept for good); others are made for a job that names them
+    /// and may be reused for another name once they hold no job.
+    configured: bool,
+}
+
+impl Pool {
+    fn new(c: &PoolConfig, configured: bool) -> Pool {
+        Pool {
+            name: c.name.clone(),
+            mode: c.mode,
+            weight: c.weight.max(1),
+            min_share: c.min_share,
+            running_cores: 0,
+            jobs: 0,
+            configured,
+        }
+    }
+}
+
+/// An executor removed as lost (no word on whose fault): the attempts it held, in case a
+/// later report says the application made it exit.
+#[derive(Debug)]
+struct Gone {
+    id: ExecutorId,
+    host: u32,
+    /// (task, attempt, reported running)
+    attempts: Vec<(TaskId, u32, bool)>,
 }
 
 /// How an attempt ended.
@@ -165,6 +282,16 @@ pub struct Scheduler {
     next_expiry_us: u64,
     /// When any executor last reported an attempt as final.
     last_finish_us: u64,
+    /// Executors recently removed as lost, oldest first (at most [`GONE_MAX`]).
+    gone: VecDeque<Gone>,
+    /// Active jobs with locality preferences (0: no locality pass, no level upkeep).
+    pref_jobs: usize,
+    /// Active jobs with speculation on.
+    spec_jobs: usize,
+    /// Scratch for the locality pass of an offer.
+    scratch: Vec<u32>,
+    /// The executor slot being removed (its attempts end one by one after it left the book).
+    removing: Option<u32>,
 }
 
 impl Scheduler {
@@ -172,13 +299,10 @@ impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         let mut pools = Vec::new();
         let mut pool_ids = FxHashMap::default();
-        for (name, weight) in &config.pool_weights {
-            if !pool_ids.contains_key(name) {
-                pool_ids.insert(name.clone(), pools.len() as u32);
-                pools.push(Pool {
-                    weight: (*weight).max(1),
-                    running_cores: 0,
-                });
+        for c in &config.pools {
+            if !pool_ids.contains_key(&c.name) {
+                pool_ids.insert(c.name.clone(), pools.len() as u32);
+                pools.push(Pool::new(c, true));
             }
         }
         Scheduler {
@@ -203,6 +327,11 @@ impl Scheduler {
             next_speculation_us: 0,
             next_expiry_us: u64::MAX,
             last_finish_us: 0,
+            gone: VecDeque::new(),
+            pref_jobs: 0,
+            spec_jobs: 0,
+            scratch: Vec::new(),
+            removing: None,
         }
     }
 
@@ -244,6 +373,12 @@ impl Scheduler {
     /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
     pub fn job_pending_tasks(&self, job: JobId) -> Option<usize> {
         self.job(job).map(|j| j.pending)
+    }
+
+    /// Pools known: the configured ones plus those made for jobs naming others (at most
+    /// [`Config::jobs_max`] of those: one with no job is reused for the next new name).
+    pub fn pools(&self) -> usize {
+        self.pools.len()
     }
 
     /// Registered executors.
@@ -312,12 +447,80 @@ impl Scheduler {
         self.jobs.get(slot as usize)?.as_ref()
     }
 
+    /// An active job's state: locality level, task counts, counters (`None` once it ended).
+    /// O(1) but for the lists it copies (valid levels, excluded executors).
+    pub fn job_info(&self, id: JobId) -> Option<JobInfo> {
+        let j = self.job(id)?;
+        Some(JobInfo {
+            pool: self
+                .pools
+                .get(j.pool as usize)
+                .map_or_else(String::new, |p| p.name.clone()),
+            locality_level: j.level.public(),
+            valid_levels: j.valid_levels().into_iter().map(Level::public).collect(),
+            tasks: j.tasks.len(),
+            pending: j.pending,
+            running: j.running,
+            succeeded: j.counters.succeeded,
+            finished: j.final_count,
+            running_cores: j.running_cores,
+            launched: j.counters.launched,
+            speculative_launched: j.counters.speculative,
+            failures: j.counters.failures,
+            uncounted_ends: j.counters.uncounted,
+            max_failures: j.max_failures,
+            speculation: j.speculation.is_some(),
+            excluded_executors: {
+                let mut v: Vec<ExecutorId> = j.exclusion.executors.iter().copied().collect();
+                v.sort_unstable();
+                v
+            },
+        })
+    }
+
+    /// A task of an active job: its state, failures and running attempts (`None` once its
+    /// job ended or for an unknown task).
+    pub fn task_info(&self, task: TaskId) -> Option<TaskInfo> {
+        let j = self.job(task.job())?;
+        let t = j.tasks.get(task.index() as usize)?;
+        let running = t
+            .attempts
+            .iter()
+            .flatten()
+            .filter_map(|a| {
+                let e = self.book.get(a.exec)?;
+                let run = e.running.get(&(task.0, a.attempt))?;
+                Some(AttemptInfo {
+                    attempt: a.attempt,
+                    executor: e.id,
+                    started_us: run.started_us,
+                    reported_running: run.reported_running,
+                })
+            })
+            .collect();
+        Some(TaskInfo {
+            status: match t.status {
+                Status::Pending => TaskStatus::Pending,
+                Status::Running => TaskStatus::Running,
+                Status::Succeeded => TaskStatus::Succeeded,
+                Status::Failed => TaskStatus::Failed,
+            },
+            failures: t.failures,
+            attempts_launched: t.next_attempt,
+            running,
+            excluded_executors: t
+                .exclusion
+                .as_ref()
+                .map(|x| x.executors.clone())
+                .unwrap_or_default(),
+        })
+    }
+
     /// The earliest time `tick` has work to do (a locality wait ending, a speculation check, an
     /// exclusion expiring, an unschedulable job timing out), if any.
     pub fn poll_timeout(&self) -> Option<u64> {
         let waits = self.waits();
         let mut t = u64::MAX;
-        let free = self.book.has_free_cores();
         for job in self
             .active
             .iter()
@@ -326,14 +529,14 @@ impl Scheduler {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
-            if free && job.pending > 0 && job.running == 0 {
+            if job.pending > 0 && self.book.len() > 0 {
                 t = t.min(
                     job.last_progress_us
                         .saturating_add(self.config.unschedulable_timeout_us),
                 );
             }
         }
-        if self.config.speculation.is_some() && !self.active.is_empty() {
+        if self.spec_jobs > 0 {
             t = t.min(self.next_speculation_us);
         }
         t = t.min(self.next_expiry_us);
@@ -369,6 +572,7 @@ impl Scheduler {
                 });
             }
         }
+        let first_on_host = !self.book.host_live(host);
         self.book.insert(
             info.id,
             host,
@@ -376,15 +580,50 @@ impl Scheduler {
             self.config.slow_start_slots,
             now_us,
         );
+        self.gone.retain(|g| g.id != info.id);
+        self.executor_changed(info.id, host, first_on_host, true);
         self.offer(now_us);
         self.flush();
         Ok(())
     }
 
-    /// Removes an executor; its running attempts go back to pending (counted as failures only if
-    /// the reason says the app caused it). Returns false if it was not registered.
+    /// Keeps every job's valid locality levels current after an executor came or went.
+    /// O(active jobs with preferences).
+    fn executor_changed(&mut self, id: ExecutorId, host: u32, host_changed: bool, joined: bool) {
+        if self.pref_jobs == 0 {
+            return;
+        }
+        for &slot in &self.active {
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                unreachable!("active job slot {slot} is empty");
+            };
+            if job.has_exec_prefs || job.has_host_prefs {
+                job.executor_changed(id, host, host_changed, joined);
+            }
+        }
+    }
+
+    /// Removes an executor; its running attempts go back to pending. They count as failed
+    /// attempts only if the reason says the app caused it, and then only those the executor
+    /// reported running (Spark's SPARK-39955: a task still launching did not run; when none
+    /// had reported running, all count, since one of them brought the executor down).
+    /// Returns false if it was not registered.
+    ///
+    /// An executor already removed as lost (its connection closed before anyone knew why) may
+    /// be removed again with the reason a cluster manager learned later: if that reason
+    /// blames the application, the attempts it held then are charged now (once), so a task
+    /// that crashes every executor it runs on fails its job after `max_failures` crashes
+    /// instead of looping (issue 14 item 7). That call also returns false.
     pub fn remove_executor(&mut self, now_us: u64, id: ExecutorId, reason: RemovalReason) -> bool {
         if !self.remove_executor_inner(now_us, id, &reason) {
+            if reason.caused_by_app() {
+                self.late_exit_reason(now_us, id, &reason);
+                self.offer(now_us);
+                self.flush();
+            } else {
+                // Not the app's fault after all: nothing will be charged.
+                self.gone.retain(|g| g.id != id);
+            }
             return false;
         }
         self.offer(now_us);
@@ -398,28 +637,97 @@ impl Scheduler {
         id: ExecutorId,
         reason: &RemovalReason,
     ) -> bool {
-        let Some((_, exec)) = self.book.remove(id) else {
+        let Some((exec_slot, exec)) = self.book.remove(id) else {
             return false;
         };
+        self.removing = Some(exec_slot);
         if exec.excluded_until_us > now_us {
-            if let Some(h) = self.book.hosts.get_mut(exec.host as usize) {
-                h.excluded_executors = h.excluded_executors.saturating_sub(1);
-            }
+            let Some(h) = self.book.hosts.get_mut(exec.host as usize) else {
+                unreachable!("executor {id:?} on unknown host {}", exec.host);
+            };
+            h.excluded_executors = h.excluded_executors.saturating_sub(1);
         }
-        let counts = reason.caused_by_app();
+        let last_on_host = !self.book.host_live(exec.host);
+        self.executor_changed(id, exec.host, last_on_host, false);
+        let blamed = reason.caused_by_app();
+        let any_running = exec.running.values().any(|r| r.reported_running);
         let msg = reason.to_string();
-        for ((task, attempt), run) in exec.running {
+        let mut runs: Vec<((u64, u32), Run)> = exec.running.into_iter().collect();
+        // Deterministic order (the map's is not).
+        runs.sort_unstable_by_key(|(k, _)| *k);
+        if matches!(reason, RemovalReason::Lost(_)) && !runs.is_empty() {
+            if self.gone.len() >= GONE_MAX {
+                self.gone.pop_front();
+            }
+            self.gone.push_back(Gone {
+                id,
+                host: exec.host,
+                attempts: runs
+                    .iter()
+                    .map(|((task, attempt), run)| (TaskId(*task), *attempt, run.reported_running))
+                    .collect(),
+            });
+        }
+        for ((task, attempt), run) in runs {
             self.attempt_ended(
                 now_us,
                 (exec.id, exec.host),
                 (TaskId(task), attempt, run.started_us),
                 End::Failed {
                     reason: msg.clone(),
-                    counts,
+                    counts: blamed && (run.reported_running || !any_running),
                 },
             );
         }
+        self.removing = None;
         true
+    }
+
+    /// Charges a late exit reason that blames the application to the attempts a lost executor
+    /// held (see [`Scheduler::remove_executor`]).
+    fn late_exit_reason(&mut self, now_us: u64, id: ExecutorId, reason: &RemovalReason) {
+        let Some(pos) = self.gone.iter().position(|g| g.id == id) else {
+            return;
+        };
+        let Some(gone) = self.gone.remove(pos) else {
+            unreachable!("position {pos} was just found");
+        };
+        let any_running = gone.attempts.iter().any(|a| a.2);
+        for (task, attempt, running) in gone.attempts {
+            if !running && any_running {
+                continue;
+            }
+            let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
+                continue; // the job ended since
+            };
+            let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+                unreachable!("job slot {job_slot} of an active job is empty");
+            };
+            let open = job
+                .tasks
+                .get(task.index() as usize)
+                .is_some_and(|t| matches!(t.status, Status::Pending | Status::Running));
+            if !open {
+                continue;
+            }
+            self.stats.late_failures += 1;
+            let why = format!("{reason} (learned after the executor was lost)");
+            self.count_failure(now_us, job_slot, (id, gone.host), task, attempt, &why);
+            if self.job_slots.get(&task.job().0) != Some(&job_slot) {
+                continue; // that failure ended the job
+            }
+            // A task now over its limit with nothing running fails its job here; one that
+            // runs again fails when that attempt ends (attempt_ended checks).
+            let over = self
+                .jobs
+                .get(job_slot as usize)
+                .and_then(Option::as_ref)
+                .and_then(|j| j.tasks.get(task.index() as usize).map(|t| (j, t)))
+                .is_some_and(|(j, t)| t.failures >= j.max_failures && t.status == Status::Pending);
+            if over {
+                self.fail_task_for_good(job_slot, task.index());
+            }
+        }
     }
 
     /// Accepts a job, or refuses it without side effects. A job with a task payload over
@@ -471,15 +779,35 @@ impl Scheduler {
         let pool = match self.pool_ids.get(&spec.pool) {
             Some(&p) => p,
             None => {
-                let p = self.pools.len() as u32;
+                // Bounded: past the configured pools plus `jobs_max` (more than active jobs
+                // can hold), an unconfigured pool with no job is reused for the new name.
+                let fresh = Pool::new(&PoolConfig::new(spec.pool.clone()), false);
+                let idle = (self.pools.len() >= self.config.pools.len() + self.config.jobs_max)
+                    .then(|| self.pools.iter().position(|p| !p.configured && p.jobs == 0))
+                    .flatten();
+                let p = match idle {
+                    Some(i) => {
+                        let Some(old) = self.pools.get_mut(i) else {
+                            unreachable!("pool {i} was just found");
+                        };
+                        assert_eq!(old.running_cores, 0, "an idle pool runs nothing");
+                        self.pool_ids.remove(&old.name);
+                        *old = fresh;
+                        i as u32
+                    }
+                    None => {
+                        self.pools.push(fresh);
+                        (self.pools.len() - 1) as u32
+                    }
+                };
                 self.pool_ids.insert(spec.pool.clone(), p);
-                self.pools.push(Pool {
-                    weight: 1,
-                    running_cores: 0,
-                });
                 p
             }
         };
+        let Some(pool_rec) = self.pools.get_mut(pool as usize) else {
+            unreachable!("pool {pool} was just resolved");
+        };
+        pool_rec.jobs += 1;
         let oversized = spec
             .tasks
             .iter()
@@ -514,8 +842,17 @@ impl Scheduler {
                 failures: 0,
                 attempts: [None, None],
                 speculated: false,
+                exclusion: None,
             });
         }
+        let speculation = spec
+            .speculation
+            .resolve(self.config.speculation.as_ref())
+            .map(Box::new);
+        let exclusion_config = spec
+            .exclusion
+            .resolve(self.config.exclusion.as_ref())
+            .map(Box::new);
         let mut job = Job {
             id,
             pool,
@@ -534,6 +871,8 @@ impl Scheduler {
             classes: Vec::new(),
             has_exec_prefs,
             has_host_prefs,
+            live_exec_keys: 0,
+            live_host_keys: 0,
             level: Level::Any,
             level_since_us: now_us,
             last_progress_us: now_us,
@@ -546,12 +885,23 @@ impl Scheduler {
             delay_rejected: false,
             widened: false,
             in_runnable: false,
+            max_failures: spec.max_failures.unwrap_or(self.config.max_failures).max(1),
+            speculation,
+            exclusion_config,
+            avoiding: Vec::new(),
+            counters: JobCounters::default(),
         };
-        job.level = job.start_level();
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         for i in 0..n as u32 {
-            job.enqueue(i, host_of);
+            job.enqueue(i, host_of, |h| book.host_live(h));
+        }
+        job.level = job.start_level();
+        if has_exec_prefs || has_host_prefs {
+            self.pref_jobs += 1;
+        }
+        if job.speculation.is_some() {
+            self.spec_jobs += 1;
         }
         let slot = match self.job_free_slots.pop() {
             Some(s) => {
@@ -623,7 +973,7 @@ impl Scheduler {
             return false;
         };
         let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-            return false;
+            unreachable!("job slot {slot} of an active job is empty");
         };
         let index = task.index();
         let Some(t) = job.tasks.get_mut(index as usize) else {
@@ -672,13 +1022,16 @@ impl Scheduler {
         };
         let key = (update.task.0, update.attempt);
         let Some(exec) = self.book.get_mut(slot) else {
-            self.stats.ignored_updates += 1;
-            return;
+            unreachable!(
+                "slot {slot} of registered executor {:?} is empty",
+                update.executor
+            );
         };
         match update.state {
             TaskState::Running => {
-                if !exec.running.contains_key(&key) {
-                    self.stats.ignored_updates += 1;
+                match exec.running.get_mut(&key) {
+                    Some(run) => run.reported_running = true,
+                    None => self.stats.ignored_updates += 1,
                 }
                 return;
             }
@@ -709,10 +1062,15 @@ impl Scheduler {
                 self.book.make_offerable(slot);
                 let end = match update.state {
                     TaskState::Finished => End::Succeeded(update.data),
-                    TaskState::Killed => End::Failed {
-                        reason: format!("killed by executor: {}", lossy(&update.data)),
-                        counts: true,
-                    },
+                    // Spark counts a kill neither towards max_failures nor for exclusion
+                    // (TaskKilled.countTowardsTaskFailures is false).
+                    TaskState::Killed => {
+                        self.stats.attempts_killed += 1;
+                        End::Failed {
+                            reason: format!("killed by executor: {}", lossy(&update.data)),
+                            counts: false,
+                        }
+                    }
                     _ => End::Failed {
                         reason: lossy(&update.data),
                         counts: true,
@@ -733,7 +1091,7 @@ impl Scheduler {
         let mut new_work = false;
         for &slot in &self.runnable {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                continue;
+                unreachable!("runnable job slot {slot} is empty");
             };
             if job.pending > 0 {
                 job.allowed_level(now_us, waits);
@@ -744,7 +1102,7 @@ impl Scheduler {
             self.expire_exclusions(now_us);
             new_work = true;
         }
-        if self.config.speculation.is_some() && now_us >= self.next_speculation_us {
+        if self.spec_jobs > 0 && now_us >= self.next_speculation_us {
             new_work |= self.find_stragglers(now_us);
         }
         if new_work {
@@ -755,12 +1113,16 @@ impl Scheduler {
         self.flush();
     }
 
-    /// Fails jobs that have queued tasks, nothing running, and no launch for
-    /// `unschedulable_timeout_us` although cores are free, when no registered executor could
-    /// ever run them (all excluded for the job, or all smaller than its smallest queued task). A job
-    /// that is merely starved by others keeps waiting.
+    /// Fails jobs that have had tasks queued and no launch for `unschedulable_timeout_us`,
+    /// when one of their queued tasks can run on no registered
+    /// executor: every one is excluded for it (globally, for the job, or for that task after
+    /// it failed there) or smaller than it (Spark's `getCompletelyExcludedTaskIfAny`, "abort
+    /// stage if executor loss results in unschedulability from previously failed tasks"). A
+    /// job merely starved by others, or waiting for locality, keeps waiting.
     fn fail_unschedulable(&mut self, now_us: u64) {
-        if !self.book.has_free_cores() {
+        // With no executor at all there is nothing to be excluded from: the driver's
+        // no-executor warning and timeout handle that (Spark looks only once one registered).
+        if self.book.len() == 0 {
             return;
         }
         let timeout = self.config.unschedulable_timeout_us;
@@ -773,52 +1135,112 @@ impl Scheduler {
                     .get(s as usize)
                     .and_then(Option::as_ref)
                     .is_some_and(|j| {
-                        j.pending > 0
-                            && j.running == 0
-                            && now_us.saturating_sub(j.last_progress_us) >= timeout
+                        j.pending > 0 && now_us.saturating_sub(j.last_progress_us) >= timeout
                     })
             })
             .collect();
         for slot in overdue {
-            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
-                continue;
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                unreachable!("runnable job slot {slot} is empty");
             };
-            // Rare (once per timeout per stuck job), so a scan of its tasks is fine here.
-            let smallest = job
+            // Rare (once per timeout per stuck job), so scans are fine here: the largest
+            // queued task, and every queued task that avoids some executor.
+            let tasks = &job.tasks;
+            job.avoiding.retain(|&i| {
+                tasks
+                    .get(i as usize)
+                    .is_some_and(|t| t.status == Status::Pending)
+            });
+            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+                unreachable!("runnable job slot {slot} is empty");
+            };
+            let largest = job
                 .tasks
                 .iter()
                 .filter(|t| t.status == Status::Pending)
                 .map(|t| t.cores)
-                .min()
+                .max()
                 .unwrap_or(1);
-            let usable = self.book.iter().any(|e| {
-                e.cores >= smallest
-                    && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
-                    && !job.excludes(e.id, e.host)
-            });
-            if usable {
-                if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
+            let runs_somewhere = |cores: u32, task: Option<&TaskRec>| {
+                self.book.iter().any(|e| {
+                    e.cores >= cores
+                        && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
+                        && !job.excludes(e.id, e.host)
+                        && !task.is_some_and(|t| t.avoids(e.id, e.host))
+                })
+            };
+            let stuck = if !runs_somewhere(largest, None) {
+                Some(format!(
+                    "no executor could run the job's tasks for {timeout} us (all excluded for \
+                     it, or all smaller than its largest queued task of {largest} cores)"
+                ))
+            } else {
+                job.avoiding
+                    .iter()
+                    .find(|&&i| {
+                        job.tasks
+                            .get(i as usize)
+                            .is_some_and(|t| !runs_somewhere(t.cores, Some(t)))
+                    })
+                    .map(|i| {
+                        format!(
+                            "task {i} cannot run anywhere: every registered executor is \
+                             excluded for it after its failures (Spark: aborting because a task \
+                             cannot run anywhere due to node and executor exclusion)"
+                        )
+                    })
+            };
+            match stuck {
+                None => {
+                    let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut)
+                    else {
+                        unreachable!("runnable job slot {slot} is empty");
+                    };
                     job.last_progress_us = now_us;
                 }
-                continue;
+                Some(reason) => {
+                    let mut reasons = vec![reason.clone()];
+                    if let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) {
+                        let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
+                        keys.sort_unstable();
+                        for k in keys {
+                            reasons.extend(job.reasons.get(&k).into_iter().flatten().cloned());
+                        }
+                    }
+                    tracing::warn!(job = slot, "{reason}");
+                    self.abort_job(slot, JobOutcome::Failed(reasons), &reason);
+                }
             }
-            let reason = format!(
-                "no executor could run the job's tasks for {timeout} us (all excluded for it, \
-                 or all smaller than its smallest task)"
-            );
-            self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
         }
     }
 
     // ----- internals -----
 
-    /// Makes offers until no offerable executor or no runnable task is left.
+    /// Makes offers until no offerable executor or no runnable task is left. With jobs that
+    /// have locality preferences, a first pass gives each offerable executor the tasks that
+    /// prefer it (or its host, once allowed) before any executor takes tasks at a worse level,
+    /// so a task goes to its preferred executor when that one has a free slot in the same
+    /// round, whatever the order executors are offered in (Spark's resourceOffers loops over
+    /// locality levels outside the offers: "Locality should be used for bulk offers even with
+    /// delay scheduling off").
     fn offer(&mut self, now_us: u64) {
+        if self.pref_jobs > 0 && self.pending_total > 0 {
+            let mut slots = std::mem::take(&mut self.scratch);
+            slots.clear();
+            self.book.offerable_into(&mut slots);
+            for &slot in &slots {
+                while self.pending_total > 0
+                    && self.book.get(slot).is_some_and(|e| e.usable() > 0)
+                    && self.assign_one(now_us, slot, true)
+                {}
+            }
+            self.scratch = slots;
+        }
         while self.pending_total > 0 || self.speculatable_total > 0 {
             let Some(slot) = self.book.next_offerable() else {
                 break;
             };
-            if self.assign_one(now_us, slot) {
+            if self.assign_one(now_us, slot, false) {
                 match self.book.get(slot) {
                     Some(e) if e.usable() > 0 => self.book.advance(),
                     _ => self.book.unlist(slot),
@@ -832,10 +1254,12 @@ impl Scheduler {
         }
     }
 
-    /// Gives one task to the executor in `slot`, if any job has one for it.
-    fn assign_one(&mut self, now_us: u64, slot: u32) -> bool {
+    /// Gives one task to the executor in `slot`, if any job has one for it. With
+    /// `local_only`, only the first job (in sharing order) with work the executor may take is
+    /// asked, and only for tasks preferring this executor or its host.
+    fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> bool {
         let Some(e) = self.book.get(slot) else {
-            return false;
+            unreachable!("offerable slot {slot} is empty");
         };
         let (id, host, free) = (e.id, e.host, e.usable());
         if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
@@ -865,13 +1289,16 @@ impl Scheduler {
                 .get_mut(job_slot as usize)
                 .and_then(Option::as_mut)
             else {
-                continue;
+                unreachable!("runnable job slot {job_slot} is empty");
             };
             if !job.has_work() || job.excludes(id, host) {
                 continue;
             }
+            if local_only && !(job.has_exec_prefs || job.has_host_prefs) {
+                break;
+            }
             let spec_before = job.speculatable.len();
-            let found = job.find_task(now_us, waits, id, slot, host, free);
+            let found = job.find_task(now_us, waits, id, slot, host, free, local_only);
             if std::mem::take(&mut job.widened) {
                 self.book.unblock_all();
             }
@@ -882,6 +1309,9 @@ impl Scheduler {
             }
             if let Some(found) = found {
                 launched = Some((job_slot, found));
+                break;
+            }
+            if local_only {
                 break;
             }
         }
@@ -903,7 +1333,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("sync_runnable of empty job slot {job_slot}");
         };
         let want = job.has_work();
         if want == job.in_runnable {
@@ -927,6 +1357,11 @@ impl Scheduler {
     /// FAIR order of the runnable jobs in `self.order`, built lazily: `from == 0` refills it and
     /// only brings the neediest job to the front (O(R), usually all an assignment needs);
     /// `from == 1` sorts the rest, for when the neediest job had nothing for the executor.
+    ///
+    /// Pools follow Spark's `FairSchedulingAlgorithm`: a pool running fewer cores than its
+    /// `min_share` goes first (the lowest running/min_share first), then the lowest running
+    /// cores over weight, then the name. Inside a pool, FIFO (priority, then submission) or
+    /// FAIR (running cores over job weight, then priority and submission).
     fn fair_order(&mut self, from: usize) {
         if from == 0 {
             self.order.clear();
@@ -937,10 +1372,30 @@ impl Scheduler {
         let key = |s: &u32| {
             let j = jobs.get(*s as usize).and_then(Option::as_ref);
             j.map(|j| {
-                let pool = pools.get(j.pool as usize);
-                let p = pool.map_or(0.0, |p| p.running_cores as f64 / f64::from(p.weight));
-                let w = j.running_cores as f64 / f64::from(j.weight);
-                (p, w, -i64::from(j.priority), j.id.0)
+                let (needy, ratio, name) = match pools.get(j.pool as usize) {
+                    Some(p) => {
+                        let running = p.running_cores as f64;
+                        if p.running_cores < u64::from(p.min_share) {
+                            (
+                                0u8,
+                                running / f64::from(p.min_share.max(1)),
+                                p.name.as_str(),
+                            )
+                        } else {
+                            (1u8, running / f64::from(p.weight), p.name.as_str())
+                        }
+                    }
+                    None => (1u8, 0.0, ""),
+                };
+                let fifo = pools
+                    .get(j.pool as usize)
+                    .is_some_and(|p| p.mode == Sharing::Fifo);
+                let inner = if fifo {
+                    0.0
+                } else {
+                    j.running_cores as f64 / f64::from(j.weight)
+                };
+                (needy, ratio, name, inner, -i64::from(j.priority), j.id.0)
             })
         };
         let cmp = |a: &u32, b: &u32| {
@@ -965,7 +1420,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("launch for empty job slot {job_slot}");
         };
         let (index, speculative) = match found {
             Found::Pending(i, level) => {
@@ -975,10 +1430,10 @@ impl Scheduler {
             Found::Speculative(i) => (i, true),
         };
         let Some(t) = job.tasks.get_mut(index as usize) else {
-            return;
+            unreachable!("found task {index} beyond the job");
         };
         let Some(free_attempt) = t.attempts.iter_mut().find(|a| a.is_none()) else {
-            return;
+            unreachable!("task {index} found with both attempt slots taken");
         };
         let attempt = t.next_attempt;
         *free_attempt = Some(Attempt {
@@ -986,9 +1441,13 @@ impl Scheduler {
             exec: exec_slot,
         });
         t.next_attempt += 1;
+        job.counters.launched += 1;
         if speculative {
+            assert_eq!(t.status, Status::Running, "only running tasks are copied");
             self.stats.speculative_launched += 1;
+            job.counters.speculative += 1;
         } else {
+            assert_eq!(t.status, Status::Pending, "only pending tasks launch");
             t.status = Status::Running;
             job.pending -= 1;
             if job.pending == 0 {
@@ -1007,63 +1466,81 @@ impl Scheduler {
             cores,
         };
         job.running_cores += u64::from(cores);
-        if let Some(p) = self.pools.get_mut(job.pool as usize) {
-            p.running_cores += u64::from(cores);
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores += u64::from(cores);
+        let Some(e) = self.book.get_mut(exec_slot) else {
+            unreachable!("launch on empty executor slot {exec_slot}");
+        };
+        assert!(e.free >= cores, "launch over the free cores");
+        e.free -= cores;
+        e.running.insert(
+            (task.0, attempt),
+            Run {
+                cores,
+                started_us: now_us,
+                reported_running: false,
+            },
+        );
+        if e.batch.is_empty() {
+            self.batched.push(exec_slot);
         }
-        if let Some(e) = self.book.get_mut(exec_slot) {
-            e.free -= cores;
-            e.running.insert(
-                (task.0, attempt),
-                Run {
-                    cores,
-                    started_us: now_us,
-                },
-            );
-            if e.batch.is_empty() {
-                self.batched.push(exec_slot);
-            }
-            e.batch.push(launch);
-        }
+        e.batch.push(launch);
         self.stats.launched += 1;
     }
 
     /// Emits the batched launches, one `Launch` per executor.
     fn flush(&mut self) {
         for slot in self.batched.drain(..) {
-            if let Some(e) = self.book.get_mut(slot) {
-                if !e.batch.is_empty() {
-                    self.outputs.push_back(Output::Launch {
-                        executor: e.id,
-                        tasks: std::mem::take(&mut e.batch),
-                    });
-                }
+            let Some(e) = self.book.get_mut(slot) else {
+                unreachable!("batched launches for empty executor slot {slot}");
+            };
+            if !e.batch.is_empty() {
+                self.outputs.push_back(Output::Launch {
+                    executor: e.id,
+                    tasks: std::mem::take(&mut e.batch),
+                });
             }
         }
     }
 
     /// Asks the executor holding `a` to kill it; the job no longer counts its cores.
     fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Attempt, reason: &str) {
-        if let Some(job) = self
+        let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
-        {
-            if let Some(t) = job.tasks.get(task.index() as usize) {
-                let cores = u64::from(t.cores);
-                job.running_cores = job.running_cores.saturating_sub(cores);
-                if let Some(p) = self.pools.get_mut(job.pool as usize) {
-                    p.running_cores = p.running_cores.saturating_sub(cores);
-                }
-            }
-        }
-        if let Some(e) = self.book.get(a.exec) {
-            self.outputs.push_back(Output::Kill {
-                executor: e.id,
-                task,
-                attempt: a.attempt,
-                reason: reason.to_string(),
-            });
-        }
+        else {
+            unreachable!("kill for empty job slot {job_slot}");
+        };
+        let Some(t) = job.tasks.get(task.index() as usize) else {
+            unreachable!("kill of {task} beyond its job");
+        };
+        let cores = u64::from(t.cores);
+        job.running_cores = job.running_cores.saturating_sub(cores);
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores = p.running_cores.saturating_sub(cores);
+        let Some(e) = self.book.get(a.exec) else {
+            // Only the executor being removed right now has left the book with attempts still
+            // on tasks (they end one by one): nothing to ask it.
+            assert_eq!(
+                self.removing,
+                Some(a.exec),
+                "attempt {} of {task} on empty executor slot {}",
+                a.attempt,
+                a.exec
+            );
+            return;
+        };
+        self.outputs.push_back(Output::Kill {
+            executor: e.id,
+            task,
+            attempt: a.attempt,
+            reason: reason.to_string(),
+        });
     }
 
     /// An attempt `(task, attempt, started_us)` that executor `(id, host)` held has ended (its
@@ -1075,6 +1552,7 @@ impl Scheduler {
         (task, attempt, started_us): (TaskId, u32, u64),
         end: End,
     ) {
+        // An executor keeps attempts of ended jobs until they report (their kill was sent).
         let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
             return;
         };
@@ -1083,11 +1561,11 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("job slot {job_slot} of an active job is empty");
         };
         let index = task.index();
         let Some(t) = job.tasks.get_mut(index as usize) else {
-            return;
+            unreachable!("an executor held {task}, beyond its job");
         };
         // Killed attempts were taken off the task already: nothing more to do.
         let Some(slot) = t
@@ -1100,9 +1578,15 @@ impl Scheduler {
         *slot = None;
         let cores = u64::from(t.cores);
         job.running_cores = job.running_cores.saturating_sub(cores);
-        if let Some(p) = self.pools.get_mut(job.pool as usize) {
-            p.running_cores = p.running_cores.saturating_sub(cores);
-        }
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores = p.running_cores.saturating_sub(cores);
+        assert_eq!(
+            t.status,
+            Status::Running,
+            "a live attempt of a running task"
+        );
         match end {
             End::Succeeded(data) => {
                 let kept = if job.keep_results {
@@ -1131,10 +1615,12 @@ impl Scheduler {
                 } else {
                     Bytes::new()
                 };
+                t.exclusion = None;
                 let others = std::mem::take(&mut t.attempts);
                 job.running -= 1;
                 job.final_count += 1;
-                if self.config.speculation.is_some() {
+                job.counters.succeeded += 1;
+                if job.speculation.is_some() {
                     job.durations_us.push(now_us.saturating_sub(started_us));
                 }
                 self.unfinished_total -= 1;
@@ -1150,53 +1636,109 @@ impl Scheduler {
             }
             End::Failed { reason, counts } => {
                 self.stats.attempts_failed += 1;
-                if counts {
-                    t.failures += 1;
-                    let failures = t.failures;
-                    if job.reasons.len() < REASON_TASKS_MAX || job.reasons.contains_key(&index) {
-                        job.reasons.entry(index).or_default().push(format!(
-                            "task {index} attempt {attempt} on executor {}: {reason}",
-                            exec.0
-                        ));
+                let still_running = t.running_attempts() > 0;
+                if !counts {
+                    job.counters.uncounted += 1;
+                    if !still_running {
+                        self.requeue(now_us, job_slot, index);
                     }
-                    if let Some(x) = &self.config.exclusion {
-                        job.record_exclusion_failure(
-                            exec,
-                            host,
-                            x.job_executor_failures_max,
-                            x.job_host_failures_max,
-                        );
-                    }
-                    self.record_global_failure(now_us, exec);
-                    let Some(job) = self
-                        .jobs
-                        .get_mut(job_slot as usize)
-                        .and_then(Option::as_mut)
-                    else {
-                        return;
-                    };
-                    let Some(t) = job.tasks.get_mut(index as usize) else {
-                        return;
-                    };
-                    if t.running_attempts() > 0 {
-                        return;
-                    }
-                    if failures >= self.config.max_failures {
-                        let mut reasons = vec![format!(
-                            "task {index} failed {failures} times (max_failures = {})",
-                            self.config.max_failures
-                        )];
-                        reasons.extend(job.reasons.remove(&index).unwrap_or_default());
-                        let msg = format!("job failed: task {index} failed {failures} times");
-                        self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
-                        return;
-                    }
-                    self.requeue(now_us, job_slot, index);
-                } else if t.running_attempts() == 0 {
-                    self.requeue(now_us, job_slot, index);
+                    return;
                 }
+                self.count_failure(now_us, job_slot, (exec, host), task, attempt, &reason);
+                let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+                    unreachable!("job slot {job_slot} emptied by counting a failure");
+                };
+                let Some(t) = job.tasks.get(index as usize) else {
+                    unreachable!("task {index} vanished from its job");
+                };
+                if t.running_attempts() > 0 {
+                    return;
+                }
+                if t.failures >= job.max_failures {
+                    self.fail_task_for_good(job_slot, index);
+                    return;
+                }
+                self.requeue(now_us, job_slot, index);
             }
         }
+    }
+
+    /// Counts a failure of `task`'s `attempt` on `(exec, host)`: the task's count and reasons,
+    /// and exclusion for the task, the job and (if the job's exclusion is on) globally.
+    fn count_failure(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        (exec, host): (ExecutorId, u32),
+        task: TaskId,
+        attempt: u32,
+        reason: &str,
+    ) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("count_failure for empty job slot {job_slot}");
+        };
+        let index = task.index();
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            unreachable!("count_failure of {task} beyond its job");
+        };
+        t.failures += 1;
+        job.counters.failures += 1;
+        if let Some(x) = &job.exclusion_config {
+            let avoided_before = t.exclusion.is_some();
+            t.record_failure(
+                exec,
+                host,
+                x.task_executor_failures_max,
+                x.task_host_failures_max,
+            );
+            if !avoided_before {
+                job.avoiding.push(index);
+            }
+        }
+        if job.reasons.len() < REASON_TASKS_MAX || job.reasons.contains_key(&index) {
+            let list = job.reasons.entry(index).or_default();
+            // Bounded: a task's list holds at most max_failures entries (one per failure).
+            if list.len() < job.max_failures as usize {
+                list.push(format!(
+                    "task {index} attempt {attempt} on executor {}: {reason}",
+                    exec.0
+                ));
+            }
+        }
+        let global = match job.exclusion_config.as_deref() {
+            Some(x) => {
+                let (em, hm) = (x.job_executor_failures_max, x.job_host_failures_max);
+                job.record_exclusion_failure(exec, host, em, hm);
+                true
+            }
+            None => false,
+        };
+        if global {
+            self.record_global_failure(now_us, exec);
+        }
+    }
+
+    /// Fails a job because task `index` reached its `max_failures`.
+    fn fail_task_for_good(&mut self, job_slot: u32, index: u32) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("fail_task_for_good for empty job slot {job_slot}");
+        };
+        let failures = job.tasks.get(index as usize).map_or(0, |t| t.failures);
+        let mut reasons = vec![format!(
+            "task {index} failed {failures} times (max_failures = {})",
+            job.max_failures
+        )];
+        reasons.extend(job.reasons.remove(&index).unwrap_or_default());
+        let msg = format!("job failed: task {index} failed {failures} times");
+        self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
     }
 
     /// Puts a task whose last attempt ended back in its queues.
@@ -1206,11 +1748,12 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("requeue for empty job slot {job_slot}");
         };
         let Some(t) = job.tasks.get_mut(index as usize) else {
-            return;
+            unreachable!("requeue of task {index} beyond its job");
         };
+        assert_eq!(t.running_attempts(), 0, "requeue with an attempt running");
         t.status = Status::Pending;
         t.speculated = false;
         job.running -= 1;
@@ -1218,9 +1761,11 @@ impl Scheduler {
         job.last_progress_us = now_us;
         self.pending_total += 1;
         let book = &self.book;
-        job.enqueue(index, |e| {
-            book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host)
-        });
+        job.enqueue(
+            index,
+            |e| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host),
+            |h| book.host_live(h),
+        );
         self.sync_runnable(job_slot);
         self.book.unblock_all();
     }
@@ -1232,7 +1777,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("maybe_finish_job for empty job slot {job_slot}");
         };
         if job.final_count < job.tasks.len() {
             return;
@@ -1271,7 +1816,7 @@ impl Scheduler {
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            return;
+            unreachable!("abort of empty job slot {job_slot}");
         };
         let id = job.id;
         let mut kills = Vec::new();
@@ -1307,10 +1852,19 @@ impl Scheduler {
 
     fn remove_job(&mut self, job_slot: u32) {
         let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::take) else {
-            return;
+            unreachable!("remove of empty job slot {job_slot}");
         };
-        if let Some(p) = self.pools.get_mut(job.pool as usize) {
-            p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        assert!(p.jobs > 0, "pool {} counts its jobs", p.name);
+        p.jobs -= 1;
+        if job.has_exec_prefs || job.has_host_prefs {
+            self.pref_jobs -= 1;
+        }
+        if job.speculation.is_some() {
+            self.spec_jobs -= 1;
         }
         self.job_slots.remove(&job.id.0);
         // Both lists are sorted by FIFO key: find the job by binary search (its own slot is
@@ -1321,6 +1875,16 @@ impl Scheduler {
             remove_sorted(&mut self.runnable, &self.jobs, job_slot, key);
         }
         self.job_free_slots.push(job_slot);
+    }
+
+    /// The speculation check period: the scheduler's, or the default's when only some jobs
+    /// turned speculation on.
+    fn speculation_interval_us(&self) -> u64 {
+        self.config
+            .speculation
+            .as_ref()
+            .map_or(SpeculationConfig::default().interval_us, |s| s.interval_us)
+            .max(1)
     }
 }
 

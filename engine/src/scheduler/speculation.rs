@@ -22,26 +22,30 @@ impl Scheduler {
     /// Queues a copy of each straggler and marks stalled executors; returns whether it queued
     /// any copy.
     pub(super) fn find_stragglers(&mut self, now_us: u64) -> bool {
-        let Some(sc) = self.config.speculation.clone() else {
-            return false;
-        };
-        self.next_speculation_us = now_us.saturating_add(sc.interval_us.max(1));
-        if self.active.is_empty() {
+        self.next_speculation_us = now_us.saturating_add(self.speculation_interval_us());
+        if self.spec_jobs == 0 {
             return false;
         }
-        // Per job: the quantile threshold (once reached) and the timeout threshold.
+        // Per job with speculation on (its own settings): the quantile threshold (once
+        // reached) and the timeout threshold.
         let mut thresholds: FxHashMap<u64, (Option<u64>, u64)> = FxHashMap::default();
         let mut any_quantile = false;
+        let mut timeout_min_us = u64::MAX;
         for &slot in &self.active {
-            if let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) {
-                let by_quantile =
-                    job.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us);
-                any_quantile |= by_quantile.is_some();
-                let by_timeout = job.median_us().map_or(sc.timeout_us, |m| {
-                    sc.timeout_us.max((m as f64 * sc.multiplier) as u64)
-                });
-                thresholds.insert(job.id.0, (by_quantile, by_timeout));
-            }
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                unreachable!("active job slot {slot} is empty");
+            };
+            let Some(sc) = job.speculation.as_deref().cloned() else {
+                continue;
+            };
+            let by_quantile =
+                job.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us);
+            any_quantile |= by_quantile.is_some();
+            let by_timeout = job.median_us().map_or(sc.timeout_us, |m| {
+                sc.timeout_us.max((m as f64 * sc.multiplier) as u64)
+            });
+            timeout_min_us = timeout_min_us.min(sc.timeout_us);
+            thresholds.insert(job.id.0, (by_quantile, by_timeout));
         }
         let last_finish_us = self.last_finish_us;
         let idle_exists = self
@@ -54,7 +58,7 @@ impl Scheduler {
         for e in self.book.iter_mut() {
             // Without a quantile threshold only the timeout applies, and only to an executor
             // silent that long while another finished something since.
-            let silent = now_us.saturating_sub(e.progress_us) > sc.timeout_us
+            let silent = now_us.saturating_sub(e.progress_us) > timeout_min_us
                 && (idle_exists || last_finish_us > e.progress_us);
             if !any_quantile && !silent {
                 continue;
@@ -76,13 +80,13 @@ impl Scheduler {
                 }
                 stalls |= silent_since_launch;
                 let Some(&slot) = self.job_slots.get(&task.job().0) else {
-                    continue;
+                    unreachable!("thresholds only for active jobs");
                 };
                 let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                    continue;
+                    unreachable!("job slot {slot} of an active job is empty");
                 };
                 let Some(t) = job.tasks.get_mut(task.index() as usize) else {
-                    continue;
+                    unreachable!("an executor holds {task}, beyond its job");
                 };
                 if t.status == Status::Running && !t.speculated && t.running_attempts() == 1 {
                     t.speculated = true;

@@ -170,6 +170,41 @@ pub struct JobSpec {
     /// fails the job (Spark's `spark.driver.maxResultSize`). `None`: the scheduler's
     /// [`Config::result_bytes_max`].
     pub result_bytes_max: Option<u64>,
+    /// Counted failures a task may have before the job fails. `None`: the scheduler's
+    /// [`Config::max_failures`]; `Some(0)` counts as 1.
+    pub max_failures: Option<u32>,
+    /// Speculation for this job: the scheduler's ([`Config::speculation`]), off, or its own
+    /// thresholds. The check interval stays the scheduler's (or the default's when the
+    /// scheduler has speculation off).
+    pub speculation: JobSetting<SpeculationConfig>,
+    /// Exclusion for this job: the scheduler's ([`Config::exclusion`]), off, or its own limits.
+    /// The job uses the per-job and per-task limits of the setting; global exclusion (executors
+    /// and hosts for every job) is the scheduler's alone, and counts this job's failures
+    /// unless the job turned exclusion off.
+    pub exclusion: JobSetting<ExclusionConfig>,
+}
+
+/// A per-job setting: inherit the scheduler's, turn it off for this job, or use this value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum JobSetting<T> {
+    /// The scheduler's setting.
+    #[default]
+    Inherit,
+    /// Off for this job.
+    Off,
+    /// This job's own.
+    Custom(T),
+}
+
+impl<T: Clone> JobSetting<T> {
+    /// The setting in effect given the scheduler's.
+    pub fn resolve(&self, scheduler: Option<&T>) -> Option<T> {
+        match self {
+            JobSetting::Inherit => scheduler.cloned(),
+            JobSetting::Off => None,
+            JobSetting::Custom(t) => Some(t.clone()),
+        }
+    }
 }
 
 impl JobSpec {
@@ -182,6 +217,9 @@ impl JobSpec {
             priority: 0,
             keep_results: true,
             result_bytes_max: None,
+            max_failures: None,
+            speculation: JobSetting::Inherit,
+            exclusion: JobSetting::Inherit,
         }
     }
 }
@@ -321,6 +359,35 @@ pub enum Sharing {
     Fair,
 }
 
+/// A FAIR pool (Spark's `<pool>` in `fairscheduler.xml`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Its name, as jobs give it in [`JobSpec::pool`].
+    pub name: String,
+    /// How its jobs share its cores: FIFO (priority, then submission) or FAIR (running cores
+    /// over job weight).
+    pub mode: Sharing,
+    /// Its share of the cluster against other pools once every pool has its minimum (at
+    /// least 1).
+    pub weight: u32,
+    /// Cores it gets before pools that already have theirs (Spark's `minShare`): a pool
+    /// running fewer cores than this goes first.
+    pub min_share: u32,
+}
+
+impl PoolConfig {
+    /// A pool with Flint's defaults: FAIR inside, weight 1, no minimum share. (Spark's
+    /// default pool mode is FIFO; see the module docs.)
+    pub fn new(name: impl Into<String>) -> PoolConfig {
+        PoolConfig {
+            name: name.into(),
+            mode: Sharing::Fair,
+            weight: 1,
+            min_share: 0,
+        }
+    }
+}
+
 /// Speculative execution settings (Spark's `spark.speculation.*`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpeculationConfig {
@@ -356,6 +423,12 @@ impl Default for SpeculationConfig {
 /// Exclusion settings (Spark's `spark.excludeOnFailure.*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExclusionConfig {
+    /// Counted failures of one task on one executor before that task avoids the executor
+    /// (Spark's `task.maxTaskAttemptsPerExecutor`, 1).
+    pub task_executor_failures_max: u32,
+    /// Counted failures of one task on one host before that task avoids the host (Spark's
+    /// `task.maxTaskAttemptsPerNode`, 2).
+    pub task_host_failures_max: u32,
     /// Failed attempts of one job on one executor before that executor is excluded for the job.
     pub job_executor_failures_max: u32,
     /// Failed attempts of one job on one host before that host is excluded for the job.
@@ -371,6 +444,8 @@ pub struct ExclusionConfig {
 impl Default for ExclusionConfig {
     fn default() -> Self {
         ExclusionConfig {
+            task_executor_failures_max: 1,
+            task_host_failures_max: 2,
             job_executor_failures_max: 2,
             job_host_failures_max: 4,
             executor_failures_max: 4,
@@ -385,8 +460,9 @@ impl Default for ExclusionConfig {
 pub struct Config {
     /// FIFO or FAIR sharing between jobs.
     pub sharing: Sharing,
-    /// FAIR pool weights by name; unlisted pools weigh 1.
-    pub pool_weights: Vec<(String, u32)>,
+    /// FAIR pools by name (Spark's `fairscheduler.xml`); a job naming an unlisted pool gets
+    /// [`PoolConfig::new`]'s (FAIR inside, weight 1, no minimum share). Ignored under FIFO.
+    pub pools: Vec<PoolConfig>,
     /// Attempts a task gets before its job fails (Spark's `task.maxFailures`).
     pub max_failures: u32,
     /// How long a job waits for a free core on a preferred executor before accepting its host.
@@ -425,7 +501,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             sharing: Sharing::Fifo,
-            pool_weights: Vec::new(),
+            pools: Vec::new(),
             max_failures: 4,
             locality_wait_executor_us: 10_000,
             locality_wait_host_us: 10_000,
@@ -458,4 +534,98 @@ pub struct Stats {
     pub ignored_updates: u64,
     /// Executors excluded globally (cumulative).
     pub executors_excluded: u64,
+    /// Task attempts that ended killed (asked for or not; never counted as failures).
+    pub attempts_killed: u64,
+    /// Failures charged to attempts after their executor was already gone, when the reason
+    /// it went (an exit the application caused) came later.
+    pub late_failures: u64,
+}
+
+/// A locality level (Spark's `TaskLocality`, without rack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LocalityLevel {
+    /// On a preferred executor (Spark's `PROCESS_LOCAL`).
+    Executor,
+    /// On a preferred host (Spark's `NODE_LOCAL`).
+    Host,
+    /// Anywhere (Spark's `ANY`).
+    Any,
+}
+
+/// A task's state as the scheduler holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Waiting for a core.
+    Pending,
+    /// At least one attempt runs.
+    Running,
+    /// Succeeded (reported).
+    Succeeded,
+    /// Failed for good, killed, or its job ended (reported).
+    Failed,
+}
+
+/// One running attempt of a task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptInfo {
+    /// The attempt number.
+    pub attempt: u32,
+    /// Where it runs.
+    pub executor: ExecutorId,
+    /// When it was launched (the scheduler's clock).
+    pub started_us: u64,
+    /// Whether its executor reported it running (else it is still launching).
+    pub reported_running: bool,
+}
+
+/// What [`super::Scheduler::task_info`] tells about a task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskInfo {
+    /// Its state.
+    pub status: TaskStatus,
+    /// Counted failures so far (kills and losses that were not its fault do not count).
+    pub failures: u32,
+    /// Attempts launched so far (original, retries and copies).
+    pub attempts_launched: u32,
+    /// Attempts running now (two while a speculative copy runs).
+    pub running: Vec<AttemptInfo>,
+    /// Executors this task avoids after failing there (per-task exclusion).
+    pub excluded_executors: Vec<ExecutorId>,
+}
+
+/// What [`super::Scheduler::job_info`] tells about an active job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    /// Its pool (as submitted).
+    pub pool: String,
+    /// Its current locality level (delay scheduling).
+    pub locality_level: LocalityLevel,
+    /// The levels it may use given the executors registered now, best first.
+    pub valid_levels: Vec<LocalityLevel>,
+    /// Tasks in the job.
+    pub tasks: usize,
+    /// Tasks waiting for a core.
+    pub pending: usize,
+    /// Tasks with an attempt running.
+    pub running: usize,
+    /// Tasks succeeded.
+    pub succeeded: usize,
+    /// Tasks final (succeeded or failed).
+    pub finished: usize,
+    /// Cores its attempts hold.
+    pub running_cores: u64,
+    /// Attempts launched (including retries and copies).
+    pub launched: u64,
+    /// Speculative copies launched.
+    pub speculative_launched: u64,
+    /// Attempts that failed and counted.
+    pub failures: u64,
+    /// Attempts that ended without counting (killed, executor lost not by the app's fault).
+    pub uncounted_ends: u64,
+    /// The attempts a task may fail before the job fails.
+    pub max_failures: u32,
+    /// Whether speculation is on for it.
+    pub speculation: bool,
+    /// Executors excluded for the whole job.
+    pub excluded_executors: Vec<ExecutorId>,
 }

@@ -43,9 +43,9 @@ use crate::lifecycle::{
 };
 
 use crate::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSpec, Output, Refusal,
-    RemovalReason, Scheduler, Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch,
-    TaskSpec, TaskState,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
+    Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig,
+    StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
 /// Largest core count a simulated task asks for.
@@ -223,6 +223,11 @@ struct Sim {
     report: SimReport,
     verbose: bool,
     churn: Option<Churn>,
+    /// Jobs with a counted failure: their tasks may avoid executors (per-task exclusion).
+    tainted: BTreeSet<JobId>,
+    /// Jobs with attempts on executors removed as lost, by executor (a late exit reason may
+    /// still charge them).
+    lost_held: BTreeMap<ExecutorId, Vec<JobId>>,
 }
 
 /// The result an executor returns for a task (checked against what the scheduler reports).
@@ -263,11 +268,34 @@ impl Sim {
             } else {
                 Sharing::Fair
             },
-            pool_weights: vec![("a".into(), 1), ("b".into(), 3)],
+            pools: vec![
+                PoolConfig {
+                    name: "a".into(),
+                    mode: if rng.chance(0.5) {
+                        Sharing::Fifo
+                    } else {
+                        Sharing::Fair
+                    },
+                    weight: 1,
+                    min_share: rng.range(0, 3) as u32,
+                },
+                PoolConfig {
+                    name: "b".into(),
+                    mode: if rng.chance(0.5) {
+                        Sharing::Fifo
+                    } else {
+                        Sharing::Fair
+                    },
+                    weight: 3,
+                    min_share: rng.range(0, 3) as u32,
+                },
+            ],
             max_failures: rng.range(1, 4) as u32,
             locality_wait_executor_us: rng.range(0, 20_000),
             locality_wait_host_us: rng.range(0, 20_000),
             exclusion: rng.chance(0.6).then(|| ExclusionConfig {
+                task_executor_failures_max: rng.range(1, 2) as u32,
+                task_host_failures_max: rng.range(1, 3) as u32,
                 job_executor_failures_max: rng.range(1, 3) as u32,
                 job_host_failures_max: rng.range(2, 5) as u32,
                 executor_failures_max: rng.range(2, 6) as u32,
@@ -315,6 +343,8 @@ impl Sim {
             report: SimReport::default(),
             verbose: false,
             churn: None,
+            tainted: BTreeSet::new(),
+            lost_held: BTreeMap::new(),
         };
         sim.plan();
         sim.plan_churn();
@@ -412,10 +442,43 @@ impl Sim {
                 tasks.push(t);
             }
             let mut spec = JobSpec::new(tasks);
-            spec.pool = if self.rng.chance(0.5) { "a" } else { "b" }.into();
+            spec.pool = match self.rng.range(0, 9) {
+                // An unconfigured pool (FAIR inside, weight 1), now and then.
+                0 => format!("job-{j}"),
+                1..=4 => "a".into(),
+                _ => "b".into(),
+            };
             spec.weight = self.rng.range(1, 3) as u32;
             spec.priority = self.rng.range(0, 2) as i32;
             spec.keep_results = self.rng.chance(0.8);
+            // Per-job settings (issue 14 item 9) on a fifth of the jobs each.
+            if self.rng.chance(0.2) {
+                spec.max_failures = Some(self.rng.range(1, 4) as u32);
+            }
+            if self.rng.chance(0.2) {
+                spec.speculation = if self.rng.chance(0.5) {
+                    JobSetting::Off
+                } else {
+                    JobSetting::Custom(SpeculationConfig {
+                        multiplier: 1.5,
+                        quantile: 0.5,
+                        min_runtime_us: self.rng.range(0, 20_000),
+                        interval_us: self.rng.range(1_000, 50_000),
+                        timeout_us: self.rng.range(20_000, 2_000_000),
+                    })
+                };
+            }
+            if self.rng.chance(0.2) {
+                spec.exclusion = if self.rng.chance(0.5) {
+                    JobSetting::Off
+                } else {
+                    JobSetting::Custom(ExclusionConfig {
+                        task_executor_failures_max: self.rng.range(1, 2) as u32,
+                        task_host_failures_max: self.rng.range(1, 3) as u32,
+                        ..ExclusionConfig::default()
+                    })
+                };
+            }
             if self.rng.chance(0.1) {
                 // Results are 8 bytes each: sometimes the bound is below what the job returns.
                 spec.result_bytes_max = Some(self.rng.range(0, 8 * n_tasks + 8));
@@ -640,6 +703,16 @@ impl Sim {
         self.finish()
     }
 
+    /// Marks the jobs with attempts on `id` as having counted failures (per-task exclusion may
+    /// keep their tasks off some executors: the idle check does not apply to them).
+    fn taint_held(&mut self, id: ExecutorId) {
+        if let Some(e) = self.execs.get(&id) {
+            for &(task, _) in e.held.keys() {
+                self.tainted.insert(TaskId(task).job());
+            }
+        }
+    }
+
     /// Prints what the scheduler holds (verbose replays of a stuck run).
     fn dump(&self) {
         for j in self.jobs.iter().filter_map(|j| j.id) {
@@ -766,11 +839,32 @@ impl Sim {
                         e.running.clear();
                         self.report.executors_lost += 1;
                         let t = now + self.rng.range(0, 50_000);
-                        self.at(t, Ev::Remove(id, reason));
+                        if reason.caused_by_app() && self.rng.chance(0.5) {
+                            // The connection closes first (lost, no word on whose fault); the
+                            // cluster manager's exit reason comes later and is charged then.
+                            self.taint_held(id);
+                            self.at(t, Ev::Remove(id, RemovalReason::Lost("closed".into())));
+                            let late = t + self.rng.range(1, 30_000);
+                            self.at(late, Ev::Remove(id, reason));
+                        } else {
+                            self.at(t, Ev::Remove(id, reason));
+                        }
                     }
                 }
             }
             Ev::Remove(id, reason) => {
+                if reason.caused_by_app() {
+                    self.taint_held(id);
+                    // A late reason is charged to what the executor held when it was lost.
+                    for job in self.lost_held.remove(&id).unwrap_or_default() {
+                        self.tainted.insert(job);
+                    }
+                } else if matches!(reason, RemovalReason::Lost(_)) {
+                    if let Some(e) = self.execs.get(&id) {
+                        let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                        self.lost_held.insert(id, jobs);
+                    }
+                }
                 let registered = self.execs.get(&id).is_some_and(|e| e.registered);
                 let removed = self.sched.remove_executor(now, id, reason);
                 if removed != registered {
@@ -866,7 +960,10 @@ impl Sim {
                 let (state, data) = if self.rng.chance(self.failure_prob) {
                     self.report.failures_injected += 1;
                     (TaskState::Failed, Bytes::from_static(b"injected failure"))
-                } else if roll < 3 {
+                } else if roll < 20 {
+                    // The executor kills the attempt on its own (preempted): never counted.
+                    (TaskState::Killed, Bytes::from_static(b"preempted"))
+                } else if roll < 23 {
                     (TaskState::Lost, Bytes::new())
                 } else {
                     self.finished_by_exec.insert(TaskId(task));
@@ -950,6 +1047,14 @@ impl Sim {
         let key = (update.task.0, update.attempt);
         let id = update.executor;
         let mut lost = false;
+        if update.state == TaskState::Failed
+            && self
+                .execs
+                .get(&id)
+                .is_some_and(|e| e.registered && e.held.contains_key(&key))
+        {
+            self.tainted.insert(update.task.job());
+        }
         if let Some(e) = self.execs.get_mut(&id) {
             if e.registered && e.held.contains_key(&key) {
                 match update.state {
@@ -968,6 +1073,9 @@ impl Sim {
                 return self.fail(format!("{id:?} reported LOST but is still registered"));
             }
             if let Some(e) = self.execs.get_mut(&id) {
+                // Removed as lost: a late exit reason may still charge what it held.
+                let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                self.lost_held.insert(id, jobs);
                 e.alive = false;
                 e.registered = false;
                 e.retired = true;
@@ -1132,6 +1240,26 @@ impl Sim {
                 if pj.oversized && !reasons.iter().any(|r| r.contains("payload_max_bytes")) {
                     return self.fail(format!("{job:?} oversized, reasons: {reasons:?}"));
                 }
+                // A job fails only for a reason: a counted failure (a FAILED report or an
+                // exit the app caused, which taint the job), a kill by the user, a limit, or a
+                // task nothing can run. Kills by executors and losses never count.
+                let explained = self.tainted.contains(&job)
+                    || pj.oversized
+                    || reasons.iter().any(|r| {
+                        [
+                            "killed:",
+                            "result_bytes_max",
+                            "no executor could run",
+                            "cannot run anywhere",
+                        ]
+                        .iter()
+                        .any(|why| r.contains(why))
+                    });
+                if !explained {
+                    return self.fail(format!(
+                        "{job:?} failed with no counted failure, kill or limit: {reasons:?}"
+                    ));
+                }
                 self.report.outcomes[1] += 1;
             }
             JobOutcome::Cancelled => {
@@ -1170,6 +1298,9 @@ impl Sim {
             let free = self.sched.executor_usable(*id).unwrap_or(0);
             if free >= TASK_CORES_MAX && !self.sched.is_excluded(now, *id, None) {
                 for job in self.jobs.iter().filter_map(|j| j.id) {
+                    if self.tainted.contains(&job) {
+                        continue;
+                    }
                     if self.sched.job_pending_tasks(job).is_some_and(|p| p > 0)
                         && !self.sched.is_excluded(now, *id, Some(job))
                     {
