@@ -4,31 +4,12 @@
 
 mod common;
 
-use common::DEADLINE;
-
-use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::process::Output;
 
 const U64_MAX: &str = "18446744073709551615";
 
-/// Runs `flint ARGS`, failing the test if it is still running after the deadline.
 fn flint(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flint");
-    let start = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            panic!("flint {args:?} did not exit");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    child.wait_with_output().expect("output")
+    common::run_flint(args)
 }
 
 #[test]

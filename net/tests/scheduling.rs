@@ -3,29 +3,12 @@
 
 mod common;
 
-use common::{unique, DEADLINE};
+use common::unique;
 
-use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::process::Output;
 
-/// Runs `flint ARGS`, failing the test if it is still running after the deadline.
 fn flint(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flint");
-    let start = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            panic!("flint {args:?} did not exit");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    child.wait_with_output().expect("output")
+    common::run_flint(args)
 }
 
 /// Spark's SPARK-39955 ("executor lost could fail task set if task is running"): a task that

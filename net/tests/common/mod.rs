@@ -32,3 +32,25 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// Runs `flint ARGS` to its end with stdout and stderr captured, failing the test if it is
+/// still running after [`DEADLINE`].
+pub fn run_flint(args: &[&str]) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flint");
+    let start = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("flint {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.wait_with_output().expect("output")
+}
