@@ -76,7 +76,7 @@ fn histogram(enc: &mut DescriptorEncoder, name: &str, help: &str, h: &Histogram)
     metric.encode_histogram::<NoLabelSet>(
         h.sum_us as f64 / 1e6,
         h.count,
-        &h.cumulative_seconds(),
+        &h.buckets_seconds(),
         None,
     )
 }

@@ -30,6 +30,32 @@ use crate::handshake::Secret;
 use crate::standalone::BlockingClient;
 use crate::wire::{Message, Role, TaskState};
 
+/// Where a component's event lines go (executor started, registered, removed): a callback, so
+/// library code never prints. Without one, events are logged with `tracing` at info.
+#[derive(Clone)]
+pub struct EventSink(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSink")
+    }
+}
+
+impl EventSink {
+    /// A sink calling `f` with each line.
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> EventSink {
+        EventSink(std::sync::Arc::new(f))
+    }
+
+    /// Hands `line` to `sink`, or logs it at info without one.
+    pub fn emit(sink: Option<&EventSink>, line: &str) {
+        match sink {
+            Some(sink) => (sink.0)(line),
+            None => tracing::info!("{line}"),
+        }
+    }
+}
+
 /// One task in this many (by index) has its timing recorded.
 pub const SAMPLE_EVERY: u32 = 16;
 /// Finished jobs the driver remembers for its page.
@@ -113,16 +139,19 @@ impl Histogram {
         self.count += 1;
     }
 
-    /// Cumulative `(upper bound in seconds, count)` pairs, +Inf last, as Prometheus wants.
-    pub fn cumulative_seconds(&self) -> Vec<(f64, u64)> {
-        let mut total = 0;
-        let mut out = Vec::with_capacity(self.counts.len());
-        for (i, count) in self.counts.iter().enumerate() {
-            total += count;
-            let bound = BUCKETS_US.get(i).map_or(f64::INFINITY, |&b| b as f64 / 1e6);
-            out.push((bound, total));
-        }
-        out
+    /// `(upper bound in seconds, count in that bucket)` pairs, `f64::MAX` standing for +Inf
+    /// last, as [`prometheus_client`]'s encoder takes them (it sums them up).
+    pub fn buckets_seconds(&self) -> Vec<(f64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .map(|(i, &count)| {
+                (
+                    BUCKETS_US.get(i).map_or(f64::MAX, |&b| b as f64 / 1e6),
+                    count,
+                )
+            })
+            .collect()
     }
 }
 
@@ -542,7 +571,7 @@ impl LoopTelemetry {
                 failures: t.failures.clone(),
             })
             .collect();
-        jobs.sort_by(|a, b| b.id.cmp(&a.id));
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
         jobs.extend(self.recent_jobs.iter().cloned());
         DriverView {
             uptime: Duration::from_micros(now_us),
@@ -702,17 +731,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histogram_buckets_are_cumulative_and_end_at_inf() {
+    fn histogram_buckets_end_at_inf() {
         let mut h = Histogram::default();
         h.observe(5);
         h.observe(10);
         h.observe(11);
         h.observe(u64::MAX / 4);
-        let c = h.cumulative_seconds();
+        let c = h.buckets_seconds();
         assert_eq!(c[0], (10e-6, 2));
-        assert_eq!(c[1], (25e-6, 3));
-        assert_eq!(c.last().unwrap().1, 4);
-        assert!(c.last().unwrap().0.is_infinite());
+        assert_eq!(c[1], (25e-6, 1));
+        assert_eq!(*c.last().unwrap(), (f64::MAX, 1));
         assert_eq!(h.count, 4);
     }
 
