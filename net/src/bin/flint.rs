@@ -47,7 +47,8 @@ struct Cli {
     command: Cmd,
     /// How log lines look on stderr: `text`, or `json` (one JSON object per line, with the
     /// spans: job, task attempt). Which lines: $RUST_LOG (default info for master and worker,
-    /// warn otherwise).
+    /// warn otherwise). $FLINT_LOG_FORMAT=json does the same (executors a `flint local` or a
+    /// worker starts inherit it).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
@@ -482,7 +483,16 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| default_filter.into());
-    match cli.log_format {
+    // Executors this process starts (flint local, a worker's) log the same way.
+    let log_format = match std::env::var("FLINT_LOG_FORMAT").as_deref() {
+        Ok("json") => LogFormat::Json,
+        _ => cli.log_format,
+    };
+    if log_format == LogFormat::Json {
+        // Single-threaded still: nothing else reads the environment yet.
+        std::env::set_var("FLINT_LOG_FORMAT", "json");
+    }
+    match log_format {
         LogFormat::Text => tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(std::io::stderr().is_terminal())
