@@ -61,7 +61,7 @@ use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FUL
 use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
-use crate::observe::{DriverView, LoopTelemetry, Refusal};
+use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
 use crate::runner::{Completion, TaskRunner};
 use crate::wire::{self, batch, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
@@ -415,7 +415,7 @@ impl Driver {
             stats: stats.clone(),
             deadlines: std::collections::BinaryHeap::new(),
             executor_waiters: Vec::new(),
-            telemetry: LoopTelemetry::new(epoch),
+            telemetry: Box::new(LoopTelemetry::new(epoch)),
         };
         let endpoint = runtime
             .handle()
@@ -895,7 +895,7 @@ pub(crate) struct DriverEndpoint {
     /// Callers waiting for a number of executors.
     executor_waiters: Vec<(usize, Reply<()>)>,
     /// What the driver shows ([`crate::observe`]): plain values only this loop touches.
-    telemetry: LoopTelemetry,
+    telemetry: Box<LoopTelemetry>,
 }
 
 /// Connections still in the handshake (unauthenticated) held at once; the oldest goes when
@@ -1328,7 +1328,6 @@ impl DriverEndpoint {
                 None => {}
             },
             Output::TaskResult { task, result } => {
-                self.telemetry.task_done(task.job());
                 if let Some(entry) = self.jobs.get_mut(&task.job()) {
                     let result = result.as_ref().map_err(String::as_str);
                     entry.shared.task_done(task.index(), result);
@@ -1336,13 +1335,16 @@ impl DriverEndpoint {
                         observer(task.index(), result);
                     }
                 }
+                // After the job heard: recording never delays a result.
+                self.telemetry.task_done(task.job());
             }
             Output::JobOutcome { job, outcome } => {
-                self.telemetry.job_over(self.now_us(), job, &outcome);
+                let ended = Ended::of(&outcome);
                 if let Some(entry) = self.jobs.remove(&job) {
                     self.admission.release(entry.tasks);
                     entry.shared.finish(outcome);
                 }
+                self.telemetry.job_over(self.now_us(), job, ended);
             }
         }
     }

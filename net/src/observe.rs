@@ -161,7 +161,7 @@ pub struct JobView {
     /// Its id.
     pub id: u64,
     /// The function its tasks run.
-    pub function: String,
+    pub function: std::sync::Arc<str>,
     /// Its tasks.
     pub tasks: u64,
     /// Tasks with a final result.
@@ -253,6 +253,13 @@ pub struct DriverView {
     pub failures: Vec<FailureView>,
 }
 
+/// Whether a task's timing is sampled: one in [`SAMPLE_EVERY`] by job id plus index, so jobs
+/// of one task are sampled one in 16 too.
+#[inline]
+fn sampled(task: TaskId) -> bool {
+    (task.job().0.wrapping_add(u64::from(task.index()))) % u64::from(SAMPLE_EVERY) == 0
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -272,17 +279,41 @@ fn cut(reason: &str) -> String {
 
 struct JobTrack {
     span: tracing::Span,
-    function: String,
+    function: std::sync::Arc<str>,
     tasks: u64,
     tasks_done: u64,
     attempts_failed: u64,
     submitted_us: u64,
-    submitted_unix_ms: u64,
     failures: Vec<String>,
 }
 
 struct ExecutorTrack {
     view: ExecutorView,
+}
+
+/// How a job ended, as [`LoopTelemetry::job_over`] takes it: taken from the outcome before it
+/// goes to the job's handle (reasons copied only for a failure), so the handle is told first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// Every task succeeded.
+    Succeeded,
+    /// It failed; the first reasons.
+    Failed(Vec<String>),
+    /// It was cancelled.
+    Cancelled,
+}
+
+impl Ended {
+    /// How `outcome` ended.
+    pub fn of(outcome: &JobOutcome) -> Ended {
+        match outcome {
+            JobOutcome::Succeeded(_) => Ended::Succeeded,
+            JobOutcome::Failed(reasons) => {
+                Ended::Failed(reasons.iter().take(JOB_FAILURES_MAX).cloned().collect())
+            }
+            JobOutcome::Cancelled => Ended::Cancelled,
+        }
+    }
 }
 
 /// Why the driver refused a peer.
@@ -300,6 +331,8 @@ pub enum Refusal {
 pub struct LoopTelemetry {
     /// The loop's clock origin (its `now_us` counts from here).
     epoch: Instant,
+    /// The same instant in Unix milliseconds.
+    epoch_unix_ms: u64,
     jobs: FxHashMap<JobId, JobTrack>,
     recent_jobs: VecDeque<JobView>,
     executors: FxHashMap<ExecutorId, ExecutorTrack>,
@@ -320,6 +353,7 @@ impl LoopTelemetry {
     pub fn new(epoch: Instant) -> LoopTelemetry {
         LoopTelemetry {
             epoch,
+            epoch_unix_ms: unix_ms().saturating_sub(epoch.elapsed().as_millis() as u64),
             jobs: FxHashMap::default(),
             recent_jobs: VecDeque::new(),
             executors: FxHashMap::default(),
@@ -336,20 +370,25 @@ impl LoopTelemetry {
     }
 
     /// A job went into the scheduler: its span opens.
-    pub fn job_submitted(&mut self, now_us: u64, job: JobId, function: &str, tasks: usize) {
-        let span = tracing::info_span!("job", job = job.0, function, tasks);
+    pub fn job_submitted(
+        &mut self,
+        now_us: u64,
+        job: JobId,
+        function: &std::sync::Arc<str>,
+        tasks: usize,
+    ) {
+        let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
         tracing::info!(parent: &span, "job submitted");
         self.jobs_submitted += 1;
         self.jobs.insert(
             job,
             JobTrack {
                 span,
-                function: function.to_owned(),
+                function: function.clone(),
                 tasks: tasks as u64,
                 tasks_done: 0,
                 attempts_failed: 0,
                 submitted_us: now_us,
-                submitted_unix_ms: unix_ms(),
                 failures: Vec::new(),
             },
         );
@@ -364,19 +403,20 @@ impl LoopTelemetry {
     }
 
     /// A job ended: logged in its span, moved to the recent jobs.
-    pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: &JobOutcome) {
+    pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: Ended) {
         let Some(track) = self.jobs.remove(&job) else {
             return;
         };
         let duration = Duration::from_micros(now_us.saturating_sub(track.submitted_us));
         let (state, slot) = match outcome {
-            JobOutcome::Succeeded(_) => ("SUCCEEDED", 0),
-            JobOutcome::Failed(_) => ("FAILED", 1),
-            JobOutcome::Cancelled => ("CANCELLED", 2),
+            Ended::Succeeded => ("SUCCEEDED", 0),
+            Ended::Failed(_) => ("FAILED", 1),
+            Ended::Cancelled => ("CANCELLED", 2),
         };
         self.jobs_over[slot] += 1;
-        let mut failures = track.failures.clone();
-        if let JobOutcome::Failed(reasons) = outcome {
+        let mut failures = Vec::new();
+        if let Ended::Failed(reasons) = &outcome {
+            failures.clone_from(&track.failures);
             let first = reasons.first().map_or("", String::as_str);
             tracing::warn!(parent: &track.span, duration_ms = duration.as_millis() as u64,
                 failed_attempts = track.attempts_failed, reason = first, "job failed");
@@ -401,16 +441,20 @@ impl LoopTelemetry {
             tasks_done: track.tasks_done,
             attempts_failed: track.attempts_failed,
             state,
-            submitted_unix_ms: track.submitted_unix_ms,
+            submitted_unix_ms: self.epoch_unix_ms + track.submitted_us / 1000,
             duration,
-            failures,
+            failures: if failures.is_empty() {
+                track.failures
+            } else {
+                failures
+            },
         });
     }
 
     /// An attempt is being launched (sampled ones have their time noted).
     #[inline]
     pub fn launched(&mut self, task: TaskId, attempt: u32) {
-        if task.index() % SAMPLE_EVERY != 0 {
+        if !sampled(task) {
             return;
         }
         self.sample_launch(task, attempt);
@@ -494,7 +538,7 @@ impl LoopTelemetry {
             TaskState::Running => return,
             _ => self.attempt_failed(executor, task, attempt, state, data),
         }
-        if task.index() % SAMPLE_EVERY == 0 {
+        if sampled(task) {
             if let Some(at) = self.launched.remove(&(task.0, attempt)) {
                 self.round_trip.observe(now_us.saturating_sub(at));
             }
@@ -566,7 +610,7 @@ impl LoopTelemetry {
                 tasks_done: t.tasks_done,
                 attempts_failed: t.attempts_failed,
                 state: "RUNNING",
-                submitted_unix_ms: t.submitted_unix_ms,
+                submitted_unix_ms: self.epoch_unix_ms + t.submitted_us / 1000,
                 duration: Duration::from_micros(now_us.saturating_sub(t.submitted_us)),
                 failures: t.failures.clone(),
             })
@@ -750,7 +794,7 @@ mod tests {
         let job = JobId(7);
         t.job_submitted(0, job, "hash", 2);
         t.executor_registered(ExecutorId(1), "e1", "h", 2);
-        let task = TaskId::new(job, 0);
+        let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
         t.launched(task, 0);
         t.status_update(100, ExecutorId(1), task, 0, TaskState::Failed, b"boom");
         t.status_update(
@@ -769,11 +813,8 @@ mod tests {
         assert_eq!(view.jobs[0].failures, vec!["boom".to_owned()]);
         assert_eq!(view.failures[0].reason, "boom");
         assert_eq!(view.round_trip.count, 1);
-        t.job_over(
-            400,
-            job,
-            &JobOutcome::Failed(vec!["task 0 failed 4 times".into()]),
-        );
+        let outcome = JobOutcome::Failed(vec!["task 0 failed 4 times".into()]);
+        t.job_over(400, job, Ended::of(&outcome));
         let view = t.view(|_| 0, 500);
         assert_eq!(view.jobs[0].state, "FAILED");
         assert_eq!(view.jobs_over, [0, 1, 0]);
