@@ -792,7 +792,7 @@ mod tests {
     fn failures_are_counted_per_job_and_executor() {
         let mut t = LoopTelemetry::new(Instant::now());
         let job = JobId(7);
-        t.job_submitted(0, job, "hash", 2);
+        t.job_submitted(0, job, &std::sync::Arc::from("hash"), 2);
         t.executor_registered(ExecutorId(1), "e1", "h", 2);
         let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
         t.launched(task, 0);
