@@ -8,7 +8,11 @@
 //!   workers, no sockets: the difference is the network and the executor) vs `rayon` (a
 //!   2-thread pool, `par_iter` over the same calls) vs a std mpsc pool of 2 worker threads.
 //! * `e2e_single_task`: the round trip of a one-task job (submit, run, result, outcome), the
-//!   same four ways (`rayon::ThreadPool::spawn` + a channel back for rayon).
+//!   same four ways (`rayon::ThreadPool::spawn` + a channel back for rayon), beside the floor of
+//!   any cross-thread round trip: a crossbeam-channel ping-pong between two threads.
+//! * `e2e_one_task_jobs`: throughput of many one-task jobs from one submitting thread (1,000 per
+//!   iteration, all submitted, then all awaited): Flint over loopback and in local mode, beside
+//!   `rayon::spawn` + a channel per job.
 //!
 //! Run: `cargo bench -p flint-bench --bench e2e`. Under `cargo test --benches` each body runs
 //! once.
@@ -184,8 +188,82 @@ fn single_task(c: &mut Criterion) {
     });
     let mpsc_pool = MpscPool::new(WORKERS, noop());
     g.bench_function("std_mpsc_pool_2", |b| b.iter(|| mpsc_pool.run(1)));
+
+    // The floor: one message to another thread and one back.
+    let (to_tx, to_rx) = crossbeam_channel::bounded::<u64>(1);
+    let (back_tx, back_rx) = crossbeam_channel::bounded::<u64>(1);
+    let echo = std::thread::spawn(move || {
+        while let Ok(n) = to_rx.recv() {
+            if back_tx.send(n).is_err() {
+                break;
+            }
+        }
+    });
+    g.bench_function("crossbeam_channel_round_trip", |b| {
+        b.iter(|| {
+            to_tx.send(1).expect("echo thread alive");
+            black_box(back_rx.recv().expect("echo"))
+        })
+    });
+    drop(to_tx);
+    let _ = echo.join();
     g.finish();
 }
 
-criterion_group!(benches, job_10k, single_task);
+/// Jobs per iteration of `e2e_one_task_jobs`.
+const JOBS: usize = 1000;
+
+fn flint_jobs(driver: &Driver) {
+    let handles: Vec<_> = (0..JOBS)
+        .map(|_| {
+            driver
+                .submit(Job::new("noop", vec![Bytes::new()]).keep_results(false))
+                .expect("submitted")
+        })
+        .collect();
+    for handle in handles {
+        assert!(matches!(handle.wait(), JobOutcome::Succeeded(_)));
+    }
+}
+
+fn one_task_jobs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("e2e_one_task_jobs");
+    g.throughput(Throughput::Elements(JOBS as u64));
+    g.warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3));
+    g.sample_size(20);
+    let flint = cluster();
+    g.bench_function("flint_loopback_2x1", |b| {
+        b.iter(|| flint_jobs(&flint.driver))
+    });
+    flint.stop();
+    let local = local_driver();
+    g.bench_function("flint_local_2", |b| b.iter(|| flint_jobs(&local)));
+    local.shutdown();
+    let function = noop();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(WORKERS)
+        .build()
+        .expect("a rayon pool");
+    g.bench_function("rayon_spawn_2", |b| {
+        b.iter(|| {
+            let receivers: Vec<_> = (0..JOBS)
+                .map(|_| {
+                    let (tx, rx) = mpsc::sync_channel(1);
+                    let function = function.clone();
+                    pool.spawn(move || {
+                        let _ = tx.send(function(&TaskContext::new(0, 0, None), Bytes::new()));
+                    });
+                    rx
+                })
+                .collect();
+            for rx in receivers {
+                let _ = black_box(rx.recv().expect("a result"));
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, job_10k, single_task, one_task_jobs);
 criterion_main!(benches);

@@ -58,8 +58,8 @@ pub struct ClusterSpec {
 
 /// A running cluster; [`Cluster::stop`] stops the executors and the driver.
 pub struct Cluster {
-    /// The driver.
-    pub driver: Driver,
+    /// The driver (shared, so async callers can hold it).
+    pub driver: std::sync::Arc<Driver>,
     children: Vec<Child>,
     threads: Vec<JoinHandle<Result<ExecutorSummary, ExecutorError>>>,
 }
@@ -135,7 +135,7 @@ impl Cluster {
             .map_err(|e| format!("cannot start the driver: {e}"))?;
         let addr = driver.local_addr().ok_or("the driver has no address")?;
         let mut cluster = Cluster {
-            driver,
+            driver: std::sync::Arc::new(driver),
             children: Vec::new(),
             threads: Vec::new(),
         };
@@ -239,6 +239,11 @@ impl Cluster {
 
     /// Stops the executors (asking them to exit, then killing processes that do not) and the
     /// driver.
+    /// The executor processes' pids (none for threads, local mode or external executors).
+    pub fn executor_pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
     pub fn stop(mut self) {
         let _ = self.driver.stop_executors(Duration::from_secs(5));
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -255,7 +260,10 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(5));
         }
         let threads = std::mem::take(&mut self.threads);
-        self.driver.shutdown();
+        // The last holder of the driver shuts it down; callers that still hold it drop theirs.
+        if let Ok(driver) = std::sync::Arc::try_unwrap(self.driver) {
+            driver.shutdown();
+        }
         for thread in threads {
             let _ = thread.join();
         }

@@ -1,7 +1,9 @@
 //! Shared pieces of the benches and the `flint-load` harness: starting a cluster
 //! ([`cluster`]), offering load and measuring it ([`load`]), the HTML report and HDR logs
-//! ([`report`]), and the driver's memory with many queued tasks ([`memory`]).
+//! ([`report`]), the driver's memory with many queued tasks ([`memory`]), and async callers
+//! beside the same work done inline ([`async_load`]).
 
+pub mod async_load;
 pub mod cluster;
 pub mod load;
 pub mod memory;

@@ -880,7 +880,8 @@ pub(crate) struct DriverEndpoint {
     dirty: Vec<Token>,
     counters: Arc<Counters>,
     stopping: bool,
-    tick: Option<TimerId>,
+    /// The periodic tick and its period (see [`DriverEndpoint::arm_tick`]).
+    tick: Option<(TimerId, Duration)>,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
@@ -908,6 +909,12 @@ const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The local executor's id.
 const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
+
+/// Callers waiting for executors at once, at most.
+const EXECUTOR_WAITERS_MAX: usize = 4096;
+
+/// The tick while jobs are active.
+const BUSY_TICK: Duration = Duration::from_millis(10);
 
 impl DriverEndpoint {
     fn now_us(&self) -> u64 {
@@ -1413,6 +1420,36 @@ impl DriverEndpoint {
         }
     }
 
+    /// Keeps the periodic tick at the period the driver's state needs, so an idle driver does
+    /// not wake up: every 10 ms while jobs are active (locality waits, speculation, health),
+    /// a quarter of the shorter of the heartbeat and handshake timeouts while only connections
+    /// need watching, none when there is neither. O(1): called after every event.
+    fn arm_tick(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let period = if !self.jobs.is_empty() {
+            Some(BUSY_TICK)
+        } else if !self.peers.is_empty() {
+            let shorter = self
+                .config
+                .heartbeat_timeout
+                .min(self.config.handshake_timeout);
+            Some((shorter / 4).max(BUSY_TICK))
+        } else {
+            None
+        };
+        if self.tick.map(|(_, p)| p) == period {
+            return;
+        }
+        if let Some((timer, _)) = self.tick.take() {
+            ctx.cancel_timer(timer);
+        }
+        if let Some(period) = period {
+            match ctx.timer_periodic(period) {
+                Ok(timer) => self.tick = Some((timer, period)),
+                Err(error) => tracing::error!("no tick timer: {error}"),
+            }
+        }
+    }
+
     /// Answers the callers waiting for as many executors as are registered now.
     fn answer_executor_waiters(&mut self) {
         let registered = self.counters.executors.load(Ordering::SeqCst);
@@ -1643,10 +1680,6 @@ impl Endpoint for DriverEndpoint {
             Ok(token) => self.listener_token = Some(token),
             Err(error) => tracing::error!("cannot watch the listener: {error}"),
         }
-        match ctx.timer_periodic(Duration::from_millis(10)) {
-            Ok(timer) => self.tick = Some(timer),
-            Err(error) => tracing::error!("no tick timer: {error}"),
-        }
         if let Some((pool, registry)) = self.local.take() {
             let cores = self.config.local_cores.unwrap_or(1);
             let slots =
@@ -1684,7 +1717,12 @@ impl Endpoint for DriverEndpoint {
                 if self.counters.executors.load(Ordering::SeqCst) >= count {
                     let _ = reply.send(());
                 } else {
-                    self.executor_waiters.push((count, reply));
+                    // Askers that gave up (timed out, dropped the future) are forgotten, and
+                    // the table is bounded: past it the asker hears `Stopped` at once.
+                    self.executor_waiters.retain(|(_, r)| !r.is_abandoned());
+                    if self.executor_waiters.len() < EXECUTOR_WAITERS_MAX {
+                        self.executor_waiters.push((count, reply));
+                    }
                 }
             }
             DriverMsg::StopExecutors(reply) => {
@@ -1768,6 +1806,7 @@ impl Endpoint for DriverEndpoint {
             }
         }
         self.pump();
+        self.arm_tick(ctx);
     }
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
@@ -1777,11 +1816,13 @@ impl Endpoint for DriverEndpoint {
             self.on_peer_event(token, event);
         }
         self.pump();
+        self.arm_tick(ctx);
     }
 
-    fn on_timer(&mut self, _timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+    fn on_timer(&mut self, _timer: TimerId, ctx: &mut Ctx<'_, Self>) {
         self.on_tick();
         self.pump();
+        self.arm_tick(ctx);
     }
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {

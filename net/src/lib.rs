@@ -16,6 +16,7 @@ pub mod master;
 pub mod master_source;
 pub mod metrics;
 pub mod observe;
+pub mod run;
 pub mod runner;
 pub mod source;
 pub mod standalone;

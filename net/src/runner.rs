@@ -9,6 +9,14 @@
 //! and kicks again: none is stranded, and while the loop is busy, completions pile up and leave
 //! in one batch (one `StatusUpdates` frame, one write).
 //!
+//! Run to completion: a launch of a function whose runs are known to be short (an average under
+//! [`INLINE_RUN_MAX`] over at least [`INLINE_RUNS_MIN`] runs) runs on the loop's own thread when
+//! the pool has nothing in flight, at most [`INLINE_BATCH_MAX`] of such work per drain, so a lone
+//! short task costs no hand-off to a pool thread and back. Its completion goes to the `spill`
+//! list below, as if it had failed at once. A run that turns out long (over
+//! [`INLINE_RUN_GIVE_UP`]) stops that function from running inline again, so heartbeats and
+//! kill requests are held up at most that once. Panics are caught as on the pool.
+//!
 //! No thread waits on a queue only it drains. Pool workers wait (backpressure) while the queue is
 //! full, since the loop drains it. The loop itself completes attempts too: an unknown function,
 //! or a task the pool refused (its completion runs as the loop drops it). Those completions go to
@@ -17,8 +25,9 @@
 //! there, and the caller drains after its batch of launches.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_engine::hash::{FxHashMap, FxHashSet};
@@ -43,6 +52,48 @@ pub struct Completion {
 
 /// Called (from a pool worker) when completions are waiting and the loop was not yet told.
 pub type Kick = Arc<dyn Fn() + Send + Sync>;
+
+/// A function runs inline when its average run is under this.
+pub const INLINE_RUN_MAX: Duration = Duration::from_micros(20);
+/// Runs a function needs on record before it may run inline.
+pub const INLINE_RUNS_MIN: u64 = 8;
+/// Inline work the loop does between two drains, at most (judged by the averages).
+pub const INLINE_BATCH_MAX: Duration = Duration::from_micros(100);
+/// An inline run longer than this stops its function from running inline again.
+pub const INLINE_RUN_GIVE_UP: Duration = Duration::from_millis(2);
+
+/// How long a function's runs take: an average weighted toward recent runs (1/8 per run).
+#[derive(Debug, Default)]
+struct Timing {
+    average_ns: AtomicU64,
+    runs: AtomicU64,
+    /// Never inline again (a run was much longer than its average).
+    long: AtomicBool,
+}
+
+impl Timing {
+    fn record(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let runs = self.runs.fetch_add(1, Ordering::Relaxed);
+        let average = self.average_ns.load(Ordering::Relaxed);
+        let next = if runs == 0 {
+            ns
+        } else {
+            average - average / 8 + ns / 8
+        };
+        self.average_ns.store(next, Ordering::Relaxed);
+    }
+
+    fn is_short(&self) -> bool {
+        !self.long.load(Ordering::Relaxed)
+            && self.runs.load(Ordering::Relaxed) >= INLINE_RUNS_MIN
+            && self.average_ns.load(Ordering::Relaxed) < INLINE_RUN_MAX.as_nanos() as u64
+    }
+
+    fn average(&self) -> Duration {
+        Duration::from_nanos(self.average_ns.load(Ordering::Relaxed))
+    }
+}
 
 thread_local! {
     /// Set while [`TaskRunner::launch`] runs on this thread: completions made here (by the loop
@@ -91,8 +142,12 @@ impl Shared {
 pub struct TaskRunner {
     pool: PoolHandle,
     registry: Registry,
-    resolved: FxHashMap<Box<str>, Resolved>,
+    resolved: FxHashMap<Box<str>, (Resolved, Arc<Timing>)>,
     running: FxHashMap<(u64, u32), TaskContext>,
+    /// Whether short tasks may run on the loop's thread (see the module docs).
+    inline: bool,
+    /// Inline work done since the last drain (by the averages).
+    inline_spent: Duration,
     shared: Arc<Shared>,
     report_running: bool,
     batch: Vec<Completion>,
@@ -125,6 +180,8 @@ impl TaskRunner {
             registry,
             resolved: FxHashMap::default(),
             running: FxHashMap::default(),
+            inline: true,
+            inline_spent: Duration::ZERO,
             shared,
             report_running: true,
             batch: Vec::new(),
@@ -138,6 +195,12 @@ impl TaskRunner {
     pub fn with_executor(mut self, executor: &str) -> Self {
         self.executor = Arc::from(executor);
         self
+    }
+
+    /// Whether short tasks may run on the loop's own thread (default true; see the module
+    /// docs).
+    pub fn set_inline(&mut self, inline: bool) {
+        self.inline = inline;
     }
 
     /// Attempts that have reached a final state so far.
@@ -175,12 +238,14 @@ impl TaskRunner {
     fn launch_inner(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) {
         let resolved = match self.resolved.get(function) {
             Some(resolved) => Ok(resolved.clone()),
-            None => self.registry.resolve(function).inspect(|resolved| {
-                self.resolved.insert(function.into(), resolved.clone());
+            None => self.registry.resolve(function).map(|resolved| {
+                let entry = (resolved, Arc::new(Timing::default()));
+                self.resolved.insert(function.into(), entry.clone());
+                entry
             }),
         };
         let key = (task_id, attempt);
-        let Ok(resolved) = resolved.map_err(|error| {
+        let Ok((resolved, timing)) = resolved.map_err(|error| {
             self.shared.complete(Completion {
                 task_id,
                 attempt,
@@ -195,6 +260,14 @@ impl TaskRunner {
             return;
         }
         let ctx = TaskContext::new(task_id, attempt, resolved.argument.clone());
+        if self.inline
+            && self.running.is_empty()
+            && timing.is_short()
+            && self.inline_spent + timing.average() <= INLINE_BATCH_MAX
+        {
+            self.inline_spent += timing.average();
+            return self.run_inline(&ctx, &resolved, &timing, payload);
+        }
         self.running.insert(key, ctx.clone());
 
         let report_running = self.report_running;
@@ -227,7 +300,10 @@ impl TaskRunner {
                         Bytes::from_static(b"killed before it started"),
                     )
                 } else {
-                    match function(&ctx, payload) {
+                    let started = Instant::now();
+                    let result = function(&ctx, payload);
+                    timing.record(started.elapsed());
+                    match result {
                         Ok(result) => (TaskState::Finished, result),
                         Err(_) if ctx.is_killed() => {
                             (TaskState::Killed, Bytes::from_static(b"killed"))
@@ -273,6 +349,45 @@ impl TaskRunner {
         }
     }
 
+    /// Runs a short attempt here, on the loop's thread; its completion goes to the spill list
+    /// (this runs inside `launch`).
+    fn run_inline(
+        &mut self,
+        ctx: &TaskContext,
+        resolved: &Resolved,
+        timing: &Timing,
+        payload: Bytes,
+    ) {
+        let function = resolved.function.clone();
+        let started = Instant::now();
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| function(ctx, payload)));
+        let took = started.elapsed();
+        timing.record(took);
+        if took > INLINE_RUN_GIVE_UP {
+            timing.long.store(true, Ordering::Relaxed);
+            tracing::info!(
+                task_id = ctx.task_id,
+                took_us = took.as_micros() as u64,
+                "a task expected to be short ran long inline; its function now runs on the pool"
+            );
+        }
+        let (state, data) = match result {
+            Ok(Ok(result)) => (TaskState::Finished, result),
+            Ok(Err(error)) => (TaskState::Failed, Bytes::from(error.0)),
+            Err(panic) => (
+                TaskState::Failed,
+                Bytes::from(format!("task panicked: {}", panic_text(panic.as_ref()))),
+            ),
+        };
+        self.shared.complete(Completion {
+            task_id: ctx.task_id,
+            attempt: ctx.attempt,
+            state,
+            data,
+        });
+    }
+
     /// Asks a running attempt to stop; it completes as killed.
     pub fn kill(&mut self, task_id: u64, attempt: u32) -> bool {
         match self.running.get(&(task_id, attempt)) {
@@ -293,6 +408,7 @@ impl TaskRunner {
     /// final state is in the same batch is left out: the final state says more. Call it on the
     /// loop when the `kick` callback's message arrives.
     pub fn drain(&mut self, mut each: impl FnMut(Completion)) {
+        self.inline_spent = Duration::ZERO;
         self.shared.kick_pending.store(false, Ordering::SeqCst);
         self.batch
             .append(&mut self.shared.spill.lock().unwrap_or_else(|p| p.into_inner()));
@@ -323,5 +439,104 @@ impl TaskRunner {
                 each(completion);
             }
         }
+    }
+}
+
+/// A panic's message, as the pool reports it.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(a panic without a message)".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A runner over a one-worker pool, and how many kicks it made.
+    fn runner(pool: &TaskPool) -> (TaskRunner, Arc<AtomicUsize>) {
+        let kicks = Arc::new(AtomicUsize::new(0));
+        let counter = kicks.clone();
+        let kick: Kick = Arc::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut registry = Registry::with_builtins();
+        registry.register("boom", |_, _| panic!("boom"));
+        (TaskRunner::new(pool.handle(), registry, 64, kick), kicks)
+    }
+
+    /// Drains until `n` final completions came (the pool's finish asynchronously).
+    fn finals(runner: &mut TaskRunner, n: usize) -> Vec<Completion> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut done = Vec::new();
+        while done.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} completions",
+                done.len()
+            );
+            runner.drain(|c| {
+                if c.state.is_final() {
+                    done.push(c);
+                }
+            });
+            std::thread::yield_now();
+        }
+        done
+    }
+
+    #[test]
+    fn a_known_short_function_runs_inline_and_a_slow_one_on_the_pool() {
+        let mut pool = TaskPool::new(PoolConfig {
+            workers: 1,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let (mut runner, _kicks) = runner(&pool);
+        // Unknown timing: the first runs go to the pool.
+        for i in 0..INLINE_RUNS_MIN {
+            assert!(
+                !runner.launch(i, 0, "noop", Bytes::new()),
+                "run {i} is not inline"
+            );
+            finals(&mut runner, 1);
+        }
+        // Now known to be short: it completes inside `launch`, on this thread.
+        assert!(runner.launch(100, 0, "noop", Bytes::new()), "inline");
+        let done = finals(&mut runner, 1);
+        assert_eq!((done[0].task_id, done[0].state), (100, TaskState::Finished));
+        // A slow function never qualifies.
+        for i in 0..INLINE_RUNS_MIN + 1 {
+            assert!(!runner.launch(200 + i, 0, "sleep:1", Bytes::new()));
+            finals(&mut runner, 1);
+        }
+        pool.shutdown(ShutdownMode::Drain);
+    }
+
+    #[test]
+    fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
+        let mut pool = TaskPool::new(PoolConfig {
+            workers: 1,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let (mut runner, _kicks) = runner(&pool);
+        let timing = Arc::new(Timing::default());
+        for _ in 0..INLINE_RUNS_MIN {
+            timing.record(Duration::from_micros(1));
+        }
+        let resolved = runner.registry.resolve("boom").expect("registered");
+        runner.resolved.insert("boom".into(), (resolved, timing));
+        assert!(runner.launch(7, 1, "boom", Bytes::new()), "inline");
+        let done = finals(&mut runner, 1);
+        assert_eq!(done[0].state, TaskState::Failed);
+        assert_eq!(&done[0].data[..], b"task panicked: boom");
+        pool.shutdown(ShutdownMode::Drain);
     }
 }

@@ -234,3 +234,27 @@ fn waiting_for_executors_is_answered_when_they_register() {
 fn handle_future_is_send(handle: flint_net::job::JobHandle) -> impl Future + Send {
     handle
 }
+
+/// Waiting for executors keeps a reply per waiter on the driver's loop: waiters that gave up
+/// (timed out, dropped the future) must not fill that table, or later waiters would be turned
+/// away (`Stopped`) instead of waiting.
+#[test]
+fn abandoned_waits_for_executors_do_not_fill_the_drivers_table() {
+    let driver = Driver::builder().start().expect("driver starts");
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut sent = 0;
+    while sent < 6000 {
+        // Polled once (the ask is sent), then dropped (abandoned). A full inbox answers Busy at
+        // once: let the loop catch up and send again.
+        let mut waiting = std::pin::pin!(driver.wait_for_executors_async(5));
+        match waiting.as_mut().poll(&mut cx) {
+            std::task::Poll::Pending => sent += 1,
+            std::task::Poll::Ready(Err(DriverError::Busy)) => std::thread::yield_now(),
+            std::task::Poll::Ready(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        driver.wait_for_executors(5, Duration::from_millis(50)),
+        Err(DriverError::Timeout(_))
+    ));
+}

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgGroup, Parser};
+use flint_bench::async_load::{self, AsyncSpec};
 use flint_bench::cluster::{self, Cluster, ClusterSpec, ExecutorSource, SECRET_ENV};
 use flint_bench::load::{self, Limit, LoadSpec, Mode, RunResult};
 use flint_bench::memory;
@@ -125,6 +126,14 @@ struct Args {
     /// and report its resident memory before and after.
     #[arg(long)]
     queued_memory: bool,
+    /// Async mode: this many tokio tasks each submit a job of --batch tasks with
+    /// `submit_async`, await it, and go again (1 to 100,000); then the same callers run the
+    /// function inline for the same time, for the ratio.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    async_callers: Option<u64>,
+    /// Async mode: tokio worker threads (0: one current-thread runtime; at most 64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=64))]
+    async_threads: u64,
 }
 
 fn main() -> ExitCode {
@@ -242,6 +251,47 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     };
     // Local executors' secret is nobody's to know: then the metrics serve loopback only.
     let ui_secret = args.driver_listen.and(driver.secret.clone());
+    if let Some(callers) = args.async_callers {
+        let cluster = Cluster::start(ClusterSpec {
+            executors: args.executors,
+            cores: args.cores,
+            source,
+            driver,
+        })?;
+        let spec = AsyncSpec {
+            callers: callers as usize,
+            batch: args.batch.max(1),
+            task: args.task.clone(),
+            payload_bytes: args.payload,
+            warmup,
+            duration: match limit {
+                Limit::Duration(d) => d,
+                Limit::Tasks(_) => return Err("async mode takes --duration, not --tasks".into()),
+            },
+            threads: args.async_threads as usize,
+        };
+        let pids = cluster.executor_pids();
+        let result = async_load::run(cluster.driver.clone(), &spec, &pids);
+        cluster.stop();
+        let (flint, inline) = result?;
+        println!(
+            "{{\"mode\":\"async\",\"callers\":{callers},\"batch\":{},\"task\":{},\"payload\":{},\"executors\":{},\"executor_source\":{},\"async_threads\":{},{},{},\"ratio_to_inline\":{:.4}}}",
+            spec.batch,
+            json_string(&args.task),
+            args.payload,
+            args.executors,
+            json_string(source_name),
+            args.async_threads,
+            flint.json(""),
+            inline.json("inline_"),
+            flint.tasks_per_s() / inline.tasks_per_s().max(1e-9),
+        );
+        return Ok(if flint.failed_jobs == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let started = SystemTime::now();
     let cluster = Cluster::start(ClusterSpec {
         executors: args.executors,

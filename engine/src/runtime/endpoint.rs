@@ -256,6 +256,14 @@ impl<R> std::fmt::Debug for Reply<R> {
 }
 
 impl<R> Reply<R> {
+    /// Whether the asker gave up (its ask timed out or its future was dropped): an endpoint
+    /// that keeps replies to answer later can drop these.
+    pub fn is_abandoned(&self) -> bool {
+        self.slot
+            .as_ref()
+            .is_none_or(|slot| slot.state.load(Ordering::Acquire) == ABANDONED)
+    }
+
     /// Answers the asker. `Err(value)` if it already gave up (timed out).
     pub fn send(mut self, value: R) -> Result<(), R> {
         let Some(slot) = self.slot.take() else {

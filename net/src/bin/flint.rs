@@ -5,29 +5,30 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FITS};
 use flint_net::app_client::{AppClient, AppClientConfig};
-use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
+use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
-use flint_net::functions::{check_builtin, Registry};
+use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::http::HttpServer;
-use flint_net::job::{Job, JobOutcome};
 use flint_net::local::{LocalConfig, LocalExecutors};
 use flint_net::master::{MasterConfig, MasterHandle};
 use flint_net::master_source::{MasterScaler, MasterSource};
 use flint_net::metrics::ClusterRole;
 use flint_net::observe::EventSink;
+use flint_net::run::{
+    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
+};
 use flint_net::source::{MirrorConfig, SourceMirror};
 use flint_net::standalone::BlockingClient;
-use flint_net::summary::{indexed_payload, json_string, Recorder, Summary};
+use flint_net::summary::json_string;
 use flint_net::ui::{self, Serve};
 use flint_net::wire::{Message, Role};
 use flint_net::worker::{WorkerConfig, WorkerError};
@@ -290,60 +291,12 @@ fn parse_id(text: &str) -> Result<String, String> {
     }
 }
 
-/// The job every job-running command takes.
-#[derive(Args, Clone, Debug)]
-struct JobArgs {
-    /// Tasks in the job (0 to 10,000,000, the driver's pending-task limit).
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=TASKS_MAX))]
-    tasks: u64,
-    /// Function each task runs: noop, echo, hash, hash:MS, sleep:MS, spin:US (MS up to
-    /// 3,600,000, US up to 3,600,000,000), fail:P, crash:P (P from 0 to 1).
-    #[arg(long, default_value = "noop", value_parser = task_name)]
-    task: String,
-    /// Payload bytes per task (0 to 16,773,120): task i's payload is i as u64 LE, repeated and
-    /// truncated to this length (`hash` needs at least 8). Tasks times payload is at most
-    /// 4 GiB.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=PAYLOAD_MAX_BYTES))]
-    payload: u64,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Task slots the driver gives each executor core (pipelining depth, 1 to 1024).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=i64::from(TASKS_PER_CORE_MAX)))]
-    queue_depth: u32,
-    /// Attempts per task before its job fails (1 to 1000).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    max_failures: u32,
-    /// An executor silent this long is lost, in milliseconds (100 to 3,600,000).
-    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
-    heartbeat_timeout_ms: u64,
-    /// Fail the job when its tasks have waited this long with no executor able to run them
-    /// (all lost or excluded), in seconds: 1 to 86400.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    no_executor_timeout_s: u64,
-}
-
-/// The most tasks one command-line job has: the driver's default pending-task limit.
-const TASKS_MAX: u64 = 10_000_000;
-/// The largest payload a task may have in a 16 MiB frame (the rest is the frame's fields).
-const PAYLOAD_MAX_BYTES: u64 = 16 * 1024 * 1024 - 8192;
-/// The most payload bytes a command-line job builds.
-const JOB_PAYLOAD_MAX_BYTES: u64 = 4 << 30;
 /// The most task threads a stock `flint executor` runs (its queues grow with them; a bigger
 /// machine runs more executors). The driver accepts claims up to
 /// `flint_net::driver::EXECUTOR_CORES_MAX` from executors built on `executor::run`.
 const EXECUTOR_CORES_MAX: i64 = 256;
 /// The longest any command waits for something, in seconds: one day.
 const WAIT_MAX_S: u64 = 86_400;
-
-/// `--task`: a name the built-ins know with a valid argument.
-fn task_name(text: &str) -> Result<String, String> {
-    Registry::with_builtins()
-        .resolve(text)
-        .map_err(|e| e.to_string())?;
-    check_builtin(text).map_err(|e| e.to_string())?;
-    Ok(text.to_owned())
-}
 
 /// `--pin-cores`: `none` or a list of CPUs in this process's affinity mask.
 fn pinning(text: &str) -> Result<Pinning, String> {
@@ -475,6 +428,10 @@ struct ExecutorArgs {
 }
 
 fn main() -> ExitCode {
+    // `submit --master k8s://...` belongs to flint-k8s: hand over before parsing.
+    if let Some(code) = k8s_submit() {
+        return code;
+    }
     let cli = Cli::parse();
     // Daemons say at info what they do (connection attempts and their backoff included).
     let default_filter = match cli.command {
@@ -592,6 +549,38 @@ fn linger(args: &DriverObserveArgs) {
     }
 }
 
+/// `flint submit --master k8s://...` runs `flint-k8s` (found beside this binary) with the same
+/// arguments: the Kubernetes client lives in its own crate, which depends on this one.
+fn k8s_submit() -> Option<ExitCode> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let k8s = text.first().is_some_and(|c| c == "submit")
+        && text.iter().enumerate().any(|(i, a)| {
+            a.starts_with("--master=k8s://")
+                || (a == "--master" && text.get(i + 1).is_some_and(|m| m.starts_with("k8s://")))
+        });
+    if !k8s {
+        return None;
+    }
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("flint-k8s")));
+    let Some(exe) = exe.filter(|exe| exe.is_file()) else {
+        eprintln!(
+            "flint: --master k8s://... needs the flint-k8s binary beside flint; build it with \
+             `cargo build --release -p flint-k8s`"
+        );
+        return Some(ExitCode::from(2));
+    };
+    use std::os::unix::process::CommandExt;
+    let error = std::process::Command::new(&exe).args(&args).exec();
+    eprintln!("flint: cannot run {}: {error}", exe.display());
+    Some(ExitCode::from(2))
+}
+
 fn load_secret(file: Option<&PathBuf>) -> Result<Option<Secret>, String> {
     match file {
         Some(path) => Secret::from_file(path).map(Some),
@@ -685,33 +674,6 @@ fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> 
     let secret = Secret::generate().map_err(|e| format!("no randomness: {e}"))?;
     secret.write_new_file(&path)?;
     Ok(Some((secret, path.display().to_string())))
-}
-
-fn driver_config(job: &JobArgs) -> DriverConfig {
-    let mut config = DriverConfig {
-        tasks_per_core: job.queue_depth.max(1),
-        heartbeat_timeout: Duration::from_millis(job.heartbeat_timeout_ms),
-        ..DriverConfig::default()
-    };
-    config.heartbeat_interval =
-        (config.heartbeat_timeout / 6).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    config.scheduler.max_failures = job.max_failures.max(1);
-    config
-}
-
-/// What the flags cannot check one by one; runs before anything is allocated.
-fn validate(job: &JobArgs) -> Result<(), String> {
-    let hash = job.task == "hash" || job.task.starts_with("hash:");
-    if hash && job.payload < 8 {
-        return Err("--task hash needs --payload of at least 8 bytes".into());
-    }
-    if job.tasks.saturating_mul(job.payload) > JOB_PAYLOAD_MAX_BYTES {
-        return Err(format!(
-            "--tasks {} times --payload {} is over {JOB_PAYLOAD_MAX_BYTES} bytes of payloads",
-            job.tasks, job.payload
-        ));
-    }
-    Ok(())
 }
 
 fn local(args: LocalArgs) -> Result<ExitCode, String> {
@@ -923,114 +885,6 @@ fn watch_worker(worker_pid: Option<u32>) {
         });
     if let Err(error) = watcher {
         eprintln!("flint executor: cannot watch the worker: {error}");
-    }
-}
-
-/// Submits the job, shows progress, waits, and summarizes. `abort` is asked every 200 ms; a
-/// reason from it cancels the job, as does `--no-executor-timeout-s` of tasks waiting with no
-/// executor able to run them.
-fn run_job(
-    driver: &Driver,
-    args: &JobArgs,
-    abort: &dyn Fn() -> Option<String>,
-) -> Result<Summary, String> {
-    // `validate` bounded both, so these fit in memory and in usize.
-    let (tasks, payload) = (args.tasks as usize, args.payload as usize);
-    let payloads: Vec<Bytes> = if payload == 0 {
-        vec![Bytes::new(); tasks]
-    } else {
-        (0..args.tasks)
-            .map(|i| Bytes::from(indexed_payload(i, payload)))
-            .collect()
-    };
-    let recorder = Arc::new(Mutex::new(Recorder::new()));
-    let start = Instant::now();
-    let observer = recorder.clone();
-    // Results are checksummed as they arrive; the outcome need not keep them.
-    let job = Job::new(args.task.clone(), payloads)
-        .keep_results(false)
-        .on_result(move |_, result| {
-            let latency = start.elapsed();
-            let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
-            recorder.record(result.map(|bytes| &bytes[..]), latency);
-        });
-    let handle = driver.submit(job).map_err(|e| e.to_string())?;
-    let show_progress = !args.json && std::io::stderr().is_terminal();
-    let mut handle = handle;
-    let outcome = loop {
-        match handle.wait_timeout(Duration::from_millis(200)) {
-            Ok(outcome) => break outcome,
-            Err(pending) => {
-                if let Some(reason) = abort() {
-                    pending.cancel();
-                    return Err(reason);
-                }
-                let timeout = Duration::from_secs(args.no_executor_timeout_s);
-                if let Some(waited) = driver.no_executor_for().filter(|w| *w >= timeout) {
-                    pending.cancel();
-                    return Err(format!(
-                        "no executor could run the job's tasks for {} s (all lost or excluded; \
-                         --no-executor-timeout-s {}): {} of {} tasks done; giving up",
-                        waited.as_secs(),
-                        args.no_executor_timeout_s,
-                        pending.tasks_done(),
-                        pending.tasks()
-                    ));
-                }
-                if show_progress && start.elapsed() > Duration::from_secs(1) {
-                    progress(pending.tasks_done(), pending.tasks(), start.elapsed());
-                }
-                handle = pending;
-            }
-        }
-    };
-    let elapsed = start.elapsed();
-    if show_progress && elapsed > Duration::from_secs(1) {
-        eprintln!();
-    }
-    if let JobOutcome::Failed(reasons) = &outcome {
-        for reason in reasons.iter().take(5) {
-            eprintln!("flint: job failed: {reason}");
-        }
-    }
-    let stats = driver.stats();
-    let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
-    let retried = stats
-        .launched
-        .saturating_sub(stats.succeeded + recorder.summary(0, 0, 0, elapsed).failed);
-    Ok(recorder.summary(args.tasks, retried, driver.executors_lost(), elapsed))
-}
-
-fn progress(done: u64, total: u64, elapsed: Duration) {
-    const WIDTH: u64 = 40;
-    let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
-    let bar: String = (0..WIDTH)
-        .map(|i| if i < filled { '#' } else { '-' })
-        .collect();
-    eprint!(
-        "\r[{bar}] {done}/{total} tasks, {:.1} s",
-        elapsed.as_secs_f64()
-    );
-}
-
-fn print_summary(summary: &Summary, job: &JobArgs, extra: &[(&str, String)]) {
-    if job.json {
-        let mut fields: Vec<(&str, String)> = vec![
-            ("task", json_string(&job.task)),
-            ("payload", job.payload.to_string()),
-        ];
-        fields.extend(extra.iter().cloned());
-        println!("{}", summary.to_json(&fields));
-    } else {
-        print!("{}", summary.to_table());
-    }
-}
-
-fn exit_code(summary: &Summary) -> ExitCode {
-    if summary.succeeded == summary.tasks {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 
@@ -1321,15 +1175,6 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         ],
     );
     Ok(exit_code(&summary))
-}
-
-/// A string field for the summary: quoted for JSON.
-fn json_or_plain(job: &JobArgs, text: &str) -> String {
-    if job.json {
-        json_string(text)
-    } else {
-        text.to_owned()
-    }
 }
 
 fn status(args: StatusArgs) -> Result<ExitCode, String> {

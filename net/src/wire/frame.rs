@@ -103,6 +103,12 @@ fn parse_header(buf: &[u8]) -> Option<(usize, u16, u16)> {
     ))
 }
 
+thread_local! {
+    /// Where reads of up to [`READ_CHUNK_LEN`] land first (see [`FrameDecoder::read_from`]).
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0; READ_CHUNK_LEN].into_boxed_slice());
+}
+
 /// Turns a byte stream into frames, whatever the chunking.
 #[derive(Debug)]
 pub struct FrameDecoder {
@@ -136,6 +142,11 @@ impl FrameDecoder {
 
     /// Reads once from `source` into the buffer: as much as the pending frame still needs, or up
     /// to 64 KiB when none is pending. Returns what `read` returned (0 at end of stream).
+    ///
+    /// A read of up to 64 KiB goes through a scratch buffer of this thread's (allocated and
+    /// zeroed once), and only the bytes that came are appended: the buffer holds what was
+    /// received, not 64 KiB that had to be zeroed for every read. A frame larger than that is
+    /// read straight into the buffer.
     pub fn read_from(&mut self, source: &mut impl Read) -> io::Result<usize> {
         let pending = match parse_header(&self.buf) {
             Some((len, _, _)) if len <= self.frame_size_max => {
@@ -143,9 +154,19 @@ impl FrameDecoder {
             }
             _ => 0,
         };
-        let want = pending.max(READ_CHUNK_LEN);
+        if pending <= READ_CHUNK_LEN {
+            return SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let result = source.read(&mut scratch[..]);
+                if let Ok(got) = result {
+                    self.buf
+                        .extend_from_slice(scratch.get(..got).unwrap_or_default());
+                }
+                result
+            });
+        }
         let start = self.buf.len();
-        self.buf.resize(start + want, 0);
+        self.buf.resize(start + pending, 0);
         let result = source.read(self.buf.get_mut(start..).unwrap_or_default());
         let got = *result.as_ref().unwrap_or(&0);
         self.buf.truncate(start + got);

@@ -1,0 +1,452 @@
+//! `flint-k8s`: run a job with executors as Kubernetes pods (`flint-k8s submit --master
+//! k8s://...`; `flint submit --master k8s://...` runs this binary). The driver runs here
+//! (client mode); its executor pods are created, watched and deleted through the API server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
+use flint_k8s::executors::{self, K8sConfig, K8sExecutors};
+use flint_k8s::pods::PodSettings;
+use flint_net::driver::{Driver, DriverConfig};
+use flint_net::handshake::{random_nonce, Secret};
+use flint_net::run::{
+    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
+};
+use k8s_openapi::api::core::v1::Pod;
+
+#[derive(Parser)]
+#[command(
+    name = "flint-k8s",
+    version,
+    about = "Flint on Kubernetes: a driver here, its executors as pods"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a job with executor pods: create them, wait for them, run the job, delete them.
+    Submit(SubmitArgs),
+}
+
+#[derive(Args)]
+struct SubmitArgs {
+    /// `k8s://https://HOST:PORT` (credentials from $KUBECONFIG or the pod's service account),
+    /// `k8s://http://HOST:PORT` (no credentials: a local proxy or the test double), or `k8s://`
+    /// alone for $KUBECONFIG / in-cluster config.
+    #[arg(long)]
+    master: String,
+    /// Namespace of the executor pods (default: the config's namespace).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// The executor image (needs `flint` on its PATH, see the Dockerfile).
+    #[arg(long)]
+    image: Option<String>,
+    /// A pod (JSON) to build executor pods from: node selectors, tolerations, volumes, a
+    /// container named `executor` to fill in.
+    #[arg(long)]
+    pod_template: Option<PathBuf>,
+    /// The program the executor container runs (words split on whitespace); the image from
+    /// the Dockerfile has `tini` as init so the executor is not PID 1.
+    #[arg(long, default_value = "tini -- flint")]
+    executor_command: String,
+    /// Executors to keep (with --max-executors: the fewest), and to wait for before the job.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    executors: u32,
+    /// Cores per executor (its cpu request).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    cores: u32,
+    /// Memory request per executor, in MiB (0: none).
+    #[arg(long, default_value_t = 0)]
+    memory_mb: u64,
+    /// Dynamic allocation: between --executors and this many pods, following the backlog.
+    #[arg(long)]
+    max_executors: Option<u32>,
+    /// With --max-executors: an executor idle this long is released.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    idle_timeout_ms: u64,
+    /// With --max-executors: after the job, wait up to this long for idle executors to be
+    /// released down to --executors (shows in `executors_end`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    idle_wait_ms: u64,
+    /// The application id (pod and label names); pods left by a previous driver with the same
+    /// id are deleted first. Default: `flint-` and random hex.
+    #[arg(long)]
+    app_id: Option<String>,
+    /// Address the driver listens on (must be reachable from the pods).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// The driver's address as the pods reach it: IP:PORT, or an IP alone for the listening
+    /// port (default: the listen address).
+    #[arg(long)]
+    driver_address: Option<String>,
+    /// The driver's own pod, when it runs in one (default: $FLINT_DRIVER_POD_NAME): executor
+    /// pods get an owner reference to it.
+    #[arg(long)]
+    driver_pod_name: Option<String>,
+    /// Pods created at most per round.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    batch_size: u32,
+    /// Time between rounds of pod creation.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    batch_delay_ms: u64,
+    /// A pod not running this long after its creation is deleted and replaced.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pending_timeout_ms: u64,
+    /// Executor failures tolerated; one more stops the application with an error.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    max_executor_failures: u32,
+    /// Full pod list every this many milliseconds (the polling source).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    poll_interval_ms: u64,
+    /// How long API calls are retried before the application fails.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    api_timeout_ms: u64,
+    /// `timeoutSeconds` of each watch request.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    watch_timeout_s: u32,
+    /// How long to wait for the executors, in seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    wait_s: u64,
+    /// Print a line per executor event (pod requested, state change, removal, deletion).
+    #[arg(long)]
+    executor_events: bool,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        // kube's client logs every failed request; the retries log their own line.
+        .unwrap_or_else(|_| "warn,kube_client=off".into());
+    let Cmd::Submit(args) = &cli.command;
+    if args.executor_events {
+        if let Ok(directive) = format!("{}=info", executors::EVENTS_TARGET).parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Cmd::Submit(args) => submit(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("flint-k8s: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn random_hex(len: usize) -> Result<String, String> {
+    let bytes = random_nonce().map_err(|e| format!("no randomness: {e}"))?;
+    Ok(bytes
+        .iter()
+        .take(len.div_ceil(2))
+        .flat_map(|b| [b >> 4, b & 15])
+        .take(len)
+        .map(|n| char::from(b"0123456789abcdef"[n as usize]))
+        .collect())
+}
+
+async fn client_for(master: &str) -> Result<kube::Client, String> {
+    let rest = master
+        .strip_prefix("k8s://")
+        .ok_or("--master must start with k8s://")?;
+    let config = if rest.is_empty() {
+        kube::Config::infer().await.map_err(|e| {
+            format!("no Kubernetes config ($KUBECONFIG, ~/.kube/config or in-cluster): {e}")
+        })?
+    } else {
+        let url: http::Uri = rest
+            .parse()
+            .map_err(|e| format!("--master: bad URL {rest:?}: {e}"))?;
+        if rest.starts_with("http://") {
+            kube::Config::new(url)
+        } else {
+            let mut config = kube::Config::infer().await.map_err(|e| {
+                format!(
+                    "no credentials for {rest} ($KUBECONFIG, ~/.kube/config or in-cluster): {e}"
+                )
+            })?;
+            config.cluster_url = url;
+            config
+        }
+    };
+    kube::Client::try_from(config).map_err(|e| format!("cannot make a Kubernetes client: {e}"))
+}
+
+fn valid_app_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 40
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && id.as_bytes()[0].is_ascii_lowercase()
+        && !id.ends_with('-')
+}
+
+fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
+    validate(&args.job)?;
+    if args.executors == 0 && args.max_executors.is_none() {
+        return Err("--executors must be at least 1 (or give --max-executors)".into());
+    }
+    if args
+        .max_executors
+        .is_some_and(|max| max < args.executors.max(1))
+    {
+        return Err("--max-executors must be at least --executors and 1".into());
+    }
+    let template: Option<Pod> = match &args.pod_template {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            Some(serde_json::from_str(&text).map_err(|e| {
+                format!("--pod-template {}: not a pod in JSON: {e}", path.display())
+            })?)
+        }
+        None => None,
+    };
+    let has_image = args.image.is_some()
+        || template.as_ref().is_some_and(|t| {
+            t.spec
+                .as_ref()
+                .is_some_and(|s| s.containers.iter().any(|c| c.image.is_some()))
+        });
+    if !has_image {
+        return Err("--image is required (or a --pod-template whose container has one)".into());
+    }
+    let app_id = match args.app_id.clone() {
+        Some(id) => id,
+        None => format!("flint-{}", random_hex(10)?),
+    };
+    if !valid_app_id(&app_id) {
+        return Err(format!(
+            "--app-id {app_id:?}: at most 40 characters of a-z, 0-9 and '-', starting with a letter"
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("flint-k8s-api")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the API runtime: {e}"))?;
+    let client = runtime.block_on(client_for(&args.master))?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let api_timeout = Duration::from_millis(args.api_timeout_ms);
+
+    // The shared secret: the driver checks it, the pods read it from the app's Secret.
+    let secret_value = random_hex(32)?;
+    let config = DriverConfig {
+        listen: args.listen,
+        secret: Some(Secret::new(secret_value.clone().into_bytes())?),
+        ..driver_config(&args.job)
+    };
+    let driver = Driver::builder()
+        .config(config)
+        .start()
+        .map_err(|e| e.to_string())?;
+    let listening = driver.local_addr().ok_or("the driver has no address")?;
+    let driver_addr = match &args.driver_address {
+        None => listening,
+        Some(text) => match (text.parse::<SocketAddr>(), text.parse::<std::net::IpAddr>()) {
+            (Ok(addr), _) => addr,
+            (_, Ok(ip)) => SocketAddr::new(ip, listening.port()),
+            _ => return Err(format!("--driver-address {text:?}: not IP:PORT nor an IP")),
+        },
+    };
+    if driver_addr.ip().is_unspecified() {
+        return Err("--driver-address is needed when listening on an unspecified address".into());
+    }
+    let driver_pod = args
+        .driver_pod_name
+        .clone()
+        .or_else(|| std::env::var("FLINT_DRIVER_POD_NAME").ok());
+    let owner = match &driver_pod {
+        Some(name) => Some(
+            runtime
+                .block_on(executors::owner_reference(
+                    client.clone(),
+                    &namespace,
+                    name,
+                    api_timeout,
+                ))
+                .map_err(|e| format!("cannot find the driver's pod {name}: {e}"))?,
+        ),
+        None => None,
+    };
+    let settings = PodSettings {
+        app_id: app_id.clone(),
+        namespace: namespace.clone(),
+        image: args.image.clone(),
+        executor_command: args.executor_command.clone(),
+        driver_addr: driver_addr.to_string(),
+        cores: args.cores,
+        memory_mb: args.memory_mb,
+        secret_name: format!("{app_id}-secret"),
+        owner,
+        template,
+    };
+    runtime.block_on(executors::prepare(
+        client.clone(),
+        &settings,
+        &secret_value,
+        api_timeout,
+    ))?;
+    let min = args.executors;
+    let dynamic = args.max_executors.map(|max| DynamicConfig {
+        min,
+        max,
+        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
+    });
+    let mut k8s = K8sConfig::new(settings.clone());
+    k8s.allocator = AllocatorConfig {
+        batch_size: args.batch_size.max(1),
+        batch_delay_us: args.batch_delay_ms.saturating_mul(1000),
+        pending_timeout_us: args.pending_timeout_ms.saturating_mul(1000),
+        failures_max: args.max_executor_failures,
+        initial_target: min,
+        dynamic,
+        name_prefix: format!("{app_id}-exec-"),
+    };
+    k8s.poll_interval = Duration::from_millis(args.poll_interval_ms.max(10));
+    k8s.api_timeout = api_timeout;
+    k8s.watch_timeout_s = args.watch_timeout_s.max(1);
+    let driver = Arc::new(driver);
+    let pods = K8sExecutors::start(
+        k8s,
+        client.clone(),
+        runtime.handle().clone(),
+        driver.clone(),
+    )
+    .map_err(|e| format!("cannot start the executor pods' control: {e}"))?;
+    eprintln!(
+        "flint-k8s: application {app_id} in namespace {namespace}, driver on {driver_addr}, waiting for {min} executors"
+    );
+    let interrupted = interrupt_flag(&runtime);
+    let failed = || {
+        pods.failed().or_else(|| {
+            interrupted
+                .load(Ordering::SeqCst)
+                .then(|| "interrupted by a signal; deleting the pods".to_string())
+        })
+    };
+    let result = wait_for(
+        &driver,
+        min as usize,
+        Duration::from_secs(args.wait_s),
+        &failed,
+    )
+    .and_then(|()| run_job(&driver, &args.job, &failed));
+    if result.is_ok() && args.max_executors.is_some() && args.idle_wait_ms > 0 {
+        let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
+        while Instant::now() < deadline && pods.stats().registered > u64::from(min) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let registered_end = pods.stats().registered;
+    pods.freeze();
+    let _ = driver.stop_executors(Duration::from_secs(5));
+    let stats = pods.stop();
+    drop(driver);
+    let cleaned = runtime.block_on(executors::cleanup(
+        client,
+        &settings,
+        api_timeout,
+        Duration::from_secs(60),
+    ));
+    if let Err(error) = &cleaned {
+        eprintln!("flint-k8s: cleanup: {error}");
+    }
+    let summary = result?;
+    cleaned?;
+    let mut extra = vec![
+        ("app_id", json_or_plain(&args.job, &app_id)),
+        ("namespace", json_or_plain(&args.job, &namespace)),
+        ("cores", args.cores.to_string()),
+        ("pods_created", stats.created.to_string()),
+        ("executors_peak", stats.peak.to_string()),
+        ("executors_end", registered_end.to_string()),
+        ("executors_deleted", stats.deleted.to_string()),
+        ("executors_failed", stats.failed.to_string()),
+        ("pending_timeouts", stats.pending_timeouts.to_string()),
+        ("watch_lists", stats.watch_lists.to_string()),
+    ];
+    match args.max_executors {
+        Some(max) => {
+            extra.push(("min_executors", min.to_string()));
+            extra.push(("max_executors", max.to_string()));
+        }
+        None => extra.push(("executors", min.to_string())),
+    }
+    print_summary(&summary, &args.job, &extra);
+    Ok(exit_code(&summary))
+}
+
+/// Set by the first SIGINT or SIGTERM (the job is cancelled, then the pods and the Secret are
+/// deleted); a second one exits at once.
+fn interrupt_flag(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    runtime.spawn(async move {
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::warn!("cannot handle signals: pods stay behind if this process is stopped");
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("flint-k8s: stopping: cancelling the job, deleting the pods (again to exit now)");
+        set.store(true, Ordering::SeqCst);
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        std::process::exit(130);
+    });
+    flag
+}
+
+/// Waits until `count` executors are registered, the pods' control gives up, or `timeout`.
+fn wait_for(
+    driver: &Driver,
+    count: usize,
+    timeout: Duration,
+    failed: &dyn Fn() -> Option<String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while driver.executors() < count {
+        if let Some(reason) = failed() {
+            return Err(reason);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out waiting for {count} executors ({} registered)",
+                driver.executors()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
