@@ -14,6 +14,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::observe::NET;
 use crate::wire::{Frame, FrameDecoder, Message, Role, WireError};
 
 /// Why a connection ends.
@@ -98,11 +99,12 @@ impl Connection {
     ) -> Result<(), ConnError> {
         loop {
             while let Some(frame) = self.decoder.next_frame()? {
+                NET.frame();
                 on_frame(self, frame)?;
             }
             match self.decoder.read_from(&mut self.stream) {
                 Ok(0) => return Err(ConnError::Closed),
-                Ok(_) => {}
+                Ok(read) => NET.read(read),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     self.release_read_buffer();
                     return Ok(());
@@ -132,7 +134,10 @@ impl Connection {
         while !self.outbound.is_empty() {
             match self.stream.write(&self.outbound) {
                 Ok(0) => return Err(ConnError::Closed),
-                Ok(written) => self.outbound.advance(written),
+                Ok(written) => {
+                    NET.wrote(written);
+                    self.outbound.advance(written);
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return Err(error.into()),

@@ -61,6 +61,7 @@ use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FUL
 use crate::functions::Registry;
 use crate::handshake::{Handshake, Secret};
 use crate::job::{Job, JobHandle, JobShared, ResultObserver};
+use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
 use crate::runner::{Completion, TaskRunner};
 use crate::wire::{self, batch, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
@@ -424,6 +425,7 @@ impl Driver {
             stats: stats.clone(),
             deadlines: std::collections::BinaryHeap::new(),
             executor_waiters: Vec::new(),
+            telemetry: Box::new(LoopTelemetry::new(epoch)),
         };
         let endpoint = runtime
             .handle()
@@ -648,6 +650,14 @@ impl Driver {
             .map_err(DriverError::from)
     }
 
+    /// A handle for watching this driver from other threads (metrics, web UI): it holds no
+    /// resources of the driver's and answers errors once the driver is gone.
+    pub fn observer(&self) -> DriverObserver {
+        DriverObserver {
+            endpoint: self.endpoint.clone(),
+        }
+    }
+
     /// Executors (by their id on the wire) that are stalled: they hold a straggler and have
     /// finished nothing since it was launched, so they get no new work (and are named in a
     /// warning every [`WARN_INTERVAL`]) until they report a task.
@@ -743,6 +753,29 @@ pub struct ExecutorsView {
     pub executors: Vec<(String, u32)>,
 }
 
+/// Watches a [`Driver`] from any thread: [`Driver::observer`].
+#[derive(Clone)]
+pub struct DriverObserver {
+    endpoint: EndpointRef<DriverEndpoint>,
+}
+
+impl std::fmt::Debug for DriverObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverObserver").finish_non_exhaustive()
+    }
+}
+
+impl DriverObserver {
+    /// Everything the driver shows, asked of its loop (one message; the loop keeps the values
+    /// anyway). Fails if the loop does not answer within `timeout` or the driver stopped.
+    pub fn view(&self, timeout: Duration) -> Result<DriverView, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Observe, timeout)
+            .map(|view| *view)
+            .map_err(DriverError::from)
+    }
+}
+
 /// Messages to the driver's endpoint.
 pub(crate) enum DriverMsg {
     /// Submit a job (admitted by the caller under this id).
@@ -771,6 +804,8 @@ pub(crate) enum DriverMsg {
     Executors(Reply<ExecutorsView>),
     /// The stalled executors' ids on the wire.
     Stalled(Reply<Vec<String>>),
+    /// What the driver shows (metrics, web UI).
+    Observe(Reply<Box<DriverView>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
         /// Its id on the wire.
@@ -877,6 +912,8 @@ pub(crate) struct DriverEndpoint {
     /// wire, so a cluster manager's later exit reason still reaches the scheduler
     /// ([`Driver::remove_executor`]; issue 14 item 7).
     gone: std::collections::VecDeque<(String, ExecutorId)>,
+    /// What the driver shows ([`crate::observe`]): plain values only this loop touches.
+    telemetry: Box<LoopTelemetry>,
 }
 
 /// Removed executors whose names the driver keeps for late exit reasons.
@@ -922,6 +959,7 @@ impl DriverEndpoint {
                 && !self.evict_oldest(|p| matches!(p, Phase::Handshake(_) | Phase::Client))
             {
                 tracing::warn!(%addr, "refused a connection: {} connections open (connections_max)", self.peers.len());
+                self.telemetry.refused(Refusal::TableFull);
                 refuse(
                     stream,
                     &format!(
@@ -1025,7 +1063,10 @@ impl DriverEndpoint {
                     *phase = Phase::Registering;
                     Ok(())
                 }
-                Err(error) => Err(ConnError::Protocol(format!("handshake failed: {error}"))),
+                Err(error) => {
+                    self.telemetry.refused(Refusal::Handshake);
+                    Err(ConnError::Protocol(format!("handshake failed: {error}")))
+                }
             };
         }
         let message = frame.message()?;
@@ -1039,13 +1080,23 @@ impl DriverEndpoint {
                     attributes,
                 },
             ) => {
-                let id = self.register(token, executor_id, host, cores, attributes, conn)?;
+                let id = self
+                    .register(token, executor_id, host, cores, attributes, conn)
+                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
                 *phase = Phase::Executor(id);
                 Ok(())
             }
             (Phase::Executor(id), Message::StatusUpdates { updates }) => {
                 let now = self.now_us();
                 for update in updates {
+                    self.telemetry.status_update(
+                        now,
+                        *id,
+                        TaskId(update.task_id),
+                        update.attempt,
+                        update.state,
+                        update.data,
+                    );
                     self.scheduler.status_update(
                         now,
                         scheduler::StatusUpdate {
@@ -1087,6 +1138,7 @@ impl DriverEndpoint {
         conn: &mut Connection,
     ) -> Result<ExecutorId, ConnError> {
         let refuse = |reason: String, conn: &mut Connection| {
+            tracing::warn!(executor = name, "registration refused: {reason}");
             encode(
                 &Message::RegisterExecutorFailed { reason: &reason },
                 conn.outbound(),
@@ -1143,6 +1195,7 @@ impl DriverEndpoint {
             self.config.frame_size_max,
         );
         tracing::info!(executor = name, host, cores, "executor registered");
+        self.telemetry.executor_registered(id, name, host, cores);
         Ok(id)
     }
 
@@ -1176,16 +1229,20 @@ impl DriverEndpoint {
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
         if let Some((reason, lost)) = self.retiring.remove(&id) {
             tracing::info!(executor = id.0, "executor removed: {reason}");
+            self.telemetry
+                .executor_removed(id, &reason.to_string(), lost);
             if lost {
                 self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
             }
             self.scheduler.remove_executor(self.now_us(), id, reason);
         } else if self.stopping {
             tracing::info!(executor = id.0, "executor stopped");
+            self.telemetry.executor_removed(id, "stopped", false);
             self.scheduler
                 .remove_executor(self.now_us(), id, RemovalReason::Killed);
         } else {
             tracing::warn!(executor = id.0, "executor lost: {why}");
+            self.telemetry.executor_removed(id, &why.to_string(), true);
             self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
             self.scheduler
                 .remove_executor(self.now_us(), id, RemovalReason::Lost(why.to_string()));
@@ -1240,8 +1297,10 @@ impl DriverEndpoint {
                     let Some(peer) = self.peers.get_mut(&token) else {
                         return;
                     };
+                    let telemetry = &mut self.telemetry;
                     let batch: Vec<wire::TaskLaunch> = tasks
                         .iter()
+                        .inspect(|task| telemetry.launched(task.task, task.attempt))
                         .map(|task| wire::TaskLaunch {
                             task_id: task.task.0,
                             attempt: task.attempt,
@@ -1263,6 +1322,7 @@ impl DriverEndpoint {
                 Some(Link::Local) => {
                     if let Some(runner) = self.runner.as_mut() {
                         for task in tasks {
+                            self.telemetry.launched(task.task, task.attempt);
                             // An attempt that fails at once comes with no kick: drained in pump.
                             self.local_spilled |= runner.launch(
                                 task.task.0,
@@ -1285,6 +1345,7 @@ impl DriverEndpoint {
                 reason,
             } => match self.links.get(&executor).copied() {
                 Some(Link::Remote(token)) => {
+                    self.telemetry.kill_sent();
                     if let Some(peer) = self.peers.get_mut(&token) {
                         let kill = Message::KillTask {
                             task_id: task.0,
@@ -1310,12 +1371,16 @@ impl DriverEndpoint {
                         observer(task.index(), result);
                     }
                 }
+                // After the job heard: recording never delays a result.
+                self.telemetry.task_done(task.job());
             }
             Output::JobOutcome { job, outcome } => {
+                let ended = Ended::of(&outcome);
                 if let Some(entry) = self.jobs.remove(&job) {
                     self.admission.release(entry.tasks);
                     entry.shared.finish(outcome);
                 }
+                self.telemetry.job_over(self.now_us(), job, ended);
             }
         }
     }
@@ -1360,6 +1425,12 @@ impl DriverEndpoint {
             shared.finish(scheduler::JobOutcome::Cancelled);
             return;
         }
+        // The function's name, shared with the job's tasks (a job of no tasks has none to show).
+        let function: Arc<str> = match spec.tasks.first() {
+            Some(task) => task.function.clone(),
+            None => Arc::from(""),
+        };
+        self.telemetry.job_submitted(now_us, id, &function, n);
         // The entry goes in first: the scheduler may end a job (no tasks, a payload over the
         // limit) within the call.
         self.jobs.insert(
@@ -1527,6 +1598,27 @@ impl DriverEndpoint {
         }
     }
 
+    /// The view [`DriverObserver::view`] answers with.
+    fn observe(&self) -> DriverView {
+        let scheduler = &self.scheduler;
+        let mut view = self.telemetry.view(
+            |id| {
+                scheduler
+                    .executor_cores(id)
+                    .map_or(0, |(slots, free)| slots.saturating_sub(free))
+            },
+            self.now_us(),
+        );
+        view.stats = scheduler.stats().clone();
+        view.pending_tasks = scheduler.pending_tasks() as u64;
+        view.running_tasks = scheduler
+            .unfinished_tasks()
+            .saturating_sub(scheduler.pending_tasks()) as u64;
+        view.executors_registered = self.counters.executors_registered.load(Ordering::Relaxed);
+        view.executors_lost = self.counters.executors_lost.load(Ordering::Relaxed);
+        view
+    }
+
     /// An executor's id on the wire (`local` for the in-process one). O(executors).
     fn executor_name(&self, id: ExecutorId) -> String {
         self.names
@@ -1591,6 +1683,7 @@ impl DriverEndpoint {
         };
         let now = self.epoch.elapsed().as_micros() as u64;
         let scheduler = &mut self.scheduler;
+        let telemetry = &mut self.telemetry;
         runner.drain(
             |Completion {
                  task_id,
@@ -1598,6 +1691,14 @@ impl DriverEndpoint {
                  state,
                  data,
              }| {
+                telemetry.status_update(
+                    now,
+                    LOCAL_EXECUTOR,
+                    TaskId(task_id),
+                    attempt,
+                    state,
+                    &data,
+                );
                 scheduler.status_update(
                     now,
                     scheduler::StatusUpdate {
@@ -1637,6 +1738,8 @@ impl Endpoint for DriverEndpoint {
             match self.scheduler.register_executor(self.now_us(), info) {
                 Ok(()) => {
                     self.links.insert(LOCAL_EXECUTOR, Link::Local);
+                    self.telemetry
+                        .executor_registered(LOCAL_EXECUTOR, "local", "localhost", cores);
                     self.counters.executors.fetch_add(1, Ordering::SeqCst);
                     self.answer_executor_waiters();
                 }
@@ -1702,6 +1805,9 @@ impl Endpoint for DriverEndpoint {
                     running_tasks,
                     executors,
                 });
+            }
+            DriverMsg::Observe(reply) => {
+                let _ = reply.send(Box::new(self.observe()));
             }
             DriverMsg::Stalled(reply) => {
                 let names = self

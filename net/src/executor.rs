@@ -439,7 +439,10 @@ impl Endpoint for ExecutorEndpoint {
         if let Some((pool, registry)) = self.pool.take() {
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
-            self.runner = Some(TaskRunner::new(pool, registry, self.in_flight_max, kick));
+            self.runner = Some(
+                TaskRunner::new(pool, registry, self.in_flight_max, kick)
+                    .with_executor(&self.config.executor_id),
+            );
         }
         if let Phase::Connecting(nonce) = self.phase {
             let handshake = Handshake::start(

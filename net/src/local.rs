@@ -58,8 +58,11 @@ pub struct LocalConfig {
     /// A deleted executor still running this long after the driver was asked to stop it is
     /// killed.
     pub stop_grace: Duration,
-    /// Print one line per executor event (started with its pid, registered, exited) to stderr.
+    /// Report one line per executor event (started with its pid, registered, exited) to
+    /// `on_event` (or the log at info without one).
     pub events: bool,
+    /// Where event lines go (see [`events`](Self::events)).
+    pub on_event: Option<crate::observe::EventSink>,
     /// CPUs to pin executors to (`--pin-cores` of each child): each new executor gets `cores`
     /// of them that no live executor holds; when fewer are free it is not pinned. Empty:
     /// executors are not pinned.
@@ -83,6 +86,7 @@ impl LocalConfig {
             sync_grace: Duration::from_secs(2),
             stop_grace: Duration::from_secs(3),
             events: false,
+            on_event: None,
             pin_cpus: Vec::new(),
         }
     }
@@ -232,7 +236,7 @@ impl Control {
 
     fn event(&self, what: std::fmt::Arguments<'_>) {
         if self.config.events {
-            eprintln!("flint local: {what}");
+            crate::observe::EventSink::emit(self.config.on_event.as_ref(), &what.to_string());
         }
     }
 
@@ -257,7 +261,10 @@ impl Control {
                 {
                     self.store.update(now_us, name, ExecutorState::Running);
                     if self.config.events {
-                        eprintln!("flint local: executor {name} registered");
+                        crate::observe::EventSink::emit(
+                            self.config.on_event.as_ref(),
+                            &format!("executor {name} registered"),
+                        );
                     }
                 }
             }

@@ -153,6 +153,8 @@ pub struct TaskRunner {
     batch: Vec<Completion>,
     finals: FxHashSet<(u64, u32)>,
     completed: u64,
+    /// The executor's id, for each attempt's span.
+    executor: Arc<str>,
 }
 
 impl std::fmt::Debug for TaskRunner {
@@ -185,7 +187,14 @@ impl TaskRunner {
             batch: Vec::new(),
             finals: FxHashSet::default(),
             completed: 0,
+            executor: Arc::from("local"),
         }
+    }
+
+    /// Names the executor in each task attempt's span (default `local`).
+    pub fn with_executor(mut self, executor: &str) -> Self {
+        self.executor = Arc::from(executor);
+        self
     }
 
     /// Whether short tasks may run on the loop's own thread (default true; see the module
@@ -265,8 +274,18 @@ impl TaskRunner {
         let run_shared = self.shared.clone();
         let done_shared = self.shared.clone();
         let function = resolved.function;
+        let executor = self.executor.clone();
         let task = Task::with_completion(
             move || {
+                // A span per attempt (debug: off unless asked, then it costs nothing).
+                let span = tracing::debug_span!(
+                    "task_attempt",
+                    job = task_id >> 32,
+                    task = task_id as u32,
+                    attempt,
+                    executor = &*executor
+                );
+                let _entered = span.enter();
                 if report_running {
                     run_shared.complete(Completion {
                         task_id,
@@ -289,7 +308,10 @@ impl TaskRunner {
                         Err(_) if ctx.is_killed() => {
                             (TaskState::Killed, Bytes::from_static(b"killed"))
                         }
-                        Err(error) => (TaskState::Failed, Bytes::from(error.0)),
+                        Err(error) => {
+                            tracing::debug!(reason = %error.0, "task attempt failed");
+                            (TaskState::Failed, Bytes::from(error.0))
+                        }
                     }
                 };
                 run_shared.complete(Completion {

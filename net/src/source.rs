@@ -40,8 +40,11 @@ pub struct MirrorConfig {
     pub sync_interval: Duration,
     /// An executor missing from listings this long counts as deleted.
     pub sync_grace: Duration,
-    /// Print each state change and removal to stderr as `{prefix}: executor NAME STATE`.
+    /// Report each state change and removal as `{prefix}: executor NAME STATE` to `on_event`
+    /// (or the log at info without one).
     pub events_prefix: Option<String>,
+    /// Where event lines go (see [`events_prefix`](Self::events_prefix)).
+    pub on_event: Option<crate::observe::EventSink>,
 }
 
 impl Default for MirrorConfig {
@@ -51,6 +54,7 @@ impl Default for MirrorConfig {
             sync_interval: Duration::from_secs(1),
             sync_grace: Duration::from_secs(2),
             events_prefix: None,
+            on_event: None,
         }
     }
 }
@@ -92,7 +96,10 @@ impl SourceMirror {
                 while !stop_flag.load(Ordering::SeqCst) {
                     for (name, state) in source.changes() {
                         if let Some(prefix) = &config.events_prefix {
-                            eprintln!("{prefix}: executor {name} {state}");
+                            crate::observe::EventSink::emit(
+                                config.on_event.as_ref(),
+                                &format!("{prefix}: executor {name} {state}"),
+                            );
                         }
                         store.update(now_us(), &name, state);
                     }
@@ -107,7 +114,10 @@ impl SourceMirror {
                             for (name, reason) in removals.on_snapshot(snapshot) {
                                 removed_count.fetch_add(1, Ordering::SeqCst);
                                 if let Some(prefix) = &config.events_prefix {
-                                    eprintln!("{prefix}: executor {name} removed: {reason}");
+                                    crate::observe::EventSink::emit(
+                                        config.on_event.as_ref(),
+                                        &format!("{prefix}: executor {name} removed: {reason}"),
+                                    );
                                 }
                                 on_removal(&name, reason);
                             }
@@ -189,6 +199,7 @@ mod tests {
                 sync_interval: Duration::from_millis(5),
                 sync_grace: Duration::from_millis(50),
                 events_prefix: None,
+                on_event: None,
             },
             Scripted {
                 changes,

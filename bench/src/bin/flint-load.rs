@@ -58,6 +58,10 @@ struct Args {
     /// With --driver-listen: allow a non-loopback address without a secret.
     #[arg(long)]
     allow_insecure_bind: bool,
+    /// Serve the driver's Prometheus metrics (/metrics) and web UI (/) here while the load
+    /// runs (with --driver-listen's secret as the token, if any; else loopback only).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// Run the executors as threads of this process (over 127.0.0.1) instead of processes.
     #[arg(long)]
     in_process: bool,
@@ -245,6 +249,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         progress: !args.json,
         submitters: args.submitters,
     };
+    // Local executors' secret is nobody's to know: then the metrics serve loopback only.
+    let ui_secret = args.driver_listen.and(driver.secret.clone());
     if let Some(callers) = args.async_callers {
         let cluster = Cluster::start(ClusterSpec {
             executors: args.executors,
@@ -293,6 +299,15 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         source,
         driver,
     })?;
+    let _metrics = match args.metrics_listen {
+        Some(addr) => Some(flint_net::ui::serve_driver(
+            addr,
+            cluster.driver.observer(),
+            ui_secret.clone(),
+            flint_net::ui::Serve::UiAndMetrics,
+        )?),
+        None => None,
+    };
     let outcome = match &ramp {
         None => load::run(&cluster.driver, &spec).map(|run| vec![(name_of(&spec), run)]),
         Some(rates) => run_ramp(&cluster, &spec, rates, args.step_s),

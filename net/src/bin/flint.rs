@@ -17,15 +17,19 @@ use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
+use flint_net::http::HttpServer;
 use flint_net::local::{LocalConfig, LocalExecutors};
 use flint_net::master::{MasterConfig, MasterHandle};
 use flint_net::master_source::{MasterScaler, MasterSource};
+use flint_net::metrics::ClusterRole;
+use flint_net::observe::EventSink;
 use flint_net::run::{
     driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
 };
 use flint_net::source::{MirrorConfig, SourceMirror};
 use flint_net::standalone::BlockingClient;
 use flint_net::summary::json_string;
+use flint_net::ui::{self, Serve};
 use flint_net::wire::{Message, Role};
 use flint_net::worker::{WorkerConfig, WorkerError};
 
@@ -42,6 +46,43 @@ const SECRET_ENV: &str = "FLINT_SECRET";
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    /// How log lines look on stderr: `text`, or `json` (one JSON object per line, with the
+    /// spans: job, task attempt). Which lines: $RUST_LOG (default info for master and worker,
+    /// warn otherwise). $FLINT_LOG_FORMAT=json does the same (executors a `flint local` or a
+    /// worker starts inherit it).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Serving what a role shows: Prometheus metrics and the web UI.
+#[derive(Args, Clone, Default)]
+struct ObserveArgs {
+    /// Serve Prometheus metrics (OpenMetrics text at /metrics) on this address. With a shared
+    /// secret every request needs it as a token (`?token=` or `Authorization: Bearer`);
+    /// without one, loopback addresses only.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+    /// Serve the web UI (HTML at /, refreshed every 2 s, read-only; /metrics too) on this
+    /// address; the same token rule as --metrics-listen.
+    #[arg(long)]
+    ui_listen: Option<SocketAddr>,
+}
+
+/// The same for drivers, which end with their job.
+#[derive(Args, Clone, Default)]
+struct DriverObserveArgs {
+    #[command(flatten)]
+    serve: ObserveArgs,
+    /// With --metrics-listen or --ui-listen: keep serving this long after the job ends (before
+    /// executors stop), so a last scrape or look sees its end, in milliseconds (0 to 3600000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    observe_linger_ms: u64,
 }
 
 #[derive(Subcommand)]
@@ -113,6 +154,8 @@ struct MasterArgs {
     /// With --insecure: listen on a non-loopback address too.
     #[arg(long)]
     allow_insecure_bind: bool,
+    #[command(flatten)]
+    observe: ObserveArgs,
 }
 
 #[derive(Args)]
@@ -134,6 +177,13 @@ struct WorkerArgs {
     /// master from.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Serve Prometheus metrics about this worker on this address (needs --listen: they come
+    /// from its status answer); the token rule of `flint master --metrics-listen`.
+    #[arg(long, requires = "listen")]
+    metrics_listen: Option<SocketAddr>,
+    /// Serve this worker's web page on this address (needs --listen).
+    #[arg(long, requires = "listen")]
+    ui_listen: Option<SocketAddr>,
     /// This worker's id: 1 to 64 letters, digits, '-', '_' or '.', not "." or ".." (default:
     /// worker-HOST-PORT with --listen, else worker-PID).
     #[arg(long, value_parser = parse_id)]
@@ -205,6 +255,8 @@ struct SubmitArgs {
     idle_wait_ms: u64,
     #[command(flatten)]
     job: JobArgs,
+    #[command(flatten)]
+    observe: DriverObserveArgs,
 }
 
 #[derive(Args)]
@@ -321,6 +373,8 @@ struct LocalArgs {
     executor_events: bool,
     #[command(flatten)]
     job: JobArgs,
+    #[command(flatten)]
+    observe: DriverObserveArgs,
 }
 
 #[derive(Args)]
@@ -346,6 +400,8 @@ struct DriverArgs {
     pin_cores: Pinning,
     #[command(flatten)]
     job: JobArgs,
+    #[command(flatten)]
+    observe: DriverObserveArgs,
 }
 
 #[derive(Args)]
@@ -384,11 +440,29 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| default_filter.into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    // Executors this process starts (flint local, a worker's) log the same way.
+    let log_format = match std::env::var("FLINT_LOG_FORMAT").as_deref() {
+        Ok("json") => LogFormat::Json,
+        _ => cli.log_format,
+    };
+    if log_format == LogFormat::Json {
+        // Single-threaded still: nothing else reads the environment yet.
+        std::env::set_var("FLINT_LOG_FORMAT", "json");
+    }
+    match log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init(),
+    }
     let result = match cli.command {
         Cmd::Local(args) => local(args),
         Cmd::Driver(args) => driver(args),
@@ -404,6 +478,74 @@ fn main() -> ExitCode {
             eprintln!("flint: {message}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Starts the metrics and UI servers `args` asks for, watching `driver`; `who` names it in
+/// what is printed. The token (if `secret`) is never printed.
+fn serve_driver(
+    driver: &Driver,
+    args: &ObserveArgs,
+    secret: Option<Secret>,
+    who: &str,
+) -> Result<Vec<HttpServer>, String> {
+    let mut servers = Vec::new();
+    for (addr, serve, what) in [
+        (args.metrics_listen, Serve::Metrics, "metrics"),
+        (args.ui_listen, Serve::UiAndMetrics, "web UI"),
+    ] {
+        if let Some(addr) = addr {
+            let server = ui::serve_driver(addr, driver.observer(), secret.clone(), serve)
+                .map_err(|e| format!("{what}: {e}"))?;
+            announce(who, what, &server, secret.is_some());
+            servers.push(server);
+        }
+    }
+    Ok(servers)
+}
+
+/// Starts the metrics and UI servers of a master or worker answering status at `status`.
+fn serve_cluster(
+    status: SocketAddr,
+    metrics_listen: Option<SocketAddr>,
+    ui_listen: Option<SocketAddr>,
+    secret: Option<Secret>,
+    role: ClusterRole,
+    who: &str,
+) -> Result<Vec<HttpServer>, String> {
+    let mut servers = Vec::new();
+    for (addr, serve, what) in [
+        (metrics_listen, Serve::Metrics, "metrics"),
+        (ui_listen, Serve::UiAndMetrics, "web UI"),
+    ] {
+        if let Some(addr) = addr {
+            let server = ui::serve_cluster(addr, status, secret.clone(), role, serve)
+                .map_err(|e| format!("{what}: {e}"))?;
+            announce(who, what, &server, secret.is_some());
+            servers.push(server);
+        }
+    }
+    Ok(servers)
+}
+
+fn announce(who: &str, what: &str, server: &HttpServer, token: bool) {
+    let path = if what == "metrics" { "metrics" } else { "" };
+    let token = if token {
+        " (token: the shared secret, as ?token= or Authorization: Bearer)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "{who}: {what} on http://{}/{path}{token}",
+        server.local_addr()
+    );
+}
+
+/// Keeps serving after the job when asked (see `--observe-linger-ms`).
+fn linger(args: &DriverObserveArgs) {
+    let serving = args.serve.metrics_listen.is_some() || args.serve.ui_listen.is_some();
+    if serving && args.observe_linger_ms > 0 {
+        std::thread::sleep(Duration::from_millis(args.observe_linger_ms));
     }
 }
 
@@ -551,6 +693,8 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
         .config(config)
         .start()
         .map_err(|e| e.to_string())?;
+    // The local secret is nobody's to know: these serve on loopback only, without a token.
+    let _servers = serve_driver(&driver, &args.observe.serve, None, "flint local")?;
     let addr = driver.local_addr().ok_or("the driver has no address")?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the flint binary: {e}"))?;
     let (initial, dynamic) = if args.dynamic {
@@ -572,6 +716,7 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     let mut local_config = LocalConfig::new(exe, addr);
     local_config.cores = args.cores;
     local_config.events = args.executor_events;
+    local_config.on_event = Some(EventSink::new(|line| eprintln!("flint local: {line}")));
     if let Pinning::Cores(cpus) = &args.pin_cores {
         local_config.pin_cpus = cpus.clone();
     }
@@ -595,6 +740,7 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     // With --dynamic --min-executors 0 nothing starts before the job's backlog asks for it.
     let result = wait_for(&driver, initial as usize, &failed)
         .and_then(|()| run_job(&driver, &args.job, &failed));
+    linger(&args.observe);
     if result.is_ok() && args.dynamic && args.idle_wait_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
         while Instant::now() < deadline
@@ -662,6 +808,8 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
         .config(config)
         .start()
         .map_err(|e| e.to_string())?;
+    let secret = load_secret(args.secret_file.as_ref())?;
+    let _servers = serve_driver(&driver, &args.observe.serve, secret, "flint driver")?;
     eprintln!(
         "flint driver: listening on {}, waiting for {} executors",
         args.listen, args.executors
@@ -670,6 +818,7 @@ fn driver(args: DriverArgs) -> Result<ExitCode, String> {
         .wait_for_executors(args.executors as usize, Duration::from_secs(args.wait_s))
         .map_err(|e| e.to_string())
         .and_then(|()| run_job(&driver, &args.job, &|| None));
+    linger(&args.observe);
     let _ = driver.stop_executors(Duration::from_secs(5));
     driver.shutdown();
     let summary = result?;
@@ -768,6 +917,15 @@ fn master(args: MasterArgs) -> Result<ExitCode, String> {
         ..MasterConfig::default()
     };
     let master = MasterHandle::start(config)?;
+    let status_addr = master.local_addr().unwrap_or(args.listen);
+    let _servers = serve_cluster(
+        status_addr,
+        args.observe.metrics_listen,
+        args.observe.ui_listen,
+        secret.as_ref().map(|(secret, _)| secret.clone()),
+        ClusterRole::Master,
+        "flint master",
+    )?;
     if let Some((_, source)) = &secret {
         eprintln!(
             "flint master: shared secret in {source}; give workers, `flint submit` and `flint status` --secret-file PATH (or ${SECRET_ENV})"
@@ -800,6 +958,24 @@ fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
         config.work_dir = dir;
     }
     config.listen = args.listen;
+    let _servers = match args.listen {
+        Some(status) if args.metrics_listen.is_some() || args.ui_listen.is_some() => {
+            if status.port() == 0 {
+                return Err(
+                    "--metrics-listen and --ui-listen need a --listen port other than 0".into(),
+                );
+            }
+            serve_cluster(
+                status,
+                args.metrics_listen,
+                args.ui_listen,
+                secret.clone(),
+                ClusterRole::Worker,
+                &format!("flint worker {id}"),
+            )?
+        }
+        _ => Vec::new(),
+    };
     config.secret = secret;
     config.kill_timeout = Duration::from_millis(args.kill_timeout_ms);
     config.allowed_commands = args.allow_commands.clone();
@@ -840,6 +1016,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         .config(config)
         .start()
         .map_err(|e| e.to_string())?;
+    let _servers = serve_driver(&driver, &args.observe.serve, secret.clone(), "flint submit")?;
     let driver_addr = driver.local_addr().ok_or("the driver has no address")?;
     // No secret in the application's environment: the master journals it. The workers give
     // the executors they start their own copy of the cluster's secret.
@@ -868,6 +1045,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let mirror = SourceMirror::start(
         MirrorConfig {
             events_prefix: args.executor_events.then(|| "flint submit".to_string()),
+            on_event: Some(EventSink::new(|line| eprintln!("{line}"))),
             ..MirrorConfig::default()
         },
         MasterSource::new(client.clone(), Duration::from_secs(2)),
@@ -946,6 +1124,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             };
             run_job(&driver, &args.job, &abort).map(|summary| (app_id, summary))
         });
+    linger(&args.observe);
     if scaler.is_some() && result.is_ok() {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
         while Instant::now() < deadline && driver.executors() > args.executors as usize {

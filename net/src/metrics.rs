@@ -1,0 +1,462 @@
+//! Prometheus metrics for the driver, the master and the worker, encoded by
+//! [`prometheus_client`] (OpenMetrics text) from the views of [`crate::observe`] at scrape time:
+//! nothing is recorded for the metrics alone, so having them costs the hot path nothing beyond
+//! what [`crate::observe`] keeps.
+//!
+//! Embedding: register a [`DriverCollector`] in your own [`Registry`]
+//! (`registry.register_collector(Box::new(DriverCollector::new(driver.observer())))`), or let
+//! [`crate::ui::serve_driver`] serve `/metrics` (and the web UI) itself.
+//!
+//! Names (all prefixed `flint_`; counters end in `_total`):
+//!
+//! | role | metrics |
+//! | --- | --- |
+//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
+//! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_mb{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
+//! | worker | `worker_cores{state}`, `worker_memory_mb{state}`, `executors_by_state{state}` |
+//! | every process | `up` (1 when the role answered), `net_frames_received`, `net_bytes_received`, `net_bytes_sent`, `net_writes` |
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+pub use prometheus_client::registry::Registry;
+
+use crate::driver::DriverObserver;
+use crate::handshake::Secret;
+use crate::observe::{cluster_view, ClusterView, DriverView, Histogram, NET};
+
+/// The `Content-Type` of [`render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// How long a scrape waits for the role to answer.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+
+type Result = std::result::Result<(), std::fmt::Error>;
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> Result {
+    let metric = ConstCounter::new(value);
+    metric.encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, value: i64) -> Result {
+    let metric = ConstGauge::new(value);
+    metric.encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// One metric with a label, one sample per row.
+fn family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    label: &str,
+    rows: &[(String, i64)],
+) -> Result {
+    let mut metric = enc.encode_descriptor(name, help, None, kind)?;
+    for (value_label, value) in rows {
+        let labels = [(label, value_label.as_str())];
+        let sample = metric.encode_family(&labels)?;
+        if matches!(kind, MetricType::Counter) {
+            ConstCounter::new(*value as u64).encode(sample)?;
+        } else {
+            ConstGauge::new(*value).encode(sample)?;
+        }
+    }
+    Ok(())
+}
+
+fn histogram(enc: &mut DescriptorEncoder, name: &str, help: &str, h: &Histogram) -> Result {
+    let mut metric = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    metric.encode_histogram::<NoLabelSet>(
+        h.sum_us as f64 / 1e6,
+        h.count,
+        &h.buckets_seconds(),
+        None,
+    )
+}
+
+fn net(enc: &mut DescriptorEncoder) -> Result {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    counter(
+        enc,
+        "net_frames_received",
+        "Frames decoded from peers by this process.",
+        load(&NET.frames_in),
+    )?;
+    counter(
+        enc,
+        "net_bytes_received",
+        "Bytes read from peers by this process.",
+        load(&NET.bytes_in),
+    )?;
+    counter(
+        enc,
+        "net_bytes_sent",
+        "Bytes written to peers by this process.",
+        load(&NET.bytes_out),
+    )?;
+    counter(
+        enc,
+        "net_writes",
+        "Socket writes that sent bytes (each carries one or more frames).",
+        load(&NET.writes),
+    )
+}
+
+/// The driver's metrics, asked of its loop at every scrape.
+#[derive(Debug, Clone)]
+pub struct DriverCollector {
+    observer: DriverObserver,
+}
+
+impl DriverCollector {
+    /// Collects from the driver `observer` watches.
+    pub fn new(observer: DriverObserver) -> DriverCollector {
+        DriverCollector { observer }
+    }
+}
+
+impl Collector for DriverCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result {
+        let view = self.observer.view(SCRAPE_TIMEOUT).ok();
+        gauge(
+            &mut enc,
+            "up",
+            "1 when the driver's loop answered this scrape.",
+            i64::from(view.is_some()),
+        )?;
+        net(&mut enc)?;
+        match view {
+            Some(view) => encode_driver(&mut enc, &view),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Encodes a [`DriverView`].
+pub fn encode_driver(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
+    let s = &v.stats;
+    counter(
+        enc,
+        "tasks_launched",
+        "Task attempts launched (retries and speculative copies included).",
+        s.launched,
+    )?;
+    counter(enc, "tasks_succeeded", "Tasks that succeeded.", s.succeeded)?;
+    counter(
+        enc,
+        "task_attempts_failed",
+        "Task attempts that failed (retried or not, killed and lost included).",
+        s.attempts_failed,
+    )?;
+    counter(
+        enc,
+        "task_kills_sent",
+        "Task attempts the driver asked an executor to kill.",
+        v.kills_sent,
+    )?;
+    counter(
+        enc,
+        "tasks_speculative_launched",
+        "Speculative task attempts launched.",
+        s.speculative_launched,
+    )?;
+    counter(
+        enc,
+        "status_updates_ignored",
+        "Status updates ignored as stale, duplicate or unknown.",
+        s.ignored_updates,
+    )?;
+    gauge(
+        enc,
+        "tasks_pending",
+        "Tasks waiting for a slot.",
+        v.pending_tasks as i64,
+    )?;
+    gauge(
+        enc,
+        "tasks_running",
+        "Task attempts running.",
+        v.running_tasks as i64,
+    )?;
+    let live: Vec<_> = v
+        .executors
+        .iter()
+        .filter(|e| e.removed.is_empty())
+        .collect();
+    let rows = |f: &dyn Fn(&crate::observe::ExecutorView) -> i64| -> Vec<(String, i64)> {
+        live.iter().map(|e| (e.name.clone(), f(e))).collect()
+    };
+    family(
+        enc,
+        "executor_tasks_running",
+        "Task attempts running per registered executor.",
+        MetricType::Gauge,
+        "executor",
+        &rows(&|e| i64::from(e.tasks_running)),
+    )?;
+    family(
+        enc,
+        "executor_tasks_finished",
+        "Tasks finished per registered executor.",
+        MetricType::Counter,
+        "executor",
+        &rows(&|e| e.tasks_finished as i64),
+    )?;
+    family(
+        enc,
+        "executor_tasks_failed",
+        "Task attempts failed per registered executor.",
+        MetricType::Counter,
+        "executor",
+        &rows(&|e| e.tasks_failed as i64),
+    )?;
+    gauge(
+        enc,
+        "executors",
+        "Executors registered now.",
+        live.len() as i64,
+    )?;
+    counter(
+        enc,
+        "executors_registered",
+        "Executors registered since the start.",
+        v.executors_registered,
+    )?;
+    counter(
+        enc,
+        "executors_lost",
+        "Executors lost since the start (not stopped on purpose).",
+        v.executors_lost,
+    )?;
+    counter(
+        enc,
+        "executors_excluded",
+        "Executors excluded for failures (cumulative).",
+        s.executors_excluded,
+    )?;
+    gauge(
+        enc,
+        "jobs_active",
+        "Jobs submitted and not over.",
+        v.active_jobs as i64,
+    )?;
+    counter(
+        enc,
+        "jobs_submitted",
+        "Jobs submitted since the start.",
+        v.jobs_submitted,
+    )?;
+    let outcomes = ["succeeded", "failed", "cancelled"];
+    let rows: Vec<(String, i64)> = outcomes
+        .iter()
+        .zip(v.jobs_over)
+        .map(|(o, n)| ((*o).to_owned(), n as i64))
+        .collect();
+    family(
+        enc,
+        "jobs_finished",
+        "Jobs over, by outcome.",
+        MetricType::Counter,
+        "outcome",
+        &rows,
+    )?;
+    histogram(
+        enc,
+        "task_queue_seconds",
+        "Submit to first launch, one task in 16 sampled.",
+        &v.queue_time,
+    )?;
+    histogram(
+        enc,
+        "task_round_trip_seconds",
+        "Launch to the final status update at the driver, one task in 16 sampled.",
+        &v.round_trip,
+    )?;
+    let rows: Vec<(String, i64)> = v
+        .refusals
+        .iter()
+        .map(|(r, n)| ((*r).to_owned(), *n as i64))
+        .collect();
+    family(
+        enc,
+        "connections_refused",
+        "Connections or registrations refused, by reason.",
+        MetricType::Counter,
+        "reason",
+        &rows,
+    )
+}
+
+/// Which role a [`ClusterCollector`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterRole {
+    /// A master: workers, applications, executors.
+    Master,
+    /// A worker, about itself and its executors.
+    Worker,
+}
+
+/// The master's (or a worker's) metrics, from its status answer at every scrape.
+#[derive(Debug, Clone)]
+pub struct ClusterCollector {
+    addr: SocketAddr,
+    secret: Option<Secret>,
+    role: ClusterRole,
+}
+
+impl ClusterCollector {
+    /// Collects from the master or worker answering status requests at `addr`.
+    pub fn new(addr: SocketAddr, secret: Option<Secret>, role: ClusterRole) -> ClusterCollector {
+        ClusterCollector { addr, secret, role }
+    }
+
+    /// The view, asked now.
+    pub fn view(&self) -> std::result::Result<ClusterView, String> {
+        cluster_view(self.addr, self.secret.clone(), SCRAPE_TIMEOUT)
+    }
+}
+
+fn count_by<'a>(states: impl Iterator<Item = &'a str>, all: &[&str]) -> Vec<(String, i64)> {
+    let mut rows: Vec<(String, i64)> = all.iter().map(|s| (s.to_lowercase(), 0)).collect();
+    for state in states {
+        let state = state.to_lowercase();
+        match rows.iter_mut().find(|(s, _)| *s == state) {
+            Some(row) => row.1 += 1,
+            None => rows.push((state, 1)),
+        }
+    }
+    rows
+}
+
+impl Collector for ClusterCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result {
+        let view = self.view();
+        if let Err(error) = &view {
+            tracing::debug!("metrics: no status answer: {error}");
+        }
+        gauge(
+            &mut enc,
+            "up",
+            "1 when the role answered this scrape's status request.",
+            i64::from(view.is_ok()),
+        )?;
+        net(&mut enc)?;
+        let Ok(view) = view else {
+            return Ok(());
+        };
+        let alive: Vec<_> = view.workers.iter().filter(|w| w.state == "ALIVE").collect();
+        let used: u64 = alive.iter().map(|w| u64::from(w.cores_used)).sum();
+        let total: u64 = alive.iter().map(|w| u64::from(w.cores)).sum();
+        let mem_used: u64 = alive.iter().map(|w| w.memory_used_mb).sum();
+        let mem_total: u64 = alive.iter().map(|w| w.memory_mb).sum();
+        let split = |used: u64, total: u64| {
+            vec![
+                ("used".to_owned(), used as i64),
+                ("free".to_owned(), total.saturating_sub(used) as i64),
+            ]
+        };
+        let executors = count_by(
+            view.executors.iter().map(|e| e.state.as_str()),
+            &["LAUNCHING", "RUNNING", "EXITED", "FAILED", "KILLED", "LOST"],
+        );
+        match self.role {
+            ClusterRole::Master => {
+                family(
+                    &mut enc,
+                    "workers",
+                    "Workers by state.",
+                    MetricType::Gauge,
+                    "state",
+                    &count_by(
+                        view.workers.iter().map(|w| w.state.as_str()),
+                        &["ALIVE", "DEAD", "UNKNOWN"],
+                    ),
+                )?;
+                family(
+                    &mut enc,
+                    "cores",
+                    "Cores of alive workers, used and free.",
+                    MetricType::Gauge,
+                    "state",
+                    &split(used, total),
+                )?;
+                family(
+                    &mut enc,
+                    "memory_mb",
+                    "Memory (MiB) of alive workers, used and free.",
+                    MetricType::Gauge,
+                    "state",
+                    &split(mem_used, mem_total),
+                )?;
+                family(
+                    &mut enc,
+                    "applications",
+                    "Applications by state.",
+                    MetricType::Gauge,
+                    "state",
+                    &count_by(
+                        view.apps.iter().map(|a| a.state.as_str()),
+                        &["WAITING", "RUNNING", "FINISHED", "FAILED", "KILLED"],
+                    ),
+                )?;
+                family(
+                    &mut enc,
+                    "executors_by_state",
+                    "Executors of active applications by state.",
+                    MetricType::Gauge,
+                    "state",
+                    &executors,
+                )
+            }
+            ClusterRole::Worker => {
+                family(
+                    &mut enc,
+                    "worker_cores",
+                    "This worker's cores, used and free.",
+                    MetricType::Gauge,
+                    "state",
+                    &split(used, total),
+                )?;
+                family(
+                    &mut enc,
+                    "worker_memory_mb",
+                    "This worker's memory (MiB), used and free.",
+                    MetricType::Gauge,
+                    "state",
+                    &split(mem_used, mem_total),
+                )?;
+                family(
+                    &mut enc,
+                    "executors_by_state",
+                    "This worker's executors by state.",
+                    MetricType::Gauge,
+                    "state",
+                    &executors,
+                )
+            }
+        }
+    }
+}
+
+/// A registry with `flint_`-prefixed names holding `collector`.
+pub fn registry_with(collector: Box<dyn Collector>) -> Registry {
+    let mut registry = Registry::with_prefix("flint");
+    registry.register_collector(collector);
+    registry
+}
+
+/// The registry's OpenMetrics text.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::warn!("metrics could not be encoded: {error}");
+    }
+    out
+}
