@@ -1089,7 +1089,14 @@ impl Scheduler {
     pub fn tick(&mut self, now_us: u64) {
         let waits = self.waits();
         let mut new_work = false;
-        for &slot in &self.runnable {
+        // Only jobs with locality preferences have a level to widen (the others start at
+        // `Any`): with none, the runnable jobs are not walked at all.
+        let runnable = if self.pref_jobs > 0 {
+            self.runnable.len()
+        } else {
+            0
+        };
+        for &slot in self.runnable.iter().take(runnable) {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("runnable job slot {slot} is empty");
             };
