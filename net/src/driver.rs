@@ -1007,18 +1007,9 @@ impl DriverEndpoint {
         let Some(token) = oldest else {
             return false;
         };
-        // Quietly: a flood of these is what the tables are for.
         if let Some(mut peer) = self.peers.remove(&token) {
-            encode(
-                &Message::HandshakeRefused {
-                    reason: &format!("{TABLE_FULL}: the oldest such connection goes"),
-                },
-                peer.conn.outbound(),
-                self.config.frame_size_max,
-            );
-            let _ = peer.conn.flush();
+            peer.conn.evict_for_full_table(None);
         }
-        tracing::debug!("dropped the oldest connection of its kind: {TABLE_FULL}");
         true
     }
 
