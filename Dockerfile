@@ -7,7 +7,7 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release -p flint-net --bin flint -p flint-k8s --bin flint-k8s
+RUN cargo build --release -p flint-cli --bin flint -p flint-k8s --bin flint-k8s
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -18,7 +18,7 @@ use flint_net::handshake::{random_nonce, Secret};
 pub const SECRET_ENV: &str = "FLINT_SECRET";
 
 /// The command that builds the executor binary `flint-load` starts.
-pub const BUILD_FLINT: &str = "cargo build --release -p flint-net --bin flint";
+pub const BUILD_FLINT: &str = "cargo build --release -p flint-cli --bin flint";
 
 /// Where the executors come from.
 #[derive(Debug, Clone)]

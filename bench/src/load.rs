@@ -29,9 +29,9 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_cli::summary::{indexed_payload, Recorder, Summary};
 use flint_net::driver::Driver;
 use flint_net::job::{Job, JobHandle, JobOutcome};
-use flint_net::summary::{indexed_payload, Recorder, Summary};
 use hdrhistogram::Histogram;
 
 /// Width of a throughput-over-time bucket.

@@ -421,7 +421,7 @@ mod tests {
         for &v in values {
             h.record(v).unwrap();
         }
-        let mut recorder = flint_net::summary::Recorder::new();
+        let mut recorder = flint_cli::summary::Recorder::new();
         for &v in values {
             recorder.record(Ok(&[]), Duration::from_micros(v));
         }

@@ -7,9 +7,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use flint_cli::summary::indexed_payload;
 use flint_k8s::double::ApiDouble;
 use flint_net::functions::fnv1a64;
-use flint_net::summary::indexed_payload;
 use serde_json::Value;
 
 const NS: &str = "flint-test";
@@ -37,7 +37,7 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `flint` binary (flint-net's) beside `flint-k8s`, built if missing.
+/// The `flint` binary (flint-cli's) beside `flint-k8s`, built if missing.
 fn flint() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     let path = bin_dir().join("flint");
@@ -49,7 +49,7 @@ fn flint() -> PathBuf {
                 vec![]
             };
             let status = Command::new(env!("CARGO"))
-                .args(["build", "-p", "flint-net", "--bin", "flint"])
+                .args(["build", "-p", "flint-cli", "--bin", "flint"])
                 .args(profile)
                 .status()
                 .expect("cargo runs");

@@ -4,7 +4,7 @@
 //! HDR histogram logs and an HTML page.
 //!
 //! Build both binaries first (a cargo bin cannot depend on another package's bin):
-//! `cargo build --release -p flint-net --bin flint -p flint-bench --bin flint-load`.
+//! `cargo build --release -p flint-cli --bin flint -p flint-bench --bin flint-load`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,10 +17,10 @@ use flint_bench::cluster::{self, Cluster, ClusterSpec, ExecutorSource, SECRET_EN
 use flint_bench::load::{self, Limit, LoadSpec, Mode, RunResult};
 use flint_bench::memory;
 use flint_bench::report::{self, Section};
+use flint_cli::summary::{json_string, Latency, Summary};
 use flint_net::driver::DriverConfig;
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
-use flint_net::summary::{json_string, Latency, Summary};
 use hdrhistogram::Histogram;
 
 #[derive(Parser, Debug)]
@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
     long_about = "Load harness for Flint: closed loop (--in-flight), open loop (--rate) and rate \
         ramps (--ramp) against a real cluster.\n\nBy default it starts --executors local `flint \
         executor` processes from the `flint` binary next to this one; build both with\n  \
-        cargo build --release -p flint-net --bin flint -p flint-bench --bin flint-load\n\
+        cargo build --release -p flint-cli --bin flint -p flint-bench --bin flint-load\n\
         --in-process runs the executors as threads of this process instead, and --driver-listen \
         waits for executors started elsewhere.",
     group(ArgGroup::new("load").args(["in_flight", "rate", "ramp"])),
@@ -648,7 +648,7 @@ fn combined(runs: &[(String, RunResult)]) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flint_net::summary::Recorder;
+    use flint_cli::summary::Recorder;
 
     fn step(rate_per_s: f64, achieved_per_s: f64, p99_us: u64) -> (String, RunResult) {
         let mut recorder = Recorder::new();

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use flint_cli::run::{
+    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
+};
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_k8s::executors::{self, K8sConfig, K8sExecutors};
 use flint_k8s::pods::PodSettings;
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::handshake::{random_nonce, Secret};
-use flint_net::run::{
-    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
-};
 use k8s_openapi::api::core::v1::Pod;
 
 #[derive(Parser)]

@@ -1,5 +1,6 @@
-//! Helpers shared by the process tests: waiting on a condition with a deadline, unique names, free
-//! ports. Each test binary uses some of them.
+//! Helpers shared by flint-net's integration tests: waiting on a condition with a deadline, unique
+//! names, free ports. Each test binary uses some of them. (The tests that run the `flint` binary
+//! live in `cli/tests/`, with a copy of these and `run_flint`.)
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -31,26 +32,4 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-/// Runs `flint ARGS` to its end with stdout and stderr captured, failing the test if it is
-/// still running after [`DEADLINE`].
-pub fn run_flint(args: &[&str]) -> std::process::Output {
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flint");
-    let start = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            panic!("flint {args:?} did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.wait_with_output().expect("output")
 }

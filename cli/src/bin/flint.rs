@@ -9,6 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use flint_cli::run::{
+    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
+};
+use flint_cli::summary::json_string;
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FITS};
@@ -23,12 +27,8 @@ use flint_net::master::{MasterConfig, MasterHandle};
 use flint_net::master_source::{MasterScaler, MasterSource};
 use flint_net::metrics::ClusterRole;
 use flint_net::observe::EventSink;
-use flint_net::run::{
-    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
-};
 use flint_net::source::{MirrorConfig, SourceMirror};
 use flint_net::standalone::BlockingClient;
-use flint_net::summary::json_string;
 use flint_net::ui::{self, Serve};
 use flint_net::wire::{Message, Role};
 use flint_net::worker::{WorkerConfig, WorkerError};

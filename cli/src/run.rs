@@ -1,8 +1,7 @@
 //! Running one job from the command line: the job flags every job-running command takes
 //! ([`JobArgs`]), the driver settings they imply ([`driver_config`]), submitting the job with a
 //! progress bar and an abort check ([`run_job`]), and printing its summary ([`print_summary`],
-//! [`exit_code`]). Moved out of the `flint` binary so binaries in other crates (`flint-k8s`) run
-//! jobs the same way.
+//! [`exit_code`]). Shared by the `flint` binary and `flint-k8s`, so both run jobs the same way.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -12,10 +11,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Args;
 
-use crate::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
-use crate::functions::{check_builtin, Registry};
-use crate::job::{Job, JobOutcome};
 use crate::summary::{indexed_payload, json_string, Recorder, Summary};
+use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
+use flint_net::functions::{check_builtin, Registry};
+use flint_net::job::{Job, JobOutcome};
 
 /// The job every job-running command takes.
 #[derive(Args, Clone, Debug)]
@@ -99,7 +98,7 @@ pub struct PoolFile(pub Vec<flint_engine::scheduler::PoolConfig>);
 
 /// `--pools`: a readable, valid pool file.
 fn pool_file(text: &str) -> Result<PoolFile, String> {
-    crate::pools::load(std::path::Path::new(text)).map(PoolFile)
+    flint_net::pools::load(std::path::Path::new(text)).map(PoolFile)
 }
 
 /// `--pool`: 1 to 128 bytes.

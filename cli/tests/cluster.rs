@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_cli::summary::{checksum_of, indexed_payload};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::functions::fnv1a64;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
-use flint_net::summary::{checksum_of, indexed_payload};
 use flint_net::wire::{AuthMethod, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// An executor process whose stderr goes to a file the test can read.

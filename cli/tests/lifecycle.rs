@@ -11,8 +11,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use std::time::{Duration, Instant};
 
+use flint_cli::summary::indexed_payload;
 use flint_net::functions::fnv1a64;
-use flint_net::summary::indexed_payload;
 
 /// A `flint local` run whose stdout and stderr go to files the test reads while it runs.
 struct FlintLocal {
@@ -460,7 +460,7 @@ fn the_driver_removes_an_executor_for_a_given_reason_and_its_tasks_run_elsewhere
     match handle.wait_timeout(DEADLINE).expect("job finishes") {
         JobOutcome::Succeeded(results) => {
             let checksum = results.iter().fold(0u64, |sum, r| {
-                sum.wrapping_add(flint_net::summary::checksum_of(r))
+                sum.wrapping_add(flint_cli::summary::checksum_of(r))
             });
             assert_eq!(checksum, expected_checksum(tasks, 8));
         }

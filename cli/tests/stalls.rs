@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use flint_cli::summary::{checksum_of, indexed_payload};
 use flint_net::driver::{Driver, DriverConfig, EXECUTOR_CORES_MAX};
 use flint_net::functions::fnv1a64;
 use flint_net::handshake::{random_nonce, Handshake};
 use flint_net::job::{Job, JobOutcome};
-use flint_net::summary::{checksum_of, indexed_payload};
 use flint_net::wire::{
     Frame, FrameDecoder, KeyValue, List, Message, Role, TaskLaunch, TaskState,
     FRAME_SIZE_MAX_DEFAULT,

@@ -13,8 +13,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use std::time::{Duration, Instant};
 
+use flint_cli::summary::indexed_payload;
 use flint_net::functions::fnv1a64;
-use flint_net::summary::indexed_payload;
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
 struct Proc {
