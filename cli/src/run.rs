@@ -14,7 +14,7 @@ use clap::Args;
 use crate::summary::{indexed_payload, json_string, Recorder, Summary};
 use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
 use flint_net::functions::{check_builtin, Registry};
-use flint_net::job::{Job, JobOutcome};
+use flint_net::job::{Job, JobHandle, JobOutcome};
 
 /// The job every job-running command takes.
 #[derive(Args, Clone, Debug)]
@@ -215,16 +215,44 @@ pub fn run_job(
         });
     let handle = driver.submit(job).map_err(|e| e.to_string())?;
     let show_progress = !args.json && std::io::stderr().is_terminal();
-    let mut handle = handle;
-    let outcome = loop {
+    let outcome = wait_for_outcome(driver, args, handle, start, show_progress, abort)?;
+    let elapsed = start.elapsed();
+    if show_progress && elapsed > Duration::from_secs(1) {
+        eprintln!();
+    }
+    if let JobOutcome::Failed(reasons) = &outcome {
+        for reason in reasons.iter().take(5) {
+            eprintln!("flint: job failed: {reason}");
+        }
+    }
+    let stats = driver.stats();
+    let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
+    let retried = stats
+        .launched
+        .saturating_sub(stats.succeeded + recorder.summary(0, 0, 0, elapsed).failed);
+    Ok(recorder.summary(args.tasks, retried, driver.executors_lost(), elapsed))
+}
+
+/// Waits for the job's outcome, drawing the progress bar if `show_progress`; cancels the job
+/// (and says why) when `abort` gives a reason or no executor could run its tasks for
+/// `--no-executor-timeout-s`.
+fn wait_for_outcome(
+    driver: &Driver,
+    args: &JobArgs,
+    mut handle: JobHandle,
+    start: Instant,
+    show_progress: bool,
+    abort: &dyn Fn() -> Option<String>,
+) -> Result<JobOutcome, String> {
+    let timeout = Duration::from_secs(args.no_executor_timeout_s);
+    loop {
         match handle.wait_timeout(Duration::from_millis(200)) {
-            Ok(outcome) => break outcome,
+            Ok(outcome) => return Ok(outcome),
             Err(pending) => {
                 if let Some(reason) = abort() {
                     pending.cancel();
                     return Err(reason);
                 }
-                let timeout = Duration::from_secs(args.no_executor_timeout_s);
                 if let Some(waited) = driver.no_executor_for().filter(|w| *w >= timeout) {
                     pending.cancel();
                     return Err(format!(
@@ -242,22 +270,7 @@ pub fn run_job(
                 handle = pending;
             }
         }
-    };
-    let elapsed = start.elapsed();
-    if show_progress && elapsed > Duration::from_secs(1) {
-        eprintln!();
     }
-    if let JobOutcome::Failed(reasons) = &outcome {
-        for reason in reasons.iter().take(5) {
-            eprintln!("flint: job failed: {reason}");
-        }
-    }
-    let stats = driver.stats();
-    let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
-    let retried = stats
-        .launched
-        .saturating_sub(stats.succeeded + recorder.summary(0, 0, 0, elapsed).failed);
-    Ok(recorder.summary(args.tasks, retried, driver.executors_lost(), elapsed))
 }
 
 fn progress(done: u64, total: u64, elapsed: Duration) {

@@ -16,13 +16,13 @@ use flint_cli::summary::json_string;
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FITS};
-use flint_net::app_client::{AppClient, AppClientConfig};
+use flint_net::app_client::{AppClient, AppClientConfig, AppInfo};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
 use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::http::HttpServer;
-use flint_net::local::{LocalConfig, LocalExecutors};
+use flint_net::local::{LocalConfig, LocalExecutors, LocalStats};
 use flint_net::master::{MasterConfig, MasterHandle};
 use flint_net::master_source::{MasterScaler, MasterSource};
 use flint_net::metrics::ClusterRole;
@@ -30,7 +30,7 @@ use flint_net::observe::EventSink;
 use flint_net::source::{MirrorConfig, SourceMirror};
 use flint_net::standalone::BlockingClient;
 use flint_net::ui::{self, Serve};
-use flint_net::wire::{Message, Role};
+use flint_net::wire::{AppStatus, ExecutorStatus, List, Message, Role, WorkerStatus};
 use flint_net::worker::{WorkerConfig, WorkerError};
 
 /// The environment variable that carries the shared secret.
@@ -679,14 +679,9 @@ fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> 
 fn local(args: LocalArgs) -> Result<ExitCode, String> {
     validate(&args.job)?;
     // Local processes share a fresh random secret, so nothing else on this machine can join.
-    let secret_bytes: Vec<u8> = flint_net::handshake::random_nonce()
-        .map_err(|e| format!("no randomness: {e}"))?
-        .iter()
-        .map(|b| b"0123456789abcdef"[(b & 15) as usize])
-        .collect();
-    let secret = Secret::new(secret_bytes.clone())?;
+    let secret_text = local_secret()?;
     let config = DriverConfig {
-        secret: Some(secret),
+        secret: Some(Secret::new(secret_text.clone().into_bytes())?),
         ..driver_config(&args.job)
     };
     let driver = Driver::builder()
@@ -697,22 +692,7 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     let _servers = serve_driver(&driver, &args.observe.serve, None, "flint local")?;
     let addr = driver.local_addr().ok_or("the driver has no address")?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the flint binary: {e}"))?;
-    let (initial, dynamic) = if args.dynamic {
-        if args.min_executors > args.max_executors || args.max_executors == 0 {
-            return Err(
-                "--min-executors must be at most --max-executors, which must be at least 1".into(),
-            );
-        }
-        let dynamic = DynamicConfig {
-            min: args.min_executors,
-            max: args.max_executors,
-            tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
-            idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
-        };
-        (args.min_executors, Some(dynamic))
-    } else {
-        (args.executors, None)
-    };
+    let (initial, dynamic) = local_allocation(&args)?;
     let mut local_config = LocalConfig::new(exe, addr);
     local_config.cores = args.cores;
     local_config.events = args.executor_events;
@@ -720,10 +700,7 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     if let Pinning::Cores(cpus) = &args.pin_cores {
         local_config.pin_cpus = cpus.clone();
     }
-    local_config.env = vec![(
-        SECRET_ENV.to_string(),
-        String::from_utf8_lossy(&secret_bytes).into_owned(),
-    )];
+    local_config.env = vec![(SECRET_ENV.to_string(), secret_text)];
     local_config.allocator = AllocatorConfig {
         batch_size: args.batch_size.max(1),
         batch_delay_us: args.batch_delay_ms.saturating_mul(1000),
@@ -742,12 +719,9 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
         .and_then(|()| run_job(&driver, &args.job, &failed));
     linger(&args.observe);
     if result.is_ok() && args.dynamic && args.idle_wait_ms > 0 {
-        let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
-        while Instant::now() < deadline
-            && executors.stats().registered > u64::from(args.min_executors)
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_release(args.idle_wait_ms, || {
+            executors.stats().registered > u64::from(args.min_executors)
+        });
     }
     let stats = executors.stats();
     executors.freeze();
@@ -755,7 +729,43 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     executors.shutdown(Duration::from_secs(5));
     drop(driver);
     let summary = result?;
-    let mut extra = vec![
+    print_summary(&summary, &args.job, &local_fields(&args, &stats));
+    Ok(exit_code(&summary))
+}
+
+/// A fresh random secret for `flint local`'s processes, as hex text (it goes in their
+/// environment).
+fn local_secret() -> Result<String, String> {
+    let nonce = flint_net::handshake::random_nonce().map_err(|e| format!("no randomness: {e}"))?;
+    Ok(nonce
+        .iter()
+        .map(|b| char::from(b"0123456789abcdef"[(b & 15) as usize]))
+        .collect())
+}
+
+/// How many executors `flint local` starts with, and with `--dynamic` between which bounds it
+/// scales.
+fn local_allocation(args: &LocalArgs) -> Result<(u32, Option<DynamicConfig>), String> {
+    if !args.dynamic {
+        return Ok((args.executors, None));
+    }
+    if args.min_executors > args.max_executors || args.max_executors == 0 {
+        return Err(
+            "--min-executors must be at most --max-executors, which must be at least 1".into(),
+        );
+    }
+    let dynamic = DynamicConfig {
+        min: args.min_executors,
+        max: args.max_executors,
+        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
+    };
+    Ok((args.min_executors, Some(dynamic)))
+}
+
+/// The summary's fields for `flint local` beyond the job's.
+fn local_fields(args: &LocalArgs, stats: &LocalStats) -> Vec<(&'static str, String)> {
+    let mut fields = vec![
         ("cores", args.cores.to_string()),
         ("executors_started", stats.started.to_string()),
         ("executors_peak", stats.peak.to_string()),
@@ -764,13 +774,12 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
         ("executors_failed", stats.failed.to_string()),
     ];
     if args.dynamic {
-        extra.push(("min_executors", args.min_executors.to_string()));
-        extra.push(("max_executors", args.max_executors.to_string()));
+        fields.push(("min_executors", args.min_executors.to_string()));
+        fields.push(("max_executors", args.max_executors.to_string()));
     } else {
-        extra.push(("executors", args.executors.to_string()));
+        fields.push(("executors", args.executors.to_string()));
     }
-    print_summary(&summary, &args.job, &extra);
-    Ok(exit_code(&summary))
+    fields
 }
 
 /// Waits (up to 30 s) until `count` executors are registered, or the allocator gives up.
@@ -1018,9 +1027,59 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     let _servers = serve_driver(&driver, &args.observe.serve, secret.clone(), "flint submit")?;
     let driver_addr = driver.local_addr().ok_or("the driver has no address")?;
-    // No secret in the application's environment: the master journals it. The workers give
-    // the executors they start their own copy of the cluster's secret.
-    let spec = AppSpec {
+    let client = Arc::new(AppClient::start(AppClientConfig {
+        master: args.master,
+        secret,
+        spec: app_spec(&args, driver_addr),
+        executors: Some(args.executors),
+        reconnect_max: Duration::from_secs(1),
+    })?);
+    let driver = Arc::new(driver);
+    let mirror = start_mirror(&args, &client, &driver)?;
+    let scaler = start_scaler(&args, &client, &driver)?;
+    let result = run_submitted(&args, &client, &driver, driver_addr);
+    linger(&args.observe);
+    if scaler.is_some() && result.is_ok() {
+        wait_for_release(args.idle_wait_ms, || {
+            driver.executors() > args.executors as usize
+        });
+    }
+    let executors_end = driver.executors();
+    let scaled = scaler.map(|scaler| {
+        let stats = scaler.stats();
+        scaler.stop();
+        stats
+    });
+    let executors_removed = mirror.removed();
+    mirror.stop();
+    let info = release_application(client, driver);
+    let (app_id, summary) = result?;
+    let fields = [
+        ("app_id", json_or_plain(&args.job, &app_id)),
+        ("executors", args.executors.to_string()),
+        ("cores", args.cores.to_string()),
+        ("executors_placed", info.executors_added.to_string()),
+        ("workers_lost", info.workers_removed.to_string()),
+        ("executors_removed", executors_removed.to_string()),
+        ("executors_end", executors_end.to_string()),
+        (
+            "executors_peak",
+            scaled.as_ref().map_or(0, |s| s.peak).to_string(),
+        ),
+        (
+            "executors_released",
+            scaled.as_ref().map_or(0, |s| s.released).to_string(),
+        ),
+    ];
+    print_summary(&summary, &args.job, &fields);
+    Ok(exit_code(&summary))
+}
+
+/// The application `flint submit` registers with the master. No secret in its environment: the
+/// master journals it. The workers give the executors they start their own copy of the
+/// cluster's secret.
+fn app_spec(args: &SubmitArgs, driver_addr: SocketAddr) -> AppSpec {
+    AppSpec {
         name: args.name.clone(),
         driver_addr: driver_addr.to_string(),
         cores_per_executor: args.cores,
@@ -1030,19 +1089,18 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             .saturating_mul(args.cores),
         memory_mb: args.memory_mb,
         ..AppSpec::default()
-    };
-    let client = Arc::new(AppClient::start(AppClientConfig {
-        master: args.master,
-        secret,
-        spec,
-        executors: Some(args.executors),
-        reconnect_max: Duration::from_secs(1),
-    })?);
-    // The lifecycle handler: executors the master reports gone leave the scheduler with
-    // their reason (usually the driver has already seen their connection close).
-    let driver = Arc::new(driver);
+    }
+}
+
+/// The lifecycle handler: executors the master reports gone leave the scheduler with their
+/// reason (usually the driver has already seen their connection close).
+fn start_mirror(
+    args: &SubmitArgs,
+    client: &Arc<AppClient>,
+    driver: &Arc<Driver>,
+) -> Result<SourceMirror, String> {
     let remover = driver.clone();
-    let mirror = SourceMirror::start(
+    SourceMirror::start(
         MirrorConfig {
             events_prefix: args.executor_events.then(|| "flint submit".to_string()),
             on_event: Some(EventSink::new(|line| eprintln!("{line}"))),
@@ -1053,92 +1111,98 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
             let _ = remover.remove_executor(name, reason);
         },
     )
-    .map_err(|e| format!("cannot start the executor source: {e}"))?;
-    let scaler = match args.max_executors {
-        Some(max) => {
-            let dynamic = DynamicConfig {
-                min: args.executors,
-                max,
-                tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
-                idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
-            };
-            Some(
-                MasterScaler::start(
-                    dynamic,
-                    client.clone(),
-                    driver.clone(),
-                    Duration::from_millis(50),
-                )
-                .map_err(|e| format!("cannot start dynamic allocation: {e}"))?,
-            )
-        }
-        None => None,
+    .map_err(|e| format!("cannot start the executor source: {e}"))
+}
+
+/// Dynamic allocation through the master, with `--max-executors`.
+fn start_scaler(
+    args: &SubmitArgs,
+    client: &Arc<AppClient>,
+    driver: &Arc<Driver>,
+) -> Result<Option<MasterScaler>, String> {
+    let Some(max) = args.max_executors else {
+        return Ok(None);
     };
-    let result = client
-        .wait_registered(Duration::from_secs(args.wait_s))
-        .and_then(|app_id| {
-            eprintln!(
-                "flint submit: application {app_id}, driver on {driver_addr}, waiting for {} executors",
-                args.executors
-            );
-            let deadline = Instant::now() + Duration::from_secs(args.wait_s);
-            loop {
-                if let Some(reason) = client.removed() {
-                    return Err(format!("the master removed the application: {reason}"));
-                }
-                if driver
-                    .wait_for_executors(args.executors as usize, Duration::from_millis(200))
-                    .is_ok()
-                {
-                    break;
-                }
-                // Ask the master why the executors are not there yet; a request no worker can
-                // fit fails now instead of at the end of --wait-s.
-                let _ = client.sync(Duration::from_secs(1));
-                let waiting = client.info().waiting;
-                if waiting.starts_with(NO_WORKER_FITS) {
-                    return Err(format!("the master cannot place the executors: {waiting}"));
-                }
-                if Instant::now() >= deadline {
-                    let why = if waiting.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; the master says: {waiting}")
-                    };
-                    return Err(format!(
-                        "{} executors did not register within {} s ({} did){why}",
-                        args.executors,
-                        args.wait_s,
-                        driver.executors()
-                    ));
-                }
-            }
-            eprintln!(
-                "flint submit: {} executors registered; running the job",
-                driver.executors()
-            );
-            let abort = || {
-                client
-                    .removed()
-                    .map(|reason| format!("the master removed the application: {reason}"))
+    let dynamic = DynamicConfig {
+        min: args.executors,
+        max,
+        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
+    };
+    MasterScaler::start(
+        dynamic,
+        client.clone(),
+        driver.clone(),
+        Duration::from_millis(50),
+    )
+    .map(Some)
+    .map_err(|e| format!("cannot start dynamic allocation: {e}"))
+}
+
+/// Waits for the master to register the application and for `--executors` to register with
+/// the driver, then runs the job: the application's id and the job's summary.
+fn run_submitted(
+    args: &SubmitArgs,
+    client: &AppClient,
+    driver: &Driver,
+    driver_addr: SocketAddr,
+) -> Result<(String, flint_cli::summary::Summary), String> {
+    let app_id = client.wait_registered(Duration::from_secs(args.wait_s))?;
+    eprintln!(
+        "flint submit: application {app_id}, driver on {driver_addr}, waiting for {} executors",
+        args.executors
+    );
+    wait_for_placed(args, client, driver)?;
+    eprintln!(
+        "flint submit: {} executors registered; running the job",
+        driver.executors()
+    );
+    let abort = || {
+        client
+            .removed()
+            .map(|reason| format!("the master removed the application: {reason}"))
+    };
+    run_job(driver, &args.job, &abort).map(|summary| (app_id, summary))
+}
+
+/// Waits up to `--wait-s` for `--executors` to register, asking the master why they are not
+/// there yet: a request no worker can fit, or the application's removal, fails at once.
+fn wait_for_placed(args: &SubmitArgs, client: &AppClient, driver: &Driver) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(args.wait_s);
+    loop {
+        if let Some(reason) = client.removed() {
+            return Err(format!("the master removed the application: {reason}"));
+        }
+        if driver
+            .wait_for_executors(args.executors as usize, Duration::from_millis(200))
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let _ = client.sync(Duration::from_secs(1));
+        let waiting = client.info().waiting;
+        if waiting.starts_with(NO_WORKER_FITS) {
+            return Err(format!("the master cannot place the executors: {waiting}"));
+        }
+        if Instant::now() >= deadline {
+            let why = if waiting.is_empty() {
+                String::new()
+            } else {
+                format!("; the master says: {waiting}")
             };
-            run_job(&driver, &args.job, &abort).map(|summary| (app_id, summary))
-        });
-    linger(&args.observe);
-    if scaler.is_some() && result.is_ok() {
-        let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
-        while Instant::now() < deadline && driver.executors() > args.executors as usize {
-            std::thread::sleep(Duration::from_millis(10));
+            return Err(format!(
+                "{} executors did not register within {} s ({} did){why}",
+                args.executors,
+                args.wait_s,
+                driver.executors()
+            ));
         }
     }
-    let executors_end = driver.executors();
-    let scaled = scaler.map(|scaler| {
-        let stats = scaler.stats();
-        scaler.stop();
-        stats
-    });
-    let executors_removed = mirror.removed();
-    mirror.stop();
+}
+
+/// Asks the master for no more executors, stops the ones there are, and stops the client and
+/// the driver: what the master last said about the application.
+fn release_application(client: Arc<AppClient>, driver: Arc<Driver>) -> AppInfo {
     // No more executors: the master must not replace the ones that exit now.
     // (If the master is away, the client names 0 as its total when it reconnects.)
     let _ = client.request_executors(0);
@@ -1152,29 +1216,15 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         client.stop(Duration::from_secs(5));
     }
     drop(driver);
-    let (app_id, summary) = result?;
-    print_summary(
-        &summary,
-        &args.job,
-        &[
-            ("app_id", json_or_plain(&args.job, &app_id)),
-            ("executors", args.executors.to_string()),
-            ("cores", args.cores.to_string()),
-            ("executors_placed", info.executors_added.to_string()),
-            ("workers_lost", info.workers_removed.to_string()),
-            ("executors_removed", executors_removed.to_string()),
-            ("executors_end", executors_end.to_string()),
-            (
-                "executors_peak",
-                scaled.as_ref().map_or(0, |s| s.peak).to_string(),
-            ),
-            (
-                "executors_released",
-                scaled.as_ref().map_or(0, |s| s.released).to_string(),
-            ),
-        ],
-    );
-    Ok(exit_code(&summary))
+    info
+}
+
+/// Waits up to `wait_ms` while `more` says idle executors are still to be released.
+fn wait_for_release(wait_ms: u64, more: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    while Instant::now() < deadline && more() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn status(args: StatusArgs) -> Result<ExitCode, String> {
@@ -1199,104 +1249,122 @@ fn status(args: StatusArgs) -> Result<ExitCode, String> {
         return Err(format!("unexpected answer {}", message.kind().name()));
     };
     if args.json {
-        let workers: Vec<String> = workers
-            .iter()
-            .map(|w| {
-                format!(
-                    "{{\"id\":{},\"host\":{},\"port\":{},\"state\":{},\"cores\":{},\"cores_used\":{},\"memory_mb\":{},\"memory_used_mb\":{}}}",
-                    json_string(w.worker_id),
-                    json_string(w.host),
-                    w.port,
-                    json_string(&w.state.to_string().to_uppercase()),
-                    w.cores,
-                    w.cores_used,
-                    w.memory_mb,
-                    w.memory_used_mb
-                )
-            })
-            .collect();
-        let apps: Vec<String> = applications
-            .iter()
-            .map(|a| {
-                format!(
-                    "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{},\"waiting\":{}}}",
-                    json_string(a.app_id),
-                    json_string(a.name),
-                    json_string(&a.state.to_string().to_uppercase()),
-                    a.cores_granted,
-                    a.executors_requested,
-                    json_string(a.waiting)
-                )
-            })
-            .collect();
-        let execs: Vec<String> = executors
-            .iter()
-            .map(|e| {
-                format!(
-                    "{{\"app_id\":{},\"id\":{},\"worker_id\":{},\"cores\":{},\"state\":{}}}",
-                    json_string(e.app_id),
-                    json_string(e.executor_id),
-                    json_string(e.worker_id),
-                    e.cores,
-                    json_string(&e.state.to_string().to_uppercase())
-                )
-            })
-            .collect();
-        println!(
-            "{{\"workers\":[{}],\"applications\":[{}],\"executors\":[{}]}}",
-            workers.join(","),
-            apps.join(","),
-            execs.join(",")
-        );
+        print_status_json(workers, applications, executors);
     } else {
-        println!("WORKERS");
-        println!(
-            "  {:<24} {:<22} {:<8} {:>11} {:>15}",
-            "id", "address", "state", "cores used", "memory used MiB"
-        );
-        for w in workers {
-            println!(
-                "  {:<24} {:<22} {:<8} {:>11} {:>15}",
-                w.worker_id,
-                format!("{}:{}", w.host, w.port),
-                w.state.to_string().to_uppercase(),
-                format!("{}/{}", w.cores_used, w.cores),
-                format!("{}/{}", w.memory_used_mb, w.memory_mb)
-            );
-        }
-        println!("APPLICATIONS");
-        println!(
-            "  {:<24} {:<16} {:<9} {:>6} {:>10}",
-            "id", "name", "state", "cores", "requested"
-        );
-        for a in applications {
-            println!(
-                "  {:<24} {:<16} {:<9} {:>6} {:>10}",
-                a.app_id,
-                a.name,
-                a.state.to_string().to_uppercase(),
-                a.cores_granted,
-                a.executors_requested
-            );
-            if !a.waiting.is_empty() {
-                println!("    waiting: {}", a.waiting);
-            }
-        }
-        println!("EXECUTORS");
-        println!(
-            "  {:<24} {:<8} {:<24} {:>5} {:<9}",
-            "application", "id", "worker", "cores", "state"
-        );
-        for e in executors {
-            println!(
-                "  {:<24} {:<8} {:<24} {:>5} {:<9}",
-                e.app_id,
-                e.executor_id,
-                e.worker_id,
-                e.cores,
-                e.state.to_string().to_uppercase()
-            );
-        }
+        print_status_tables(workers, applications, executors);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `flint status --json`: one object with the workers, applications and executors.
+fn print_status_json(
+    workers: List<'_, WorkerStatus<'_>>,
+    applications: List<'_, AppStatus<'_>>,
+    executors: List<'_, ExecutorStatus<'_>>,
+) {
+    let workers: Vec<String> = workers
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"id\":{},\"host\":{},\"port\":{},\"state\":{},\"cores\":{},\"cores_used\":{},\"memory_mb\":{},\"memory_used_mb\":{}}}",
+                json_string(w.worker_id),
+                json_string(w.host),
+                w.port,
+                json_string(&w.state.to_string().to_uppercase()),
+                w.cores,
+                w.cores_used,
+                w.memory_mb,
+                w.memory_used_mb
+            )
+        })
+        .collect();
+    let apps: Vec<String> = applications
+        .iter()
+        .map(|a| {
+            format!(
+                "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{},\"waiting\":{}}}",
+                json_string(a.app_id),
+                json_string(a.name),
+                json_string(&a.state.to_string().to_uppercase()),
+                a.cores_granted,
+                a.executors_requested,
+                json_string(a.waiting)
+            )
+        })
+        .collect();
+    let execs: Vec<String> = executors
+        .iter()
+        .map(|e| {
+            format!(
+                "{{\"app_id\":{},\"id\":{},\"worker_id\":{},\"cores\":{},\"state\":{}}}",
+                json_string(e.app_id),
+                json_string(e.executor_id),
+                json_string(e.worker_id),
+                e.cores,
+                json_string(&e.state.to_string().to_uppercase())
+            )
+        })
+        .collect();
+    println!(
+        "{{\"workers\":[{}],\"applications\":[{}],\"executors\":[{}]}}",
+        workers.join(","),
+        apps.join(","),
+        execs.join(",")
+    );
+}
+
+/// `flint status`: a table each for the workers, applications and executors.
+fn print_status_tables(
+    workers: List<'_, WorkerStatus<'_>>,
+    applications: List<'_, AppStatus<'_>>,
+    executors: List<'_, ExecutorStatus<'_>>,
+) {
+    println!("WORKERS");
+    println!(
+        "  {:<24} {:<22} {:<8} {:>11} {:>15}",
+        "id", "address", "state", "cores used", "memory used MiB"
+    );
+    for w in workers {
+        println!(
+            "  {:<24} {:<22} {:<8} {:>11} {:>15}",
+            w.worker_id,
+            format!("{}:{}", w.host, w.port),
+            w.state.to_string().to_uppercase(),
+            format!("{}/{}", w.cores_used, w.cores),
+            format!("{}/{}", w.memory_used_mb, w.memory_mb)
+        );
+    }
+    println!("APPLICATIONS");
+    println!(
+        "  {:<24} {:<16} {:<9} {:>6} {:>10}",
+        "id", "name", "state", "cores", "requested"
+    );
+    for a in applications {
+        println!(
+            "  {:<24} {:<16} {:<9} {:>6} {:>10}",
+            a.app_id,
+            a.name,
+            a.state.to_string().to_uppercase(),
+            a.cores_granted,
+            a.executors_requested
+        );
+        if !a.waiting.is_empty() {
+            println!("    waiting: {}", a.waiting);
+        }
+    }
+    println!("EXECUTORS");
+    println!(
+        "  {:<24} {:<8} {:<24} {:>5} {:<9}",
+        "application", "id", "worker", "cores", "state"
+    );
+    for e in executors {
+        println!(
+            "  {:<24} {:<8} {:<24} {:>5} {:<9}",
+            e.app_id,
+            e.executor_id,
+            e.worker_id,
+            e.cores,
+            e.state.to_string().to_uppercase()
+        );
+    }
 }
