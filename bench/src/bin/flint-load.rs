@@ -149,14 +149,84 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<ExitCode, String> {
     if args.queued_memory {
-        let result = memory::queued_memory(args.tasks.unwrap_or(10_000_000), args.payload)?;
-        if args.json {
-            println!("{}", result.to_json());
-        } else {
-            print!("{}", result.to_table());
-        }
-        return Ok(ExitCode::SUCCESS);
+        return queued_memory(args);
     }
+    check_task(args)?;
+    let warmup = seconds("--warmup", args.warmup)?;
+    let limit = limit_of(args)?;
+    let ramp = args.ramp.as_deref().map(parse_ramp).transpose()?;
+    if ramp.is_some() && !(args.step_s > 0.0 && args.step_s < 1e7) {
+        return Err(format!("--step-s must be positive, not {}", args.step_s));
+    }
+    let mode = mode_of(args)?;
+    let jobs_max = jobs_max_of(mode);
+    let cluster_spec = cluster_spec_of(args, jobs_max)?;
+    let source_name = source_name(&cluster_spec.source);
+    let spec = LoadSpec {
+        mode,
+        task: args.task.clone(),
+        payload_bytes: args.payload,
+        limit,
+        warmup,
+        outstanding_max: args.outstanding_max.max(1),
+        jobs_max,
+        progress: !args.json,
+        submitters: args.submitters,
+    };
+    // Local executors' secret is nobody's to know: then the metrics serve loopback only.
+    let ui_secret = args.driver_listen.and(cluster_spec.driver.secret.clone());
+    if let Some(callers) = args.async_callers {
+        return run_async(args, callers, cluster_spec, &spec, source_name);
+    }
+    let started = SystemTime::now();
+    let cluster = Cluster::start(cluster_spec)?;
+    let _metrics = match args.metrics_listen {
+        Some(addr) => Some(flint_net::ui::serve_driver(
+            addr,
+            cluster.driver.observer(),
+            ui_secret,
+            flint_net::ui::Serve::UiAndMetrics,
+        )?),
+        None => None,
+    };
+    let outcome = match &ramp {
+        None => load::run(&cluster.driver, &spec).map(|run| vec![(name_of(&spec), run)]),
+        Some(rates) => run_ramp(&cluster, &spec, rates, args.step_s),
+    };
+    cluster.stop();
+    let runs = outcome?;
+    let ramped = ramp.is_some();
+    let knee = ramp.as_ref().and_then(|_| knee(&runs));
+    let summary = combined(&runs);
+    if args.json {
+        let fields = summary_fields(args, &spec, ramped, source_name, &runs, knee);
+        println!("{}", summary.to_json(&fields));
+    } else {
+        print_tables(&spec, ramped, &runs, knee, &summary);
+    }
+    if let Some(dir) = &args.report {
+        write_report(dir, &runs, ramped, knee, started)?;
+    }
+    Ok(if summary.succeeded == summary.tasks && summary.tasks > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `--queued-memory`: the driver's memory with `--tasks` queued and no executors.
+fn queued_memory(args: &Args) -> Result<ExitCode, String> {
+    let result = memory::queued_memory(args.tasks.unwrap_or(10_000_000), args.payload)?;
+    if args.json {
+        println!("{}", result.to_json());
+    } else {
+        print!("{}", result.to_table());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--task`, `--payload` and `--submitters` together.
+fn check_task(args: &Args) -> Result<(), String> {
     Registry::with_builtins()
         .resolve(&args.task)
         .map_err(|e| format!("--task: {e}"))?;
@@ -166,51 +236,58 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if args.submitters == 0 || args.submitters > 64 {
         return Err("--submitters must be between 1 and 64".into());
     }
-    let warmup = seconds("--warmup", args.warmup)?;
-    let limit = match (args.tasks, args.duration) {
-        (Some(0), _) => return Err("--tasks must be at least 1".into()),
-        (Some(tasks), _) => Limit::Tasks(tasks),
-        (None, Some(d)) if d > 0.0 => Limit::Duration(seconds("--duration", d)?),
-        (None, Some(d)) => return Err(format!("--duration must be positive, not {d}")),
-        (None, None) => Limit::Duration(Duration::from_secs(5)),
-    };
-    let ramp = args.ramp.as_deref().map(parse_ramp).transpose()?;
-    if ramp.is_some() && !(args.step_s > 0.0 && args.step_s < 1e7) {
-        return Err(format!("--step-s must be positive, not {}", args.step_s));
-    }
-    let mode = match (args.rate, args.in_flight) {
-        (Some(rate_per_s), _) => {
-            if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
-                return Err("--rate must be a positive number".into());
-            }
-            Mode::Open { rate_per_s }
-        }
-        (None, in_flight) => {
-            let in_flight = in_flight.unwrap_or(128);
-            if in_flight == 0 || args.batch == 0 {
-                return Err("--in-flight and --batch must be at least 1".into());
-            }
-            if in_flight < args.submitters as u64 {
-                return Err("--in-flight must be at least --submitters".into());
-            }
-            Mode::Closed {
-                in_flight,
-                batch: args.batch,
-            }
-        }
-    };
+    Ok(())
+}
 
-    let mut driver = DriverConfig {
-        tasks_per_core: args.queue_depth.max(1),
-        ..DriverConfig::default()
-    };
-    // The scheduler scans its active jobs per assignment, so the submitter keeps fewer
-    // outstanding jobs than the driver allows and lets due tasks share a job instead.
-    let jobs_max = match mode {
+/// When the run ends: `--tasks` or `--duration` (5 s if neither).
+fn limit_of(args: &Args) -> Result<Limit, String> {
+    match (args.tasks, args.duration) {
+        (Some(0), _) => Err("--tasks must be at least 1".into()),
+        (Some(tasks), _) => Ok(Limit::Tasks(tasks)),
+        (None, Some(d)) if d > 0.0 => Ok(Limit::Duration(seconds("--duration", d)?)),
+        (None, Some(d)) => Err(format!("--duration must be positive, not {d}")),
+        (None, None) => Ok(Limit::Duration(Duration::from_secs(5))),
+    }
+}
+
+/// The load: open loop with `--rate`, else a closed loop of `--in-flight` (128) tasks.
+fn mode_of(args: &Args) -> Result<Mode, String> {
+    if let Some(rate_per_s) = args.rate {
+        if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+            return Err("--rate must be a positive number".into());
+        }
+        return Ok(Mode::Open { rate_per_s });
+    }
+    let in_flight = args.in_flight.unwrap_or(128);
+    if in_flight == 0 || args.batch == 0 {
+        return Err("--in-flight and --batch must be at least 1".into());
+    }
+    if in_flight < args.submitters as u64 {
+        return Err("--in-flight must be at least --submitters".into());
+    }
+    Ok(Mode::Closed {
+        in_flight,
+        batch: args.batch,
+    })
+}
+
+/// The most jobs the submitter keeps outstanding. The scheduler scans its active jobs per
+/// assignment, so the submitter keeps fewer outstanding jobs than the driver allows and lets
+/// due tasks share a job instead.
+fn jobs_max_of(mode: Mode) -> usize {
+    match mode {
         Mode::Closed { in_flight, batch } => {
             (in_flight.div_ceil(u64::from(batch)) as usize).saturating_add(64)
         }
         Mode::Open { .. } => 4096,
+    }
+}
+
+/// The driver's settings and where its executors come from.
+fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> {
+    let mut driver = DriverConfig {
+        tasks_per_core: args.queue_depth.max(1),
+        ..DriverConfig::default()
     };
     driver.scheduler.jobs_max = driver.scheduler.jobs_max.max(jobs_max + 64);
     let source = match args.driver_listen {
@@ -232,174 +309,168 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             logs: args.executor_logs,
         },
     };
-    let source_name = match source {
-        ExecutorSource::Processes { .. } => "processes",
-        ExecutorSource::Threads => "threads",
-        ExecutorSource::LocalMode => "local_mode",
-        ExecutorSource::External { .. } => "external",
-    };
-    let spec = LoadSpec {
-        mode,
-        task: args.task.clone(),
-        payload_bytes: args.payload,
-        limit,
-        warmup,
-        outstanding_max: args.outstanding_max.max(1),
-        jobs_max,
-        progress: !args.json,
-        submitters: args.submitters,
-    };
-    // Local executors' secret is nobody's to know: then the metrics serve loopback only.
-    let ui_secret = args.driver_listen.and(driver.secret.clone());
-    if let Some(callers) = args.async_callers {
-        let cluster = Cluster::start(ClusterSpec {
-            executors: args.executors,
-            cores: args.cores,
-            source,
-            driver,
-        })?;
-        let spec = AsyncSpec {
-            callers: callers as usize,
-            batch: args.batch.max(1),
-            task: args.task.clone(),
-            payload_bytes: args.payload,
-            warmup,
-            duration: match limit {
-                Limit::Duration(d) => d,
-                Limit::Tasks(_) => return Err("async mode takes --duration, not --tasks".into()),
-            },
-            threads: args.async_threads as usize,
-        };
-        let pids = cluster.executor_pids();
-        let result = async_load::run(cluster.driver.clone(), &spec, &pids);
-        cluster.stop();
-        let (flint, inline) = result?;
-        println!(
-            "{{\"mode\":\"async\",\"callers\":{callers},\"batch\":{},\"task\":{},\"payload\":{},\"executors\":{},\"executor_source\":{},\"async_threads\":{},{},{},\"ratio_to_inline\":{:.4}}}",
-            spec.batch,
-            json_string(&args.task),
-            args.payload,
-            args.executors,
-            json_string(source_name),
-            args.async_threads,
-            flint.json(""),
-            inline.json("inline_"),
-            flint.tasks_per_s() / inline.tasks_per_s().max(1e-9),
-        );
-        return Ok(if flint.failed_jobs == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
-    }
-    let started = SystemTime::now();
-    let cluster = Cluster::start(ClusterSpec {
+    Ok(ClusterSpec {
         executors: args.executors,
         cores: args.cores,
         source,
         driver,
-    })?;
-    let _metrics = match args.metrics_listen {
-        Some(addr) => Some(flint_net::ui::serve_driver(
-            addr,
-            cluster.driver.observer(),
-            ui_secret.clone(),
-            flint_net::ui::Serve::UiAndMetrics,
-        )?),
-        None => None,
-    };
-    let outcome = match &ramp {
-        None => load::run(&cluster.driver, &spec).map(|run| vec![(name_of(&spec), run)]),
-        Some(rates) => run_ramp(&cluster, &spec, rates, args.step_s),
-    };
-    cluster.stop();
-    let runs = outcome?;
+    })
+}
 
+/// The `executor_source` field.
+fn source_name(source: &ExecutorSource) -> &'static str {
+    match source {
+        ExecutorSource::Processes { .. } => "processes",
+        ExecutorSource::Threads => "threads",
+        ExecutorSource::LocalMode => "local_mode",
+        ExecutorSource::External { .. } => "external",
+    }
+}
+
+/// `--async-callers`: tokio callers submitting and awaiting, beside the same work done inline;
+/// one JSON line.
+fn run_async(
+    args: &Args,
+    callers: u64,
+    cluster_spec: ClusterSpec,
+    load: &LoadSpec,
+    source_name: &str,
+) -> Result<ExitCode, String> {
+    let cluster = Cluster::start(cluster_spec)?;
+    let spec = AsyncSpec {
+        callers: callers as usize,
+        batch: args.batch.max(1),
+        task: args.task.clone(),
+        payload_bytes: args.payload,
+        warmup: load.warmup,
+        duration: match load.limit {
+            Limit::Duration(d) => d,
+            Limit::Tasks(_) => return Err("async mode takes --duration, not --tasks".into()),
+        },
+        threads: args.async_threads as usize,
+    };
+    let pids = cluster.executor_pids();
+    let result = async_load::run(cluster.driver.clone(), &spec, &pids);
+    cluster.stop();
+    let (flint, inline) = result?;
+    println!(
+        "{{\"mode\":\"async\",\"callers\":{callers},\"batch\":{},\"task\":{},\"payload\":{},\"executors\":{},\"executor_source\":{},\"async_threads\":{},{},{},\"ratio_to_inline\":{:.4}}}",
+        spec.batch,
+        json_string(&args.task),
+        args.payload,
+        args.executors,
+        json_string(source_name),
+        args.async_threads,
+        flint.json(""),
+        inline.json("inline_"),
+        flint.tasks_per_s() / inline.tasks_per_s().max(1e-9),
+    );
+    Ok(if flint.failed_jobs == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The `--json` fields beyond the summary's: the mode, the flags, and for a ramp its steps and
+/// knee.
+fn summary_fields(
+    args: &Args,
+    spec: &LoadSpec,
+    ramped: bool,
+    source_name: &str,
+    runs: &[(String, RunResult)],
+    knee: Option<f64>,
+) -> Vec<(&'static str, String)> {
+    let mode = if ramped { "ramp" } else { spec.mode.name() };
     let mut extra: Vec<(&str, String)> = vec![
-        (
-            "mode",
-            json_string(if ramp.is_some() {
-                "ramp"
-            } else {
-                spec.mode.name()
-            }),
-        ),
+        ("mode", json_string(mode)),
         ("task", json_string(&args.task)),
         ("payload", args.payload.to_string()),
         ("executors", args.executors.to_string()),
         ("cores", args.cores.to_string()),
         ("executor_source", json_string(source_name)),
-        ("warmup_s", format!("{:.3}", warmup.as_secs_f64())),
+        ("warmup_s", format!("{:.3}", spec.warmup.as_secs_f64())),
         ("queue_depth", args.queue_depth.to_string()),
         ("submitters", args.submitters.to_string()),
     ];
     match spec.mode {
-        Mode::Closed { in_flight, batch } if ramp.is_none() => {
+        Mode::Closed { in_flight, batch } if !ramped => {
             extra.push(("in_flight", in_flight.to_string()));
             extra.push(("batch", batch.to_string()));
         }
-        Mode::Open { rate_per_s } if ramp.is_none() => {
+        Mode::Open { rate_per_s } if !ramped => {
             extra.push(("rate_per_s", format!("{rate_per_s:.1}")));
         }
         _ => {}
     }
     let saturated = runs.iter().any(|(_, r)| r.saturated);
     extra.push(("saturated", saturated.to_string()));
-    let knee = ramp.as_ref().and_then(|_| knee(&runs));
-    if ramp.is_some() {
-        extra.push(("steps", steps_json(&runs)));
+    if ramped {
+        extra.push(("steps", steps_json(runs)));
         extra.push((
             "knee_per_s",
             knee.map_or("null".into(), |r| format!("{r:.1}")),
         ));
     }
-    let summary = combined(&runs);
-    if args.json {
-        println!("{}", summary.to_json(&extra));
-    } else {
-        if ramp.is_some() {
-            print!("{}", steps_table(&runs, knee));
+    extra
+}
+
+/// The tables for people: a ramp's steps, the summary, the mode.
+fn print_tables(
+    spec: &LoadSpec,
+    ramped: bool,
+    runs: &[(String, RunResult)],
+    knee: Option<f64>,
+    summary: &Summary,
+) {
+    if ramped {
+        print!("{}", steps_table(runs, knee));
+    }
+    print!("{}", summary.to_table());
+    let saturated = runs.iter().any(|(_, r)| r.saturated);
+    println!(
+        "mode            {}{}",
+        if ramped {
+            "ramp".to_string()
+        } else {
+            describe(&spec.mode)
+        },
+        if saturated {
+            " (saturated: stopped at --outstanding-max)"
+        } else {
+            ""
         }
-        print!("{}", summary.to_table());
-        println!(
-            "mode            {}{}",
-            if ramp.is_some() {
-                "ramp".to_string()
-            } else {
-                describe(&spec.mode)
-            },
-            if saturated {
-                " (saturated: stopped at --outstanding-max)"
-            } else {
-                ""
-            }
-        );
-    }
-    if let Some(dir) = &args.report {
-        let sections: Vec<Section<'_>> = runs
-            .iter()
-            .map(|(name, run)| Section {
-                name: name.clone(),
-                run,
-            })
-            .collect();
-        let ramp_html = ramp.as_ref().map(|_| ramp_html(&runs, knee));
-        let command: Vec<String> = std::env::args().collect();
-        let page = report::write(
-            dir,
-            "flint-load report",
-            &command.join(" "),
-            &sections,
-            ramp_html.as_deref(),
-            started,
-        )?;
-        eprintln!("flint-load: report written to {}", page.display());
-    }
-    Ok(if summary.succeeded == summary.tasks && summary.tasks > 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    );
+}
+
+/// `--report DIR`: the HTML page and the HDR logs.
+fn write_report(
+    dir: &std::path::Path,
+    runs: &[(String, RunResult)],
+    ramped: bool,
+    knee: Option<f64>,
+    started: SystemTime,
+) -> Result<(), String> {
+    let sections: Vec<Section<'_>> = runs
+        .iter()
+        .map(|(name, run)| Section {
+            name: name.clone(),
+            run,
+        })
+        .collect();
+    let ramp_html = ramped.then(|| ramp_html(runs, knee));
+    let command: Vec<String> = std::env::args().collect();
+    let page = report::write(
+        dir,
+        "flint-load report",
+        &command.join(" "),
+        &sections,
+        ramp_html.as_deref(),
+        started,
+    )?;
+    eprintln!("flint-load: report written to {}", page.display());
+    Ok(())
 }
 
 fn seconds(flag: &str, value: f64) -> Result<Duration, String> {
