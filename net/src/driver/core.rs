@@ -1240,8 +1240,10 @@ mod tests {
     const MS: u64 = 1_000;
 
     fn config() -> DriverConfig {
-        let mut config = DriverConfig::default();
-        config.tasks_per_core = 1;
+        let mut config = DriverConfig {
+            tasks_per_core: 1,
+            ..DriverConfig::default()
+        };
         config.scheduler.speculation = None;
         config
     }
@@ -1539,8 +1541,7 @@ mod tests {
             "its heartbeat's"
         );
         // A job that cannot start (it needs two cores): its deadline and the stall check.
-        let job = Job::new("echo", vec![Bytes::new()]).deadline(Duration::from_millis(150));
-        let mut job = job;
+        let mut job = Job::new("echo", vec![Bytes::new()]).deadline(Duration::from_millis(150));
         job.cores = 2;
         let handle = submit(&mut core, job, 11 * S);
         assert_eq!(
