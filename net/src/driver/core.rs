@@ -330,27 +330,8 @@ impl DriverCore {
 
     /// One frame, by the phase its peer is in.
     fn on_frame(&mut self, id: PeerId, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
-        if let Phase::Handshake(handshake) = &mut peer.phase {
-            return match handshake.on_frame(frame.kind(), frame.body(), &mut peer.out) {
-                Ok(None) => Ok(()),
-                Ok(Some(Role::Client)) => {
-                    let client = |p: &Phase| matches!(p, Phase::Client);
-                    if self.count_phase(client) >= CLIENTS_MAX {
-                        self.evict_oldest(client);
-                    }
-                    peer.phase = Phase::Client;
-                    self.peer_deadline(expiry(self.now_us, us(CLIENT_IDLE_TIMEOUT)));
-                    Ok(())
-                }
-                Ok(Some(_)) => {
-                    peer.phase = Phase::Registering;
-                    Ok(())
-                }
-                Err(error) => {
-                    self.telemetry.refused(Refusal::Handshake);
-                    Err(ConnError::Protocol(format!("handshake failed: {error}")))
-                }
-            };
+        if let Phase::Handshake(_) = peer.phase {
+            return self.on_handshake_frame(peer, frame);
         }
         let message = frame.message()?;
         match (&peer.phase, message) {
@@ -369,35 +350,14 @@ impl DriverCore {
                     cores,
                     attributes,
                 };
-                let id = self
+                let executor = self
                     .register(id, peer, registration)
                     .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
-                peer.phase = Phase::Executor(id);
+                peer.phase = Phase::Executor(executor);
                 Ok(())
             }
-            (Phase::Executor(id), Message::StatusUpdates { updates }) => {
-                let (id, now) = (*id, self.now_us);
-                for update in updates {
-                    let task = TaskId(update.task_id);
-                    self.telemetry.status_update(
-                        now,
-                        id,
-                        task,
-                        update.attempt,
-                        update.state,
-                        update.data,
-                    );
-                    let update = scheduler::StatusUpdate {
-                        executor: id,
-                        task,
-                        attempt: update.attempt,
-                        state: task_state(update.state),
-                        // A result outlives its frame: a small one is copied out so it does
-                        // not keep the whole frame alive.
-                        data: frame.retain(update.data),
-                    };
-                    self.scheduler.status_update(now, update);
-                }
+            (Phase::Executor(executor), Message::StatusUpdates { updates }) => {
+                self.status_updates(*executor, updates, frame);
                 Ok(())
             }
             (Phase::Executor(_), Message::Heartbeat { .. }) => {
@@ -410,6 +370,59 @@ impl DriverCore {
                 "unexpected {} from this peer",
                 other.kind().name()
             ))),
+        }
+    }
+
+    /// A frame of the handshake: the peer becomes a client or goes on to register.
+    fn on_handshake_frame(&mut self, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
+        let Phase::Handshake(handshake) = &mut peer.phase else {
+            return Ok(());
+        };
+        match handshake.on_frame(frame.kind(), frame.body(), &mut peer.out) {
+            Ok(None) => Ok(()),
+            Ok(Some(Role::Client)) => {
+                let client = |p: &Phase| matches!(p, Phase::Client);
+                if self.count_phase(client) >= CLIENTS_MAX {
+                    self.evict_oldest(client);
+                }
+                peer.phase = Phase::Client;
+                self.peer_deadline(expiry(self.now_us, us(CLIENT_IDLE_TIMEOUT)));
+                Ok(())
+            }
+            Ok(Some(_)) => {
+                peer.phase = Phase::Registering;
+                Ok(())
+            }
+            Err(error) => {
+                self.telemetry.refused(Refusal::Handshake);
+                Err(ConnError::Protocol(format!("handshake failed: {error}")))
+            }
+        }
+    }
+
+    /// An executor's batch of status updates, to the scheduler.
+    fn status_updates(
+        &mut self,
+        executor: ExecutorId,
+        updates: List<'_, wire::StatusUpdate<'_>>,
+        frame: &Frame,
+    ) {
+        let now = self.now_us;
+        for update in updates {
+            let task = TaskId(update.task_id);
+            let (attempt, state) = (update.attempt, update.state);
+            self.telemetry
+                .status_update(now, executor, task, attempt, state, update.data);
+            let update = scheduler::StatusUpdate {
+                executor,
+                task,
+                attempt,
+                state: task_state(state),
+                // A result outlives its frame: a small one is copied out so it does not keep
+                // the whole frame alive.
+                data: frame.retain(update.data),
+            };
+            self.scheduler.status_update(now, update);
         }
     }
 
