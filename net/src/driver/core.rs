@@ -796,6 +796,13 @@ impl DriverCore {
     /// the jobs' deadlines and, while jobs are active, the stall checks. `None` while nothing
     /// is pending.
     pub fn poll_timeout(&mut self) -> Option<u64> {
+        // Deadlines of jobs that ended are no reason to wake.
+        while let Some(Reverse((_, id))) = self.deadlines.peek() {
+            if self.jobs.contains_key(id) {
+                break;
+            }
+            self.deadlines.pop();
+        }
         let jobs_deadline = self.deadlines.peek().map(|Reverse((at_us, _))| *at_us);
         let watching = !self.jobs.is_empty() || self.health.starved_since_us.is_some();
         let health = watching.then_some(self.health.next_check_us);
