@@ -1603,4 +1603,39 @@ mod tests {
         assert!(core.jobs.is_empty());
         assert_eq!(core.admission.active_jobs(), 0, "its room given back");
     }
+
+    #[test]
+    fn a_full_table_evicts_the_oldest_handshake_and_then_refuses() {
+        let mut core = new_core(DriverConfig {
+            connections_max: 3,
+            ..config()
+        });
+        assert!(register(&mut core, PeerId(0), "e", 1, 0).0);
+        core.handle_connected(PeerId(1), [1; 32], MS).expect("room");
+        core.handle_connected(PeerId(2), [1; 32], 2 * MS)
+            .expect("room");
+        let _ = transmitted(&mut core);
+        // Full: the oldest unauthenticated connection makes room, told why.
+        core.handle_connected(PeerId(3), [1; 32], 3 * MS)
+            .expect("room made");
+        let told = sent_to(&mut core, PeerId(1));
+        assert!(
+            told.iter().any(|f| matches!(
+                f.message(),
+                Ok(Message::HandshakeRefused { reason }) if reason.starts_with(TABLE_FULL)
+            )),
+            "the evicted peer hears the table is full"
+        );
+        assert_eq!(core.poll_close().map(|(p, _)| p), Some(PeerId(1)));
+        assert!(core.poll_close().is_none());
+        // Only executors left to evict: refused, the executor kept.
+        core.handle_closed(PeerId(2), &ConnError::Closed, 4 * MS);
+        core.handle_closed(PeerId(3), &ConnError::Closed, 4 * MS);
+        assert!(register(&mut core, PeerId(5), "f", 1, 4 * MS).0);
+        assert!(register(&mut core, PeerId(6), "g", 1, 4 * MS).0);
+        let refused = core.handle_connected(PeerId(4), [1; 32], 5 * MS);
+        assert!(refused.is_err_and(|reason| reason.starts_with(TABLE_FULL)));
+        assert!(core.poll_close().is_none(), "no executor is evicted");
+        assert_eq!(core.counters.executors.load(Ordering::SeqCst), 3);
+    }
 }
