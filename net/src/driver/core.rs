@@ -301,6 +301,9 @@ impl DriverCore {
     pub fn handle_frame(&mut self, peer: PeerId, frame: &Frame, now_us: u64) -> bool {
         self.advance(now_us);
         let Some(mut state) = self.peers.remove(&peer) else {
+            // Not (or no longer) a peer: whatever the IO layer holds for it goes.
+            self.closes
+                .push_back((peer, ConnError::Protocol("unknown peer".into())));
             return false;
         };
         state.last_heard_us = self.now_us;
