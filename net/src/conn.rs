@@ -80,6 +80,11 @@ impl Connection {
         self.peer.or_else(|| self.stream.peer_addr().ok())
     }
 
+    /// Our address on this connection, when known.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.stream.local_addr().ok()
+    }
+
     /// The buffer to append outgoing frames to; [`Connection::flush`] sends them.
     pub fn outbound(&mut self) -> &mut BytesMut {
         &mut self.outbound

@@ -22,6 +22,7 @@ pub mod runner;
 pub mod source;
 pub mod standalone;
 pub mod summary;
+pub mod transport;
 pub mod ui;
 pub mod wire;
 pub mod worker;

@@ -1,0 +1,89 @@
+//! One transport for the standalone roles: [`server`] (accept, handshake, a peer table generic
+//! over the role's per-peer state, limits per kind, deadlines and idle expiry, a dirty list
+//! flushed once per event) and [`client`] (a reconnecting link: connect with a deadline,
+//! handshake, backoff, a hook to register again). Here too what every role shares: [`encode`]
+//! and [`Exit`], the one-shot result a role's `run` waits on.
+
+use std::sync::{Condvar, Mutex};
+
+use bytes::BytesMut;
+
+use crate::wire::Message;
+
+pub mod client;
+pub mod server;
+
+/// Appends a frame; a frame that cannot be encoded (over the maximum) is logged and skipped.
+pub fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) {
+    if let Err(error) = message.encode(out, frame_size_max) {
+        tracing::error!("{} not sent: {error}", message.kind().name());
+    }
+}
+
+/// A one-shot result: the first [`Exit::set`] wins, [`Exit::wait`] blocks until there is one.
+/// A role's endpoint sets it when it must stop; the role's `run` waits on it.
+#[derive(Debug)]
+pub struct Exit<T> {
+    slot: Mutex<Option<T>>,
+    set: Condvar,
+}
+
+impl<T> Default for Exit<T> {
+    fn default() -> Self {
+        Exit {
+            slot: Mutex::new(None),
+            set: Condvar::new(),
+        }
+    }
+}
+
+impl<T> Exit<T> {
+    /// Sets the result unless one is set already.
+    pub fn set(&self, result: T) {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(result);
+            self.set.notify_all();
+        }
+    }
+
+    /// Whether a result is waiting.
+    pub fn is_set(&self) -> bool {
+        self.slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Waits for the result and takes it. It waits as long as the role runs: the endpoint sets
+    /// a result when it stops, whatever the reason.
+    pub fn wait(&self) -> T {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(result) = slot.take() {
+                return result;
+            }
+            slot = self.set.wait(slot).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn the_first_exit_wins_and_wait_takes_it_from_another_thread() {
+        let exit = Arc::new(Exit::<u32>::default());
+        assert!(!exit.is_set());
+        let setter = exit.clone();
+        let thread = std::thread::spawn(move || {
+            setter.set(1);
+            setter.set(2);
+        });
+        assert_eq!(exit.wait(), 1);
+        thread.join().expect("setter");
+    }
+}
