@@ -13,6 +13,7 @@ pub mod job;
 pub mod journal;
 pub mod local;
 pub mod master;
+pub mod master_core;
 pub mod master_source;
 pub mod metrics;
 pub mod observe;
