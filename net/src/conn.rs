@@ -202,7 +202,8 @@ pub fn refuse(mut stream: TcpStream, reason: &str) {
     while matches!(io::Read::read(&mut stream, &mut sink), Ok(n) if n > 0) {}
 }
 
-/// How a listening role (driver, master, worker) opens the connections it accepts.
+/// How a role opens a connection: one it accepted (driver, master, worker), or one it made
+/// (the handshake is symmetric: [`crate::transport::client`] opens with it too).
 #[derive(Debug, Clone)]
 pub struct Inbound {
     /// Our role in the handshake.
@@ -218,7 +219,7 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// Registers an accepted stream on the endpoint's loop and starts the handshake (our `Hello`
+    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the handshake (our `Hello`
     /// is queued on the connection, to go out with its first flush).
     pub fn open<E: Endpoint>(
         &self,

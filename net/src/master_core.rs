@@ -669,7 +669,7 @@ mod tests {
     use flint_engine::standalone::{self as sa, AppSpec};
 
     use super::*;
-    use crate::wire::{FrameDecoder, Kind, FRAME_SIZE_MAX_DEFAULT};
+    use crate::wire::{Kind, FRAME_SIZE_MAX_DEFAULT};
 
     const WORKER: Token = Token(1);
     const APP: Token = Token(2);
@@ -690,9 +690,7 @@ mod tests {
     }
 
     fn frames(bytes: &[u8]) -> Vec<Frame> {
-        let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
-        decoder.extend_from_slice(bytes);
-        std::iter::from_fn(|| decoder.next_frame().expect("well formed")).collect()
+        crate::transport::frames_of(bytes)
     }
 
     fn frame(message: &Message<'_>) -> Frame {

@@ -298,6 +298,37 @@ fn safe_component(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// A thread that waits for an executor's exit and tells the endpoint; the process group's id,
+/// or why there is no such thread (the child is then killed).
+fn watch(
+    mut child: std::process::Child,
+    (app, executor): (String, String),
+    me: EndpointRef<WorkerEndpoint>,
+) -> Result<u32, String> {
+    let pgid = child.id();
+    let waiter = std::thread::Builder::new()
+        .name(format!("flint-wait-{executor}"))
+        .spawn(move || {
+            let (code, signal) = match child.wait() {
+                Ok(status) => (status.code(), status.signal()),
+                Err(_) => (None, None),
+            };
+            send_retrying(&me, || WorkerMsg::Exited {
+                app: app.clone(),
+                executor: executor.clone(),
+                code,
+                signal,
+            });
+        });
+    match waiter {
+        Ok(_) => Ok(pgid),
+        Err(error) => {
+            signal_group(pgid, "-KILL");
+            Err(format!("no thread to watch the executor: {error}"))
+        }
+    }
+}
+
 /// Sends a signal to a process group with the `kill` command.
 fn signal_group(pgid: u32, signal: &str) {
     let result = Command::new("kill")
@@ -511,106 +542,13 @@ impl WorkerEndpoint {
             exit_code: None,
         });
         let dir = self.config.work_dir.join(app_id).join(executor_id);
-        let spawned = (|| -> Result<std::process::Child, String> {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            let stdout = std::fs::File::create(dir.join("stdout"))
-                .map_err(|e| format!("cannot create stdout: {e}"))?;
-            let stderr = std::fs::File::create(dir.join("stderr"))
-                .map_err(|e| format!("cannot create stderr: {e}"))?;
-            let mut command = if app.command.is_empty() {
-                if !app.args.is_empty() {
-                    return Err(
-                        "arguments for the default executor (flint executor) are not accepted"
-                            .into(),
-                    );
-                }
-                let mut command = Command::new(&self.config.executor_program);
-                command.args([
-                    "executor",
-                    "--driver",
-                    app.driver_addr,
-                    "--id",
-                    executor_id,
-                    "--cores",
-                    &cores.max(1).to_string(),
-                ]);
-                command
-            } else if self.command_allowed(app.command) {
-                Command::new(app.command)
-            } else {
-                return Err(format!(
-                    "command {:?} is not allowed on this worker: it runs `flint executor` and \
-                     the programs given with --allow-command",
-                    app.command
-                ));
-            };
-            command
-                .args(app.args.iter())
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .stdout(stdout)
-                .stderr(stderr)
-                .envs(
-                    app.env
-                        .iter()
-                        .filter(|kv| kv.key != SECRET_ENV)
-                        .map(|kv| (kv.key, kv.value)),
-                )
-                .env("FLINT_DRIVER_ADDR", app.driver_addr)
-                .env("FLINT_APP_ID", app_id)
-                .env("FLINT_EXECUTOR_ID", executor_id)
-                .env("FLINT_WORKER_ID", &self.config.id)
-                .env("FLINT_WORKER_PID", std::process::id().to_string())
-                .env("FLINT_EXECUTOR_CORES", cores.to_string())
-                .env("FLINT_EXECUTOR_MEMORY_MB", memory_mb.to_string())
-                .process_group(0);
-            // The worker hands its own secret (the cluster's) to its executors: it never
-            // travels in the application's description, which the master journals.
-            match &self.config.secret {
-                Some(secret) => {
-                    use std::os::unix::ffi::OsStrExt;
-                    command.env(
-                        SECRET_ENV,
-                        std::ffi::OsStr::from_bytes(secret.expose_bytes()),
-                    );
-                }
-                None => {
-                    command.env_remove(SECRET_ENV);
-                }
-            }
-            let child = command
-                .spawn()
-                .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
-            let _ = std::fs::write(dir.join("pid"), format!("{}\n", child.id()));
-            Ok(child)
-        })();
-        let mut child = match spawned {
-            Ok(child) => child,
+        let spawned = self
+            .spawn_executor(&dir, app_id, executor_id, app, cores, memory_mb)
+            .and_then(|child| watch(child, key.clone(), ctx.myself()));
+        let pgid = match spawned {
+            Ok(pgid) => pgid,
             Err(message) => return fail(self, message),
         };
-        let pgid = child.id();
-        let me: EndpointRef<Self> = ctx.myself();
-        let (app, executor) = key.clone();
-        let waiter = std::thread::Builder::new()
-            .name(format!("flint-wait-{executor}"))
-            .spawn(move || {
-                let status = child.wait();
-                let (code, signal) = match status {
-                    Ok(status) => (status.code(), status.signal()),
-                    Err(_) => (None, None),
-                };
-                send_retrying(&me, || WorkerMsg::Exited {
-                    app: app.clone(),
-                    executor: executor.clone(),
-                    code,
-                    signal,
-                });
-            });
-        if let Err(error) = waiter {
-            signal_group(pgid, "-KILL");
-            return fail(self, format!("no thread to watch the executor: {error}"));
-        }
         tracing::info!(
             "worker {}: started executor {app_id}/{executor_id} (pid {pgid}) in {}",
             self.config.id,
@@ -632,6 +570,100 @@ impl WorkerEndpoint {
             message: format!("pid {pgid}"),
             exit_code: None,
         });
+    }
+
+    /// Starts an executor's process in `dir` (its stdout, stderr and pid files there).
+    fn spawn_executor(
+        &self,
+        dir: &Path,
+        app_id: &str,
+        executor_id: &str,
+        app: &wire::AppDescription<'_>,
+        cores: u32,
+        memory_mb: u64,
+    ) -> Result<std::process::Child, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let stdout = std::fs::File::create(dir.join("stdout"))
+            .map_err(|e| format!("cannot create stdout: {e}"))?;
+        let stderr = std::fs::File::create(dir.join("stderr"))
+            .map_err(|e| format!("cannot create stderr: {e}"))?;
+        let mut command = self.executor_command(app, executor_id, cores)?;
+        command
+            .args(app.args.iter())
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .envs(
+                app.env
+                    .iter()
+                    .filter(|kv| kv.key != SECRET_ENV)
+                    .map(|kv| (kv.key, kv.value)),
+            )
+            .env("FLINT_DRIVER_ADDR", app.driver_addr)
+            .env("FLINT_APP_ID", app_id)
+            .env("FLINT_EXECUTOR_ID", executor_id)
+            .env("FLINT_WORKER_ID", &self.config.id)
+            .env("FLINT_WORKER_PID", std::process::id().to_string())
+            .env("FLINT_EXECUTOR_CORES", cores.to_string())
+            .env("FLINT_EXECUTOR_MEMORY_MB", memory_mb.to_string())
+            .process_group(0);
+        // The worker hands its own secret (the cluster's) to its executors: it never travels
+        // in the application's description, which the master journals.
+        match &self.config.secret {
+            Some(secret) => {
+                use std::os::unix::ffi::OsStrExt;
+                command.env(
+                    SECRET_ENV,
+                    std::ffi::OsStr::from_bytes(secret.expose_bytes()),
+                );
+            }
+            None => {
+                command.env_remove(SECRET_ENV);
+            }
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
+        let _ = std::fs::write(dir.join("pid"), format!("{}\n", child.id()));
+        Ok(child)
+    }
+
+    /// The program an application's executor runs: `flint executor` (no extra arguments), or
+    /// one of the allowed commands.
+    fn executor_command(
+        &self,
+        app: &wire::AppDescription<'_>,
+        executor_id: &str,
+        cores: u32,
+    ) -> Result<Command, String> {
+        if !app.command.is_empty() {
+            if self.command_allowed(app.command) {
+                return Ok(Command::new(app.command));
+            }
+            return Err(format!(
+                "command {:?} is not allowed on this worker: it runs `flint executor` and \
+                 the programs given with --allow-command",
+                app.command
+            ));
+        }
+        if !app.args.is_empty() {
+            return Err(
+                "arguments for the default executor (flint executor) are not accepted".into(),
+            );
+        }
+        let mut command = Command::new(&self.config.executor_program);
+        command.args([
+            "executor",
+            "--driver",
+            app.driver_addr,
+            "--id",
+            executor_id,
+            "--cores",
+            &cores.max(1).to_string(),
+        ]);
+        Ok(command)
     }
 
     /// Whether an application may run `command` here: it is one of the allowed programs, as
@@ -716,19 +748,14 @@ impl WorkerEndpoint {
 
     /// A readiness event for the status server.
     fn on_status_event(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
-        let Some(server) = self.status.as_mut() else {
-            return;
-        };
-        let mut peers = StatusPeers {
-            config: &self.config,
-            executors: &self.executors,
-            registered: self.link.is_established(),
-        };
-        server.on_readiness(token, event, &mut peers, ctx);
-        server.flush(&mut peers);
+        self.with_status(|server, peers| {
+            server.on_readiness(token, event, peers, ctx);
+            server.flush(peers);
+        });
     }
 
-    fn expire_status_clients(&mut self) {
+    /// Calls `f` with the status server (with `--listen`) and what it answers from.
+    fn with_status(&mut self, f: impl FnOnce(&mut Server<()>, &mut StatusPeers<'_>)) {
         let Some(server) = self.status.as_mut() else {
             return;
         };
@@ -737,7 +764,7 @@ impl WorkerEndpoint {
             executors: &self.executors,
             registered: self.link.is_established(),
         };
-        server.expire(Instant::now(), &mut peers);
+        f(server, &mut peers);
     }
 
     fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
@@ -882,7 +909,7 @@ impl Endpoint for WorkerEndpoint {
             return self.on_heartbeat(ctx);
         }
         if Some(timer) == self.status_tick {
-            return self.expire_status_clients();
+            return self.with_status(|server, peers| server.expire(Instant::now(), peers));
         }
         if let Some((app, executor)) = self.kill_timers.remove(&timer) {
             if let Some(running) = self.executors.get(&(app, executor)) {

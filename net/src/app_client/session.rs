@@ -195,9 +195,7 @@ mod tests {
     use crate::wire::{AppState, AppStatus, Frame, FrameDecoder, Kind};
 
     fn frames(bytes: &[u8]) -> Vec<Frame> {
-        let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
-        decoder.extend_from_slice(bytes);
-        std::iter::from_fn(|| decoder.next_frame().expect("well formed")).collect()
+        crate::transport::frames_of(bytes)
     }
 
     fn kinds(bytes: &[u8]) -> Vec<u16> {

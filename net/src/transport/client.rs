@@ -23,10 +23,10 @@ use bytes::BytesMut;
 use flint_engine::runtime::{Ctx, Endpoint, TimerId};
 use mio::event::Event;
 use mio::net::TcpStream;
-use mio::{Interest, Token};
+use mio::Token;
 
-use crate::conn::{ConnError, Connection, TABLE_FULL};
-use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::conn::{ConnError, Connection, Inbound, TABLE_FULL};
+use crate::handshake::{Handshake, Secret};
 use crate::wire::{Frame, Role};
 
 /// The first wait after a failure; it doubles up to the link's maximum.
@@ -427,25 +427,15 @@ impl Link {
     fn open<E: Endpoint>(&self, ctx: &mut Ctx<'_, E>) -> Result<Attempt, String> {
         let config = &self.config;
         let stream = TcpStream::connect(config.addr).map_err(|e| format!("connect failed: {e}"))?;
-        let mut conn = Connection::new(stream, config.frame_size_max, config.outbound_max);
-        let token = ctx
-            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| format!("cannot watch the connection: {e}"))?;
-        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"));
-        let nonce = match nonce {
-            Ok(nonce) => nonce,
-            Err(why) => {
-                let _ = ctx.deregister(conn.stream_mut(), token);
-                return Err(why);
-            }
+        // The handshake is symmetric: a connecting side opens like an accepting one.
+        let opener = Inbound {
+            role: config.role,
+            accepted_roles: config.peer_roles,
+            secret: config.secret.clone(),
+            frame_size_max: config.frame_size_max,
+            outbound_max: config.outbound_max,
         };
-        let handshake = Handshake::start(
-            config.role,
-            config.secret.clone(),
-            nonce,
-            config.peer_roles,
-            conn.outbound(),
-        );
+        let (token, conn, handshake) = opener.open(stream, ctx)?;
         Ok(Attempt {
             conn,
             token,

@@ -68,6 +68,14 @@ impl<T> Exit<T> {
     }
 }
 
+/// The frames in `bytes` (all well formed), for tests of the sans-IO cores.
+#[cfg(test)]
+pub(crate) fn frames_of(bytes: &[u8]) -> Vec<crate::wire::Frame> {
+    let mut decoder = crate::wire::FrameDecoder::new(crate::wire::FRAME_SIZE_MAX_DEFAULT);
+    decoder.extend_from_slice(bytes);
+    std::iter::from_fn(|| decoder.next_frame().expect("well formed")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

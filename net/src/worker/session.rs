@@ -208,12 +208,10 @@ fn end<'a>(why: String) -> FromMaster<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Frame, FrameDecoder, Kind};
+    use crate::wire::{Frame, Kind};
 
     fn frames(bytes: &[u8]) -> Vec<Frame> {
-        let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
-        decoder.extend_from_slice(bytes);
-        std::iter::from_fn(|| decoder.next_frame().expect("well formed")).collect()
+        crate::transport::frames_of(bytes)
     }
 
     fn report(executor: &str, state: ExecutorState) -> Report {
