@@ -312,12 +312,13 @@ impl AppEndpoint {
             self.link.stop_reconnecting();
         }
         let open = self.link.is_open();
-        let changed = self
+        let connected = self
             .shared
             .info
             .lock()
-            .map_or(false, |info| info.connected != open);
-        if changed {
+            .unwrap_or_else(|p| p.into_inner())
+            .connected;
+        if connected != open {
             self.shared.update(|info| info.connected = open);
         }
     }

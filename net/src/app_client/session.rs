@@ -192,7 +192,7 @@ fn send(out: &mut BytesMut, message: &Message<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{AppState, AppStatus, Frame, FrameDecoder, Kind};
+    use crate::wire::{AppState, AppStatus, Frame, Kind};
 
     fn frames(bytes: &[u8]) -> Vec<Frame> {
         crate::transport::frames_of(bytes)
