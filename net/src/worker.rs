@@ -30,11 +30,10 @@ use mio::event::Event;
 use mio::Token;
 
 use crate::conn::{ConnError, Inbound};
-use crate::driver::send_retrying;
 use crate::handshake::{Secret, SECRET_ENV};
 use crate::transport::client::{Link, LinkConfig, Silence, Step, CONNECT_TIMEOUT};
 use crate::transport::server::{Handler, Limits, Server, Standing};
-use crate::transport::{encode, Exit};
+use crate::transport::{encode, send_retrying, Exit};
 use crate::wire::{self, ExecutorState, Frame, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 mod session;

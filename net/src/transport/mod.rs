@@ -1,12 +1,13 @@
 //! One transport for the standalone roles: [`server`] (accept, handshake, a peer table generic
 //! over the role's per-peer state, limits per kind, deadlines and idle expiry, a dirty list
 //! flushed once per event) and [`client`] (a reconnecting link: connect with a deadline,
-//! handshake, backoff, a hook to register again). Here too what every role shares: [`encode`]
-//! and [`Exit`], the one-shot result a role's `run` waits on.
+//! handshake, backoff, a hook to register again). Here too what every role shares: [`encode`],
+//! [`send_retrying`] and [`Exit`], the one-shot result a role's `run` waits on.
 
 use std::sync::{Condvar, Mutex};
 
 use bytes::BytesMut;
+use flint_engine::runtime::{Endpoint, EndpointRef, SendError};
 
 use crate::wire::Message;
 
@@ -17,6 +18,18 @@ pub mod server;
 pub fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) {
     if let Err(error) = message.encode(out, frame_size_max) {
         tracing::error!("{} not sent: {error}", message.kind().name());
+    }
+}
+
+/// Sends a message that must not be lost (from a thread off the loop, such as a child's
+/// waiter), waiting while the inbox is full; gives up only when the endpoint is gone.
+pub fn send_retrying<E: Endpoint>(to: &EndpointRef<E>, make: impl Fn() -> E::Msg) {
+    loop {
+        match to.send(make()) {
+            Ok(()) => return,
+            Err(SendError::Full(_)) => std::thread::yield_now(),
+            Err(_) => return,
+        }
     }
 }
 
