@@ -130,21 +130,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     let mut config = config;
     let status = match config.listen {
         None => None,
-        Some(addr) => {
-            if !addr.ip().is_loopback() && config.secret.is_none() {
-                return Err(WorkerError::Start(format!(
-                    "refusing to listen on non-loopback {addr} without a shared secret"
-                )));
-            }
-            let listener = mio::net::TcpListener::bind(addr)
-                .map_err(|e| WorkerError::Start(format!("cannot listen on {addr}: {e}")))?;
-            let bound = listener.local_addr().unwrap_or(addr);
-            if !bound.ip().is_unspecified() {
-                config.host = bound.ip().to_string();
-            }
-            config.port = bound.port();
-            Some(status_server(listener, &config))
-        }
+        Some(addr) => Some(bind_status(addr, &mut config)?),
     };
     reap_stale_executors(&config.work_dir, &config.id);
     let mut runtime = Runtime::new(RuntimeConfig {
@@ -185,6 +171,23 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     let reason = exit.wait();
     runtime.shutdown();
     reason
+}
+
+/// Binds the status listener (`--listen`); the advertised host and port become the bound ones.
+fn bind_status(addr: SocketAddr, config: &mut WorkerConfig) -> Result<Server<()>, WorkerError> {
+    if !addr.ip().is_loopback() && config.secret.is_none() {
+        return Err(WorkerError::Start(format!(
+            "refusing to listen on non-loopback {addr} without a shared secret"
+        )));
+    }
+    let listener = mio::net::TcpListener::bind(addr)
+        .map_err(|e| WorkerError::Start(format!("cannot listen on {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    if !bound.ip().is_unspecified() {
+        config.host = bound.ip().to_string();
+    }
+    config.port = bound.port();
+    Ok(status_server(listener, config))
 }
 
 /// Kills executors a previous run of this worker left behind (it was killed and they kept
@@ -505,17 +508,7 @@ impl WorkerEndpoint {
         ctx: &mut Ctx<'_, Self>,
     ) {
         let fail = |this: &mut Self, message: String| {
-            tracing::warn!(
-                "worker {}: executor {app_id}/{executor_id} not started: {message}",
-                this.config.id
-            );
-            this.report(Report {
-                app: app_id.to_owned(),
-                executor: executor_id.to_owned(),
-                state: ExecutorState::Failed,
-                message,
-                exit_code: None,
-            });
+            this.launch_failed(app_id, executor_id, message);
         };
         if !safe_component(app_id) || !safe_component(executor_id) {
             return fail(
@@ -567,6 +560,21 @@ impl WorkerEndpoint {
             executor: executor_id.to_owned(),
             state: ExecutorState::Running,
             message: format!("pid {pgid}"),
+            exit_code: None,
+        });
+    }
+
+    /// An executor that could not start: logged, and reported failed with the reason.
+    fn launch_failed(&mut self, app_id: &str, executor_id: &str, message: String) {
+        tracing::warn!(
+            "worker {}: executor {app_id}/{executor_id} not started: {message}",
+            self.config.id
+        );
+        self.report(Report {
+            app: app_id.to_owned(),
+            executor: executor_id.to_owned(),
+            state: ExecutorState::Failed,
+            message,
             exit_code: None,
         });
     }
