@@ -388,3 +388,162 @@ impl Kind {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::net::TcpStream;
+
+    use flint_engine::runtime::{Runtime, RuntimeConfig};
+
+    use super::*;
+    use crate::standalone::BlockingClient;
+    use crate::wire::{Kind, FRAME_SIZE_MAX_DEFAULT};
+
+    /// Peers past the handshake are status clients; each frame is acked.
+    struct Clients;
+
+    impl Handler<()> for Clients {
+        fn on_open(&mut self, _peer: Token, _role: Role) -> Result<(), String> {
+            Ok(())
+        }
+
+        fn on_frame(
+            &mut self,
+            _peer: Token,
+            _state: &mut (),
+            _frame: Frame,
+            out: &mut BytesMut,
+        ) -> Result<(), ConnError> {
+            encode(&Message::HeartbeatAck {}, out, FRAME_SIZE_MAX_DEFAULT);
+            Ok(())
+        }
+
+        fn on_closed(&mut self, _peer: Token, _state: (), _why: &ConnError) {}
+
+        fn standing(&self, _peer: Token, _state: &()) -> Standing {
+            Standing::Client
+        }
+    }
+
+    struct Listening {
+        server: Server<()>,
+    }
+
+    impl Endpoint for Listening {
+        type Msg = ();
+
+        fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+            self.server.start(ctx).expect("listens");
+        }
+
+        fn on_message(&mut self, _msg: (), _ctx: &mut Ctx<'_, Self>) {}
+
+        fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+            self.server.on_readiness(token, event, &mut Clients, ctx);
+            self.server.flush(&mut Clients);
+        }
+    }
+
+    /// A server with these limits on a runtime of its own, and its address.
+    fn serve(handshakes_max: usize, clients_max: usize) -> (Runtime, std::net::SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let inbound = Inbound {
+            role: Role::Master,
+            accepted_roles: &[Role::Client],
+            secret: None,
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 1 << 20,
+        };
+        let limits = Limits {
+            connections_max: 16,
+            handshakes_max,
+            clients_max,
+            handshake_timeout: Duration::from_secs(30),
+            client_idle_timeout: Duration::from_secs(30),
+        };
+        let runtime = Runtime::new(RuntimeConfig {
+            threads: 1,
+            ..RuntimeConfig::default()
+        })
+        .expect("runtime");
+        let server = Server::new(listener, inbound, limits, "the test");
+        runtime
+            .handle()
+            .spawn("listening", Listening { server })
+            .expect("spawns");
+        (runtime, addr)
+    }
+
+    /// The frames a raw connection receives until `last` arrives (or the peer closes).
+    fn read_until(stream: &mut TcpStream, last: u16) -> Vec<Frame> {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut decoder = crate::wire::FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
+        let mut frames = Vec::new();
+        loop {
+            while let Some(frame) = decoder.next_frame().expect("well formed") {
+                let done = frame.kind() == last;
+                frames.push(frame);
+                if done {
+                    return frames;
+                }
+            }
+            let mut buffer = [0u8; 4096];
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => return frames,
+                Ok(read) => decoder.extend_from_slice(&buffer[..read]),
+            }
+        }
+    }
+
+    fn refusal(frames: &[Frame]) -> Option<String> {
+        frames.iter().find_map(|f| match f.message() {
+            Ok(Message::HandshakeRefused { reason }) => Some(reason.to_owned()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn the_oldest_handshake_goes_when_another_arrives_over_the_limit() {
+        let (mut runtime, addr) = serve(2, 16);
+        let mut streams: Vec<TcpStream> = Vec::new();
+        for _ in 0..3 {
+            let mut stream = TcpStream::connect(addr).expect("connects");
+            // Its Hello says the server holds it.
+            let hello = read_until(&mut stream, Kind::Hello as u16);
+            assert_eq!(hello.last().map(Frame::kind), Some(Kind::Hello as u16));
+            streams.push(stream);
+        }
+        let oldest = read_until(&mut streams[0], Kind::HandshakeRefused as u16);
+        let reason = refusal(&oldest).expect("the oldest is told");
+        assert!(reason.contains(TABLE_FULL), "{reason}");
+        assert!(reason.contains("handshakes_max"), "{reason}");
+        runtime.shutdown();
+    }
+
+    #[test]
+    fn the_oldest_client_goes_when_another_finishes_its_handshake_over_the_limit() {
+        let (mut runtime, addr) = serve(16, 1);
+        let timeout = Duration::from_secs(30);
+        let open = |client: &mut BlockingClient| {
+            // An answer: the server holds it as a client.
+            client.send(&Message::StatusRequest {}).expect("sends");
+            let ack = client.next_frame().expect("an ack");
+            assert_eq!(ack.kind(), Kind::HeartbeatAck as u16);
+        };
+        let mut first = BlockingClient::connect(addr, Role::Client, None, timeout).expect("first");
+        open(&mut first);
+        let mut second =
+            BlockingClient::connect(addr, Role::Client, None, timeout).expect("second");
+        open(&mut second);
+        let frame = first.next_frame().expect("told before the close");
+        let Ok(Message::HandshakeRefused { reason }) = frame.message() else {
+            panic!("not a refusal: kind {}", frame.kind());
+        };
+        assert!(reason.contains("clients_max"), "{reason}");
+        runtime.shutdown();
+    }
+}
