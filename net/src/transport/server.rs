@@ -94,6 +94,8 @@ struct Peer<S> {
     phase: Phase<S>,
     opened: Instant,
     last_heard: Instant,
+    /// On the dirty list (once, however often it is touched before the flush).
+    dirty: bool,
 }
 
 /// A listener and its peer table; `S` is the role's state for each peer.
@@ -179,9 +181,18 @@ impl<S> Server<S> {
     /// A peer's outbound buffer, to append frames to (marks it for the next [`Server::flush`]);
     /// `None` once it is closed.
     pub fn outbound(&mut self, peer: Token) -> Option<&mut BytesMut> {
+        self.mark_dirty(peer);
         let found = self.peers.get_mut(&peer)?;
-        self.dirty.push(peer);
         Some(found.conn.outbound())
+    }
+
+    fn mark_dirty(&mut self, token: Token) {
+        if let Some(peer) = self.peers.get_mut(&token) {
+            if !peer.dirty {
+                peer.dirty = true;
+                self.dirty.push(token);
+            }
+        }
     }
 
     /// Writes what the peers touched since the last flush have queued; closes those whose
@@ -190,6 +201,7 @@ impl<S> Server<S> {
         let mut failed = Vec::new();
         for token in std::mem::take(&mut self.dirty) {
             if let Some(peer) = self.peers.get_mut(&token) {
+                peer.dirty = false;
                 if let Err(error) = peer.conn.flush() {
                     failed.push((token, error));
                 }
@@ -277,9 +289,10 @@ impl<S> Server<S> {
                         phase,
                         opened: now,
                         last_heard: now,
+                        dirty: false,
                     };
                     self.peers.insert(token, peer);
-                    self.dirty.push(token);
+                    self.mark_dirty(token);
                 }
                 Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
             }
@@ -323,7 +336,7 @@ impl<S> Server<S> {
         }
         self.peers.insert(token, peer);
         match result {
-            Ok(()) => self.dirty.push(token),
+            Ok(()) => self.mark_dirty(token),
             Err(error) => self.close(token, &error, handler),
         }
     }
