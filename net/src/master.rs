@@ -1,8 +1,10 @@
 //! The standalone master role: listens for workers (`Role::Worker`), drivers registering
-//! applications (`Role::Driver`) and people's commands (`Role::Client`, `flint status`), feeds
-//! what they say to the engine's [`Master`] state machine on an event loop, and carries out what
-//! it decides as frames on the right connections. With a state directory it journals workers and
-//! applications (see [`crate::journal`]) and recovers them when it starts again.
+//! applications (`Role::Driver`) and people's commands (`Role::Client`, `flint status`) on a
+//! [`crate::transport::server`], feeds what they say to the sans-IO [`MasterCore`] (the
+//! protocol around the engine's [`Master`] state machine) on an event loop, and carries out
+//! what it decides: frames on the right connections, closes, journal records. With a state
+//! directory it journals workers and applications (see [`crate::journal`]) and recovers them
+//! when it starts again.
 //!
 //! Conventions on top of the message table (no new messages):
 //! - the master answers each `WorkerHeartbeat` with `HeartbeatAck`, so a worker notices a master

@@ -1,6 +1,8 @@
-//! The standalone worker role: connects to the master (reconnecting with backoff and registering
-//! again whenever the connection ends), heartbeats, and runs executors as child processes
-//! (Spark's `Worker` and `ExecutorRunner`).
+//! The standalone worker role: connects to the master on a [`crate::transport::client::Link`]
+//! (reconnecting with backoff and registering again whenever the connection ends), heartbeats,
+//! and runs executors as child processes (Spark's `Worker` and `ExecutorRunner`). What it says
+//! to the master is decided sans IO in `session.rs`; this file does the IO and supervises the
+//! children.
 //!
 //! Each executor runs in `WORK_DIR/APP_ID/EXECUTOR_ID/` with its stdout and stderr in files
 //! there and its pid in `pid`, in a process group of its own so that killing it (`KillExecutor`,
