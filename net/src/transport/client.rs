@@ -459,7 +459,141 @@ fn connect_failure(attempt: &mut Attempt, event: &Event) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
+    use flint_engine::runtime::{Runtime, RuntimeConfig};
+
     use super::*;
+    use crate::transport::encode;
+    use crate::wire::{FrameDecoder, Kind, Message, FRAME_SIZE_MAX_DEFAULT};
+
+    /// A role that registers (a `RegisterWorker`) each time its link opens.
+    struct Registering {
+        link: Link,
+    }
+
+    impl Endpoint for Registering {
+        type Msg = ();
+
+        fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+            self.link.start(ctx);
+        }
+
+        fn on_message(&mut self, _msg: (), _ctx: &mut Ctx<'_, Self>) {}
+
+        fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+            let Some(step) = self.link.read(token, event) else {
+                return;
+            };
+            if step.opened {
+                let register = Message::RegisterWorker {
+                    worker_id: "w1",
+                    host: "h",
+                    port: 0,
+                    cores: 1,
+                    memory_mb: 1,
+                };
+                if let Some(out) = self.link.outbound() {
+                    encode(&register, out, FRAME_SIZE_MAX_DEFAULT);
+                }
+                self.link.established();
+            }
+            self.link.settle(step.outcome(), ctx);
+        }
+
+        fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+            self.link.on_timer(timer, ctx);
+        }
+    }
+
+    /// Plays the master for one connection: accepts, handshakes, returns the first frame after
+    /// the handshake, and hangs up.
+    fn serve_once(listener: &std::net::TcpListener) -> Frame {
+        let mut stream = accept_within(listener, Duration::from_secs(30));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut out = BytesMut::new();
+        let nonce = crate::handshake::random_nonce().expect("nonce");
+        let mut handshake = Handshake::start(Role::Master, None, nonce, &[Role::Worker], &mut out);
+        stream.write_all(&out).expect("hello");
+        let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
+        let mut open = false;
+        loop {
+            while let Some(frame) = decoder.next_frame().expect("well formed") {
+                if open {
+                    return frame;
+                }
+                let mut out = BytesMut::new();
+                let step = handshake.on_frame(frame.kind(), frame.body(), &mut out);
+                stream.write_all(&out).expect("writes");
+                open = step.expect("the handshake succeeds").is_some();
+            }
+            let mut buffer = [0u8; 4096];
+            let read = stream
+                .read(&mut buffer)
+                .expect("the link sends within 30 s");
+            assert!(read > 0, "the link hung up first");
+            decoder.extend_from_slice(&buffer[..read]);
+        }
+    }
+
+    /// The next connection on a non-blocking listener, waiting at most `timeout`.
+    fn accept_within(listener: &std::net::TcpListener, timeout: Duration) -> std::net::TcpStream {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false).expect("blocking");
+                    return stream;
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "no connection within {timeout:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error) => panic!("accept failed: {error}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_link_registers_again_after_every_reconnection() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let link = Link::new(LinkConfig {
+            addr: listener.local_addr().expect("addr"),
+            role: Role::Worker,
+            peer_roles: &[Role::Master],
+            secret: None,
+            label: "test".into(),
+            peer_name: "the master",
+            connect_timeout: CONNECT_TIMEOUT,
+            reconnect_max: Duration::from_millis(100),
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 1 << 20,
+        });
+        let mut runtime = Runtime::new(RuntimeConfig {
+            threads: 1,
+            ..RuntimeConfig::default()
+        })
+        .expect("runtime");
+        runtime
+            .handle()
+            .spawn("registering", Registering { link })
+            .expect("spawns");
+        for connection in 0..3 {
+            let first = serve_once(&listener);
+            assert_eq!(
+                first.kind(),
+                Kind::RegisterWorker as u16,
+                "connection {connection} did not start with the registration"
+            );
+        }
+        runtime.shutdown();
+    }
 
     #[test]
     fn the_backoff_doubles_up_to_its_maximum_and_starts_over_when_established() {
