@@ -80,6 +80,11 @@ impl Connection {
         self.peer.or_else(|| self.stream.peer_addr().ok())
     }
 
+    /// Our address on this connection, when known.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.stream.local_addr().ok()
+    }
+
     /// The buffer to append outgoing frames to; [`Connection::flush`] sends them.
     pub fn outbound(&mut self) -> &mut BytesMut {
         &mut self.outbound
@@ -197,7 +202,8 @@ pub fn refuse(mut stream: TcpStream, reason: &str) {
     while matches!(io::Read::read(&mut stream, &mut sink), Ok(n) if n > 0) {}
 }
 
-/// How a listening role (driver, master, worker) opens the connections it accepts.
+/// How a role opens a connection: one it accepted (driver, master, worker), or one it made
+/// (the handshake is symmetric: [`crate::transport::client`] opens with it too).
 #[derive(Debug, Clone)]
 pub struct Inbound {
     /// Our role in the handshake.
@@ -213,7 +219,7 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// Registers an accepted stream on the endpoint's loop and starts the handshake (our `Hello`
+    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the handshake (our `Hello`
     /// is queued on the connection, to go out with its first flush).
     pub fn open<E: Endpoint>(
         &self,

@@ -42,6 +42,24 @@ pub struct Recovered {
     pub apps: Vec<RecoveredApp>,
 }
 
+/// One journal record, as the master's protocol core decides it ([`Journal::record`] writes
+/// it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A worker registered.
+    WorkerRegistered(WorkerSpec),
+    /// A worker is gone.
+    WorkerRemoved(String),
+    /// An application registered under this id.
+    AppRegistered(String, AppSpec),
+    /// An application's executor request.
+    ExecutorsRequested(String, u32),
+    /// An executor was placed: its application and id.
+    ExecutorAdded(String, String),
+    /// An application is over.
+    AppRemoved(String),
+}
+
 /// The open journal.
 #[derive(Debug)]
 pub struct Journal {
@@ -105,6 +123,18 @@ impl Journal {
             },
             recovered,
         ))
+    }
+
+    /// Appends a record (written with the next [`Journal::flush`]).
+    pub fn record(&mut self, record: &Record) {
+        match record {
+            Record::WorkerRegistered(spec) => self.worker_registered(spec),
+            Record::WorkerRemoved(worker) => self.worker_removed(worker),
+            Record::AppRegistered(app_id, spec) => self.app_registered(app_id, spec),
+            Record::ExecutorsRequested(app_id, total) => self.executors_requested(app_id, *total),
+            Record::ExecutorAdded(app_id, executor) => self.executor_added(app_id, executor),
+            Record::AppRemoved(app_id) => self.app_removed(app_id),
+        }
     }
 
     /// Records a worker's registration.

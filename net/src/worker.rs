@@ -1,6 +1,8 @@
-//! The standalone worker role: connects to the master (reconnecting with backoff and registering
-//! again whenever the connection ends), heartbeats, and runs executors as child processes
-//! (Spark's `Worker` and `ExecutorRunner`).
+//! The standalone worker role: connects to the master on a [`crate::transport::client::Link`]
+//! (reconnecting with backoff and registering again whenever the connection ends), heartbeats,
+//! and runs executors as child processes (Spark's `Worker` and `ExecutorRunner`). What it says
+//! to the master is decided sans IO in `session.rs`; this file does the IO and supervises the
+//! children.
 //!
 //! Each executor runs in `WORK_DIR/APP_ID/EXECUTOR_ID/` with its stdout and stderr in files
 //! there and its pid in `pid`, in a process group of its own so that killing it (`KillExecutor`,
@@ -16,27 +18,29 @@
 //! worker that started it dies, as it sees `FLINT_WORKER_PID` is no longer its parent). With a listen address, it answers
 //! `flint status` (`Role::Client`) about itself and its executors.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use flint_engine::runtime::{Ctx, Endpoint, EndpointRef, Runtime, RuntimeConfig, TimerId};
 use mio::event::Event;
-use mio::net::TcpStream;
-use mio::{Interest, Token};
+use mio::Token;
 
-use crate::conn::{accept_next, ConnError, Connection, Inbound};
+use crate::conn::{ConnError, Inbound};
+use crate::handshake::{Secret, SECRET_ENV};
+use crate::transport::client::{Link, LinkConfig, Silence, Step, CONNECT_TIMEOUT};
+use crate::transport::server::{Handler, Limits, Server, Standing};
+use crate::transport::{encode, send_retrying, Exit};
+use crate::wire::{self, ExecutorState, Frame, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
-/// How long one attempt to connect to the master and finish the handshake may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-use crate::driver::{encode, send_retrying};
-use crate::handshake::{random_nonce, Handshake, Secret, SECRET_ENV};
-use crate::standalone::REATTACH_MESSAGE;
-use crate::wire::{self, ExecutorState, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+mod session;
+
+use session::{FromMaster, Identity, Report, Session};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -110,32 +114,6 @@ pub enum WorkerError {
     Start(String),
 }
 
-#[derive(Default)]
-struct Exit {
-    reason: Mutex<Option<Result<(), WorkerError>>>,
-    set: Condvar,
-}
-
-impl Exit {
-    fn set(&self, reason: Result<(), WorkerError>) {
-        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(reason);
-            self.set.notify_all();
-        }
-    }
-
-    fn wait(&self) -> Result<(), WorkerError> {
-        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(reason) = slot.take() {
-                return reason;
-            }
-            slot = self.set.wait(slot).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-}
-
 /// Runs a worker until it must stop (its first registration refused). Executors it started
 /// are killed before it returns.
 pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
@@ -152,23 +130,9 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
         ))
     })?;
     let mut config = config;
-    let listener = match config.listen {
+    let status = match config.listen {
         None => None,
-        Some(addr) => {
-            if !addr.ip().is_loopback() && config.secret.is_none() {
-                return Err(WorkerError::Start(format!(
-                    "refusing to listen on non-loopback {addr} without a shared secret"
-                )));
-            }
-            let listener = mio::net::TcpListener::bind(addr)
-                .map_err(|e| WorkerError::Start(format!("cannot listen on {addr}: {e}")))?;
-            let bound = listener.local_addr().unwrap_or(addr);
-            if !bound.ip().is_unspecified() {
-                config.host = bound.ip().to_string();
-            }
-            config.port = bound.port();
-            Some(listener)
-        }
+        Some(addr) => Some(bind_status(addr, &mut config)?),
     };
     reap_stale_executors(&config.work_dir, &config.id);
     let mut runtime = Runtime::new(RuntimeConfig {
@@ -178,24 +142,29 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     })
     .map_err(|e| WorkerError::Start(format!("runtime: {e}")))?;
     let exit = Arc::new(Exit::default());
+    let link = Link::new(LinkConfig {
+        addr: config.master,
+        role: Role::Worker,
+        peer_roles: &[Role::Master],
+        secret: config.secret.clone(),
+        label: format!("worker {}", config.id),
+        peer_name: "the master",
+        connect_timeout: CONNECT_TIMEOUT,
+        reconnect_max: config.reconnect_max,
+        frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+        outbound_max: 64 << 20,
+    });
     let endpoint = WorkerEndpoint {
+        session: Session::new(config.reports_max),
         config,
-        link: None,
-        heartbeat_interval: Duration::from_secs(1),
-        registered_once: false,
-        backoff: Duration::from_millis(50),
-        failed_attempts: 0,
+        link,
         heartbeat: None,
-        reconnect: None,
-        connect_deadline: None,
         executors: HashMap::new(),
         finished_apps: HashSet::new(),
         kill_timers: HashMap::new(),
-        reports: VecDeque::new(),
         exit: exit.clone(),
-        listener,
-        listener_token: None,
-        clients: HashMap::new(),
+        status,
+        status_tick: None,
     };
     runtime
         .handle()
@@ -204,6 +173,23 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     let reason = exit.wait();
     runtime.shutdown();
     reason
+}
+
+/// Binds the status listener (`--listen`); the advertised host and port become the bound ones.
+fn bind_status(addr: SocketAddr, config: &mut WorkerConfig) -> Result<Server<()>, WorkerError> {
+    if !addr.ip().is_loopback() && config.secret.is_none() {
+        return Err(WorkerError::Start(format!(
+            "refusing to listen on non-loopback {addr} without a shared secret"
+        )));
+    }
+    let listener = mio::net::TcpListener::bind(addr)
+        .map_err(|e| WorkerError::Start(format!("cannot listen on {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    if !bound.ip().is_unspecified() {
+        config.host = bound.ip().to_string();
+    }
+    config.port = bound.port();
+    Ok(status_server(listener, config))
 }
 
 /// Kills executors a previous run of this worker left behind (it was killed and they kept
@@ -260,21 +246,6 @@ pub enum WorkerMsg {
     },
 }
 
-enum Phase {
-    Connecting(Box<Handshake>),
-    Handshake(Box<Handshake>),
-    Registering,
-    Registered,
-}
-
-struct Link {
-    conn: Connection,
-    token: Token,
-    phase: Phase,
-    /// When the master last sent anything (heartbeats are acked).
-    last_heard: Instant,
-}
-
 struct Running {
     pgid: u32,
     killing: bool,
@@ -282,55 +253,33 @@ struct Running {
     memory_mb: u64,
 }
 
-/// A `flint status` connection to the worker's listener.
-struct Client {
-    conn: Connection,
-    handshake: Option<Box<Handshake>>,
-    opened: Instant,
-    last_heard: Instant,
-}
-
 /// Time a status connection has to finish its handshake.
 const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A status connection silent this long is closed.
 const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Status connections held at once; the oldest goes when another arrives.
 const CLIENTS_MAX: usize = 64;
-
-struct Report {
-    app: String,
-    executor: String,
-    state: ExecutorState,
-    message: String,
-    exit_code: Option<i32>,
-}
 
 /// Heartbeat intervals without a word from the master after which the worker drops the
 /// connection and reconnects (15 s at the default 1 s interval): a master behind a cut link
 /// sends no reset, so silence is the only sign.
-const MASTER_SILENCE_HEARTBEATS: u32 = 15;
+const MASTER_SILENCE: Silence = Silence { intervals: 15 };
 
 struct WorkerEndpoint {
     config: WorkerConfig,
-    heartbeat_interval: Duration,
-    link: Option<Link>,
-    registered_once: bool,
-    backoff: Duration,
-    /// Connection attempts that failed since the last registration.
-    failed_attempts: u32,
+    /// The link to the master.
+    link: Link,
+    /// The protocol with the master, sans IO.
+    session: Session,
     heartbeat: Option<TimerId>,
-    reconnect: Option<TimerId>,
-    /// Fires when a connection attempt (connect and handshake) has taken too long.
-    connect_deadline: Option<TimerId>,
     executors: HashMap<(String, String), Running>,
     finished_apps: HashSet<String>,
     kill_timers: HashMap<TimerId, (String, String)>,
-    reports: VecDeque<Report>,
-    exit: Arc<Exit>,
-    listener: Option<mio::net::TcpListener>,
-    listener_token: Option<Token>,
-    clients: HashMap<Token, Client>,
+    exit: Arc<Exit<Result<(), WorkerError>>>,
+    /// `flint status` connections, with `--listen`.
+    status: Option<Server<()>>,
+    /// Expires status connections.
+    status_tick: Option<TimerId>,
 }
 
 /// The longest worker id.
@@ -353,20 +302,34 @@ fn safe_component(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// Appends the queued reports to the link's outbound buffer.
-fn drain_reports(reports: &mut VecDeque<Report>, link: &mut Link) {
-    for report in reports.drain(..) {
-        encode(
-            &Message::ExecutorStateChanged {
-                app_id: &report.app,
-                executor_id: &report.executor,
-                state: report.state,
-                message: &report.message,
-                exit_code: report.exit_code,
-            },
-            link.conn.outbound(),
-            FRAME_SIZE_MAX_DEFAULT,
-        );
+/// A thread that waits for an executor's exit and tells the endpoint; the process group's id,
+/// or why there is no such thread (the child is then killed).
+fn watch(
+    mut child: std::process::Child,
+    (app, executor): (String, String),
+    me: EndpointRef<WorkerEndpoint>,
+) -> Result<u32, String> {
+    let pgid = child.id();
+    let waiter = std::thread::Builder::new()
+        .name(format!("flint-wait-{executor}"))
+        .spawn(move || {
+            let (code, signal) = match child.wait() {
+                Ok(status) => (status.code(), status.signal()),
+                Err(_) => (None, None),
+            };
+            send_retrying(&me, || WorkerMsg::Exited {
+                app: app.clone(),
+                executor: executor.clone(),
+                code,
+                signal,
+            });
+        });
+    match waiter {
+        Ok(_) => Ok(pgid),
+        Err(error) => {
+            signal_group(pgid, "-KILL");
+            Err(format!("no thread to watch the executor: {error}"))
+        }
     }
 }
 
@@ -383,310 +346,158 @@ fn signal_group(pgid: u32, signal: &str) {
 }
 
 impl WorkerEndpoint {
-    fn connect(&mut self, ctx: &mut Ctx<'_, Self>) {
-        self.reconnect = None;
-        let stream = match TcpStream::connect(self.config.master) {
-            Ok(stream) => stream,
-            Err(error) => {
-                return self.schedule_reconnect(Some(&format!("connect failed: {error}")), ctx);
-            }
+    /// A readiness event on the master link, if it is the link's.
+    fn on_link_event(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) -> bool {
+        let Some(step) = self.link.read(token, event) else {
+            return false;
         };
-        let mut conn = Connection::new(stream, FRAME_SIZE_MAX_DEFAULT, 64 << 20);
-        let token = match ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE) {
-            Ok(token) => token,
-            Err(error) => {
-                let why = format!("cannot watch the master connection: {error}");
-                return self.schedule_reconnect(Some(&why), ctx);
-            }
-        };
-        let nonce = match random_nonce() {
-            Ok(nonce) => nonce,
-            Err(error) => {
-                self.exit
-                    .set(Err(WorkerError::Start(format!("no random nonce: {error}"))));
-                return ctx.stop();
-            }
-        };
-        let handshake = Handshake::start(
-            Role::Worker,
-            self.config.secret.clone(),
-            nonce,
-            &[Role::Master],
-            conn.outbound(),
-        );
-        self.link = Some(Link {
-            conn,
-            token,
-            phase: Phase::Connecting(Box::new(handshake)),
-            last_heard: Instant::now(),
-        });
-        // A SYN into a cut link is retried for minutes; give up sooner and start again.
-        if let Some(old) = self.connect_deadline.take() {
-            ctx.cancel_timer(old);
+        let outcome = self.on_step(step, ctx);
+        if self.exit.is_set() {
+            ctx.stop();
+            return true;
         }
-        self.connect_deadline = ctx.timer_once(CONNECT_TIMEOUT).ok();
+        self.link.settle(outcome, ctx);
+        true
     }
 
-    /// Arms the next connection attempt after the backoff; `failed` is why the last attempt
-    /// failed (logged at info with the backoff: a worker that cannot reach its master says so).
-    fn schedule_reconnect(&mut self, failed: Option<&str>, ctx: &mut Ctx<'_, Self>) {
-        if self.reconnect.is_some() {
-            return;
+    /// The registration after a handshake, the master's frames, then the reports.
+    fn on_step(&mut self, step: Step, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
+        if step.opened {
+            self.register();
         }
-        if let Some(why) = failed {
-            self.failed_attempts += 1;
-            tracing::info!(
-                "worker {}: cannot reach the master at {} (attempt {}): {why}; retrying in {} ms",
-                self.config.id,
-                self.config.master,
-                self.failed_attempts,
-                self.backoff.as_millis()
-            );
+        for frame in &step.frames {
+            self.on_frame(frame, ctx)?;
         }
-        self.reconnect = ctx.timer_once(self.backoff).ok();
-        self.backoff = (self.backoff * 2).min(self.config.reconnect_max);
+        if let Some(ended) = &step.ended {
+            if self.session.handshake_failure_stops(ended.refused) {
+                // A wrong secret or protocol version does not fix itself: stop.
+                self.stop(WorkerError::Refused(ended.why.clone()));
+            }
+        }
+        self.send_reports();
+        step.outcome()
     }
 
-    fn disconnect(&mut self, why: &str, ctx: &mut Ctx<'_, Self>) {
-        let mut failed = Some(why);
-        if let Some(mut link) = self.link.take() {
-            if matches!(link.phase, Phase::Registered) {
-                tracing::warn!(
-                    "worker {}: lost the master ({why}); reconnecting",
-                    self.config.id
-                );
-                failed = None;
-            }
-            let _ = ctx.deregister(link.conn.stream_mut(), link.token);
-        }
-        if let Some(timer) = self.heartbeat.take() {
-            ctx.cancel_timer(timer);
-        }
-        self.schedule_reconnect(failed, ctx);
+    fn stop(&mut self, why: WorkerError) {
+        tracing::warn!("worker {}: {why}", self.config.id);
+        self.kill_all();
+        self.exit.set(Err(why));
     }
 
-    fn on_link_event(&mut self, event: &Event, ctx: &mut Ctx<'_, Self>) {
-        let Some(mut link) = self.link.take() else {
-            return;
-        };
-        if let Phase::Connecting(_) = link.phase {
-            if event.is_error() || event.is_read_closed() || event.is_write_closed() {
-                self.link = Some(link);
-                return self.disconnect("connection refused or failed", ctx);
-            }
-            if !event.is_writable() {
-                self.link = Some(link);
-                return;
-            }
-            match link.conn.stream_mut().peer_addr() {
-                Ok(_) => {
-                    if let Phase::Connecting(handshake) =
-                        std::mem::replace(&mut link.phase, Phase::Registering)
-                    {
-                        link.phase = Phase::Handshake(handshake);
-                    }
-                }
-                Err(error) => {
-                    self.link = Some(link);
-                    return self.disconnect(&format!("connect failed: {error}"), ctx);
-                }
-            }
-        }
-        let mut frames = Vec::new();
-        let read = if event.is_readable() || event.is_read_closed() || event.is_error() {
-            link.last_heard = Instant::now();
-            link.conn.read_frames(|_, frame| {
-                frames.push(frame);
-                Ok(())
-            })
-        } else {
-            Ok(())
-        };
-        for frame in frames {
-            if let Err(why) = self.on_frame(&mut link, frame, ctx) {
-                let _ = link.conn.flush();
-                self.link = Some(link);
-                return self.disconnect(&why, ctx);
-            }
-            if self.exit_requested() {
-                return ctx.stop();
-            }
-        }
-        if matches!(link.phase, Phase::Registered) {
-            drain_reports(&mut self.reports, &mut link);
-        }
-        let flushed = link.conn.flush();
-        self.link = Some(link);
-        if let Err(error) = read.and(flushed) {
-            let why = match error {
-                ConnError::Closed => "the master closed the connection".to_owned(),
-                other => other.to_string(),
-            };
-            self.disconnect(&why, ctx);
-        }
-    }
-
-    fn exit_requested(&self) -> bool {
-        self.exit
-            .reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-    }
-
-    fn on_frame(
-        &mut self,
-        link: &mut Link,
-        frame: wire::Frame,
-        ctx: &mut Ctx<'_, Self>,
-    ) -> Result<(), String> {
-        if let Phase::Handshake(handshake) = &mut link.phase {
-            return match handshake.on_frame(frame.kind(), frame.body(), link.conn.outbound()) {
-                Ok(None) => Ok(()),
-                Ok(Some(_)) => {
-                    self.register(link);
-                    link.phase = Phase::Registering;
-                    Ok(())
-                }
-                Err(error) => {
-                    let why = format!("handshake with the master failed: {error}");
-                    let table_full = error.to_string().contains(crate::conn::TABLE_FULL);
-                    if !self.registered_once && !table_full {
-                        // A wrong secret or protocol version does not fix itself: stop.
-                        tracing::warn!("worker {}: {why}", self.config.id);
-                        self.kill_all();
-                        self.exit.set(Err(WorkerError::Refused(why.clone())));
-                    }
-                    Err(why)
-                }
-            };
-        }
+    fn on_frame(&mut self, frame: &Frame, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
         let message = frame
             .message()
             .map_err(|e| format!("malformed frame from the master: {e}"))?;
-        match message {
-            Message::RegisteredWorker {
-                heartbeat_interval_ms,
-            } => {
-                let interval =
-                    Duration::from_millis(u64::from(heartbeat_interval_ms.clamp(10, 60_000)));
-                self.heartbeat_interval = interval;
-                if let Some(timer) = self.heartbeat.take() {
-                    ctx.cancel_timer(timer);
-                }
-                self.heartbeat = ctx.timer_periodic(interval).ok();
-                link.phase = Phase::Registered;
-                self.registered_once = true;
-                self.backoff = Duration::from_millis(50);
-                self.failed_attempts = 0;
-                tracing::info!(
-                    "worker {}: registered with the master at {}",
-                    self.config.id,
-                    self.config.master
-                );
-                Ok(())
-            }
-            Message::RegisterWorkerFailed { reason } => {
-                tracing::warn!("worker {}: registration refused: {reason}", self.config.id);
-                if !self.registered_once {
-                    self.kill_all();
-                    self.exit.set(Err(WorkerError::Refused(reason.to_owned())));
-                }
-                Err(format!("registration refused: {reason}"))
-            }
-            Message::LaunchExecutor {
+        match self.session.on_message(message) {
+            FromMaster::Registered(interval) => self.registered(interval, ctx),
+            FromMaster::Launch {
                 app_id,
                 executor_id,
                 app,
                 cores,
                 memory_mb,
-            } => {
-                self.launch(app_id, executor_id, &app, cores, memory_mb, ctx);
-                Ok(())
-            }
-            Message::KillExecutor {
+            } => self.launch(app_id, executor_id, &app, cores, memory_mb, ctx),
+            FromMaster::Kill {
                 app_id,
                 executor_id,
-            } => {
-                self.kill(app_id, executor_id, ctx);
-                Ok(())
-            }
-            Message::ApplicationFinished { app_id } => {
-                let ids: Vec<(String, String)> = self
-                    .executors
-                    .keys()
-                    .filter(|(app, _)| app == app_id)
-                    .cloned()
-                    .collect();
-                for (app, executor) in ids {
-                    self.kill(&app, &executor, ctx);
+            } => self.kill(app_id, executor_id, ctx),
+            FromMaster::AppFinished(app_id) => self.app_finished(app_id, ctx),
+            FromMaster::Nothing => {}
+            FromMaster::End { why, stop } => {
+                if stop {
+                    self.stop(WorkerError::Refused(why.clone()));
                 }
-                if safe_component(app_id) {
-                    self.finished_apps.insert(app_id.to_owned());
-                    self.clean_up(app_id);
-                }
-                Ok(())
+                return Err(why);
             }
-            Message::HeartbeatAck {} => Ok(()),
-            Message::Shutdown {} => Err("the master shut down".into()),
-            Message::HandshakeRefused { reason } => {
-                Err(format!("the master refused the connection: {reason}"))
-            }
-            other => Err(format!(
-                "unexpected {} from the master",
-                other.kind().name()
-            )),
+        }
+        Ok(())
+    }
+
+    fn registered(&mut self, interval: Duration, ctx: &mut Ctx<'_, Self>) {
+        if let Some(timer) = self.heartbeat.take() {
+            ctx.cancel_timer(timer);
+        }
+        self.heartbeat = ctx.timer_periodic(interval).ok();
+        self.link.established();
+        tracing::info!(
+            "worker {}: registered with the master at {}",
+            self.config.id,
+            self.config.master
+        );
+    }
+
+    fn app_finished(&mut self, app_id: &str, ctx: &mut Ctx<'_, Self>) {
+        let ids: Vec<(String, String)> = self
+            .executors
+            .keys()
+            .filter(|(app, _)| app == app_id)
+            .cloned()
+            .collect();
+        for (app, executor) in ids {
+            self.kill(&app, &executor, ctx);
+        }
+        if safe_component(app_id) {
+            self.finished_apps.insert(app_id.to_owned());
+            self.clean_up(app_id);
         }
     }
 
     /// Appends the registration, the executors still running and the reports kept while away.
-    fn register(&mut self, link: &mut Link) {
+    fn register(&mut self) {
         let host = if self.config.host.is_empty() {
-            link.conn
-                .stream_mut()
+            self.link
                 .local_addr()
-                .map_or_else(|_| "127.0.0.1".to_owned(), |a| a.ip().to_string())
+                .map_or_else(|| "127.0.0.1".to_owned(), |a| a.ip().to_string())
         } else {
             self.config.host.clone()
         };
-        let out = link.conn.outbound();
-        encode(
-            &Message::RegisterWorker {
-                worker_id: &self.config.id,
-                host: &host,
-                port: self.config.port,
-                cores: self.config.cores,
-                memory_mb: self.config.memory_mb,
-            },
-            out,
-            FRAME_SIZE_MAX_DEFAULT,
-        );
-        for (app, executor) in self.executors.keys() {
-            encode(
-                &Message::ExecutorStateChanged {
-                    app_id: app,
-                    executor_id: executor,
-                    state: ExecutorState::Running,
-                    message: REATTACH_MESSAGE,
-                    exit_code: None,
-                },
-                out,
-                FRAME_SIZE_MAX_DEFAULT,
-            );
+        let me = Identity {
+            id: &self.config.id,
+            host: &host,
+            port: self.config.port,
+            cores: self.config.cores,
+            memory_mb: self.config.memory_mb,
+        };
+        let Some(out) = self.link.outbound() else {
+            return;
+        };
+        let running = self.executors.keys().map(|(a, e)| (a.as_str(), e.as_str()));
+        self.session.registration(&me, running, out);
+    }
+
+    /// Appends the queued reports while registered.
+    fn send_reports(&mut self) {
+        if self.link.is_established() {
+            if let Some(out) = self.link.outbound() {
+                self.session.drain_reports(out);
+            }
         }
-        // Running executors were just announced; only how the others ended is news.
-        self.reports
-            .retain(|r| !matches!(r.state, ExecutorState::Launching | ExecutorState::Running));
-        drain_reports(&mut self.reports, link);
+    }
+
+    /// A heartbeat, unless the master has been silent too long (then the link is dropped).
+    fn on_heartbeat(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if !self.link.is_established() {
+            if let Some(timer) = self.heartbeat.take() {
+                ctx.cancel_timer(timer);
+            }
+            return;
+        }
+        let interval = self.session.heartbeat_interval();
+        if MASTER_SILENCE.exceeded(interval, self.link.silent_for(Instant::now())) {
+            let limit = MASTER_SILENCE.limit(interval);
+            let why = format!("no answer from the master for {} ms", limit.as_millis());
+            return self.link.drop_connection(&why, ctx);
+        }
+        if let Some(out) = self.link.outbound() {
+            self.session.heartbeat(&self.config.id, out);
+        }
+        self.flush(ctx);
     }
 
     /// Queues a state report; it goes out with the next flush while registered, or after the
     /// next registration.
     fn report(&mut self, report: Report) {
-        if self.reports.len() >= self.config.reports_max {
-            self.reports.pop_front();
-        }
-        self.reports.push_back(report);
+        self.session.report(report);
     }
 
     fn launch(
@@ -699,17 +510,7 @@ impl WorkerEndpoint {
         ctx: &mut Ctx<'_, Self>,
     ) {
         let fail = |this: &mut Self, message: String| {
-            tracing::warn!(
-                "worker {}: executor {app_id}/{executor_id} not started: {message}",
-                this.config.id
-            );
-            this.report(Report {
-                app: app_id.to_owned(),
-                executor: executor_id.to_owned(),
-                state: ExecutorState::Failed,
-                message,
-                exit_code: None,
-            });
+            this.launch_failed(app_id, executor_id, message);
         };
         if !safe_component(app_id) || !safe_component(executor_id) {
             return fail(
@@ -735,106 +536,13 @@ impl WorkerEndpoint {
             exit_code: None,
         });
         let dir = self.config.work_dir.join(app_id).join(executor_id);
-        let spawned = (|| -> Result<std::process::Child, String> {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            let stdout = std::fs::File::create(dir.join("stdout"))
-                .map_err(|e| format!("cannot create stdout: {e}"))?;
-            let stderr = std::fs::File::create(dir.join("stderr"))
-                .map_err(|e| format!("cannot create stderr: {e}"))?;
-            let mut command = if app.command.is_empty() {
-                if !app.args.is_empty() {
-                    return Err(
-                        "arguments for the default executor (flint executor) are not accepted"
-                            .into(),
-                    );
-                }
-                let mut command = Command::new(&self.config.executor_program);
-                command.args([
-                    "executor",
-                    "--driver",
-                    app.driver_addr,
-                    "--id",
-                    executor_id,
-                    "--cores",
-                    &cores.max(1).to_string(),
-                ]);
-                command
-            } else if self.command_allowed(app.command) {
-                Command::new(app.command)
-            } else {
-                return Err(format!(
-                    "command {:?} is not allowed on this worker: it runs `flint executor` and \
-                     the programs given with --allow-command",
-                    app.command
-                ));
-            };
-            command
-                .args(app.args.iter())
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .stdout(stdout)
-                .stderr(stderr)
-                .envs(
-                    app.env
-                        .iter()
-                        .filter(|kv| kv.key != SECRET_ENV)
-                        .map(|kv| (kv.key, kv.value)),
-                )
-                .env("FLINT_DRIVER_ADDR", app.driver_addr)
-                .env("FLINT_APP_ID", app_id)
-                .env("FLINT_EXECUTOR_ID", executor_id)
-                .env("FLINT_WORKER_ID", &self.config.id)
-                .env("FLINT_WORKER_PID", std::process::id().to_string())
-                .env("FLINT_EXECUTOR_CORES", cores.to_string())
-                .env("FLINT_EXECUTOR_MEMORY_MB", memory_mb.to_string())
-                .process_group(0);
-            // The worker hands its own secret (the cluster's) to its executors: it never
-            // travels in the application's description, which the master journals.
-            match &self.config.secret {
-                Some(secret) => {
-                    use std::os::unix::ffi::OsStrExt;
-                    command.env(
-                        SECRET_ENV,
-                        std::ffi::OsStr::from_bytes(secret.expose_bytes()),
-                    );
-                }
-                None => {
-                    command.env_remove(SECRET_ENV);
-                }
-            }
-            let child = command
-                .spawn()
-                .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
-            let _ = std::fs::write(dir.join("pid"), format!("{}\n", child.id()));
-            Ok(child)
-        })();
-        let mut child = match spawned {
-            Ok(child) => child,
+        let spawned = self
+            .spawn_executor(&dir, app_id, executor_id, app, cores, memory_mb)
+            .and_then(|child| watch(child, key.clone(), ctx.myself()));
+        let pgid = match spawned {
+            Ok(pgid) => pgid,
             Err(message) => return fail(self, message),
         };
-        let pgid = child.id();
-        let me: EndpointRef<Self> = ctx.myself();
-        let (app, executor) = key.clone();
-        let waiter = std::thread::Builder::new()
-            .name(format!("flint-wait-{executor}"))
-            .spawn(move || {
-                let status = child.wait();
-                let (code, signal) = match status {
-                    Ok(status) => (status.code(), status.signal()),
-                    Err(_) => (None, None),
-                };
-                send_retrying(&me, || WorkerMsg::Exited {
-                    app: app.clone(),
-                    executor: executor.clone(),
-                    code,
-                    signal,
-                });
-            });
-        if let Err(error) = waiter {
-            signal_group(pgid, "-KILL");
-            return fail(self, format!("no thread to watch the executor: {error}"));
-        }
         tracing::info!(
             "worker {}: started executor {app_id}/{executor_id} (pid {pgid}) in {}",
             self.config.id,
@@ -856,6 +564,115 @@ impl WorkerEndpoint {
             message: format!("pid {pgid}"),
             exit_code: None,
         });
+    }
+
+    /// An executor that could not start: logged, and reported failed with the reason.
+    fn launch_failed(&mut self, app_id: &str, executor_id: &str, message: String) {
+        tracing::warn!(
+            "worker {}: executor {app_id}/{executor_id} not started: {message}",
+            self.config.id
+        );
+        self.report(Report {
+            app: app_id.to_owned(),
+            executor: executor_id.to_owned(),
+            state: ExecutorState::Failed,
+            message,
+            exit_code: None,
+        });
+    }
+
+    /// Starts an executor's process in `dir` (its stdout, stderr and pid files there).
+    fn spawn_executor(
+        &self,
+        dir: &Path,
+        app_id: &str,
+        executor_id: &str,
+        app: &wire::AppDescription<'_>,
+        cores: u32,
+        memory_mb: u64,
+    ) -> Result<std::process::Child, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let stdout = std::fs::File::create(dir.join("stdout"))
+            .map_err(|e| format!("cannot create stdout: {e}"))?;
+        let stderr = std::fs::File::create(dir.join("stderr"))
+            .map_err(|e| format!("cannot create stderr: {e}"))?;
+        let mut command = self.executor_command(app, executor_id, cores)?;
+        command
+            .args(app.args.iter())
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .envs(
+                app.env
+                    .iter()
+                    .filter(|kv| kv.key != SECRET_ENV)
+                    .map(|kv| (kv.key, kv.value)),
+            )
+            .env("FLINT_DRIVER_ADDR", app.driver_addr)
+            .env("FLINT_APP_ID", app_id)
+            .env("FLINT_EXECUTOR_ID", executor_id)
+            .env("FLINT_WORKER_ID", &self.config.id)
+            .env("FLINT_WORKER_PID", std::process::id().to_string())
+            .env("FLINT_EXECUTOR_CORES", cores.to_string())
+            .env("FLINT_EXECUTOR_MEMORY_MB", memory_mb.to_string())
+            .process_group(0);
+        // The worker hands its own secret (the cluster's) to its executors: it never travels
+        // in the application's description, which the master journals.
+        match &self.config.secret {
+            Some(secret) => {
+                use std::os::unix::ffi::OsStrExt;
+                command.env(
+                    SECRET_ENV,
+                    std::ffi::OsStr::from_bytes(secret.expose_bytes()),
+                );
+            }
+            None => {
+                command.env_remove(SECRET_ENV);
+            }
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
+        let _ = std::fs::write(dir.join("pid"), format!("{}\n", child.id()));
+        Ok(child)
+    }
+
+    /// The program an application's executor runs: `flint executor` (no extra arguments), or
+    /// one of the allowed commands.
+    fn executor_command(
+        &self,
+        app: &wire::AppDescription<'_>,
+        executor_id: &str,
+        cores: u32,
+    ) -> Result<Command, String> {
+        if !app.command.is_empty() {
+            if self.command_allowed(app.command) {
+                return Ok(Command::new(app.command));
+            }
+            return Err(format!(
+                "command {:?} is not allowed on this worker: it runs `flint executor` and \
+                 the programs given with --allow-command",
+                app.command
+            ));
+        }
+        if !app.args.is_empty() {
+            return Err(
+                "arguments for the default executor (flint executor) are not accepted".into(),
+            );
+        }
+        let mut command = Command::new(&self.config.executor_program);
+        command.args([
+            "executor",
+            "--driver",
+            app.driver_addr,
+            "--id",
+            executor_id,
+            "--cores",
+            &cores.max(1).to_string(),
+        ]);
+        Ok(command)
     }
 
     /// Whether an application may run `command` here: it is one of the allowed programs, as
@@ -938,125 +755,101 @@ impl WorkerEndpoint {
         }
     }
 
-    fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let inbound = Inbound {
-            role: Role::Worker,
-            accepted_roles: &[Role::Client],
-            secret: self.config.secret.clone(),
-            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
-            outbound_max: 16 << 20,
-        };
-        loop {
-            let Some(listener) = self.listener.as_ref() else {
-                return;
-            };
-            let Some((stream, _)) = accept_next(listener) else {
-                return;
-            };
-            if self.clients.len() >= CLIENTS_MAX {
-                let oldest = self
-                    .clients
-                    .iter()
-                    .min_by_key(|(_, c)| c.opened)
-                    .map(|(t, _)| *t);
-                if let Some(token) = oldest {
-                    self.drop_client(token, ctx);
-                }
-            }
-            let Ok((token, mut conn, handshake)) = inbound.open(stream, ctx) else {
-                continue;
-            };
-            let _ = conn.flush();
-            self.clients.insert(
-                token,
-                Client {
-                    conn,
-                    handshake: Some(Box::new(handshake)),
-                    opened: Instant::now(),
-                    last_heard: Instant::now(),
-                },
-            );
-        }
+    /// A readiness event for the status server.
+    fn on_status_event(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+        self.with_status(|server, peers| {
+            server.on_readiness(token, event, peers, ctx);
+            server.flush(peers);
+        });
     }
 
-    /// Closes status connections that did not finish the handshake in time or went silent.
-    fn expire_clients(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let expired: Vec<Token> = self
-            .clients
-            .iter()
-            .filter(|(_, c)| {
-                (c.handshake.is_some() && c.opened.elapsed() > CLIENT_HANDSHAKE_TIMEOUT)
-                    || c.last_heard.elapsed() > CLIENT_IDLE_TIMEOUT
-            })
-            .map(|(t, _)| *t)
-            .collect();
-        for token in expired {
-            self.drop_client(token, ctx);
-        }
-    }
-
-    fn drop_client(&mut self, token: Token, ctx: &mut Ctx<'_, Self>) {
-        if let Some(mut client) = self.clients.remove(&token) {
-            let _ = client.conn.flush();
-            let _ = ctx.deregister(client.conn.stream_mut(), token);
-        }
-    }
-
-    /// A status client: handshake, then `StatusRequest`s answered with this worker and its
-    /// executors.
-    fn on_client_event(&mut self, token: Token, ctx: &mut Ctx<'_, Self>) {
-        let Some(mut client) = self.clients.remove(&token) else {
+    /// Calls `f` with the status server (with `--listen`) and what it answers from.
+    fn with_status(&mut self, f: impl FnOnce(&mut Server<()>, &mut StatusPeers<'_>)) {
+        let Some(server) = self.status.as_mut() else {
             return;
         };
-        client.last_heard = Instant::now();
-        let mut frames = Vec::new();
-        let mut result = client.conn.read_frames(|_, frame| {
-            frames.push(frame);
-            Ok(())
-        });
-        for frame in frames {
-            if result.is_err() {
-                break;
+        let mut peers = StatusPeers {
+            config: &self.config,
+            executors: &self.executors,
+            registered: self.link.is_established(),
+        };
+        f(server, &mut peers);
+    }
+
+    fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.send_reports();
+        self.link.flush(ctx);
+    }
+}
+
+/// The worker's status listener: at most [`CLIENTS_MAX`] `flint status` connections, the
+/// oldest going when another arrives.
+fn status_server(listener: mio::net::TcpListener, config: &WorkerConfig) -> Server<()> {
+    let inbound = Inbound {
+        role: Role::Worker,
+        accepted_roles: &[Role::Client],
+        secret: config.secret.clone(),
+        frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+        outbound_max: 16 << 20,
+    };
+    let limits = Limits {
+        connections_max: CLIENTS_MAX,
+        handshakes_max: CLIENTS_MAX,
+        clients_max: CLIENTS_MAX,
+        handshake_timeout: CLIENT_HANDSHAKE_TIMEOUT,
+        client_idle_timeout: CLIENT_IDLE_TIMEOUT,
+    };
+    Server::new(listener, inbound, limits, "the worker")
+}
+
+/// What a status connection is answered from: this worker and its executors.
+struct StatusPeers<'a> {
+    config: &'a WorkerConfig,
+    executors: &'a HashMap<(String, String), Running>,
+    registered: bool,
+}
+
+impl Handler<()> for StatusPeers<'_> {
+    fn on_open(&mut self, _peer: Token, _role: Role) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn on_frame(
+        &mut self,
+        _peer: Token,
+        _state: &mut (),
+        frame: Frame,
+        out: &mut BytesMut,
+    ) -> Result<(), ConnError> {
+        match frame.message()? {
+            Message::StatusRequest {} => {
+                self.status(out);
+                Ok(())
             }
-            if let Some(handshake) = client.handshake.as_mut() {
-                match handshake.on_frame(frame.kind(), frame.body(), client.conn.outbound()) {
-                    Ok(None) => {}
-                    Ok(Some(_)) => client.handshake = None,
-                    Err(error) => result = Err(ConnError::Protocol(error.to_string())),
-                }
-                continue;
-            }
-            match frame.message() {
-                Ok(Message::StatusRequest {}) => self.status(&mut client.conn),
-                Ok(Message::Shutdown {}) => result = Err(ConnError::Closed),
-                Ok(other) => {
-                    result = Err(ConnError::Protocol(format!(
-                        "unexpected {}",
-                        other.kind().name()
-                    )))
-                }
-                Err(error) => result = Err(error.into()),
-            }
-        }
-        let result = result.and_then(|()| client.conn.flush());
-        self.clients.insert(token, client);
-        if result.is_err() {
-            self.drop_client(token, ctx);
+            Message::Shutdown {} => Err(ConnError::Closed),
+            other => Err(ConnError::Protocol(format!(
+                "unexpected {}",
+                other.kind().name()
+            ))),
         }
     }
 
-    fn status(&self, conn: &mut Connection) {
+    fn on_closed(&mut self, _peer: Token, _state: (), _why: &ConnError) {}
+
+    fn standing(&self, _peer: Token, _state: &()) -> Standing {
+        Standing::Client
+    }
+}
+
+impl StatusPeers<'_> {
+    fn status(&self, out: &mut BytesMut) {
         let cores_used: u32 = self.executors.values().map(|r| r.cores).sum();
         let memory_used_mb: u64 = self.executors.values().map(|r| r.memory_mb).sum();
-        let registered = self
-            .link
-            .as_ref()
-            .is_some_and(|l| matches!(l.phase, Phase::Registered));
         let workers = [wire::WorkerStatus {
             worker_id: &self.config.id,
             host: &self.config.host,
             port: self.config.port,
-            state: if registered {
+            state: if self.registered {
                 wire::WorkerState::Alive
             } else {
                 wire::WorkerState::Unknown
@@ -1077,30 +870,12 @@ impl WorkerEndpoint {
                 state: ExecutorState::Running,
             })
             .collect();
-        encode(
-            &Message::StatusResponse {
-                workers: wire::List::from_items(&workers),
-                applications: wire::List::empty(),
-                executors: wire::List::from_items(&executors),
-            },
-            conn.outbound(),
-            FRAME_SIZE_MAX_DEFAULT,
-        );
-    }
-
-    fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let Some(link) = self.link.as_mut() else {
-            return;
+        let response = Message::StatusResponse {
+            workers: wire::List::from_items(&workers),
+            applications: wire::List::empty(),
+            executors: wire::List::from_items(&executors),
         };
-        if matches!(link.phase, Phase::Connecting(_)) {
-            return;
-        }
-        if matches!(link.phase, Phase::Registered) {
-            drain_reports(&mut self.reports, link);
-        }
-        if let Err(error) = link.conn.flush() {
-            self.disconnect(&error.to_string(), ctx);
-        }
+        encode(&response, out, FRAME_SIZE_MAX_DEFAULT);
     }
 }
 
@@ -1108,13 +883,13 @@ impl Endpoint for WorkerEndpoint {
     type Msg = WorkerMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        if let Some(listener) = self.listener.as_mut() {
-            match ctx.register(listener, Interest::READABLE) {
-                Ok(token) => self.listener_token = Some(token),
-                Err(error) => tracing::error!("cannot watch the listener: {error}"),
+        if let Some(server) = self.status.as_mut() {
+            if let Err(error) = server.start(ctx) {
+                tracing::error!("{error}");
             }
+            self.status_tick = ctx.timer_periodic(Duration::from_secs(1)).ok();
         }
-        self.connect(ctx);
+        self.link.start(ctx);
     }
 
     fn on_message(&mut self, msg: WorkerMsg, ctx: &mut Ctx<'_, Self>) {
@@ -1130,59 +905,20 @@ impl Endpoint for WorkerEndpoint {
     }
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
-        if self.link.as_ref().is_some_and(|l| l.token == token) {
-            self.on_link_event(event, ctx);
-        } else if Some(token) == self.listener_token {
-            self.accept(ctx);
-        } else {
-            self.on_client_event(token, ctx);
+        if !self.on_link_event(token, event, ctx) {
+            self.on_status_event(token, event, ctx);
         }
     }
 
     fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
-        if Some(timer) == self.connect_deadline {
-            self.connect_deadline = None;
-            let stuck = self
-                .link
-                .as_ref()
-                .is_some_and(|link| !matches!(link.phase, Phase::Registered));
-            if stuck {
-                let why = format!(
-                    "no connection to the master within {} ms",
-                    CONNECT_TIMEOUT.as_millis()
-                );
-                self.disconnect(&why, ctx);
-            }
-            return;
-        }
-        if Some(timer) == self.reconnect {
-            self.reconnect = None;
-            if self.link.is_none() {
-                self.connect(ctx);
-            }
+        if self.link.on_timer(timer, ctx) {
             return;
         }
         if Some(timer) == self.heartbeat {
-            self.expire_clients(ctx);
-            let silence = self.heartbeat_interval * MASTER_SILENCE_HEARTBEATS;
-            if self
-                .link
-                .as_ref()
-                .is_some_and(|link| link.last_heard.elapsed() > silence)
-            {
-                let why = format!("no answer from the master for {} ms", silence.as_millis());
-                return self.disconnect(&why, ctx);
-            }
-            if let Some(link) = self.link.as_mut() {
-                encode(
-                    &Message::WorkerHeartbeat {
-                        worker_id: &self.config.id,
-                    },
-                    link.conn.outbound(),
-                    FRAME_SIZE_MAX_DEFAULT,
-                );
-            }
-            return self.flush(ctx);
+            return self.on_heartbeat(ctx);
+        }
+        if Some(timer) == self.status_tick {
+            return self.with_status(|server, peers| server.expire(Instant::now(), peers));
         }
         if let Some((app, executor)) = self.kill_timers.remove(&timer) {
             if let Some(running) = self.executors.get(&(app, executor)) {

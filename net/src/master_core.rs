@@ -1,0 +1,964 @@
+//! The standalone master's protocol as a sans-IO core: what each peer's frames mean, fed to the
+//! engine's [`Master`] state machine, and what it decides, as frames for peers, connections to
+//! close and journal records. No sockets and no clock: the endpoint ([`crate::master`]) hands
+//! in peers opening and closing, frames and `now_us`, and drains [`MasterCore::poll_transmit`],
+//! [`MasterCore::poll_close`] and [`MasterCore::poll_record`] (records before any frame goes
+//! out: a peer never hears of something a restarted master would not know).
+//!
+//! Peers are named by the transport's [`Token`]; each has a [`Phase`]: registering as the role
+//! its handshake named, then a worker, an application, or a status client (also an application
+//! that is over). The message conventions are in [`crate::master`]'s header.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::BytesMut;
+use flint_engine::standalone::{Master, Output, WorkerSpec};
+use mio::Token;
+
+use crate::conn::{ConnError, TABLE_FULL};
+use crate::handshake::SECRET_ENV;
+use crate::journal::Record;
+use crate::standalone::{
+    app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
+    with_description, worker_state_to_wire, REATTACH_MESSAGE,
+};
+use crate::transport::encode;
+use crate::transport::server::Standing;
+use crate::wire::{self, AppDescription, Frame, List, Message, Role};
+
+/// Where a peer is in the master's protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Past the handshake as this role, not registered yet.
+    Registering(Role),
+    /// A registered worker.
+    Worker(String),
+    /// A registered application's driver.
+    App(String),
+    /// A status client, or an application that is over.
+    Client,
+}
+
+/// The core's settings.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// How often workers heartbeat, in ms (told them in `RegisteredWorker`).
+    pub heartbeat_interval_ms: u32,
+    /// Application connections (registering or registered) held at once.
+    pub apps_connections_max: usize,
+    /// Largest frame sent.
+    pub frame_size_max: usize,
+    /// How often the endpoint should call [`MasterCore::handle_tick`], in µs.
+    pub tick_period_us: u64,
+}
+
+/// The master's protocol, sans IO.
+pub struct MasterCore {
+    config: CoreConfig,
+    master: Master,
+    phases: HashMap<Token, Phase>,
+    workers: HashMap<String, Token>,
+    apps: HashMap<String, Token>,
+    transmits: HashMap<Token, BytesMut>,
+    /// Peers with frames waiting, in the order they first got one.
+    transmit_order: VecDeque<Token>,
+    closes: VecDeque<(Token, String)>,
+    records: VecDeque<Record>,
+    last_tick_us: u64,
+}
+
+impl std::fmt::Debug for MasterCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterCore")
+            .field("peers", &self.phases.len())
+            .field("workers", &self.workers.len())
+            .field("apps", &self.apps.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MasterCore {
+    /// A core around `master` (already recovered from the journal, if there is one).
+    pub fn new(master: Master, config: CoreConfig) -> MasterCore {
+        MasterCore {
+            config,
+            master,
+            phases: HashMap::new(),
+            workers: HashMap::new(),
+            apps: HashMap::new(),
+            transmits: HashMap::new(),
+            transmit_order: VecDeque::new(),
+            closes: VecDeque::new(),
+            records: VecDeque::new(),
+            last_tick_us: 0,
+        }
+    }
+
+    /// The state machine inside.
+    pub fn master(&self) -> &Master {
+        &self.master
+    }
+
+    /// A peer finished the handshake as `role`; `Err` is why it is refused (sent as
+    /// `HandshakeRefused`).
+    pub fn handle_open(&mut self, peer: Token, role: Role) -> Result<(), String> {
+        let phase = match role {
+            Role::Client => Phase::Client,
+            Role::Driver if self.app_connections() >= self.config.apps_connections_max => {
+                return Err(format!(
+                    "{TABLE_FULL}: {} application connections (apps_connections_max)",
+                    self.config.apps_connections_max
+                ));
+            }
+            role => Phase::Registering(role),
+        };
+        self.phases.insert(peer, phase);
+        Ok(())
+    }
+
+    /// A frame from a peer past the handshake; `Err` closes the peer (frames queued for it
+    /// first, such as a refusal, are still to send: [`MasterCore::take_transmit`]).
+    pub fn handle_frame(
+        &mut self,
+        peer: Token,
+        frame: &Frame,
+        now_us: u64,
+    ) -> Result<(), ConnError> {
+        let message = frame.message()?;
+        let result = self.handle_message(peer, message, now_us);
+        self.drive();
+        result
+    }
+
+    /// A peer's connection ended.
+    pub fn handle_closed(&mut self, peer: Token, why: &ConnError) {
+        match self.phases.remove(&peer) {
+            Some(Phase::Worker(id)) if self.workers.get(&id) == Some(&peer) => {
+                self.workers.remove(&id);
+                tracing::warn!("worker {id} disconnected: {why}");
+                let reason = format!("its connection ended: {why}");
+                self.master.worker_lost(&id, &reason);
+            }
+            Some(Phase::App(id)) if self.apps.get(&id) == Some(&peer) => {
+                self.apps.remove(&id);
+                self.master.app_disconnected(&id);
+            }
+            _ => {
+                if !matches!(why, ConnError::Closed) {
+                    tracing::info!("dropped a connection: {why}");
+                }
+            }
+        }
+        self.transmits.remove(&peer);
+        self.drive();
+    }
+
+    /// Time passed: the state machine's deadlines (heartbeats, launches, recovery).
+    pub fn handle_tick(&mut self, now_us: u64) {
+        self.last_tick_us = now_us;
+        self.master.tick(now_us);
+        self.drive();
+    }
+
+    /// When the core wants its next [`MasterCore::handle_tick`], in µs.
+    pub fn poll_timeout(&self) -> u64 {
+        self.last_tick_us.saturating_add(self.config.tick_period_us)
+    }
+
+    /// Frames for a peer, in order.
+    pub fn poll_transmit(&mut self) -> Option<(Token, BytesMut)> {
+        while let Some(peer) = self.transmit_order.pop_front() {
+            if let Some(bytes) = self.transmits.remove(&peer) {
+                return Some((peer, bytes));
+            }
+        }
+        None
+    }
+
+    /// The frames waiting for one peer.
+    pub fn take_transmit(&mut self, peer: Token) -> Option<BytesMut> {
+        self.transmits.remove(&peer)
+    }
+
+    /// A connection to close, and why.
+    pub fn poll_close(&mut self) -> Option<(Token, String)> {
+        self.closes.pop_front()
+    }
+
+    /// A record to journal.
+    pub fn poll_record(&mut self) -> Option<Record> {
+        self.records.pop_front()
+    }
+
+    /// Whether anything waits to be polled.
+    pub fn has_output(&self) -> bool {
+        !self.records.is_empty() || !self.transmit_order.is_empty() || !self.closes.is_empty()
+    }
+
+    /// How a peer counts against the connection limits.
+    pub fn standing(&self, peer: Token) -> Standing {
+        match self.phases.get(&peer) {
+            Some(Phase::Registering(_)) => Standing::Registering,
+            Some(Phase::Client) => Standing::Client,
+            Some(Phase::Worker(_) | Phase::App(_)) | None => Standing::Member,
+        }
+    }
+
+    /// A peer's phase.
+    pub fn phase(&self, peer: Token) -> Option<&Phase> {
+        self.phases.get(&peer)
+    }
+
+    fn app_connections(&self) -> usize {
+        self.phases
+            .values()
+            .filter(|p| matches!(p, Phase::App(_) | Phase::Registering(Role::Driver)))
+            .count()
+    }
+
+    fn handle_message(
+        &mut self,
+        peer: Token,
+        message: Message<'_>,
+        now_us: u64,
+    ) -> Result<(), ConnError> {
+        let phase = self.phases.get(&peer).cloned();
+        match (phase, message) {
+            (Some(Phase::Registering(Role::Worker)), m @ Message::RegisterWorker { .. }) => {
+                self.register_worker(peer, &m, now_us)
+            }
+            (Some(Phase::Worker(id)), Message::WorkerHeartbeat { .. }) => {
+                if self.master.worker_heartbeat(now_us, &id) {
+                    // The ack lets the worker notice a master it can no longer reach.
+                    self.send(peer, &Message::HeartbeatAck {});
+                    Ok(())
+                } else {
+                    Err(ConnError::Protocol(format!(
+                        "heartbeat from worker {id}, which is not alive here; it must register again"
+                    )))
+                }
+            }
+            (Some(Phase::Worker(id)), m @ Message::ExecutorStateChanged { .. }) => {
+                self.executor_state_changed(&id, &m);
+                Ok(())
+            }
+            (Some(Phase::Registering(Role::Driver)), Message::RegisterApplication { app }) => {
+                self.register_app(peer, &app, now_us)
+            }
+            // A driver coming back (after a master restart) names its application.
+            (
+                Some(Phase::Registering(Role::Driver)),
+                Message::RequestExecutors { app_id, total },
+            ) => self.reconnect_app(peer, app_id, total, now_us),
+            (Some(Phase::App(id)), message) if app_message_for(&message) == Some(id.as_str()) => {
+                self.app_message(&id, message);
+                Ok(())
+            }
+            (Some(Phase::Client | Phase::App(_)), Message::StatusRequest {}) => {
+                let mut out = BytesMut::new();
+                status(&self.master, &mut out, self.config.frame_size_max);
+                self.queue(peer, &out);
+                Ok(())
+            }
+            (_, Message::Shutdown {}) => Err(ConnError::Closed),
+            (_, other) => Err(ConnError::Protocol(format!(
+                "unexpected {} from this peer",
+                other.kind().name()
+            ))),
+        }
+    }
+
+    fn register_worker(
+        &mut self,
+        peer: Token,
+        message: &Message<'_>,
+        now_us: u64,
+    ) -> Result<(), ConnError> {
+        let &Message::RegisterWorker {
+            worker_id,
+            host,
+            port,
+            cores,
+            memory_mb,
+        } = message
+        else {
+            return Err(ConnError::Protocol("not a registration".into()));
+        };
+        let spec = WorkerSpec {
+            id: worker_id.to_owned(),
+            host: host.to_owned(),
+            port,
+            cores,
+            memory_mb,
+        };
+        let registered = if crate::worker::valid_id(&spec.id) {
+            self.master.worker_registered(now_us, spec.clone())
+        } else {
+            Err(format!(
+                "worker id {:?} is not 1 to {} letters, digits, '-', '_' or '.'",
+                crate::standalone::clip_for_log(&spec.id),
+                crate::worker::ID_LEN_MAX
+            ))
+        };
+        if let Err(reason) = registered {
+            self.send(peer, &Message::RegisterWorkerFailed { reason: &reason });
+            return Err(ConnError::Protocol(format!(
+                "worker registration refused: {reason}"
+            )));
+        }
+        self.records
+            .push_back(Record::WorkerRegistered(spec.clone()));
+        let heartbeat_interval_ms = self.config.heartbeat_interval_ms;
+        self.send(
+            peer,
+            &Message::RegisteredWorker {
+                heartbeat_interval_ms,
+            },
+        );
+        tracing::info!(
+            "worker {worker_id} registered ({host}:{port}, {cores} cores, {memory_mb} MiB)"
+        );
+        self.workers.insert(spec.id.clone(), peer);
+        self.phases.insert(peer, Phase::Worker(spec.id));
+        Ok(())
+    }
+
+    fn executor_state_changed(&mut self, worker: &str, message: &Message<'_>) {
+        let &Message::ExecutorStateChanged {
+            app_id,
+            executor_id,
+            state,
+            message,
+            exit_code,
+        } = message
+        else {
+            return;
+        };
+        if state == wire::ExecutorState::Running && message == REATTACH_MESSAGE {
+            self.master.executor_reattached(worker, app_id, executor_id);
+        } else {
+            let state = executor_state_from_wire(state);
+            self.master.executor_state_changed(
+                worker,
+                app_id,
+                executor_id,
+                state,
+                message,
+                exit_code,
+            );
+        }
+    }
+
+    fn register_app(
+        &mut self,
+        peer: Token,
+        app: &AppDescription<'_>,
+        now_us: u64,
+    ) -> Result<(), ConnError> {
+        let mut spec = spec_from_wire(app);
+        // Secrets never reach the journal: workers give executors their own copy.
+        let before = spec.env.len();
+        spec.env.retain(|(key, _)| key != SECRET_ENV);
+        if spec.env.len() != before {
+            tracing::warn!(
+                "dropped {SECRET_ENV} from application {:?}'s environment: the master journals it, and workers pass their own secret to executors",
+                spec.name
+            );
+        }
+        match self.master.app_registered(now_us, spec.clone()) {
+            Ok(app_id) => {
+                self.records
+                    .push_back(Record::AppRegistered(app_id.clone(), spec.clone()));
+                self.send(peer, &Message::RegisteredApplication { app_id: &app_id });
+                tracing::info!("application {app_id} ({}) registered", spec.name);
+                self.apps.insert(app_id.clone(), peer);
+                self.phases.insert(peer, Phase::App(app_id));
+                Ok(())
+            }
+            Err(reason) => {
+                let removed = Message::ApplicationRemoved {
+                    app_id: "",
+                    reason: &reason,
+                };
+                self.send(peer, &removed);
+                Err(ConnError::Protocol(format!(
+                    "application refused: {reason}"
+                )))
+            }
+        }
+    }
+
+    fn reconnect_app(
+        &mut self,
+        peer: Token,
+        app_id: &str,
+        total: u32,
+        now_us: u64,
+    ) -> Result<(), ConnError> {
+        if let Err(reason) = self.master.app_reconnected(now_us, app_id) {
+            self.send(
+                peer,
+                &Message::ApplicationRemoved {
+                    app_id,
+                    reason: &reason,
+                },
+            );
+            return Err(ConnError::Protocol(reason));
+        }
+        tracing::info!("application {app_id} reconnected");
+        if let Some(old) = self.apps.insert(app_id.to_owned(), peer) {
+            if old != peer {
+                self.closes
+                    .push_back((old, "the application reconnected".into()));
+            }
+        }
+        self.phases.insert(peer, Phase::App(app_id.to_owned()));
+        self.request_executors(app_id, total);
+        Ok(())
+    }
+
+    /// A registered application's request (its id already checked).
+    fn app_message(&mut self, id: &str, message: Message<'_>) {
+        match message {
+            Message::RequestExecutors { total, .. } => self.request_executors(id, total),
+            Message::KillExecutors { executor_ids, .. } => {
+                let ids: Vec<&str> = executor_ids.iter().collect();
+                self.master.kill_executors(id, &ids);
+            }
+            Message::UnregisterApplication { .. } => {
+                tracing::info!("application {id} unregistered");
+                self.master.app_unregistered(id);
+            }
+            _ => {}
+        }
+    }
+
+    fn request_executors(&mut self, app_id: &str, total: u32) {
+        if self.master.request_executors(app_id, total) {
+            self.records
+                .push_back(Record::ExecutorsRequested(app_id.to_owned(), total));
+        }
+    }
+
+    /// Carries out what the state machine decided.
+    fn drive(&mut self) {
+        while let Some(output) = self.master.poll_output() {
+            self.carry_out(output);
+        }
+    }
+
+    fn carry_out(&mut self, output: Output) {
+        match output {
+            Output::LaunchExecutor {
+                worker,
+                app,
+                executor,
+                cores,
+                memory_mb,
+            } => {
+                let Some(spec) = self.master.app_spec(&app).cloned() else {
+                    return;
+                };
+                let peer = self.workers.get(&worker).copied();
+                with_description(&spec, |description| {
+                    let launch = Message::LaunchExecutor {
+                        app_id: &app,
+                        executor_id: &executor,
+                        app: description,
+                        cores,
+                        memory_mb,
+                    };
+                    self.send_to(peer, &launch);
+                });
+            }
+            Output::KillExecutor {
+                worker,
+                app,
+                executor,
+            } => {
+                let peer = self.workers.get(&worker).copied();
+                let kill = Message::KillExecutor {
+                    app_id: &app,
+                    executor_id: &executor,
+                };
+                self.send_to(peer, &kill);
+            }
+            Output::ApplicationFinished { worker, app } => {
+                let peer = self.workers.get(&worker).copied();
+                self.send_to(peer, &Message::ApplicationFinished { app_id: &app });
+            }
+            Output::ExecutorAdded { .. } | Output::ExecutorUpdated { .. } => {
+                self.tell_app(output);
+            }
+            Output::ApplicationRemoved { app, state, reason } => {
+                tracing::info!("application {app} removed ({state:?}): {reason}");
+                self.records.push_back(Record::AppRemoved(app.clone()));
+                let peer = self.apps.remove(&app);
+                let removed = Message::ApplicationRemoved {
+                    app_id: &app,
+                    reason: &reason,
+                };
+                self.send_to(peer, &removed);
+                self.demote(peer);
+            }
+            Output::WorkerRemoved {
+                worker,
+                host,
+                reason,
+                apps,
+            } => self.worker_removed(&worker, &host, &reason, &apps),
+        }
+    }
+
+    /// What an application hears about its executors.
+    fn tell_app(&mut self, output: Output) {
+        match output {
+            Output::ExecutorAdded {
+                app,
+                executor,
+                worker,
+                host_port,
+                cores,
+                memory_mb,
+            } => {
+                self.records
+                    .push_back(Record::ExecutorAdded(app.clone(), executor.clone()));
+                let peer = self.apps.get(&app).copied();
+                let added = Message::ExecutorAdded {
+                    app_id: &app,
+                    executor_id: &executor,
+                    worker_id: &worker,
+                    host_port: &host_port,
+                    cores,
+                    memory_mb,
+                };
+                self.send_to(peer, &added);
+            }
+            Output::ExecutorUpdated {
+                app,
+                executor,
+                state,
+                message,
+                exit_code,
+            } => {
+                let peer = self.apps.get(&app).copied();
+                let changed = Message::ExecutorStateChanged {
+                    app_id: &app,
+                    executor_id: &executor,
+                    state: executor_state_to_wire(state),
+                    message: &message,
+                    exit_code,
+                };
+                self.send_to(peer, &changed);
+            }
+            _ => {}
+        }
+    }
+
+    fn worker_removed(&mut self, worker: &str, host: &str, reason: &str, apps: &[String]) {
+        tracing::warn!("worker {worker} removed: {reason}");
+        self.records
+            .push_back(Record::WorkerRemoved(worker.to_owned()));
+        for app in apps {
+            let peer = self.apps.get(app).copied();
+            let removed = Message::WorkerRemoved {
+                worker_id: worker,
+                host,
+                reason,
+            };
+            self.send_to(peer, &removed);
+        }
+        if let Some(peer) = self.workers.remove(worker) {
+            self.demote(Some(peer));
+            self.closes
+                .push_back((peer, format!("worker removed: {reason}")));
+        }
+    }
+
+    /// A worker or application that is over: from now on the peer is only a status client.
+    fn demote(&mut self, peer: Option<Token>) {
+        if let Some(phase) = peer.and_then(|p| self.phases.get_mut(&p)) {
+            *phase = Phase::Client;
+        }
+    }
+
+    fn send_to(&mut self, peer: Option<Token>, message: &Message<'_>) {
+        if let Some(peer) = peer {
+            self.send(peer, message);
+        }
+    }
+
+    fn send(&mut self, peer: Token, message: &Message<'_>) {
+        let mut out = BytesMut::new();
+        encode(message, &mut out, self.config.frame_size_max);
+        self.queue(peer, &out);
+    }
+
+    fn queue(&mut self, peer: Token, bytes: &[u8]) {
+        if !self.phases.contains_key(&peer) {
+            return;
+        }
+        let pending = self.transmits.entry(peer).or_insert_with(|| {
+            self.transmit_order.push_back(peer);
+            BytesMut::new()
+        });
+        pending.extend_from_slice(bytes);
+    }
+}
+
+/// The application id a registered application's request names, if it is one.
+fn app_message_for<'a>(message: &Message<'a>) -> Option<&'a str> {
+    match *message {
+        Message::RequestExecutors { app_id, .. }
+        | Message::KillExecutors { app_id, .. }
+        | Message::UnregisterApplication { app_id } => Some(app_id),
+        _ => None,
+    }
+}
+
+/// The cluster's status as a `StatusResponse`.
+fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
+    let status = master.status();
+    let workers: Vec<wire::WorkerStatus<'_>> = status
+        .workers
+        .iter()
+        .map(|w| wire::WorkerStatus {
+            worker_id: &w.spec.id,
+            host: &w.spec.host,
+            port: w.spec.port,
+            state: worker_state_to_wire(w.state),
+            cores: w.spec.cores,
+            cores_used: w.cores_used,
+            memory_mb: w.spec.memory_mb,
+            memory_used_mb: w.memory_used_mb,
+        })
+        .collect();
+    let applications: Vec<wire::AppStatus<'_>> = status
+        .apps
+        .iter()
+        .map(|a| wire::AppStatus {
+            app_id: &a.id,
+            name: &a.name,
+            state: app_state_to_wire(a.state),
+            cores_granted: a.cores_granted,
+            executors_requested: a.executors_requested,
+            waiting: &a.waiting,
+        })
+        .collect();
+    let executors: Vec<wire::ExecutorStatus<'_>> = status
+        .executors
+        .iter()
+        .map(|e| wire::ExecutorStatus {
+            app_id: &e.app,
+            executor_id: &e.id,
+            worker_id: &e.worker,
+            cores: e.cores,
+            state: executor_state_to_wire(e.state),
+        })
+        .collect();
+    let response = Message::StatusResponse {
+        workers: List::from_items(&workers),
+        applications: List::from_items(&applications),
+        executors: List::from_items(&executors),
+    };
+    encode(&response, out, frame_size_max);
+}
+
+#[cfg(test)]
+mod tests {
+    use flint_engine::standalone::{self as sa, AppSpec};
+
+    use super::*;
+    use crate::wire::{Kind, FRAME_SIZE_MAX_DEFAULT};
+
+    const WORKER: Token = Token(1);
+    const APP: Token = Token(2);
+    const OTHER: Token = Token(3);
+    const S: u64 = 1_000_000;
+
+    fn core() -> MasterCore {
+        let master = Master::new(sa::Config::default(), "app-test");
+        MasterCore::new(
+            master,
+            CoreConfig {
+                heartbeat_interval_ms: 1000,
+                apps_connections_max: 2,
+                frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+                tick_period_us: 250_000,
+            },
+        )
+    }
+
+    fn frames(bytes: &[u8]) -> Vec<Frame> {
+        crate::transport::frames_of(bytes)
+    }
+
+    fn frame(message: &Message<'_>) -> Frame {
+        let mut out = BytesMut::new();
+        message
+            .encode(&mut out, FRAME_SIZE_MAX_DEFAULT)
+            .expect("encodes");
+        frames(&out).pop().expect("one frame")
+    }
+
+    /// Every frame the core wants sent, with its peer.
+    fn sent(core: &mut MasterCore) -> Vec<(Token, Frame)> {
+        let mut all = Vec::new();
+        while let Some((peer, bytes)) = core.poll_transmit() {
+            all.extend(frames(&bytes).into_iter().map(|f| (peer, f)));
+        }
+        all
+    }
+
+    fn kinds(sent: &[(Token, Frame)]) -> Vec<(Token, u16)> {
+        sent.iter().map(|(peer, f)| (*peer, f.kind())).collect()
+    }
+
+    fn register_worker(
+        core: &mut MasterCore,
+        peer: Token,
+        id: &str,
+        now_us: u64,
+    ) -> Result<(), ConnError> {
+        core.handle_open(peer, Role::Worker).expect("opens");
+        let register = Message::RegisterWorker {
+            worker_id: id,
+            host: "127.0.0.1",
+            port: 0,
+            cores: 4,
+            memory_mb: 4096,
+        };
+        core.handle_frame(peer, &frame(&register), now_us)
+    }
+
+    /// Registers an application on `APP`: its id and everything sent meanwhile.
+    fn register_app(core: &mut MasterCore, now_us: u64) -> (String, Vec<(Token, Frame)>) {
+        core.handle_open(APP, Role::Driver).expect("opens");
+        let spec = AppSpec {
+            name: "job".into(),
+            driver_addr: "127.0.0.1:1".into(),
+            cores_per_executor: 1,
+            memory_mb: 512,
+            ..AppSpec::default()
+        };
+        let register = with_description(&spec, |app| frame(&Message::RegisterApplication { app }));
+        core.handle_frame(APP, &register, now_us)
+            .expect("registers");
+        let answers = sent(core);
+        let (peer, answer) = answers
+            .iter()
+            .find(|(_, f)| f.kind() == Kind::RegisteredApplication as u16)
+            .expect("an answer");
+        assert_eq!(*peer, APP);
+        let Ok(Message::RegisteredApplication { app_id }) = answer.message() else {
+            panic!("not a registration answer");
+        };
+        (app_id.to_owned(), answers)
+    }
+
+    #[test]
+    fn a_worker_registers_is_journaled_and_its_heartbeats_are_acked() {
+        let mut core = core();
+        register_worker(&mut core, WORKER, "w1", 0).expect("registers");
+        assert_eq!(core.phase(WORKER), Some(&Phase::Worker("w1".into())));
+        assert_eq!(core.standing(WORKER), Standing::Member);
+        let answer = sent(&mut core);
+        assert_eq!(kinds(&answer), [(WORKER, Kind::RegisteredWorker as u16)]);
+        assert!(matches!(
+            answer[0].1.message(),
+            Ok(Message::RegisteredWorker {
+                heartbeat_interval_ms: 1000
+            })
+        ));
+        assert!(matches!(
+            core.poll_record(),
+            Some(Record::WorkerRegistered(spec)) if spec.id == "w1" && spec.cores == 4
+        ));
+        let heartbeat = frame(&Message::WorkerHeartbeat { worker_id: "w1" });
+        core.handle_frame(WORKER, &heartbeat, S).expect("alive");
+        assert_eq!(
+            kinds(&sent(&mut core)),
+            [(WORKER, Kind::HeartbeatAck as u16)]
+        );
+    }
+
+    #[test]
+    fn an_application_gets_an_executor_placed_on_the_worker() {
+        let mut core = core();
+        register_worker(&mut core, WORKER, "w1", 0).expect("registers");
+        let _ = sent(&mut core);
+        let (app_id, mut told) = register_app(&mut core, 0);
+        let request = frame(&Message::RequestExecutors {
+            app_id: &app_id,
+            total: 1,
+        });
+        core.handle_frame(APP, &request, 1).expect("requests");
+        told.extend(sent(&mut core));
+        let launch = told
+            .iter()
+            .find(|(_, f)| f.kind() == Kind::LaunchExecutor as u16)
+            .expect("a launch");
+        assert_eq!(launch.0, WORKER, "launched on the worker");
+        let added = told
+            .iter()
+            .find(|(_, f)| f.kind() == Kind::ExecutorAdded as u16)
+            .expect("the application told");
+        assert_eq!(added.0, APP);
+        let Ok(Message::ExecutorAdded { worker_id, .. }) = added.1.message() else {
+            panic!("not ExecutorAdded");
+        };
+        assert_eq!(worker_id, "w1");
+        let records: Vec<Record> = std::iter::from_fn(|| core.poll_record()).collect();
+        assert!(records.contains(&Record::ExecutorsRequested(app_id.clone(), 1)));
+        assert!(records
+            .iter()
+            .any(|r| matches!(r, Record::ExecutorAdded(app, _) if *app == app_id)));
+    }
+
+    #[test]
+    fn a_duplicate_alive_worker_id_is_refused_with_the_reason() {
+        let mut core = core();
+        register_worker(&mut core, WORKER, "w1", 0).expect("registers");
+        let _ = sent(&mut core);
+        let refused = register_worker(&mut core, OTHER, "w1", 1);
+        assert!(
+            matches!(refused, Err(ConnError::Protocol(_))),
+            "{refused:?}"
+        );
+        let refusal = core.take_transmit(OTHER).expect("a refusal to send");
+        let refusal = frames(&refusal);
+        assert_eq!(refusal.len(), 1);
+        assert!(matches!(
+            refusal[0].message(),
+            Ok(Message::RegisterWorkerFailed { .. })
+        ));
+        // Closing the refused connection leaves the first worker alone.
+        core.handle_closed(OTHER, &ConnError::Protocol("refused".into()));
+        assert!(core.master().is_worker_alive("w1"));
+    }
+
+    #[test]
+    fn a_status_client_gets_the_cluster_and_counts_as_a_client() {
+        let mut core = core();
+        register_worker(&mut core, WORKER, "w1", 0).expect("registers");
+        let _ = sent(&mut core);
+        core.handle_open(OTHER, Role::Client).expect("opens");
+        assert_eq!(core.standing(OTHER), Standing::Client);
+        core.handle_frame(OTHER, &frame(&Message::StatusRequest {}), 1)
+            .expect("answered");
+        let answer = sent(&mut core);
+        assert_eq!(kinds(&answer), [(OTHER, Kind::StatusResponse as u16)]);
+        let Ok(Message::StatusResponse { workers, .. }) = answer[0].1.message() else {
+            panic!("not a status");
+        };
+        let ids: Vec<&str> = workers.iter().map(|w| w.worker_id).collect();
+        assert_eq!(ids, ["w1"]);
+        let sneaky = frame(&Message::RegisterWorker {
+            worker_id: "w2",
+            host: "h",
+            port: 0,
+            cores: 1,
+            memory_mb: 1,
+        });
+        assert!(
+            core.handle_frame(OTHER, &sneaky, 2).is_err(),
+            "a client cannot register"
+        );
+    }
+
+    #[test]
+    fn a_silent_worker_expires_is_journaled_removed_and_closed() {
+        let mut core = core();
+        register_worker(&mut core, WORKER, "w1", 0).expect("registers");
+        let _ = sent(&mut core);
+        let _ = std::iter::from_fn(|| core.poll_record()).count();
+        core.handle_tick(5 * S);
+        assert!(core.poll_close().is_none(), "expired too early");
+        core.handle_tick(16 * S);
+        assert!(!core.master().is_worker_alive("w1"));
+        assert_eq!(core.poll_record(), Some(Record::WorkerRemoved("w1".into())));
+        let (peer, why) = core.poll_close().expect("the connection closed");
+        assert_eq!(peer, WORKER);
+        assert!(why.contains("worker removed"), "{why}");
+        assert_eq!(
+            core.phase(WORKER),
+            Some(&Phase::Client),
+            "no longer a worker"
+        );
+        let heartbeat = frame(&Message::WorkerHeartbeat { worker_id: "w1" });
+        assert!(core.handle_frame(WORKER, &heartbeat, 17 * S).is_err());
+        assert_eq!(core.poll_timeout(), 16 * S + 250_000);
+    }
+
+    #[test]
+    fn application_connections_are_bounded_so_workers_keep_room() {
+        let mut core = core();
+        core.handle_open(Token(10), Role::Driver).expect("first");
+        core.handle_open(Token(11), Role::Driver).expect("second");
+        let refused = core.handle_open(Token(12), Role::Driver);
+        assert!(
+            refused.as_ref().is_err_and(|r| r.contains(TABLE_FULL)),
+            "{refused:?}"
+        );
+        core.handle_open(WORKER, Role::Worker)
+            .expect("workers still get in");
+    }
+
+    #[test]
+    fn an_application_comes_back_to_a_restarted_master_and_unregisters() {
+        let mut master = Master::new(sa::Config::default(), "app-test");
+        let spec = AppSpec {
+            name: "job".into(),
+            cores_per_executor: 1,
+            ..AppSpec::default()
+        };
+        let recovered = sa::RecoveredApp {
+            id: "app-old-0001".into(),
+            spec,
+            executor_limit: Some(0),
+            next_executor: 0,
+        };
+        master.recover(0, Vec::new(), vec![recovered]);
+        let mut core = MasterCore::new(master, core().config);
+        core.handle_open(APP, Role::Driver).expect("opens");
+        let back = frame(&Message::RequestExecutors {
+            app_id: "app-old-0001",
+            total: 0,
+        });
+        core.handle_frame(APP, &back, S).expect("reattached");
+        assert_eq!(core.phase(APP), Some(&Phase::App("app-old-0001".into())));
+        let unregister = frame(&Message::UnregisterApplication {
+            app_id: "app-old-0001",
+        });
+        core.handle_frame(APP, &unregister, 2 * S)
+            .expect("unregisters");
+        let told = sent(&mut core);
+        assert!(kinds(&told).contains(&(APP, Kind::ApplicationRemoved as u16)));
+        assert_eq!(
+            core.phase(APP),
+            Some(&Phase::Client),
+            "over: a status client"
+        );
+        let records: Vec<Record> = std::iter::from_fn(|| core.poll_record()).collect();
+        assert!(records.contains(&Record::AppRemoved("app-old-0001".into())));
+    }
+
+    #[test]
+    fn an_unknown_application_coming_back_is_told_it_is_removed() {
+        let mut core = core();
+        core.handle_open(APP, Role::Driver).expect("opens");
+        let back = frame(&Message::RequestExecutors {
+            app_id: "app-nobody",
+            total: 1,
+        });
+        assert!(core.handle_frame(APP, &back, S).is_err());
+        let refusal = frames(&core.take_transmit(APP).expect("told"));
+        assert!(matches!(
+            refusal[0].message(),
+            Ok(Message::ApplicationRemoved {
+                app_id: "app-nobody",
+                ..
+            })
+        ));
+    }
+}

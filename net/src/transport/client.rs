@@ -1,0 +1,635 @@
+//! The client side of the transport: a [`Link`] to one peer (the master) that reconnects.
+//!
+//! It connects with a deadline (a SYN into a cut link is otherwise retried for minutes), runs
+//! the handshake, and after any failure tries again after a [`Backoff`] (each failed attempt
+//! logged at info with its delay). The role drives it from its endpoint:
+//! 1. [`Link::start`] once, then [`Link::on_timer`] and [`Link::read`] with every timer and
+//!    readiness event (each says whether it was the link's);
+//! 2. [`Link::read`] gives a [`Step`]: whether the handshake just finished (the hook to register,
+//!    again after every reconnection: append the registration to [`Link::outbound`]), the
+//!    frames that followed it, and why the connection ended, if it did;
+//! 3. after handling the step the role calls [`Link::settle`] with the first error it met (or
+//!    the step's end): the link flushes, or drops the connection and schedules the next attempt;
+//! 4. the role calls [`Link::established`] once the peer accepted it (a registration answered):
+//!    the backoff starts over, and losing the link from then on is logged as a loss.
+//!
+//! [`Silence`] is the rule for a peer behind a cut link, which sends no reset: no word for so
+//! many heartbeat intervals and the role drops the link itself.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use flint_engine::runtime::{Ctx, Endpoint, TimerId};
+use mio::event::Event;
+use mio::net::TcpStream;
+use mio::Token;
+
+use crate::conn::{ConnError, Connection, Inbound, TABLE_FULL};
+use crate::handshake::{Handshake, Secret};
+use crate::wire::{Frame, Role};
+
+/// The first wait after a failure; it doubles up to the link's maximum.
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(50);
+/// How long one attempt to connect and finish the handshake may take by default.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The waits between connection attempts: doubling from an initial wait up to a maximum, back
+/// to the initial one when the link is established. Sans-IO: it only counts.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    /// Waits from `initial`, doubling, at most `max`.
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max: max.max(initial),
+            next: initial,
+            failures: 0,
+        }
+    }
+
+    /// Counts a failed attempt: its number since the last reset.
+    pub fn failed(&mut self) -> u32 {
+        self.failures = self.failures.saturating_add(1);
+        self.failures
+    }
+
+    /// The wait before the next attempt (the next one waits twice as long, up to the maximum).
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        delay
+    }
+
+    /// The wait [`Backoff::next_delay`] would give, without taking it.
+    pub fn peek(&self) -> Duration {
+        self.next
+    }
+
+    /// Starts over: the link is established.
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+        self.failures = 0;
+    }
+}
+
+/// "No word from the peer for `intervals` heartbeat intervals: drop the link and reconnect."
+#[derive(Debug, Clone, Copy)]
+pub struct Silence {
+    /// Heartbeat intervals of silence tolerated.
+    pub intervals: u32,
+}
+
+impl Silence {
+    /// The silence tolerated at this heartbeat interval.
+    pub fn limit(&self, interval: Duration) -> Duration {
+        interval.saturating_mul(self.intervals)
+    }
+
+    /// Whether `silent_for` is over the limit at this heartbeat interval.
+    pub fn exceeded(&self, interval: Duration, silent_for: Duration) -> bool {
+        silent_for > self.limit(interval)
+    }
+}
+
+/// How a link connects.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// The peer's address.
+    pub addr: SocketAddr,
+    /// Our role in the handshake.
+    pub role: Role,
+    /// The roles the peer may have.
+    pub peer_roles: &'static [Role],
+    /// The shared secret, if any.
+    pub secret: Option<Secret>,
+    /// Who we are in the logs ("worker w1").
+    pub label: String,
+    /// Who the peer is in the logs ("the master").
+    pub peer_name: &'static str,
+    /// Time one attempt has to connect, finish the handshake and be established.
+    pub connect_timeout: Duration,
+    /// Longest wait between two attempts.
+    pub reconnect_max: Duration,
+    /// Largest frame accepted or sent.
+    pub frame_size_max: usize,
+    /// Bytes the connection may have queued unsent before it is dropped.
+    pub outbound_max: usize,
+}
+
+/// Why a connection ended, as [`Link::read`] saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// What happened.
+    pub why: String,
+    /// The handshake failed for a reason other than a full table (a wrong secret, another
+    /// version): trying again will not help.
+    pub refused: bool,
+}
+
+/// What one readiness event brought.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// The handshake just finished: register now.
+    pub opened: bool,
+    /// Frames after the handshake, in order.
+    pub frames: Vec<Frame>,
+    /// Why the connection ended, if it did (the frames before the end are still to handle).
+    pub ended: Option<Ended>,
+}
+
+impl Step {
+    /// The end to give [`Link::settle`] when handling the frames met no error.
+    pub fn outcome(&self) -> Result<(), String> {
+        match &self.ended {
+            Some(ended) => Err(ended.why.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+enum State {
+    Connecting(Box<Handshake>),
+    Handshake(Box<Handshake>),
+    Open,
+}
+
+struct Attempt {
+    conn: Connection,
+    token: Token,
+    state: State,
+}
+
+/// A reconnecting link to one peer.
+pub struct Link {
+    config: LinkConfig,
+    attempt: Option<Attempt>,
+    backoff: Backoff,
+    established: bool,
+    stopped: bool,
+    last_heard: Instant,
+    reconnect: Option<TimerId>,
+    deadline: Option<TimerId>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("addr", &self.config.addr)
+            .field("open", &self.is_open())
+            .field("established", &self.established)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// A link, not connected yet ([`Link::start`]).
+    pub fn new(config: LinkConfig) -> Link {
+        let backoff = Backoff::new(BACKOFF_INITIAL, config.reconnect_max);
+        Link {
+            config,
+            attempt: None,
+            backoff,
+            established: false,
+            stopped: false,
+            last_heard: Instant::now(),
+            reconnect: None,
+            deadline: None,
+        }
+    }
+
+    /// The first connection attempt.
+    pub fn start<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        self.connect(ctx);
+    }
+
+    /// Whether the handshake is done on the current connection.
+    pub fn is_open(&self) -> bool {
+        matches!(
+            self.attempt,
+            Some(Attempt {
+                state: State::Open,
+                ..
+            })
+        )
+    }
+
+    /// Whether the peer accepted us on the current connection ([`Link::established`]).
+    pub fn is_established(&self) -> bool {
+        self.established && self.is_open()
+    }
+
+    /// The buffer to append frames to, while the handshake is done.
+    pub fn outbound(&mut self) -> Option<&mut BytesMut> {
+        match &mut self.attempt {
+            Some(Attempt {
+                conn,
+                state: State::Open,
+                ..
+            }) => Some(conn.outbound()),
+            _ => None,
+        }
+    }
+
+    /// Our address on the current connection.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        let attempt = self.attempt.as_ref()?;
+        attempt.conn.local_addr()
+    }
+
+    /// How long the peer has said nothing on this connection.
+    pub fn silent_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_heard)
+    }
+
+    /// The peer accepted us: the backoff starts over, a loss from now on is logged as one.
+    pub fn established(&mut self) {
+        self.established = true;
+        self.backoff.reset();
+    }
+
+    /// No attempt after the current connection ends (the role is over).
+    pub fn stop_reconnecting(&mut self) {
+        self.stopped = true;
+    }
+
+    /// Handles a timer if it is the link's (the attempt's deadline, the next attempt).
+    pub fn on_timer<E: Endpoint>(&mut self, timer: TimerId, ctx: &mut Ctx<'_, E>) -> bool {
+        if Some(timer) == self.deadline {
+            self.deadline = None;
+            if self.attempt.is_some() && !self.established {
+                let why = format!(
+                    "no connection to {} within {} ms",
+                    self.config.peer_name,
+                    self.config.connect_timeout.as_millis()
+                );
+                self.drop_connection(&why, ctx);
+            }
+            return true;
+        }
+        if Some(timer) == self.reconnect {
+            self.reconnect = None;
+            if self.attempt.is_none() {
+                self.connect(ctx);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Reads a readiness event if it is the link's: the handshake, then the frames after it.
+    pub fn read(&mut self, token: Token, event: &Event) -> Option<Step> {
+        let attempt = self.attempt.as_mut().filter(|a| a.token == token)?;
+        let mut step = Step::default();
+        let peer_name = self.config.peer_name;
+        if let State::Connecting(_) = attempt.state {
+            if let Some(why) = connect_failure(attempt, event) {
+                step.ended = Some(Ended {
+                    why,
+                    refused: false,
+                });
+                return Some(step);
+            }
+            if !event.is_writable() {
+                return Some(step);
+            }
+            if let State::Connecting(handshake) = std::mem::replace(&mut attempt.state, State::Open)
+            {
+                attempt.state = State::Handshake(handshake);
+            }
+        }
+        if event.is_readable() || event.is_read_closed() || event.is_error() {
+            self.last_heard = Instant::now();
+            let read = attempt.conn.read_frames(|conn, frame| {
+                let State::Handshake(handshake) = &mut attempt.state else {
+                    step.frames.push(frame);
+                    return Ok(());
+                };
+                match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
+                    Ok(None) => Ok(()),
+                    Ok(Some(_)) => {
+                        attempt.state = State::Open;
+                        step.opened = true;
+                        Ok(())
+                    }
+                    Err(error) => {
+                        let why = error.to_string();
+                        step.ended = Some(Ended {
+                            refused: !why.contains(TABLE_FULL),
+                            why: format!("handshake with {} failed: {why}", peer_name),
+                        });
+                        Err(ConnError::Protocol(why))
+                    }
+                }
+            });
+            if let (Err(error), None) = (read, &step.ended) {
+                let why = match error {
+                    ConnError::Closed => format!("{peer_name} closed the connection"),
+                    other => other.to_string(),
+                };
+                step.ended = Some(Ended {
+                    why,
+                    refused: false,
+                });
+            }
+        }
+        Some(step)
+    }
+
+    /// After a step: with an error, drops the connection (writing what is queued, best
+    /// effort) and schedules the next attempt; otherwise flushes.
+    pub fn settle<E: Endpoint>(&mut self, outcome: Result<(), String>, ctx: &mut Ctx<'_, E>) {
+        match outcome {
+            Err(why) => {
+                if let Some(attempt) = self.attempt.as_mut() {
+                    let _ = attempt.conn.flush();
+                }
+                self.drop_connection(&why, ctx);
+            }
+            Ok(()) => self.flush(ctx),
+        }
+    }
+
+    /// Writes what is queued (nothing goes out before the handshake's own frames are due).
+    pub fn flush<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        let Some(attempt) = self.attempt.as_mut() else {
+            return;
+        };
+        if matches!(attempt.state, State::Connecting(_)) {
+            return;
+        }
+        if let Err(error) = attempt.conn.flush() {
+            self.drop_connection(&error.to_string(), ctx);
+        }
+    }
+
+    /// Ends the connection for `why` and schedules the next attempt (logged at info while the
+    /// link was not established, as a loss at warn once it was).
+    pub fn drop_connection<E: Endpoint>(&mut self, why: &str, ctx: &mut Ctx<'_, E>) {
+        let label = self.config.label.clone();
+        let peer = self.config.peer_name;
+        if self.attempt.is_some() && self.established {
+            tracing::warn!("{label}: lost {peer} ({why}); reconnecting");
+            self.close(ctx);
+            return self.schedule(ctx);
+        }
+        self.close(ctx);
+        if self.stopped || self.reconnect.is_some() {
+            return;
+        }
+        let attempt = self.backoff.failed();
+        tracing::info!(
+            "{label}: cannot reach {peer} at {} (attempt {attempt}): {why}; retrying in {} ms",
+            self.config.addr,
+            self.backoff.peek().as_millis()
+        );
+        self.schedule(ctx);
+    }
+
+    fn close<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        self.established = false;
+        if let Some(mut attempt) = self.attempt.take() {
+            let _ = ctx.deregister(attempt.conn.stream_mut(), attempt.token);
+        }
+    }
+
+    fn schedule<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        if self.stopped || self.reconnect.is_some() {
+            return;
+        }
+        self.reconnect = ctx.timer_once(self.backoff.next_delay()).ok();
+    }
+
+    fn connect<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        if self.stopped {
+            return;
+        }
+        match self.open(ctx) {
+            Ok(attempt) => {
+                self.attempt = Some(attempt);
+                self.last_heard = Instant::now();
+                if let Some(old) = self.deadline.take() {
+                    ctx.cancel_timer(old);
+                }
+                self.deadline = ctx.timer_once(self.config.connect_timeout).ok();
+            }
+            Err(why) => self.drop_connection(&why, ctx),
+        }
+    }
+
+    fn open<E: Endpoint>(&self, ctx: &mut Ctx<'_, E>) -> Result<Attempt, String> {
+        let config = &self.config;
+        let stream = TcpStream::connect(config.addr).map_err(|e| format!("connect failed: {e}"))?;
+        // The handshake is symmetric: a connecting side opens like an accepting one.
+        let opener = Inbound {
+            role: config.role,
+            accepted_roles: config.peer_roles,
+            secret: config.secret.clone(),
+            frame_size_max: config.frame_size_max,
+            outbound_max: config.outbound_max,
+        };
+        let (token, conn, handshake) = opener.open(stream, ctx)?;
+        Ok(Attempt {
+            conn,
+            token,
+            state: State::Connecting(Box::new(handshake)),
+        })
+    }
+}
+
+/// Why a connection still connecting failed, if the event says it did.
+fn connect_failure(attempt: &mut Attempt, event: &Event) -> Option<String> {
+    if event.is_error() || event.is_read_closed() || event.is_write_closed() {
+        return Some("connection refused or failed".into());
+    }
+    if event.is_writable() {
+        if let Err(error) = attempt.conn.stream_mut().peer_addr() {
+            return Some(format!("connect failed: {error}"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use flint_engine::runtime::{Runtime, RuntimeConfig};
+
+    use super::*;
+    use crate::transport::encode;
+    use crate::wire::{FrameDecoder, Kind, Message, FRAME_SIZE_MAX_DEFAULT};
+
+    /// A role that registers (a `RegisterWorker`) each time its link opens.
+    struct Registering {
+        link: Link,
+    }
+
+    impl Endpoint for Registering {
+        type Msg = ();
+
+        fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+            self.link.start(ctx);
+        }
+
+        fn on_message(&mut self, _msg: (), _ctx: &mut Ctx<'_, Self>) {}
+
+        fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+            let Some(step) = self.link.read(token, event) else {
+                return;
+            };
+            if step.opened {
+                let register = Message::RegisterWorker {
+                    worker_id: "w1",
+                    host: "h",
+                    port: 0,
+                    cores: 1,
+                    memory_mb: 1,
+                };
+                if let Some(out) = self.link.outbound() {
+                    encode(&register, out, FRAME_SIZE_MAX_DEFAULT);
+                }
+                self.link.established();
+            }
+            self.link.settle(step.outcome(), ctx);
+        }
+
+        fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+            self.link.on_timer(timer, ctx);
+        }
+    }
+
+    /// Plays the master for one connection: accepts, handshakes, returns the first frame after
+    /// the handshake, and hangs up.
+    fn serve_once(listener: &std::net::TcpListener) -> Frame {
+        let mut stream = accept_within(listener, Duration::from_secs(30));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut out = BytesMut::new();
+        let nonce = crate::handshake::random_nonce().expect("nonce");
+        let mut handshake = Handshake::start(Role::Master, None, nonce, &[Role::Worker], &mut out);
+        stream.write_all(&out).expect("hello");
+        let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
+        let mut open = false;
+        loop {
+            while let Some(frame) = decoder.next_frame().expect("well formed") {
+                if open {
+                    return frame;
+                }
+                let mut out = BytesMut::new();
+                let step = handshake.on_frame(frame.kind(), frame.body(), &mut out);
+                stream.write_all(&out).expect("writes");
+                open = step.expect("the handshake succeeds").is_some();
+            }
+            let mut buffer = [0u8; 4096];
+            let read = stream
+                .read(&mut buffer)
+                .expect("the link sends within 30 s");
+            assert!(read > 0, "the link hung up first");
+            decoder.extend_from_slice(&buffer[..read]);
+        }
+    }
+
+    /// The next connection on a non-blocking listener, waiting at most `timeout`.
+    fn accept_within(listener: &std::net::TcpListener, timeout: Duration) -> std::net::TcpStream {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false).expect("blocking");
+                    return stream;
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "no connection within {timeout:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error) => panic!("accept failed: {error}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_link_registers_again_after_every_reconnection() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let link = Link::new(LinkConfig {
+            addr: listener.local_addr().expect("addr"),
+            role: Role::Worker,
+            peer_roles: &[Role::Master],
+            secret: None,
+            label: "test".into(),
+            peer_name: "the master",
+            connect_timeout: CONNECT_TIMEOUT,
+            reconnect_max: Duration::from_millis(100),
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 1 << 20,
+        });
+        let mut runtime = Runtime::new(RuntimeConfig {
+            threads: 1,
+            ..RuntimeConfig::default()
+        })
+        .expect("runtime");
+        runtime
+            .handle()
+            .spawn("registering", Registering { link })
+            .expect("spawns");
+        for connection in 0..3 {
+            let first = serve_once(&listener);
+            assert_eq!(
+                first.kind(),
+                Kind::RegisterWorker as u16,
+                "connection {connection} did not start with the registration"
+            );
+        }
+        runtime.shutdown();
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_maximum_and_starts_over_when_established() {
+        let mut backoff = Backoff::new(BACKOFF_INITIAL, Duration::from_millis(300));
+        let waits: Vec<u128> = (0..5).map(|_| backoff.next_delay().as_millis()).collect();
+        assert_eq!(waits, [50, 100, 200, 300, 300]);
+        assert_eq!(backoff.failed(), 1);
+        assert_eq!(backoff.failed(), 2);
+        backoff.reset();
+        assert_eq!(backoff.failed(), 1, "the count starts over");
+        assert_eq!(backoff.next_delay(), BACKOFF_INITIAL);
+    }
+
+    #[test]
+    fn the_logged_wait_is_the_one_taken() {
+        let mut backoff = Backoff::new(BACKOFF_INITIAL, Duration::from_secs(2));
+        for _ in 0..3 {
+            let logged = backoff.peek();
+            assert_eq!(backoff.next_delay(), logged);
+        }
+        assert_eq!(backoff.peek(), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn a_maximum_below_the_initial_wait_keeps_the_initial_wait() {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(10));
+        assert_eq!(backoff.next_delay(), Duration::from_millis(50));
+        assert_eq!(backoff.next_delay(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn silence_is_counted_in_heartbeat_intervals() {
+        let rule = Silence { intervals: 15 };
+        let interval = Duration::from_millis(100);
+        assert_eq!(rule.limit(interval), Duration::from_millis(1500));
+        assert!(!rule.exceeded(interval, Duration::from_millis(1500)));
+        assert!(rule.exceeded(interval, Duration::from_millis(1501)));
+    }
+}
