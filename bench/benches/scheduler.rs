@@ -27,7 +27,8 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate, TaskSpec, TaskState,
+    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate, TaskSpec,
+    TaskState,
 };
 
 const CORES: u32 = 4;

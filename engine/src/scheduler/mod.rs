@@ -175,10 +175,12 @@
 mod book;
 mod exclusion;
 mod job;
+mod order;
 mod speculation;
 mod types;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -192,6 +194,7 @@ pub use types::{
 use crate::hash::FxHashMap;
 use book::{Book, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
+use order::{FifoKey, Order, PoolKey, Ratio};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
@@ -205,7 +208,7 @@ const GONE_MAX: usize = 1024;
 /// A FAIR pool.
 #[derive(Debug)]
 struct Pool {
-    name: String,
+    name: Arc<str>,
     mode: Sharing,
     weight: u32,
     min_share: u32,
@@ -220,7 +223,7 @@ struct Pool {
 impl Pool {
     fn new(c: &PoolConfig, configured: bool) -> Pool {
         Pool {
-            name: c.name.clone(),
+            name: Arc::from(c.name.as_str()),
             mode: c.mode,
             weight: c.weight.max(1),
             min_share: c.min_share,
@@ -228,6 +231,34 @@ impl Pool {
             jobs: 0,
             configured,
         }
+    }
+
+    /// Its place in the FAIR order now.
+    fn key(&self) -> PoolKey {
+        PoolKey::new(self.running_cores, self.min_share, self.weight, &self.name)
+    }
+
+    /// The place inside it of a job running `running_cores` with `weight`: running cores over
+    /// weight in a FAIR pool, none in a FIFO one.
+    fn share(&self, running_cores: u64, weight: u32) -> Ratio {
+        match self.mode {
+            Sharing::Fair => Ratio::new(running_cores, u64::from(weight)),
+            Sharing::Fifo => Ratio::ZERO,
+        }
+    }
+}
+
+/// Re-sorts job `job_slot` (running `running_cores` with `weight`) and its pool `pool` in the
+/// FAIR order after their running cores changed.
+fn resort(
+    order: &mut Order,
+    job_slot: u32,
+    (running_cores, weight): (u64, u32),
+    pool: (u32, &Pool),
+) {
+    if order.fair() {
+        order.set_share(job_slot, pool.1.share(running_cores, weight));
+        order.set_pool(pool.0, pool.1.key());
     }
 }
 
@@ -256,12 +287,11 @@ pub struct Scheduler {
     job_free_slots: Vec<u32>,
     /// Job id → slot.
     job_slots: FxHashMap<u64, u32>,
-    /// Active job slots, in FIFO order (priority, then id).
-    active: VecDeque<u32>,
-    /// The active jobs that have something to launch, in FIFO order: offers look only at these.
-    runnable: VecDeque<u32>,
-    /// Scratch for the FAIR order.
-    order: Vec<u32>,
+    /// Active job slots by FIFO key (priority, then id).
+    active: BTreeMap<FifoKey, u32>,
+    /// The active jobs that have something to launch, in sharing order: offers look only at
+    /// these.
+    runnable: Order,
     /// Scratch: jobs whose straggler queue changed during an offer.
     touched: Vec<u32>,
     pools: Vec<Pool>,
@@ -299,10 +329,13 @@ impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         let mut pools = Vec::new();
         let mut pool_ids = FxHashMap::default();
+        let mut runnable = Order::new(config.sharing == Sharing::Fair);
         for c in &config.pools {
             if !pool_ids.contains_key(&c.name) {
+                let pool = Pool::new(c, true);
+                runnable.set_pool(pools.len() as u32, pool.key());
                 pool_ids.insert(c.name.clone(), pools.len() as u32);
-                pools.push(Pool::new(c, true));
+                pools.push(pool);
             }
         }
         Scheduler {
@@ -311,9 +344,8 @@ impl Scheduler {
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
             job_slots: FxHashMap::default(),
-            active: VecDeque::new(),
-            runnable: VecDeque::new(),
-            order: Vec::new(),
+            active: BTreeMap::new(),
+            runnable,
             touched: Vec::new(),
             pools,
             pool_ids,
@@ -455,7 +487,7 @@ impl Scheduler {
             pool: self
                 .pools
                 .get(j.pool as usize)
-                .map_or_else(String::new, |p| p.name.clone()),
+                .map_or_else(String::new, |p| p.name.to_string()),
             locality_level: j.level.public(),
             valid_levels: j.valid_levels().into_iter().map(Level::public).collect(),
             tasks: j.tasks.len(),
@@ -523,7 +555,7 @@ impl Scheduler {
         let mut t = u64::MAX;
         for job in self
             .active
-            .iter()
+            .values()
             .filter_map(|&s| self.jobs.get(s as usize)?.as_ref())
         {
             if let Some(d) = job.level_deadline(waits) {
@@ -593,7 +625,7 @@ impl Scheduler {
         if self.pref_jobs == 0 {
             return;
         }
-        for &slot in &self.active {
+        for &slot in self.active.values() {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("active job slot {slot} is empty");
             };
@@ -791,11 +823,13 @@ impl Scheduler {
                             unreachable!("pool {i} was just found");
                         };
                         assert_eq!(old.running_cores, 0, "an idle pool runs nothing");
-                        self.pool_ids.remove(&old.name);
+                        self.pool_ids.remove(&*old.name);
+                        self.runnable.set_pool(i as u32, fresh.key());
                         *old = fresh;
                         i as u32
                     }
                     None => {
+                        self.runnable.set_pool(self.pools.len() as u32, fresh.key());
                         self.pools.push(fresh);
                         (self.pools.len() - 1) as u32
                     }
@@ -916,14 +950,8 @@ impl Scheduler {
             }
         };
         self.job_slots.insert(id.0, slot);
-        let key = (-(i64::from(spec.priority)), id.0);
-        let pos = self.active.partition_point(|&s| {
-            self.jobs
-                .get(s as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|j| (-(i64::from(j.priority)), j.id.0) < key)
-        });
-        self.active.insert(pos, slot);
+        self.active
+            .insert((-(i64::from(spec.priority)), id.0), slot);
         self.sync_runnable(slot);
         self.pending_total += n;
         self.unfinished_total += n;
@@ -1096,7 +1124,7 @@ impl Scheduler {
         } else {
             0
         };
-        for &slot in self.runnable.iter().take(runnable) {
+        for slot in self.runnable.fifo().take(runnable) {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("runnable job slot {slot} is empty");
             };
@@ -1135,8 +1163,7 @@ impl Scheduler {
         let timeout = self.config.unschedulable_timeout_us;
         let overdue: Vec<u32> = self
             .runnable
-            .iter()
-            .copied()
+            .fifo()
             .filter(|&s| {
                 self.jobs
                     .get(s as usize)
@@ -1273,24 +1300,9 @@ impl Scheduler {
             return false;
         }
         let waits = self.waits();
-        let fair = self.config.sharing == Sharing::Fair && self.runnable.len() > 1;
-        if fair {
-            self.fair_order(0);
-        }
         let mut touched = std::mem::take(&mut self.touched);
         let mut launched = None;
-        for k in 0..self.runnable.len() {
-            if fair && k == 1 {
-                self.fair_order(1);
-            }
-            let job_slot = if fair {
-                self.order.get(k)
-            } else {
-                self.runnable.get(k)
-            };
-            let Some(&job_slot) = job_slot else {
-                break;
-            };
+        for job_slot in self.runnable.iter() {
             let Some(job) = self
                 .jobs
                 .get_mut(job_slot as usize)
@@ -1347,77 +1359,15 @@ impl Scheduler {
             return;
         }
         job.in_runnable = want;
-        let key = job.fifo_key();
-        let jobs = &self.jobs;
-        let pos = self.runnable.partition_point(|&s| {
-            jobs.get(s as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|j| j.fifo_key() < key)
-        });
         if want {
-            self.runnable.insert(pos, job_slot);
-        } else if self.runnable.get(pos) == Some(&job_slot) {
-            self.runnable.remove(pos);
-        }
-    }
-
-    /// FAIR order of the runnable jobs in `self.order`, built lazily: `from == 0` refills it and
-    /// only brings the neediest job to the front (O(R), usually all an assignment needs);
-    /// `from == 1` sorts the rest, for when the neediest job had nothing for the executor.
-    ///
-    /// Pools follow Spark's `FairSchedulingAlgorithm`: a pool running fewer cores than its
-    /// `min_share` goes first (the lowest running/min_share first), then the lowest running
-    /// cores over weight, then the name. Inside a pool, FIFO (priority, then submission) or
-    /// FAIR (running cores over job weight, then priority and submission).
-    fn fair_order(&mut self, from: usize) {
-        if from == 0 {
-            self.order.clear();
-            self.order.extend(self.runnable.iter().copied());
-        }
-        let jobs = &self.jobs;
-        let pools = &self.pools;
-        let key = |s: &u32| {
-            let j = jobs.get(*s as usize).and_then(Option::as_ref);
-            j.map(|j| {
-                let (needy, ratio, name) = match pools.get(j.pool as usize) {
-                    Some(p) => {
-                        let running = p.running_cores as f64;
-                        if p.running_cores < u64::from(p.min_share) {
-                            (
-                                0u8,
-                                running / f64::from(p.min_share.max(1)),
-                                p.name.as_str(),
-                            )
-                        } else {
-                            (1u8, running / f64::from(p.weight), p.name.as_str())
-                        }
-                    }
-                    None => (1u8, 0.0, ""),
-                };
-                let fifo = pools
-                    .get(j.pool as usize)
-                    .is_some_and(|p| p.mode == Sharing::Fifo);
-                let inner = if fifo {
-                    0.0
-                } else {
-                    j.running_cores as f64 / f64::from(j.weight)
-                };
-                (needy, ratio, name, inner, -i64::from(j.priority), j.id.0)
-            })
-        };
-        let cmp = |a: &u32, b: &u32| {
-            key(a)
-                .partial_cmp(&key(b))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        };
-        let rest = self.order.get_mut(from..).unwrap_or_default();
-        if from == 0 {
-            let min = rest.iter().enumerate().min_by(|a, b| cmp(a.1, b.1));
-            if let Some((pos, _)) = min {
-                rest.swap(0, pos);
-            }
+            let Some(pool) = self.pools.get(job.pool as usize) else {
+                unreachable!("job in unknown pool {}", job.pool);
+            };
+            let share = pool.share(job.running_cores, job.weight);
+            self.runnable
+                .insert(job_slot, job.fifo_key(), job.pool, share);
         } else {
-            rest.sort_by(cmp);
+            self.runnable.remove(job_slot, job.fifo_key());
         }
     }
 
@@ -1477,6 +1427,12 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores += u64::from(cores);
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
         let Some(e) = self.book.get_mut(exec_slot) else {
             unreachable!("launch on empty executor slot {exec_slot}");
         };
@@ -1530,6 +1486,12 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(cores);
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
         let Some(e) = self.book.get(a.exec) else {
             // Only the executor being removed right now has left the book with attempts still
             // on tasks (they end one by one): nothing to ask it.
@@ -1589,6 +1551,12 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(cores);
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
         assert_eq!(
             t.status,
             Status::Running,
@@ -1861,10 +1829,17 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::take) else {
             unreachable!("remove of empty job slot {job_slot}");
         };
+        let key = job.fifo_key();
+        if job.in_runnable {
+            self.runnable.remove(job_slot, key);
+        }
         let Some(p) = self.pools.get_mut(job.pool as usize) else {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        if self.runnable.fair() {
+            self.runnable.set_pool(job.pool, p.key());
+        }
         assert!(p.jobs > 0, "pool {} counts its jobs", p.name);
         p.jobs -= 1;
         if job.has_exec_prefs || job.has_host_prefs {
@@ -1874,13 +1849,12 @@ impl Scheduler {
             self.spec_jobs -= 1;
         }
         self.job_slots.remove(&job.id.0);
-        // Both lists are sorted by FIFO key: find the job by binary search (its own slot is
-        // empty now, which sorts where its key would) instead of scanning every active job.
-        let key = job.fifo_key();
-        remove_sorted(&mut self.active, &self.jobs, job_slot, key);
-        if job.in_runnable {
-            remove_sorted(&mut self.runnable, &self.jobs, job_slot, key);
-        }
+        let removed = self.active.remove(&key);
+        assert_eq!(
+            removed,
+            Some(job_slot),
+            "an active job is listed under its FIFO key"
+        );
         self.job_free_slots.push(job_slot);
     }
 
@@ -1892,22 +1866,6 @@ impl Scheduler {
             .as_ref()
             .map_or(SpeculationConfig::default().interval_us, |s| s.interval_us)
             .max(1)
-    }
-}
-
-/// Removes `slot` from `list`, a list of job slots sorted by FIFO key, where the job of `slot`
-/// (key `key`) is no longer in `jobs`. O(log n) to find it.
-fn remove_sorted(list: &mut VecDeque<u32>, jobs: &[Option<Job>], slot: u32, key: (i64, u64)) {
-    let pos = list.partition_point(|&s| {
-        jobs.get(s as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|j| j.fifo_key() < key)
-    });
-    if list.get(pos) == Some(&slot) {
-        list.remove(pos);
-    } else {
-        debug_assert!(!list.contains(&slot), "slot {slot} out of FIFO order");
-        list.retain(|&s| s != slot);
     }
 }
 
