@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::order::Cursor;
 use super::types::{ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
 
@@ -61,6 +62,9 @@ pub(crate) struct Exec {
     /// It holds a straggler and has finished nothing since that attempt was launched: no new
     /// work until it reports a final state (see `speculation.rs`).
     pub stalled: bool,
+    /// Its last assignment stopped at the cap on jobs asked: the next one goes on after this
+    /// place in the sharing order, and the jobs asked so far in this cycle.
+    pub resume: Option<(Cursor, usize)>,
     membership: Membership,
 }
 
@@ -187,6 +191,7 @@ impl Book {
             window: window.clamp(1, cores.max(1)),
             progress_us: now_us,
             stalled: false,
+            resume: None,
             membership: Membership::Unlisted,
         };
         let slot = match self.free_slots.pop() {

@@ -272,6 +272,25 @@ struct Gone {
     attempts: Vec<(TaskId, u32, bool)>,
 }
 
+/// Jobs one assignment asks at most before it stops (the executor resumes after the last one
+/// asked at its next offer): bounds the work per offer when many jobs ahead in the sharing
+/// order have nothing for an executor (tasks too big for it, excluded, waiting for locality).
+const OFFER_JOBS_MAX: usize = 64;
+
+/// How long an executor whose assignment stopped at [`OFFER_JOBS_MAX`] waits at most before
+/// it is offered again (by [`Scheduler::tick`]; any new work brings it back sooner).
+const OFFER_DEFER_US: u64 = 1_000;
+
+/// What one assignment to an executor did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Assigned {
+    Launched,
+    /// No job asked had anything for the executor, and none is left to ask.
+    Nothing,
+    /// The [`OFFER_JOBS_MAX`] jobs asked had nothing; later ones were not asked yet.
+    Deferred,
+}
+
 /// How an attempt ended.
 enum End {
     Succeeded(Bytes),
@@ -310,6 +329,9 @@ pub struct Scheduler {
     next_speculation_us: u64,
     /// Earliest global exclusion expiry (u64::MAX: none).
     next_expiry_us: u64,
+    /// When executors whose assignment stopped at [`OFFER_JOBS_MAX`] are offered again
+    /// (u64::MAX: none waits).
+    deferred_until_us: u64,
     /// When any executor last reported an attempt as final.
     last_finish_us: u64,
     /// Executors recently removed as lost, oldest first (at most [`GONE_MAX`]).
@@ -358,6 +380,7 @@ impl Scheduler {
             stats: Stats::default(),
             next_speculation_us: 0,
             next_expiry_us: u64::MAX,
+            deferred_until_us: u64::MAX,
             last_finish_us: 0,
             gone: VecDeque::new(),
             pref_jobs: 0,
@@ -571,7 +594,7 @@ impl Scheduler {
         if self.spec_jobs > 0 {
             t = t.min(self.next_speculation_us);
         }
-        t = t.min(self.next_expiry_us);
+        t = t.min(self.next_expiry_us).min(self.deferred_until_us);
         (t != u64::MAX).then_some(t)
     }
 
@@ -1137,6 +1160,10 @@ impl Scheduler {
             self.expire_exclusions(now_us);
             new_work = true;
         }
+        if now_us >= self.deferred_until_us {
+            self.deferred_until_us = u64::MAX;
+            new_work = true;
+        }
         if self.spec_jobs > 0 && now_us >= self.next_speculation_us {
             new_work |= self.find_stragglers(now_us);
         }
@@ -1265,7 +1292,7 @@ impl Scheduler {
             for &slot in &slots {
                 while self.pending_total > 0
                     && self.book.get(slot).is_some_and(|e| e.usable() > 0)
-                    && self.assign_one(now_us, slot, true)
+                    && self.assign_one(now_us, slot, true) == Assigned::Launched
                 {}
             }
             self.scratch = slots;
@@ -1274,16 +1301,22 @@ impl Scheduler {
             let Some(slot) = self.book.next_offerable() else {
                 break;
             };
-            if self.assign_one(now_us, slot, false) {
-                match self.book.get(slot) {
+            match self.assign_one(now_us, slot, false) {
+                Assigned::Launched => match self.book.get(slot) {
                     Some(e) if e.usable() > 0 => self.book.advance(),
                     _ => self.book.unlist(slot),
+                },
+                Assigned::Deferred => {
+                    // Set aside like a blocked executor; the tick brings it back at the latest.
+                    self.book.block(slot);
+                    let at = now_us.saturating_add(OFFER_DEFER_US);
+                    self.deferred_until_us = self.deferred_until_us.min(at);
                 }
-            } else if self.book.get(slot).is_some_and(|e| e.usable() > 0) {
-                self.book.block(slot);
-            } else {
+                Assigned::Nothing if self.book.get(slot).is_some_and(|e| e.usable() > 0) => {
+                    self.book.block(slot);
+                }
                 // Full within its window, or stalled: back when a final update comes.
-                self.book.unlist(slot);
+                Assigned::Nothing => self.book.unlist(slot),
             }
         }
     }
@@ -1291,18 +1324,49 @@ impl Scheduler {
     /// Gives one task to the executor in `slot`, if any job has one for it. With
     /// `local_only`, only the first job (in sharing order) with work the executor may take is
     /// asked, and only for tasks preferring this executor or its host.
-    fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> bool {
-        let Some(e) = self.book.get(slot) else {
+    ///
+    /// At most [`OFFER_JOBS_MAX`] jobs are asked: past them the walk stops with
+    /// [`Assigned::Deferred`], and the executor's next walk goes on after the last job asked,
+    /// wrapping to the start, until it has asked as many jobs as are runnable (a cycle). So
+    /// every runnable job is asked once per cycle, and a job ahead that got work meanwhile is
+    /// asked when the walk wraps. `local_only` walks (the locality pass) are capped too but do
+    /// not move the cursor: the full pass that follows decides.
+    fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
+        let Some(e) = self.book.get_mut(slot) else {
             unreachable!("offerable slot {slot} is empty");
         };
         let (id, host, free) = (e.id, e.host, e.usable());
-        if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
-            return false;
+        let excluded_until_us = e.excluded_until_us;
+        let (resume, cycle_asked) = match e.resume.take() {
+            Some(r) if local_only => {
+                e.resume = Some(r);
+                (None, 0)
+            }
+            Some((cursor, asked)) => (Some(cursor), asked),
+            None => (None, 0),
+        };
+        if free == 0 || self.globally_excluded(now_us, excluded_until_us, host) {
+            return Assigned::Nothing;
         }
         let waits = self.waits();
         let mut touched = std::mem::take(&mut self.touched);
         let mut launched = None;
-        for job_slot in self.runnable.iter() {
+        let mut asked = 0usize;
+        let mut capped = false;
+        let mut last_asked = None;
+        let cycle_left = self.runnable.len().saturating_sub(cycle_asked);
+        let wrap = resume.is_some().then(|| self.runnable.iter_after(None));
+        let walk = self.runnable.iter_after(resume.as_ref());
+        for job_slot in walk.chain(wrap.into_iter().flatten()) {
+            if asked == cycle_left {
+                break;
+            }
+            if asked == OFFER_JOBS_MAX {
+                capped = true;
+                break;
+            }
+            asked += 1;
+            last_asked = Some(job_slot);
             let Some(job) = self
                 .jobs
                 .get_mut(job_slot as usize)
@@ -1334,15 +1398,32 @@ impl Scheduler {
                 break;
             }
         }
+        let mut assigned = Assigned::Nothing;
         if let Some((job_slot, found)) = launched {
             self.launch(now_us, job_slot, slot, found);
             self.sync_runnable(job_slot);
+            assigned = Assigned::Launched;
+        } else if let Some(last) = last_asked.filter(|_| capped && !local_only) {
+            // Where the walk stopped, taken before `touched` jobs may leave the order.
+            let key = self
+                .jobs
+                .get(last as usize)
+                .and_then(Option::as_ref)
+                .map(Job::fifo_key);
+            let Some(key) = key else {
+                unreachable!("runnable job slot {last} is empty");
+            };
+            let cursor = self.runnable.cursor_at(last, key);
+            if let Some(e) = self.book.get_mut(slot) {
+                e.resume = Some((cursor, cycle_asked + asked));
+            }
+            assigned = Assigned::Deferred;
         }
         for job_slot in touched.drain(..) {
             self.sync_runnable(job_slot);
         }
         self.touched = touched;
-        launched.is_some()
+        assigned
     }
 
     /// Lists or unlists a job as runnable after its pending or straggler queues changed.

@@ -12,6 +12,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 /// A job's FIFO key: higher priority first (negated), then submission (its id).
@@ -90,6 +91,15 @@ impl PoolKey {
 /// a FIFO pool), then its FIFO key.
 pub(crate) type JobKey = (Ratio, FifoKey);
 
+/// A place in the sharing order to resume a walk after (see [`Order::iter_after`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Cursor {
+    /// After the job with this FIFO key.
+    Fifo(FifoKey),
+    /// After this job (key, slot) in this pool (key, id).
+    Fair((PoolKey, u32), (JobKey, u32)),
+}
+
 /// One pool's side of the FAIR order.
 #[derive(Debug)]
 struct PoolEntry {
@@ -140,16 +150,42 @@ impl Order {
         self.fifo.values().copied()
     }
 
-    /// The runnable jobs' slots in sharing order (FIFO, or FAIR: pools, then jobs per pool).
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        let fifo = (!self.fair).then(|| self.fifo());
+    /// The runnable jobs' slots in sharing order (FIFO, or FAIR: pools, then jobs per pool),
+    /// from the start or after `from`. Finding the first costs O(log n). Under FAIR, a walk
+    /// resumed in a pool that was re-sorted since goes on after that pool's new place (it may
+    /// see a job twice or miss one until the next walk from the start).
+    pub fn iter_after(&self, from: Option<&Cursor>) -> impl Iterator<Item = u32> + '_ {
+        let (fifo_from, pool_from, in_pool) = match from {
+            None => (Unbounded, Unbounded, None),
+            Some(Cursor::Fifo(key)) => (Excluded(*key), Unbounded, None),
+            Some(Cursor::Fair(pool, job)) => {
+                (Unbounded, Excluded(pool.clone()), Some((pool.1, *job)))
+            }
+        };
+        let fifo = (!self.fair).then(|| self.fifo.range((fifo_from, Unbounded)).map(|(_, s)| *s));
+        let rest_of_pool = in_pool.and_then(|(pool, job)| {
+            let e = self.entries.get(pool as usize)?;
+            Some(e.jobs.range((Excluded(job), Unbounded)).map(|(_, s)| *s))
+        });
         let fair = self.fair.then(|| {
             self.pools
-                .iter()
+                .range((pool_from, Unbounded))
                 .filter_map(|(_, p)| self.entries.get(*p as usize))
                 .flat_map(|e| e.jobs.iter().map(|(_, slot)| *slot))
         });
-        fifo.into_iter().flatten().chain(fair.into_iter().flatten())
+        fifo.into_iter()
+            .flatten()
+            .chain(rest_of_pool.into_iter().flatten())
+            .chain(fair.into_iter().flatten())
+    }
+
+    /// Where the listed job `slot` (FIFO key `fifo`) is now, to resume a walk after it.
+    pub fn cursor_at(&self, slot: u32, fifo: FifoKey) -> Cursor {
+        let filed = self.filed.get(slot as usize).copied().flatten();
+        match filed.and_then(|(pool, key)| Some((pool, key, self.entries.get(pool as usize)?))) {
+            Some((pool, key, e)) if self.fair => Cursor::Fair((e.key.clone(), pool), (key, slot)),
+            _ => Cursor::Fifo(fifo),
+        }
     }
 
     /// Sets pool `pool`'s key (a new pool, or its running cores changed), re-sorting it.
@@ -278,12 +314,12 @@ mod tests {
         o.insert(0, (0, 5), 0, Ratio::ZERO);
         o.insert(1, (0, 2), 0, Ratio::ZERO);
         o.insert(2, (-1, 9), 0, Ratio::ZERO);
-        assert_eq!(o.iter().collect::<Vec<_>>(), [2, 1, 0]);
+        assert_eq!(o.iter_after(None).collect::<Vec<_>>(), [2, 1, 0]);
         o.remove(1, (0, 2));
-        assert_eq!(o.iter().collect::<Vec<_>>(), [2, 0]);
+        assert_eq!(o.iter_after(None).collect::<Vec<_>>(), [2, 0]);
         o.insert(1, (0, 2), 0, Ratio::ZERO);
         assert_eq!(
-            o.iter().collect::<Vec<_>>(),
+            o.iter_after(None).collect::<Vec<_>>(),
             [2, 1, 0],
             "listed again in place"
         );
@@ -297,19 +333,51 @@ mod tests {
         o.insert(10, (0, 1), 0, Ratio::ZERO);
         o.insert(11, (0, 2), 0, Ratio::ZERO);
         o.insert(20, (0, 3), 1, Ratio::ZERO);
-        assert_eq!(o.iter().collect::<Vec<_>>(), [10, 11, 20]);
+        assert_eq!(o.iter_after(None).collect::<Vec<_>>(), [10, 11, 20]);
         // Job 10 runs a core: it sorts after job 11 in pool a, and pool a after pool b.
         o.set_share(10, Ratio::new(1, 1));
         o.set_pool(0, PoolKey::new(1, 0, 1, &name("a")));
-        assert_eq!(o.iter().collect::<Vec<_>>(), [20, 11, 10]);
+        assert_eq!(o.iter_after(None).collect::<Vec<_>>(), [20, 11, 10]);
         // Pool b empties: it leaves the order, and comes back when a job is listed again.
         o.remove(20, (0, 3));
-        assert_eq!(o.iter().collect::<Vec<_>>(), [11, 10]);
+        assert_eq!(o.iter_after(None).collect::<Vec<_>>(), [11, 10]);
         o.set_pool(1, PoolKey::new(5, 0, 1, &name("b")));
         o.insert(20, (0, 3), 1, Ratio::ZERO);
-        assert_eq!(o.iter().collect::<Vec<_>>(), [11, 10, 20]);
+        assert_eq!(o.iter_after(None).collect::<Vec<_>>(), [11, 10, 20]);
         assert_eq!(o.fifo().collect::<Vec<_>>(), [10, 11, 20]);
         o.set_share(99, Ratio::ZERO); // not listed: nothing to do
         assert_eq!(o.len(), 3);
+    }
+
+    #[test]
+    fn a_walk_resumes_after_its_cursor_in_both_orders() {
+        let mut o = Order::new(false);
+        for (slot, id) in [(0, 1), (1, 2), (2, 3)] {
+            o.insert(slot, (0, id), 0, Ratio::ZERO);
+        }
+        let c = o.cursor_at(0, (0, 1));
+        assert_eq!(o.iter_after(Some(&c)).collect::<Vec<_>>(), [1, 2]);
+        o.remove(0, (0, 1));
+        assert_eq!(
+            o.iter_after(Some(&c)).collect::<Vec<_>>(),
+            [1, 2],
+            "a cursor at a job gone since still resumes after its key"
+        );
+        let mut o = Order::new(true);
+        o.set_pool(0, PoolKey::new(0, 0, 1, &name("a")));
+        o.set_pool(1, PoolKey::new(0, 0, 1, &name("b")));
+        o.insert(10, (0, 1), 0, Ratio::ZERO);
+        o.insert(11, (0, 2), 0, Ratio::ZERO);
+        o.insert(20, (0, 3), 1, Ratio::ZERO);
+        let c = o.cursor_at(10, (0, 1));
+        assert_eq!(o.iter_after(Some(&c)).collect::<Vec<_>>(), [11, 20]);
+        let c = o.cursor_at(11, (0, 2));
+        assert_eq!(
+            o.iter_after(Some(&c)).collect::<Vec<_>>(),
+            [20],
+            "on to the next pool"
+        );
+        let c = o.cursor_at(20, (0, 3));
+        assert_eq!(o.iter_after(Some(&c)).count(), 0);
     }
 }
