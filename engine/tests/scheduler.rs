@@ -1798,3 +1798,39 @@ fn an_executor_too_small_for_many_jobs_ahead_gets_the_task_behind_them_within_a_
     }
     assert_eq!(s.active_jobs(), 200);
 }
+
+#[test]
+fn a_job_passed_in_a_bounded_walk_that_gets_work_meanwhile_is_asked_again() {
+    let mut s = Scheduler::new(config());
+    let front = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    for _ in 0..200 {
+        let spec = JobSpec::new(vec![TaskSpec {
+            cores: 2,
+            ..TaskSpec::new("f", Bytes::new())
+        }]);
+        s.submit_job(0, spec).unwrap();
+    }
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    let (_, first) = single_launch(&drain(&mut s));
+    assert_eq!(first.task.job(), front);
+    // Executor 1 walks past the front job (nothing to launch then) into the jobs too big.
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    assert!(launches(&drain(&mut s)).is_empty());
+    // The front job's task comes back; executor 1 is mid-walk behind it.
+    s.remove_executor(1, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    let mut now = 1;
+    let mut outs = drain(&mut s);
+    for _ in 0..10 {
+        if !launches(&outs).is_empty() {
+            break;
+        }
+        now = s
+            .poll_timeout()
+            .expect("executor 1 comes back to finish its walk");
+        s.tick(now);
+        outs = drain(&mut s);
+    }
+    let (e, l) = single_launch(&outs);
+    assert_eq!((e, l.task), (ExecutorId(1), first.task));
+    assert!(now <= 1 + 5_000, "within a few ms, not {now}");
+}

@@ -42,9 +42,11 @@
 //! first job asked answers. When jobs ahead have nothing for an executor (tasks too big for it,
 //! it is excluded for them, they wait for locality), one assignment asks at most 64 jobs: the
 //! executor is then set aside until new work or 1 ms later (the tick), and its next walk goes
-//! on after the last job it asked, wrapping to the start, until it has asked as many jobs as
-//! are runnable; then it is blocked as above. So the work per offer is bounded, every job is
-//! asked once per cycle, and an executor behind N such jobs waits at most N/64 ms for work.
+//! on after the last job it asked. A walk that reaches the end of the order has asked every
+//! job once since it began at the start (a cycle): the executor is blocked as above, unless new
+//! work appeared or its usable slots grew during the cycle, when it walks again from the start
+//! at once (jobs passed may answer now). So the work per offer is bounded (two walks of 64),
+//! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
 //! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
@@ -205,7 +207,7 @@ pub use types::{
 };
 
 use crate::hash::FxHashMap;
-use book::{Book, Run};
+use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
 use order::{FifoKey, Order, PoolKey, Ratio};
 
@@ -1173,15 +1175,17 @@ impl Scheduler {
             self.expire_exclusions(now_us);
             new_work = true;
         }
-        if now_us >= self.deferred_until_us {
+        let wake = now_us >= self.deferred_until_us;
+        if wake {
             self.deferred_until_us = u64::MAX;
-            new_work = true;
         }
         if self.spec_jobs > 0 && now_us >= self.next_speculation_us {
             new_work |= self.find_stragglers(now_us);
         }
         if new_work {
             self.book.unblock_all();
+        } else if wake {
+            self.book.wake_all();
         }
         self.offer(now_us);
         self.fail_unschedulable(now_us);
@@ -1339,46 +1343,36 @@ impl Scheduler {
     /// asked, and only for tasks preferring this executor or its host.
     ///
     /// At most [`OFFER_JOBS_MAX`] jobs are asked: past them the walk stops with
-    /// [`Assigned::Deferred`], and the executor's next walk goes on after the last job asked,
-    /// wrapping to the start, until it has asked as many jobs as are runnable (a cycle). So
-    /// every runnable job is asked once per cycle, and a job ahead that got work meanwhile is
-    /// asked when the walk wraps. `local_only` walks (the locality pass) are capped too but do
-    /// not move the cursor: the full pass that follows decides.
+    /// [`Assigned::Deferred`], and the executor's next walk goes on after the last job asked.
+    /// A walk that began at the start of the order and reaches its end is a cycle: every job
+    /// was asked once. If new work appeared during the cycle, or the executor has more usable
+    /// slots than when it began, jobs passed may answer now, so one more walk starts at once
+    /// from the start. `local_only` walks (the locality pass) are capped too but leave the
+    /// cursor alone: the full pass that follows decides.
     fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
         let Some(e) = self.book.get_mut(slot) else {
             unreachable!("offerable slot {slot} is empty");
         };
         let (id, host, free) = (e.id, e.host, e.usable());
         let excluded_until_us = e.excluded_until_us;
-        let (resume, cycle_asked) = match e.resume.take() {
-            Some(r) if local_only => {
-                e.resume = Some(r);
-                (None, 0)
-            }
-            Some((cursor, asked)) => (Some(cursor), asked),
-            None => (None, 0),
-        };
+        let resume = if local_only { None } else { e.resume.take() };
         if free == 0 || self.globally_excluded(now_us, excluded_until_us, host) {
             return Assigned::Nothing;
         }
         let waits = self.waits();
         let mut touched = std::mem::take(&mut self.touched);
         let mut launched = None;
-        let mut asked = 0usize;
         let mut capped = false;
         let mut last_asked = None;
-        let cycle_left = self.runnable.len().saturating_sub(cycle_asked);
-        let wrap = resume.is_some().then(|| self.runnable.iter_after(None));
-        let walk = self.runnable.iter_after(resume.as_ref());
-        for job_slot in walk.chain(wrap.into_iter().flatten()) {
-            if asked == cycle_left {
-                break;
-            }
+        let (work_seq, usable) = resume
+            .as_ref()
+            .map_or((self.book.work_seq, free), |r| (r.work_seq, r.usable));
+        let walk = self.runnable.iter_after(resume.as_ref().map(|r| &r.after));
+        for (asked, job_slot) in walk.enumerate() {
             if asked == OFFER_JOBS_MAX {
                 capped = true;
                 break;
             }
-            asked += 1;
             last_asked = Some(job_slot);
             let Some(job) = self
                 .jobs
@@ -1414,7 +1408,6 @@ impl Scheduler {
         let mut assigned = Assigned::Nothing;
         if let Some((job_slot, found)) = launched {
             self.launch(now_us, job_slot, slot, found);
-            self.sync_runnable(job_slot);
             assigned = Assigned::Launched;
         } else if let Some(last) = last_asked.filter(|_| capped && !local_only) {
             // Where the walk stopped, taken before `touched` jobs may leave the order.
@@ -1426,9 +1419,13 @@ impl Scheduler {
             let Some(key) = key else {
                 unreachable!("runnable job slot {last} is empty");
             };
-            let cursor = self.runnable.cursor_at(last, key);
+            let after = self.runnable.cursor_at(last, key);
             if let Some(e) = self.book.get_mut(slot) {
-                e.resume = Some((cursor, cycle_asked + asked));
+                e.resume = Some(Resume {
+                    after,
+                    work_seq,
+                    usable,
+                });
             }
             assigned = Assigned::Deferred;
         }
@@ -1436,6 +1433,12 @@ impl Scheduler {
             self.sync_runnable(job_slot);
         }
         self.touched = touched;
+        let stale = self.book.work_seq != work_seq || free > usable;
+        if assigned == Assigned::Nothing && resume.is_some() && stale {
+            // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
+            // this recurses once at most).
+            return self.assign_one(now_us, slot, false);
+        }
         assigned
     }
 
@@ -1521,12 +1524,6 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores += u64::from(cores);
-        resort(
-            &mut self.runnable,
-            job_slot,
-            (job.running_cores, job.weight),
-            (job.pool, p),
-        );
         let Some(e) = self.book.get_mut(exec_slot) else {
             unreachable!("launch on empty executor slot {exec_slot}");
         };
@@ -1545,6 +1542,20 @@ impl Scheduler {
         }
         e.batch.push(launch);
         self.stats.launched += 1;
+        // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
+        self.sync_runnable(job_slot);
+        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+            unreachable!("launch for empty job slot {job_slot}");
+        };
+        let Some(p) = self.pools.get(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
     }
 
     /// Emits the batched launches, one `Launch` per executor.
