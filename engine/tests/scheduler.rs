@@ -1754,17 +1754,32 @@ fn fair_pools_reorder_as_their_running_cores_change() {
 
 #[test]
 fn an_executor_too_small_for_many_jobs_ahead_gets_the_task_behind_them_within_a_few_ticks() {
-    let mut s = Scheduler::new(config());
-    let big = || {
-        JobSpec::new(vec![TaskSpec {
-            cores: 2,
-            ..TaskSpec::new("f", Bytes::new())
-        }])
-    };
-    for _ in 0..200 {
-        s.submit_job(0, big()).unwrap();
+    for sharing in [Sharing::Fifo, Sharing::Fair] {
+        too_small_for_many_jobs_ahead(sharing);
     }
-    let small = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+}
+
+/// 200 jobs too big for the only executor, then a small one (under FAIR in the last pool).
+fn too_small_for_many_jobs_ahead(sharing: Sharing) {
+    let mut s = Scheduler::new(Config {
+        sharing,
+        ..config()
+    });
+    for i in 0..200 {
+        let spec = JobSpec {
+            pool: format!("p{}", i % 10),
+            ..JobSpec::new(vec![TaskSpec {
+                cores: 2,
+                ..TaskSpec::new("f", Bytes::new())
+            }])
+        };
+        s.submit_job(0, spec).unwrap();
+    }
+    let spec = JobSpec {
+        pool: "zz".into(),
+        ..JobSpec::new(tasks(1))
+    };
+    let small = s.submit_job(0, spec).unwrap();
     s.register_executor(0, exec(1, "h", 1)).unwrap();
     // One offer asks a bounded number of jobs (not all 200): it comes back soon to go on.
     assert!(launches(&drain(&mut s)).is_empty(), "bounded walk: not yet");
@@ -1782,7 +1797,7 @@ fn an_executor_too_small_for_many_jobs_ahead_gets_the_task_behind_them_within_a_
         if let Some((_, l)) = launches(&outs).pop() {
             break l;
         }
-        assert!(ticks < 10, "201 jobs take 4 walks of 64");
+        assert!(ticks < 10, "201 jobs take 4 walks of 64 ({sharing:?})");
     };
     assert_eq!(l.task.job(), small);
     update(&mut s, now + 1, ExecutorId(1), &l, TaskState::Finished, b"");
@@ -1794,7 +1809,10 @@ fn an_executor_too_small_for_many_jobs_ahead_gets_the_task_behind_them_within_a_
         s.tick(now);
         assert!(launches(&drain(&mut s)).is_empty());
         wakeups += 1;
-        assert!(wakeups < 10, "the deferrals end with the cycle");
+        assert!(
+            wakeups < 10,
+            "the deferrals end with the cycle ({sharing:?})"
+        );
     }
     assert_eq!(s.active_jobs(), 200);
 }

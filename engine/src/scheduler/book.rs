@@ -95,6 +95,8 @@ pub(crate) struct Resume {
     pub work_seq: u64,
     /// The executor's usable slots when the cycle began: with more, jobs passed may fit now.
     pub usable: u32,
+    /// `Order::moves` when the cycle began: a FAIR re-sort since may have hidden a job.
+    pub moves: u64,
 }
 
 /// A host that executors ran on (or that a task prefers). Never removed, so indices are stable.

@@ -44,8 +44,9 @@
 //! executor is then set aside until new work or 1 ms later (the tick), and its next walk goes
 //! on after the last job it asked. A walk that reaches the end of the order has asked every
 //! job once since it began at the start (a cycle): the executor is blocked as above, unless new
-//! work appeared or its usable slots grew during the cycle, when it walks again from the start
-//! at once (jobs passed may answer now). So the work per offer is bounded (two walks of 64),
+//! work appeared, its usable slots grew, or (FAIR) pools or jobs were re-sorted during the
+//! cycle, when it walks again from the start at once (jobs passed may answer now, or were
+//! missed). So the work per offer is bounded (two walks of 64),
 //! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
@@ -1345,9 +1346,9 @@ impl Scheduler {
     /// At most [`OFFER_JOBS_MAX`] jobs are asked: past them the walk stops with
     /// [`Assigned::Deferred`], and the executor's next walk goes on after the last job asked.
     /// A walk that began at the start of the order and reaches its end is a cycle: every job
-    /// was asked once. If new work appeared during the cycle, or the executor has more usable
-    /// slots than when it began, jobs passed may answer now, so one more walk starts at once
-    /// from the start. `local_only` walks (the locality pass) are capped too but leave the
+    /// was asked once. If new work appeared during the cycle, the executor has more usable
+    /// slots than when it began, or (FAIR) the order was re-sorted, jobs passed may answer now
+    /// (or were missed), so one more walk starts at once from the start. `local_only` walks (the locality pass) are capped too but leave the
     /// cursor alone: the full pass that follows decides.
     fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
         let Some(e) = self.book.get_mut(slot) else {
@@ -1364,9 +1365,11 @@ impl Scheduler {
         let mut launched = None;
         let mut capped = false;
         let mut last_asked = None;
-        let (work_seq, usable) = resume
+        let (work_seq, usable, moves) = resume
             .as_ref()
-            .map_or((self.book.work_seq, free), |r| (r.work_seq, r.usable));
+            .map_or((self.book.work_seq, free, self.runnable.moves), |r| {
+                (r.work_seq, r.usable, r.moves)
+            });
         let walk = self.runnable.iter_after(resume.as_ref().map(|r| &r.after));
         for (asked, job_slot) in walk.enumerate() {
             if asked == OFFER_JOBS_MAX {
@@ -1425,6 +1428,7 @@ impl Scheduler {
                     after,
                     work_seq,
                     usable,
+                    moves,
                 });
             }
             assigned = Assigned::Deferred;
@@ -1433,7 +1437,7 @@ impl Scheduler {
             self.sync_runnable(job_slot);
         }
         self.touched = touched;
-        let stale = self.book.work_seq != work_seq || free > usable;
+        let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
         if assigned == Assigned::Nothing && resume.is_some() && stale {
             // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
             // this recurses once at most).

@@ -121,6 +121,9 @@ pub(crate) struct Order {
     entries: Vec<PoolEntry>,
     /// FAIR: by job slot, the pool and key a listed job is filed under.
     filed: Vec<Option<(u32, JobKey)>>,
+    /// Counts the times a listed pool or job moved (FAIR re-sorts; FIFO keys never change): a
+    /// walk resumed across a move may have missed a job.
+    pub moves: u64,
 }
 
 impl Order {
@@ -132,6 +135,7 @@ impl Order {
             pools: BTreeSet::new(),
             entries: Vec::new(),
             filed: Vec::new(),
+            moves: 0,
         }
     }
 
@@ -153,7 +157,7 @@ impl Order {
     /// The runnable jobs' slots in sharing order (FIFO, or FAIR: pools, then jobs per pool),
     /// from the start or after `from`. Finding the first costs O(log n). Under FAIR, a walk
     /// resumed in a pool that was re-sorted since goes on after that pool's new place (it may
-    /// see a job twice or miss one until the next walk from the start).
+    /// see a job twice or miss one until the next walk from the start; [`Order::moves`] tells).
     pub fn iter_after(&self, from: Option<&Cursor>) -> impl Iterator<Item = u32> + '_ {
         let (fifo_from, pool_from, in_pool) = match from {
             None => (Unbounded, Unbounded, None),
@@ -211,6 +215,7 @@ impl Order {
             let removed = self.pools.remove(&(old, pool));
             assert!(removed, "pool {pool} with runnable jobs is listed");
             self.pools.insert((key, pool));
+            self.moves = self.moves.wrapping_add(1);
         }
     }
 
@@ -273,6 +278,7 @@ impl Order {
         let removed = e.jobs.remove(&(old, slot));
         assert!(removed, "job slot {slot} filed in its pool");
         e.jobs.insert(((share, old.1), slot));
+        self.moves = self.moves.wrapping_add(1);
     }
 }
 
