@@ -11,8 +11,9 @@
 //! machine is shared and the thread is preempted.
 //!
 //! `scheduler_active_jobs`: the cost of one completion plus one new one-task job while N
-//! one-task jobs are active (1, 1,000 and 100,000), 10 executors of 4 cores, steady state. Flat
-//! across N means job selection and job removal do not scan the active jobs.
+//! one-task jobs are active (1, 1,000 and 100,000), 10 executors of 4 cores, steady state, under
+//! FIFO and under FAIR with the jobs spread over 1,000 pools. Flat across N means job selection
+//! and job removal do not scan the active jobs (FAIR: choosing a pool costs O(log pools)).
 //!
 //! Under `cargo test --benches` (no `--bench` flag) it runs a 10,000-task version once.
 
@@ -26,7 +27,8 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec, TaskState,
+    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate, TaskSpec,
+    TaskState,
 };
 
 const CORES: u32 = 4;
@@ -207,26 +209,33 @@ fn active_jobs(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(4));
     let rounds = 10_000u64;
     group.throughput(Throughput::Elements(rounds));
-    for &active in sizes {
-        group.bench_with_input(
-            BenchmarkId::new("completion+submission", format!("{active}_active_jobs")),
-            &active,
-            |b, &active| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        total += steady_state(active, rounds);
-                    }
-                    total
-                });
-            },
-        );
+    for (sharing, pools) in [(Sharing::Fifo, 1), (Sharing::Fair, FAIR_POOLS)] {
+        for &active in sizes {
+            let name = format!("completion+submission_{sharing:?}");
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("{active}_active_jobs")),
+                &active,
+                |b, &active| {
+                    b.iter_custom(|iters| {
+                        let mut total = Duration::ZERO;
+                        for _ in 0..iters {
+                            total += steady_state(active, rounds, sharing, pools);
+                        }
+                        total
+                    });
+                },
+            );
+        }
     }
     group.finish();
 }
 
-fn steady_state(active: usize, rounds: u64) -> Duration {
+/// Pools the FAIR variant of `scheduler_active_jobs` spreads its jobs over.
+const FAIR_POOLS: u64 = 1_000;
+
+fn steady_state(active: usize, rounds: u64, sharing: Sharing, pools: u64) -> Duration {
     let mut s = Scheduler::new(Config {
+        sharing,
         pending_tasks_max: active + 64,
         jobs_max: active + 64,
         ..Config::default()
@@ -240,7 +249,18 @@ fn steady_state(active: usize, rounds: u64) -> Duration {
         };
         s.register_executor(0, info).expect("fresh executor");
     }
-    let one_task = || JobSpec::new(vec![TaskSpec::new("noop", Bytes::new())]);
+    let mut submitted = 0u64;
+    let mut one_task = || {
+        submitted += 1;
+        let spec = JobSpec::new(vec![TaskSpec::new("noop", Bytes::new())]);
+        match sharing {
+            Sharing::Fifo => spec,
+            Sharing::Fair => JobSpec {
+                pool: format!("pool{}", submitted % pools),
+                ..spec
+            },
+        }
+    };
     for _ in 0..active {
         s.submit_job(0, one_task()).expect("within limits");
     }

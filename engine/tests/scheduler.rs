@@ -1656,3 +1656,199 @@ fn pools_made_for_jobs_are_reused_once_idle() {
     }
     assert!(s.pools() <= 3, "{} pools", s.pools());
 }
+
+/// The one task a one-task job launched, from the outputs.
+fn single_launch(outs: &[Output]) -> (ExecutorId, TaskLaunch) {
+    let mut l = launches(outs);
+    assert_eq!(l.len(), 1, "one launch expected: {outs:?}");
+    l.remove(0)
+}
+
+#[test]
+fn fifo_order_holds_as_jobs_end_out_of_order_and_a_failed_one_is_runnable_again() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let one = |priority| JobSpec {
+        priority,
+        ..JobSpec::new(tasks(1))
+    };
+    s.submit_job_with_id(0, JobId(10), one(0)).unwrap();
+    let (e, a) = single_launch(&drain(&mut s));
+    assert_eq!(a.task.job(), JobId(10));
+    for (id, priority) in [(20, 0), (30, 0), (15, 0), (40, 1)] {
+        s.submit_job_with_id(0, JobId(id), one(priority)).unwrap();
+    }
+    assert!(launches(&drain(&mut s)).is_empty(), "the one core is busy");
+    // A counted failure puts job 10 back among the runnable jobs, behind the higher priority.
+    update(&mut s, 1, e, &a, TaskState::Failed, b"boom");
+    let (e, l) = single_launch(&drain(&mut s));
+    assert_eq!(l.task.job(), JobId(40), "priority first");
+    update(&mut s, 2, e, &l, TaskState::Finished, b"");
+    let (e, a) = single_launch(&drain(&mut s));
+    assert_eq!(a.task.job(), JobId(10), "the retried job in its FIFO place");
+    assert_eq!(a.attempt, 1);
+    // Job 20 ends before its turn (out of order); a lower id submitted later goes first.
+    assert!(s.cancel_job(3, JobId(20)));
+    update(&mut s, 4, e, &a, TaskState::Finished, b"");
+    let mut order = Vec::new();
+    for now in 5..8 {
+        let outs = drain(&mut s);
+        if launches(&outs).is_empty() {
+            break;
+        }
+        let (e, l) = single_launch(&outs);
+        order.push(l.task.job().0);
+        update(&mut s, now, e, &l, TaskState::Finished, b"");
+    }
+    assert_eq!(order, [15, 30]);
+    assert_eq!(s.active_jobs(), 0);
+    assert_eq!(s.pending_tasks(), 0);
+}
+
+#[test]
+fn fair_pools_reorder_as_their_running_cores_change() {
+    let pools = vec![
+        PoolConfig::new("a"),
+        PoolConfig::new("b"),
+        PoolConfig {
+            min_share: 1,
+            ..PoolConfig::new("z")
+        },
+    ];
+    let mut s = Scheduler::new(Config {
+        sharing: Sharing::Fair,
+        pools,
+        ..config()
+    });
+    for pool in ["a", "b", "z"] {
+        let spec = JobSpec {
+            pool: pool.into(),
+            ..JobSpec::new(tasks(4))
+        };
+        s.submit_job(0, spec).unwrap();
+    }
+    let (a, b, z) = (JobId(1), JobId(2), JobId(3));
+    s.register_executor(0, exec(1, "h", 3)).unwrap();
+    let first: Vec<(JobId, TaskLaunch)> = launches(&drain(&mut s))
+        .into_iter()
+        .map(|(_, l)| (l.task.job(), l))
+        .collect();
+    let jobs: Vec<JobId> = first.iter().map(|(j, _)| *j).collect();
+    assert_eq!(
+        jobs,
+        [z, a, b],
+        "z under its min share, then a and b (0 each) by name"
+    );
+    let e = ExecutorId(1);
+    // b's task ends: b runs 0 now, below a and z (1 each): its next task goes first.
+    update(&mut s, 1, e, &first[2].1, TaskState::Finished, b"");
+    let (_, l) = single_launch(&drain(&mut s));
+    assert_eq!(l.task.job(), b);
+    // z's and a's end: both run 0 now, and z, below its min share again, goes before a.
+    update(&mut s, 2, e, &first[0].1, TaskState::Finished, b"");
+    update(&mut s, 2, e, &first[1].1, TaskState::Finished, b"");
+    let outs = drain(&mut s);
+    let jobs: Vec<JobId> = launches(&outs).iter().map(|(_, l)| l.task.job()).collect();
+    assert_eq!(jobs, [z, a]);
+}
+
+#[test]
+fn an_executor_too_small_for_many_jobs_ahead_gets_the_task_behind_them_within_a_few_ticks() {
+    for sharing in [Sharing::Fifo, Sharing::Fair] {
+        too_small_for_many_jobs_ahead(sharing);
+    }
+}
+
+/// 200 jobs too big for the only executor, then a small one (under FAIR in the last pool).
+fn too_small_for_many_jobs_ahead(sharing: Sharing) {
+    let mut s = Scheduler::new(Config {
+        sharing,
+        ..config()
+    });
+    for i in 0..200 {
+        let spec = JobSpec {
+            pool: format!("p{}", i % 10),
+            ..JobSpec::new(vec![TaskSpec {
+                cores: 2,
+                ..TaskSpec::new("f", Bytes::new())
+            }])
+        };
+        s.submit_job(0, spec).unwrap();
+    }
+    let spec = JobSpec {
+        pool: "zz".into(),
+        ..JobSpec::new(tasks(1))
+    };
+    let small = s.submit_job(0, spec).unwrap();
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    // One offer asks a bounded number of jobs (not all 200): it comes back soon to go on.
+    assert!(launches(&drain(&mut s)).is_empty(), "bounded walk: not yet");
+    let mut now = 0;
+    let mut ticks = 0;
+    let l = loop {
+        let at = s
+            .poll_timeout()
+            .expect("a deferred executor has a deadline");
+        assert!(at <= now + 1_000, "back within 1 ms, not {at}");
+        now = at;
+        s.tick(now);
+        ticks += 1;
+        let outs = drain(&mut s);
+        if let Some((_, l)) = launches(&outs).pop() {
+            break l;
+        }
+        assert!(ticks < 10, "201 jobs take 4 walks of 64 ({sharing:?})");
+    };
+    assert_eq!(l.task.job(), small);
+    update(&mut s, now + 1, ExecutorId(1), &l, TaskState::Finished, b"");
+    // Nothing fits any more: after at most one more cycle the executor stops coming back
+    // (what is left is the unschedulable timeout, not a 1 ms loop).
+    let mut wakeups = 0;
+    while let Some(at) = s.poll_timeout().filter(|&at| at <= now + 1_000_000) {
+        now = at;
+        s.tick(now);
+        assert!(launches(&drain(&mut s)).is_empty());
+        wakeups += 1;
+        assert!(
+            wakeups < 10,
+            "the deferrals end with the cycle ({sharing:?})"
+        );
+    }
+    assert_eq!(s.active_jobs(), 200);
+}
+
+#[test]
+fn a_job_passed_in_a_bounded_walk_that_gets_work_meanwhile_is_asked_again() {
+    let mut s = Scheduler::new(config());
+    let front = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    for _ in 0..200 {
+        let spec = JobSpec::new(vec![TaskSpec {
+            cores: 2,
+            ..TaskSpec::new("f", Bytes::new())
+        }]);
+        s.submit_job(0, spec).unwrap();
+    }
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    let (_, first) = single_launch(&drain(&mut s));
+    assert_eq!(first.task.job(), front);
+    // Executor 1 walks past the front job (nothing to launch then) into the jobs too big.
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    assert!(launches(&drain(&mut s)).is_empty());
+    // The front job's task comes back; executor 1 is mid-walk behind it.
+    s.remove_executor(1, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    let mut now = 1;
+    let mut outs = drain(&mut s);
+    for _ in 0..10 {
+        if !launches(&outs).is_empty() {
+            break;
+        }
+        now = s
+            .poll_timeout()
+            .expect("executor 1 comes back to finish its walk");
+        s.tick(now);
+        outs = drain(&mut s);
+    }
+    let (e, l) = single_launch(&outs);
+    assert_eq!((e, l.task), (ExecutorId(1), first.task));
+    assert!(now <= 1 + 5_000, "within a few ms, not {now}");
+}

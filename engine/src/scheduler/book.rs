@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::order::Cursor;
 use super::types::{ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
 
@@ -61,6 +62,8 @@ pub(crate) struct Exec {
     /// It holds a straggler and has finished nothing since that attempt was launched: no new
     /// work until it reports a final state (see `speculation.rs`).
     pub stalled: bool,
+    /// Its last assignment stopped at the cap on jobs asked: where the next one goes on.
+    pub resume: Option<Resume>,
     membership: Membership,
 }
 
@@ -79,6 +82,21 @@ impl Exec {
             self.free.min(self.window.saturating_sub(used))
         }
     }
+}
+
+/// Where an executor's walk over the runnable jobs stopped at the cap on jobs asked, and what
+/// held when the walk began at the start of the order (a cycle).
+#[derive(Clone, Debug)]
+pub(crate) struct Resume {
+    /// The next walk goes on after this job.
+    pub after: Cursor,
+    /// [`Book::work_seq`] when the cycle began: new work since may make jobs already passed
+    /// answer.
+    pub work_seq: u64,
+    /// The executor's usable slots when the cycle began: with more, jobs passed may fit now.
+    pub usable: u32,
+    /// `Order::moves` when the cycle began: a FAIR re-sort since may have hidden a job.
+    pub moves: u64,
 }
 
 /// A host that executors ran on (or that a task prefers). Never removed, so indices are stable.
@@ -103,6 +121,8 @@ pub(crate) struct Book {
     offerable: Vec<u32>,
     blocked: Vec<u32>,
     cursor: usize,
+    /// Counts the times new work appeared ([`Book::unblock_all`]).
+    pub work_seq: u64,
 }
 
 impl Book {
@@ -187,6 +207,7 @@ impl Book {
             window: window.clamp(1, cores.max(1)),
             progress_us: now_us,
             stalled: false,
+            resume: None,
             membership: Membership::Unlisted,
         };
         let slot = match self.free_slots.pop() {
@@ -288,6 +309,13 @@ impl Book {
 
     /// New work appeared: every blocked executor is worth offering again.
     pub fn unblock_all(&mut self) {
+        self.work_seq = self.work_seq.wrapping_add(1);
+        self.wake_all();
+    }
+
+    /// Offers every blocked executor again without new work (those set aside with a cursor
+    /// go on with their walks).
+    pub fn wake_all(&mut self) {
         while let Some(slot) = self.blocked.pop() {
             self.offerable.push(slot);
             let pos = self.offerable.len() - 1;

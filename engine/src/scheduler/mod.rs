@@ -29,9 +29,25 @@
 //! cores come back, so offers never rescan idle executors. Only jobs with something to launch
 //! are asked ("runnable" jobs), and a job keeps one set of queues per task size so a task too big
 //! for an executor never hides smaller ones. Everything a launch or a completion touches is O(1)
-//! amortized (hash maps and queues with lazy deletion); the one loop is over runnable jobs for
-//! the sharing order (FIFO: usually the first answers; FAIR picks the neediest in O(R) for R
-//! runnable jobs, and sorts the rest only when that job has nothing for the executor).
+//! amortized (hash maps and queues with lazy deletion) or O(log n) (the ordered sets below).
+//!
+//! The runnable jobs are kept in sharing order as they change (`order.rs`, B-trees): FIFO, one
+//! set by (priority, submission); FAIR, the pools that have runnable jobs by Spark's comparator
+//! and each pool's jobs by its own mode, a pool or job re-sorted when its running cores change.
+//! So a job arriving, ending or becoming runnable again costs O(log jobs), under FAIR a launch
+//! or a completion re-sorts one job and one pool (O(log)), and an offer finds its first
+//! candidate at the leftmost entry (FIFO) or in O(log pools) (FAIR); 100,000 active one-task
+//! jobs do not
+//! slow assignment (`scheduler_active_jobs` in `bench/benches/scheduler.rs`). Usually the
+//! first job asked answers. When jobs ahead have nothing for an executor (tasks too big for it,
+//! it is excluded for them, they wait for locality), one assignment asks at most 64 jobs: the
+//! executor is then set aside until new work or 1 ms later (the tick), and its next walk goes
+//! on after the last job it asked. A walk that reaches the end of the order has asked every
+//! job once since it began at the start (a cycle): the executor is blocked as above, unless new
+//! work appeared, its usable slots grew, or (FAIR) pools or jobs were re-sorted during the
+//! cycle, when it walks again from the start at once (jobs passed may answer now, or were
+//! missed). So the work per offer is bounded (two walks of 64),
+//! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
 //! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
@@ -175,10 +191,12 @@
 mod book;
 mod exclusion;
 mod job;
+mod order;
 mod speculation;
 mod types;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -190,8 +208,9 @@ pub use types::{
 };
 
 use crate::hash::FxHashMap;
-use book::{Book, Run};
+use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
+use order::{FifoKey, Order, PoolKey, Ratio};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
@@ -205,7 +224,7 @@ const GONE_MAX: usize = 1024;
 /// A FAIR pool.
 #[derive(Debug)]
 struct Pool {
-    name: String,
+    name: Arc<str>,
     mode: Sharing,
     weight: u32,
     min_share: u32,
@@ -220,7 +239,7 @@ struct Pool {
 impl Pool {
     fn new(c: &PoolConfig, configured: bool) -> Pool {
         Pool {
-            name: c.name.clone(),
+            name: Arc::from(c.name.as_str()),
             mode: c.mode,
             weight: c.weight.max(1),
             min_share: c.min_share,
@@ -228,6 +247,34 @@ impl Pool {
             jobs: 0,
             configured,
         }
+    }
+
+    /// Its place in the FAIR order now.
+    fn key(&self) -> PoolKey {
+        PoolKey::new(self.running_cores, self.min_share, self.weight, &self.name)
+    }
+
+    /// The place inside it of a job running `running_cores` with `weight`: running cores over
+    /// weight in a FAIR pool, none in a FIFO one.
+    fn share(&self, running_cores: u64, weight: u32) -> Ratio {
+        match self.mode {
+            Sharing::Fair => Ratio::new(running_cores, u64::from(weight)),
+            Sharing::Fifo => Ratio::ZERO,
+        }
+    }
+}
+
+/// Re-sorts job `job_slot` (running `running_cores` with `weight`) and its pool `pool` in the
+/// FAIR order after their running cores changed.
+fn resort(
+    order: &mut Order,
+    job_slot: u32,
+    (running_cores, weight): (u64, u32),
+    pool: (u32, &Pool),
+) {
+    if order.fair() {
+        order.set_share(job_slot, pool.1.share(running_cores, weight));
+        order.set_pool(pool.0, pool.1.key());
     }
 }
 
@@ -239,6 +286,25 @@ struct Gone {
     host: u32,
     /// (task, attempt, reported running)
     attempts: Vec<(TaskId, u32, bool)>,
+}
+
+/// Jobs one assignment asks at most before it stops (the executor resumes after the last one
+/// asked at its next offer): bounds the work per offer when many jobs ahead in the sharing
+/// order have nothing for an executor (tasks too big for it, excluded, waiting for locality).
+const OFFER_JOBS_MAX: usize = 64;
+
+/// How long an executor whose assignment stopped at [`OFFER_JOBS_MAX`] waits at most before
+/// it is offered again (by [`Scheduler::tick`]; any new work brings it back sooner).
+const OFFER_DEFER_US: u64 = 1_000;
+
+/// What one assignment to an executor did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Assigned {
+    Launched,
+    /// No job asked had anything for the executor, and none is left to ask.
+    Nothing,
+    /// The [`OFFER_JOBS_MAX`] jobs asked had nothing; later ones were not asked yet.
+    Deferred,
 }
 
 /// How an attempt ended.
@@ -256,12 +322,11 @@ pub struct Scheduler {
     job_free_slots: Vec<u32>,
     /// Job id → slot.
     job_slots: FxHashMap<u64, u32>,
-    /// Active job slots, in FIFO order (priority, then id).
-    active: VecDeque<u32>,
-    /// The active jobs that have something to launch, in FIFO order: offers look only at these.
-    runnable: VecDeque<u32>,
-    /// Scratch for the FAIR order.
-    order: Vec<u32>,
+    /// Active job slots by FIFO key (priority, then id).
+    active: BTreeMap<FifoKey, u32>,
+    /// The active jobs that have something to launch, in sharing order: offers look only at
+    /// these.
+    runnable: Order,
     /// Scratch: jobs whose straggler queue changed during an offer.
     touched: Vec<u32>,
     pools: Vec<Pool>,
@@ -280,6 +345,9 @@ pub struct Scheduler {
     next_speculation_us: u64,
     /// Earliest global exclusion expiry (u64::MAX: none).
     next_expiry_us: u64,
+    /// When executors whose assignment stopped at [`OFFER_JOBS_MAX`] are offered again
+    /// (u64::MAX: none waits).
+    deferred_until_us: u64,
     /// When any executor last reported an attempt as final.
     last_finish_us: u64,
     /// Executors recently removed as lost, oldest first (at most [`GONE_MAX`]).
@@ -299,10 +367,13 @@ impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         let mut pools = Vec::new();
         let mut pool_ids = FxHashMap::default();
+        let mut runnable = Order::new(config.sharing == Sharing::Fair);
         for c in &config.pools {
             if !pool_ids.contains_key(&c.name) {
+                let pool = Pool::new(c, true);
+                runnable.set_pool(pools.len() as u32, pool.key());
                 pool_ids.insert(c.name.clone(), pools.len() as u32);
-                pools.push(Pool::new(c, true));
+                pools.push(pool);
             }
         }
         Scheduler {
@@ -311,9 +382,8 @@ impl Scheduler {
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
             job_slots: FxHashMap::default(),
-            active: VecDeque::new(),
-            runnable: VecDeque::new(),
-            order: Vec::new(),
+            active: BTreeMap::new(),
+            runnable,
             touched: Vec::new(),
             pools,
             pool_ids,
@@ -326,6 +396,7 @@ impl Scheduler {
             stats: Stats::default(),
             next_speculation_us: 0,
             next_expiry_us: u64::MAX,
+            deferred_until_us: u64::MAX,
             last_finish_us: 0,
             gone: VecDeque::new(),
             pref_jobs: 0,
@@ -455,7 +526,7 @@ impl Scheduler {
             pool: self
                 .pools
                 .get(j.pool as usize)
-                .map_or_else(String::new, |p| p.name.clone()),
+                .map_or_else(String::new, |p| p.name.to_string()),
             locality_level: j.level.public(),
             valid_levels: j.valid_levels().into_iter().map(Level::public).collect(),
             tasks: j.tasks.len(),
@@ -523,7 +594,7 @@ impl Scheduler {
         let mut t = u64::MAX;
         for job in self
             .active
-            .iter()
+            .values()
             .filter_map(|&s| self.jobs.get(s as usize)?.as_ref())
         {
             if let Some(d) = job.level_deadline(waits) {
@@ -539,7 +610,7 @@ impl Scheduler {
         if self.spec_jobs > 0 {
             t = t.min(self.next_speculation_us);
         }
-        t = t.min(self.next_expiry_us);
+        t = t.min(self.next_expiry_us).min(self.deferred_until_us);
         (t != u64::MAX).then_some(t)
     }
 
@@ -593,7 +664,7 @@ impl Scheduler {
         if self.pref_jobs == 0 {
             return;
         }
-        for &slot in &self.active {
+        for &slot in self.active.values() {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("active job slot {slot} is empty");
             };
@@ -791,11 +862,13 @@ impl Scheduler {
                             unreachable!("pool {i} was just found");
                         };
                         assert_eq!(old.running_cores, 0, "an idle pool runs nothing");
-                        self.pool_ids.remove(&old.name);
+                        self.pool_ids.remove(&*old.name);
+                        self.runnable.set_pool(i as u32, fresh.key());
                         *old = fresh;
                         i as u32
                     }
                     None => {
+                        self.runnable.set_pool(self.pools.len() as u32, fresh.key());
                         self.pools.push(fresh);
                         (self.pools.len() - 1) as u32
                     }
@@ -916,14 +989,8 @@ impl Scheduler {
             }
         };
         self.job_slots.insert(id.0, slot);
-        let key = (-(i64::from(spec.priority)), id.0);
-        let pos = self.active.partition_point(|&s| {
-            self.jobs
-                .get(s as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|j| (-(i64::from(j.priority)), j.id.0) < key)
-        });
-        self.active.insert(pos, slot);
+        self.active
+            .insert((-(i64::from(spec.priority)), id.0), slot);
         self.sync_runnable(slot);
         self.pending_total += n;
         self.unfinished_total += n;
@@ -1096,7 +1163,7 @@ impl Scheduler {
         } else {
             0
         };
-        for &slot in self.runnable.iter().take(runnable) {
+        for slot in self.runnable.fifo().take(runnable) {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("runnable job slot {slot} is empty");
             };
@@ -1109,11 +1176,17 @@ impl Scheduler {
             self.expire_exclusions(now_us);
             new_work = true;
         }
+        let wake = now_us >= self.deferred_until_us;
+        if wake {
+            self.deferred_until_us = u64::MAX;
+        }
         if self.spec_jobs > 0 && now_us >= self.next_speculation_us {
             new_work |= self.find_stragglers(now_us);
         }
         if new_work {
             self.book.unblock_all();
+        } else if wake {
+            self.book.wake_all();
         }
         self.offer(now_us);
         self.fail_unschedulable(now_us);
@@ -1135,8 +1208,7 @@ impl Scheduler {
         let timeout = self.config.unschedulable_timeout_us;
         let overdue: Vec<u32> = self
             .runnable
-            .iter()
-            .copied()
+            .fifo()
             .filter(|&s| {
                 self.jobs
                     .get(s as usize)
@@ -1238,7 +1310,7 @@ impl Scheduler {
             for &slot in &slots {
                 while self.pending_total > 0
                     && self.book.get(slot).is_some_and(|e| e.usable() > 0)
-                    && self.assign_one(now_us, slot, true)
+                    && self.assign_one(now_us, slot, true) == Assigned::Launched
                 {}
             }
             self.scratch = slots;
@@ -1247,16 +1319,22 @@ impl Scheduler {
             let Some(slot) = self.book.next_offerable() else {
                 break;
             };
-            if self.assign_one(now_us, slot, false) {
-                match self.book.get(slot) {
+            match self.assign_one(now_us, slot, false) {
+                Assigned::Launched => match self.book.get(slot) {
                     Some(e) if e.usable() > 0 => self.book.advance(),
                     _ => self.book.unlist(slot),
+                },
+                Assigned::Deferred => {
+                    // Set aside like a blocked executor; the tick brings it back at the latest.
+                    self.book.block(slot);
+                    let at = now_us.saturating_add(OFFER_DEFER_US);
+                    self.deferred_until_us = self.deferred_until_us.min(at);
                 }
-            } else if self.book.get(slot).is_some_and(|e| e.usable() > 0) {
-                self.book.block(slot);
-            } else {
+                Assigned::Nothing if self.book.get(slot).is_some_and(|e| e.usable() > 0) => {
+                    self.book.block(slot);
+                }
                 // Full within its window, or stalled: back when a final update comes.
-                self.book.unlist(slot);
+                Assigned::Nothing => self.book.unlist(slot),
             }
         }
     }
@@ -1264,33 +1342,41 @@ impl Scheduler {
     /// Gives one task to the executor in `slot`, if any job has one for it. With
     /// `local_only`, only the first job (in sharing order) with work the executor may take is
     /// asked, and only for tasks preferring this executor or its host.
-    fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> bool {
-        let Some(e) = self.book.get(slot) else {
+    ///
+    /// At most [`OFFER_JOBS_MAX`] jobs are asked: past them the walk stops with
+    /// [`Assigned::Deferred`], and the executor's next walk goes on after the last job asked.
+    /// A walk that began at the start of the order and reaches its end is a cycle: every job
+    /// was asked once. If new work appeared during the cycle, the executor has more usable
+    /// slots than when it began, or (FAIR) the order was re-sorted, jobs passed may answer now
+    /// (or were missed), so one more walk starts at once from the start. `local_only` walks (the locality pass) are capped too but leave the
+    /// cursor alone: the full pass that follows decides.
+    fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
+        let Some(e) = self.book.get_mut(slot) else {
             unreachable!("offerable slot {slot} is empty");
         };
         let (id, host, free) = (e.id, e.host, e.usable());
-        if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
-            return false;
+        let excluded_until_us = e.excluded_until_us;
+        let resume = if local_only { None } else { e.resume.take() };
+        if free == 0 || self.globally_excluded(now_us, excluded_until_us, host) {
+            return Assigned::Nothing;
         }
         let waits = self.waits();
-        let fair = self.config.sharing == Sharing::Fair && self.runnable.len() > 1;
-        if fair {
-            self.fair_order(0);
-        }
         let mut touched = std::mem::take(&mut self.touched);
         let mut launched = None;
-        for k in 0..self.runnable.len() {
-            if fair && k == 1 {
-                self.fair_order(1);
-            }
-            let job_slot = if fair {
-                self.order.get(k)
-            } else {
-                self.runnable.get(k)
-            };
-            let Some(&job_slot) = job_slot else {
+        let mut capped = false;
+        let mut last_asked = None;
+        let (work_seq, usable, moves) = resume
+            .as_ref()
+            .map_or((self.book.work_seq, free, self.runnable.moves), |r| {
+                (r.work_seq, r.usable, r.moves)
+            });
+        let walk = self.runnable.iter_after(resume.as_ref().map(|r| &r.after));
+        for (asked, job_slot) in walk.enumerate() {
+            if asked == OFFER_JOBS_MAX {
+                capped = true;
                 break;
-            };
+            }
+            last_asked = Some(job_slot);
             let Some(job) = self
                 .jobs
                 .get_mut(job_slot as usize)
@@ -1322,15 +1408,42 @@ impl Scheduler {
                 break;
             }
         }
+        let mut assigned = Assigned::Nothing;
         if let Some((job_slot, found)) = launched {
             self.launch(now_us, job_slot, slot, found);
-            self.sync_runnable(job_slot);
+            assigned = Assigned::Launched;
+        } else if let Some(last) = last_asked.filter(|_| capped && !local_only) {
+            // Where the walk stopped, taken before `touched` jobs may leave the order.
+            let key = self
+                .jobs
+                .get(last as usize)
+                .and_then(Option::as_ref)
+                .map(Job::fifo_key);
+            let Some(key) = key else {
+                unreachable!("runnable job slot {last} is empty");
+            };
+            let after = self.runnable.cursor_at(last, key);
+            if let Some(e) = self.book.get_mut(slot) {
+                e.resume = Some(Resume {
+                    after,
+                    work_seq,
+                    usable,
+                    moves,
+                });
+            }
+            assigned = Assigned::Deferred;
         }
         for job_slot in touched.drain(..) {
             self.sync_runnable(job_slot);
         }
         self.touched = touched;
-        launched.is_some()
+        let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
+        if assigned == Assigned::Nothing && resume.is_some() && stale {
+            // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
+            // this recurses once at most).
+            return self.assign_one(now_us, slot, false);
+        }
+        assigned
     }
 
     /// Lists or unlists a job as runnable after its pending or straggler queues changed.
@@ -1347,77 +1460,15 @@ impl Scheduler {
             return;
         }
         job.in_runnable = want;
-        let key = job.fifo_key();
-        let jobs = &self.jobs;
-        let pos = self.runnable.partition_point(|&s| {
-            jobs.get(s as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|j| j.fifo_key() < key)
-        });
         if want {
-            self.runnable.insert(pos, job_slot);
-        } else if self.runnable.get(pos) == Some(&job_slot) {
-            self.runnable.remove(pos);
-        }
-    }
-
-    /// FAIR order of the runnable jobs in `self.order`, built lazily: `from == 0` refills it and
-    /// only brings the neediest job to the front (O(R), usually all an assignment needs);
-    /// `from == 1` sorts the rest, for when the neediest job had nothing for the executor.
-    ///
-    /// Pools follow Spark's `FairSchedulingAlgorithm`: a pool running fewer cores than its
-    /// `min_share` goes first (the lowest running/min_share first), then the lowest running
-    /// cores over weight, then the name. Inside a pool, FIFO (priority, then submission) or
-    /// FAIR (running cores over job weight, then priority and submission).
-    fn fair_order(&mut self, from: usize) {
-        if from == 0 {
-            self.order.clear();
-            self.order.extend(self.runnable.iter().copied());
-        }
-        let jobs = &self.jobs;
-        let pools = &self.pools;
-        let key = |s: &u32| {
-            let j = jobs.get(*s as usize).and_then(Option::as_ref);
-            j.map(|j| {
-                let (needy, ratio, name) = match pools.get(j.pool as usize) {
-                    Some(p) => {
-                        let running = p.running_cores as f64;
-                        if p.running_cores < u64::from(p.min_share) {
-                            (
-                                0u8,
-                                running / f64::from(p.min_share.max(1)),
-                                p.name.as_str(),
-                            )
-                        } else {
-                            (1u8, running / f64::from(p.weight), p.name.as_str())
-                        }
-                    }
-                    None => (1u8, 0.0, ""),
-                };
-                let fifo = pools
-                    .get(j.pool as usize)
-                    .is_some_and(|p| p.mode == Sharing::Fifo);
-                let inner = if fifo {
-                    0.0
-                } else {
-                    j.running_cores as f64 / f64::from(j.weight)
-                };
-                (needy, ratio, name, inner, -i64::from(j.priority), j.id.0)
-            })
-        };
-        let cmp = |a: &u32, b: &u32| {
-            key(a)
-                .partial_cmp(&key(b))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        };
-        let rest = self.order.get_mut(from..).unwrap_or_default();
-        if from == 0 {
-            let min = rest.iter().enumerate().min_by(|a, b| cmp(a.1, b.1));
-            if let Some((pos, _)) = min {
-                rest.swap(0, pos);
-            }
+            let Some(pool) = self.pools.get(job.pool as usize) else {
+                unreachable!("job in unknown pool {}", job.pool);
+            };
+            let share = pool.share(job.running_cores, job.weight);
+            self.runnable
+                .insert(job_slot, job.fifo_key(), job.pool, share);
         } else {
-            rest.sort_by(cmp);
+            self.runnable.remove(job_slot, job.fifo_key());
         }
     }
 
@@ -1495,6 +1546,20 @@ impl Scheduler {
         }
         e.batch.push(launch);
         self.stats.launched += 1;
+        // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
+        self.sync_runnable(job_slot);
+        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+            unreachable!("launch for empty job slot {job_slot}");
+        };
+        let Some(p) = self.pools.get(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
     }
 
     /// Emits the batched launches, one `Launch` per executor.
@@ -1530,6 +1595,12 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(cores);
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
         let Some(e) = self.book.get(a.exec) else {
             // Only the executor being removed right now has left the book with attempts still
             // on tasks (they end one by one): nothing to ask it.
@@ -1589,6 +1660,12 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(cores);
+        resort(
+            &mut self.runnable,
+            job_slot,
+            (job.running_cores, job.weight),
+            (job.pool, p),
+        );
         assert_eq!(
             t.status,
             Status::Running,
@@ -1861,10 +1938,17 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::take) else {
             unreachable!("remove of empty job slot {job_slot}");
         };
+        let key = job.fifo_key();
+        if job.in_runnable {
+            self.runnable.remove(job_slot, key);
+        }
         let Some(p) = self.pools.get_mut(job.pool as usize) else {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores = p.running_cores.saturating_sub(job.running_cores);
+        if self.runnable.fair() {
+            self.runnable.set_pool(job.pool, p.key());
+        }
         assert!(p.jobs > 0, "pool {} counts its jobs", p.name);
         p.jobs -= 1;
         if job.has_exec_prefs || job.has_host_prefs {
@@ -1874,13 +1958,12 @@ impl Scheduler {
             self.spec_jobs -= 1;
         }
         self.job_slots.remove(&job.id.0);
-        // Both lists are sorted by FIFO key: find the job by binary search (its own slot is
-        // empty now, which sorts where its key would) instead of scanning every active job.
-        let key = job.fifo_key();
-        remove_sorted(&mut self.active, &self.jobs, job_slot, key);
-        if job.in_runnable {
-            remove_sorted(&mut self.runnable, &self.jobs, job_slot, key);
-        }
+        let removed = self.active.remove(&key);
+        assert_eq!(
+            removed,
+            Some(job_slot),
+            "an active job is listed under its FIFO key"
+        );
         self.job_free_slots.push(job_slot);
     }
 
@@ -1892,22 +1975,6 @@ impl Scheduler {
             .as_ref()
             .map_or(SpeculationConfig::default().interval_us, |s| s.interval_us)
             .max(1)
-    }
-}
-
-/// Removes `slot` from `list`, a list of job slots sorted by FIFO key, where the job of `slot`
-/// (key `key`) is no longer in `jobs`. O(log n) to find it.
-fn remove_sorted(list: &mut VecDeque<u32>, jobs: &[Option<Job>], slot: u32, key: (i64, u64)) {
-    let pos = list.partition_point(|&s| {
-        jobs.get(s as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|j| j.fifo_key() < key)
-    });
-    if list.get(pos) == Some(&slot) {
-        list.remove(pos);
-    } else {
-        debug_assert!(!list.contains(&slot), "slot {slot} out of FIFO order");
-        list.retain(|&s| s != slot);
     }
 }
 

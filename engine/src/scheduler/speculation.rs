@@ -31,7 +31,7 @@ impl Scheduler {
         let mut thresholds: FxHashMap<u64, (Option<u64>, u64)> = FxHashMap::default();
         let mut any_quantile = false;
         let mut timeout_min_us = u64::MAX;
-        for &slot in &self.active {
+        for &slot in self.active.values() {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("active job slot {slot} is empty");
             };
