@@ -238,11 +238,16 @@ impl AdaptiveSpin {
 
 /// Spins until `done` or `spin_max` passes, under the process's budget; returns whether `done`
 /// held. For a caller about to block on something nearly finished.
-pub fn spin_until(spin_max: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub fn spin_until(spin_max: Duration, done: impl FnMut() -> bool) -> bool {
+    spin_until_in(SpinBudget::global(), spin_max, done)
+}
+
+/// [`spin_until`] under `budget`: without a permit, only one look at `done`.
+fn spin_until_in(budget: &SpinBudget, spin_max: Duration, mut done: impl FnMut() -> bool) -> bool {
     if spin_max.is_zero() {
         return done();
     }
-    let Some(_permit) = SpinBudget::global().try_acquire() else {
+    let Some(_permit) = budget.try_acquire() else {
         return done();
     };
     let started = Instant::now();
@@ -359,6 +364,29 @@ mod tests {
         // The recent gap is 5 us: spin about twice that, not the 50 us cap.
         let spin_ns = spin.spin_ns();
         assert!((9_000..=12_000).contains(&spin_ns), "spin {spin_ns} ns");
+    }
+
+    #[test]
+    fn spin_until_stops_when_done_or_out_of_time_or_budget() {
+        let budget = SpinBudget::new(1);
+        let mut looks = 0;
+        assert!(spin_until_in(&budget, Duration::from_secs(5), || {
+            looks += 1;
+            looks == 3
+        }));
+        let started = Instant::now();
+        assert!(!spin_until_in(&budget, Duration::from_micros(200), || {
+            false
+        }));
+        assert!(started.elapsed() >= Duration::from_micros(200));
+        assert_eq!(budget.spinning(), 0, "the permit is given back");
+        let _held = budget.try_acquire().expect("the only place");
+        let mut looks = 0;
+        assert!(!spin_until_in(&budget, Duration::from_secs(5), || {
+            looks += 1;
+            false
+        }));
+        assert_eq!(looks, 1, "no permit: one look, no spin");
     }
 
     #[test]
