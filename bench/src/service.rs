@@ -283,6 +283,12 @@ fn serve_and_measure(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(spec.server_threads.max(1))
         .thread_name("service-server")
+        // The server's workers tell the spin budget when they are busy, so Flint's spinning
+        // threads leave their cores alone (a no-op when spinning is off).
+        .on_thread_start(|| flint_engine::spin::set_thread_busy(true))
+        .on_thread_unpark(|| flint_engine::spin::set_thread_busy(true))
+        .on_thread_park(|| flint_engine::spin::set_thread_busy(false))
+        .on_thread_stop(|| flint_engine::spin::set_thread_busy(false))
         .enable_all()
         .build()
         .map_err(|e| format!("tokio: {e}"))?;

@@ -5,8 +5,10 @@
 //! takes the core from the thread it waits for: on 2 cores it cost 2-3x the throughput. So:
 //!
 //! - [`SpinBudget`]: at most `available_parallelism - 1` threads of the process spin at once,
-//!   so a spinner never takes the last core. A thread spins only while it holds a
-//!   [`SpinPermit`]; without one it parks at once.
+//!   less the threads known busy, so a spinner never takes the last core. A thread spins only
+//!   while it holds a [`SpinPermit`]; without one it parks at once. Threads using
+//!   [`AdaptiveSpin`] count as busy between work and their next idle round; other threads (a
+//!   service's tokio workers, say) may say so with [`set_thread_busy`].
 //! - [`AdaptiveSpin`]: each thread's spin follows its recent idle-to-work gaps. It spins up to
 //!   twice the recent gap, capped at the configured maximum, and not at all when the gaps are
 //!   longer than that maximum. When [`MISSES_MAX`] spins in a row end in a park anyway, it stops
@@ -50,6 +52,7 @@ fn cores() -> usize {
 #[derive(Debug)]
 pub struct SpinBudget {
     spinning: AtomicUsize,
+    busy: AtomicUsize,
     max: usize,
 }
 
@@ -58,6 +61,7 @@ impl SpinBudget {
     pub fn new(max: usize) -> Self {
         Self {
             spinning: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
             max,
         }
     }
@@ -85,11 +89,31 @@ impl SpinBudget {
         self.spinning.load(Ordering::Relaxed)
     }
 
-    /// A permit to spin, unless `max` threads spin already.
+    /// Threads known busy now.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Counts a thread as busy or not; `counted` is its own record, so a thread is counted
+    /// once at most however often it says so. Nothing to count when spinning is off.
+    pub fn set_busy(&self, counted: &mut bool, busy: bool) {
+        if self.max == 0 || *counted == busy {
+            return;
+        }
+        *counted = busy;
+        if busy {
+            self.busy.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A permit to spin, unless `max` threads, less the busy ones, spin already.
     pub fn try_acquire(&self) -> Option<SpinPermit<'_>> {
         let mut current = self.spinning.load(Ordering::Relaxed);
         loop {
-            if current >= self.max {
+            let busy = self.busy.load(Ordering::Relaxed);
+            if current.saturating_add(busy) >= self.max {
                 return None;
             }
             match self.spinning.compare_exchange(
@@ -103,6 +127,22 @@ impl SpinBudget {
             }
         }
     }
+}
+
+thread_local! {
+    /// Whether this thread is counted busy in the process's budget by [`set_thread_busy`].
+    static THREAD_BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Counts the calling thread as busy (or not) in the process's budget, so spinners leave its
+/// core alone: for threads that do not spin themselves, e.g. from a tokio runtime's
+/// `on_thread_unpark` (busy) and `on_thread_park` (not).
+pub fn set_thread_busy(busy: bool) {
+    THREAD_BUSY.with(|cell| {
+        let mut counted = cell.get();
+        SpinBudget::global().set_busy(&mut counted, busy);
+        cell.set(counted);
+    });
 }
 
 /// One thread's leave to spin; dropping it gives the place back.
@@ -133,6 +173,8 @@ pub struct AdaptiveSpin {
     spun: bool,
     misses: u32,
     skip: u32,
+    /// Whether this thread is counted busy in the budget (between work and its next idle).
+    counted_busy: bool,
 }
 
 impl AdaptiveSpin {
@@ -153,12 +195,14 @@ impl AdaptiveSpin {
             spun: false,
             misses: 0,
             skip: 0,
+            counted_busy: false,
         }
     }
 
     /// An idle round at `now`: true to go on spinning, false to park.
     pub fn idle(&mut self, now: Instant) -> bool {
         if self.idle_since.is_none() {
+            self.budget.set_busy(&mut self.counted_busy, false);
             self.idle_since = Some(now);
             self.spin = self.plan(now);
             self.spun = self.spin.is_some();
@@ -198,6 +242,7 @@ impl AdaptiveSpin {
 
     /// Work arrived at `now` (while spinning or after a park).
     pub fn work(&mut self, now: Instant) {
+        self.budget.set_busy(&mut self.counted_busy, true);
         let Some(since) = self.idle_since.take() else {
             return;
         };
@@ -233,6 +278,12 @@ impl AdaptiveSpin {
     /// Whether this thread holds a spin permit now.
     pub fn is_spinning(&self) -> bool {
         self.spin.is_some()
+    }
+}
+
+impl Drop for AdaptiveSpin {
+    fn drop(&mut self) {
+        self.budget.set_busy(&mut self.counted_busy, false);
     }
 }
 
@@ -364,6 +415,36 @@ mod tests {
         // The recent gap is 5 us: spin about twice that, not the 50 us cap.
         let spin_ns = spin.spin_ns();
         assert!((9_000..=12_000).contains(&spin_ns), "spin {spin_ns} ns");
+    }
+
+    #[test]
+    fn busy_threads_take_places_from_spinners() {
+        let budget = leaked(2);
+        let mut worker = AdaptiveSpin::with_budget(Duration::from_micros(50), budget);
+        let now = Instant::now();
+        worker.work(now);
+        worker.work(now);
+        assert_eq!(budget.busy(), 1, "counted once");
+        let spinner = budget.try_acquire().expect("one place left");
+        assert!(
+            budget.try_acquire().is_none(),
+            "one spinner and one busy thread fill 2"
+        );
+        drop(spinner);
+        assert!(worker.idle(now), "idle, it is no longer busy and may spin");
+        assert_eq!(budget.busy(), 0);
+        worker.work(now + Duration::from_micros(3));
+        assert_eq!((budget.busy(), budget.spinning()), (1, 0));
+        drop(worker);
+        assert_eq!(budget.busy(), 0, "a dropped spinner is not busy");
+        let mut counted = false;
+        let off = SpinBudget::new(0);
+        off.set_busy(&mut counted, true);
+        assert_eq!(
+            (off.busy(), counted),
+            (0, false),
+            "nothing to count when off"
+        );
     }
 
     #[test]
