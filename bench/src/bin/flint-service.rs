@@ -83,11 +83,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if duration.is_zero() {
         return Err("--duration must be positive".into());
     }
-    if !args.json {
-        println!("{}", ServiceResult::table_header());
-    }
     let mut all_succeeded = true;
-    for &executors in &args.executors {
+    for (row, &executors) in args.executors.iter().enumerate() {
         let spec = ServiceSpec {
             executors,
             cores: args.cores.unwrap_or(if executors == 0 { 2 } else { 1 }),
@@ -107,6 +104,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         if args.json {
             println!("{}", result.json());
         } else {
+            if row == 0 {
+                println!("{}", ServiceResult::table_header());
+            }
             println!("{}", result.table_row());
         }
         all_succeeded &= result.succeeded() && result.flint.requests > 0;
