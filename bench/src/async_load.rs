@@ -81,8 +81,9 @@ impl Period {
     }
 }
 
-/// CPU time (user + system) of a process, in microseconds, from `/proc/PID/stat`.
-fn cpu_us(pid: &str) -> u64 {
+/// CPU time (user + system) of a process, in microseconds, from `/proc/PID/stat`; `pid` may be
+/// `self`, or `self/task/TID` for one thread.
+pub fn cpu_us(pid: &str) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0;
     };
@@ -99,7 +100,8 @@ fn cpu_us(pid: &str) -> u64 {
     ticks * 10_000
 }
 
-fn cpu_executors_us(pids: &[u32]) -> u64 {
+/// CPU time of the processes `pids`, summed, in microseconds.
+pub fn cpu_executors_us(pids: &[u32]) -> u64 {
     pids.iter().map(|pid| cpu_us(&pid.to_string())).sum()
 }
 

@@ -12,4 +12,5 @@ pub mod pool;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;
+pub mod spin;
 pub mod standalone;

@@ -283,6 +283,8 @@ pub(crate) struct JobShared {
     changed: Condvar,
     tasks_done: AtomicU64,
     cancelled: AtomicBool,
+    /// Set once the outcome is in `state`: a waiter may spin on it without the lock.
+    ended: AtomicBool,
     stream: bool,
 }
 
@@ -293,6 +295,7 @@ impl JobShared {
             changed: Condvar::new(),
             tasks_done: AtomicU64::new(0),
             cancelled: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             stream,
         }
     }
@@ -332,6 +335,7 @@ impl JobShared {
             }
             state.ended = true;
             state.outcome = Some(outcome);
+            self.ended.store(true, Ordering::Release);
             state.waker.take()
         };
         self.changed.notify_all();
@@ -397,6 +401,11 @@ impl JobShared {
     }
 }
 
+/// The longest a waiting caller spins before it blocks on a nearly done job.
+pub const WAIT_SPIN_MAX: Duration = Duration::from_micros(20);
+/// A waiting caller spins only when at most this many of its job's tasks are left.
+pub const WAIT_SPIN_TASKS_LEFT: u64 = 1;
+
 /// A submitted job. Dropping it cancels the job unless it has ended or was
 /// [detached](JobHandle::detach).
 pub struct JobHandle {
@@ -449,8 +458,21 @@ impl JobHandle {
         self.detached = true;
     }
 
-    /// Blocks until the job ends.
+    /// A waiter's brief spin before it blocks, when its job is nearly done: at most
+    /// [`WAIT_SPIN_MAX`], under the process's budget of spinning threads
+    /// ([`flint_engine::spin`]), and only with at most [`WAIT_SPIN_TASKS_LEFT`] tasks to go.
+    fn spin_if_nearly_done(&self, timeout: Duration) {
+        let left = self.tasks.saturating_sub(self.tasks_done());
+        if left <= WAIT_SPIN_TASKS_LEFT && flint_engine::spin::enabled() {
+            flint_engine::spin::spin_until(WAIT_SPIN_MAX.min(timeout), || {
+                self.shared.ended.load(Ordering::Acquire)
+            });
+        }
+    }
+
+    /// Blocks until the job ends (after a brief spin when it is nearly done).
     pub fn wait(self) -> JobOutcome {
+        self.spin_if_nearly_done(WAIT_SPIN_MAX);
         let mut state = self.shared.lock();
         loop {
             if let Some(outcome) = state.outcome.take() {
@@ -467,6 +489,7 @@ impl JobHandle {
     /// Blocks until the job ends or `timeout` passes; on timeout the handle comes back.
     pub fn wait_timeout(self, timeout: Duration) -> Result<JobOutcome, JobHandle> {
         let deadline = flint_engine::runtime::deadline_after(timeout);
+        self.spin_if_nearly_done(timeout);
         {
             let mut state = self.shared.lock();
             loop {

@@ -15,11 +15,11 @@
 //!
 //! # Parking
 //!
-//! An idle worker first spins for `spin_before_park` (polling its inbox and stealing; purely
-//! for the first quarter, then with exponential backoff that ends in `yield_now` so a submitter
-//! sharing the core can run), which
-//! keeps the spawn-to-start latency in the sub-microsecond range under load, then parks with
-//! the inbox's handshake:
+//! An idle worker first spins (polling its inbox and stealing) for as long as its
+//! [`AdaptiveSpin`](crate::spin::AdaptiveSpin) says, at most `spin_before_park` and only under
+//! the process's budget of spinning threads, which keeps the spawn-to-start latency in the
+//! sub-microsecond range under load where a core is free for it; then it parks with the inbox's
+//! handshake:
 //!
 //! ```text
 //! worker                                      submitter
@@ -78,7 +78,8 @@ pub struct PoolConfig {
     pub pin: Pinning,
     /// Thread name prefix; worker `i` is named `{thread_name}-{i}`.
     pub thread_name: String,
-    /// How long an idle worker spins before parking.
+    /// The longest an idle worker spins before parking (the spin adapts below it:
+    /// [`crate::spin::AdaptiveSpin`]).
     pub spin_before_park: Duration,
 }
 

@@ -10,6 +10,7 @@ use super::task::{Outcome, Runnable};
 use super::{Item, PoolShared};
 use crate::loom::sync::atomic::{AtomicBool, Ordering};
 use crate::runtime::Inbox;
+use crate::spin::AdaptiveSpin;
 
 /// One parking attempt of a worker: announce, re-check the inbox and the handed-over pill,
 /// block in `park` (which may return spuriously), withdraw the announcement. Returns whether
@@ -62,8 +63,7 @@ impl Worker {
     pub(crate) fn run(mut self) {
         let shared = self.shared.clone();
         let me = &shared.workers[self.index];
-        let mut idle_since: Option<Instant> = None;
-        let backoff = crossbeam_utils::Backoff::new();
+        let mut spin = AdaptiveSpin::new(shared.spin_before_park);
         let mut idle_rounds: u32 = 0;
         loop {
             if let Some(job) = self.local.pop() {
@@ -74,8 +74,7 @@ impl Worker {
                 break;
             }
             if let Found::Job(job) = self.refill() {
-                idle_since = None;
-                self.execute(job);
+                self.execute_after_idle(job, &mut spin);
                 continue;
             }
             if self.pill {
@@ -89,46 +88,40 @@ impl Worker {
                 continue;
             }
             if let Found::Job(job) = self.steal(idle_rounds % LONE_STEAL_EVERY == 0) {
-                idle_since = None;
-                self.execute(job);
+                self.execute_after_idle(job, &mut spin);
                 continue;
             }
-            let now = Instant::now();
-            let since = *idle_since.get_or_insert_with(|| {
-                backoff.reset();
-                now
-            });
-            let idle = now.duration_since(since);
-            if idle < shared.spin_before_park {
-                if idle < shared.spin_before_park / 4 {
-                    // Pure spinning for the first quarter: sub-microsecond pick-up.
-                    std::hint::spin_loop();
-                } else {
-                    // Then spin-and-yield: on an oversubscribed core the submitter gets to run.
-                    backoff.snooze();
-                }
+            if spin.idle(Instant::now()) {
+                // Adaptive and within the process's budget of spinners (`crate::spin`).
+                std::hint::spin_loop();
                 continue;
             }
             // Last look at other workers' lone queued tasks before sleeping.
             if let Found::Job(job) = self.steal(true) {
-                idle_since = None;
-                self.execute(job);
+                self.execute_after_idle(job, &mut spin);
                 continue;
             }
             // Park (see the module docs for the handshake).
-            let parked = park_once(&me.inbox, &me.pill_taken, || {
+            spin.parking();
+            park_once(&me.inbox, &me.pill_taken, || {
                 shared.parked_count.fetch_add(1, Ordering::Relaxed);
                 std::thread::park();
                 shared.parked_count.fetch_sub(1, Ordering::Relaxed);
             });
-            if parked {
-                idle_since = None;
-            }
         }
         // Poisoned: what is left locally came before the pill.
         while let Some(job) = self.local.pop() {
             self.execute(job);
         }
+    }
+
+    /// Runs a task found by looking (not in the local deque), closing an idle period if one
+    /// is open: the spin learns the gap (a clock read only then).
+    fn execute_after_idle(&mut self, job: Box<dyn Runnable>, spin: &mut AdaptiveSpin) {
+        if spin.is_idle() {
+            spin.work(Instant::now());
+        }
+        self.execute(job);
     }
 
     /// Pops from the own inbox: returns the first task, moving a batch of the ones behind it

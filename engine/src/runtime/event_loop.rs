@@ -16,6 +16,7 @@ use super::endpoint::{Ctx, Endpoint, EndpointRef};
 use super::inbox::Inbox;
 use super::timer::{TimerId, Timers};
 use super::{IdMap, RuntimeConfig, RuntimeShared};
+use crate::spin::AdaptiveSpin;
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
 
@@ -325,8 +326,7 @@ impl EventLoop {
         let shared = self.shared.clone();
         let me = &shared.loops[self.index];
         let mut events = Events::with_capacity(self.events_capacity);
-        let mut idle_since: Option<Instant> = None;
-        let backoff = crossbeam_utils::Backoff::new();
+        let mut spin = AdaptiveSpin::new(self.spin_before_park);
         'run: loop {
             let mut handled = 0;
             while handled < self.batch_max {
@@ -345,50 +345,42 @@ impl EventLoop {
             let mut timeout = Some(Duration::ZERO);
             let mut parked = false;
             if handled > 0 {
-                idle_since = None;
+                spin.work(now);
+                if !has_sources {
+                    continue;
+                }
+            } else if spin.idle(now) {
+                // Adaptive and within the process's budget of spinners (`crate::spin`).
+                std::hint::spin_loop();
                 if !has_sources {
                     continue;
                 }
             } else {
-                let since = *idle_since.get_or_insert_with(|| {
-                    backoff.reset();
-                    now
-                });
-                let idle = now.duration_since(since);
-                if idle < self.spin_before_park {
-                    // Pure spinning for the first quarter, then spin-and-yield.
-                    if idle < self.spin_before_park / 4 {
-                        std::hint::spin_loop();
-                    } else {
-                        backoff.snooze();
-                    }
-                    if !has_sources {
+                timeout = self
+                    .inner
+                    .timers
+                    .next_deadline()
+                    .map(|d| d.saturating_duration_since(now));
+                if timeout != Some(Duration::ZERO) {
+                    parked = me.inbox.park_prepare();
+                    if !parked {
                         continue;
                     }
-                } else {
-                    timeout = self
-                        .inner
-                        .timers
-                        .next_deadline()
-                        .map(|d| d.saturating_duration_since(now));
-                    if timeout != Some(Duration::ZERO) {
-                        parked = me.inbox.park_prepare();
-                        if !parked {
-                            continue;
-                        }
-                    }
+                    spin.parking();
                 }
             }
             let polled = self.inner.poll.poll(&mut events, timeout);
             if parked {
                 me.inbox.park_done();
-                idle_since = None;
             }
             if let Err(e) = polled {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     tracing::error!(loop_index = self.index, error = %e, "mio poll failed");
                 }
                 continue;
+            }
+            if events.iter().any(|event| event.token() != WAKER_TOKEN) {
+                spin.work(Instant::now());
             }
             for event in events.iter() {
                 let token = event.token();

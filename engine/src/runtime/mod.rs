@@ -65,21 +65,17 @@ pub fn deadline_after(timeout: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// Cores a machine needs before waiting threads spin by default.
-const SPIN_CORES_MIN: usize = 4;
-
-/// Whether waiting threads should spin before they block: only on a machine with cores to spare.
-/// On 2 cores shared by a driver, executors and their pools, a spinning thread takes the core
-/// from the thread it is waiting for; turning the spins off there measured 2-3x more tasks per
-/// second and cut a task's round trip from 210 to 84 us (BENCHMARKS.md, "without spinning").
+/// Whether waiting threads should spin before they block: only on a machine with cores to spare
+/// (see [`crate::spin::enabled`]; `FLINT_SPIN` overrides it). On 2 cores shared by a driver,
+/// executors and their pools, a blind spinning thread took the core from the thread it was
+/// waiting for; turning the spins off there measured 2-3x more tasks per second and cut a task's
+/// round trip from 210 to 84 us (BENCHMARKS.md, "without spinning"). Spins now adapt and stay
+/// within a budget of spare cores ([`crate::spin`]).
 pub fn spinning_pays() -> bool {
-    static PAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PAYS.get_or_init(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get()) >= SPIN_CORES_MIN
-    })
+    crate::spin::enabled()
 }
 
-/// `spin` where [`spinning_pays`], else zero: the default for spin-before-park settings.
+/// `spin` where [`spinning_pays`], else zero: the default for the spin-before-park caps.
 pub fn spin_default(spin: Duration) -> Duration {
     if spinning_pays() {
         spin
@@ -106,7 +102,8 @@ pub struct RuntimeConfig {
     pub events_capacity: usize,
     /// Maximum inbox messages handled between two looks at IO and timers.
     pub batch_max: usize,
-    /// How long an idle loop keeps polling its inbox before it parks in `mio::Poll::poll`.
+    /// The longest an idle loop keeps polling its inbox before it parks in `mio::Poll::poll`
+    /// (the spin adapts below it: [`crate::spin::AdaptiveSpin`]).
     pub spin_before_park: Duration,
 }
 
