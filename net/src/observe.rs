@@ -329,9 +329,7 @@ pub enum Refusal {
 
 /// The driver loop's record (see the module docs). Only the loop touches it.
 pub struct LoopTelemetry {
-    /// The loop's clock origin (its `now_us` counts from here).
-    epoch: Instant,
-    /// The same instant in Unix milliseconds.
+    /// The origin of the loop's clock (its `now_us` counts from there) in Unix milliseconds.
     epoch_unix_ms: u64,
     jobs: FxHashMap<JobId, JobTrack>,
     recent_jobs: VecDeque<JobView>,
@@ -352,7 +350,6 @@ impl LoopTelemetry {
     /// Nothing recorded yet; `epoch` is the origin of the loop's clock.
     pub fn new(epoch: Instant) -> LoopTelemetry {
         LoopTelemetry {
-            epoch,
             epoch_unix_ms: unix_ms().saturating_sub(epoch.elapsed().as_millis() as u64),
             jobs: FxHashMap::default(),
             recent_jobs: VecDeque::new(),
@@ -453,16 +450,15 @@ impl LoopTelemetry {
 
     /// An attempt is being launched (sampled ones have their time noted).
     #[inline]
-    pub fn launched(&mut self, task: TaskId, attempt: u32) {
+    pub fn launched(&mut self, now_us: u64, task: TaskId, attempt: u32) {
         if !sampled(task) {
             return;
         }
-        self.sample_launch(task, attempt);
+        self.sample_launch(now_us, task, attempt);
     }
 
     #[cold]
-    fn sample_launch(&mut self, task: TaskId, attempt: u32) {
-        let now = self.epoch.elapsed().as_micros() as u64;
+    fn sample_launch(&mut self, now: u64, task: TaskId, attempt: u32) {
         if let Some(track) = self.jobs.get(&task.job()) {
             if attempt == 0 {
                 self.queue_time
@@ -795,7 +791,7 @@ mod tests {
         t.job_submitted(0, job, &std::sync::Arc::from("hash"), 2);
         t.executor_registered(ExecutorId(1), "e1", "h", 2);
         let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
-        t.launched(task, 0);
+        t.launched(50, task, 0);
         t.status_update(100, ExecutorId(1), task, 0, TaskState::Failed, b"boom");
         t.status_update(
             200,

@@ -1,0 +1,1217 @@
+//! The driver's protocol state, sans IO (in the style of quinn-proto): every peer's phase,
+//! the executors, the [`Scheduler`], the jobs and their deadlines, the stall warnings. No
+//! sockets, no threads, no clock: every input carries `now_us` (micros on a clock the caller
+//! chooses, never going back), and the outputs wait to be polled.
+//!
+//! Inputs: [`DriverCore::handle_connected`], [`DriverCore::handle_frame`],
+//! [`DriverCore::handle_closed`], [`DriverCore::handle_local_completions`],
+//! [`DriverCore::handle_timeout`], [`DriverCore::submit`], [`DriverCore::cancel`] and the
+//! requests of [`super::DriverMsg`]. Outputs: [`DriverCore::poll_transmit`] (encoded frames for
+//! a peer), [`DriverCore::poll_close`] (a peer to close once its frames are written: drain
+//! `poll_transmit` first), [`DriverCore::poll_local`] (what the in-process executor is to run
+//! or kill) and [`DriverCore::poll_timeout`] (when to call `handle_timeout`; `None` while
+//! nothing is pending, so an idle driver never wakes). Job results and outcomes go straight to
+//! each job's [`JobShared`], as the caller's handles expect.
+//!
+//! The handshake runs in here ([`Handshake`] is itself a sans-IO state machine): the IO layer
+//! passes raw frames and a fresh nonce per connection, so a simulation covers authentication,
+//! registration, heartbeats and expiry with the same code as the real driver.
+//!
+//! Peers have small tables of their own: at most [`HANDSHAKES_MAX`] unauthenticated ones and
+//! [`CLIENTS_MAX`] status clients (the oldest goes when another arrives), so executors always
+//! find room under `connections_max`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use flint_engine::hash::FxHashMap;
+use flint_engine::runtime::Reply;
+use flint_engine::scheduler::{
+    self, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, TaskId, TaskLaunch,
+};
+
+use super::{
+    encode, Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX,
+    TASKS_PER_CORE_MAX, WARN_INTERVAL,
+};
+use crate::admission::Admission;
+use crate::conn::{ConnError, TABLE_FULL};
+use crate::handshake::Handshake;
+use crate::job::{Job, JobShared, ResultObserver};
+use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
+use crate::runner::Completion;
+use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+
+/// A peer connection as the IO layer names it: any number it does not reuse while the core
+/// knows the peer (from `handle_connected` until `handle_closed` or `poll_close`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u64);
+
+/// What the in-process executor (local mode) is to do: the IO layer hands it to its runner.
+#[derive(Debug)]
+pub enum LocalCommand {
+    /// Run this attempt.
+    Launch(TaskLaunch),
+    /// Kill this attempt if it still runs.
+    Kill {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+    },
+}
+
+/// Connections still in the handshake (unauthenticated) held at once; the oldest goes when
+/// another arrives.
+pub const HANDSHAKES_MAX: usize = 256;
+/// Client connections (`Role::Client`) held at once; the oldest goes when another arrives.
+pub const CLIENTS_MAX: usize = 64;
+/// A client connection silent this long is closed.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Removed executors whose names the driver keeps for late exit reasons.
+const GONE_NAMES_MAX: usize = 1024;
+/// Callers waiting for executors at once, at most.
+const EXECUTOR_WAITERS_MAX: usize = 4096;
+/// How often the driver looks for stalls while jobs are active (the checks scan executors).
+const HEALTH_INTERVAL_US: u64 = 100_000;
+/// While inputs keep coming, the scheduler's own timeout (a scan of its active jobs) is asked
+/// again at most this often; until then the core wakes by this time to ask it.
+const SCHEDULER_RECHECK_US: u64 = 10_000;
+/// The least time between two scheduler ticks, whatever the scheduler asks.
+const TICK_GAP_MIN_US: u64 = 1_000;
+
+/// The local executor's id.
+pub const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
+
+/// Where an executor's launches go.
+#[derive(Debug, Clone, Copy)]
+enum Link {
+    Remote(PeerId),
+    Local,
+}
+
+enum Phase {
+    Handshake(Box<Handshake>),
+    Registering,
+    Executor(ExecutorId),
+    Client,
+}
+
+struct Peer {
+    phase: Phase,
+    opened_us: u64,
+    last_heard_us: u64,
+    /// Frames encoded for it and not yet polled.
+    out: BytesMut,
+    /// Whether it is in the transmit queue.
+    queued: bool,
+}
+
+/// The watch for stalls (see the module docs of [`super`]).
+#[derive(Default)]
+struct Health {
+    next_check_us: u64,
+    /// Since when tasks have waited with no executor able to run them.
+    starved_since_us: Option<u64>,
+    next_starved_warning_us: u64,
+    next_stalled_warning_us: u64,
+}
+
+/// The scheduler's own timeout, asked at most every [`SCHEDULER_RECHECK_US`] under load.
+#[derive(Default)]
+struct SchedulerTimeout {
+    deadline_us: Option<u64>,
+    checked_us: u64,
+    /// Inputs arrived since it was asked.
+    stale: bool,
+}
+
+struct JobEntry {
+    shared: Arc<JobShared>,
+    observer: Option<ResultObserver>,
+    /// Tasks in the job, given back to admission when it ends.
+    tasks: usize,
+}
+
+/// The driver's state machine (see the module docs).
+pub struct DriverCore {
+    config: DriverConfig,
+    scheduler: Scheduler,
+    peers: FxHashMap<PeerId, Peer>,
+    /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
+    names: HashMap<String, ExecutorId>,
+    links: FxHashMap<ExecutorId, Link>,
+    next_executor: u64,
+    stopping: bool,
+    /// Executors being stopped or removed for a known reason: the reason their removal gets,
+    /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
+    retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
+    /// Executors removed lately (newest last, at most [`GONE_NAMES_MAX`]) by their id on the
+    /// wire, so a cluster manager's later exit reason still reaches the scheduler.
+    gone: VecDeque<(String, ExecutorId)>,
+    jobs: FxHashMap<JobId, JobEntry>,
+    /// Jobs' deadlines, earliest first.
+    deadlines: BinaryHeap<Reverse<(u64, JobId)>>,
+    /// Callers waiting for a number of executors.
+    executor_waiters: Vec<(usize, Reply<()>)>,
+    health: Health,
+    /// What the driver shows ([`crate::observe`]).
+    telemetry: Box<LoopTelemetry>,
+    counters: Arc<Counters>,
+    admission: Arc<Admission>,
+    stats: Arc<PublishedStats>,
+    outputs: Vec<Output>,
+    /// Peers with frames to poll, in the order they got them.
+    transmit: VecDeque<PeerId>,
+    /// Closed peers' last frames (a refusal, say), polled before anything else.
+    farewells: VecDeque<(PeerId, BytesMut)>,
+    closes: VecDeque<(PeerId, ConnError)>,
+    local: VecDeque<LocalCommand>,
+    /// The latest input's time.
+    now_us: u64,
+    /// No peer deadline (heartbeat, handshake, client idle) is before this.
+    next_peer_check_us: Option<u64>,
+    scheduler_timeout: SchedulerTimeout,
+    last_tick_us: u64,
+}
+
+impl DriverCore {
+    /// A driver with no peers and no jobs. `admission` is shared with the callers' side;
+    /// `telemetry` is what the driver shows.
+    pub fn new(
+        config: DriverConfig,
+        telemetry: Box<LoopTelemetry>,
+        admission: Arc<Admission>,
+    ) -> DriverCore {
+        DriverCore {
+            scheduler: Scheduler::new(config.scheduler.clone()),
+            config,
+            peers: FxHashMap::default(),
+            names: HashMap::new(),
+            links: FxHashMap::default(),
+            next_executor: 1,
+            stopping: false,
+            retiring: FxHashMap::default(),
+            gone: VecDeque::new(),
+            jobs: FxHashMap::default(),
+            deadlines: BinaryHeap::new(),
+            executor_waiters: Vec::new(),
+            health: Health::default(),
+            telemetry,
+            counters: Arc::new(Counters::default()),
+            admission,
+            stats: Arc::new(PublishedStats::default()),
+            outputs: Vec::new(),
+            transmit: VecDeque::new(),
+            farewells: VecDeque::new(),
+            closes: VecDeque::new(),
+            local: VecDeque::new(),
+            now_us: 0,
+            next_peer_check_us: None,
+            scheduler_timeout: SchedulerTimeout::default(),
+            last_tick_us: 0,
+        }
+    }
+
+    /// The counters a [`super::Driver`] reads.
+    pub(crate) fn counters(&self) -> Arc<Counters> {
+        self.counters.clone()
+    }
+
+    /// The scheduler's counters as published after every input.
+    pub(crate) fn published_stats(&self) -> Arc<PublishedStats> {
+        self.stats.clone()
+    }
+
+    /// Whether `peer` is a registered executor.
+    pub fn is_executor(&self, peer: PeerId) -> bool {
+        matches!(
+            self.peers.get(&peer),
+            Some(Peer {
+                phase: Phase::Executor(_),
+                ..
+            })
+        )
+    }
+
+    fn advance(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        self.scheduler_timeout.stale = true;
+    }
+
+    // ----- inputs: peers -----
+
+    /// A connection was accepted; `nonce` is fresh for it. Our `Hello` is queued at once.
+    /// A full table refuses it with the reason (the IO layer tells the peer and drops it);
+    /// making room may close older connections (see [`DriverCore::poll_close`]).
+    pub fn handle_connected(
+        &mut self,
+        peer: PeerId,
+        nonce: [u8; 32],
+        now_us: u64,
+    ) -> Result<(), String> {
+        self.advance(now_us);
+        let handshaking = |p: &Phase| matches!(p, Phase::Handshake(_));
+        if self.count_phase(handshaking) >= HANDSHAKES_MAX {
+            self.evict_oldest(handshaking);
+        }
+        if self.peers.len() >= self.config.connections_max
+            && !self.evict_oldest(|p| matches!(p, Phase::Handshake(_) | Phase::Client))
+        {
+            tracing::warn!(
+                "refused a connection: {} connections open (connections_max)",
+                self.peers.len()
+            );
+            self.telemetry.refused(Refusal::TableFull);
+            return Err(format!(
+                "{TABLE_FULL}: the driver holds {} connections",
+                self.peers.len()
+            ));
+        }
+        let mut out = BytesMut::new();
+        let handshake = Handshake::start(
+            Role::Driver,
+            self.config.secret.clone(),
+            nonce,
+            &[Role::Executor, Role::Client],
+            &mut out,
+        );
+        let phase = Phase::Handshake(Box::new(handshake));
+        let peer_state = Peer {
+            phase,
+            opened_us: self.now_us,
+            last_heard_us: self.now_us,
+            out,
+            queued: false,
+        };
+        self.peers.insert(peer, peer_state);
+        self.queue(peer);
+        self.peer_deadline(
+            self.now_us
+                .saturating_add(us(self.config.handshake_timeout)),
+        );
+        Ok(())
+    }
+
+    /// A frame from a peer. False once the core has closed the peer (it is in
+    /// [`DriverCore::poll_close`]): the IO layer stops reading it.
+    pub fn handle_frame(&mut self, peer: PeerId, frame: &Frame, now_us: u64) -> bool {
+        self.advance(now_us);
+        let Some(mut state) = self.peers.remove(&peer) else {
+            return false;
+        };
+        state.last_heard_us = self.now_us;
+        let result = self.on_frame(peer, &mut state, frame);
+        self.peers.insert(peer, state);
+        self.queue(peer);
+        let alive = match result {
+            Ok(()) => true,
+            Err(why) => {
+                self.close(peer, why);
+                false
+            }
+        };
+        self.pump();
+        alive
+    }
+
+    /// The IO layer lost a peer (closed, failed, malformed bytes, not reading). Nothing more
+    /// goes to it; an executor's running tasks go back to pending.
+    pub fn handle_closed(&mut self, peer: PeerId, why: &ConnError, now_us: u64) {
+        self.advance(now_us);
+        if let Some(state) = self.peers.remove(&peer) {
+            self.forget(&state, why);
+        }
+        self.pump();
+    }
+
+    /// One frame, by the phase its peer is in.
+    fn on_frame(&mut self, id: PeerId, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
+        if let Phase::Handshake(handshake) = &mut peer.phase {
+            return match handshake.on_frame(frame.kind(), frame.body(), &mut peer.out) {
+                Ok(None) => Ok(()),
+                Ok(Some(Role::Client)) => {
+                    let client = |p: &Phase| matches!(p, Phase::Client);
+                    if self.count_phase(client) >= CLIENTS_MAX {
+                        self.evict_oldest(client);
+                    }
+                    peer.phase = Phase::Client;
+                    self.peer_deadline(self.now_us.saturating_add(us(CLIENT_IDLE_TIMEOUT)));
+                    Ok(())
+                }
+                Ok(Some(_)) => {
+                    peer.phase = Phase::Registering;
+                    Ok(())
+                }
+                Err(error) => {
+                    self.telemetry.refused(Refusal::Handshake);
+                    Err(ConnError::Protocol(format!("handshake failed: {error}")))
+                }
+            };
+        }
+        let message = frame.message()?;
+        match (&peer.phase, message) {
+            (
+                Phase::Registering,
+                Message::RegisterExecutor {
+                    executor_id,
+                    host,
+                    cores,
+                    attributes,
+                },
+            ) => {
+                let registration = Registration {
+                    name: executor_id,
+                    host,
+                    cores,
+                    attributes,
+                };
+                let id = self
+                    .register(id, peer, registration)
+                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
+                peer.phase = Phase::Executor(id);
+                Ok(())
+            }
+            (Phase::Executor(id), Message::StatusUpdates { updates }) => {
+                let (id, now) = (*id, self.now_us);
+                for update in updates {
+                    let task = TaskId(update.task_id);
+                    self.telemetry.status_update(
+                        now,
+                        id,
+                        task,
+                        update.attempt,
+                        update.state,
+                        update.data,
+                    );
+                    let update = scheduler::StatusUpdate {
+                        executor: id,
+                        task,
+                        attempt: update.attempt,
+                        state: task_state(update.state),
+                        // A result outlives its frame: a small one is copied out so it does
+                        // not keep the whole frame alive.
+                        data: frame.retain(update.data),
+                    };
+                    self.scheduler.status_update(now, update);
+                }
+                Ok(())
+            }
+            (Phase::Executor(_), Message::Heartbeat { .. }) => {
+                let ack = Message::HeartbeatAck {};
+                encode(&ack, &mut peer.out, self.config.frame_size_max);
+                Ok(())
+            }
+            (Phase::Executor(_) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
+            (_, other) => Err(ConnError::Protocol(format!(
+                "unexpected {} from this peer",
+                other.kind().name()
+            ))),
+        }
+    }
+
+    fn register(
+        &mut self,
+        peer_id: PeerId,
+        peer: &mut Peer,
+        r: Registration<'_>,
+    ) -> Result<ExecutorId, ConnError> {
+        let Registration {
+            name,
+            host,
+            cores,
+            attributes,
+        } = r;
+        let refuse = |reason: String, out: &mut BytesMut| {
+            tracing::warn!(executor = name, "registration refused: {reason}");
+            let refusal = Message::RegisterExecutorFailed { reason: &reason };
+            encode(&refusal, out, FRAME_SIZE_MAX_DEFAULT);
+            Err(ConnError::Protocol(format!(
+                "registration refused: {reason}"
+            )))
+        };
+        if self.stopping {
+            return refuse("the driver is stopping".into(), &mut peer.out);
+        }
+        if cores > EXECUTOR_CORES_MAX {
+            let reason =
+                format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted");
+            return refuse(reason, &mut peer.out);
+        }
+        if self.names.contains_key(name) {
+            return refuse(format!("duplicate executor id {name:?}"), &mut peer.out);
+        }
+        let id = ExecutorId(self.next_executor);
+        let info = ExecutorInfo {
+            id,
+            host: host.to_owned(),
+            cores: cores.saturating_mul(self.tasks_per_core()),
+            attributes: attributes
+                .iter()
+                .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
+                .collect(),
+        };
+        if let Err(refusal) = self.scheduler.register_executor(self.now_us, info) {
+            return refuse(refusal.to_string(), &mut peer.out);
+        }
+        self.next_executor += 1;
+        self.names.insert(name.to_owned(), id);
+        self.links.insert(id, Link::Remote(peer_id));
+        self.counters
+            .executors_registered
+            .fetch_add(1, Ordering::SeqCst);
+        self.executor_added();
+        let interval_ms = self.config.heartbeat_interval.as_millis().to_string();
+        let settings = [KeyValue {
+            key: "heartbeat_interval_ms",
+            value: &interval_ms,
+        }];
+        let registered = Message::RegisteredExecutor {
+            settings: List::from_items(&settings),
+        };
+        encode(&registered, &mut peer.out, self.config.frame_size_max);
+        self.peer_deadline(
+            self.now_us
+                .saturating_add(us(self.config.heartbeat_timeout)),
+        );
+        tracing::info!(executor = name, host, cores, "executor registered");
+        self.telemetry.executor_registered(id, name, host, cores);
+        Ok(id)
+    }
+
+    fn tasks_per_core(&self) -> u32 {
+        self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX)
+    }
+
+    /// Registers the in-process executor (local mode) with `cores`; the slots its runner
+    /// must hold.
+    pub fn add_local_executor(&mut self, cores: u32, now_us: u64) -> u32 {
+        self.advance(now_us);
+        let slots = cores.saturating_mul(self.tasks_per_core());
+        let info = ExecutorInfo {
+            id: LOCAL_EXECUTOR,
+            host: "localhost".into(),
+            cores: slots,
+            attributes: Vec::new(),
+        };
+        match self.scheduler.register_executor(self.now_us, info) {
+            Ok(()) => {
+                self.links.insert(LOCAL_EXECUTOR, Link::Local);
+                self.telemetry
+                    .executor_registered(LOCAL_EXECUTOR, "local", "localhost", cores);
+                self.executor_added();
+            }
+            Err(refusal) => tracing::error!("local executor refused: {refusal}"),
+        }
+        self.pump();
+        slots
+    }
+
+    /// Attempts the in-process executor ended (drained from `completions`).
+    pub fn handle_local_completions(&mut self, completions: &mut Vec<Completion>, now_us: u64) {
+        self.advance(now_us);
+        let now = self.now_us;
+        for Completion {
+            task_id,
+            attempt,
+            state,
+            data,
+        } in completions.drain(..)
+        {
+            let task = TaskId(task_id);
+            self.telemetry
+                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &data);
+            let update = scheduler::StatusUpdate {
+                executor: LOCAL_EXECUTOR,
+                task,
+                attempt,
+                state: task_state(state),
+                data,
+            };
+            self.scheduler.status_update(now, update);
+        }
+        self.pump();
+    }
+
+    fn executor_added(&mut self) {
+        self.counters.executors.fetch_add(1, Ordering::SeqCst);
+        self.answer_executor_waiters();
+    }
+
+    // ----- inputs: jobs and requests -----
+
+    /// A job the caller admitted under `id`: into the scheduler, with its deadline noted.
+    /// A job refused here (a malformed one, or cancelled already) ends at once through
+    /// `shared`.
+    pub fn submit(&mut self, id: JobId, job: Job, shared: Arc<JobShared>, now_us: u64) {
+        self.advance(now_us);
+        self.submit_inner(id, job, shared);
+        self.pump();
+    }
+
+    fn submit_inner(&mut self, id: JobId, job: Job, shared: Arc<JobShared>) {
+        let Job {
+            function,
+            payloads,
+            cores,
+            observer,
+            keep_results,
+            result_bytes_max,
+            deadline,
+            stream: _,
+            scheduling,
+        } = job;
+        let n = payloads.len();
+        let names = &self.names;
+        let spec = crate::job::job_spec(
+            function,
+            payloads,
+            cores,
+            keep_results,
+            result_bytes_max,
+            *scheduling,
+            |name| names.get(name).copied(),
+        );
+        let refused = |admission: &Admission, error: String| {
+            admission.release(n);
+            let reason = format!("job refused: {error}");
+            shared.finish(scheduler::JobOutcome::Failed(vec![reason]));
+        };
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(error) => return refused(&self.admission, error.to_string()),
+        };
+        if shared.is_cancelled() {
+            self.admission.release(n);
+            shared.finish(scheduler::JobOutcome::Cancelled);
+            return;
+        }
+        let now_us = self.now_us;
+        // The function's name, shared with the job's tasks (a job of no tasks has none to show).
+        let function: Arc<str> = match spec.tasks.first() {
+            Some(task) => task.function.clone(),
+            None => Arc::from(""),
+        };
+        self.telemetry.job_submitted(now_us, id, &function, n);
+        // The entry goes in first: the scheduler may end a job (no tasks, a payload over the
+        // limit) within the call.
+        let entry = JobEntry {
+            shared: shared.clone(),
+            observer,
+            tasks: n,
+        };
+        self.jobs.insert(id, entry);
+        if let Err(error) = self.scheduler.submit_job_with_id(now_us, id, spec) {
+            self.jobs.remove(&id);
+            return refused(&self.admission, error.to_string());
+        }
+        if let Some(deadline) = deadline {
+            let at_us = now_us.saturating_add(us(deadline));
+            self.deadlines.push(Reverse((at_us, id)));
+        }
+    }
+
+    /// A caller cancelled a job.
+    pub fn cancel(&mut self, job: JobId, now_us: u64) {
+        self.advance(now_us);
+        self.scheduler.cancel_job(self.now_us, job);
+        self.pump();
+    }
+
+    /// Answers `reply` once at least `count` executors are registered (at once if they are).
+    /// Waiters that gave up are forgotten; past [`EXECUTOR_WAITERS_MAX`] the asker hears
+    /// `Stopped` at once (its reply is dropped).
+    pub fn when_executors(&mut self, count: usize, reply: Reply<()>) {
+        if self.counters.executors.load(Ordering::SeqCst) >= count {
+            let _ = reply.send(());
+            return;
+        }
+        self.executor_waiters.retain(|(_, r)| !r.is_abandoned());
+        if self.executor_waiters.len() < EXECUTOR_WAITERS_MAX {
+            self.executor_waiters.push((count, reply));
+        }
+    }
+
+    /// Tells every remote executor to exit and refuses new registrations; how many were told.
+    pub fn stop_executors(&mut self) -> usize {
+        self.stopping = true;
+        let peers: Vec<PeerId> = self.remote_peers().collect();
+        for &peer in &peers {
+            self.send(peer, &Message::StopExecutor {});
+        }
+        peers.len()
+    }
+
+    /// Tells one remote executor (by its id on the wire) to exit, its removal not counted as a
+    /// loss; whether it was registered.
+    pub fn stop_executor(&mut self, name: &str) -> bool {
+        let Some((id, peer)) = self.remote_named(name) else {
+            return false;
+        };
+        self.retiring.insert(id, (RemovalReason::Killed, false));
+        self.send(peer, &Message::StopExecutor {});
+        true
+    }
+
+    /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;
+    /// one removed lately still has an application-caused reason charged (see
+    /// [`super::Driver::remove_executor`]).
+    pub fn remove_executor(&mut self, name: &str, reason: RemovalReason, now_us: u64) {
+        self.advance(now_us);
+        if let Some((id, peer)) = self.remote_named(name) {
+            self.retiring.insert(id, (reason, true));
+            self.close(peer, ConnError::Closed);
+        } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == name) {
+            // Already removed (its connection closed first): the scheduler charges a reason
+            // that blames the application to the attempts it held then.
+            tracing::info!(executor = %name, "late exit reason: {reason}");
+            self.scheduler.remove_executor(self.now_us, id, reason);
+        }
+        self.pump();
+    }
+
+    /// The driver stops: every peer is told (`Shutdown`, to poll and flush) and every job
+    /// fails with that reason.
+    pub fn shutdown(&mut self) {
+        let peers: Vec<PeerId> = self.peers.keys().copied().collect();
+        for peer in peers {
+            self.send(peer, &Message::Shutdown {});
+        }
+        for (_, entry) in self.jobs.drain() {
+            self.admission.release(entry.tasks);
+            let reason = "the driver stopped".to_owned();
+            entry
+                .shared
+                .finish(scheduler::JobOutcome::Failed(vec![reason]));
+        }
+    }
+
+    // ----- views -----
+
+    /// The backlog and the remote executors.
+    pub fn executors_view(&self) -> ExecutorsView {
+        let pending_tasks = self.scheduler.pending_tasks();
+        let running_tasks = self
+            .scheduler
+            .unfinished_tasks()
+            .saturating_sub(pending_tasks);
+        let executors = self
+            .names
+            .iter()
+            .map(|(name, id)| (name.clone(), self.running_on(*id)))
+            .collect();
+        ExecutorsView {
+            pending_tasks,
+            running_tasks,
+            executors,
+        }
+    }
+
+    /// The stalled executors' ids on the wire.
+    pub fn stalled(&self) -> Vec<String> {
+        self.scheduler
+            .stalled_executors()
+            .into_iter()
+            .map(|(id, _)| self.executor_name(id))
+            .collect()
+    }
+
+    /// What the driver shows at `now_us` (metrics, web UI).
+    pub fn observe(&self, now_us: u64) -> DriverView {
+        let scheduler = &self.scheduler;
+        let mut view = self.telemetry.view(|id| self.running_on(id), now_us);
+        view.stats = scheduler.stats().clone();
+        view.pending_tasks = scheduler.pending_tasks() as u64;
+        view.running_tasks = scheduler
+            .unfinished_tasks()
+            .saturating_sub(scheduler.pending_tasks()) as u64;
+        view.executors_registered = self.counters.executors_registered.load(Ordering::Relaxed);
+        view.executors_lost = self.counters.executors_lost.load(Ordering::Relaxed);
+        view
+    }
+
+    fn running_on(&self, id: ExecutorId) -> u32 {
+        self.scheduler
+            .executor_cores(id)
+            .map_or(0, |(slots, free)| slots.saturating_sub(free))
+    }
+
+    /// An executor's id on the wire (`local` for the in-process one). O(executors).
+    fn executor_name(&self, id: ExecutorId) -> String {
+        self.names
+            .iter()
+            .find(|(_, named)| **named == id)
+            .map_or_else(|| "local".to_owned(), |(name, _)| name.clone())
+    }
+
+    // ----- outputs -----
+
+    /// The next peer with frames to send, and the frames (append them to its connection).
+    pub fn poll_transmit(&mut self) -> Option<(PeerId, BytesMut)> {
+        if let Some(farewell) = self.farewells.pop_front() {
+            return Some(farewell);
+        }
+        while let Some(peer) = self.transmit.pop_front() {
+            let Some(state) = self.peers.get_mut(&peer) else {
+                continue;
+            };
+            state.queued = false;
+            if !state.out.is_empty() {
+                return Some((peer, std::mem::take(&mut state.out)));
+            }
+        }
+        None
+    }
+
+    /// The next peer to close, and why: the IO layer writes what it has for it (drain
+    /// [`DriverCore::poll_transmit`] first), then drops it. The core has forgotten it.
+    pub fn poll_close(&mut self) -> Option<(PeerId, ConnError)> {
+        self.closes.pop_front()
+    }
+
+    /// The next thing the in-process executor is to do.
+    pub fn poll_local(&mut self) -> Option<LocalCommand> {
+        self.local.pop_front()
+    }
+
+    /// When [`DriverCore::handle_timeout`] is next due (on the callers' clock): the earliest of
+    /// the scheduler's own timeout, the peers' deadlines (heartbeat, handshake, client idle),
+    /// the jobs' deadlines and, while jobs are active, the stall checks. `None` while nothing
+    /// is pending.
+    pub fn poll_timeout(&mut self) -> Option<u64> {
+        let jobs_deadline = self.deadlines.peek().map(|Reverse((at_us, _))| *at_us);
+        let watching = !self.jobs.is_empty() || self.health.starved_since_us.is_some();
+        let health = watching.then_some(self.health.next_check_us);
+        [
+            self.scheduler_deadline(),
+            self.next_peer_check_us,
+            jobs_deadline,
+            health,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The scheduler's timeout: asked again once inputs came and [`SCHEDULER_RECHECK_US`]
+    /// passed since it was last asked (it scans the active jobs); until then, that time.
+    fn scheduler_deadline(&mut self) -> Option<u64> {
+        let timeout = &mut self.scheduler_timeout;
+        let recheck_us = timeout.checked_us.saturating_add(SCHEDULER_RECHECK_US);
+        if timeout.stale && self.now_us >= recheck_us {
+            let gap_us = self.last_tick_us.saturating_add(TICK_GAP_MIN_US);
+            timeout.deadline_us = self.scheduler.poll_timeout().map(|t| t.max(gap_us));
+            timeout.checked_us = self.now_us;
+            timeout.stale = false;
+        }
+        if timeout.stale {
+            let recheck_us = timeout.checked_us.saturating_add(SCHEDULER_RECHECK_US);
+            Some(
+                timeout
+                    .deadline_us
+                    .map_or(recheck_us, |t| t.min(recheck_us)),
+            )
+        } else {
+            timeout.deadline_us
+        }
+    }
+
+    /// Time passed: ticks the scheduler when it asked, fails jobs past their deadline, drops
+    /// peers past theirs, checks for stalls.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        self.advance(now_us);
+        let now = self.now_us;
+        if self.scheduler.poll_timeout().is_some_and(|t| t <= now) {
+            self.scheduler.tick(now);
+            self.last_tick_us = now;
+        }
+        self.check_jobs();
+        if self.next_peer_check_us.is_some_and(|t| t <= now) {
+            self.expire_peers();
+        }
+        let watching = !self.jobs.is_empty() || self.health.starved_since_us.is_some();
+        if watching && now >= self.health.next_check_us {
+            self.health.next_check_us = now.saturating_add(HEALTH_INTERVAL_US);
+            self.check_health();
+        }
+        self.pump();
+    }
+
+    // ----- internals -----
+
+    /// Carries out everything the scheduler decided: launches and kills to their executors,
+    /// results and outcomes to their jobs.
+    fn pump(&mut self) {
+        if self.admission.cancels_pending.load(Ordering::Acquire) {
+            self.check_jobs();
+        }
+        self.scheduler.drain_outputs(&mut self.outputs);
+        // Before the outputs reach anyone: a caller that sees a job end sees its counts.
+        self.stats.publish(self.scheduler.stats());
+        let mut outputs = std::mem::take(&mut self.outputs);
+        for output in outputs.drain(..) {
+            self.carry_out(output);
+        }
+        self.outputs = outputs;
+    }
+
+    fn carry_out(&mut self, output: Output) {
+        match output {
+            Output::Launch { executor, tasks } => self.launch(executor, tasks),
+            Output::Kill {
+                executor,
+                task,
+                attempt,
+                reason,
+            } => match self.links.get(&executor).copied() {
+                Some(Link::Remote(peer)) => {
+                    self.telemetry.kill_sent();
+                    let kill = Message::KillTask {
+                        task_id: task.0,
+                        attempt,
+                        reason: &reason,
+                    };
+                    self.send(peer, &kill);
+                }
+                Some(Link::Local) => self.local.push_back(LocalCommand::Kill { task, attempt }),
+                None => {}
+            },
+            Output::TaskResult { task, result } => {
+                if let Some(entry) = self.jobs.get_mut(&task.job()) {
+                    let result = result.as_ref().map_err(String::as_str);
+                    entry.shared.task_done(task.index(), result);
+                    if let Some(observer) = entry.observer.as_mut() {
+                        observer(task.index(), result);
+                    }
+                }
+                // After the job heard: recording never delays a result.
+                self.telemetry.task_done(task.job());
+            }
+            Output::JobOutcome { job, outcome } => {
+                let ended = Ended::of(&outcome);
+                if let Some(entry) = self.jobs.remove(&job) {
+                    self.admission.release(entry.tasks);
+                    entry.shared.finish(outcome);
+                }
+                self.telemetry.job_over(self.now_us, job, ended);
+            }
+        }
+    }
+
+    fn launch(&mut self, executor: ExecutorId, tasks: Vec<TaskLaunch>) {
+        let now = self.now_us;
+        match self.links.get(&executor).copied() {
+            Some(Link::Remote(peer)) => {
+                let Some(state) = self.peers.get_mut(&peer) else {
+                    return;
+                };
+                let telemetry = &mut self.telemetry;
+                let batch: Vec<wire::TaskLaunch> = tasks
+                    .iter()
+                    .inspect(|task| telemetry.launched(now, task.task, task.attempt))
+                    .map(|task| wire::TaskLaunch {
+                        task_id: task.task.0,
+                        attempt: task.attempt,
+                        cores: task.cores,
+                        function: &task.function,
+                        payload: &task.payload,
+                    })
+                    .collect();
+                // Payloads are bounded below a frame (`Driver::start`), so this fits.
+                let frame_size_max = self.config.frame_size_max;
+                if let Err(error) = batch::encode_launches(&batch, &mut state.out, frame_size_max) {
+                    tracing::error!(executor = executor.0, "launch not sent: {error}");
+                }
+                self.queue(peer);
+            }
+            Some(Link::Local) => {
+                for task in tasks {
+                    self.telemetry.launched(now, task.task, task.attempt);
+                    self.local.push_back(LocalCommand::Launch(task));
+                }
+            }
+            None => tracing::error!(
+                executor = executor.0,
+                "launch for an unknown executor dropped"
+            ),
+        }
+    }
+
+    /// Encodes a message for a peer.
+    fn send(&mut self, peer: PeerId, message: &Message<'_>) {
+        if let Some(state) = self.peers.get_mut(&peer) {
+            encode(message, &mut state.out, self.config.frame_size_max);
+            self.queue(peer);
+        }
+    }
+
+    /// Puts a peer with frames in the transmit queue (once).
+    fn queue(&mut self, peer: PeerId) {
+        if let Some(state) = self.peers.get_mut(&peer) {
+            if !state.queued && !state.out.is_empty() {
+                state.queued = true;
+                self.transmit.push_back(peer);
+            }
+        }
+    }
+
+    /// Closes a peer: its last frames go out, then the IO layer drops it.
+    fn close(&mut self, peer: PeerId, why: ConnError) {
+        let Some(mut state) = self.peers.remove(&peer) else {
+            return;
+        };
+        let out = std::mem::take(&mut state.out);
+        if !out.is_empty() {
+            self.farewells.push_back((peer, out));
+        }
+        self.forget(&state, &why);
+        self.closes.push_back((peer, why));
+    }
+
+    /// A peer removed from the table: an executor leaves the scheduler.
+    fn forget(&mut self, state: &Peer, why: &ConnError) {
+        if let Phase::Executor(id) = state.phase {
+            self.remove_executor_id(id, why);
+        } else if !matches!(why, ConnError::Closed) {
+            tracing::warn!("dropped a connection: {why}");
+        }
+    }
+
+    fn remove_executor_id(&mut self, id: ExecutorId, why: &ConnError) {
+        self.links.remove(&id);
+        let gone = &mut self.gone;
+        self.names.retain(|name, named| {
+            if *named == id {
+                if gone.len() >= GONE_NAMES_MAX {
+                    gone.pop_front();
+                }
+                gone.push_back((name.clone(), id));
+            }
+            *named != id
+        });
+        self.counters.executors.fetch_sub(1, Ordering::SeqCst);
+        let (reason, lost) = if let Some((reason, lost)) = self.retiring.remove(&id) {
+            tracing::info!(executor = id.0, "executor removed: {reason}");
+            self.telemetry
+                .executor_removed(id, &reason.to_string(), lost);
+            (reason, lost)
+        } else if self.stopping {
+            tracing::info!(executor = id.0, "executor stopped");
+            self.telemetry.executor_removed(id, "stopped", false);
+            (RemovalReason::Killed, false)
+        } else {
+            tracing::warn!(executor = id.0, "executor lost: {why}");
+            self.telemetry.executor_removed(id, &why.to_string(), true);
+            (RemovalReason::Lost(why.to_string()), true)
+        };
+        if lost {
+            self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
+        }
+        self.scheduler.remove_executor(self.now_us, id, reason);
+    }
+
+    /// Connections whose phase matches.
+    fn count_phase(&self, matching: impl Fn(&Phase) -> bool) -> usize {
+        self.peers.values().filter(|p| matching(&p.phase)).count()
+    }
+
+    /// Closes the oldest connection whose phase matches, telling it the table is full;
+    /// whether there was one.
+    fn evict_oldest(&mut self, matching: impl Fn(&Phase) -> bool) -> bool {
+        let oldest = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matching(&p.phase))
+            .min_by_key(|(id, p)| (p.opened_us, **id))
+            .map(|(id, _)| *id);
+        let Some(peer) = oldest else {
+            return false;
+        };
+        let reason = format!("{TABLE_FULL}: the oldest such connection goes");
+        self.send(peer, &Message::HandshakeRefused { reason: &reason });
+        tracing::debug!("dropped the oldest connection of its kind: {reason}");
+        self.close(peer, ConnError::Protocol(reason));
+        true
+    }
+
+    /// No peer deadline is before `at_us` unless one already was.
+    fn peer_deadline(&mut self, at_us: u64) {
+        let next = self.next_peer_check_us.map_or(at_us, |t| t.min(at_us));
+        self.next_peer_check_us = Some(next);
+    }
+
+    /// Closes the peers past their deadline and finds the next one. O(peers), once per
+    /// earliest deadline.
+    fn expire_peers(&mut self) {
+        let now = self.now_us;
+        let heartbeat_us = us(self.config.heartbeat_timeout);
+        let handshake_us = us(self.config.handshake_timeout);
+        let client_us = us(CLIENT_IDLE_TIMEOUT);
+        let mut expired = Vec::new();
+        let mut next: Option<u64> = None;
+        for (id, peer) in &self.peers {
+            // Expired once strictly more than the timeout has passed.
+            let (since, timeout_us, what) = match peer.phase {
+                Phase::Executor(_) => (peer.last_heard_us, heartbeat_us, "no heartbeat for"),
+                Phase::Client => (
+                    peer.last_heard_us,
+                    client_us,
+                    "a client connection silent for",
+                ),
+                Phase::Handshake(_) | Phase::Registering => (
+                    peer.opened_us,
+                    handshake_us,
+                    "no handshake and registration within",
+                ),
+            };
+            let at_us = since.saturating_add(timeout_us).saturating_add(1);
+            if at_us <= now {
+                let why = format!("{what} {} ms", timeout_us / 1000);
+                expired.push((*id, why));
+            } else {
+                next = Some(next.map_or(at_us, |t| t.min(at_us)));
+            }
+        }
+        self.next_peer_check_us = next;
+        for (id, why) in expired {
+            self.close(id, ConnError::Protocol(why));
+        }
+    }
+
+    /// Answers the callers waiting for as many executors as are registered now.
+    fn answer_executor_waiters(&mut self) {
+        let registered = self.counters.executors.load(Ordering::SeqCst);
+        if self
+            .executor_waiters
+            .iter()
+            .all(|(count, _)| *count > registered)
+        {
+            return;
+        }
+        for (count, reply) in std::mem::take(&mut self.executor_waiters) {
+            if count <= registered {
+                let _ = reply.send(());
+            } else {
+                self.executor_waiters.push((count, reply));
+            }
+        }
+    }
+
+    /// Fails jobs whose deadline passed, and cancels jobs whose handles cancelled them while
+    /// the inbox was full.
+    fn check_jobs(&mut self) {
+        let now_us = self.now_us;
+        while let Some(&Reverse((at_us, id))) = self.deadlines.peek() {
+            if at_us > now_us {
+                break;
+            }
+            self.deadlines.pop();
+            let reason = format!("job {} failed: its deadline passed", id.0);
+            self.scheduler.fail_job(now_us, id, &reason);
+        }
+        if self.admission.cancels_pending.swap(false, Ordering::AcqRel) {
+            let cancelled: Vec<JobId> = (self.jobs.iter())
+                .filter(|(_, entry)| entry.shared.is_cancelled())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in cancelled {
+                self.scheduler.cancel_job(now_us, id);
+            }
+        }
+    }
+
+    /// Warns about stalled executors and about tasks no executor can run, and publishes the
+    /// latter for [`super::Driver::no_executor_for`].
+    fn check_health(&mut self) {
+        let now = self.now_us;
+        let warn_us = us(WARN_INTERVAL);
+        if self.scheduler.starved(now) {
+            let since = match self.health.starved_since_us {
+                Some(since) => since,
+                None => {
+                    self.counters
+                        .starved_since_us
+                        .store(now.saturating_add(1), Ordering::SeqCst);
+                    // The first warning after one interval: executors starting or coming back
+                    // (dynamic allocation from zero, a replaced executor) are not worth one.
+                    self.health.next_starved_warning_us = now.saturating_add(warn_us);
+                    self.health.starved_since_us = Some(now);
+                    now
+                }
+            };
+            if now >= self.health.next_starved_warning_us {
+                self.health.next_starved_warning_us = now.saturating_add(warn_us);
+                tracing::warn!(
+                    pending_tasks = self.scheduler.pending_tasks(),
+                    executors = self.scheduler.executors(),
+                    waited_s = now.saturating_sub(since) / 1_000_000,
+                    "tasks are waiting and no executor can run them (none registered, or all \
+                     excluded)"
+                );
+            }
+        } else if self.health.starved_since_us.take().is_some() {
+            self.counters.starved_since_us.store(0, Ordering::SeqCst);
+        }
+        if now >= self.health.next_stalled_warning_us {
+            let stalled = self.scheduler.stalled_executors();
+            if !stalled.is_empty() {
+                self.health.next_stalled_warning_us = now.saturating_add(warn_us);
+                for (id, attempts) in stalled {
+                    let name = self.executor_name(id);
+                    tracing::warn!(
+                        executor = name.as_str(),
+                        attempts,
+                        "executor is stalled: it holds a straggler and has finished nothing \
+                         since it was launched; its stragglers are copied elsewhere and it gets \
+                         no new work until it reports a task"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The remote executors' peers.
+    fn remote_peers(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.links.values().filter_map(|link| match link {
+            Link::Remote(peer) => Some(*peer),
+            Link::Local => None,
+        })
+    }
+
+    /// A registered remote executor by its id on the wire.
+    fn remote_named(&self, name: &str) -> Option<(ExecutorId, PeerId)> {
+        let id = *self.names.get(name)?;
+        match self.links.get(&id)? {
+            Link::Remote(peer) => Some((id, *peer)),
+            Link::Local => None,
+        }
+    }
+}
+
+/// What an executor registers with.
+struct Registration<'a> {
+    name: &'a str,
+    host: &'a str,
+    cores: u32,
+    attributes: List<'a, KeyValue<'a>>,
+}
+
+/// Micros in a duration, saturating.
+fn us(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The wire's task state as the scheduler's.
+pub(crate) fn task_state(state: wire::TaskState) -> scheduler::TaskState {
+    match state {
+        wire::TaskState::Running => scheduler::TaskState::Running,
+        wire::TaskState::Finished => scheduler::TaskState::Finished,
+        wire::TaskState::Failed => scheduler::TaskState::Failed,
+        wire::TaskState::Killed => scheduler::TaskState::Killed,
+        wire::TaskState::Lost => scheduler::TaskState::Lost,
+    }
+}

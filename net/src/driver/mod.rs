@@ -1,0 +1,815 @@
+//! The driver role: accepts executors over TCP (or runs an in-process executor in local mode),
+//! runs the scheduler state machine on an event loop, and turns its outputs into batched frames.
+//!
+//! # Three parts
+//!
+//! - this module: the caller's side ([`Driver`], [`DriverBuilder`], [`DriverConfig`],
+//!   [`DriverError`], [`ExecutorsView`], [`DriverObserver`]) and the counters the loop
+//!   publishes for it;
+//! - [`core`]: `DriverCore`, the protocol state without IO (handshake, registration,
+//!   heartbeats and expiry, the scheduler and its outputs, jobs, deadlines, stall warnings),
+//!   every input carrying the time;
+//! - [`endpoint`]: `DriverEndpoint`, the IO on a runtime loop: the listener and connections
+//!   (read until would-block, feed the core, flush each touched connection once per event),
+//!   the local mode's task runner, and one timer armed from the core's `poll_timeout`.
+//!
+//! # Executors and failure
+//!
+//! The scheduler sees each executor core as `tasks_per_core` slots: short tasks pipeline (an
+//! executor has the next tasks queued in its pool when one finishes) while the pool still runs
+//! at most `cores` at a time. An executor is lost when its connection closes or fails, when it
+//! sends malformed bytes, or when it is silent for `heartbeat_timeout`; the scheduler then puts
+//! its running tasks back, in time proportional to them.
+//!
+//! # Stalls
+//!
+//! A peer is not trusted to be honest or alive:
+//!
+//! - an executor may claim at most [`EXECUTOR_CORES_MAX`] cores (registration above is refused
+//!   with the reason), and the scheduler's slow start lets a new one fill only a few slots until
+//!   it finishes tasks;
+//! - one that heartbeats but never finishes is *stalled* (see the scheduler's docs): its attempts
+//!   are copied elsewhere, it gets no new work, and a warning naming it is logged every
+//!   [`WARN_INTERVAL`] while it stays so;
+//! - one that does not read its socket (bytes queued for it and none written for
+//!   `heartbeat_timeout`) is lost, like a silent one;
+//! - while tasks wait and no executor can run them (all lost, or all excluded), a warning is
+//!   logged every [`WARN_INTERVAL`] (the first after one interval) and [`Driver::no_executor_for`] says for how long, so a
+//!   caller can give up (`flint driver --no-executor-timeout-s`).
+
+pub(crate) mod core;
+mod endpoint;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use flint_engine::affinity::Pinning;
+use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+use flint_engine::runtime::{
+    AskError, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError,
+};
+use flint_engine::scheduler::{Config as SchedulerConfig, JobId, RemovalReason, Stats};
+use mio::net::TcpListener;
+
+use self::core::DriverCore;
+use self::endpoint::DriverEndpoint;
+use crate::admission::Admission;
+pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
+use crate::functions::Registry;
+use crate::handshake::Secret;
+use crate::job::{Job, JobHandle, JobShared};
+use crate::observe::{DriverView, LoopTelemetry};
+use crate::wire::{batch, Message, FRAME_SIZE_MAX_DEFAULT};
+
+/// The most task slots per executor core: executors size their queues for this many.
+pub const TASKS_PER_CORE_MAX: u32 = 1024;
+
+/// The most cores an executor may register with; a registration claiming more is refused
+/// with the reason. (With [`TASKS_PER_CORE_MAX`] that is at most 2^20 slots.)
+pub const EXECUTOR_CORES_MAX: u32 = 1024;
+
+/// How often the driver repeats a warning about a stall (stalled executors, tasks that no
+/// executor can run).
+pub const WARN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How a driver runs.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Where to listen for executors. Default `127.0.0.1:0` (any free port).
+    pub listen: SocketAddr,
+    /// Bind a non-loopback address even without a shared secret.
+    pub allow_insecure_bind: bool,
+    /// The shared secret executors must prove they hold.
+    pub secret: Option<Secret>,
+    /// How often executors heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which an executor is declared lost.
+    pub heartbeat_timeout: Duration,
+    /// Time a new connection has to finish the handshake and register.
+    pub handshake_timeout: Duration,
+    /// Largest frame accepted or sent.
+    pub frame_size_max: usize,
+    /// Bytes a connection may have queued unsent before it is dropped as not reading.
+    pub outbound_max: usize,
+    /// Connections (registered or not) held at once; more are refused at accept.
+    pub connections_max: usize,
+    /// Task slots per executor core (see the module docs), at most [`TASKS_PER_CORE_MAX`].
+    pub tasks_per_core: u32,
+    /// Run tasks on an in-process pool of this many cores instead of (or beside) remote
+    /// executors: local mode.
+    pub local_cores: Option<u32>,
+    /// Where the driver's threads run: its loop on the first listed CPU, local mode's workers
+    /// on the next ones. Default: not pinned.
+    pub pin: Pinning,
+    /// The scheduler's settings.
+    pub scheduler: SchedulerConfig,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            allow_insecure_bind: false,
+            secret: None,
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_secs(5),
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 256 << 20,
+            connections_max: 4096,
+            tasks_per_core: 256,
+            local_cores: None,
+            pin: Pinning::None,
+            // Exclusion is off by default, as in Spark: with few executors, excluding one for a
+            // job's failures can leave the job nowhere to run until the unschedulable timeout.
+            scheduler: SchedulerConfig {
+                exclusion: None,
+                ..SchedulerConfig::default()
+            },
+        }
+    }
+}
+
+/// Why a driver call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A non-loopback address without a secret.
+    #[error("refusing to listen on non-loopback {0} without a shared secret (set a secret, or allow it explicitly)")]
+    InsecureBind(SocketAddr),
+    /// The runtime or pool could not start.
+    #[error("cannot start: {0}")]
+    Start(String),
+    /// The scheduler refused the job.
+    #[error("job refused: {0}")]
+    Submit(String),
+    /// Something did not happen in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
+    /// The driver's inbox is full: it is alive but behind. Back off and try again.
+    #[error("the driver is busy (its inbox is full); back off and try again")]
+    Busy,
+    /// Called from the driver's own loop (a [`Job::on_result`] observer, say), where waiting
+    /// for the driver's answer would wait forever.
+    #[error("called from the driver's own loop, which cannot answer while it waits")]
+    SameLoop,
+    /// The driver has stopped.
+    #[error("the driver has stopped")]
+    Stopped,
+}
+
+impl From<AskError> for DriverError {
+    fn from(error: AskError) -> Self {
+        match error {
+            AskError::Timeout { timeout_ms } => {
+                DriverError::Timeout(format!("the driver's answer ({timeout_ms} ms)"))
+            }
+            AskError::Full => DriverError::Busy,
+            AskError::SameLoop => DriverError::SameLoop,
+            AskError::Stopped | AskError::Shutdown => DriverError::Stopped,
+        }
+    }
+}
+
+impl<M> From<SendError<M>> for DriverError {
+    fn from(error: SendError<M>) -> Self {
+        match error {
+            SendError::Full(_) => DriverError::Busy,
+            SendError::Stopped(_) | SendError::Shutdown(_) => DriverError::Stopped,
+        }
+    }
+}
+
+/// Counters the driver keeps for whoever embeds it.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    executors: AtomicUsize,
+    executors_registered: AtomicU64,
+    executors_lost: AtomicU64,
+    /// Since when (micros after the driver's start, plus one) tasks have waited with no
+    /// executor able to run them; 0 while that is not so.
+    starved_since_us: AtomicU64,
+}
+
+/// A running driver.
+pub struct Driver {
+    runtime: Option<Runtime>,
+    pool: Option<TaskPool>,
+    endpoint: EndpointRef<DriverEndpoint>,
+    local_addr: Option<SocketAddr>,
+    counters: Arc<Counters>,
+    /// The caller side of the limits: ids, room, waiters.
+    admission: Arc<Admission>,
+    /// The scheduler's counters as the loop last published them.
+    stats: Arc<PublishedStats>,
+    /// The endpoint's clock origin.
+    epoch: Instant,
+}
+
+/// The scheduler's [`Stats`], published by the loop after every event so callers read them
+/// without asking it.
+#[derive(Debug, Default)]
+pub(crate) struct PublishedStats {
+    launched: AtomicU64,
+    succeeded: AtomicU64,
+    attempts_failed: AtomicU64,
+    speculative_launched: AtomicU64,
+    ignored_updates: AtomicU64,
+    executors_excluded: AtomicU64,
+    attempts_killed: AtomicU64,
+    late_failures: AtomicU64,
+}
+
+impl PublishedStats {
+    fn publish(&self, stats: &Stats) {
+        let Stats {
+            launched,
+            succeeded,
+            attempts_failed,
+            speculative_launched,
+            ignored_updates,
+            executors_excluded,
+            attempts_killed,
+            late_failures,
+        } = *stats;
+        self.launched.store(launched, Ordering::Relaxed);
+        self.succeeded.store(succeeded, Ordering::Relaxed);
+        self.attempts_failed
+            .store(attempts_failed, Ordering::Relaxed);
+        self.speculative_launched
+            .store(speculative_launched, Ordering::Relaxed);
+        self.ignored_updates
+            .store(ignored_updates, Ordering::Relaxed);
+        self.executors_excluded
+            .store(executors_excluded, Ordering::Relaxed);
+        self.attempts_killed
+            .store(attempts_killed, Ordering::Relaxed);
+        self.late_failures.store(late_failures, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> Stats {
+        Stats {
+            launched: self.launched.load(Ordering::Relaxed),
+            succeeded: self.succeeded.load(Ordering::Relaxed),
+            attempts_failed: self.attempts_failed.load(Ordering::Relaxed),
+            speculative_launched: self.speculative_launched.load(Ordering::Relaxed),
+            ignored_updates: self.ignored_updates.load(Ordering::Relaxed),
+            executors_excluded: self.executors_excluded.load(Ordering::Relaxed),
+            attempts_killed: self.attempts_killed.load(Ordering::Relaxed),
+            late_failures: self.late_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A job [`Driver::try_submit`] did not take, handed back with why.
+#[derive(Debug)]
+pub struct Rejected {
+    /// Why: [`DriverError::Busy`] (try again later), [`DriverError::Submit`] (over a limit,
+    /// or malformed), [`DriverError::Stopped`].
+    pub error: DriverError,
+    /// The job, untouched (boxed: a rejection is the rare path).
+    pub job: Box<Job>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Driver`]. The named settings ([`listen`](Self::listen),
+/// [`secret`](Self::secret), [`local`](Self::local)) win over the same fields of
+/// [`config`](Self::config), whatever order they are called in.
+#[derive(Debug, Default)]
+pub struct DriverBuilder {
+    config: DriverConfig,
+    listen: Option<SocketAddr>,
+    secret: Option<Option<Secret>>,
+    local: Option<(u32, Registry)>,
+}
+
+impl DriverBuilder {
+    /// Where to listen.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = Some(addr);
+        self
+    }
+
+    /// The shared secret (`None`: executors need none).
+    pub fn secret(mut self, secret: Option<Secret>) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// Local mode: run tasks in this process on `cores` pinned workers, with `registry`'s
+    /// functions. No sockets are needed, but executors may still connect.
+    pub fn local(mut self, cores: u32, registry: Registry) -> Self {
+        self.local = Some((cores.max(1), registry));
+        self
+    }
+
+    /// Every other setting.
+    pub fn config(mut self, config: DriverConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Starts the driver: binds, starts its loop (and local pool).
+    pub fn start(self) -> Result<Driver, DriverError> {
+        let mut config = self.config;
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(secret) = self.secret {
+            config.secret = secret;
+        }
+        let registry = match self.local {
+            Some((cores, registry)) => {
+                config.local_cores = Some(cores);
+                registry
+            }
+            None => Registry::with_builtins(),
+        };
+        Driver::start(config, registry)
+    }
+}
+
+impl Driver {
+    /// A builder with the defaults.
+    pub fn builder() -> DriverBuilder {
+        DriverBuilder::default()
+    }
+
+    fn start(mut config: DriverConfig, registry: Registry) -> Result<Driver, DriverError> {
+        let addr = config.listen;
+        if !addr.ip().is_loopback() && config.secret.is_none() && !config.allow_insecure_bind {
+            return Err(DriverError::InsecureBind(addr));
+        }
+        let listener =
+            TcpListener::bind(addr).map_err(|error| DriverError::Bind { addr, error })?;
+        let local_addr = listener.local_addr().ok();
+        // A task's payload travels in a LaunchTasks frame; leave room for the frame's fields.
+        config.scheduler.payload_max_bytes = config
+            .scheduler
+            .payload_max_bytes
+            .min(batch::item_bytes_max(config.frame_size_max).saturating_sub(4096));
+
+        let pool = match config.local_cores {
+            None => None,
+            Some(cores) => Some(
+                TaskPool::new(PoolConfig {
+                    workers: cores as usize,
+                    // Submissions try every worker's inbox: together they hold every slot.
+                    inbox_capacity: config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX) as usize,
+                    thread_name: "flint-local".into(),
+                    pin: config.pin.from_thread(1),
+                    ..PoolConfig::default()
+                })
+                .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
+            ),
+        };
+        let runtime = Runtime::new(RuntimeConfig {
+            threads: 1,
+            thread_name: "flint-driver".into(),
+            pin: config.pin.clone(),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| DriverError::Start(format!("runtime: {e}")))?;
+        let admission = Arc::new(Admission::new(
+            config.scheduler.pending_tasks_max,
+            config.scheduler.jobs_max,
+        ));
+        let epoch = Instant::now();
+        let telemetry = Box::new(LoopTelemetry::new(epoch));
+        let core = DriverCore::new(config.clone(), telemetry, admission.clone());
+        let counters = core.counters();
+        let stats = core.published_stats();
+        let local = pool.as_ref().map(|pool| (pool.handle(), registry));
+        let endpoint =
+            DriverEndpoint::new(core, &config, listener, epoch, admission.clone(), local);
+        let endpoint = runtime
+            .handle()
+            .spawn("driver", endpoint)
+            .map_err(|e| DriverError::Start(format!("driver endpoint: {e}")))?;
+        Ok(Driver {
+            runtime: Some(runtime),
+            pool,
+            endpoint,
+            local_addr,
+            counters,
+            admission,
+            stats,
+            epoch,
+        })
+    }
+
+    /// The address executors connect to.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Executors registered now (the local one included).
+    pub fn executors(&self) -> usize {
+        self.counters.executors.load(Ordering::SeqCst)
+    }
+
+    /// Executors lost so far (connection closed or failed, silent past the timeout, or
+    /// reported gone through [`Driver::remove_executor`]).
+    pub fn executors_lost(&self) -> u64 {
+        self.counters.executors_lost.load(Ordering::SeqCst)
+    }
+
+    /// How long tasks have been waiting with no executor able to run them (none registered, or
+    /// all excluded), if they are now; checked every 100 ms. A caller that wants to give up
+    /// cancels its jobs after a while (`flint driver --no-executor-timeout-s`).
+    pub fn no_executor_for(&self) -> Option<Duration> {
+        let since = self.counters.starved_since_us.load(Ordering::SeqCst);
+        let since = since.checked_sub(1)?;
+        Some(
+            self.epoch
+                .elapsed()
+                .saturating_sub(Duration::from_micros(since)),
+        )
+    }
+
+    /// Waits until at least `count` executors are registered (the loop answers when one
+    /// registers; nothing polls).
+    pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
+        self.endpoint
+            .ask(|reply| DriverMsg::WhenExecutors { count, reply }, timeout)
+            .map_err(|error| match error {
+                AskError::Timeout { .. } => DriverError::Timeout(format!(
+                    "{count} executors ({} registered)",
+                    self.executors()
+                )),
+                other => other.into(),
+            })
+    }
+
+    /// [`wait_for_executors`](Self::wait_for_executors) for async callers: no thread blocks.
+    /// Bound it with the caller's own timer.
+    pub async fn wait_for_executors_async(&self, count: usize) -> Result<(), DriverError> {
+        self.endpoint
+            .ask_async(|reply| DriverMsg::WhenExecutors { count, reply })?
+            .await
+            .map_err(DriverError::from)
+    }
+
+    /// Submits a job without waiting for anything: the id is allocated and the limits are
+    /// checked on this thread, then the job goes into the driver loop's inbox (waking the loop
+    /// only if it is parked). A full inbox hands the job back with [`DriverError::Busy`];
+    /// [`submit_async`](Self::submit_async) waits for room instead. What only the loop can
+    /// decide (a payload over the frame size, say) arrives as the job's outcome.
+    pub fn try_submit(&self, job: Job) -> Result<JobHandle, Rejected> {
+        if job.function.len() > FUNCTION_NAME_MAX_BYTES {
+            let error = DriverError::Submit(format!(
+                "the function name is {} bytes, over {FUNCTION_NAME_MAX_BYTES}",
+                job.function.len()
+            ));
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
+        let id = match self.admission.admit(&job) {
+            Ok(id) => id,
+            Err(error) => {
+                let error = DriverError::Submit(error.to_string());
+                return Err(Rejected {
+                    error,
+                    job: Box::new(job),
+                });
+            }
+        };
+        let tasks = job.payloads.len();
+        let shared = Arc::new(JobShared::new(job.stream));
+        let msg = DriverMsg::Submit {
+            id,
+            job,
+            shared: shared.clone(),
+        };
+        if let Err(error) = self.endpoint.send(msg) {
+            self.admission.release(tasks);
+            let busy = matches!(error, SendError::Full(_));
+            let DriverMsg::Submit { job, .. } = error.into_inner() else {
+                unreachable!("the message sent was a Submit");
+            };
+            let error = if busy {
+                DriverError::Busy
+            } else {
+                DriverError::Stopped
+            };
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
+        let endpoint = self.endpoint.clone();
+        let admission = self.admission.clone();
+        let cancelled = shared.clone();
+        let cancel = Box::new(move || {
+            cancelled.cancel();
+            if endpoint.send(DriverMsg::Cancel(id)).is_err() {
+                // The loop is behind: it looks for cancelled jobs at its next tick.
+                admission.cancels_pending.store(true, Ordering::Release);
+            }
+        });
+        Ok(JobHandle {
+            id: id.0,
+            tasks: tasks as u64,
+            shared,
+            cancel,
+            detached: false,
+        })
+    }
+
+    /// Submits a job from a plain thread: as [`try_submit`](Self::try_submit), but while the
+    /// loop's inbox is full it backs off and tries again (for up to a minute) rather than
+    /// handing the job back. Async code uses [`submit_async`](Self::submit_async).
+    pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let deadline = flint_engine::runtime::deadline_after(Duration::from_secs(60));
+        let mut tries = 0u32;
+        let mut job = job;
+        loop {
+            match self.try_submit(job) {
+                Ok(handle) => return Ok(handle),
+                Err(Rejected {
+                    error: DriverError::Busy,
+                    job: back,
+                }) if Instant::now() < deadline => {
+                    job = *back;
+                    tries = tries.saturating_add(1);
+                    if tries < 16 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                Err(rejected) => return Err(rejected.error),
+            }
+        }
+    }
+
+    /// Submits a job from async code: as [`try_submit`](Self::try_submit), but while the
+    /// loop's inbox is full it waits (without blocking a thread) until the loop makes room.
+    pub async fn submit_async(&self, job: Job) -> Result<JobHandle, DriverError> {
+        let mut job = Some(job);
+        std::future::poll_fn(|cx| {
+            let Some(next) = job.take() else {
+                return std::task::Poll::Ready(Err(DriverError::Stopped));
+            };
+            match self.try_submit(next) {
+                Ok(handle) => std::task::Poll::Ready(Ok(handle)),
+                Err(Rejected {
+                    error: DriverError::Busy,
+                    job: back,
+                }) => {
+                    self.admission.wait_for_room(cx.waker());
+                    // The loop may have made room between the try and the registration.
+                    match self.try_submit(*back) {
+                        Ok(handle) => std::task::Poll::Ready(Ok(handle)),
+                        Err(Rejected {
+                            error: DriverError::Busy,
+                            job: back,
+                        }) => {
+                            job = Some(*back);
+                            std::task::Poll::Pending
+                        }
+                        Err(rejected) => std::task::Poll::Ready(Err(rejected.error)),
+                    }
+                }
+                Err(rejected) => std::task::Poll::Ready(Err(rejected.error)),
+            }
+        })
+        .await
+    }
+
+    /// Jobs submitted and not yet ended.
+    pub fn active_jobs(&self) -> usize {
+        self.admission.active_jobs()
+    }
+
+    /// The scheduler's counters, as the driver's loop last published them (read without
+    /// asking the loop).
+    pub fn stats(&self) -> Stats {
+        self.stats.read()
+    }
+
+    /// What an allocator needs: the backlog and each remote executor's running tasks.
+    pub fn executors_view(&self) -> Result<ExecutorsView, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Executors, Duration::from_secs(10))
+            .map_err(DriverError::from)
+    }
+
+    /// [`executors_view`](Self::executors_view) for async callers: no thread blocks.
+    pub async fn executors_view_async(&self) -> Result<ExecutorsView, DriverError> {
+        self.endpoint
+            .ask_async(DriverMsg::Executors)?
+            .await
+            .map_err(DriverError::from)
+    }
+
+    /// A handle for watching this driver from other threads (metrics, web UI): it holds no
+    /// resources of the driver's and answers errors once the driver is gone.
+    pub fn observer(&self) -> DriverObserver {
+        DriverObserver {
+            endpoint: self.endpoint.clone(),
+        }
+    }
+
+    /// Executors (by their id on the wire) that are stalled: they hold a straggler and have
+    /// finished nothing since it was launched, so they get no new work (and are named in a
+    /// warning every [`WARN_INTERVAL`]) until they report a task.
+    pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Stalled, Duration::from_secs(10))
+            .map_err(DriverError::from)
+    }
+
+    /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
+    /// as a loss ([`Driver::executors_lost`]). Answers whether it was registered.
+    pub fn stop_executor(&self, name: &str) -> Result<bool, DriverError> {
+        let name = name.to_owned();
+        self.endpoint
+            .ask(
+                |reply| DriverMsg::StopExecutor { name, reply },
+                Duration::from_secs(10),
+            )
+            .map_err(DriverError::from)
+    }
+
+    /// Removes a remote executor (by its id on the wire) from the scheduler for `reason` and
+    /// drops its connection, if it is still registered: what a lifecycle handler does when a
+    /// cluster manager reports the executor gone. Its running tasks go back to pending (counted
+    /// as failed attempts only if the reason says the application caused it); it counts as
+    /// lost ([`Driver::executors_lost`]). When it is already gone (its connection closed
+    /// first, as it usually does), a reason that blames the application is still charged to
+    /// the attempts it was running then, so a task that crashes every executor fails its job
+    /// after `max_failures` crashes.
+    pub fn remove_executor(&self, name: &str, reason: RemovalReason) -> Result<(), DriverError> {
+        self.endpoint
+            .send(DriverMsg::RemoveExecutor {
+                name: name.to_owned(),
+                reason,
+            })
+            .map_err(DriverError::from)
+    }
+
+    /// Tells every remote executor to exit and waits (up to `timeout`) until they have gone.
+    pub fn stop_executors(&self, timeout: Duration) -> Result<(), DriverError> {
+        let remote = self
+            .endpoint
+            .ask(DriverMsg::StopExecutors, Duration::from_secs(10))
+            .map_err(DriverError::from)?;
+        let local = usize::from(self.pool.is_some());
+        wait_until(timeout, || self.executors() <= local)
+            .map_err(|_| DriverError::Timeout(format!("{remote} executors to stop")))
+    }
+
+    /// Stops the loop (dropping every connection) and the local pool.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut runtime) = self.runtime.take() {
+            runtime.shutdown();
+        }
+        if let Some(mut pool) = self.pool.take() {
+            pool.shutdown(ShutdownMode::Cancel);
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `condition` every millisecond until it holds or `timeout` passes.
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> Result<(), ()> {
+    let deadline = flint_engine::runtime::deadline_after(timeout);
+    loop {
+        if condition() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The backlog and the remote executors, as [`Driver::executors_view`] sees them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutorsView {
+    /// Tasks waiting for a slot.
+    pub pending_tasks: usize,
+    /// Tasks running (launched and not finished).
+    pub running_tasks: usize,
+    /// Each registered remote executor: its id on the wire and the tasks running on it.
+    pub executors: Vec<(String, u32)>,
+}
+
+/// Watches a [`Driver`] from any thread: [`Driver::observer`].
+#[derive(Clone)]
+pub struct DriverObserver {
+    endpoint: EndpointRef<DriverEndpoint>,
+}
+
+impl std::fmt::Debug for DriverObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverObserver").finish_non_exhaustive()
+    }
+}
+
+impl DriverObserver {
+    /// Everything the driver shows, asked of its loop (one message; the loop keeps the values
+    /// anyway). Fails if the loop does not answer within `timeout` or the driver stopped.
+    pub fn view(&self, timeout: Duration) -> Result<DriverView, DriverError> {
+        self.endpoint
+            .ask(DriverMsg::Observe, timeout)
+            .map(|view| *view)
+            .map_err(DriverError::from)
+    }
+}
+
+/// Messages to the driver's endpoint.
+pub(crate) enum DriverMsg {
+    /// Submit a job (admitted by the caller under this id).
+    Submit {
+        /// Its id.
+        id: JobId,
+        /// The job.
+        job: Job,
+        /// Where its results and outcome go.
+        shared: Arc<JobShared>,
+    },
+    /// Cancel a job.
+    Cancel(JobId),
+    /// Answer once at least this many executors are registered.
+    WhenExecutors {
+        /// How many.
+        count: usize,
+        /// The answer.
+        reply: Reply<()>,
+    },
+    /// Send `StopExecutor` to every remote executor; replies with how many.
+    StopExecutors(Reply<usize>),
+    /// Local tasks completed.
+    LocalKick,
+    /// The backlog and the executors.
+    Executors(Reply<ExecutorsView>),
+    /// The stalled executors' ids on the wire.
+    Stalled(Reply<Vec<String>>),
+    /// What the driver shows (metrics, web UI).
+    Observe(Reply<Box<DriverView>>),
+    /// Send `StopExecutor` to one executor; replies whether it is registered.
+    StopExecutor {
+        /// Its id on the wire.
+        name: String,
+        /// Whether it was registered.
+        reply: Reply<bool>,
+    },
+    /// Remove an executor for a reason a cluster manager gave.
+    RemoveExecutor {
+        /// Its id on the wire.
+        name: String,
+        /// Why.
+        reason: RemovalReason,
+    },
+}
+
+/// Sends a message that must not be lost, waiting while the inbox is full; gives up only when
+/// the endpoint is gone.
+pub(crate) fn send_retrying<E: Endpoint>(to: &EndpointRef<E>, make: impl Fn() -> E::Msg) {
+    loop {
+        match to.send(make()) {
+            Ok(()) => return,
+            Err(SendError::Full(_)) => std::thread::yield_now(),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Appends a frame; a frame that cannot be encoded (over the maximum) is logged and skipped,
+/// which the scheduler's payload limit prevents for launches.
+pub(crate) fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) {
+    if let Err(error) = message.encode(out, frame_size_max) {
+        tracing::error!("{} not sent: {error}", message.kind().name());
+    }
+}

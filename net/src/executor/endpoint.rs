@@ -1,0 +1,216 @@
+//! The executor's IO side on its event loop: the driver's socket, one timer, and the task
+//! runner around an [`ExecutorCore`]. Frames read go into the core; after every input the
+//! endpoint carries out the core's actions on the runner, writes what the core transmits, re-arms
+//! the timer for the core's next timeout, and stops once the core has ended.
+//!
+//! Tasks run on the pool's threads (or inline for at most a short, bounded while: see
+//! `runner.rs`), so a long task never delays a heartbeat or a kill request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flint_engine::pool::PoolHandle;
+use flint_engine::runtime::{Ctx, Endpoint, TimerId};
+use mio::event::Event;
+use mio::{Interest, Token};
+
+use super::core::{Action, ExecutorCore};
+use super::{ExecutorError, ExitSlot};
+use crate::conn::{ConnError, Connection};
+use crate::driver::send_retrying;
+use crate::functions::Registry;
+use crate::runner::TaskRunner;
+
+/// Messages to the executor's endpoint.
+#[derive(Debug)]
+pub enum ExecutorMsg {
+    /// Task completions are waiting.
+    Kick,
+}
+
+/// The endpoint on the executor's loop (see the module docs).
+pub(super) struct ExecutorEndpoint {
+    core: ExecutorCore,
+    conn: Connection,
+    /// Built on start (its kick needs the endpoint's reference) from the pool and registry.
+    runner: Option<TaskRunner>,
+    pool: Option<(PoolHandle, Registry)>,
+    in_flight_max: usize,
+    exit: Arc<ExitSlot>,
+    /// Where the core's clock starts.
+    epoch: Instant,
+    /// The armed timer and the core's deadline it is for.
+    timer: Option<(TimerId, u64)>,
+}
+
+impl ExecutorEndpoint {
+    pub(super) fn new(
+        core: ExecutorCore,
+        conn: Connection,
+        pool: (PoolHandle, Registry),
+        in_flight_max: usize,
+        exit: Arc<ExitSlot>,
+    ) -> Self {
+        ExecutorEndpoint {
+            core,
+            conn,
+            runner: None,
+            pool: Some(pool),
+            in_flight_max,
+            exit,
+            epoch: Instant::now(),
+            timer: None,
+        }
+    }
+
+    /// The core's clock: microseconds since the endpoint was made.
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// After an input: carry out the core's actions, write what it transmits, then stop if it
+    /// ended or arm the timer for its next timeout.
+    fn drive(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.run_actions();
+        self.core.poll_transmit(self.conn.outbound());
+        if let Err(error) = self.conn.flush() {
+            self.core.handle_closed(error.to_string());
+            self.run_actions();
+        }
+        if let Some(reason) = self.core.poll_exit() {
+            self.exit.set(reason);
+            ctx.stop();
+            return;
+        }
+        self.arm_timer(ctx);
+    }
+
+    /// Carries out the core's actions on the runner. Attempts that failed at once (unknown
+    /// function, full pool) come with no kick, so their completions are drained here.
+    fn run_actions(&mut self) {
+        let Some(runner) = self.runner.as_mut() else {
+            return;
+        };
+        let mut completed_at_once = false;
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Launch {
+                    task_id,
+                    attempt,
+                    function,
+                    payload,
+                } => completed_at_once |= runner.launch(task_id, attempt, &function, payload),
+                Action::Kill { task_id, attempt } => {
+                    runner.kill(task_id, attempt);
+                }
+                Action::KillAll => runner.kill_all(),
+            }
+        }
+        if completed_at_once {
+            self.drain();
+        }
+    }
+
+    /// Hands the runner's waiting completions to the core.
+    fn drain(&mut self) {
+        let now_us = self.now_us();
+        let core = &mut self.core;
+        if let Some(runner) = self.runner.as_mut() {
+            runner.drain(|completion| core.handle_completion(completion, now_us));
+        }
+    }
+
+    /// Keeps one timer armed for the core's next timeout.
+    fn arm_timer(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let want = self.core.poll_timeout();
+        if self.timer.map(|(_, at_us)| at_us) == want {
+            return;
+        }
+        if let Some((timer, _)) = self.timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        let Some(at_us) = want else {
+            return;
+        };
+        let delay = Duration::from_micros(at_us.saturating_sub(self.now_us()));
+        match ctx.timer_once(delay) {
+            Ok(timer) => self.timer = Some((timer, at_us)),
+            Err(error) => tracing::error!(
+                executor = %self.core.executor_id(),
+                "no heartbeat timer: {error}"
+            ),
+        }
+    }
+
+    fn fail_start(&mut self, why: String, ctx: &mut Ctx<'_, Self>) {
+        let error = ExecutorError::Start(why);
+        tracing::error!(executor = %self.core.executor_id(), "{error}");
+        self.exit.set(Err(error));
+        ctx.stop();
+    }
+}
+
+impl Endpoint for ExecutorEndpoint {
+    type Msg = ExecutorMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let Err(error) = ctx.register(
+            self.conn.stream_mut(),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            return self.fail_start(format!("cannot watch the socket: {error}"), ctx);
+        }
+        if let Some((pool, registry)) = self.pool.take() {
+            let me = ctx.myself();
+            let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
+            self.runner = Some(
+                TaskRunner::new(pool, registry, self.in_flight_max, kick)
+                    .with_executor(self.core.executor_id()),
+            );
+        }
+        // The core's `Hello` goes out.
+        self.drive(ctx);
+    }
+
+    fn on_message(&mut self, msg: ExecutorMsg, ctx: &mut Ctx<'_, Self>) {
+        match msg {
+            ExecutorMsg::Kick => self.drain(),
+        }
+        self.drive(ctx);
+    }
+
+    fn on_readiness(&mut self, _token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+        if event.is_readable() || event.is_read_closed() || event.is_error() {
+            let mut frames = Vec::new();
+            let read = self.conn.read_frames(|_, frame| {
+                frames.push(frame);
+                Ok(())
+            });
+            let now_us = self.now_us();
+            for frame in &frames {
+                self.core.handle_frame(frame, now_us);
+            }
+            if let Err(error) = read {
+                self.core.handle_closed(match error {
+                    ConnError::Closed => "the driver closed the connection".to_owned(),
+                    other => other.to_string(),
+                });
+            }
+        }
+        self.drive(ctx);
+    }
+
+    fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+        if self.timer.is_some_and(|(armed, _)| armed == timer) {
+            self.timer = None;
+        }
+        self.core.handle_timeout(self.now_us());
+        self.drive(ctx);
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        self.exit.set(Err(ExecutorError::DriverGone(
+            "the executor's loop stopped".into(),
+        )));
+    }
+}
