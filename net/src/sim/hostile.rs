@@ -70,16 +70,6 @@ impl Hostile {
         }
     }
 
-    /// What it does.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
-    /// Whether the driver accepted its registration.
-    pub fn is_registered(&self) -> bool {
-        self.registered
-    }
-
     /// Bytes from the driver: a liar follows the handshake and registration; the rest ignore
     /// what they hear.
     pub fn handle_bytes(&mut self, bytes: &[u8]) {

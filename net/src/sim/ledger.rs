@@ -22,8 +22,6 @@ use crate::sim::runner::INJECTED_FAILURE;
 /// A job as the scenario plans it.
 #[derive(Clone, Debug)]
 pub struct PlannedJob {
-    /// When it is submitted, micros.
-    pub submit_us: u64,
     /// Its tasks' inputs.
     pub payloads: Vec<Bytes>,
     /// `Job::keep_results`.
@@ -91,16 +89,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// A job the driver accepted, with its handle and its observer's results.
+    /// A job the driver accepted, with its handle and its observer's results; its index.
     pub fn submitted(
         &mut self,
         plan: PlannedJob,
         handle: JobHandle,
         observed: Observed,
         now_us: u64,
-    ) {
+    ) -> usize {
         let id = handle.id();
-        self.by_id.insert(id, self.jobs.len());
+        let index = self.jobs.len();
+        self.by_id.insert(id, index);
         self.jobs.push(JobRecord {
             plan,
             id,
@@ -112,6 +111,7 @@ impl Ledger {
             cancelled: false,
             submitted_us: now_us,
         });
+        index
     }
 
     /// The planned payload of `task_id`, if it belongs to a submitted job.

@@ -103,19 +103,9 @@ impl FakeRunner {
         }
     }
 
-    /// Whether `(task_id, attempt)` runs here.
-    pub fn runs(&self, task_id: u64, attempt: u32) -> bool {
-        self.running.contains_key(&(task_id, attempt))
-    }
-
     /// The attempts running here.
     pub fn attempts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.running.keys().copied()
-    }
-
-    /// Attempts running.
-    pub fn running(&self) -> usize {
-        self.running.len()
     }
 
     /// When the next attempt ends.
