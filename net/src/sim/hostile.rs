@@ -5,6 +5,8 @@
 //! refuse or close it, and nothing it says may change a job's result (the simulator's ledger
 //! knows which runs really happened).
 
+use std::collections::BTreeSet;
+
 use bytes::{Bytes, BytesMut};
 use flint_engine::sim::Rng;
 
@@ -38,6 +40,9 @@ pub struct Hostile {
     decoder: FrameDecoder,
     handshake: Option<Handshake>,
     registered: bool,
+    /// Attempts the driver gave it (it runs none of them, and lies about none of them: a
+    /// registered executor's word on its own tasks is all a driver has).
+    given: BTreeSet<(u64, u32)>,
     /// Lies told (status updates sent).
     pub lies: u64,
 }
@@ -66,6 +71,7 @@ impl Hostile {
             decoder: FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT),
             handshake,
             registered: false,
+            given: BTreeSet::new(),
             lies: 0,
         }
     }
@@ -95,14 +101,19 @@ impl Hostile {
                 }
                 continue;
             }
-            if let Ok(Message::RegisteredExecutor { .. }) = frame.message() {
-                self.registered = true;
+            match frame.message() {
+                Ok(Message::RegisteredExecutor { .. }) => self.registered = true,
+                Ok(Message::LaunchTasks { tasks }) => {
+                    self.given.extend(tasks.iter().map(|t| (t.task_id, t.attempt)));
+                }
+                _ => {}
             }
         }
     }
 
-    /// Claims results (or failures) for `tasks` (task id, payload), every attempt from 0 to 2,
-    /// with the bytes an honest run would return; a peer not registered sends garbage instead.
+    /// Claims results (or failures) for `tasks` (task id, payload), every attempt from 0 to 2
+    /// it was not given, with the bytes an honest run would return; a peer not registered sends
+    /// garbage instead.
     pub fn lie(&mut self, rng: &mut Rng, tasks: &[(u64, Bytes)]) {
         if !self.registered {
             let n = rng.range(1, 32) as usize;
@@ -112,6 +123,9 @@ impl Hostile {
         let mut owned = Vec::new();
         for (task_id, payload) in tasks {
             for attempt in 0..3u32 {
+                if self.given.contains(&(*task_id, attempt)) {
+                    continue;
+                }
                 let (state, data) = match rng.range(0, 3) {
                     0 => (
                         TaskState::Failed,

@@ -62,6 +62,8 @@ const FUNCTION: &str = "sim";
 const DEADLINE_US: u64 = 600_000_000;
 /// Steps after which a run counts as stuck (guards against livelock).
 const STEPS_MAX: u64 = 3_000_000;
+/// Wakes an idle driver with no peers may still take before it must want none.
+const IDLE_WAKES_MAX: usize = 4;
 /// Steps the shutdown at the end may take.
 const SHUTDOWN_STEPS_MAX: u64 = 100_000;
 
@@ -231,11 +233,30 @@ impl Sim {
         .min()
     }
 
+    /// What asks to be woken now or earlier (for a stuck run's report).
+    fn due_now(&mut self) -> String {
+        let now = self.now_us;
+        let mut due = Vec::new();
+        if self.driver.poll_timeout().is_some_and(|t| t <= now) {
+            due.push(format!("driver {:?}", self.driver.poll_timeout()));
+        }
+        if self.net.poll_timeout().is_some_and(|t| t <= now) {
+            due.push("network".to_owned());
+        }
+        for e in self.execs.iter().flatten() {
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                due.push(format!("{} {:?}", e.name, e.poll_timeout()));
+            }
+        }
+        due.join(", ")
+    }
+
     fn run(&mut self) -> Result<(), SimError> {
         while self.next_event < self.plan.events.len() || self.ledger.open_jobs() > 0 {
             if self.step > STEPS_MAX || self.now_us > DEADLINE_US {
+                let due = self.due_now();
                 return self.fail(format!(
-                    "no progress: {} jobs open at the deadline",
+                    "no progress: {} jobs open at the deadline; due now: {due}",
                     self.ledger.open_jobs()
                 ));
             }
@@ -546,9 +567,16 @@ impl Sim {
                 view.pending_tasks, view.running_tasks, view.executors
             ));
         }
-        if let Some(t) = self.driver.core.poll_timeout() {
+        // A few last wakes are allowed (a re-check after the last input), then none.
+        for _ in 0..IDLE_WAKES_MAX {
+            if let Some(t) = self.driver.poll_timeout() {
+                self.advance(t)?;
+            }
+        }
+        if let Some(t) = self.driver.poll_timeout() {
             return self.fail(format!(
-                "an idle driver with no peers wants to wake at {t} us"
+                "an idle driver with no peers still wants to wake at {t} us after \
+                 {IDLE_WAKES_MAX} wakes"
             ));
         }
         Ok(())
