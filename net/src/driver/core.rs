@@ -81,6 +81,8 @@ const HEALTH_INTERVAL_US: u64 = 100_000;
 /// While inputs keep coming, the scheduler's own timeout (a scan of its active jobs) is asked
 /// again at most this often; until then the core wakes by this time to ask it.
 const SCHEDULER_RECHECK_US: u64 = 10_000;
+/// Active jobs up to which the scheduler's timeout is asked after every input.
+const SCHEDULER_SCAN_JOBS_MAX: usize = 64;
 /// The least time between two scheduler ticks, whatever the scheduler asks.
 const TICK_GAP_MIN_US: u64 = 1_000;
 
@@ -125,7 +127,7 @@ struct Health {
 #[derive(Default)]
 struct SchedulerTimeout {
     deadline_us: Option<u64>,
-    checked_us: u64,
+    checked_us: Option<u64>,
     /// Inputs arrived since it was asked.
     stale: bool,
 }
@@ -290,10 +292,7 @@ impl DriverCore {
         };
         self.peers.insert(peer, peer_state);
         self.queue(peer);
-        self.peer_deadline(
-            self.now_us
-                .saturating_add(us(self.config.handshake_timeout)),
-        );
+        self.peer_deadline(expiry(self.now_us, us(self.config.handshake_timeout)));
         Ok(())
     }
 
@@ -331,27 +330,8 @@ impl DriverCore {
 
     /// One frame, by the phase its peer is in.
     fn on_frame(&mut self, id: PeerId, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
-        if let Phase::Handshake(handshake) = &mut peer.phase {
-            return match handshake.on_frame(frame.kind(), frame.body(), &mut peer.out) {
-                Ok(None) => Ok(()),
-                Ok(Some(Role::Client)) => {
-                    let client = |p: &Phase| matches!(p, Phase::Client);
-                    if self.count_phase(client) >= CLIENTS_MAX {
-                        self.evict_oldest(client);
-                    }
-                    peer.phase = Phase::Client;
-                    self.peer_deadline(self.now_us.saturating_add(us(CLIENT_IDLE_TIMEOUT)));
-                    Ok(())
-                }
-                Ok(Some(_)) => {
-                    peer.phase = Phase::Registering;
-                    Ok(())
-                }
-                Err(error) => {
-                    self.telemetry.refused(Refusal::Handshake);
-                    Err(ConnError::Protocol(format!("handshake failed: {error}")))
-                }
-            };
+        if let Phase::Handshake(_) = peer.phase {
+            return self.on_handshake_frame(peer, frame);
         }
         let message = frame.message()?;
         match (&peer.phase, message) {
@@ -370,35 +350,14 @@ impl DriverCore {
                     cores,
                     attributes,
                 };
-                let id = self
+                let executor = self
                     .register(id, peer, registration)
                     .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
-                peer.phase = Phase::Executor(id);
+                peer.phase = Phase::Executor(executor);
                 Ok(())
             }
-            (Phase::Executor(id), Message::StatusUpdates { updates }) => {
-                let (id, now) = (*id, self.now_us);
-                for update in updates {
-                    let task = TaskId(update.task_id);
-                    self.telemetry.status_update(
-                        now,
-                        id,
-                        task,
-                        update.attempt,
-                        update.state,
-                        update.data,
-                    );
-                    let update = scheduler::StatusUpdate {
-                        executor: id,
-                        task,
-                        attempt: update.attempt,
-                        state: task_state(update.state),
-                        // A result outlives its frame: a small one is copied out so it does
-                        // not keep the whole frame alive.
-                        data: frame.retain(update.data),
-                    };
-                    self.scheduler.status_update(now, update);
-                }
+            (Phase::Executor(executor), Message::StatusUpdates { updates }) => {
+                self.status_updates(*executor, updates, frame);
                 Ok(())
             }
             (Phase::Executor(_), Message::Heartbeat { .. }) => {
@@ -411,6 +370,59 @@ impl DriverCore {
                 "unexpected {} from this peer",
                 other.kind().name()
             ))),
+        }
+    }
+
+    /// A frame of the handshake: the peer becomes a client or goes on to register.
+    fn on_handshake_frame(&mut self, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
+        let Phase::Handshake(handshake) = &mut peer.phase else {
+            return Ok(());
+        };
+        match handshake.on_frame(frame.kind(), frame.body(), &mut peer.out) {
+            Ok(None) => Ok(()),
+            Ok(Some(Role::Client)) => {
+                let client = |p: &Phase| matches!(p, Phase::Client);
+                if self.count_phase(client) >= CLIENTS_MAX {
+                    self.evict_oldest(client);
+                }
+                peer.phase = Phase::Client;
+                self.peer_deadline(expiry(self.now_us, us(CLIENT_IDLE_TIMEOUT)));
+                Ok(())
+            }
+            Ok(Some(_)) => {
+                peer.phase = Phase::Registering;
+                Ok(())
+            }
+            Err(error) => {
+                self.telemetry.refused(Refusal::Handshake);
+                Err(ConnError::Protocol(format!("handshake failed: {error}")))
+            }
+        }
+    }
+
+    /// An executor's batch of status updates, to the scheduler.
+    fn status_updates(
+        &mut self,
+        executor: ExecutorId,
+        updates: List<'_, wire::StatusUpdate<'_>>,
+        frame: &Frame,
+    ) {
+        let now = self.now_us;
+        for update in updates {
+            let task = TaskId(update.task_id);
+            let (attempt, state) = (update.attempt, update.state);
+            self.telemetry
+                .status_update(now, executor, task, attempt, state, update.data);
+            let update = scheduler::StatusUpdate {
+                executor,
+                task,
+                attempt,
+                state: task_state(state),
+                // A result outlives its frame: a small one is copied out so it does not keep
+                // the whole frame alive.
+                data: frame.retain(update.data),
+            };
+            self.scheduler.status_update(now, update);
         }
     }
 
@@ -474,10 +486,7 @@ impl DriverCore {
             settings: List::from_items(&settings),
         };
         encode(&registered, &mut peer.out, self.config.frame_size_max);
-        self.peer_deadline(
-            self.now_us
-                .saturating_add(us(self.config.heartbeat_timeout)),
-        );
+        self.peer_deadline(expiry(self.now_us, us(self.config.heartbeat_timeout)));
         tracing::info!(executor = name, host, cores, "executor registered");
         self.telemetry.executor_registered(id, name, host, cores);
         Ok(id)
@@ -597,6 +606,10 @@ impl DriverCore {
             None => Arc::from(""),
         };
         self.telemetry.job_submitted(now_us, id, &function, n);
+        if self.jobs.is_empty() && self.health.starved_since_us.is_none() {
+            // The first stall check one interval after work arrives.
+            self.health.next_check_us = now_us.saturating_add(HEALTH_INTERVAL_US);
+        }
         // The entry goes in first: the scheduler may end a job (no tasks, a payload over the
         // limit) within the call.
         let entry = JobEntry {
@@ -783,6 +796,13 @@ impl DriverCore {
     /// the jobs' deadlines and, while jobs are active, the stall checks. `None` while nothing
     /// is pending.
     pub fn poll_timeout(&mut self) -> Option<u64> {
+        // Deadlines of jobs that ended are no reason to wake.
+        while let Some(Reverse((_, id))) = self.deadlines.peek() {
+            if self.jobs.contains_key(id) {
+                break;
+            }
+            self.deadlines.pop();
+        }
         let jobs_deadline = self.deadlines.peek().map(|Reverse((at_us, _))| *at_us);
         let watching = !self.jobs.is_empty() || self.health.starved_since_us.is_some();
         let health = watching.then_some(self.health.next_check_us);
@@ -797,26 +817,29 @@ impl DriverCore {
         .min()
     }
 
-    /// The scheduler's timeout: asked again once inputs came and [`SCHEDULER_RECHECK_US`]
-    /// passed since it was last asked (it scans the active jobs); until then, that time.
+    /// The scheduler's timeout, asked again after inputs came (it scans the active jobs:
+    /// with more than [`SCHEDULER_SCAN_JOBS_MAX`] of them, at most every
+    /// [`SCHEDULER_RECHECK_US`], and until then that time is the deadline).
     fn scheduler_deadline(&mut self) -> Option<u64> {
         let timeout = &mut self.scheduler_timeout;
-        let recheck_us = timeout.checked_us.saturating_add(SCHEDULER_RECHECK_US);
-        if timeout.stale && self.now_us >= recheck_us {
+        let recheck_us = timeout
+            .checked_us
+            .map(|t| t.saturating_add(SCHEDULER_RECHECK_US));
+        let due = recheck_us.is_none_or(|t| self.now_us >= t)
+            || self.jobs.len() <= SCHEDULER_SCAN_JOBS_MAX;
+        if timeout.stale && due {
             let gap_us = self.last_tick_us.saturating_add(TICK_GAP_MIN_US);
             timeout.deadline_us = self.scheduler.poll_timeout().map(|t| t.max(gap_us));
-            timeout.checked_us = self.now_us;
+            timeout.checked_us = Some(self.now_us);
             timeout.stale = false;
         }
-        if timeout.stale {
-            let recheck_us = timeout.checked_us.saturating_add(SCHEDULER_RECHECK_US);
-            Some(
+        match (timeout.stale, recheck_us) {
+            (true, Some(recheck_us)) => Some(
                 timeout
                     .deadline_us
                     .map_or(recheck_us, |t| t.min(recheck_us)),
-            )
-        } else {
-            timeout.deadline_us
+            ),
+            _ => timeout.deadline_us,
         }
     }
 
@@ -1054,7 +1077,6 @@ impl DriverCore {
         let mut expired = Vec::new();
         let mut next: Option<u64> = None;
         for (id, peer) in &self.peers {
-            // Expired once strictly more than the timeout has passed.
             let (since, timeout_us, what) = match peer.phase {
                 Phase::Executor(_) => (peer.last_heard_us, heartbeat_us, "no heartbeat for"),
                 Phase::Client => (
@@ -1068,7 +1090,7 @@ impl DriverCore {
                     "no handshake and registration within",
                 ),
             };
-            let at_us = since.saturating_add(timeout_us).saturating_add(1);
+            let at_us = expiry(since, timeout_us);
             if at_us <= now {
                 let why = format!("{what} {} ms", timeout_us / 1000);
                 expired.push((*id, why));
@@ -1200,6 +1222,11 @@ struct Registration<'a> {
     attributes: List<'a, KeyValue<'a>>,
 }
 
+/// When something last seen at `since_us` expires: once strictly more than `timeout_us` passed.
+fn expiry(since_us: u64, timeout_us: u64) -> u64 {
+    since_us.saturating_add(timeout_us).saturating_add(1)
+}
+
 /// Micros in a duration, saturating.
 fn us(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
@@ -1213,5 +1240,402 @@ pub(crate) fn task_state(state: wire::TaskState) -> scheduler::TaskState {
         wire::TaskState::Failed => scheduler::TaskState::Failed,
         wire::TaskState::Killed => scheduler::TaskState::Killed,
         wire::TaskState::Lost => scheduler::TaskState::Lost,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The core alone: frames built with the wire encoders as a real executor would, time
+    //! simulated.
+
+    use std::time::Instant;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::job::{JobHandle, JobOutcome};
+    use crate::wire::{FrameDecoder, StatusUpdate, TaskState};
+
+    const S: u64 = 1_000_000;
+    const MS: u64 = 1_000;
+
+    fn config() -> DriverConfig {
+        let mut config = DriverConfig {
+            tasks_per_core: 1,
+            ..DriverConfig::default()
+        };
+        config.scheduler.speculation = None;
+        config
+    }
+
+    fn new_core(config: DriverConfig) -> DriverCore {
+        let admission = Arc::new(Admission::new(
+            config.scheduler.pending_tasks_max,
+            config.scheduler.jobs_max,
+        ));
+        let telemetry = Box::new(LoopTelemetry::new(Instant::now()));
+        DriverCore::new(config, telemetry, admission)
+    }
+
+    fn decode(bytes: &[u8]) -> Vec<Frame> {
+        let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
+        decoder.extend_from_slice(bytes);
+        let mut frames = Vec::new();
+        while let Some(frame) = decoder.next_frame().expect("the core sends valid frames") {
+            frames.push(frame);
+        }
+        assert_eq!(decoder.buffered_len(), 0, "a partial frame was transmitted");
+        frames
+    }
+
+    /// Everything the core has to send, as frames per peer.
+    fn transmitted(core: &mut DriverCore) -> Vec<(PeerId, Frame)> {
+        let mut out = Vec::new();
+        while let Some((peer, bytes)) = core.poll_transmit() {
+            out.extend(decode(&bytes).into_iter().map(|frame| (peer, frame)));
+        }
+        out
+    }
+
+    /// The frames for one peer, decoded (the rest are dropped).
+    fn sent_to(core: &mut DriverCore, peer: PeerId) -> Vec<Frame> {
+        (transmitted(core).into_iter())
+            .filter(|(to, _)| *to == peer)
+            .map(|(_, frame)| frame)
+            .collect()
+    }
+
+    /// Sends one message as `peer`; whether the core keeps the peer.
+    fn send(core: &mut DriverCore, peer: PeerId, message: &Message<'_>, now_us: u64) -> bool {
+        let mut bytes = BytesMut::new();
+        message
+            .encode(&mut bytes, FRAME_SIZE_MAX_DEFAULT)
+            .expect("encodes");
+        let mut alive = true;
+        for frame in decode(&bytes) {
+            alive &= core.handle_frame(peer, &frame, now_us);
+        }
+        alive
+    }
+
+    /// Connects `peer` and runs an executor's side of the handshake (no secret).
+    fn connect(core: &mut DriverCore, peer: PeerId, now_us: u64) {
+        core.handle_connected(peer, [1; 32], now_us)
+            .expect("room for the peer");
+        let mut out = BytesMut::new();
+        let mut handshake =
+            Handshake::start(Role::Executor, None, [2; 32], &[Role::Driver], &mut out);
+        let mut done = false;
+        for frame in sent_to(core, peer) {
+            done |= handshake
+                .on_frame(frame.kind(), frame.body(), &mut out)
+                .expect("the driver's handshake is valid")
+                .is_some();
+        }
+        assert!(
+            done,
+            "the driver's Hello completes an unauthenticated handshake"
+        );
+        for frame in decode(&out) {
+            assert!(core.handle_frame(peer, &frame, now_us), "handshake refused");
+        }
+    }
+
+    /// Connects and registers an executor; the core's answer.
+    fn register(
+        core: &mut DriverCore,
+        peer: PeerId,
+        name: &str,
+        cores: u32,
+        now_us: u64,
+    ) -> (bool, Vec<Frame>) {
+        connect(core, peer, now_us);
+        let registration = Message::RegisterExecutor {
+            executor_id: name,
+            host: "h",
+            cores,
+            attributes: List::from_items(&[]),
+        };
+        let alive = send(core, peer, &registration, now_us);
+        (alive, sent_to(core, peer))
+    }
+
+    fn refusal(frames: &[Frame]) -> Option<String> {
+        frames.iter().find_map(|frame| match frame.message() {
+            Ok(Message::RegisterExecutorFailed { reason }) => Some(reason.to_owned()),
+            _ => None,
+        })
+    }
+
+    fn registered(frames: &[Frame]) -> bool {
+        (frames.iter()).any(|f| matches!(f.message(), Ok(Message::RegisteredExecutor { .. })))
+    }
+
+    /// The (task id, attempt) pairs launched in these frames.
+    fn launches(frames: &[Frame]) -> Vec<(u64, u32)> {
+        let mut launched = Vec::new();
+        for frame in frames {
+            if let Ok(Message::LaunchTasks { tasks }) = frame.message() {
+                launched.extend(tasks.iter().map(|t| (t.task_id, t.attempt)));
+            }
+        }
+        launched
+    }
+
+    /// Submits a job as `Driver::try_submit` does; its handle.
+    fn submit(core: &mut DriverCore, job: Job, now_us: u64) -> JobHandle {
+        let id = core.admission.admit(&job).expect("admitted");
+        let tasks = job.payloads.len() as u64;
+        let shared = Arc::new(JobShared::new(false));
+        core.submit(id, job, shared.clone(), now_us);
+        JobHandle {
+            id: id.0,
+            tasks,
+            shared,
+            cancel: Box::new(|| {}),
+            detached: false,
+        }
+    }
+
+    fn outcome(handle: JobHandle) -> JobOutcome {
+        handle
+            .wait_timeout(Duration::ZERO)
+            .expect("the job has ended")
+    }
+
+    fn finished(task_id: u64, attempt: u32, data: &[u8]) -> Vec<u8> {
+        let update = [StatusUpdate {
+            task_id,
+            attempt,
+            state: TaskState::Finished,
+            data,
+        }];
+        let mut out = BytesMut::new();
+        batch::encode_status_updates(&update, &mut out, FRAME_SIZE_MAX_DEFAULT).expect("encodes");
+        out.to_vec()
+    }
+
+    fn send_bytes(core: &mut DriverCore, peer: PeerId, bytes: &[u8], now_us: u64) -> bool {
+        let mut alive = true;
+        for frame in decode(bytes) {
+            alive &= core.handle_frame(peer, &frame, now_us);
+        }
+        alive
+    }
+
+    #[test]
+    fn an_executor_registers_and_a_duplicate_name_is_refused() {
+        let mut core = new_core(config());
+        let (alive, answer) = register(&mut core, PeerId(1), "e1", 2, 0);
+        assert!(alive && registered(&answer), "first registration accepted");
+        assert!(core.is_executor(PeerId(1)));
+        assert_eq!(core.counters.executors.load(Ordering::SeqCst), 1);
+
+        let (alive, answer) = register(&mut core, PeerId(2), "e1", 2, MS);
+        assert!(!alive, "the duplicate stays connected");
+        let reason = refusal(&answer).expect("a RegisterExecutorFailed");
+        assert!(reason.contains("duplicate executor id"), "{reason}");
+        let (closed, _) = core.poll_close().expect("the duplicate is closed");
+        assert_eq!(closed, PeerId(2));
+        assert_eq!(core.counters.executors.load(Ordering::SeqCst), 1);
+        assert!(core.is_executor(PeerId(1)), "the first is untouched");
+    }
+
+    #[test]
+    fn a_claim_over_the_core_bound_is_refused_with_the_reason() {
+        let mut core = new_core(config());
+        let (alive, answer) = register(&mut core, PeerId(1), "liar", EXECUTOR_CORES_MAX + 1, 0);
+        assert!(!alive);
+        let reason = refusal(&answer).expect("a RegisterExecutorFailed");
+        assert!(
+            reason.contains(&format!("at most {EXECUTOR_CORES_MAX}")),
+            "{reason}"
+        );
+        assert_eq!(core.poll_close().map(|(p, _)| p), Some(PeerId(1)));
+        assert_eq!(core.scheduler.executors(), 0);
+        let (alive, answer) = register(&mut core, PeerId(2), "honest", EXECUTOR_CORES_MAX, MS);
+        assert!(alive && registered(&answer), "the bound itself is accepted");
+    }
+
+    #[test]
+    fn a_launched_task_reported_finished_ends_its_job_with_the_result() {
+        let mut core = new_core(config());
+        let (alive, _) = register(&mut core, PeerId(1), "e1", 1, 0);
+        assert!(alive);
+        let handle = submit(&mut core, Job::new("echo", vec![Bytes::from("x")]), MS);
+        let launched = launches(&sent_to(&mut core, PeerId(1)));
+        assert_eq!(launched.len(), 1, "{launched:?}");
+        let (task_id, attempt) = launched[0];
+        assert!(send_bytes(
+            &mut core,
+            PeerId(1),
+            &finished(task_id, attempt, b"result"),
+            2 * MS
+        ));
+        match outcome(handle) {
+            JobOutcome::Succeeded(results) => assert_eq!(results, vec![Bytes::from("result")]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(core.published_stats().read().succeeded, 1);
+    }
+
+    #[test]
+    fn a_silent_executor_expires_and_its_task_runs_on_another() {
+        let mut core = new_core(config());
+        assert!(register(&mut core, PeerId(1), "a", 1, 0).0);
+        assert!(register(&mut core, PeerId(2), "b", 1, 0).0);
+        let handle = submit(&mut core, Job::new("echo", vec![Bytes::from("x")]), MS);
+        let sent = transmitted(&mut core);
+        let (&(holder, _), launched) = (
+            sent.first().expect("a launch"),
+            launches(&sent.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>()),
+        );
+        assert_eq!(launched.len(), 1);
+        let other = if holder == PeerId(1) {
+            PeerId(2)
+        } else {
+            PeerId(1)
+        };
+        let timeout_us = us(core.config.heartbeat_timeout);
+        // The other heartbeats; the holder stays silent.
+        let heartbeat = Message::Heartbeat {
+            executor_id: "other",
+            running_tasks: 0,
+            metrics: List::from_items(&[]),
+        };
+        assert!(send(&mut core, other, &heartbeat, timeout_us / 2));
+        let _ = transmitted(&mut core);
+        core.handle_timeout(timeout_us);
+        assert!(
+            core.poll_close().is_none(),
+            "expired at exactly the timeout"
+        );
+        let at_us = core.poll_timeout().expect("a heartbeat deadline");
+        assert_eq!(
+            at_us,
+            timeout_us + 1,
+            "the holder's expiry is the next deadline"
+        );
+        core.handle_timeout(at_us);
+        let (closed, why) = core.poll_close().expect("the silent one is closed");
+        assert_eq!(closed, holder);
+        assert!(why.to_string().contains("no heartbeat"), "{why}");
+        assert!(core.poll_close().is_none(), "the other stays");
+        let relaunched = launches(&sent_to(&mut core, other));
+        assert_eq!(
+            relaunched,
+            vec![(launched[0].0, 1)],
+            "the task runs again elsewhere"
+        );
+        assert!(send_bytes(
+            &mut core,
+            other,
+            &finished(launched[0].0, 1, b"again"),
+            at_us + MS
+        ));
+        assert!(matches!(outcome(handle), JobOutcome::Succeeded(_)));
+        assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn poll_timeout_is_none_when_idle_and_the_earliest_deadline_otherwise() {
+        let config = config();
+        let handshake_us = us(config.handshake_timeout);
+        let heartbeat_us = us(config.heartbeat_timeout);
+        let mut core = new_core(config);
+        assert_eq!(core.poll_timeout(), None, "a new driver");
+        core.handle_connected(PeerId(1), [1; 32], 0).expect("room");
+        assert_eq!(
+            core.poll_timeout(),
+            Some(handshake_us + 1),
+            "the handshake's"
+        );
+        core.handle_closed(PeerId(1), &ConnError::Closed, MS);
+        core.handle_timeout(handshake_us + 1);
+        assert_eq!(core.poll_timeout(), None, "the peer went");
+
+        assert!(register(&mut core, PeerId(2), "e", 1, 10 * S).0);
+        assert_eq!(
+            core.poll_timeout(),
+            Some(10 * S + heartbeat_us + 1),
+            "its heartbeat's"
+        );
+        // A job that cannot start (it needs two cores): its deadline and the stall check.
+        let mut job = Job::new("echo", vec![Bytes::new()]).deadline(Duration::from_millis(150));
+        job.cores = 2;
+        let handle = submit(&mut core, job, 11 * S);
+        assert_eq!(
+            core.poll_timeout(),
+            Some(11 * S + HEALTH_INTERVAL_US),
+            "the first stall check, before the job's deadline"
+        );
+        core.handle_timeout(11 * S + HEALTH_INTERVAL_US);
+        assert_eq!(
+            core.poll_timeout(),
+            Some(11 * S + 150 * MS),
+            "the job's deadline"
+        );
+        core.handle_timeout(11 * S + 150 * MS);
+        assert!(matches!(outcome(handle), JobOutcome::Failed(_)));
+        assert_eq!(
+            core.poll_timeout(),
+            Some(10 * S + heartbeat_us + 1),
+            "only the executor's heartbeat once the job ended"
+        );
+    }
+
+    #[test]
+    fn a_job_past_its_deadline_fails_with_that_reason() {
+        let mut core = new_core(config());
+        // No executor: the task waits.
+        let job = Job::new("echo", vec![Bytes::new()]).deadline(Duration::from_secs(2));
+        let handle = submit(&mut core, job, 0);
+        core.handle_timeout(S);
+        assert_eq!(core.jobs.len(), 1, "still within its deadline");
+        core.handle_timeout(2 * S);
+        match outcome(handle) {
+            JobOutcome::Failed(reasons) => assert!(
+                reasons.iter().any(|r| r.contains("its deadline passed")),
+                "{reasons:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(core.jobs.is_empty());
+        assert_eq!(core.admission.active_jobs(), 0, "its room given back");
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_oldest_handshake_and_then_refuses() {
+        let mut core = new_core(DriverConfig {
+            connections_max: 3,
+            ..config()
+        });
+        assert!(register(&mut core, PeerId(0), "e", 1, 0).0);
+        core.handle_connected(PeerId(1), [1; 32], MS).expect("room");
+        core.handle_connected(PeerId(2), [1; 32], 2 * MS)
+            .expect("room");
+        let _ = transmitted(&mut core);
+        // Full: the oldest unauthenticated connection makes room, told why.
+        core.handle_connected(PeerId(3), [1; 32], 3 * MS)
+            .expect("room made");
+        let told = sent_to(&mut core, PeerId(1));
+        assert!(
+            told.iter().any(|f| matches!(
+                f.message(),
+                Ok(Message::HandshakeRefused { reason }) if reason.starts_with(TABLE_FULL)
+            )),
+            "the evicted peer hears the table is full"
+        );
+        assert_eq!(core.poll_close().map(|(p, _)| p), Some(PeerId(1)));
+        assert!(core.poll_close().is_none());
+        // Only executors left to evict: refused, the executor kept.
+        core.handle_closed(PeerId(2), &ConnError::Closed, 4 * MS);
+        core.handle_closed(PeerId(3), &ConnError::Closed, 4 * MS);
+        assert!(register(&mut core, PeerId(5), "f", 1, 4 * MS).0);
+        assert!(register(&mut core, PeerId(6), "g", 1, 4 * MS).0);
+        let refused = core.handle_connected(PeerId(4), [1; 32], 5 * MS);
+        assert!(refused.is_err_and(|reason| reason.starts_with(TABLE_FULL)));
+        assert!(core.poll_close().is_none(), "no executor is evicted");
+        assert_eq!(core.counters.executors.load(Ordering::SeqCst), 3);
     }
 }

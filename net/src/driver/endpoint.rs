@@ -192,8 +192,9 @@ impl DriverEndpoint {
                     self.touched.push(peer);
                 }
             }
-            while let Some((peer, _why)) = self.core.poll_close() {
+            while let Some((peer, why)) = self.core.poll_close() {
                 if let Some(mut conn) = self.drop_conn(peer) {
+                    tracing::debug!(peer = ?conn.conn.peer(), "closing a connection: {why}");
                     let _ = conn.conn.flush();
                 }
             }

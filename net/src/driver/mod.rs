@@ -6,10 +6,10 @@
 //! - this module: the caller's side ([`Driver`], [`DriverBuilder`], [`DriverConfig`],
 //!   [`DriverError`], [`ExecutorsView`], [`DriverObserver`]) and the counters the loop
 //!   publishes for it;
-//! - [`core`]: `DriverCore`, the protocol state without IO (handshake, registration,
+//! - `core.rs`: `DriverCore`, the protocol state without IO (handshake, registration,
 //!   heartbeats and expiry, the scheduler and its outputs, jobs, deadlines, stall warnings),
 //!   every input carrying the time;
-//! - [`endpoint`]: `DriverEndpoint`, the IO on a runtime loop: the listener and connections
+//! - `endpoint.rs`: `DriverEndpoint`, the IO on a runtime loop: the listener and connections
 //!   (read until would-block, feed the core, flush each touched connection once per event),
 //!   the local mode's task runner, and one timer armed from the core's `poll_timeout`.
 //!

@@ -739,6 +739,36 @@ mod tests {
     }
 
     #[test]
+    fn frames_split_anywhere_are_taken_whole() {
+        let mut core = registered("500", 0);
+        let tasks = [TaskLaunch {
+            task_id: 5,
+            attempt: 2,
+            cores: 1,
+            function: "echo",
+            payload: b"split",
+        }];
+        let mut out = BytesMut::new();
+        batch::encode_launches(&tasks, &mut out, FRAME_SIZE_MAX).expect("encodes");
+        for byte in out.iter() {
+            assert!(
+                actions(&mut core).is_empty(),
+                "nothing before the frame is whole"
+            );
+            core.handle_bytes(&[*byte], 10);
+        }
+        assert_eq!(
+            actions(&mut core),
+            [Action::Launch {
+                task_id: 5,
+                attempt: 2,
+                function: "echo".into(),
+                payload: Bytes::from_static(b"split"),
+            }]
+        );
+    }
+
+    #[test]
     fn kill_task_becomes_a_kill_for_an_attempt_in_flight() {
         let mut core = registered("500", 0);
         launch(&mut core, &[(7, "sleep:1000", b"")], 10);

@@ -6,7 +6,7 @@
 //! the driver goes away (Spark's fate-sharing): [`run`] returns why.
 //!
 //! The parts: this file holds [`run`] (connect with backoff, the pool and the loop), the
-//! configuration, errors and summary; [`core`] the protocol as a sans-IO state machine
+//! configuration, errors and summary; `core.rs` the protocol as a sans-IO state machine
 //! ([`ExecutorCore`]: handshake, registration, heartbeats, the driver's frames as [`Action`]s,
 //! completions as batched status updates); `endpoint.rs` the IO side on the event loop (the
 //! socket, the timer, the task runner).
