@@ -104,41 +104,40 @@ impl Hostile {
             match frame.message() {
                 Ok(Message::RegisteredExecutor { .. }) => self.registered = true,
                 Ok(Message::LaunchTasks { tasks }) => {
-                    self.given.extend(tasks.iter().map(|t| (t.task_id, t.attempt)));
+                    self.given
+                        .extend(tasks.iter().map(|t| (t.task_id, t.attempt)));
                 }
                 _ => {}
             }
         }
     }
 
-    /// Claims results (or failures) for `tasks` (task id, payload), every attempt from 0 to 2
-    /// it was not given, with the bytes an honest run would return; a peer not registered sends
-    /// garbage instead.
-    pub fn lie(&mut self, rng: &mut Rng, tasks: &[(u64, Bytes)]) {
+    /// Claims results (or failures) for `attempts` (task id, attempt, payload) it was not
+    /// given, with the bytes an honest run would return; a peer not registered sends garbage
+    /// instead.
+    pub fn lie(&mut self, rng: &mut Rng, attempts: &[(u64, u32, Bytes)]) {
         if !self.registered {
             let n = rng.range(1, 32) as usize;
             self.out.extend((0..n).map(|_| rng.next_u64() as u8));
             return;
         }
         let mut owned = Vec::new();
-        for (task_id, payload) in tasks {
-            for attempt in 0..3u32 {
-                if self.given.contains(&(*task_id, attempt)) {
-                    continue;
-                }
-                let (state, data) = match rng.range(0, 3) {
-                    0 => (
-                        TaskState::Failed,
-                        Bytes::from_static(HOSTILE_REASON.as_bytes()),
-                    ),
-                    1 => (TaskState::Running, Bytes::new()),
-                    _ => (
-                        TaskState::Finished,
-                        result_bytes(*task_id, attempt, payload),
-                    ),
-                };
-                owned.push((*task_id, attempt, state, data));
+        for (task_id, attempt, payload) in attempts {
+            if self.given.contains(&(*task_id, *attempt)) {
+                continue;
             }
+            let (state, data) = match rng.range(0, 3) {
+                0 => (
+                    TaskState::Failed,
+                    Bytes::from_static(HOSTILE_REASON.as_bytes()),
+                ),
+                1 => (TaskState::Running, Bytes::new()),
+                _ => (
+                    TaskState::Finished,
+                    result_bytes(*task_id, *attempt, payload),
+                ),
+            };
+            owned.push((*task_id, *attempt, state, data));
         }
         // And one for a task id no job has.
         owned.push((

@@ -19,6 +19,9 @@ use crate::job::{JobHandle, TaskResult};
 use crate::sim::hostile::HOSTILE_REASON;
 use crate::sim::runner::INJECTED_FAILURE;
 
+/// An attempt number no task reaches (failures and speculation stay far below it).
+pub const NEVER_ATTEMPT: u32 = 1_000;
+
 /// A job as the scenario plans it.
 #[derive(Clone, Debug)]
 pub struct PlannedJob {
@@ -157,21 +160,23 @@ impl Ledger {
         self.jobs.iter().filter(|j| j.is_open()).count()
     }
 
-    /// Jobs with tasks possibly still running (for hostile peers to lie about): task ids and
-    /// payloads of up to `max` tasks.
-    pub fn targets(&self, max: usize) -> Vec<(u64, Bytes)> {
-        self.jobs
-            .iter()
-            .filter(|j| j.outcome.is_none())
-            .flat_map(|j| {
-                j.plan
-                    .payloads
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, p)| (TaskId::new(JobId(j.id), i as u32).0, p.clone()))
+    /// Attempts a hostile peer cannot have been given, to lie about (up to `max`, with their
+    /// payloads): each launched on an honest executor, and attempt [`NEVER_ATTEMPT`] of every
+    /// task of a job still open (a launch to the liar may be in flight, unseen by it, so no
+    /// other attempt number is safe).
+    pub fn targets(&self, max: usize) -> Vec<(u64, u32, Bytes)> {
+        let launched = (self.launched.iter().rev())
+            .filter_map(|&(task, attempt)| Some((task, attempt, self.payload(task)?.clone())));
+        let never = (self.jobs.iter().filter(|j| j.outcome.is_none())).flat_map(|j| {
+            (j.plan.payloads.iter().enumerate()).map(move |(i, p)| {
+                (
+                    TaskId::new(JobId(j.id), i as u32).0,
+                    NEVER_ATTEMPT,
+                    p.clone(),
+                )
             })
-            .take(max)
-            .collect()
+        });
+        launched.take(max / 2).chain(never).take(max).collect()
     }
 
     /// The user cancels job `j` through its handle, or drops the handle (which must cancel it).

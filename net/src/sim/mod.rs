@@ -289,7 +289,7 @@ impl Sim {
         while let Some((conn, end, what)) = self.net.poll_delivery(now) {
             self.deliver(conn, end, what);
         }
-        self.driver.handle_timeout(now);
+        self.driver.handle_timeout(now).or_else(|m| self.fail(m))?;
         self.pump()?;
         self.ledger.check(now).or_else(|m| self.fail(m))?;
         self.check_runs()

@@ -222,12 +222,20 @@ impl DriverNode {
             .min()
     }
 
-    /// Time passed: the core's timeout if due.
-    pub fn handle_timeout(&mut self, now_us: u64) {
+    /// Time passed: the core's timeout if due. Afterwards the core must want nothing before
+    /// `now_us` passes, or its IO loop would spin.
+    pub fn handle_timeout(&mut self, now_us: u64) -> Result<(), String> {
         if self.core.poll_timeout().is_some_and(|t| t <= now_us) {
             self.wakeups += 1;
             self.core.handle_timeout(now_us);
+            if let Some(t) = self.core.poll_timeout().filter(|&t| t <= now_us) {
+                return Err(format!(
+                    "driver: after handle_timeout({now_us}), poll_timeout is {t}: its loop \
+                     would spin"
+                ));
+            }
         }
+        Ok(())
     }
 
     /// Carries out the core's outputs: cancels from handles in, frames out, closes, and drops
