@@ -186,6 +186,7 @@ impl Sim {
         let mut rng = Rng::new(seed);
         let plan = plan::plan(&mut rng);
         let driver = DriverNode::new(plan.config.clone());
+        let net = Network::new(plan.window_bytes_max);
         Sim {
             seed,
             execs: plan.executors.iter().map(|_| None).collect(),
@@ -196,7 +197,7 @@ impl Sim {
             now_us: 0,
             step: 0,
             next_event: 0,
-            net: Network::default(),
+            net,
             driver,
             peers: BTreeMap::new(),
             ledger: Ledger::default(),
@@ -316,14 +317,14 @@ impl Sim {
                     self.net.break_conn(e.conn, now, Some(d), Some(p));
                 }
             }
-            Ev::Stall(i) | Ev::Unstall(i) => {
+            Ev::Stall(i, _) | Ev::Unstall(i) => {
                 if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
-                    let stall = matches!(ev, Ev::Stall(_));
+                    let stall = matches!(ev, Ev::Stall(..));
                     if e.is_alive() {
-                        e.liveness = if stall {
-                            Liveness::Stalled
-                        } else {
-                            Liveness::Running
+                        e.liveness = match ev {
+                            Ev::Stall(_, true) => Liveness::Frozen,
+                            Ev::Stall(_, false) => Liveness::Deaf,
+                            _ => Liveness::Running,
                         };
                         self.report.faults += u64::from(stall);
                         self.net.set_peer_stalled(e.conn, stall);
@@ -376,9 +377,9 @@ impl Sim {
             return;
         };
         let conn = self.net.open(&mut self.rng);
-        // A liar takes an honest executor's name now and then.
+        // A liar takes an honest executor's name now and then (not executor 0's).
         let name = if self.rng.chance(0.3) {
-            "exec-0".to_owned()
+            "exec-1".to_owned()
         } else {
             format!("hostile-{h}")
         };

@@ -8,16 +8,17 @@
 //! its queued bytes delivered and then a FIN; a broken connection (a reset, a crashed host) loses
 //! what is in flight, and each side hears of it after a delay, or never (a host that vanished
 //! without a reset: only a heartbeat timeout notices). A *stalled* receiver does not read: bytes
-//! for it pile up, up to its window ([`WINDOW_BYTES_MAX`]), after which a send takes none.
+//! for it pile up, up to the network's window (socket buffers, [`WINDOW_BYTES_DEFAULT`] unless
+//! [`Network::new`] says), after which a send takes none.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 use flint_engine::sim::Rng;
 
-/// Bytes a direction holds undelivered while its receiver does not read (a socket's send and
-/// receive buffers together); a send beyond it takes only what fits.
-pub const WINDOW_BYTES_MAX: usize = 256 << 10;
+/// Bytes a direction holds undelivered by default (a socket's send and receive buffers
+/// together); a send beyond it takes only what fits.
+pub const WINDOW_BYTES_DEFAULT: usize = 256 << 10;
 
 /// A connection, by the order it was opened.
 pub type ConnId = usize;
@@ -109,9 +110,11 @@ impl Conn {
 }
 
 /// Every connection of a run.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Network {
     conns: Vec<Conn>,
+    /// Bytes a direction holds undelivered, at most.
+    window_bytes_max: usize,
     /// Data bytes delivered, all connections.
     pub delivered_bytes: u64,
     /// Chunks delivered, all connections.
@@ -119,6 +122,16 @@ pub struct Network {
 }
 
 impl Network {
+    /// A network whose connections hold at most `window_bytes_max` undelivered bytes each way.
+    pub fn new(window_bytes_max: usize) -> Network {
+        Network {
+            conns: Vec::new(),
+            window_bytes_max,
+            delivered_bytes: 0,
+            delivered_chunks: 0,
+        }
+    }
+
     /// Opens a connection whose one-way latency is drawn from `rng`.
     pub fn open(&mut self, rng: &mut Rng) -> ConnId {
         let latency_us = if rng.chance(0.2) {
@@ -145,6 +158,7 @@ impl Network {
         now_us: u64,
         bytes: Bytes,
     ) -> usize {
+        let window_bytes_max = self.window_bytes_max;
         let Some(c) = self.conns.get_mut(conn) else {
             return 0;
         };
@@ -153,7 +167,7 @@ impl Network {
         if pipe.shut {
             return 0;
         }
-        let room = WINDOW_BYTES_MAX.saturating_sub(pipe.queued_bytes);
+        let room = window_bytes_max.saturating_sub(pipe.queued_bytes);
         let mut rest = bytes.slice(..bytes.len().min(room));
         let taken = rest.len();
         while !rest.is_empty() {
@@ -289,7 +303,7 @@ mod tests {
     #[test]
     fn bytes_arrive_in_order_in_chunks_then_fin() {
         let mut rng = Rng::new(1);
-        let mut net = Network::default();
+        let mut net = Network::new(WINDOW_BYTES_DEFAULT);
         let c = net.open(&mut rng);
         let data: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
         let mut sent = 0;
@@ -328,11 +342,14 @@ mod tests {
     #[test]
     fn a_stalled_peer_fills_its_window_and_a_break_loses_what_is_in_flight() {
         let mut rng = Rng::new(2);
-        let mut net = Network::default();
+        let mut net = Network::new(WINDOW_BYTES_DEFAULT);
         let c = net.open(&mut rng);
         net.set_peer_stalled(c, true);
-        let big = Bytes::from(vec![1u8; WINDOW_BYTES_MAX + 10]);
-        assert_eq!(net.send(&mut rng, c, End::Driver, 0, big), WINDOW_BYTES_MAX);
+        let big = Bytes::from(vec![1u8; WINDOW_BYTES_DEFAULT + 10]);
+        assert_eq!(
+            net.send(&mut rng, c, End::Driver, 0, big),
+            WINDOW_BYTES_DEFAULT
+        );
         assert_eq!(
             net.send(&mut rng, c, End::Driver, 0, Bytes::from_static(b"y")),
             0

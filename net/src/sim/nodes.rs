@@ -312,8 +312,10 @@ impl DriverNode {
 pub enum Liveness {
     /// Running normally.
     Running,
+    /// Reads nothing (its bytes pile up) but runs, heartbeats and sends.
+    Deaf,
     /// Frozen: reads nothing, runs nothing, sends nothing.
-    Stalled,
+    Frozen,
     /// Gone (crashed, or exited).
     Dead,
 }
@@ -399,9 +401,9 @@ impl ExecNode {
         }
     }
 
-    /// When it must next be woken (never while stalled or dead).
+    /// When it must next be woken (never while frozen or dead).
     pub fn poll_timeout(&self) -> Option<u64> {
-        if self.liveness != Liveness::Running {
+        if matches!(self.liveness, Liveness::Frozen | Liveness::Dead) {
             return None;
         }
         [self.core.poll_timeout(), self.runner.poll_timeout()]
@@ -420,7 +422,7 @@ impl ExecNode {
         now_us: u64,
     ) -> Result<ExecStep, String> {
         let mut step = ExecStep::default();
-        if self.liveness != Liveness::Running {
+        if matches!(self.liveness, Liveness::Frozen | Liveness::Dead) {
             return Ok(step);
         }
         if self.core.poll_timeout().is_some_and(|t| t <= now_us) {
