@@ -89,6 +89,8 @@ pub struct Ledger {
     failed_runs: BTreeSet<u64>,
     /// Jobs that succeeded, failed, were cancelled (outcomes seen by handles).
     pub outcomes: [u64; 3],
+    /// Jobs whose handles were dropped while they were open (they must end cancelled).
+    pub dropped_open: u64,
 }
 
 impl Ledger {
@@ -180,19 +182,27 @@ impl Ledger {
     }
 
     /// The user cancels job `j` through its handle, or drops the handle (which must cancel it).
-    pub fn cancel(&mut self, j: usize, drop_handle: bool) {
+    /// A job still open when the user cancels it (the driver hears at once) must end
+    /// cancelled; one dropped while open is counted in [`Ledger::dropped_open`] (its handle is
+    /// gone: the driver's own count of cancelled jobs must include it).
+    pub fn cancel(&mut self, j: usize, drop_handle: bool, now_us: u64) -> Result<(), String> {
+        // An outcome already there is taken first: the job was not open.
+        self.check_results(j)?;
+        self.check_outcome(j, now_us)?;
         let Some(job) = self.jobs.get_mut(j) else {
-            return;
+            return Ok(());
         };
-        if job.outcome.is_some() {
-            return;
+        if job.outcome.is_some() || job.handle.is_none() {
+            return Ok(());
         }
         job.cancelled = true;
         if drop_handle {
             job.handle = None;
+            self.dropped_open += 1;
         } else if let Some(handle) = &job.handle {
             handle.cancel();
         }
+        Ok(())
     }
 
     /// The per-step checks of every job (see the module docs).
@@ -344,6 +354,11 @@ fn judge(
                 return Err(format!("job {id} ended cancelled, never cancelled"));
             }
         }
+    }
+    if job.cancelled && !matches!(outcome, JobOutcome::Cancelled) {
+        return Err(format!(
+            "job {id} was cancelled while open, ended {outcome:?}"
+        ));
     }
     Ok(())
 }

@@ -341,7 +341,11 @@ impl Sim {
             Ev::Submit(j) => self.submit(j)?,
             Ev::Cancel(j) | Ev::Drop(j) => {
                 if let Some(&Some(slot)) = self.job_slots.get(j) {
-                    self.ledger.cancel(slot, matches!(ev, Ev::Drop(_)));
+                    let drop = matches!(ev, Ev::Drop(_));
+                    self.ledger
+                        .cancel(slot, drop, now)
+                        .or_else(|m| self.fail(m))?;
+                    self.driver.apply_cancels(now);
                 }
             }
         }
@@ -558,6 +562,15 @@ impl Sim {
             return self.fail(format!(
                 "every peer left, the driver holds {} connections",
                 self.driver.open_conns()
+            ));
+        }
+        let over = self.driver.core.observe(self.now_us).jobs_over;
+        let [ok, failed, cancelled] = self.ledger.outcomes;
+        let expected = [ok, failed, cancelled + self.ledger.dropped_open];
+        if over != expected {
+            return self.fail(format!(
+                "the driver ended jobs {over:?} (succeeded, failed, cancelled); the handles \
+                 and dropped handles say {expected:?}"
             ));
         }
         let (jobs, view) = (self.driver.active_jobs(), self.driver.core.executors_view());

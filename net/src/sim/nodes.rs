@@ -238,13 +238,18 @@ impl DriverNode {
         Ok(())
     }
 
-    /// Carries out the core's outputs: cancels from handles in, frames out, closes, and drops
-    /// connections that do not read (as the endpoint does).
-    pub fn pump(&mut self, rng: &mut Rng, net: &mut Network, now_us: u64) {
+    /// Hands the core the cancels handles posted (the real loop takes them off its inbox).
+    pub fn apply_cancels(&mut self, now_us: u64) {
         let cancels = std::mem::take(&mut *self.cancels.lock().unwrap_or_else(|p| p.into_inner()));
         for job in cancels {
             self.core.cancel(job, now_us);
         }
+    }
+
+    /// Carries out the core's outputs: cancels from handles in, frames out, closes, and drops
+    /// connections that do not read (as the endpoint does).
+    pub fn pump(&mut self, rng: &mut Rng, net: &mut Network, now_us: u64) {
+        self.apply_cancels(now_us);
         loop {
             while let Some((peer, bytes)) = self.core.poll_transmit() {
                 if let Some(c) = self.conns.get_mut(&(peer.0 as usize)) {
