@@ -76,6 +76,16 @@ impl Hostile {
         }
     }
 
+    /// The name it registers under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the driver accepted its registration.
+    pub fn is_registered(&self) -> bool {
+        self.registered
+    }
+
     /// Bytes from the driver: a liar follows the handshake and registration; the rest ignore
     /// what they hear.
     pub fn handle_bytes(&mut self, bytes: &[u8]) {

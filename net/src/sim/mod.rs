@@ -288,7 +288,7 @@ impl Sim {
             self.handle(ev)?;
         }
         while let Some((conn, end, what)) = self.net.poll_delivery(now) {
-            self.deliver(conn, end, what);
+            self.deliver(conn, end, what)?;
         }
         self.driver.handle_timeout(now).or_else(|m| self.fail(m))?;
         self.pump()?;
@@ -432,28 +432,36 @@ impl Sim {
         }
     }
 
-    fn deliver(&mut self, conn: ConnId, end: End, what: Delivery) {
+    /// Hands a delivery to its end; a hostile peer just registered has its name checked.
+    fn deliver(&mut self, conn: ConnId, end: End, what: Delivery) -> Result<(), SimError> {
         let now = self.now_us;
-        match end {
-            End::Driver => self
-                .driver
-                .deliver(&mut self.rng, &mut self.net, conn, what, now),
-            End::Peer => match self.peers.get(&conn) {
-                Some(Peer::Exec(i)) => {
-                    if let Some(Some(e)) = self.execs.get_mut(*i) {
-                        e.deliver(what, now);
-                    }
+        match (end, self.peers.get(&conn)) {
+            (End::Driver, _) => {
+                let (rng, net) = (&mut self.rng, &mut self.net);
+                self.driver.deliver(rng, net, conn, what, now);
+            }
+            (End::Peer, Some(Peer::Exec(i))) => {
+                if let Some(Some(e)) = self.execs.get_mut(*i) {
+                    e.deliver(what, now);
                 }
-                Some(Peer::Hostile(h)) => {
-                    if let (Some(Some((_, hostile))), Delivery::Bytes(b)) =
-                        (self.hostiles.get_mut(*h), &what)
-                    {
-                        hostile.handle_bytes(b);
-                    }
+            }
+            (End::Peer, Some(Peer::Hostile(h))) => {
+                let Some(Some((_, hostile))) = self.hostiles.get_mut(*h) else {
+                    return Ok(());
+                };
+                let Delivery::Bytes(bytes) = &what else {
+                    return Ok(());
+                };
+                let was = hostile.is_registered();
+                hostile.handle_bytes(bytes);
+                if !was && hostile.is_registered() {
+                    let name = hostile.name().to_owned();
+                    return self.check_names(&name, conn);
                 }
-                None => {}
-            },
+            }
+            (End::Peer, None) => {}
         }
+        Ok(())
     }
 
     /// Every node's outputs until nothing moves: executors first (their frames may make the
@@ -479,7 +487,8 @@ impl Sim {
                 }
             }
             if step.registered {
-                self.check_names(i)?;
+                let (name, conn) = (e.name.clone(), e.conn);
+                self.check_names(&name, conn)?;
             }
         }
         for (conn, hostile) in self.hostiles.iter_mut().flatten() {
@@ -491,22 +500,19 @@ impl Sim {
         Ok(())
     }
 
-    /// Executor `i` was just registered: no other executor the driver still holds has its
-    /// name (nor does a registered hostile peer).
-    fn check_names(&self, i: usize) -> Result<(), SimError> {
-        let Some(Some(e)) = self.execs.get(i) else {
-            return Ok(());
-        };
-        for (j, other) in self.execs.iter().enumerate() {
-            let Some(other) = other else { continue };
-            if j != i
-                && other.name == e.name
-                && other.registered_us.is_some()
-                && self.driver.is_open(other.conn)
-            {
+    /// The peer `name` on `conn` was just seen registered: no other registered peer the
+    /// driver still holds (executor or hostile) has that name.
+    fn check_names(&self, name: &str, conn: ConnId) -> Result<(), SimError> {
+        let execs = (self.execs.iter().flatten())
+            .filter(|e| e.registered_us.is_some())
+            .map(|e| (e.name.as_str(), e.conn));
+        let hostiles = (self.hostiles.iter().flatten())
+            .filter(|(_, h)| h.is_registered())
+            .map(|(c, h)| (h.name(), *c));
+        for (other, other_conn) in execs.chain(hostiles) {
+            if other == name && other_conn != conn && self.driver.is_open(other_conn) {
                 return self.fail(format!(
-                    "{} registered twice: connections {} and {} both held",
-                    e.name, other.conn, e.conn
+                    "{name} registered twice: connections {other_conn} and {conn} both held"
                 ));
             }
         }
