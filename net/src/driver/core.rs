@@ -301,6 +301,9 @@ impl DriverCore {
     pub fn handle_frame(&mut self, peer: PeerId, frame: &Frame, now_us: u64) -> bool {
         self.advance(now_us);
         let Some(mut state) = self.peers.remove(&peer) else {
+            // Not (or no longer) a peer: whatever the IO layer holds for it goes.
+            self.closes
+                .push_back((peer, ConnError::Protocol("unknown peer".into())));
             return false;
         };
         state.last_heard_us = self.now_us;
@@ -1228,7 +1231,7 @@ fn expiry(since_us: u64, timeout_us: u64) -> u64 {
 }
 
 /// Micros in a duration, saturating.
-fn us(duration: Duration) -> u64 {
+pub(crate) fn us(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -1637,5 +1640,32 @@ mod tests {
         assert!(refused.is_err_and(|reason| reason.starts_with(TABLE_FULL)));
         assert!(core.poll_close().is_none(), "no executor is evicted");
         assert_eq!(core.counters.executors.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn the_local_executor_gets_launches_and_its_completions_end_the_job() {
+        let mut core = new_core(config());
+        assert_eq!(core.add_local_executor(2, 0), 2, "two cores of one slot");
+        let handle = submit(&mut core, Job::new("echo", vec![Bytes::from("a"); 2]), MS);
+        let mut completions = Vec::new();
+        while let Some(command) = core.poll_local() {
+            let LocalCommand::Launch(task) = command else {
+                panic!("only launches: {command:?}");
+            };
+            completions.push(Completion {
+                task_id: task.task.0,
+                attempt: task.attempt,
+                state: TaskState::Finished,
+                data: task.payload,
+            });
+        }
+        assert_eq!(completions.len(), 2);
+        assert!(core.poll_transmit().is_none(), "nothing goes over the wire");
+        core.handle_local_completions(&mut completions, 2 * MS);
+        assert!(completions.is_empty(), "drained");
+        match outcome(handle) {
+            JobOutcome::Succeeded(results) => assert_eq!(results, vec![Bytes::from("a"); 2]),
+            other => panic!("{other:?}"),
+        }
     }
 }

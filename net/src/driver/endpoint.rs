@@ -20,7 +20,7 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use super::core::{DriverCore, LocalCommand, PeerId};
+use super::core::{us, DriverCore, LocalCommand, PeerId};
 use super::{send_retrying, DriverConfig, DriverMsg};
 use crate::admission::Admission;
 use crate::conn::{accept_next, refuse, ConnError, Connection};
@@ -93,14 +93,13 @@ impl DriverEndpoint {
             timer: None,
             frame_size_max: config.frame_size_max,
             outbound_max: config.outbound_max,
-            heartbeat_timeout_us: u64::try_from(config.heartbeat_timeout.as_micros())
-                .unwrap_or(u64::MAX),
+            heartbeat_timeout_us: us(config.heartbeat_timeout),
             admission,
         }
     }
 
     fn now_us(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+        us(self.epoch.elapsed())
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
@@ -149,8 +148,7 @@ impl DriverEndpoint {
             let (core, epoch) = (&mut self.core, self.epoch);
             let mut closed_by_core = false;
             let result = conn.conn.read_frames(|_, frame| {
-                let now_us = u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
-                if core.handle_frame(peer, &frame, now_us) {
+                if core.handle_frame(peer, &frame, us(epoch.elapsed())) {
                     Ok(())
                 } else {
                     closed_by_core = true;
