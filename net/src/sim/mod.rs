@@ -249,7 +249,20 @@ impl Sim {
                 due.push(format!("{} {:?}", e.name, e.poll_timeout()));
             }
         }
-        due.join(", ")
+        let view = self.driver.core.executors_view();
+        format!(
+            "[{}]; the driver has {} tasks pending, {} running, on executors {:?}; executors \
+             here: {:?}",
+            due.join(", "),
+            view.pending_tasks,
+            view.running_tasks,
+            view.executors,
+            self.execs
+                .iter()
+                .flatten()
+                .map(|e| (&e.name, e.liveness))
+                .collect::<Vec<_>>()
+        )
     }
 
     fn run(&mut self) -> Result<(), SimError> {

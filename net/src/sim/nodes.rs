@@ -434,6 +434,7 @@ impl ExecNode {
             self.core.handle_timeout(now_us);
         }
         while let Some(c) = self.runner.poll_completion(now_us) {
+            tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "{:#x}.{} ends {:?}", c.task_id, c.attempt, c.state);
             match c.state {
                 TaskState::Finished => ledger.ran(c.task_id, c.attempt, Ok(c.data.clone())),
                 TaskState::Failed => ledger.ran(c.task_id, c.attempt, Err(())),
@@ -454,6 +455,7 @@ impl ExecNode {
                             "launch of task {task_id:#x} with function {function:?}"
                         ));
                     }
+                    tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "launch {task_id:#x}.{attempt}");
                     ledger.launch(task_id, attempt, &payload)?;
                     self.runner.launch(rng, now_us, task_id, attempt, &payload);
                     step.launched.push((task_id, attempt));
