@@ -47,8 +47,6 @@ struct DriverConn {
     unsent: BytesMut,
     /// Since when bytes have waited with none taken (a peer not reading).
     stuck_since_us: Option<u64>,
-    /// When the driver last got a frame on it.
-    pub last_frame_us: u64,
 }
 
 /// The driver process: the core and its connections.
@@ -196,7 +194,6 @@ impl DriverNode {
         loop {
             match decoder.next_frame() {
                 Ok(Some(frame)) => {
-                    c.last_frame_us = now_us;
                     self.frames += 1;
                     if !self.core.handle_frame(PeerId(conn as u64), &frame, now_us) {
                         // The core closed it: it is in `poll_close`; nothing more is read.
