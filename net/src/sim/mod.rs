@@ -58,6 +58,7 @@ use std::fmt;
 
 use flint_engine::sim::Rng;
 
+use crate::driver::EXECUTOR_CORES_MAX;
 use crate::executor::ExecutorConfig;
 use crate::job::Job;
 use crate::sim::hostile::Hostile;
@@ -511,6 +512,10 @@ impl Sim {
                 }
             }
             if step.registered {
+                if e.cores > EXECUTOR_CORES_MAX {
+                    let m = format!("{} registered claiming {} cores", e.name, e.cores);
+                    return self.fail(m);
+                }
                 let (name, conn) = (e.name.clone(), e.conn);
                 self.check_names(&name, conn)?;
             }

@@ -328,6 +328,8 @@ pub struct ExecNode {
     pub name: String,
     /// Its connection.
     pub conn: ConnId,
+    /// Cores it claims.
+    pub cores: u32,
     core: ExecutorCore,
     /// The fake pool.
     pub runner: FakeRunner,
@@ -370,6 +372,7 @@ impl ExecNode {
         ExecNode {
             name: config.executor_id.clone(),
             conn,
+            cores: config.cores,
             core: ExecutorCore::new(config, nonce(rng)),
             runner,
             liveness: Liveness::Running,

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use flint_engine::scheduler::SpeculationConfig;
 use flint_engine::sim::Rng;
 
-use crate::driver::DriverConfig;
+use crate::driver::{DriverConfig, EXECUTOR_CORES_MAX};
 use crate::handshake::Secret;
 use crate::sim::hostile::Mode;
 use crate::sim::ledger::PlannedJob;
@@ -139,9 +139,15 @@ fn plan_executors(rng: &mut Rng, plan: &mut Plan) {
     let failure_prob = [0.0, 0.02, 0.1][rng.range(0, 2) as usize];
     let n = rng.range(1, 6) as usize;
     for i in 0..n {
+        // Now and then one claims more cores than a driver accepts: it must be refused.
+        let cores = if i > 0 && rng.chance(0.03) {
+            EXECUTOR_CORES_MAX + 1
+        } else {
+            rng.range(1, 4) as u32
+        };
         let exec = PlannedExec {
             name: format!("exec-{i}"),
-            cores: rng.range(1, 4) as u32,
+            cores,
             slowness: if i > 0 && rng.chance(0.2) { 10 } else { 1 },
             failure_prob,
         };
