@@ -76,8 +76,9 @@ pub struct Plan {
     pub window_bytes_max: usize,
 }
 
-/// Draws the scenario of `rng`'s seed.
-pub fn plan(rng: &mut Rng) -> Plan {
+/// Draws the scenario of `rng`'s seed; `bursts`: on one seed in twenty, also a burst of many
+/// small jobs (see [`plan_jobs`]).
+pub fn plan(rng: &mut Rng, bursts: bool) -> Plan {
     let config = driver_config(rng);
     let speculation = config.scheduler.speculation.is_some();
     let mut plan = Plan {
@@ -92,7 +93,7 @@ pub fn plan(rng: &mut Rng) -> Plan {
     };
     plan_executors(rng, &mut plan);
     plan_hostiles(rng, &mut plan);
-    plan_jobs(rng, &mut plan);
+    plan_jobs(rng, &mut plan, bursts);
     plan.events.sort_by_key(|&(t, _)| t);
     plan
 }
@@ -225,8 +226,33 @@ fn plan_hostiles(rng: &mut Rng, plan: &mut Plan) {
     }
 }
 
-fn plan_jobs(rng: &mut Rng, plan: &mut Plan) {
-    for j in 0..rng.range(1, 6) as usize {
+/// One to six jobs of random sizes; with `bursts`, on one seed in twenty, a burst of 70 to 100
+/// one-task jobs besides (more jobs at once than the driver scans on every input). The burst
+/// is drawn from a stream of its own, so turning it on leaves every other scenario as it was.
+fn plan_jobs(rng: &mut Rng, plan: &mut Plan, bursts: bool) {
+    let n = rng.range(1, 6) as usize;
+    let mut burst_rng = Rng::new(plan.config.scheduler.seed ^ 0xb0b5_7000_0000_0001);
+    let burst = if bursts && burst_rng.chance(0.05) {
+        burst_rng.range(70, 100) as usize
+    } else {
+        0
+    };
+    let burst_us = burst_rng.range(0, 500_000);
+    for j in 0..n + burst {
+        if j >= n {
+            let job = PlannedJob {
+                payloads: vec![Bytes::from(j.to_le_bytes().to_vec())],
+                keep_results: true,
+                stream: false,
+                deadline_us: None,
+                cancel_us: None,
+                drop_us: None,
+            };
+            plan.events
+                .push((burst_us + burst_rng.range(0, 2_000), Ev::Submit(j)));
+            plan.jobs.push(job);
+            continue;
+        }
         let tasks = match rng.range(0, 9) {
             0 => 0,
             1..=6 => rng.range(1, 12),
