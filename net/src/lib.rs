@@ -19,6 +19,8 @@ pub mod metrics;
 pub mod observe;
 pub mod pools;
 pub mod runner;
+#[doc(hidden)]
+pub mod sim;
 pub mod source;
 pub mod standalone;
 pub mod transport;

@@ -1,0 +1,487 @@
+//! The IO sides of the simulated processes: what the driver's endpoint and an executor's
+//! endpoint do around their sans-IO cores, with the [`Network`] for sockets and a
+//! [`FakeRunner`] for the task pool. Each node turns network deliveries into the core's inputs
+//! and the core's outputs into sends, closes and task actions, as the real IO side does (frame
+//! decoding, the not-reading check, closing after the last frames).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use flint_engine::scheduler::JobId;
+use flint_engine::sim::Rng;
+
+use crate::admission::Admission;
+use crate::conn::ConnError;
+use crate::driver::core::{DriverCore, PeerId};
+use crate::driver::DriverConfig;
+use crate::executor::core::{Action, ExecutorCore};
+use crate::executor::{ExecutorConfig, ExecutorError};
+use crate::job::{Job, JobHandle, JobShared};
+use crate::observe::LoopTelemetry;
+use crate::sim::ledger::Ledger;
+use crate::sim::network::{ConnId, Delivery, End, Network};
+use crate::sim::runner::FakeRunner;
+use crate::wire::{FrameDecoder, TaskState};
+
+/// Micros in a `Duration` (saturating).
+pub fn us(d: Duration) -> u64 {
+    d.as_micros().min(u128::from(u64::MAX)) as u64
+}
+
+/// A fresh nonce from the run's generator (the cores take nonces as inputs).
+pub fn nonce(rng: &mut Rng) -> [u8; 32] {
+    let mut n = [0u8; 32];
+    for chunk in n.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    n
+}
+
+/// One connection as the driver's IO side holds it.
+#[derive(Debug, Default)]
+struct DriverConn {
+    decoder: Option<FrameDecoder>,
+    /// Bytes the core produced that the network has not taken yet.
+    unsent: BytesMut,
+    /// Since when bytes have waited with none taken (a peer not reading).
+    stuck_since_us: Option<u64>,
+}
+
+/// The driver process: the core and its connections.
+pub struct DriverNode {
+    /// The core under test.
+    pub core: DriverCore,
+    admission: Arc<Admission>,
+    /// Jobs whose handles cancelled them since the last pump (the handle's cancel closure
+    /// posts here, as the real one posts to the loop's inbox).
+    cancels: Arc<Mutex<Vec<JobId>>>,
+    /// Connections open in the driver's view.
+    conns: BTreeMap<ConnId, DriverConn>,
+    frame_size_max: usize,
+    heartbeat_timeout_us: u64,
+    outbound_max: usize,
+    /// `handle_timeout` calls.
+    pub wakeups: u64,
+    /// Frames handed to the core.
+    pub frames: u64,
+    /// Connections the IO side dropped as not reading.
+    pub backlogged: u64,
+}
+
+impl std::fmt::Debug for DriverNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverNode")
+            .field("conns", &self.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DriverNode {
+    /// A driver as `config` says.
+    pub fn new(config: DriverConfig) -> DriverNode {
+        let admission = Arc::new(Admission::new(
+            config.scheduler.pending_tasks_max,
+            config.scheduler.jobs_max,
+        ));
+        let telemetry = Box::new(LoopTelemetry::new(Instant::now()));
+        DriverNode {
+            frame_size_max: config.frame_size_max,
+            heartbeat_timeout_us: us(config.heartbeat_timeout),
+            outbound_max: config.outbound_max,
+            core: DriverCore::new(config, telemetry, admission.clone()),
+            admission,
+            cancels: Arc::new(Mutex::new(Vec::new())),
+            conns: BTreeMap::new(),
+            wakeups: 0,
+            frames: 0,
+            backlogged: 0,
+        }
+    }
+
+    /// Whether `conn` is open in the driver's view.
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// Jobs admitted and not yet ended (given back by the core as each ends).
+    pub fn active_jobs(&self) -> usize {
+        self.admission.active_jobs()
+    }
+
+    /// Connections open in the driver's view.
+    pub fn open_conns(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Submits `job` as `Driver::try_submit` does: admission on the caller's side, then the
+    /// core's submit; the handle's cancel reaches the core at the next pump.
+    pub fn submit(&mut self, job: Job, now_us: u64) -> Result<JobHandle, String> {
+        let id = self.admission.admit(&job).map_err(|e| e.to_string())?;
+        let tasks = job.payloads.len() as u64;
+        let shared = Arc::new(JobShared::new(job.stream));
+        self.core.submit(id, job, shared.clone(), now_us);
+        let cancels = self.cancels.clone();
+        let cancelled = shared.clone();
+        let cancel = Box::new(move || {
+            cancelled.cancel();
+            cancels.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+        });
+        Ok(JobHandle {
+            id: id.0,
+            tasks,
+            shared,
+            cancel,
+            detached: false,
+        })
+    }
+
+    /// A peer connected on `conn`; false if the driver refused it (the connection is closed).
+    pub fn connect(&mut self, rng: &mut Rng, net: &mut Network, conn: ConnId, now_us: u64) -> bool {
+        match self
+            .core
+            .handle_connected(PeerId(conn as u64), nonce(rng), now_us)
+        {
+            Ok(()) => {
+                let c = DriverConn {
+                    decoder: Some(FrameDecoder::new(self.frame_size_max)),
+                    ..DriverConn::default()
+                };
+                self.conns.insert(conn, c);
+                true
+            }
+            Err(_) => {
+                net.close(rng, conn, End::Driver, now_us);
+                false
+            }
+        }
+    }
+
+    /// What the network delivered on `conn`.
+    pub fn deliver(
+        &mut self,
+        rng: &mut Rng,
+        net: &mut Network,
+        conn: ConnId,
+        what: Delivery,
+        now_us: u64,
+    ) {
+        let peer = PeerId(conn as u64);
+        let error = match what {
+            Delivery::Bytes(bytes) => match self.read(conn, &bytes, now_us) {
+                Ok(()) => return,
+                Err(e) => e,
+            },
+            Delivery::Fin => ConnError::Closed,
+            Delivery::Reset => ConnError::Io(std::io::ErrorKind::ConnectionReset.into()),
+        };
+        if self.conns.remove(&conn).is_some() {
+            self.core.handle_closed(peer, &error, now_us);
+            net.close(rng, conn, End::Driver, now_us);
+        }
+    }
+
+    /// Decodes `bytes` into frames for the core; an error is a malformed stream.
+    fn read(&mut self, conn: ConnId, bytes: &[u8], now_us: u64) -> Result<(), ConnError> {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return Ok(());
+        };
+        let Some(decoder) = c.decoder.as_mut() else {
+            return Ok(());
+        };
+        decoder.extend_from_slice(bytes);
+        loop {
+            match decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    self.frames += 1;
+                    if !self.core.handle_frame(PeerId(conn as u64), &frame, now_us) {
+                        // The core closed it: it is in `poll_close`; nothing more is read.
+                        c.decoder = None;
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(ConnError::Wire(e)),
+            }
+        }
+    }
+
+    /// When the driver must next be woken: the core's timeout or a stuck connection's limit.
+    pub fn poll_timeout(&mut self) -> Option<u64> {
+        let stuck = (self.conns.values())
+            .filter_map(|c| c.stuck_since_us)
+            .map(|t| t.saturating_add(self.heartbeat_timeout_us))
+            .min();
+        [self.core.poll_timeout(), stuck]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Time passed: the core's timeout if due. Afterwards the core must want nothing before
+    /// `now_us` passes, or its IO loop would spin.
+    pub fn handle_timeout(&mut self, now_us: u64) -> Result<(), String> {
+        if self.core.poll_timeout().is_some_and(|t| t <= now_us) {
+            self.wakeups += 1;
+            self.core.handle_timeout(now_us);
+            if let Some(t) = self.core.poll_timeout().filter(|&t| t <= now_us) {
+                return Err(format!(
+                    "driver: after handle_timeout({now_us}), poll_timeout is {t}: its loop \
+                     would spin"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the core the cancels handles posted (the real loop takes them off its inbox).
+    pub fn apply_cancels(&mut self, now_us: u64) {
+        let cancels = std::mem::take(&mut *self.cancels.lock().unwrap_or_else(|p| p.into_inner()));
+        for job in cancels {
+            self.core.cancel(job, now_us);
+        }
+    }
+
+    /// Carries out the core's outputs: cancels from handles in, frames out, closes, and drops
+    /// connections that do not read (as the endpoint does).
+    pub fn pump(&mut self, rng: &mut Rng, net: &mut Network, now_us: u64) {
+        self.apply_cancels(now_us);
+        loop {
+            while let Some((peer, bytes)) = self.core.poll_transmit() {
+                if let Some(c) = self.conns.get_mut(&(peer.0 as usize)) {
+                    c.unsent.extend_from_slice(&bytes);
+                }
+            }
+            self.flush(rng, net, now_us);
+            let Some((peer, _why)) = self.core.poll_close() else {
+                if !self.drop_stuck(rng, net, now_us) {
+                    return;
+                }
+                continue;
+            };
+            let conn = peer.0 as usize;
+            if self.conns.remove(&conn).is_some() {
+                net.close(rng, conn, End::Driver, now_us);
+            }
+        }
+    }
+
+    /// Hands the network what it takes of each connection's unsent bytes.
+    fn flush(&mut self, rng: &mut Rng, net: &mut Network, now_us: u64) {
+        for (&conn, c) in self.conns.iter_mut() {
+            if c.unsent.is_empty() {
+                c.stuck_since_us = None;
+                continue;
+            }
+            let bytes = Bytes::copy_from_slice(&c.unsent);
+            let taken = net.send(rng, conn, End::Driver, now_us, bytes);
+            let _ = c.unsent.split_to(taken);
+            if c.unsent.is_empty() {
+                c.stuck_since_us = None;
+            } else if taken > 0 || c.stuck_since_us.is_none() {
+                c.stuck_since_us = Some(now_us);
+            }
+        }
+    }
+
+    /// Drops executors' connections stuck for `heartbeat_timeout` or over `outbound_max`;
+    /// whether any was dropped.
+    fn drop_stuck(&mut self, rng: &mut Rng, net: &mut Network, now_us: u64) -> bool {
+        let limit_us = self.heartbeat_timeout_us;
+        let stuck: Vec<ConnId> = (self.conns.iter())
+            .filter(|(_, c)| {
+                c.unsent.len() > self.outbound_max
+                    || c.stuck_since_us
+                        .is_some_and(|t| now_us >= t.saturating_add(limit_us))
+            })
+            .map(|(&conn, _)| conn)
+            .collect();
+        for &conn in &stuck {
+            if let Some(c) = self.conns.remove(&conn) {
+                self.backlogged += 1;
+                let why = ConnError::Backlog(c.unsent.len());
+                self.core.handle_closed(PeerId(conn as u64), &why, now_us);
+                net.close(rng, conn, End::Driver, now_us);
+            }
+        }
+        !stuck.is_empty()
+    }
+}
+
+/// What an executor process is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// Running normally.
+    Running,
+    /// Reads nothing (its bytes pile up) but runs, heartbeats and sends.
+    Deaf,
+    /// Frozen: reads nothing, runs nothing, sends nothing.
+    Frozen,
+    /// Gone (crashed, or exited).
+    Dead,
+}
+
+/// One executor process: its core, its runner, its end of a connection.
+pub struct ExecNode {
+    /// Its name (executor id on the wire).
+    pub name: String,
+    /// Its connection.
+    pub conn: ConnId,
+    /// Cores it claims.
+    pub cores: u32,
+    core: ExecutorCore,
+    /// The fake pool.
+    pub runner: FakeRunner,
+    /// What the process is doing.
+    pub liveness: Liveness,
+    unsent: BytesMut,
+    /// When its registration was seen accepted.
+    pub registered_us: Option<u64>,
+    /// How it ended, once it did.
+    pub exit: Option<Result<u64, ExecutorError>>,
+}
+
+impl std::fmt::Debug for ExecNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecNode")
+            .field("name", &self.name)
+            .field("conn", &self.conn)
+            .field("liveness", &self.liveness)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an executor did in one step that the world checks.
+#[derive(Debug, Default)]
+pub struct ExecStep {
+    /// It was just seen registered.
+    pub registered: bool,
+    /// Attempts launched.
+    pub launched: Vec<(u64, u32)>,
+}
+
+impl ExecNode {
+    /// An executor process starting on `conn`.
+    pub fn new(
+        rng: &mut Rng,
+        config: &ExecutorConfig,
+        conn: ConnId,
+        runner: FakeRunner,
+    ) -> ExecNode {
+        ExecNode {
+            name: config.executor_id.clone(),
+            conn,
+            cores: config.cores,
+            core: ExecutorCore::new(config, nonce(rng)),
+            runner,
+            liveness: Liveness::Running,
+            unsent: BytesMut::new(),
+            registered_us: None,
+            exit: None,
+        }
+    }
+
+    /// Whether the process runs (stalled or not).
+    pub fn is_alive(&self) -> bool {
+        self.liveness != Liveness::Dead
+    }
+
+    /// The process dies: nothing more runs, reads or sends.
+    pub fn crash(&mut self) {
+        self.liveness = Liveness::Dead;
+        self.runner = FakeRunner::new(0.0, 1);
+        self.unsent.clear();
+    }
+
+    /// What the network delivered.
+    pub fn deliver(&mut self, what: Delivery, now_us: u64) {
+        if self.liveness == Liveness::Dead {
+            return;
+        }
+        match what {
+            Delivery::Bytes(bytes) => self.core.handle_bytes(&bytes, now_us),
+            Delivery::Fin => self.core.handle_closed("the driver closed the connection"),
+            Delivery::Reset => self.core.handle_closed("the connection was reset"),
+        }
+    }
+
+    /// When it must next be woken (never while frozen or dead).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if matches!(self.liveness, Liveness::Frozen | Liveness::Dead) {
+            return None;
+        }
+        [self.core.poll_timeout(), self.runner.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs everything due at `now_us`: the core's timer, finished attempts, the core's
+    /// actions, then sends what it has; an executor that ended closes its connection and exits.
+    pub fn step(
+        &mut self,
+        rng: &mut Rng,
+        net: &mut Network,
+        ledger: &mut Ledger,
+        now_us: u64,
+    ) -> Result<ExecStep, String> {
+        let mut step = ExecStep::default();
+        if matches!(self.liveness, Liveness::Frozen | Liveness::Dead) {
+            return Ok(step);
+        }
+        if self.core.poll_timeout().is_some_and(|t| t <= now_us) {
+            self.core.handle_timeout(now_us);
+        }
+        while let Some(c) = self.runner.poll_completion(now_us) {
+            tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "{:#x}.{} ends {:?}", c.task_id, c.attempt, c.state);
+            match c.state {
+                TaskState::Finished => ledger.ran(c.task_id, c.attempt, Ok(c.data.clone())),
+                TaskState::Failed => ledger.ran(c.task_id, c.attempt, Err(())),
+                _ => {}
+            }
+            self.core.handle_completion(c, now_us);
+        }
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Launch {
+                    task_id,
+                    attempt,
+                    function,
+                    payload,
+                } => {
+                    if function != super::FUNCTION {
+                        return Err(format!(
+                            "launch of task {task_id:#x} with function {function:?}"
+                        ));
+                    }
+                    tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "launch {task_id:#x}.{attempt}");
+                    ledger.launch(task_id, attempt, &payload)?;
+                    self.runner.launch(rng, now_us, task_id, attempt, &payload);
+                    step.launched.push((task_id, attempt));
+                }
+                Action::Kill { task_id, attempt } => {
+                    self.runner.kill(now_us, task_id, attempt);
+                }
+                Action::KillAll => self.runner = FakeRunner::new(0.0, 1),
+            }
+        }
+        if self.registered_us.is_none() && self.core.poll_timeout().is_some() {
+            self.registered_us = Some(now_us);
+            step.registered = true;
+        }
+        self.core.poll_transmit(&mut self.unsent);
+        if !self.unsent.is_empty() {
+            let bytes = Bytes::copy_from_slice(&self.unsent);
+            let taken = net.send(rng, self.conn, End::Peer, now_us, bytes);
+            let _ = self.unsent.split_to(taken);
+        }
+        if let Some(exit) = self.core.poll_exit() {
+            self.exit = Some(exit.map(|summary| summary.task_attempts));
+            net.close(rng, self.conn, End::Peer, now_us);
+            self.liveness = Liveness::Dead;
+            self.runner = FakeRunner::new(0.0, 1);
+        }
+        Ok(step)
+    }
+}
