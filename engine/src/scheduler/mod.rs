@@ -1721,6 +1721,9 @@ impl Scheduler {
             End::Failed { reason, counts } => {
                 self.stats.attempts_failed += 1;
                 let still_running = t.running_attempts() > 0;
+                // The attempt left running may straggle too (a copy that failed beside an
+                // original on a deaf executor): it may be copied again.
+                t.speculated = false;
                 if !counts {
                     job.counters.uncounted += 1;
                     if !still_running {

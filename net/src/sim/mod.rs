@@ -698,7 +698,6 @@ mod tests {
     /// engine/src/scheduler/speculation.rs), so the job waits for good. Of seeds 0..40000,
     /// 19653 and 39901 show it (`SIM_VERBOSE=1 ci/sim --cluster --seed 19653`).
     #[test]
-    #[ignore = "open scheduler bug: a failed speculative copy of a stalled executor's task is never copied again"]
     fn a_failed_copy_of_a_deaf_executors_task_is_copied_again() {
         if let Err(e) = run_seed(19653) {
             panic!("{e}");
