@@ -193,6 +193,12 @@ pub(crate) struct Job {
     pub exclusion: JobExclusion,
     /// Successful run times, kept only with speculation on.
     pub durations_us: Vec<u64>,
+    /// Successes were added to `durations_us` since the last straggler check (the job is in
+    /// the scheduler's list of jobs whose median to bring up to date).
+    pub durations_dirty: bool,
+    /// Enough successes for the quantile threshold (counted in the scheduler's
+    /// `quantile_jobs`; successes only grow, so this stays).
+    pub quantile_reached: bool,
     /// The median of `durations_us` when it held `.0` entries (recomputed as it grows by an
     /// eighth, so a check costs O(1) amortized per success).
     pub median_cache: (usize, u64),
@@ -708,6 +714,8 @@ mod tests {
             last_progress_us: 0,
             exclusion: JobExclusion::default(),
             durations_us: Vec::new(),
+            durations_dirty: false,
+            quantile_reached: false,
             median_cache: (0, 0),
             speculatable: VecDeque::new(),
             reasons: FxHashMap::default(),
