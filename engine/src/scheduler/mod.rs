@@ -37,8 +37,9 @@
 //! So a job arriving, ending or becoming runnable again costs O(log jobs), under FAIR a launch
 //! or a completion re-sorts one job and one pool (O(log)), and an offer finds its first
 //! candidate at the leftmost entry (FIFO) or in O(log pools) (FAIR); 100,000 active one-task
-//! jobs do not
-//! slow assignment (`scheduler_active_jobs` in `bench/benches/scheduler.rs`). Usually the
+//! jobs slow neither assignment nor the timers below (`scheduler_active_jobs` in
+//! `bench/benches/scheduler.rs`, whose `+ticks` rows ask `poll_timeout` after every input
+//! and tick when due, as the driver does). Usually the
 //! first job asked answers. When jobs ahead have nothing for an executor (tasks too big for it,
 //! it is excluded for them, they wait for locality), one assignment asks at most 64 jobs: the
 //! executor is then set aside until new work or 1 ms later (the tick), and its next walk goes
@@ -48,6 +49,21 @@
 //! cycle, when it walks again from the start at once (jobs passed may answer now, or were
 //! missed). So the work per offer is bounded (two walks of 64),
 //! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
+//!
+//! What the tick must look at is kept sorted too (`timers.rs`, B-trees by time): each job with
+//! tasks queued has its unschedulable clock (its last progress) and, while at a locality level
+//! below "any", the end of its wait; both are set again whenever the job changes (O(log jobs),
+//! O(1) when they did not move), and a job whose level has nothing left to wait for (the
+//! executors or hosts it prefers went) is listed for the next tick. So
+//! [`Scheduler::poll_timeout`] costs O(log jobs) (the driver asks after every input) and a tick
+//! looks only at the jobs whose time came. The straggler check (every speculation interval)
+//! walks the executors, and the running attempts of those that could hold a straggler (all
+//! once some job reached its quantile, else those silent past the least speculation timeout);
+//! it works out thresholds only for the jobs of those attempts and brings medians up to date
+//! only for jobs with successes since the last check: O(executors + attempts looked at), not
+//! O(active jobs). Reusing an idle pool at the pool limit takes the lowest idle one (O(log
+//! pools)). An executor joining or leaving still walks the active jobs with preferences
+//! (their valid levels, below); executors come and go far less often than tasks.
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
 //! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
