@@ -1990,3 +1990,29 @@ fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts
         "starved's clock restarted at 1,000"
     );
 }
+
+#[test]
+fn valid_levels_follow_the_executors_and_hosts_a_job_prefers_as_they_come_and_go() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    s.register_executor(0, exec(3, "h2", 1)).unwrap();
+    // Too big to launch anywhere, so it stays queued; it prefers executor 2, hence host h2.
+    let mut ts = tasks(1);
+    ts[0].cores = 8;
+    ts[0].preferred_executors.push(ExecutorId(2));
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    // Another job's preferences must not be touched by these executors.
+    let other = preferring(&mut s, 0, 9);
+    let levels = |s: &Scheduler, j| s.job_info(j).unwrap().valid_levels;
+    use LocalityLevel::{Any, Executor, Host};
+    assert_eq!(levels(&s, job), [Executor, Host, Any]);
+    s.remove_executor(1, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    assert_eq!(levels(&s, job), [Host, Any], "h2 still has executor 3");
+    s.remove_executor(2, ExecutorId(3), RemovalReason::Lost("gone".into()));
+    assert_eq!(levels(&s, job), [Any], "h2 has no executor left");
+    s.register_executor(3, exec(4, "h2", 1)).unwrap();
+    assert_eq!(levels(&s, job), [Host, Any], "h2 is back");
+    s.register_executor(4, exec(2, "h1", 1)).unwrap();
+    assert_eq!(levels(&s, job), [Executor, Host, Any], "executor 2 is back");
+    assert_eq!(levels(&s, other), [Any], "executor 9 never came");
+}

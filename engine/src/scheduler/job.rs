@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::prefs::PrefKey;
 use super::types::{ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig};
 use crate::hash::{FxHashMap, FxHashSet};
 
@@ -225,6 +226,11 @@ pub(crate) struct Job {
     pub exclusion_config: Option<Box<ExclusionConfig>>,
     /// Pending tasks that avoid some executor or host: the candidates for "can run nowhere".
     pub avoiding: Vec<u32>,
+    /// Preference queue keys made since the scheduler last filed the job under them
+    /// (`prefs.rs`).
+    pub new_pref_keys: Vec<PrefKey>,
+    /// The keys the job is filed under in the scheduler's preference index (each once).
+    pub filed_pref_keys: Vec<PrefKey>,
     pub counters: JobCounters,
 }
 
@@ -353,6 +359,7 @@ impl Job {
                         if host.is_some() {
                             self.live_exec_keys += 1;
                         }
+                        self.new_pref_keys.push(PrefKey::Executor(e));
                         VecDeque::new()
                     });
                     queue.push_back(i);
@@ -361,6 +368,7 @@ impl Job {
                             .entry(h)
                             .or_insert_with(|| {
                                 self.live_host_keys += 1;
+                                self.new_pref_keys.push(PrefKey::Host(h));
                                 VecDeque::new()
                             })
                             .push_back(i);
@@ -373,6 +381,7 @@ impl Job {
                             if host_live(h) {
                                 self.live_host_keys += 1;
                             }
+                            self.new_pref_keys.push(PrefKey::Host(h));
                             VecDeque::new()
                         })
                         .push_back(i);
@@ -727,6 +736,8 @@ mod tests {
             speculation: None,
             exclusion_config: None,
             avoiding: Vec::new(),
+            new_pref_keys: Vec::new(),
+            filed_pref_keys: Vec::new(),
             counters: JobCounters::default(),
         }
     }

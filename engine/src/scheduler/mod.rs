@@ -208,6 +208,7 @@ mod book;
 mod exclusion;
 mod job;
 mod order;
+mod prefs;
 mod speculation;
 mod timers;
 mod types;
@@ -228,6 +229,7 @@ use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
 use order::{FifoKey, Order, PoolKey, Ratio};
+use prefs::PrefIndex;
 use timers::{Keys, Timers};
 
 /// Longest failure message kept from a peer, in bytes.
@@ -392,9 +394,11 @@ pub struct Scheduler {
     last_finish_us: u64,
     /// Executors recently removed as lost, oldest first (at most [`GONE_MAX`]).
     gone: VecDeque<Gone>,
-    /// Slots of the active jobs with locality preferences (none: no locality pass, no level
-    /// upkeep).
-    pref_jobs: BTreeSet<u32>,
+    /// Active jobs with locality preferences (0: no locality pass).
+    pref_jobs: usize,
+    /// The jobs with preference queues per executor and host (level upkeep as executors come
+    /// and go).
+    pref_index: PrefIndex,
     /// Active jobs with speculation on.
     spec_jobs: usize,
     /// The speculation timeouts of the active jobs with speculation on, with how many jobs
@@ -453,7 +457,8 @@ impl Scheduler {
             deferred_until_us: u64::MAX,
             last_finish_us: 0,
             gone: VecDeque::new(),
-            pref_jobs: BTreeSet::new(),
+            pref_jobs: 0,
+            pref_index: PrefIndex::default(),
             spec_jobs: 0,
             spec_timeouts_us: BTreeMap::new(),
             quantile_jobs: 0,
@@ -742,15 +747,16 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Keeps every job's valid locality levels current after an executor came or went.
-    /// O(active jobs with preferences).
+    /// Keeps the valid locality levels current after an executor came or went: of the jobs
+    /// with queues preferring it (or its host, if that gained its first or lost its last
+    /// executor), O(log) each.
     fn executor_changed(&mut self, id: ExecutorId, host: u32, host_changed: bool, joined: bool) {
-        if self.pref_jobs.is_empty() {
+        if self.pref_jobs == 0 {
             return;
         }
         let mut slots = std::mem::take(&mut self.scratch);
-        slots.clear();
-        slots.extend(self.pref_jobs.iter().copied());
+        self.pref_index
+            .jobs_into(id, host_changed.then_some(host), &mut slots);
         for &slot in &slots {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("active job slot {slot} is empty");
@@ -1053,6 +1059,8 @@ impl Scheduler {
             speculation,
             exclusion_config,
             avoiding: Vec::new(),
+            new_pref_keys: Vec::new(),
+            filed_pref_keys: Vec::new(),
             counters: JobCounters::default(),
         };
         let book = &self.book;
@@ -1079,7 +1087,7 @@ impl Scheduler {
         };
         self.job_slots.insert(id.0, slot);
         if has_exec_prefs || has_host_prefs {
-            self.pref_jobs.insert(slot);
+            self.pref_jobs += 1;
         }
         self.active
             .insert((-(i64::from(spec.priority)), id.0), slot);
@@ -1402,7 +1410,7 @@ impl Scheduler {
     /// locality levels outside the offers: "Locality should be used for bulk offers even with
     /// delay scheduling off").
     fn offer(&mut self, now_us: u64) {
-        if !self.pref_jobs.is_empty() && self.pending_total > 0 {
+        if self.pref_jobs > 0 && self.pending_total > 0 {
             let mut slots = std::mem::take(&mut self.scratch);
             slots.clear();
             self.book.offerable_into(&mut slots);
@@ -1557,10 +1565,27 @@ impl Scheduler {
         set_timers(&mut self.timers, job_slot, job, waits);
     }
 
+    /// Files a job in the preference index under the queue keys it made since last time.
+    fn file_pref_keys(&mut self, job_slot: u32) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("file_pref_keys of empty job slot {job_slot}");
+        };
+        for key in job.new_pref_keys.drain(..) {
+            if self.pref_index.add(job_slot, key) {
+                job.filed_pref_keys.push(key);
+            }
+        }
+    }
+
     /// Keeps a job's entries current after it changed: its timers, and whether it is listed
     /// as runnable (after its pending or straggler queues changed).
     fn sync_job(&mut self, job_slot: u32) {
         self.sync_timers(job_slot);
+        self.file_pref_keys(job_slot);
         let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
@@ -2070,7 +2095,12 @@ impl Scheduler {
         if p.jobs == 0 && !p.configured {
             self.idle_pools.insert(job.pool);
         }
-        self.pref_jobs.remove(&job_slot);
+        if job.has_exec_prefs || job.has_host_prefs {
+            self.pref_jobs -= 1;
+        }
+        for &key in &job.filed_pref_keys {
+            self.pref_index.remove(job_slot, key);
+        }
         self.timers.remove(job_slot);
         if let Some(sc) = &job.speculation {
             self.spec_jobs -= 1;
