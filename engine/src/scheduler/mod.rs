@@ -62,8 +62,8 @@
 //! it works out thresholds only for the jobs of those attempts and brings medians up to date
 //! only for jobs with successes since the last check: O(executors + attempts looked at), not
 //! O(active jobs). Reusing an idle pool at the pool limit takes the lowest idle one (O(log
-//! pools)). An executor joining or leaving still walks the active jobs with preferences
-//! (their valid levels, below); executors come and go far less often than tasks.
+//! pools)). An executor joining or leaving updates the valid levels (below) of the jobs with
+//! queues preferring it or its host only (`prefs.rs` indexes them), O(log jobs) each.
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
 //! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
@@ -76,7 +76,8 @@
 //! "skip unsatisfiable locality levels", SPARK-16106): the executor level while some queued
 //! task prefers a registered executor, the host level while some queued task prefers a host
 //! with a registered executor. Each job counts its preference queues whose executor (host) is
-//! registered, kept current on registration and removal (O(jobs with preferences) per event)
+//! registered, kept current on registration and removal (for the jobs that prefer that executor
+//! or its host only)
 //! and as queues empty, so checking a level is O(1). A level with nothing to wait for is skipped
 //! at once.
 //!
