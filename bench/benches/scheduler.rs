@@ -14,6 +14,10 @@
 //! one-task jobs are active (1, 1,000 and 100,000), 10 executors of 4 cores, steady state, under
 //! FIFO and under FAIR with the jobs spread over 1,000 pools. Flat across N means job selection
 //! and job removal do not scan the active jobs (FAIR: choosing a pool costs O(log pools)).
+//! The `+ticks` rows also ask [`Scheduler::poll_timeout`] after every input and call
+//! [`Scheduler::tick`] when it is due, as the driver does, with 10 us passing per round (so
+//! the 100 ms speculation check and the 1 ms offer deferral come due during a run): flat
+//! across N means the scheduler's timers do not scan the active jobs either.
 //!
 //! Under `cargo test --benches` (no `--bench` flag) it runs a 10,000-task version once.
 
@@ -209,22 +213,32 @@ fn active_jobs(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(4));
     let rounds = 10_000u64;
     group.throughput(Throughput::Elements(rounds));
-    for (sharing, pools) in [(Sharing::Fifo, 1), (Sharing::Fair, FAIR_POOLS)] {
-        for &active in sizes {
-            let name = format!("completion+submission_{sharing:?}");
-            group.bench_with_input(
-                BenchmarkId::new(name, format!("{active}_active_jobs")),
-                &active,
-                |b, &active| {
-                    b.iter_custom(|iters| {
-                        let mut total = Duration::ZERO;
-                        for _ in 0..iters {
-                            total += steady_state(active, rounds, sharing, pools);
-                        }
-                        total
-                    });
-                },
-            );
+    for ticks in [false, true] {
+        for (sharing, pools) in [(Sharing::Fifo, 1), (Sharing::Fair, FAIR_POOLS)] {
+            for &active in sizes {
+                let suffix = if ticks { "+ticks" } else { "" };
+                let name = format!("completion+submission{suffix}_{sharing:?}");
+                let run = Run {
+                    active,
+                    rounds,
+                    sharing,
+                    pools,
+                    ticks,
+                };
+                group.bench_with_input(
+                    BenchmarkId::new(name, format!("{active}_active_jobs")),
+                    &run,
+                    |b, run| {
+                        b.iter_custom(|iters| {
+                            let mut total = Duration::ZERO;
+                            for _ in 0..iters {
+                                total += steady_state(run);
+                            }
+                            total
+                        });
+                    },
+                );
+            }
         }
     }
     group.finish();
@@ -233,7 +247,35 @@ fn active_jobs(c: &mut Criterion) {
 /// Pools the FAIR variant of `scheduler_active_jobs` spreads its jobs over.
 const FAIR_POOLS: u64 = 1_000;
 
-fn steady_state(active: usize, rounds: u64, sharing: Sharing, pools: u64) -> Duration {
+/// One `scheduler_active_jobs` run.
+struct Run {
+    /// One-task jobs kept active.
+    active: usize,
+    /// Completions (each followed by a submission) measured.
+    rounds: u64,
+    sharing: Sharing,
+    /// Pools the jobs are spread over (FAIR).
+    pools: u64,
+    /// Ask `poll_timeout` after every input and `tick` when due, as the driver does.
+    ticks: bool,
+}
+
+/// Ticks `s` if its timeout is due at `now_us` (the driver's loop: it asks after every input).
+fn tick_if_due(s: &mut Scheduler, now_us: u64) {
+    if black_box(s.poll_timeout()).is_some_and(|t| t <= now_us) {
+        s.tick(now_us);
+    }
+}
+
+fn steady_state(run: &Run) -> Duration {
+    let &Run {
+        active,
+        rounds,
+        sharing,
+        pools,
+        ticks,
+    } = run;
+    let step_us = if ticks { 10 } else { 1 };
     let mut s = Scheduler::new(Config {
         sharing,
         pending_tasks_max: active + 64,
@@ -280,7 +322,7 @@ fn steady_state(active: usize, rounds: u64, sharing: Sharing, pools: u64) -> Dur
     let start = Instant::now();
     for _ in 0..rounds {
         let (executor, task, attempt) = inflight.pop_front().expect("a task in flight");
-        now += 1;
+        now += step_us;
         s.status_update(
             now,
             StatusUpdate {
@@ -291,7 +333,13 @@ fn steady_state(active: usize, rounds: u64, sharing: Sharing, pools: u64) -> Dur
                 data: result.clone(),
             },
         );
+        if ticks {
+            tick_if_due(&mut s, now);
+        }
         s.submit_job(now, one_task()).expect("within limits");
+        if ticks {
+            tick_if_due(&mut s, now);
+        }
         collect(&mut s, &mut inflight);
     }
     start.elapsed()

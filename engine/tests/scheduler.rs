@@ -1852,3 +1852,167 @@ fn a_job_passed_in_a_bounded_walk_that_gets_work_meanwhile_is_asked_again() {
     assert_eq!((e, l.task), (ExecutorId(1), first.task));
     assert!(now <= 1 + 5_000, "within a few ms, not {now}");
 }
+
+/// A one-task job at `now` whose task prefers `executor`.
+fn preferring(s: &mut Scheduler, now: u64, executor: u64) -> JobId {
+    let mut ts = tasks(1);
+    ts[0].preferred_executors.push(ExecutorId(executor));
+    s.submit_job(now, JobSpec::new(ts)).unwrap()
+}
+
+#[test]
+fn poll_timeout_follows_the_earliest_locality_wait_as_jobs_come_and_go() {
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 100,
+        locality_wait_host_us: 50,
+        unschedulable_timeout_us: 1_000_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    assert_eq!(launches(&drain(&mut s)).len(), 1, "executor 1 is busy");
+    let a = preferring(&mut s, 10, 1);
+    let b = preferring(&mut s, 20, 1);
+    assert_eq!(s.poll_timeout(), Some(110), "a's executor wait ends first");
+    assert!(s.cancel_job(30, a));
+    assert_eq!(outcomes(&drain(&mut s)), [(a, JobOutcome::Cancelled)]);
+    assert_eq!(s.poll_timeout(), Some(120), "then b's, once a is gone");
+    s.tick(119);
+    assert_eq!(
+        s.job_info(b).unwrap().locality_level,
+        LocalityLevel::Executor
+    );
+    s.tick(120);
+    assert_eq!(s.job_info(b).unwrap().locality_level, LocalityLevel::Host);
+    assert_eq!(s.poll_timeout(), Some(170), "the host wait runs from 120");
+    s.tick(170);
+    assert_eq!(s.job_info(b).unwrap().locality_level, LocalityLevel::Any);
+    assert_eq!(
+        s.poll_timeout(),
+        Some(1_000_020),
+        "only b's unschedulable clock is left"
+    );
+    assert!(drain(&mut s).is_empty(), "still no free core");
+}
+
+#[test]
+fn a_locality_level_left_with_nothing_to_wait_for_widens_at_the_next_tick() {
+    let mut s = Scheduler::new(Config {
+        locality_wait_executor_us: 1_000,
+        locality_wait_host_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    assert_eq!(launches(&drain(&mut s)).len(), 2, "both executors are busy");
+    let job = preferring(&mut s, 0, 2);
+    // A job whose slot is reused after it was listed for the tick must not confuse it.
+    let gone = preferring(&mut s, 0, 2);
+    assert_eq!(
+        s.job_info(job).unwrap().locality_level,
+        LocalityLevel::Executor
+    );
+    s.remove_executor(5, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    assert!(s.cancel_job(5, gone));
+    assert_eq!(outcomes(&drain(&mut s)), [(gone, JobOutcome::Cancelled)]);
+    let other = s.submit_job(5, JobSpec::new(tasks(1))).unwrap();
+    assert_eq!(
+        s.job_info(job).unwrap().locality_level,
+        LocalityLevel::Executor,
+        "until the next tick"
+    );
+    s.tick(6);
+    assert_eq!(
+        s.job_info(job).unwrap().locality_level,
+        LocalityLevel::Any,
+        "no executor or host left to wait for: both levels skipped long before the waits"
+    );
+    assert_eq!(
+        s.job_info(other).unwrap().locality_level,
+        LocalityLevel::Any
+    );
+    assert!(drain(&mut s)
+        .iter()
+        .all(|o| !matches!(o, Output::JobOutcome { .. })));
+}
+
+#[test]
+fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts_its_clock() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    let big = |s: &mut Scheduler, now: u64, priority: i32| {
+        let mut ts = tasks(1);
+        ts[0].cores = 4;
+        s.submit_job(
+            now,
+            JobSpec {
+                priority,
+                ..JobSpec::new(ts)
+            },
+        )
+        .unwrap()
+    };
+    // Executor 1 is kept busy, so `starved` waits for cores it could have.
+    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    assert_eq!(launches(&drain(&mut s)).len(), 2);
+    let low = big(&mut s, 0, 0);
+    let starved = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let high = big(&mut s, 0, 5);
+    let later = big(&mut s, 500, 0);
+    assert_eq!(s.poll_timeout(), Some(1_000));
+    s.tick(999);
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    s.tick(1_000);
+    let failed: Vec<JobId> = outcomes(&drain(&mut s))
+        .into_iter()
+        .map(|(j, _)| j)
+        .collect();
+    assert_eq!(failed, [high, low], "priority first, then submission");
+    assert!(s.job_info(starved).is_some(), "it could run on executor 1");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(1_500),
+        "later's clock, then starved's"
+    );
+    s.tick(1_500);
+    let failed: Vec<JobId> = outcomes(&drain(&mut s))
+        .into_iter()
+        .map(|(j, _)| j)
+        .collect();
+    assert_eq!(failed, [later]);
+    assert_eq!(
+        s.poll_timeout(),
+        Some(2_000),
+        "starved's clock restarted at 1,000"
+    );
+}
+
+#[test]
+fn valid_levels_follow_the_executors_and_hosts_a_job_prefers_as_they_come_and_go() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    s.register_executor(0, exec(3, "h2", 1)).unwrap();
+    // Too big to launch anywhere, so it stays queued; it prefers executor 2, hence host h2.
+    let mut ts = tasks(1);
+    ts[0].cores = 8;
+    ts[0].preferred_executors.push(ExecutorId(2));
+    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    // Another job's preferences must not be touched by these executors.
+    let other = preferring(&mut s, 0, 9);
+    let levels = |s: &Scheduler, j| s.job_info(j).unwrap().valid_levels;
+    use LocalityLevel::{Any, Executor, Host};
+    assert_eq!(levels(&s, job), [Executor, Host, Any]);
+    s.remove_executor(1, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    assert_eq!(levels(&s, job), [Host, Any], "h2 still has executor 3");
+    s.remove_executor(2, ExecutorId(3), RemovalReason::Lost("gone".into()));
+    assert_eq!(levels(&s, job), [Any], "h2 has no executor left");
+    s.register_executor(3, exec(4, "h2", 1)).unwrap();
+    assert_eq!(levels(&s, job), [Host, Any], "h2 is back");
+    s.register_executor(4, exec(2, "h1", 1)).unwrap();
+    assert_eq!(levels(&s, job), [Executor, Host, Any], "executor 2 is back");
+    assert_eq!(levels(&s, other), [Any], "executor 9 never came");
+}

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::prefs::PrefKey;
 use super::types::{ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig};
 use crate::hash::{FxHashMap, FxHashSet};
 
@@ -193,6 +194,12 @@ pub(crate) struct Job {
     pub exclusion: JobExclusion,
     /// Successful run times, kept only with speculation on.
     pub durations_us: Vec<u64>,
+    /// Successes were added to `durations_us` since the last straggler check (the job is in
+    /// the scheduler's list of jobs whose median to bring up to date).
+    pub durations_dirty: bool,
+    /// Enough successes for the quantile threshold (counted in the scheduler's
+    /// `quantile_jobs`; successes only grow, so this stays).
+    pub quantile_reached: bool,
     /// The median of `durations_us` when it held `.0` entries (recomputed as it grows by an
     /// eighth, so a check costs O(1) amortized per success).
     pub median_cache: (usize, u64),
@@ -219,6 +226,11 @@ pub(crate) struct Job {
     pub exclusion_config: Option<Box<ExclusionConfig>>,
     /// Pending tasks that avoid some executor or host: the candidates for "can run nowhere".
     pub avoiding: Vec<u32>,
+    /// Preference queue keys made since the scheduler last filed the job under them
+    /// (`prefs.rs`).
+    pub new_pref_keys: Vec<PrefKey>,
+    /// The keys the job is filed under in the scheduler's preference index (each once).
+    pub filed_pref_keys: Vec<PrefKey>,
     pub counters: JobCounters,
 }
 
@@ -347,6 +359,7 @@ impl Job {
                         if host.is_some() {
                             self.live_exec_keys += 1;
                         }
+                        self.new_pref_keys.push(PrefKey::Executor(e));
                         VecDeque::new()
                     });
                     queue.push_back(i);
@@ -355,6 +368,7 @@ impl Job {
                             .entry(h)
                             .or_insert_with(|| {
                                 self.live_host_keys += 1;
+                                self.new_pref_keys.push(PrefKey::Host(h));
                                 VecDeque::new()
                             })
                             .push_back(i);
@@ -367,6 +381,7 @@ impl Job {
                             if host_live(h) {
                                 self.live_host_keys += 1;
                             }
+                            self.new_pref_keys.push(PrefKey::Host(h));
                             VecDeque::new()
                         })
                         .push_back(i);
@@ -708,6 +723,8 @@ mod tests {
             last_progress_us: 0,
             exclusion: JobExclusion::default(),
             durations_us: Vec::new(),
+            durations_dirty: false,
+            quantile_reached: false,
             median_cache: (0, 0),
             speculatable: VecDeque::new(),
             reasons: FxHashMap::default(),
@@ -719,6 +736,8 @@ mod tests {
             speculation: None,
             exclusion_config: None,
             avoiding: Vec::new(),
+            new_pref_keys: Vec::new(),
+            filed_pref_keys: Vec::new(),
             counters: JobCounters::default(),
         }
     }

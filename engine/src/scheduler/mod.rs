@@ -37,8 +37,9 @@
 //! So a job arriving, ending or becoming runnable again costs O(log jobs), under FAIR a launch
 //! or a completion re-sorts one job and one pool (O(log)), and an offer finds its first
 //! candidate at the leftmost entry (FIFO) or in O(log pools) (FAIR); 100,000 active one-task
-//! jobs do not
-//! slow assignment (`scheduler_active_jobs` in `bench/benches/scheduler.rs`). Usually the
+//! jobs slow neither assignment nor the timers below (`scheduler_active_jobs` in
+//! `bench/benches/scheduler.rs`, whose `+ticks` rows ask `poll_timeout` after every input
+//! and tick when due, as the driver does). Usually the
 //! first job asked answers. When jobs ahead have nothing for an executor (tasks too big for it,
 //! it is excluded for them, they wait for locality), one assignment asks at most 64 jobs: the
 //! executor is then set aside until new work or 1 ms later (the tick), and its next walk goes
@@ -48,6 +49,21 @@
 //! cycle, when it walks again from the start at once (jobs passed may answer now, or were
 //! missed). So the work per offer is bounded (two walks of 64),
 //! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
+//!
+//! What the tick must look at is kept sorted too (`timers.rs`, B-trees by time): each job with
+//! tasks queued has its unschedulable clock (its last progress) and, while at a locality level
+//! below "any", the end of its wait; both are set again whenever the job changes (O(log jobs),
+//! O(1) when they did not move), and a job whose level has nothing left to wait for (the
+//! executors or hosts it prefers went) is listed for the next tick. So
+//! [`Scheduler::poll_timeout`] costs O(log jobs) (the driver asks after every input) and a tick
+//! looks only at the jobs whose time came. The straggler check (every speculation interval)
+//! walks the executors, and the running attempts of those that could hold a straggler (all
+//! once some job reached its quantile, else those silent past the least speculation timeout);
+//! it works out thresholds only for the jobs of those attempts and brings medians up to date
+//! only for jobs with successes since the last check: O(executors + attempts looked at), not
+//! O(active jobs). Reusing an idle pool at the pool limit takes the lowest idle one (O(log
+//! pools)). An executor joining or leaving updates the valid levels (below) of the jobs with
+//! queues preferring it or its host only (`prefs.rs` indexes them), O(log jobs) each.
 //!
 //! Delay scheduling (Spark's `locality.wait`, one wait per level): a job starts at its best
 //! *valid* level and widens after each wait; a launch at a local level restarts the wait, except
@@ -60,7 +76,8 @@
 //! "skip unsatisfiable locality levels", SPARK-16106): the executor level while some queued
 //! task prefers a registered executor, the host level while some queued task prefers a host
 //! with a registered executor. Each job counts its preference queues whose executor (host) is
-//! registered, kept current on registration and removal (O(jobs with preferences) per event)
+//! registered, kept current on registration and removal (for the jobs that prefer that executor
+//! or its host only)
 //! and as queues empty, so checking a level is O(1). A level with nothing to wait for is skipped
 //! at once.
 //!
@@ -192,10 +209,12 @@ mod book;
 mod exclusion;
 mod job;
 mod order;
+mod prefs;
 mod speculation;
+mod timers;
 mod types;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -211,6 +230,8 @@ use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
 use order::{FifoKey, Order, PoolKey, Ratio};
+use prefs::PrefIndex;
+use timers::{Keys, Timers};
 
 /// Longest failure message kept from a peer, in bytes.
 const REASON_MAX_BYTES: usize = 4096;
@@ -275,6 +296,28 @@ fn resort(
     if order.fair() {
         order.set_share(job_slot, pool.1.share(running_cores, weight));
         order.set_pool(pool.0, pool.1.key());
+    }
+}
+
+/// Sets the timers of `job` (in `job_slot`) from its state, with locality `waits_us`: its
+/// locality deadline, its unschedulable clock, and a skip when its level has nothing left to
+/// wait for.
+fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2]) {
+    let queued = job.pending > 0;
+    timers.set(
+        job_slot,
+        Keys {
+            level_us: job.level_deadline(waits_us),
+            progress_us: queued.then_some(job.last_progress_us),
+        },
+    );
+    let skips = match job.level {
+        Level::Executor => job.live_exec_keys == 0,
+        Level::Host => job.live_host_keys == 0,
+        Level::Any => false,
+    };
+    if queued && skips {
+        timers.mark_skip(job_slot);
     }
 }
 
@@ -352,10 +395,26 @@ pub struct Scheduler {
     last_finish_us: u64,
     /// Executors recently removed as lost, oldest first (at most [`GONE_MAX`]).
     gone: VecDeque<Gone>,
-    /// Active jobs with locality preferences (0: no locality pass, no level upkeep).
+    /// Active jobs with locality preferences (0: no locality pass).
     pref_jobs: usize,
+    /// The jobs with preference queues per executor and host (level upkeep as executors come
+    /// and go).
+    pref_index: PrefIndex,
     /// Active jobs with speculation on.
     spec_jobs: usize,
+    /// The speculation timeouts of the active jobs with speculation on, with how many jobs
+    /// have each (the least one decides which executors the straggler check looks at).
+    spec_timeouts_us: BTreeMap<u64, u32>,
+    /// Active jobs with speculation on whose successes reached their quantile (monotonic:
+    /// successes only grow).
+    quantile_jobs: usize,
+    /// Slots of jobs with speculation on with successes since the last straggler check (may
+    /// hold slots whose job ended; see [`Job::durations_dirty`]).
+    spec_dirty: Vec<u32>,
+    /// When each job next needs the tick (locality waits, the unschedulable clock).
+    timers: Timers,
+    /// Unconfigured pools with no job, reused first at the pool limit (lowest index first).
+    idle_pools: BTreeSet<u32>,
     /// Scratch for the locality pass of an offer.
     scratch: Vec<u32>,
     /// The executor slot being removed (its attempts end one by one after it left the book).
@@ -400,7 +459,13 @@ impl Scheduler {
             last_finish_us: 0,
             gone: VecDeque::new(),
             pref_jobs: 0,
+            pref_index: PrefIndex::default(),
             spec_jobs: 0,
+            spec_timeouts_us: BTreeMap::new(),
+            quantile_jobs: 0,
+            spec_dirty: Vec::new(),
+            timers: Timers::default(),
+            idle_pools: BTreeSet::new(),
             scratch: Vec::new(),
             removing: None,
         }
@@ -588,8 +653,33 @@ impl Scheduler {
     }
 
     /// The earliest time `tick` has work to do (a locality wait ending, a speculation check, an
-    /// exclusion expiring, an unschedulable job timing out), if any.
+    /// exclusion expiring, an unschedulable job timing out), if any. O(log jobs): the driver
+    /// may ask after every input.
     pub fn poll_timeout(&self) -> Option<u64> {
+        let mut t = self.timers.level_first_us().unwrap_or(u64::MAX);
+        if self.book.len() > 0 {
+            if let Some(p) = self.timers.progress_first_us() {
+                t = t.min(p.saturating_add(self.config.unschedulable_timeout_us));
+            }
+        }
+        if self.spec_jobs > 0 {
+            t = t.min(self.next_speculation_us);
+        }
+        t = t.min(self.next_expiry_us).min(self.deferred_until_us);
+        let t = (t != u64::MAX).then_some(t);
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            t,
+            self.poll_timeout_scan(),
+            "the timers agree with the jobs"
+        );
+        t
+    }
+
+    /// [`Scheduler::poll_timeout`] from a walk of all active jobs (checks the timers in debug
+    /// builds).
+    #[cfg(debug_assertions)]
+    fn poll_timeout_scan(&self) -> Option<u64> {
         let waits = self.waits();
         let mut t = u64::MAX;
         for job in self
@@ -658,20 +748,24 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Keeps every job's valid locality levels current after an executor came or went.
-    /// O(active jobs with preferences).
+    /// Keeps the valid locality levels current after an executor came or went: of the jobs
+    /// with queues preferring it (or its host, if that gained its first or lost its last
+    /// executor), O(log) each.
     fn executor_changed(&mut self, id: ExecutorId, host: u32, host_changed: bool, joined: bool) {
         if self.pref_jobs == 0 {
             return;
         }
-        for &slot in self.active.values() {
+        let mut slots = std::mem::take(&mut self.scratch);
+        self.pref_index
+            .jobs_into(id, host_changed.then_some(host), &mut slots);
+        for &slot in &slots {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("active job slot {slot} is empty");
             };
-            if job.has_exec_prefs || job.has_host_prefs {
-                job.executor_changed(id, host, host_changed, joined);
-            }
+            job.executor_changed(id, host, host_changed, joined);
+            self.sync_job(slot);
         }
+        self.scratch = slots;
     }
 
     /// Removes an executor; its running attempts go back to pending. They count as failed
@@ -854,10 +948,11 @@ impl Scheduler {
                 // can hold), an unconfigured pool with no job is reused for the new name.
                 let fresh = Pool::new(&PoolConfig::new(spec.pool.clone()), false);
                 let idle = (self.pools.len() >= self.config.pools.len() + self.config.jobs_max)
-                    .then(|| self.pools.iter().position(|p| !p.configured && p.jobs == 0))
+                    .then(|| self.idle_pools.first().map(|&i| i as usize))
                     .flatten();
                 let p = match idle {
                     Some(i) => {
+                        self.idle_pools.remove(&(i as u32));
                         let Some(old) = self.pools.get_mut(i) else {
                             unreachable!("pool {i} was just found");
                         };
@@ -881,6 +976,7 @@ impl Scheduler {
             unreachable!("pool {pool} was just resolved");
         };
         pool_rec.jobs += 1;
+        self.idle_pools.remove(&pool);
         let oversized = spec
             .tasks
             .iter()
@@ -951,6 +1047,8 @@ impl Scheduler {
             last_progress_us: now_us,
             exclusion: JobExclusion::default(),
             durations_us: Vec::new(),
+            durations_dirty: false,
+            quantile_reached: false,
             median_cache: (0, 0),
             speculatable: VecDeque::new(),
             reasons: FxHashMap::default(),
@@ -962,6 +1060,8 @@ impl Scheduler {
             speculation,
             exclusion_config,
             avoiding: Vec::new(),
+            new_pref_keys: Vec::new(),
+            filed_pref_keys: Vec::new(),
             counters: JobCounters::default(),
         };
         let book = &self.book;
@@ -970,11 +1070,9 @@ impl Scheduler {
             job.enqueue(i, host_of, |h| book.host_live(h));
         }
         job.level = job.start_level();
-        if has_exec_prefs || has_host_prefs {
-            self.pref_jobs += 1;
-        }
-        if job.speculation.is_some() {
+        if let Some(sc) = &job.speculation {
             self.spec_jobs += 1;
+            *self.spec_timeouts_us.entry(sc.timeout_us).or_insert(0) += 1;
         }
         let slot = match self.job_free_slots.pop() {
             Some(s) => {
@@ -989,9 +1087,12 @@ impl Scheduler {
             }
         };
         self.job_slots.insert(id.0, slot);
+        if has_exec_prefs || has_host_prefs {
+            self.pref_jobs += 1;
+        }
         self.active
             .insert((-(i64::from(spec.priority)), id.0), slot);
-        self.sync_runnable(slot);
+        self.sync_job(slot);
         self.pending_total += n;
         self.unfinished_total += n;
         if let Some((i, len)) = oversized {
@@ -1066,7 +1167,7 @@ impl Scheduler {
         job.doomed = true;
         job.final_count += 1;
         self.unfinished_total -= 1;
-        self.sync_runnable(slot);
+        self.sync_job(slot);
         for a in attempts.into_iter().flatten() {
             self.kill_attempt(slot, task, a, &msg);
         }
@@ -1154,24 +1255,7 @@ impl Scheduler {
     /// Time passed: widens locality levels, ends exclusions, looks for stragglers, fails
     /// unschedulable jobs, and makes offers.
     pub fn tick(&mut self, now_us: u64) {
-        let waits = self.waits();
-        let mut new_work = false;
-        // Only jobs with locality preferences have a level to widen (the others start at
-        // `Any`): with none, the runnable jobs are not walked at all.
-        let runnable = if self.pref_jobs > 0 {
-            self.runnable.len()
-        } else {
-            0
-        };
-        for slot in self.runnable.fifo().take(runnable) {
-            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                unreachable!("runnable job slot {slot} is empty");
-            };
-            if job.pending > 0 {
-                job.allowed_level(now_us, waits);
-            }
-            new_work |= std::mem::take(&mut job.widened);
-        }
+        let mut new_work = self.widen_due(now_us);
         if now_us >= self.next_expiry_us {
             self.expire_exclusions(now_us);
             new_work = true;
@@ -1193,6 +1277,29 @@ impl Scheduler {
         self.flush();
     }
 
+    /// Widens the locality levels whose wait ended or that have nothing left to wait for (only
+    /// those jobs are looked at: O(log jobs) each); returns whether any widened.
+    fn widen_due(&mut self, now_us: u64) -> bool {
+        let waits = self.waits();
+        let mut due = std::mem::take(&mut self.scratch);
+        due.clear();
+        self.timers.level_due_into(now_us, &mut due);
+        let mut widened = false;
+        for &slot in &due {
+            // A skip listed for a job that ended since.
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if job.pending > 0 {
+                job.allowed_level(now_us, waits);
+            }
+            widened |= std::mem::take(&mut job.widened);
+            self.sync_timers(slot);
+        }
+        self.scratch = due;
+        widened
+    }
+
     /// Fails jobs that have had tasks queued and no launch for `unschedulable_timeout_us`,
     /// when one of their queued tasks can run on no registered
     /// executor: every one is excluded for it (globally, for the job, or for that task after
@@ -1206,18 +1313,18 @@ impl Scheduler {
             return;
         }
         let timeout = self.config.unschedulable_timeout_us;
-        let overdue: Vec<u32> = self
-            .runnable
-            .fifo()
-            .filter(|&s| {
-                self.jobs
-                    .get(s as usize)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|j| {
-                        j.pending > 0 && now_us.saturating_sub(j.last_progress_us) >= timeout
-                    })
-            })
-            .collect();
+        // Only the jobs whose clock ran out (the timers keep them by last progress), handled
+        // in FIFO order.
+        let mut overdue = Vec::new();
+        self.timers.overdue_into(now_us, timeout, &mut overdue);
+        if overdue.is_empty() {
+            return;
+        }
+        let fifo_key = |s: u32| match self.jobs.get(s as usize).and_then(Option::as_ref) {
+            Some(j) => j.fifo_key(),
+            None => unreachable!("job slot {s} with a timer is empty"),
+        };
+        overdue.sort_unstable_by_key(|&s| fifo_key(s));
         for slot in overdue {
             let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
                 unreachable!("runnable job slot {slot} is empty");
@@ -1276,6 +1383,7 @@ impl Scheduler {
                         unreachable!("runnable job slot {slot} is empty");
                     };
                     job.last_progress_us = now_us;
+                    self.sync_job(slot);
                 }
                 Some(reason) => {
                     let mut reasons = vec![reason.clone()];
@@ -1400,6 +1508,8 @@ impl Scheduler {
                 self.speculatable_total = self.speculatable_total.saturating_sub(popped);
                 touched.push(job_slot);
             }
+            // Asking may have moved its locality level along (or emptied a preference queue).
+            set_timers(&mut self.timers, job_slot, job, waits);
             if let Some(found) = found {
                 launched = Some((job_slot, found));
                 break;
@@ -1434,7 +1544,7 @@ impl Scheduler {
             assigned = Assigned::Deferred;
         }
         for job_slot in touched.drain(..) {
-            self.sync_runnable(job_slot);
+            self.sync_job(job_slot);
         }
         self.touched = touched;
         let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
@@ -1446,8 +1556,37 @@ impl Scheduler {
         assigned
     }
 
-    /// Lists or unlists a job as runnable after its pending or straggler queues changed.
-    fn sync_runnable(&mut self, job_slot: u32) {
+    /// Sets a job's timers from its state (call after any change to its queues, its level or
+    /// its last progress): O(log jobs) when they moved, O(1) when not.
+    fn sync_timers(&mut self, job_slot: u32) {
+        let waits = self.waits();
+        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+            unreachable!("sync_timers of empty job slot {job_slot}");
+        };
+        set_timers(&mut self.timers, job_slot, job, waits);
+    }
+
+    /// Files a job in the preference index under the queue keys it made since last time.
+    fn file_pref_keys(&mut self, job_slot: u32) {
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("file_pref_keys of empty job slot {job_slot}");
+        };
+        for key in job.new_pref_keys.drain(..) {
+            if self.pref_index.add(job_slot, key) {
+                job.filed_pref_keys.push(key);
+            }
+        }
+    }
+
+    /// Keeps a job's entries current after it changed: its timers, and whether it is listed
+    /// as runnable (after its pending or straggler queues changed).
+    fn sync_job(&mut self, job_slot: u32) {
+        self.sync_timers(job_slot);
+        self.file_pref_keys(job_slot);
         let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
@@ -1547,7 +1686,7 @@ impl Scheduler {
         e.batch.push(launch);
         self.stats.launched += 1;
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
-        self.sync_runnable(job_slot);
+        self.sync_job(job_slot);
         let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
             unreachable!("launch for empty job slot {job_slot}");
         };
@@ -1706,6 +1845,9 @@ impl Scheduler {
                 job.counters.succeeded += 1;
                 if job.speculation.is_some() {
                     job.durations_us.push(now_us.saturating_sub(started_us));
+                    if !std::mem::replace(&mut job.durations_dirty, true) {
+                        self.spec_dirty.push(job_slot);
+                    }
                 }
                 self.unfinished_total -= 1;
                 self.stats.succeeded += 1;
@@ -1853,7 +1995,7 @@ impl Scheduler {
             |e| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host),
             |h| book.host_live(h),
         );
-        self.sync_runnable(job_slot);
+        self.sync_job(job_slot);
         self.book.unblock_all();
     }
 
@@ -1954,11 +2096,26 @@ impl Scheduler {
         }
         assert!(p.jobs > 0, "pool {} counts its jobs", p.name);
         p.jobs -= 1;
+        if p.jobs == 0 && !p.configured {
+            self.idle_pools.insert(job.pool);
+        }
         if job.has_exec_prefs || job.has_host_prefs {
             self.pref_jobs -= 1;
         }
-        if job.speculation.is_some() {
+        for &key in &job.filed_pref_keys {
+            self.pref_index.remove(job_slot, key);
+        }
+        self.timers.remove(job_slot);
+        if let Some(sc) = &job.speculation {
             self.spec_jobs -= 1;
+            self.quantile_jobs -= usize::from(job.quantile_reached);
+            match self.spec_timeouts_us.get_mut(&sc.timeout_us) {
+                Some(1) => {
+                    self.spec_timeouts_us.remove(&sc.timeout_us);
+                }
+                Some(n) => *n -= 1,
+                None => unreachable!("a job's speculation timeout is counted"),
+            }
         }
         self.job_slots.remove(&job.id.0);
         let removed = self.active.remove(&key);

@@ -144,12 +144,14 @@ impl Order {
         self.fair
     }
 
-    /// Runnable jobs.
+    /// Runnable jobs (tests).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.fifo.len()
     }
 
-    /// The runnable jobs' slots in FIFO order.
+    /// The runnable jobs' slots in FIFO order (tests).
+    #[cfg(test)]
     pub fn fifo(&self) -> impl Iterator<Item = u32> + '_ {
         self.fifo.values().copied()
     }

@@ -14,7 +14,7 @@
 //! An executor holding a straggler and having finished nothing since that attempt was launched
 //! is *stalled*: set aside (no new work) until it reports a final state.
 
-use super::job::Status;
+use super::job::{Job, Status};
 use super::{ExecutorId, Scheduler, TaskId};
 use crate::hash::FxHashMap;
 
@@ -26,27 +26,13 @@ impl Scheduler {
         if self.spec_jobs == 0 {
             return false;
         }
-        // Per job with speculation on (its own settings): the quantile threshold (once
-        // reached) and the timeout threshold.
-        let mut thresholds: FxHashMap<u64, (Option<u64>, u64)> = FxHashMap::default();
-        let mut any_quantile = false;
-        let mut timeout_min_us = u64::MAX;
-        for &slot in self.active.values() {
-            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                unreachable!("active job slot {slot} is empty");
-            };
-            let Some(sc) = job.speculation.as_deref().cloned() else {
-                continue;
-            };
-            let by_quantile =
-                job.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us);
-            any_quantile |= by_quantile.is_some();
-            let by_timeout = job.median_us().map_or(sc.timeout_us, |m| {
-                sc.timeout_us.max((m as f64 * sc.multiplier) as u64)
-            });
-            timeout_min_us = timeout_min_us.min(sc.timeout_us);
-            thresholds.insert(job.id.0, (by_quantile, by_timeout));
-        }
+        self.refresh_medians();
+        // Thresholds are worked out only for the jobs of the attempts looked at (memoized):
+        // the check costs O(executors + attempts looked at), not O(active jobs).
+        let any_quantile = self.quantile_jobs > 0;
+        let timeout_min_us = self.spec_timeouts_us.keys().next().copied();
+        let timeout_min_us = timeout_min_us.unwrap_or(u64::MAX);
+        let mut thresholds: FxHashMap<u64, Option<(Option<u64>, u64)>> = FxHashMap::default();
         let last_finish_us = self.last_finish_us;
         let idle_exists = self
             .book
@@ -66,8 +52,15 @@ impl Scheduler {
             let mut stalls = false;
             for (&(task, _), run) in &e.running {
                 let task = TaskId(task);
-                let Some(&(by_quantile, by_timeout)) = thresholds.get(&task.job().0) else {
-                    continue;
+                let (job_slots, jobs) = (&self.job_slots, &mut self.jobs);
+                let found_thresholds = *thresholds.entry(task.job().0).or_insert_with(|| {
+                    let slot = *job_slots.get(&task.job().0)?;
+                    jobs.get_mut(slot as usize)?
+                        .as_mut()?
+                        .straggler_thresholds_us()
+                });
+                let Some((by_quantile, by_timeout)) = found_thresholds else {
+                    continue; // an ended job's attempt, or a job without speculation
                 };
                 let age = now_us.saturating_sub(run.started_us);
                 let silent_since_launch = e.progress_us <= run.started_us;
@@ -109,8 +102,47 @@ impl Scheduler {
             }
         }
         for slot in newly_runnable {
-            self.sync_runnable(slot);
+            self.sync_job(slot);
         }
         found
+    }
+
+    /// Brings the medians of the jobs with successes since the last check up to date (as
+    /// every check did for every job: a median is recomputed once its successes grew by an
+    /// eighth), and counts the jobs that reached their quantile.
+    fn refresh_medians(&mut self) {
+        let mut dirty = std::mem::take(&mut self.spec_dirty);
+        for slot in dirty.drain(..) {
+            // A slot whose job ended (or was replaced: its flag says) since.
+            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !std::mem::take(&mut job.durations_dirty) {
+                continue;
+            }
+            let reached = job
+                .straggler_thresholds_us()
+                .is_some_and(|(q, _)| q.is_some());
+            if reached && !job.quantile_reached {
+                job.quantile_reached = true;
+                self.quantile_jobs += 1;
+            }
+        }
+        self.spec_dirty = dirty;
+    }
+}
+
+impl Job {
+    /// With speculation on, `(quantile threshold once reached, timeout threshold)`: an attempt
+    /// running longer than the first is a straggler; one running longer than the second is
+    /// one if its executor is silent (see the module documentation).
+    fn straggler_thresholds_us(&mut self) -> Option<(Option<u64>, u64)> {
+        let sc = self.speculation.as_deref().cloned()?;
+        let by_quantile =
+            self.speculation_threshold_us(sc.quantile, sc.multiplier, sc.min_runtime_us);
+        let by_timeout = self.median_us().map_or(sc.timeout_us, |m| {
+            sc.timeout_us.max((m as f64 * sc.multiplier) as u64)
+        });
+        Some((by_quantile, by_timeout))
     }
 }

@@ -78,11 +78,6 @@ const GONE_NAMES_MAX: usize = 1024;
 const EXECUTOR_WAITERS_MAX: usize = 4096;
 /// How often the driver looks for stalls while jobs are active (the checks scan executors).
 const HEALTH_INTERVAL_US: u64 = 100_000;
-/// While inputs keep coming, the scheduler's own timeout (a scan of its active jobs) is asked
-/// again at most this often; until then the core wakes by this time to ask it.
-const SCHEDULER_RECHECK_US: u64 = 10_000;
-/// Active jobs up to which the scheduler's timeout is asked after every input.
-const SCHEDULER_SCAN_JOBS_MAX: usize = 64;
 /// The least time between two scheduler ticks, whatever the scheduler asks.
 const TICK_GAP_MIN_US: u64 = 1_000;
 
@@ -123,11 +118,10 @@ struct Health {
     next_stalled_warning_us: u64,
 }
 
-/// The scheduler's own timeout, asked at most every [`SCHEDULER_RECHECK_US`] under load.
+/// The scheduler's own timeout, asked again after inputs came (O(log jobs) each time).
 #[derive(Default)]
 struct SchedulerTimeout {
     deadline_us: Option<u64>,
-    checked_us: Option<u64>,
     /// Inputs arrived since it was asked.
     stale: bool,
 }
@@ -820,30 +814,16 @@ impl DriverCore {
         .min()
     }
 
-    /// The scheduler's timeout, asked again after inputs came (it scans the active jobs:
-    /// with more than [`SCHEDULER_SCAN_JOBS_MAX`] of them, at most every
-    /// [`SCHEDULER_RECHECK_US`], and until then that time is the deadline).
+    /// The scheduler's timeout, asked again after inputs came (O(log jobs)), no earlier than
+    /// [`TICK_GAP_MIN_US`] after the last tick.
     fn scheduler_deadline(&mut self) -> Option<u64> {
         let timeout = &mut self.scheduler_timeout;
-        let recheck_us = timeout
-            .checked_us
-            .map(|t| t.saturating_add(SCHEDULER_RECHECK_US));
-        let due = recheck_us.is_none_or(|t| self.now_us >= t)
-            || self.jobs.len() <= SCHEDULER_SCAN_JOBS_MAX;
-        if timeout.stale && due {
+        if timeout.stale {
             let gap_us = self.last_tick_us.saturating_add(TICK_GAP_MIN_US);
             timeout.deadline_us = self.scheduler.poll_timeout().map(|t| t.max(gap_us));
-            timeout.checked_us = Some(self.now_us);
             timeout.stale = false;
         }
-        match (timeout.stale, recheck_us) {
-            (true, Some(recheck_us)) => Some(
-                timeout
-                    .deadline_us
-                    .map_or(recheck_us, |t| t.min(recheck_us)),
-            ),
-            _ => timeout.deadline_us,
-        }
+        timeout.deadline_us
     }
 
     /// Time passed: ticks the scheduler when it asked, fails jobs past their deadline, drops
