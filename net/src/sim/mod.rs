@@ -185,10 +185,10 @@ pub fn run_seed(seed: u64) -> Result<SimReport, SimError> {
     run(seed, BURSTS)
 }
 
-/// Whether scenarios include bursts of many small jobs. Off until the driver core stops
-/// asking to be woken at the time it just handled while more than 64 jobs are active (its
-/// loop spins: see the ignored test `a_burst_of_jobs_does_not_make_the_driver_spin`).
-const BURSTS: bool = false;
+/// Whether scenarios include bursts of many small jobs (70 to 100 at once: they once made the
+/// driver core ask to be woken at the time it had just handled, see
+/// `a_burst_of_jobs_does_not_make_the_driver_spin`).
+const BURSTS: bool = true;
 
 fn run(seed: u64, bursts: bool) -> Result<SimReport, SimError> {
     let mut sim = Sim::new(seed, bursts);
@@ -693,10 +693,10 @@ mod tests {
     }
 
     /// A deaf executor (heartbeating, not reading) holds attempt 0 of a task; speculation
-    /// copies it once, the copy fails or is lost (sent to an executor that died), and the
-    /// scheduler never copies it again (`speculated` stays set:
-    /// engine/src/scheduler/speculation.rs), so the job waits for good. Of seeds 0..40000,
-    /// 19653 and 39901 show it (`SIM_VERBOSE=1 ci/sim --cluster --seed 19653`).
+    /// copies it once and the copy fails or is lost (sent to an executor that died). The
+    /// scheduler once never copied it again (`speculated` stayed set), so the job waited for
+    /// good; now a failed attempt beside a running one clears the mark. Seeds 19653 and 39901
+    /// showed it (`SIM_VERBOSE=1 ci/sim --cluster --seed 19653`).
     #[test]
     fn a_failed_copy_of_a_deaf_executors_task_is_copied_again() {
         if let Err(e) = run_seed(19653) {
@@ -704,11 +704,11 @@ mod tests {
         }
     }
 
-    /// With more than 64 jobs active the driver core's scheduler deadline is re-read at most
-    /// every 10 ms, so after `handle_timeout(now)` ticked the scheduler `poll_timeout` can still
-    /// return `now` (the deadline just handled): the endpoint's loop would spin for up to 10 ms.
+    /// With more than 64 jobs active the driver core once re-read the scheduler's deadline at
+    /// most every 10 ms, so after `handle_timeout(now)` its `poll_timeout` could still return
+    /// `now` and the endpoint's loop spun for up to 10 ms (fixed: the scheduler's `poll_timeout`
+    /// is O(log jobs) and asked after every input).
     #[test]
-    #[ignore = "open driver core bug: with >64 active jobs poll_timeout repeats the deadline just handled"]
     fn a_burst_of_jobs_does_not_make_the_driver_spin() {
         for seed in 0..200 {
             if let Err(e) = run(seed, true) {
