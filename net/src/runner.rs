@@ -426,7 +426,7 @@ impl TaskRunner {
         }
         self.finals.clear();
         for completion in &self.batch {
-            if completion.state.is_final() {
+            if completion.state != TaskState::Running {
                 self.finals.insert((completion.task_id, completion.attempt));
                 self.completed += 1;
                 self.running
@@ -435,7 +435,7 @@ impl TaskRunner {
         }
         for completion in self.batch.drain(..) {
             let key = (completion.task_id, completion.attempt);
-            if completion.state.is_final() || !self.finals.contains(&key) {
+            if completion.state != TaskState::Running || !self.finals.contains(&key) {
                 each(completion);
             }
         }
@@ -482,7 +482,7 @@ mod tests {
                 done.len()
             );
             runner.drain(|c| {
-                if c.state.is_final() {
+                if c.state != TaskState::Running {
                     done.push(c);
                 }
             });

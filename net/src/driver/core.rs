@@ -420,7 +420,7 @@ impl DriverCore {
                 executor,
                 task,
                 attempt,
-                state: task_state(state),
+                state,
                 // A result outlives its frame: a small one is copied out so it does not keep
                 // the whole frame alive.
                 data: frame.retain(update.data),
@@ -541,7 +541,7 @@ impl DriverCore {
                 executor: LOCAL_EXECUTOR,
                 task,
                 attempt,
-                state: task_state(state),
+                state,
                 data,
             };
             self.scheduler.status_update(now, update);
@@ -1233,17 +1233,6 @@ fn expiry(since_us: u64, timeout_us: u64) -> u64 {
 /// Micros in a duration, saturating.
 pub(crate) fn us(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// The wire's task state as the scheduler's.
-pub(crate) fn task_state(state: wire::TaskState) -> scheduler::TaskState {
-    match state {
-        wire::TaskState::Running => scheduler::TaskState::Running,
-        wire::TaskState::Finished => scheduler::TaskState::Finished,
-        wire::TaskState::Failed => scheduler::TaskState::Failed,
-        wire::TaskState::Killed => scheduler::TaskState::Killed,
-        wire::TaskState::Lost => scheduler::TaskState::Lost,
-    }
 }
 
 #[cfg(test)]

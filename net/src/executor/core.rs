@@ -196,7 +196,7 @@ impl ExecutorCore {
         if self.is_ended() {
             return;
         }
-        if completion.state.is_final() {
+        if completion.state != TaskState::Running {
             self.in_flight
                 .remove(&(completion.task_id, completion.attempt));
             self.task_attempts += 1;
