@@ -12,8 +12,8 @@ use bytes::Bytes;
 use clap::Args;
 
 use crate::summary::{indexed_payload, json_string, Recorder, Summary};
+use flint_engine::functions::{check_builtin, Registry};
 use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
-use flint_net::functions::{check_builtin, Registry};
 use flint_net::job::{Job, JobHandle, JobOutcome};
 
 /// The job every job-running command takes.

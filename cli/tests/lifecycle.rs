@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
-use flint_net::functions::fnv1a64;
+use flint_engine::functions::fnv1a64;
 
 /// A `flint local` run whose stdout and stderr go to files the test reads while it runs.
 struct FlintLocal {

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use flint_cli::summary::{checksum_of, indexed_payload};
+use flint_engine::functions::fnv1a64;
 use flint_net::driver::{Driver, DriverConfig, EXECUTOR_CORES_MAX};
-use flint_net::functions::fnv1a64;
 use flint_net::handshake::{random_nonce, Handshake};
 use flint_net::job::{Job, JobOutcome};
 use flint_net::wire::{

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
-use flint_net::functions::fnv1a64;
+use flint_engine::functions::fnv1a64;
 use serde_json::Value;
 
 /// Pods on a real cluster take longer than processes: image pulls, scheduling.

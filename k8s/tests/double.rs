@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
+use flint_engine::functions::fnv1a64;
 use flint_k8s::double::ApiDouble;
-use flint_net::functions::fnv1a64;
 use serde_json::Value;
 
 const NS: &str = "flint-test";

@@ -19,8 +19,8 @@ use flint_bench::memory;
 use flint_bench::report::{self, Section};
 use flint_cli::summary::{json_string, Latency, Summary};
 use flint_net::driver::DriverConfig;
-use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
+use flint_net::Registry;
 use hdrhistogram::Histogram;
 
 #[derive(Parser, Debug)]

@@ -19,7 +19,6 @@ use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FI
 use flint_net::app_client::{AppClient, AppClientConfig, AppInfo};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
-use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::http::HttpServer;
 use flint_net::local::{LocalConfig, LocalExecutors, LocalStats};
@@ -32,6 +31,7 @@ use flint_net::standalone::BlockingClient;
 use flint_net::ui::{self, Serve};
 use flint_net::wire::{AppStatus, ExecutorStatus, List, Message, Role, WorkerStatus};
 use flint_net::worker::{WorkerConfig, WorkerError};
+use flint_net::Registry;
 
 /// The environment variable that carries the shared secret.
 const SECRET_ENV: &str = "FLINT_SECRET";

@@ -43,8 +43,8 @@ use crate::conn::{ConnError, TABLE_FULL};
 use crate::handshake::Handshake;
 use crate::job::{Job, JobShared, ResultObserver};
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
-use crate::runner::Completion;
 use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use flint_engine::runner::Completion;
 
 /// A peer connection as the IO layer names it: any number it does not reuse while the core
 /// knows the peer (from `handle_connected` until `handle_closed` or `poll_close`).

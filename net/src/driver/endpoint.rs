@@ -24,9 +24,9 @@ use super::core::{us, DriverCore, LocalCommand, PeerId};
 use super::{send_retrying, DriverConfig, DriverMsg};
 use crate::admission::Admission;
 use crate::conn::{accept_next, refuse, ConnError, Connection};
-use crate::functions::Registry;
 use crate::handshake::random_nonce;
-use crate::runner::{Completion, TaskRunner};
+use flint_engine::functions::Registry;
+use flint_engine::runner::{Completion, TaskRunner};
 
 /// One connection and what the IO layer tracks for it.
 struct Conn {

@@ -58,11 +58,11 @@ use self::core::DriverCore;
 use self::endpoint::DriverEndpoint;
 use crate::admission::Admission;
 pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
-use crate::functions::Registry;
 use crate::handshake::Secret;
 use crate::job::{Job, JobHandle, JobShared};
 use crate::observe::{DriverView, LoopTelemetry};
 use crate::wire::{batch, Message, FRAME_SIZE_MAX_DEFAULT};
+use flint_engine::functions::Registry;
 
 /// The most task slots per executor core: executors size their queues for this many.
 pub const TASKS_PER_CORE_MAX: u32 = 1024;

@@ -26,8 +26,8 @@ use flint_engine::hash::FxHashSet;
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
 use crate::driver::encode;
 use crate::handshake::Handshake;
-use crate::runner::Completion;
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
+use flint_engine::runner::Completion;
 
 /// The heartbeat interval when the driver's `Registered` names none, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;

@@ -4,7 +4,7 @@
 //! the timer for the core's next timeout, and stops once the core has ended.
 //!
 //! Tasks run on the pool's threads (or inline for at most a short, bounded while: see
-//! `runner.rs`), so a long task never delays a heartbeat or a kill request.
+//! `flint_engine::runner`), so a long task never delays a heartbeat or a kill request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +18,8 @@ use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot};
 use crate::conn::{ConnError, Connection};
 use crate::driver::send_retrying;
-use crate::functions::Registry;
-use crate::runner::TaskRunner;
+use flint_engine::functions::Registry;
+use flint_engine::runner::TaskRunner;
 
 /// Messages to the executor's endpoint.
 #[derive(Debug)]

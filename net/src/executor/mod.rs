@@ -27,9 +27,9 @@ pub use self::core::{Action, ExecutorCore};
 use self::endpoint::ExecutorEndpoint;
 pub use self::endpoint::ExecutorMsg;
 use crate::conn::Connection;
-use crate::functions::Registry;
 use crate::handshake::{random_nonce, Secret};
 use crate::wire::FRAME_SIZE_MAX_DEFAULT;
+use flint_engine::functions::Registry;
 
 /// How an executor runs.
 #[derive(Debug, Clone)]

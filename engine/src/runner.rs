@@ -30,12 +30,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_engine::hash::{FxHashMap, FxHashSet};
-use flint_engine::pool::{PoolHandle, Task, TaskOutcome};
-use flint_engine::runtime::Inbox;
 
 use crate::functions::{Registry, Resolved, TaskContext};
-use crate::wire::TaskState;
+use crate::hash::{FxHashMap, FxHashSet};
+use crate::pool::{PoolHandle, Task, TaskOutcome};
+use crate::runtime::Inbox;
+use crate::scheduler::TaskState;
 
 /// A finished task attempt, ready to report.
 #[derive(Debug, Clone)]
@@ -456,7 +456,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+    use crate::pool::{PoolConfig, ShutdownMode, TaskPool};
     use std::sync::atomic::AtomicUsize;
 
     /// A runner over a one-worker pool, and how many kicks it made.
