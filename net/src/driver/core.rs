@@ -44,7 +44,7 @@ use crate::handshake::Handshake;
 use crate::job::{Job, JobShared, ResultObserver};
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
 use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
-use flint_engine::runner::Completion;
+use flint_engine::runner::TaskReport;
 
 /// A peer connection as the IO layer names it: any number it does not reuse while the core
 /// knows the peer (from `handle_connected` until `handle_closed` or `poll_close`).
@@ -523,27 +523,15 @@ impl DriverCore {
         slots
     }
 
-    /// Attempts the in-process executor ended (drained from `completions`).
-    pub fn handle_local_completions(&mut self, completions: &mut Vec<Completion>, now_us: u64) {
+    /// Attempts the in-process executor ended (drained from `reports`).
+    pub fn handle_local_completions(&mut self, reports: &mut Vec<TaskReport>, now_us: u64) {
         self.advance(now_us);
         let now = self.now_us;
-        for Completion {
-            task_id,
-            attempt,
-            state,
-            data,
-        } in completions.drain(..)
-        {
-            let task = TaskId(task_id);
+        for report in reports.drain(..) {
+            let (task, attempt, state) = (report.task, report.attempt, report.state);
             self.telemetry
-                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &data);
-            let update = scheduler::StatusUpdate {
-                executor: LOCAL_EXECUTOR,
-                task,
-                attempt,
-                state,
-                data,
-            };
+                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
+            let update = report.from_executor(LOCAL_EXECUTOR);
             self.scheduler.status_update(now, update);
         }
         self.pump();
@@ -1641,8 +1629,8 @@ mod tests {
             let LocalCommand::Launch(task) = command else {
                 panic!("only launches: {command:?}");
             };
-            completions.push(Completion {
-                task_id: task.task.0,
+            completions.push(TaskReport {
+                task: task.task,
                 attempt: task.attempt,
                 state: TaskState::Finished,
                 data: task.payload,

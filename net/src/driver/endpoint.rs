@@ -26,7 +26,7 @@ use crate::admission::Admission;
 use crate::conn::{accept_next, refuse, ConnError, Connection};
 use crate::handshake::random_nonce;
 use flint_engine::functions::Registry;
-use flint_engine::runner::{Completion, TaskRunner};
+use flint_engine::runner::{TaskReport, TaskRunner};
 
 /// One connection and what the IO layer tracks for it.
 struct Conn {
@@ -56,7 +56,7 @@ pub(crate) struct DriverEndpoint {
     /// The local runner completed attempts on this thread while launching: drain it (no kick
     /// comes for those).
     local_spilled: bool,
-    completions: Vec<Completion>,
+    completions: Vec<TaskReport>,
     /// The armed timer and its deadline (micros on the core's clock).
     timer: Option<(TimerId, u64)>,
     frame_size_max: usize,

@@ -27,7 +27,8 @@ use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
 use crate::driver::encode;
 use crate::handshake::Handshake;
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
-use flint_engine::runner::Completion;
+use flint_engine::runner::TaskReport;
+use flint_engine::scheduler::TaskId;
 
 /// The heartbeat interval when the driver's `Registered` names none, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;
@@ -83,7 +84,7 @@ pub struct ExecutorCore {
     transmit: BytesMut,
     actions: VecDeque<Action>,
     /// Completions to report at the next [`ExecutorCore::poll_transmit`], already bounded.
-    updates: Vec<Completion>,
+    updates: Vec<TaskReport>,
     /// Attempts launched and not yet completed.
     in_flight: FxHashSet<(u64, u32)>,
     heartbeat_interval_us: u64,
@@ -192,13 +193,13 @@ impl ExecutorCore {
     /// Feeds a task attempt's completion (from the task runner). A final one leaves the
     /// in-flight set and counts as an attempt run; each goes out at the next
     /// [`ExecutorCore::poll_transmit`], a result too large for a frame failing its task.
-    pub fn handle_completion(&mut self, mut completion: Completion, _now_us: u64) {
+    pub fn handle_completion(&mut self, mut completion: TaskReport, _now_us: u64) {
         if self.is_ended() {
             return;
         }
         if completion.state != TaskState::Running {
             self.in_flight
-                .remove(&(completion.task_id, completion.attempt));
+                .remove(&(completion.task.0, completion.attempt));
             self.task_attempts += 1;
         }
         bound_report(&mut completion, self.frame_size_max);
@@ -344,8 +345,8 @@ impl ExecutorCore {
                 self.in_flight_max
             );
             self.task_attempts += 1;
-            self.updates.push(Completion {
-                task_id,
+            self.updates.push(TaskReport {
+                task: TaskId(task_id),
                 attempt,
                 state: TaskState::Failed,
                 data: Bytes::from(reason),
@@ -384,7 +385,7 @@ impl ExecutorCore {
             .updates
             .iter()
             .map(|update| wire::StatusUpdate {
-                task_id: update.task_id,
+                task_id: update.task.0,
                 attempt: update.attempt,
                 state: update.state,
                 data: &update.data,
@@ -421,7 +422,7 @@ impl ExecutorCore {
 /// Keeps a report within what one frame carries: a result too large for a frame fails its task
 /// with the reason (the driver never sees a wrong success), and a failure's text is cut to
 /// [`batch::REASON_BYTES_MAX`].
-fn bound_report(update: &mut Completion, frame_size_max: usize) {
+fn bound_report(update: &mut TaskReport, frame_size_max: usize) {
     let result_max = batch::item_bytes_max(frame_size_max);
     if update.state == TaskState::Finished && update.data.len() > result_max {
         update.state = TaskState::Failed;
@@ -542,9 +543,9 @@ mod tests {
         std::iter::from_fn(|| core.poll_action()).collect()
     }
 
-    fn done(task_id: u64, state: TaskState, data: &[u8]) -> Completion {
-        Completion {
-            task_id,
+    fn done(task_id: u64, state: TaskState, data: &[u8]) -> TaskReport {
+        TaskReport {
+            task: TaskId(task_id),
             attempt: 0,
             state,
             data: Bytes::copy_from_slice(data),
