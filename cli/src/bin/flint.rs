@@ -757,7 +757,7 @@ fn local_allocation(args: &LocalArgs) -> Result<(u32, Option<DynamicConfig>), St
     let dynamic = DynamicConfig {
         min: args.min_executors,
         max: args.max_executors,
-        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
         idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
     };
     Ok((args.min_executors, Some(dynamic)))
@@ -1126,7 +1126,7 @@ fn start_scaler(
     let dynamic = DynamicConfig {
         min: args.executors,
         max,
-        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
         idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
     };
     MasterScaler::start(

@@ -448,7 +448,7 @@ mod tests {
     fn config(secret: Option<Secret>) -> ExecutorConfig {
         let mut config = ExecutorConfig::new(([127, 0, 0, 1], 1).into(), "e1");
         config.cores = 2;
-        config.in_flight_per_core = 2;
+        config.tasks_per_core = 2;
         config.frame_size_max = FRAME_SIZE_MAX;
         config.secret = secret;
         config
