@@ -480,13 +480,9 @@ impl DriverCore {
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
         self.executor_added();
-        let interval_ms = self.config.heartbeat_interval.as_millis().to_string();
-        let settings = [KeyValue {
-            key: "heartbeat_interval_ms",
-            value: &interval_ms,
-        }];
         let registered = Message::RegisteredExecutor {
-            settings: List::from_items(&settings),
+            heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
+                .unwrap_or(u32::MAX),
         };
         encode(&registered, &mut peer.out, self.config.frame_size_max);
         self.peer_deadline(expiry(self.now_us, us(self.config.heartbeat_timeout)));

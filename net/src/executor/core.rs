@@ -30,7 +30,7 @@ use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role,
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::TaskId;
 
-/// The heartbeat interval when the driver's `Registered` names none, in milliseconds.
+/// The heartbeat interval until the driver's `RegisteredExecutor` sets it, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;
 /// The shortest heartbeat interval a driver may ask for, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_MIN: u64 = 10;
@@ -285,12 +285,10 @@ impl ExecutorCore {
             ExecutorError::DriverGone(format!("malformed frame from the driver: {e}"))
         })?;
         match message {
-            Message::RegisteredExecutor { settings } => {
-                let interval_ms = settings
-                    .iter()
-                    .find(|kv| kv.key == "heartbeat_interval_ms")
-                    .and_then(|kv| kv.value.parse::<u64>().ok())
-                    .unwrap_or(HEARTBEAT_INTERVAL_MS_DEFAULT)
+            Message::RegisteredExecutor {
+                heartbeat_interval_ms,
+            } => {
+                let interval_ms = u64::from(heartbeat_interval_ms)
                     .clamp(HEARTBEAT_INTERVAL_MS_MIN, HEARTBEAT_INTERVAL_MS_MAX);
                 self.heartbeat_interval_us = interval_ms * 1000;
                 self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
@@ -440,7 +438,7 @@ fn bound_report(update: &mut TaskReport, frame_size_max: usize) {
 mod tests {
     use super::*;
     use crate::handshake::Secret;
-    use crate::wire::{KeyValue, Kind, TaskLaunch};
+    use crate::wire::{Kind, TaskLaunch};
 
     const FRAME_SIZE_MAX: usize = 4096;
     const DRIVER: &[Role] = &[Role::Executor];
@@ -509,15 +507,11 @@ mod tests {
     }
 
     /// A core past the handshake, registered at `now_us` with a heartbeat every `interval_ms`.
-    fn registered(interval_ms: &str, now_us: u64) -> ExecutorCore {
+    fn registered(interval_ms: u32, now_us: u64) -> ExecutorCore {
         let mut core = ExecutorCore::new(&config(None), [1; 32]);
         handshake(&mut core, None);
-        let settings = [KeyValue {
-            key: "heartbeat_interval_ms",
-            value: interval_ms,
-        }];
         let registered = Message::RegisteredExecutor {
-            settings: List::from_items(&settings),
+            heartbeat_interval_ms: interval_ms,
         };
         deliver(&mut core, &registered, now_us);
         core
@@ -609,7 +603,7 @@ mod tests {
     #[test]
     fn heartbeats_come_at_the_interval_the_driver_set() {
         let start_us = 1_000;
-        let mut core = registered("200", start_us);
+        let mut core = registered(200, start_us);
         let first_us = start_us + 200_000;
         assert_eq!(core.poll_timeout(), Some(first_us));
         core.handle_timeout(first_us - 1);
@@ -634,18 +628,15 @@ mod tests {
 
     #[test]
     fn a_heartbeat_interval_out_of_bounds_is_clamped() {
-        let core = registered("1", 0);
+        let core = registered(1, 0);
         assert_eq!(core.poll_timeout(), Some(HEARTBEAT_INTERVAL_MS_MIN * 1000));
-        let core = registered("not a number", 0);
-        assert_eq!(
-            core.poll_timeout(),
-            Some(HEARTBEAT_INTERVAL_MS_DEFAULT * 1000)
-        );
+        let core = registered(u32::MAX, 0);
+        assert_eq!(core.poll_timeout(), Some(HEARTBEAT_INTERVAL_MS_MAX * 1000));
     }
 
     #[test]
     fn launch_tasks_become_launch_actions_with_their_payloads() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(&mut core, &[(1, "echo", b"one"), (2, "sleep:5", b"")], 10);
         let expected = [
             Action::Launch {
@@ -677,7 +668,7 @@ mod tests {
 
     #[test]
     fn a_launch_past_the_in_flight_limit_fails_at_once() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         // Two cores, two per core.
         let tasks: Vec<(u64, &str, &[u8])> = (0..5).map(|i| (i, "noop", &b""[..])).collect();
         launch(&mut core, &tasks, 10);
@@ -708,7 +699,7 @@ mod tests {
 
     #[test]
     fn completions_leave_in_one_status_frame_and_an_oversized_result_fails() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(
             &mut core,
             &[(1, "a", b""), (2, "b", b""), (3, "c", b"")],
@@ -741,7 +732,7 @@ mod tests {
 
     #[test]
     fn frames_split_anywhere_are_taken_whole() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         let tasks = [TaskLaunch {
             task_id: 5,
             attempt: 2,
@@ -771,7 +762,7 @@ mod tests {
 
     #[test]
     fn kill_task_becomes_a_kill_for_an_attempt_in_flight() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(&mut core, &[(7, "sleep:1000", b"")], 10);
         actions(&mut core);
         for task_id in [7, 8] {
@@ -794,7 +785,7 @@ mod tests {
 
     #[test]
     fn stop_executor_ends_with_what_it_ran() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(&mut core, &[(1, "a", b""), (2, "b", b"")], 10);
         actions(&mut core);
         core.handle_completion(done(1, TaskState::Finished, b""), 20);
@@ -820,7 +811,7 @@ mod tests {
 
     #[test]
     fn refusals_and_a_lost_driver_end_with_typed_errors() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         core.handle_closed("the driver closed the connection");
         assert_eq!(
             core.poll_exit(),
@@ -852,7 +843,7 @@ mod tests {
             "{exit:?}"
         );
 
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         core.handle_bytes(&[0xff; 16], 0);
         assert!(matches!(
             core.poll_exit(),

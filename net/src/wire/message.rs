@@ -391,8 +391,8 @@ messages! {
     },
     /// The driver accepts an executor.
     RegisteredExecutor = 17 {
-        /// Settings the executor must follow (heartbeat interval, ...).
-        settings: List<'a, KeyValue<'a>>,
+        /// How often the executor must heartbeat, in milliseconds.
+        heartbeat_interval_ms: u32,
     },
     /// The driver refuses an executor; it exits with this reason.
     RegisterExecutorFailed = 18 {
