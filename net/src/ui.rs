@@ -170,7 +170,7 @@ pub fn driver_page(v: &DriverView) -> String {
              data-finished=\"{fi}\" data-failed=\"{fa}\"><td>{n}</td><td>{h}</td>\
              <td class=\"num\">{c}</td><td class=\"num\">{r}</td><td class=\"num\">{fi}</td>\
              <td class=\"num\">{fa}</td><td class=\"s-{state}\">{state} <span class=\"reason\">{why}</span></td></tr>",
-            n = escape(&e.name),
+            n = escape(&e.executor_id),
             h = escape(&e.host),
             c = e.cores,
             r = e.tasks_running,
@@ -194,7 +194,7 @@ pub fn driver_page(v: &DriverView) -> String {
             j = f.job,
             t = f.index,
             a = f.attempt,
-            e = escape(&f.executor),
+            e = escape(&f.executor_id),
             r = escape(&f.reason),
         );
     }

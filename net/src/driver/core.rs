@@ -72,8 +72,8 @@ pub const HANDSHAKES_MAX: usize = 256;
 pub const CLIENTS_MAX: usize = 64;
 /// A client connection silent this long is closed.
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Removed executors whose names the driver keeps for late exit reasons.
-const GONE_NAMES_MAX: usize = 1024;
+/// Removed executors whose ids the driver keeps for late exit reasons.
+const GONE_IDS_MAX: usize = 1024;
 /// Callers waiting for executors at once, at most.
 const EXECUTOR_WAITERS_MAX: usize = 4096;
 /// How often the driver looks for stalls while jobs are active (the checks scan executors).
@@ -145,14 +145,14 @@ pub struct DriverCore {
     scheduler: Scheduler,
     peers: FxHashMap<PeerId, Peer>,
     /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
-    names: HashMap<String, ExecutorId>,
+    executor_ids: HashMap<String, ExecutorId>,
     links: FxHashMap<ExecutorId, Link>,
     next_executor: u64,
     stopping: bool,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
-    /// Executors removed lately (newest last, at most [`GONE_NAMES_MAX`]) by their id on the
+    /// Executors removed lately (newest last, at most [`GONE_IDS_MAX`]) by their id on the
     /// wire, so a cluster manager's later exit reason still reaches the scheduler.
     gone: VecDeque<(String, ExecutorId)>,
     jobs: FxHashMap<JobId, JobEntry>,
@@ -193,7 +193,7 @@ impl DriverCore {
             scheduler: Scheduler::new(config.scheduler.clone()),
             config,
             peers: FxHashMap::default(),
-            names: HashMap::new(),
+            executor_ids: HashMap::new(),
             links: FxHashMap::default(),
             next_executor: 1,
             stopping: false,
@@ -348,7 +348,7 @@ impl DriverCore {
                 },
             ) => {
                 let registration = Registration {
-                    name: executor_id,
+                    executor_id,
                     host,
                     cores,
                     attributes,
@@ -436,13 +436,13 @@ impl DriverCore {
         r: Registration<'_>,
     ) -> Result<ExecutorId, ConnError> {
         let Registration {
-            name,
+            executor_id,
             host,
             cores,
             attributes,
         } = r;
         let refuse = |reason: String, out: &mut BytesMut| {
-            tracing::warn!(executor = name, "registration refused: {reason}");
+            tracing::warn!(executor_id, "registration refused: {reason}");
             let refusal = Message::RegisterExecutorFailed { reason: &reason };
             encode(&refusal, out, FRAME_SIZE_MAX_DEFAULT);
             Err(ConnError::Protocol(format!(
@@ -457,8 +457,11 @@ impl DriverCore {
                 format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted");
             return refuse(reason, &mut peer.out);
         }
-        if self.names.contains_key(name) {
-            return refuse(format!("duplicate executor id {name:?}"), &mut peer.out);
+        if self.executor_ids.contains_key(executor_id) {
+            return refuse(
+                format!("duplicate executor id {executor_id:?}"),
+                &mut peer.out,
+            );
         }
         let id = ExecutorId(self.next_executor);
         let info = ExecutorInfo {
@@ -474,7 +477,7 @@ impl DriverCore {
             return refuse(refusal.to_string(), &mut peer.out);
         }
         self.next_executor += 1;
-        self.names.insert(name.to_owned(), id);
+        self.executor_ids.insert(executor_id.to_owned(), id);
         self.links.insert(id, Link::Remote(peer_id));
         self.counters
             .executors_registered
@@ -486,8 +489,9 @@ impl DriverCore {
         };
         encode(&registered, &mut peer.out, self.config.frame_size_max);
         self.peer_deadline(expiry(self.now_us, us(self.config.heartbeat_timeout)));
-        tracing::info!(executor = name, host, cores, "executor registered");
-        self.telemetry.executor_registered(id, name, host, cores);
+        tracing::info!(executor_id, host, cores, "executor registered");
+        self.telemetry
+            .executor_registered(id, executor_id, host, cores);
         Ok(id)
     }
 
@@ -562,7 +566,7 @@ impl DriverCore {
             scheduling,
         } = job;
         let n = payloads.len();
-        let names = &self.names;
+        let executor_ids = &self.executor_ids;
         let spec = crate::job::job_spec(
             function,
             payloads,
@@ -570,7 +574,7 @@ impl DriverCore {
             keep_results,
             result_bytes_max,
             *scheduling,
-            |name| names.get(name).copied(),
+            |executor_id| executor_ids.get(executor_id).copied(),
         );
         let refused = |admission: &Admission, error: String| {
             admission.release(n);
@@ -648,8 +652,8 @@ impl DriverCore {
 
     /// Tells one remote executor (by its id on the wire) to exit, its removal not counted as a
     /// loss; whether it was registered.
-    pub fn stop_executor(&mut self, name: &str) -> bool {
-        let Some((id, peer)) = self.remote_named(name) else {
+    pub fn stop_executor(&mut self, executor_id: &str) -> bool {
+        let Some((id, peer)) = self.remote_by_id(executor_id) else {
             return false;
         };
         self.retiring.insert(id, (RemovalReason::Killed, false));
@@ -660,15 +664,15 @@ impl DriverCore {
     /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;
     /// one removed lately still has an application-caused reason charged (see
     /// [`super::Driver::remove_executor`]).
-    pub fn remove_executor(&mut self, name: &str, reason: RemovalReason, now_us: u64) {
+    pub fn remove_executor(&mut self, executor_id: &str, reason: RemovalReason, now_us: u64) {
         self.advance(now_us);
-        if let Some((id, peer)) = self.remote_named(name) {
+        if let Some((id, peer)) = self.remote_by_id(executor_id) {
             self.retiring.insert(id, (reason, true));
             self.close(peer, ConnError::Closed);
-        } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == name) {
+        } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == executor_id) {
             // Already removed (its connection closed first): the scheduler charges a reason
             // that blames the application to the attempts it held then.
-            tracing::info!(executor = %name, "late exit reason: {reason}");
+            tracing::info!(%executor_id, "late exit reason: {reason}");
             self.scheduler.remove_executor(self.now_us, id, reason);
         }
         self.pump();
@@ -700,9 +704,9 @@ impl DriverCore {
             .unfinished_tasks()
             .saturating_sub(pending_tasks);
         let executors = self
-            .names
+            .executor_ids
             .iter()
-            .map(|(name, id)| (name.clone(), self.running_on(*id)))
+            .map(|(executor_id, id)| (executor_id.clone(), self.running_on(*id)))
             .collect();
         ExecutorsView {
             pending_tasks,
@@ -716,7 +720,7 @@ impl DriverCore {
         self.scheduler
             .stalled_executors()
             .into_iter()
-            .map(|(id, _)| self.executor_name(id))
+            .map(|(id, _)| self.executor_id_of(id))
             .collect()
     }
 
@@ -741,11 +745,14 @@ impl DriverCore {
     }
 
     /// An executor's id on the wire (`local` for the in-process one). O(executors).
-    fn executor_name(&self, id: ExecutorId) -> String {
-        self.names
+    fn executor_id_of(&self, id: ExecutorId) -> String {
+        self.executor_ids
             .iter()
             .find(|(_, named)| **named == id)
-            .map_or_else(|| "local".to_owned(), |(name, _)| name.clone())
+            .map_or_else(
+                || "local".to_owned(),
+                |(executor_id, _)| executor_id.clone(),
+            )
     }
 
     // ----- outputs -----
@@ -993,28 +1000,29 @@ impl DriverCore {
 
     fn remove_executor_id(&mut self, id: ExecutorId, why: &ConnError) {
         self.links.remove(&id);
+        let executor_id = self.executor_id_of(id);
         let gone = &mut self.gone;
-        self.names.retain(|name, named| {
+        self.executor_ids.retain(|executor_id, named| {
             if *named == id {
-                if gone.len() >= GONE_NAMES_MAX {
+                if gone.len() >= GONE_IDS_MAX {
                     gone.pop_front();
                 }
-                gone.push_back((name.clone(), id));
+                gone.push_back((executor_id.clone(), id));
             }
             *named != id
         });
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
         let (reason, lost) = if let Some((reason, lost)) = self.retiring.remove(&id) {
-            tracing::info!(executor = id.0, "executor removed: {reason}");
+            tracing::info!(%executor_id, "executor removed: {reason}");
             self.telemetry
                 .executor_removed(id, &reason.to_string(), lost);
             (reason, lost)
         } else if self.stopping {
-            tracing::info!(executor = id.0, "executor stopped");
+            tracing::info!(%executor_id, "executor stopped");
             self.telemetry.executor_removed(id, "stopped", false);
             (RemovalReason::Killed, false)
         } else {
-            tracing::warn!(executor = id.0, "executor lost: {why}");
+            tracing::warn!(%executor_id, "executor lost: {why}");
             self.telemetry.executor_removed(id, &why.to_string(), true);
             (RemovalReason::Lost(why.to_string()), true)
         };
@@ -1170,9 +1178,9 @@ impl DriverCore {
             if !stalled.is_empty() {
                 self.health.next_stalled_warning_us = now.saturating_add(warn_us);
                 for (id, attempts) in stalled {
-                    let name = self.executor_name(id);
+                    let executor_id = self.executor_id_of(id);
                     tracing::warn!(
-                        executor = name.as_str(),
+                        executor_id = executor_id.as_str(),
                         attempts,
                         "executor is stalled: it holds a straggler and has finished nothing \
                          since it was launched; its stragglers are copied elsewhere and it gets \
@@ -1192,8 +1200,8 @@ impl DriverCore {
     }
 
     /// A registered remote executor by its id on the wire.
-    fn remote_named(&self, name: &str) -> Option<(ExecutorId, PeerId)> {
-        let id = *self.names.get(name)?;
+    fn remote_by_id(&self, executor_id: &str) -> Option<(ExecutorId, PeerId)> {
+        let id = *self.executor_ids.get(executor_id)?;
         match self.links.get(&id)? {
             Link::Remote(peer) => Some((id, *peer)),
             Link::Local => None,
@@ -1203,7 +1211,7 @@ impl DriverCore {
 
 /// What an executor registers with.
 struct Registration<'a> {
-    name: &'a str,
+    executor_id: &'a str,
     host: &'a str,
     cores: u32,
     attributes: List<'a, KeyValue<'a>>,
@@ -1321,13 +1329,13 @@ mod tests {
     fn register(
         core: &mut DriverCore,
         peer: PeerId,
-        name: &str,
+        executor_id: &str,
         cores: u32,
         now_us: u64,
     ) -> (bool, Vec<Frame>) {
         connect(core, peer, now_us);
         let registration = Message::RegisterExecutor {
-            executor_id: name,
+            executor_id,
             host: "h",
             cores,
             attributes: List::from_items(&[]),

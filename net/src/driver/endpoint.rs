@@ -368,11 +368,14 @@ impl DriverEndpoint {
             DriverMsg::Stalled(reply) => {
                 let _ = reply.send(core.stalled());
             }
-            DriverMsg::StopExecutor { name, reply } => {
-                let _ = reply.send(core.stop_executor(&name));
+            DriverMsg::StopExecutor { executor_id, reply } => {
+                let _ = reply.send(core.stop_executor(&executor_id));
             }
-            DriverMsg::RemoveExecutor { name, reason } => {
-                core.remove_executor(&name, reason, now_us);
+            DriverMsg::RemoveExecutor {
+                executor_id,
+                reason,
+            } => {
+                core.remove_executor(&executor_id, reason, now_us);
             }
         }
     }

@@ -293,7 +293,7 @@ impl ExecutorCore {
                 self.heartbeat_interval_us = interval_ms * 1000;
                 self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
                 self.phase = Phase::Running;
-                tracing::info!(executor = %self.executor_id, "registered with the driver");
+                tracing::info!(executor_id = %self.executor_id, "registered with the driver");
             }
             Message::RegisterExecutorFailed { reason } => {
                 return Err(ExecutorError::Refused(reason.to_owned()))
@@ -313,7 +313,7 @@ impl ExecutorCore {
             }
             Message::HeartbeatAck {} => {}
             Message::StopExecutor {} => {
-                tracing::info!(executor = %self.executor_id, "stopped by the driver");
+                tracing::info!(executor_id = %self.executor_id, "stopped by the driver");
                 self.end(Ok(()));
             }
             Message::Shutdown {} => {
@@ -393,7 +393,7 @@ impl ExecutorCore {
             batch::encode_status_updates(&batch, &mut self.transmit, self.frame_size_max)
         {
             // Unreachable: `bound_report` keeps every update within a frame.
-            tracing::error!(executor = %self.executor_id, "status updates not sent: {error}");
+            tracing::error!(executor_id = %self.executor_id, "status updates not sent: {error}");
         }
         self.updates.clear();
     }
@@ -403,10 +403,10 @@ impl ExecutorCore {
     /// handshake refusal tells the driver why).
     fn end(&mut self, reason: Result<(), ExecutorError>) {
         if let Err(error) = &reason {
-            tracing::error!(executor = %self.executor_id, "{error}");
+            tracing::error!(executor_id = %self.executor_id, "{error}");
         }
         let completed = self.task_attempts;
-        tracing::info!(executor = %self.executor_id, completed, "ran {completed} task attempts");
+        tracing::info!(executor_id = %self.executor_id, completed, "ran {completed} task attempts");
         self.phase = Phase::Ended;
         self.heartbeat_next_us = None;
         self.actions.clear();

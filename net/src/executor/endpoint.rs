@@ -136,7 +136,7 @@ impl ExecutorEndpoint {
         match ctx.timer_once(delay) {
             Ok(timer) => self.timer = Some((timer, at_us)),
             Err(error) => tracing::error!(
-                executor = %self.core.executor_id(),
+                executor_id = %self.core.executor_id(),
                 "no heartbeat timer: {error}"
             ),
         }
@@ -144,7 +144,7 @@ impl ExecutorEndpoint {
 
     fn fail_start(&mut self, why: String, ctx: &mut Ctx<'_, Self>) {
         let error = ExecutorError::Start(why);
-        tracing::error!(executor = %self.core.executor_id(), "{error}");
+        tracing::error!(executor_id = %self.core.executor_id(), "{error}");
         self.exit.set(Err(error));
         ctx.stop();
     }
