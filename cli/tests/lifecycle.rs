@@ -301,7 +301,7 @@ fn local_executors_with(
     allocator: flint_engine::lifecycle::AllocatorConfig,
 ) -> (
     std::sync::Arc<flint_net::driver::Driver>,
-    flint_net::local::LocalExecutors,
+    flint_net::lifecycle::local::LocalExecutors,
 ) {
     let driver = std::sync::Arc::new(
         flint_net::driver::Driver::builder()
@@ -309,10 +309,10 @@ fn local_executors_with(
             .expect("driver starts"),
     );
     let addr = driver.local_addr().expect("listening");
-    let mut config = flint_net::local::LocalConfig::new(exe, addr);
+    let mut config = flint_net::lifecycle::local::LocalConfig::new(exe, addr);
     config.allocator = allocator;
     let executors =
-        flint_net::local::LocalExecutors::start(config, driver.clone()).expect("starts");
+        flint_net::lifecycle::local::LocalExecutors::start(config, driver.clone()).expect("starts");
     (driver, executors)
 }
 

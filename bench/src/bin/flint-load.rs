@@ -182,11 +182,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let started = SystemTime::now();
     let cluster = Cluster::start(cluster_spec)?;
     let _metrics = match args.metrics_listen {
-        Some(addr) => Some(flint_net::ui::serve_driver(
+        Some(addr) => Some(flint_net::observe::ui::serve_driver(
             addr,
             cluster.driver.observer(),
             ui_secret,
-            flint_net::ui::Serve::UiAndMetrics,
+            flint_net::observe::ui::Serve::UiAndMetrics,
         )?),
         None => None,
     };

@@ -2,8 +2,8 @@
 //! (plain values only the loop touches, so recording costs no atomics and no locks) and answers
 //! [`crate::driver::DriverObserver::view`] with a [`DriverView`] built from it and from the
 //! scheduler's own counters; the master and the worker are seen through their status answer
-//! ([`cluster_view`]). The metrics ([`crate::metrics`]) and the web UI ([`crate::ui`]) render
-//! these views.
+//! ([`cluster_view`]). The metrics ([`metrics`]) and the web UI ([`ui`], over the bounded HTTP
+//! responder in [`http`]) render these views.
 //!
 //! # What is recorded where
 //!
@@ -17,6 +17,10 @@
 //!   update at the driver) histograms. Sampling keeps the cost away from the other tasks.
 //! - Bytes and frames read and bytes written by every [`crate::conn::Connection`] of this
 //!   process ([`NET`]).
+
+pub mod http;
+pub mod metrics;
+pub mod ui;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //!
 //! Embedding: register a [`DriverCollector`] in your own [`Registry`]
 //! (`registry.register_collector(Box::new(DriverCollector::new(driver.observer())))`), or let
-//! [`crate::ui::serve_driver`] serve `/metrics` (and the web UI) itself.
+//! [`super::ui::serve_driver`] serve `/metrics` (and the web UI) itself.
 //!
 //! Names (all prefixed `flint_`; counters end in `_total`):
 //!
