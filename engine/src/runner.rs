@@ -53,7 +53,7 @@ pub struct TaskReport {
 
 impl TaskReport {
     /// The report as the scheduler takes it, from `executor`.
-    pub fn from_executor(self, executor: ExecutorId) -> StatusUpdate {
+    pub fn into_update(self, executor: ExecutorId) -> StatusUpdate {
         StatusUpdate {
             executor,
             task: self.task,

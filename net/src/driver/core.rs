@@ -531,7 +531,7 @@ impl DriverCore {
             let (task, attempt, state) = (report.task, report.attempt, report.state);
             self.telemetry
                 .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
-            let update = report.from_executor(LOCAL_EXECUTOR);
+            let update = report.into_update(LOCAL_EXECUTOR);
             self.scheduler.status_update(now, update);
         }
         self.pump();
