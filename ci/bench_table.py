@@ -94,6 +94,8 @@ SWEEP_COLUMNS = {
     "payload": ("payload B", lambda r: r.get("payload")),
     "in_flight": ("in flight", lambda r: r.get("in_flight")),
     "batch": ("tasks per job", lambda r: r.get("batch")),
+    "tasks_per_core": ("slots per core", lambda r: r.get("tasks_per_core")),
+    # the same sweep in results from before it was renamed
     "queue_depth": ("slots per core", lambda r: r.get("queue_depth")),
 }
 

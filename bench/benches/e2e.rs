@@ -25,8 +25,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flint_bench::cluster::{Cluster, ClusterSpec, ExecutorSource};
+use flint_engine::functions::{Registry, TaskContext, TaskFn};
 use flint_net::driver::{Driver, DriverConfig};
-use flint_net::functions::{Registry, TaskContext, TaskFn};
 use flint_net::job::{Job, JobOutcome};
 use rayon::prelude::*;
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_net::driver::Driver;
-use flint_net::functions::{Registry, TaskContext};
 use flint_net::job::{Job, JobOutcome};
+use flint_net::{Registry, TaskContext};
 use hdrhistogram::Histogram;
 
 /// One async run.
@@ -109,7 +109,7 @@ pub fn cpu_executors_us(pids: &[u32]) -> u64 {
 #[derive(Clone)]
 enum Work {
     Flint(Arc<Driver>),
-    Inline(flint_net::functions::Resolved),
+    Inline(flint_engine::functions::Resolved),
 }
 
 /// Runs the Flint period and the inline period; `executor_pids` are the executor processes.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use flint_engine::affinity::Pinning;
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
-use flint_net::functions::Registry;
 use flint_net::handshake::{random_nonce, Secret};
+use flint_net::Registry;
 
 /// The environment variable that carries the shared secret to executors (as `flint` reads it).
 pub const SECRET_ENV: &str = "FLINT_SECRET";

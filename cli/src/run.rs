@@ -12,8 +12,8 @@ use bytes::Bytes;
 use clap::Args;
 
 use crate::summary::{indexed_payload, json_string, Recorder, Summary};
+use flint_engine::functions::{check_builtin, Registry};
 use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
-use flint_net::functions::{check_builtin, Registry};
 use flint_net::job::{Job, JobHandle, JobOutcome};
 
 /// The job every job-running command takes.
@@ -35,8 +35,9 @@ pub struct JobArgs {
     #[arg(long)]
     pub json: bool,
     /// Task slots the driver gives each executor core (pipelining depth, 1 to 1024).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=i64::from(TASKS_PER_CORE_MAX)))]
-    pub queue_depth: u32,
+    /// `--queue-depth` is its old name, still accepted.
+    #[arg(long, alias = "queue-depth", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=i64::from(TASKS_PER_CORE_MAX)))]
+    pub tasks_per_core: u32,
     /// Attempts per task before its job fails (1 to 1000).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_failures: u32,
@@ -157,7 +158,7 @@ pub fn task_name(text: &str) -> Result<String, String> {
 /// The driver settings the job flags imply (task slots, heartbeats, attempts).
 pub fn driver_config(job: &JobArgs) -> DriverConfig {
     let mut config = DriverConfig {
-        tasks_per_core: job.queue_depth.max(1),
+        tasks_per_core: job.tasks_per_core,
         heartbeat_timeout: Duration::from_millis(job.heartbeat_timeout_ms),
         ..DriverConfig::default()
     };

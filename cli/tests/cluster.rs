@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_cli::summary::{checksum_of, indexed_payload};
+use flint_engine::functions::fnv1a64;
 use flint_net::driver::{Driver, DriverConfig};
-use flint_net::functions::fnv1a64;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
 use flint_net::wire::{AuthMethod, Message, Role, FRAME_SIZE_MAX_DEFAULT};

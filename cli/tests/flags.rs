@@ -49,7 +49,9 @@ fn bad_values_exit_2_with_a_message_naming_the_flag() {
             [&executor[..], &["--pin-cores", "zero"]].concat(),
             "--pin-cores",
         ),
-        (vec!["local", "--queue-depth", "0"], "--queue-depth"),
+        (vec!["local", "--tasks-per-core", "0"], "--tasks-per-core"),
+        // the old name is an alias: the value is checked as the new flag's
+        (vec!["local", "--queue-depth", "0"], "--tasks-per-core"),
         (vec!["local", "--max-failures", "0"], "--max-failures"),
         (vec!["local", "--executors", "0"], "--executors"),
         (

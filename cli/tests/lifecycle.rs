@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
-use flint_net::functions::fnv1a64;
+use flint_engine::functions::fnv1a64;
 
 /// A `flint local` run whose stdout and stderr go to files the test reads while it runs.
 struct FlintLocal {
@@ -152,7 +152,7 @@ fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
         "4",
         "--cores",
         "1",
-        "--queue-depth",
+        "--tasks-per-core",
         "1",
         "--idle-timeout-ms",
         "300",
@@ -200,7 +200,7 @@ fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
     let mut run = FlintLocal::start(&[
         "--executors",
         "2",
-        "--queue-depth",
+        "--tasks-per-core",
         "2",
         "--tasks",
         "1200",
@@ -271,7 +271,7 @@ fn dynamic_allocation_from_zero_starts_executors_for_the_backlog_and_scales_back
         "0",
         "--max-executors",
         "2",
-        "--queue-depth",
+        "--tasks-per-core",
         "1",
         "--idle-timeout-ms",
         "200",
@@ -301,7 +301,7 @@ fn local_executors_with(
     allocator: flint_engine::lifecycle::AllocatorConfig,
 ) -> (
     std::sync::Arc<flint_net::driver::Driver>,
-    flint_net::local::LocalExecutors,
+    flint_net::lifecycle::local::LocalExecutors,
 ) {
     let driver = std::sync::Arc::new(
         flint_net::driver::Driver::builder()
@@ -309,10 +309,10 @@ fn local_executors_with(
             .expect("driver starts"),
     );
     let addr = driver.local_addr().expect("listening");
-    let mut config = flint_net::local::LocalConfig::new(exe, addr);
+    let mut config = flint_net::lifecycle::local::LocalConfig::new(exe, addr);
     config.allocator = allocator;
     let executors =
-        flint_net::local::LocalExecutors::start(config, driver.clone()).expect("starts");
+        flint_net::lifecycle::local::LocalExecutors::start(config, driver.clone()).expect("starts");
     (driver, executors)
 }
 

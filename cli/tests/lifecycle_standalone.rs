@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
-use flint_net::functions::fnv1a64;
+use flint_engine::functions::fnv1a64;
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
 struct Proc {
@@ -165,7 +165,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
             "hash:10",
             "--payload",
             "8",
-            "--queue-depth",
+            "--tasks-per-core",
             "2",
             "--wait-s",
             "30",
@@ -287,7 +287,7 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
             "300",
             "--task",
             "sleep:20",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
             "--wait-s",
             "30",

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use flint_engine::affinity::allowed_cpus;
 use flint_engine::lifecycle::AllocatorConfig;
 use flint_net::driver::Driver;
-use flint_net::local::{LocalConfig, LocalExecutors};
+use flint_net::lifecycle::local::{LocalConfig, LocalExecutors};
 
 /// The CPUs the kernel lets `pid`'s first task thread (`flint-task-0`) run on, once it exists.
 fn task_thread_cpus(pid: u32) -> Option<Vec<usize>> {

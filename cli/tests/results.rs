@@ -14,8 +14,8 @@ use bytes::Bytes;
 use flint_cli::summary::indexed_payload;
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
-use flint_net::functions::{Registry, TaskError};
 use flint_net::job::{Job, JobOutcome};
+use flint_net::{Registry, TaskError};
 
 /// Frames this small make "larger than a frame" cheap to reach.
 const SMALL_FRAME_BYTES: usize = 64 * 1024;

@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use flint_cli::summary::{checksum_of, indexed_payload};
+use flint_engine::functions::fnv1a64;
 use flint_net::driver::{Driver, DriverConfig, EXECUTOR_CORES_MAX};
-use flint_net::functions::fnv1a64;
 use flint_net::handshake::{random_nonce, Handshake};
 use flint_net::job::{Job, JobOutcome};
 use flint_net::wire::{
-    Frame, FrameDecoder, KeyValue, List, Message, Role, TaskLaunch, TaskState,
-    FRAME_SIZE_MAX_DEFAULT,
+    Frame, FrameDecoder, List, Message, Role, TaskLaunch, TaskState, FRAME_SIZE_MAX_DEFAULT,
 };
 
 /// A blocking framed connection for a fake peer.
@@ -157,12 +156,8 @@ fn an_executor_flooded_with_unknown_functions_reports_every_failure_and_keeps_he
         frame.message(),
         Ok(Message::RegisterExecutor { cores: 1, .. })
     ));
-    let settings = [KeyValue {
-        key: "heartbeat_interval_ms",
-        value: "50",
-    }];
     wire.send(&Message::RegisteredExecutor {
-        settings: List::from_items(&settings),
+        heartbeat_interval_ms: 50,
     });
     const TASKS: u64 = 3000;
     let launches: Vec<TaskLaunch<'_>> = (0..TASKS)

@@ -14,9 +14,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
+use flint_engine::functions::fnv1a64;
 use flint_engine::standalone::AppSpec;
 use flint_net::app_client::{AppClient, AppClientConfig};
-use flint_net::functions::fnv1a64;
 use flint_net::handshake::Secret;
 use flint_net::standalone::BlockingClient;
 use flint_net::wire::{Message, Role};
@@ -312,7 +312,7 @@ fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -> Pr
             task,
             "--payload",
             "8",
-            "--queue-depth",
+            "--tasks-per-core",
             "4",
             "--wait-s",
             "30",
@@ -1092,7 +1092,7 @@ fn multihost() {
             "hash:5",
             "--payload",
             "8",
-            "--queue-depth",
+            "--tasks-per-core",
             "4",
             "--heartbeat-timeout-ms",
             "2000",

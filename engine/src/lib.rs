@@ -1,14 +1,17 @@
 //! Flint's in-process core: everything that runs without sockets.
 //!
-//! The runtime (pinned event loops with bounded inboxes), the task pool, the scheduler state
-//! machine and the cluster simulator live here; `flint-net` puts them on the wire.
+//! The runtime (pinned event loops with bounded inboxes), the task pool with the task functions
+//! and the runner that reports their completions, the scheduler state machine and the cluster
+//! simulator live here; `flint-net` puts them on the wire.
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod functions;
 pub mod hash;
 pub mod lifecycle;
 mod loom;
 pub mod pool;
+pub mod runner;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;

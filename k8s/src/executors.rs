@@ -1,5 +1,5 @@
 //! Executor pods kept at the allocator's target: the IO side of the engine's lifecycle for
-//! Kubernetes (as `flint_net::local::LocalExecutors` is for local processes).
+//! Kubernetes (as `flint_net::lifecycle::local::LocalExecutors` is for local processes).
 //!
 //! Three tasks on a tokio runtime talk to the API server, and one control thread drives the
 //! sans-IO state machines:

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
-use flint_net::functions::fnv1a64;
+use flint_engine::functions::fnv1a64;
 use serde_json::Value;
 
 /// Pods on a real cluster take longer than processes: image pulls, scheduling.
@@ -213,7 +213,7 @@ fn cluster_kill_9_of_an_executor_fails_its_pod_and_it_is_replaced() {
             "600",
             "--task",
             "hash:50",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
         ],
     );
@@ -267,7 +267,7 @@ fn cluster_dynamic_allocation_grows_and_shrinks_the_pods() {
             "1500",
             "--task",
             "hash:20",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
         ],
     );

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
+use flint_engine::functions::fnv1a64;
 use flint_k8s::double::ApiDouble;
-use flint_net::functions::fnv1a64;
 use serde_json::Value;
 
 const NS: &str = "flint-test";
@@ -266,7 +266,7 @@ fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
             "300",
             "--task",
             "hash:25",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
         ],
     );
@@ -305,7 +305,7 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
             "500",
             "--task",
             "hash:25",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
             "--poll-interval-ms",
             "600000",
@@ -360,7 +360,7 @@ fn five_seconds_of_500s_are_survived() {
             "300",
             "--task",
             "hash:25",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
             "--poll-interval-ms",
             "300",
@@ -433,7 +433,7 @@ fn dynamic_allocation_grows_and_shrinks_the_pods() {
             "300",
             "--task",
             "hash:20",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
         ],
     );
@@ -460,7 +460,7 @@ fn a_dead_api_server_fails_the_app_within_the_api_timeout() {
             "1000",
             "--task",
             "sleep:100",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
             "--poll-interval-ms",
             "200",
@@ -555,7 +555,7 @@ fn sigterm_cancels_the_job_and_deletes_the_pods_and_the_secret() {
             "1000",
             "--task",
             "sleep:100",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
         ],
     );
@@ -662,7 +662,7 @@ fn a_hung_api_server_fails_the_app_within_the_api_timeout() {
             "1000",
             "--task",
             "sleep:100",
-            "--queue-depth",
+            "--tasks-per-core",
             "1",
             "--poll-interval-ms",
             "200",

@@ -19,9 +19,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use flint_net::driver::Driver;
 use flint_net::executor::{self, ExecutorConfig};
-use flint_net::functions::{Registry, TaskError};
 use flint_net::handshake::{random_nonce, Secret};
 use flint_net::job::{Job, JobOutcome};
+use flint_net::{Registry, TaskError};
 
 type Error = Box<dyn std::error::Error>;
 

@@ -6,24 +6,20 @@ pub mod app_client;
 pub mod conn;
 pub mod driver;
 pub mod executor;
-pub mod functions;
 pub mod handshake;
-pub mod http;
 pub mod job;
 pub mod journal;
-pub mod local;
+pub mod lifecycle;
 pub mod master;
 pub mod master_core;
 pub mod master_source;
-pub mod metrics;
 pub mod observe;
 pub mod pools;
-pub mod runner;
 #[doc(hidden)]
 pub mod sim;
-pub mod source;
 pub mod standalone;
 pub mod transport;
-pub mod ui;
 pub mod wire;
 pub mod worker;
+
+pub use flint_engine::functions::{Registry, TaskContext, TaskError};

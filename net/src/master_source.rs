@@ -17,7 +17,7 @@ use flint_engine::lifecycle::{dynamic_target, DynamicConfig, ExecutorState};
 
 use crate::app_client::AppClient;
 use crate::driver::Driver;
-use crate::source::ExecutorSource;
+use crate::lifecycle::mirror::ExecutorSource;
 use crate::wire;
 
 /// The master's view of one application's executors.

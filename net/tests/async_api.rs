@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flint_net::driver::{Driver, DriverConfig, DriverError, Rejected};
-use flint_net::functions::Registry;
 use flint_net::job::{Job, JobOutcome, TaskResult};
+use flint_net::Registry;
 use futures_core::Stream;
 
 fn local_driver(cores: u32) -> Driver {

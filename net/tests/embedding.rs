@@ -13,9 +13,9 @@ use bytes::Bytes;
 use flint_engine::scheduler::RemovalReason;
 use flint_net::driver::{Driver, DriverConfig, DriverError};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
-use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
 use flint_net::job::{Job, JobOutcome};
+use flint_net::Registry;
 
 fn executor_with(
     addr: SocketAddr,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use flint_net::wire::fuzzing;
+use flint_net::wire::{fuzzing, Kind, Message};
 
 fn replay(target: &str, run: fn(&[u8])) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -37,4 +37,27 @@ fn message_corpus() {
 #[test]
 fn handshake_corpus() {
     replay("handshake", fuzzing::handshake);
+}
+
+/// The message table's own seeds (`KIND-N`, written by `write_seed_corpus`) decode as their
+/// kind: a table change that leaves them stale fails here, not silently as one more bad input.
+#[test]
+fn message_seeds_match_the_table() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/message");
+    let mut checked = 0;
+    for (index, kind) in Kind::ALL.iter().enumerate() {
+        for seed in 0..2 {
+            let path = dir.join(format!("{}-{seed}", kind.name()));
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(data.first(), Some(&(index as u8)), "{}", path.display());
+            let decoded = Message::decode(*kind as u16, &data[1..]);
+            assert!(
+                decoded.is_ok(),
+                "{} no longer decodes ({decoded:?}): rerun write_seed_corpus",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2 * Kind::ALL.len());
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flint_net::driver::Driver;
-use flint_net::functions::Registry;
 use flint_net::job::{Job, JobOutcome};
+use flint_net::Registry;
 
 /// Voluntary context switches of each of this process's threads named `name`.
 fn switches(name: &str) -> Vec<u64> {

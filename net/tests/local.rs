@@ -13,8 +13,8 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use bytes::Bytes;
+use flint_engine::functions::{fnv1a64, Registry, TaskError};
 use flint_net::driver::Driver;
-use flint_net::functions::{fnv1a64, Registry, TaskError};
 use flint_net::job::{Job, JobOutcome};
 
 fn local_driver(registry: Registry) -> Driver {

@@ -19,8 +19,8 @@ use flint_bench::memory;
 use flint_bench::report::{self, Section};
 use flint_cli::summary::{json_string, Latency, Summary};
 use flint_net::driver::DriverConfig;
-use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
+use flint_net::Registry;
 use hdrhistogram::Histogram;
 
 #[derive(Parser, Debug)]
@@ -110,9 +110,10 @@ struct Args {
     /// Payload bytes per task (0 to 64 KiB and beyond).
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     payload: usize,
-    /// Task slots the driver gives each executor core (pipelining depth).
-    #[arg(long, default_value_t = 64)]
-    queue_depth: u32,
+    /// Task slots the driver gives each executor core (pipelining depth, 1 to 1024).
+    /// `--queue-depth` is its old name, still accepted.
+    #[arg(long, alias = "queue-depth", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=i64::from(flint_net::driver::TASKS_PER_CORE_MAX)))]
+    tasks_per_core: u32,
     /// Open loop: give up once this many tasks are outstanding (past saturation).
     #[arg(long, default_value_t = 1_000_000)]
     outstanding_max: u64,
@@ -181,11 +182,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let started = SystemTime::now();
     let cluster = Cluster::start(cluster_spec)?;
     let _metrics = match args.metrics_listen {
-        Some(addr) => Some(flint_net::ui::serve_driver(
+        Some(addr) => Some(flint_net::observe::ui::serve_driver(
             addr,
             cluster.driver.observer(),
             ui_secret,
-            flint_net::ui::Serve::UiAndMetrics,
+            flint_net::observe::ui::Serve::UiAndMetrics,
         )?),
         None => None,
     };
@@ -286,7 +287,7 @@ fn jobs_max_of(mode: Mode) -> usize {
 /// The driver's settings and where its executors come from.
 fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> {
     let mut driver = DriverConfig {
-        tasks_per_core: args.queue_depth.max(1),
+        tasks_per_core: args.tasks_per_core,
         ..DriverConfig::default()
     };
     driver.scheduler.jobs_max = driver.scheduler.jobs_max.max(jobs_max + 64);
@@ -391,7 +392,7 @@ fn summary_fields(
         ("cores", args.cores.to_string()),
         ("executor_source", json_string(source_name)),
         ("warmup_s", format!("{:.3}", spec.warmup.as_secs_f64())),
-        ("queue_depth", args.queue_depth.to_string()),
+        ("tasks_per_core", args.tasks_per_core.to_string()),
         ("submitters", args.submitters.to_string()),
     ];
     match spec.mode {

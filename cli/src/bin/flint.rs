@@ -19,19 +19,19 @@ use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FI
 use flint_net::app_client::{AppClient, AppClientConfig, AppInfo};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
-use flint_net::functions::Registry;
 use flint_net::handshake::Secret;
-use flint_net::http::HttpServer;
-use flint_net::local::{LocalConfig, LocalExecutors, LocalStats};
+use flint_net::lifecycle::local::{LocalConfig, LocalExecutors, LocalStats};
+use flint_net::lifecycle::mirror::{MirrorConfig, SourceMirror};
 use flint_net::master::{MasterConfig, MasterHandle};
 use flint_net::master_source::{MasterScaler, MasterSource};
-use flint_net::metrics::ClusterRole;
+use flint_net::observe::http::HttpServer;
+use flint_net::observe::metrics::ClusterRole;
+use flint_net::observe::ui::{self, Serve};
 use flint_net::observe::EventSink;
-use flint_net::source::{MirrorConfig, SourceMirror};
 use flint_net::standalone::BlockingClient;
-use flint_net::ui::{self, Serve};
 use flint_net::wire::{AppStatus, ExecutorStatus, List, Message, Role, WorkerStatus};
 use flint_net::worker::{WorkerConfig, WorkerError};
+use flint_net::Registry;
 
 /// The environment variable that carries the shared secret.
 const SECRET_ENV: &str = "FLINT_SECRET";
@@ -757,7 +757,7 @@ fn local_allocation(args: &LocalArgs) -> Result<(u32, Option<DynamicConfig>), St
     let dynamic = DynamicConfig {
         min: args.min_executors,
         max: args.max_executors,
-        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
         idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
     };
     Ok((args.min_executors, Some(dynamic)))
@@ -1126,7 +1126,7 @@ fn start_scaler(
     let dynamic = DynamicConfig {
         min: args.executors,
         max,
-        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
         idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
     };
     MasterScaler::start(

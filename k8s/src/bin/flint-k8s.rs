@@ -312,7 +312,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let dynamic = args.max_executors.map(|max| DynamicConfig {
         min,
         max,
-        tasks_per_executor: args.cores.saturating_mul(args.job.queue_depth.max(1)),
+        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
         idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
     });
     let mut k8s = K8sConfig::new(settings.clone());

@@ -43,8 +43,8 @@ use crate::conn::{ConnError, TABLE_FULL};
 use crate::handshake::Handshake;
 use crate::job::{Job, JobShared, ResultObserver};
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
-use crate::runner::Completion;
 use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use flint_engine::runner::TaskReport;
 
 /// A peer connection as the IO layer names it: any number it does not reuse while the core
 /// knows the peer (from `handle_connected` until `handle_closed` or `poll_close`).
@@ -72,8 +72,8 @@ pub const HANDSHAKES_MAX: usize = 256;
 pub const CLIENTS_MAX: usize = 64;
 /// A client connection silent this long is closed.
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Removed executors whose names the driver keeps for late exit reasons.
-const GONE_NAMES_MAX: usize = 1024;
+/// Removed executors whose ids the driver keeps for late exit reasons.
+const GONE_IDS_MAX: usize = 1024;
 /// Callers waiting for executors at once, at most.
 const EXECUTOR_WAITERS_MAX: usize = 4096;
 /// How often the driver looks for stalls while jobs are active (the checks scan executors).
@@ -139,14 +139,14 @@ pub struct DriverCore {
     scheduler: Scheduler,
     peers: FxHashMap<PeerId, Peer>,
     /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
-    names: HashMap<String, ExecutorId>,
+    executor_ids: HashMap<String, ExecutorId>,
     links: FxHashMap<ExecutorId, Link>,
     next_executor: u64,
     stopping: bool,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
     retiring: FxHashMap<ExecutorId, (RemovalReason, bool)>,
-    /// Executors removed lately (newest last, at most [`GONE_NAMES_MAX`]) by their id on the
+    /// Executors removed lately (newest last, at most [`GONE_IDS_MAX`]) by their id on the
     /// wire, so a cluster manager's later exit reason still reaches the scheduler.
     gone: VecDeque<(String, ExecutorId)>,
     jobs: FxHashMap<JobId, JobEntry>,
@@ -187,7 +187,7 @@ impl DriverCore {
             scheduler: Scheduler::new(config.scheduler.clone()),
             config,
             peers: FxHashMap::default(),
-            names: HashMap::new(),
+            executor_ids: HashMap::new(),
             links: FxHashMap::default(),
             next_executor: 1,
             stopping: false,
@@ -342,7 +342,7 @@ impl DriverCore {
                 },
             ) => {
                 let registration = Registration {
-                    name: executor_id,
+                    executor_id,
                     host,
                     cores,
                     attributes,
@@ -414,7 +414,7 @@ impl DriverCore {
                 executor,
                 task,
                 attempt,
-                state: task_state(state),
+                state,
                 // A result outlives its frame: a small one is copied out so it does not keep
                 // the whole frame alive.
                 data: frame.retain(update.data),
@@ -430,13 +430,13 @@ impl DriverCore {
         r: Registration<'_>,
     ) -> Result<ExecutorId, ConnError> {
         let Registration {
-            name,
+            executor_id,
             host,
             cores,
             attributes,
         } = r;
         let refuse = |reason: String, out: &mut BytesMut| {
-            tracing::warn!(executor = name, "registration refused: {reason}");
+            tracing::warn!(executor_id, "registration refused: {reason}");
             let refusal = Message::RegisterExecutorFailed { reason: &reason };
             encode(&refusal, out, FRAME_SIZE_MAX_DEFAULT);
             Err(ConnError::Protocol(format!(
@@ -451,8 +451,11 @@ impl DriverCore {
                 format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted");
             return refuse(reason, &mut peer.out);
         }
-        if self.names.contains_key(name) {
-            return refuse(format!("duplicate executor id {name:?}"), &mut peer.out);
+        if self.executor_ids.contains_key(executor_id) {
+            return refuse(
+                format!("duplicate executor id {executor_id:?}"),
+                &mut peer.out,
+            );
         }
         let id = ExecutorId(self.next_executor);
         let info = ExecutorInfo {
@@ -468,24 +471,21 @@ impl DriverCore {
             return refuse(refusal.to_string(), &mut peer.out);
         }
         self.next_executor += 1;
-        self.names.insert(name.to_owned(), id);
+        self.executor_ids.insert(executor_id.to_owned(), id);
         self.links.insert(id, Link::Remote(peer_id));
         self.counters
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
         self.executor_added();
-        let interval_ms = self.config.heartbeat_interval.as_millis().to_string();
-        let settings = [KeyValue {
-            key: "heartbeat_interval_ms",
-            value: &interval_ms,
-        }];
         let registered = Message::RegisteredExecutor {
-            settings: List::from_items(&settings),
+            heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
+                .unwrap_or(u32::MAX),
         };
         encode(&registered, &mut peer.out, self.config.frame_size_max);
         self.peer_deadline(expiry(self.now_us, us(self.config.heartbeat_timeout)));
-        tracing::info!(executor = name, host, cores, "executor registered");
-        self.telemetry.executor_registered(id, name, host, cores);
+        tracing::info!(executor_id, host, cores, "executor registered");
+        self.telemetry
+            .executor_registered(id, executor_id, host, cores);
         Ok(id)
     }
 
@@ -517,27 +517,15 @@ impl DriverCore {
         slots
     }
 
-    /// Attempts the in-process executor ended (drained from `completions`).
-    pub fn handle_local_completions(&mut self, completions: &mut Vec<Completion>, now_us: u64) {
+    /// Attempts the in-process executor ended (drained from `reports`).
+    pub fn handle_local_completions(&mut self, reports: &mut Vec<TaskReport>, now_us: u64) {
         self.advance(now_us);
         let now = self.now_us;
-        for Completion {
-            task_id,
-            attempt,
-            state,
-            data,
-        } in completions.drain(..)
-        {
-            let task = TaskId(task_id);
+        for report in reports.drain(..) {
+            let (task, attempt, state) = (report.task, report.attempt, report.state);
             self.telemetry
-                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &data);
-            let update = scheduler::StatusUpdate {
-                executor: LOCAL_EXECUTOR,
-                task,
-                attempt,
-                state: task_state(state),
-                data,
-            };
+                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
+            let update = report.into_update(LOCAL_EXECUTOR);
             self.scheduler.status_update(now, update);
         }
         self.pump();
@@ -572,7 +560,7 @@ impl DriverCore {
             scheduling,
         } = job;
         let n = payloads.len();
-        let names = &self.names;
+        let executor_ids = &self.executor_ids;
         let spec = crate::job::job_spec(
             function,
             payloads,
@@ -580,7 +568,7 @@ impl DriverCore {
             keep_results,
             result_bytes_max,
             *scheduling,
-            |name| names.get(name).copied(),
+            |executor_id| executor_ids.get(executor_id).copied(),
         );
         let refused = |admission: &Admission, error: String| {
             admission.release(n);
@@ -658,8 +646,8 @@ impl DriverCore {
 
     /// Tells one remote executor (by its id on the wire) to exit, its removal not counted as a
     /// loss; whether it was registered.
-    pub fn stop_executor(&mut self, name: &str) -> bool {
-        let Some((id, peer)) = self.remote_named(name) else {
+    pub fn stop_executor(&mut self, executor_id: &str) -> bool {
+        let Some((id, peer)) = self.remote_by_id(executor_id) else {
             return false;
         };
         self.retiring.insert(id, (RemovalReason::Killed, false));
@@ -670,15 +658,15 @@ impl DriverCore {
     /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;
     /// one removed lately still has an application-caused reason charged (see
     /// [`super::Driver::remove_executor`]).
-    pub fn remove_executor(&mut self, name: &str, reason: RemovalReason, now_us: u64) {
+    pub fn remove_executor(&mut self, executor_id: &str, reason: RemovalReason, now_us: u64) {
         self.advance(now_us);
-        if let Some((id, peer)) = self.remote_named(name) {
+        if let Some((id, peer)) = self.remote_by_id(executor_id) {
             self.retiring.insert(id, (reason, true));
             self.close(peer, ConnError::Closed);
-        } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == name) {
+        } else if let Some(&(_, id)) = self.gone.iter().rev().find(|(n, _)| *n == executor_id) {
             // Already removed (its connection closed first): the scheduler charges a reason
             // that blames the application to the attempts it held then.
-            tracing::info!(executor = %name, "late exit reason: {reason}");
+            tracing::info!(%executor_id, "late exit reason: {reason}");
             self.scheduler.remove_executor(self.now_us, id, reason);
         }
         self.pump();
@@ -710,9 +698,9 @@ impl DriverCore {
             .unfinished_tasks()
             .saturating_sub(pending_tasks);
         let executors = self
-            .names
+            .executor_ids
             .iter()
-            .map(|(name, id)| (name.clone(), self.running_on(*id)))
+            .map(|(executor_id, id)| (executor_id.clone(), self.running_on(*id)))
             .collect();
         ExecutorsView {
             pending_tasks,
@@ -726,7 +714,7 @@ impl DriverCore {
         self.scheduler
             .stalled_executors()
             .into_iter()
-            .map(|(id, _)| self.executor_name(id))
+            .map(|(id, _)| self.executor_id_of(id))
             .collect()
     }
 
@@ -751,11 +739,14 @@ impl DriverCore {
     }
 
     /// An executor's id on the wire (`local` for the in-process one). O(executors).
-    fn executor_name(&self, id: ExecutorId) -> String {
-        self.names
+    fn executor_id_of(&self, id: ExecutorId) -> String {
+        self.executor_ids
             .iter()
             .find(|(_, named)| **named == id)
-            .map_or_else(|| "local".to_owned(), |(name, _)| name.clone())
+            .map_or_else(
+                || "local".to_owned(),
+                |(executor_id, _)| executor_id.clone(),
+            )
     }
 
     // ----- outputs -----
@@ -989,28 +980,29 @@ impl DriverCore {
 
     fn remove_executor_id(&mut self, id: ExecutorId, why: &ConnError) {
         self.links.remove(&id);
+        let executor_id = self.executor_id_of(id);
         let gone = &mut self.gone;
-        self.names.retain(|name, named| {
+        self.executor_ids.retain(|executor_id, named| {
             if *named == id {
-                if gone.len() >= GONE_NAMES_MAX {
+                if gone.len() >= GONE_IDS_MAX {
                     gone.pop_front();
                 }
-                gone.push_back((name.clone(), id));
+                gone.push_back((executor_id.clone(), id));
             }
             *named != id
         });
         self.counters.executors.fetch_sub(1, Ordering::SeqCst);
         let (reason, lost) = if let Some((reason, lost)) = self.retiring.remove(&id) {
-            tracing::info!(executor = id.0, "executor removed: {reason}");
+            tracing::info!(%executor_id, "executor removed: {reason}");
             self.telemetry
                 .executor_removed(id, &reason.to_string(), lost);
             (reason, lost)
         } else if self.stopping {
-            tracing::info!(executor = id.0, "executor stopped");
+            tracing::info!(%executor_id, "executor stopped");
             self.telemetry.executor_removed(id, "stopped", false);
             (RemovalReason::Killed, false)
         } else {
-            tracing::warn!(executor = id.0, "executor lost: {why}");
+            tracing::warn!(%executor_id, "executor lost: {why}");
             self.telemetry.executor_removed(id, &why.to_string(), true);
             (RemovalReason::Lost(why.to_string()), true)
         };
@@ -1166,9 +1158,9 @@ impl DriverCore {
             if !stalled.is_empty() {
                 self.health.next_stalled_warning_us = now.saturating_add(warn_us);
                 for (id, attempts) in stalled {
-                    let name = self.executor_name(id);
+                    let executor_id = self.executor_id_of(id);
                     tracing::warn!(
-                        executor = name.as_str(),
+                        executor_id = executor_id.as_str(),
                         attempts,
                         "executor is stalled: it holds a straggler and has finished nothing \
                          since it was launched; its stragglers are copied elsewhere and it gets \
@@ -1188,8 +1180,8 @@ impl DriverCore {
     }
 
     /// A registered remote executor by its id on the wire.
-    fn remote_named(&self, name: &str) -> Option<(ExecutorId, PeerId)> {
-        let id = *self.names.get(name)?;
+    fn remote_by_id(&self, executor_id: &str) -> Option<(ExecutorId, PeerId)> {
+        let id = *self.executor_ids.get(executor_id)?;
         match self.links.get(&id)? {
             Link::Remote(peer) => Some((id, *peer)),
             Link::Local => None,
@@ -1199,7 +1191,7 @@ impl DriverCore {
 
 /// What an executor registers with.
 struct Registration<'a> {
-    name: &'a str,
+    executor_id: &'a str,
     host: &'a str,
     cores: u32,
     attributes: List<'a, KeyValue<'a>>,
@@ -1213,17 +1205,6 @@ fn expiry(since_us: u64, timeout_us: u64) -> u64 {
 /// Micros in a duration, saturating.
 pub(crate) fn us(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// The wire's task state as the scheduler's.
-pub(crate) fn task_state(state: wire::TaskState) -> scheduler::TaskState {
-    match state {
-        wire::TaskState::Running => scheduler::TaskState::Running,
-        wire::TaskState::Finished => scheduler::TaskState::Finished,
-        wire::TaskState::Failed => scheduler::TaskState::Failed,
-        wire::TaskState::Killed => scheduler::TaskState::Killed,
-        wire::TaskState::Lost => scheduler::TaskState::Lost,
-    }
 }
 
 #[cfg(test)]
@@ -1328,13 +1309,13 @@ mod tests {
     fn register(
         core: &mut DriverCore,
         peer: PeerId,
-        name: &str,
+        executor_id: &str,
         cores: u32,
         now_us: u64,
     ) -> (bool, Vec<Frame>) {
         connect(core, peer, now_us);
         let registration = Message::RegisterExecutor {
-            executor_id: name,
+            executor_id,
             host: "h",
             cores,
             attributes: List::from_items(&[]),
@@ -1632,8 +1613,8 @@ mod tests {
             let LocalCommand::Launch(task) = command else {
                 panic!("only launches: {command:?}");
             };
-            completions.push(Completion {
-                task_id: task.task.0,
+            completions.push(TaskReport {
+                task: task.task,
                 attempt: task.attempt,
                 state: TaskState::Finished,
                 data: task.payload,

@@ -24,9 +24,9 @@ use super::core::{us, DriverCore, LocalCommand, PeerId};
 use super::{send_retrying, DriverConfig, DriverMsg};
 use crate::admission::Admission;
 use crate::conn::{accept_next, refuse, ConnError, Connection};
-use crate::functions::Registry;
 use crate::handshake::random_nonce;
-use crate::runner::{Completion, TaskRunner};
+use flint_engine::functions::Registry;
+use flint_engine::runner::{TaskReport, TaskRunner};
 
 /// One connection and what the IO layer tracks for it.
 struct Conn {
@@ -56,7 +56,7 @@ pub(crate) struct DriverEndpoint {
     /// The local runner completed attempts on this thread while launching: drain it (no kick
     /// comes for those).
     local_spilled: bool,
-    completions: Vec<Completion>,
+    completions: Vec<TaskReport>,
     /// The armed timer and its deadline (micros on the core's clock).
     timer: Option<(TimerId, u64)>,
     frame_size_max: usize,
@@ -368,11 +368,14 @@ impl DriverEndpoint {
             DriverMsg::Stalled(reply) => {
                 let _ = reply.send(core.stalled());
             }
-            DriverMsg::StopExecutor { name, reply } => {
-                let _ = reply.send(core.stop_executor(&name));
+            DriverMsg::StopExecutor { executor_id, reply } => {
+                let _ = reply.send(core.stop_executor(&executor_id));
             }
-            DriverMsg::RemoveExecutor { name, reason } => {
-                core.remove_executor(&name, reason, now_us);
+            DriverMsg::RemoveExecutor {
+                executor_id,
+                reason,
+            } => {
+                core.remove_executor(&executor_id, reason, now_us);
             }
         }
     }

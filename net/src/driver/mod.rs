@@ -58,11 +58,11 @@ use self::core::DriverCore;
 use self::endpoint::DriverEndpoint;
 use crate::admission::Admission;
 pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
-use crate::functions::Registry;
 use crate::handshake::Secret;
 use crate::job::{Job, JobHandle, JobShared};
 use crate::observe::{DriverView, LoopTelemetry};
 use crate::wire::{batch, Message, FRAME_SIZE_MAX_DEFAULT};
+use flint_engine::functions::Registry;
 
 /// The most task slots per executor core: executors size their queues for this many.
 pub const TASKS_PER_CORE_MAX: u32 = 1024;
@@ -641,11 +641,11 @@ impl Driver {
 
     /// Tells one remote executor (by its id on the wire) to exit; its removal is not counted
     /// as a loss ([`Driver::executors_lost`]). Answers whether it was registered.
-    pub fn stop_executor(&self, name: &str) -> Result<bool, DriverError> {
-        let name = name.to_owned();
+    pub fn stop_executor(&self, executor_id: &str) -> Result<bool, DriverError> {
+        let executor_id = executor_id.to_owned();
         self.endpoint
             .ask(
-                |reply| DriverMsg::StopExecutor { name, reply },
+                |reply| DriverMsg::StopExecutor { executor_id, reply },
                 Duration::from_secs(10),
             )
             .map_err(DriverError::from)
@@ -659,10 +659,14 @@ impl Driver {
     /// first, as it usually does), a reason that blames the application is still charged to
     /// the attempts it was running then, so a task that crashes every executor fails its job
     /// after `max_failures` crashes.
-    pub fn remove_executor(&self, name: &str, reason: RemovalReason) -> Result<(), DriverError> {
+    pub fn remove_executor(
+        &self,
+        executor_id: &str,
+        reason: RemovalReason,
+    ) -> Result<(), DriverError> {
         self.endpoint
             .send(DriverMsg::RemoveExecutor {
-                name: name.to_owned(),
+                executor_id: executor_id.to_owned(),
                 reason,
             })
             .map_err(DriverError::from)
@@ -781,14 +785,14 @@ pub(crate) enum DriverMsg {
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
         /// Its id on the wire.
-        name: String,
+        executor_id: String,
         /// Whether it was registered.
         reply: Reply<bool>,
     },
     /// Remove an executor for a reason a cluster manager gave.
     RemoveExecutor {
         /// Its id on the wire.
-        name: String,
+        executor_id: String,
         /// Why.
         reason: RemovalReason,
     },

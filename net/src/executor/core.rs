@@ -26,10 +26,11 @@ use flint_engine::hash::FxHashSet;
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
 use crate::driver::encode;
 use crate::handshake::Handshake;
-use crate::runner::Completion;
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
+use flint_engine::runner::TaskReport;
+use flint_engine::scheduler::TaskId;
 
-/// The heartbeat interval when the driver's `Registered` names none, in milliseconds.
+/// The heartbeat interval until the driver's `RegisteredExecutor` sets it, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;
 /// The shortest heartbeat interval a driver may ask for, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_MIN: u64 = 10;
@@ -83,7 +84,7 @@ pub struct ExecutorCore {
     transmit: BytesMut,
     actions: VecDeque<Action>,
     /// Completions to report at the next [`ExecutorCore::poll_transmit`], already bounded.
-    updates: Vec<Completion>,
+    updates: Vec<TaskReport>,
     /// Attempts launched and not yet completed.
     in_flight: FxHashSet<(u64, u32)>,
     heartbeat_interval_us: u64,
@@ -192,13 +193,13 @@ impl ExecutorCore {
     /// Feeds a task attempt's completion (from the task runner). A final one leaves the
     /// in-flight set and counts as an attempt run; each goes out at the next
     /// [`ExecutorCore::poll_transmit`], a result too large for a frame failing its task.
-    pub fn handle_completion(&mut self, mut completion: Completion, _now_us: u64) {
+    pub fn handle_completion(&mut self, mut completion: TaskReport, _now_us: u64) {
         if self.is_ended() {
             return;
         }
-        if completion.state.is_final() {
+        if completion.state != TaskState::Running {
             self.in_flight
-                .remove(&(completion.task_id, completion.attempt));
+                .remove(&(completion.task.0, completion.attempt));
             self.task_attempts += 1;
         }
         bound_report(&mut completion, self.frame_size_max);
@@ -284,17 +285,15 @@ impl ExecutorCore {
             ExecutorError::DriverGone(format!("malformed frame from the driver: {e}"))
         })?;
         match message {
-            Message::RegisteredExecutor { settings } => {
-                let interval_ms = settings
-                    .iter()
-                    .find(|kv| kv.key == "heartbeat_interval_ms")
-                    .and_then(|kv| kv.value.parse::<u64>().ok())
-                    .unwrap_or(HEARTBEAT_INTERVAL_MS_DEFAULT)
+            Message::RegisteredExecutor {
+                heartbeat_interval_ms,
+            } => {
+                let interval_ms = u64::from(heartbeat_interval_ms)
                     .clamp(HEARTBEAT_INTERVAL_MS_MIN, HEARTBEAT_INTERVAL_MS_MAX);
                 self.heartbeat_interval_us = interval_ms * 1000;
                 self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
                 self.phase = Phase::Running;
-                tracing::info!(executor = %self.executor_id, "registered with the driver");
+                tracing::info!(executor_id = %self.executor_id, "registered with the driver");
             }
             Message::RegisterExecutorFailed { reason } => {
                 return Err(ExecutorError::Refused(reason.to_owned()))
@@ -314,7 +313,7 @@ impl ExecutorCore {
             }
             Message::HeartbeatAck {} => {}
             Message::StopExecutor {} => {
-                tracing::info!(executor = %self.executor_id, "stopped by the driver");
+                tracing::info!(executor_id = %self.executor_id, "stopped by the driver");
                 self.end(Ok(()));
             }
             Message::Shutdown {} => {
@@ -344,8 +343,8 @@ impl ExecutorCore {
                 self.in_flight_max
             );
             self.task_attempts += 1;
-            self.updates.push(Completion {
-                task_id,
+            self.updates.push(TaskReport {
+                task: TaskId(task_id),
                 attempt,
                 state: TaskState::Failed,
                 data: Bytes::from(reason),
@@ -384,7 +383,7 @@ impl ExecutorCore {
             .updates
             .iter()
             .map(|update| wire::StatusUpdate {
-                task_id: update.task_id,
+                task_id: update.task.0,
                 attempt: update.attempt,
                 state: update.state,
                 data: &update.data,
@@ -394,7 +393,7 @@ impl ExecutorCore {
             batch::encode_status_updates(&batch, &mut self.transmit, self.frame_size_max)
         {
             // Unreachable: `bound_report` keeps every update within a frame.
-            tracing::error!(executor = %self.executor_id, "status updates not sent: {error}");
+            tracing::error!(executor_id = %self.executor_id, "status updates not sent: {error}");
         }
         self.updates.clear();
     }
@@ -404,10 +403,10 @@ impl ExecutorCore {
     /// handshake refusal tells the driver why).
     fn end(&mut self, reason: Result<(), ExecutorError>) {
         if let Err(error) = &reason {
-            tracing::error!(executor = %self.executor_id, "{error}");
+            tracing::error!(executor_id = %self.executor_id, "{error}");
         }
         let completed = self.task_attempts;
-        tracing::info!(executor = %self.executor_id, completed, "ran {completed} task attempts");
+        tracing::info!(executor_id = %self.executor_id, completed, "ran {completed} task attempts");
         self.phase = Phase::Ended;
         self.heartbeat_next_us = None;
         self.actions.clear();
@@ -421,7 +420,7 @@ impl ExecutorCore {
 /// Keeps a report within what one frame carries: a result too large for a frame fails its task
 /// with the reason (the driver never sees a wrong success), and a failure's text is cut to
 /// [`batch::REASON_BYTES_MAX`].
-fn bound_report(update: &mut Completion, frame_size_max: usize) {
+fn bound_report(update: &mut TaskReport, frame_size_max: usize) {
     let result_max = batch::item_bytes_max(frame_size_max);
     if update.state == TaskState::Finished && update.data.len() > result_max {
         update.state = TaskState::Failed;
@@ -439,7 +438,7 @@ fn bound_report(update: &mut Completion, frame_size_max: usize) {
 mod tests {
     use super::*;
     use crate::handshake::Secret;
-    use crate::wire::{KeyValue, Kind, TaskLaunch};
+    use crate::wire::{Kind, TaskLaunch};
 
     const FRAME_SIZE_MAX: usize = 4096;
     const DRIVER: &[Role] = &[Role::Executor];
@@ -447,7 +446,7 @@ mod tests {
     fn config(secret: Option<Secret>) -> ExecutorConfig {
         let mut config = ExecutorConfig::new(([127, 0, 0, 1], 1).into(), "e1");
         config.cores = 2;
-        config.in_flight_per_core = 2;
+        config.tasks_per_core = 2;
         config.frame_size_max = FRAME_SIZE_MAX;
         config.secret = secret;
         config
@@ -508,15 +507,11 @@ mod tests {
     }
 
     /// A core past the handshake, registered at `now_us` with a heartbeat every `interval_ms`.
-    fn registered(interval_ms: &str, now_us: u64) -> ExecutorCore {
+    fn registered(interval_ms: u32, now_us: u64) -> ExecutorCore {
         let mut core = ExecutorCore::new(&config(None), [1; 32]);
         handshake(&mut core, None);
-        let settings = [KeyValue {
-            key: "heartbeat_interval_ms",
-            value: interval_ms,
-        }];
         let registered = Message::RegisteredExecutor {
-            settings: List::from_items(&settings),
+            heartbeat_interval_ms: interval_ms,
         };
         deliver(&mut core, &registered, now_us);
         core
@@ -542,9 +537,9 @@ mod tests {
         std::iter::from_fn(|| core.poll_action()).collect()
     }
 
-    fn done(task_id: u64, state: TaskState, data: &[u8]) -> Completion {
-        Completion {
-            task_id,
+    fn done(task_id: u64, state: TaskState, data: &[u8]) -> TaskReport {
+        TaskReport {
+            task: TaskId(task_id),
             attempt: 0,
             state,
             data: Bytes::copy_from_slice(data),
@@ -608,7 +603,7 @@ mod tests {
     #[test]
     fn heartbeats_come_at_the_interval_the_driver_set() {
         let start_us = 1_000;
-        let mut core = registered("200", start_us);
+        let mut core = registered(200, start_us);
         let first_us = start_us + 200_000;
         assert_eq!(core.poll_timeout(), Some(first_us));
         core.handle_timeout(first_us - 1);
@@ -633,18 +628,15 @@ mod tests {
 
     #[test]
     fn a_heartbeat_interval_out_of_bounds_is_clamped() {
-        let core = registered("1", 0);
+        let core = registered(1, 0);
         assert_eq!(core.poll_timeout(), Some(HEARTBEAT_INTERVAL_MS_MIN * 1000));
-        let core = registered("not a number", 0);
-        assert_eq!(
-            core.poll_timeout(),
-            Some(HEARTBEAT_INTERVAL_MS_DEFAULT * 1000)
-        );
+        let core = registered(u32::MAX, 0);
+        assert_eq!(core.poll_timeout(), Some(HEARTBEAT_INTERVAL_MS_MAX * 1000));
     }
 
     #[test]
     fn launch_tasks_become_launch_actions_with_their_payloads() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(&mut core, &[(1, "echo", b"one"), (2, "sleep:5", b"")], 10);
         let expected = [
             Action::Launch {
@@ -676,7 +668,7 @@ mod tests {
 
     #[test]
     fn a_launch_past_the_in_flight_limit_fails_at_once() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         // Two cores, two per core.
         let tasks: Vec<(u64, &str, &[u8])> = (0..5).map(|i| (i, "noop", &b""[..])).collect();
         launch(&mut core, &tasks, 10);
@@ -707,7 +699,7 @@ mod tests {
 
     #[test]
     fn completions_leave_in_one_status_frame_and_an_oversized_result_fails() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(
             &mut core,
             &[(1, "a", b""), (2, "b", b""), (3, "c", b"")],
@@ -740,7 +732,7 @@ mod tests {
 
     #[test]
     fn frames_split_anywhere_are_taken_whole() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         let tasks = [TaskLaunch {
             task_id: 5,
             attempt: 2,
@@ -770,7 +762,7 @@ mod tests {
 
     #[test]
     fn kill_task_becomes_a_kill_for_an_attempt_in_flight() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(&mut core, &[(7, "sleep:1000", b"")], 10);
         actions(&mut core);
         for task_id in [7, 8] {
@@ -793,7 +785,7 @@ mod tests {
 
     #[test]
     fn stop_executor_ends_with_what_it_ran() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         launch(&mut core, &[(1, "a", b""), (2, "b", b"")], 10);
         actions(&mut core);
         core.handle_completion(done(1, TaskState::Finished, b""), 20);
@@ -819,7 +811,7 @@ mod tests {
 
     #[test]
     fn refusals_and_a_lost_driver_end_with_typed_errors() {
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         core.handle_closed("the driver closed the connection");
         assert_eq!(
             core.poll_exit(),
@@ -851,7 +843,7 @@ mod tests {
             "{exit:?}"
         );
 
-        let mut core = registered("500", 0);
+        let mut core = registered(500, 0);
         core.handle_bytes(&[0xff; 16], 0);
         assert!(matches!(
             core.poll_exit(),

@@ -4,7 +4,7 @@
 //! the timer for the core's next timeout, and stops once the core has ended.
 //!
 //! Tasks run on the pool's threads (or inline for at most a short, bounded while: see
-//! `runner.rs`), so a long task never delays a heartbeat or a kill request.
+//! `flint_engine::runner`), so a long task never delays a heartbeat or a kill request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +18,8 @@ use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot};
 use crate::conn::{ConnError, Connection};
 use crate::driver::send_retrying;
-use crate::functions::Registry;
-use crate::runner::TaskRunner;
+use flint_engine::functions::Registry;
+use flint_engine::runner::TaskRunner;
 
 /// Messages to the executor's endpoint.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ impl ExecutorEndpoint {
         match ctx.timer_once(delay) {
             Ok(timer) => self.timer = Some((timer, at_us)),
             Err(error) => tracing::error!(
-                executor = %self.core.executor_id(),
+                executor_id = %self.core.executor_id(),
                 "no heartbeat timer: {error}"
             ),
         }
@@ -144,7 +144,7 @@ impl ExecutorEndpoint {
 
     fn fail_start(&mut self, why: String, ctx: &mut Ctx<'_, Self>) {
         let error = ExecutorError::Start(why);
-        tracing::error!(executor = %self.core.executor_id(), "{error}");
+        tracing::error!(executor_id = %self.core.executor_id(), "{error}");
         self.exit.set(Err(error));
         ctx.stop();
     }

@@ -27,9 +27,9 @@ pub use self::core::{Action, ExecutorCore};
 use self::endpoint::ExecutorEndpoint;
 pub use self::endpoint::ExecutorMsg;
 use crate::conn::Connection;
-use crate::functions::Registry;
 use crate::handshake::{random_nonce, Secret};
 use crate::wire::FRAME_SIZE_MAX_DEFAULT;
+use flint_engine::functions::Registry;
 
 /// How an executor runs.
 #[derive(Debug, Clone)]
@@ -48,9 +48,10 @@ pub struct ExecutorConfig {
     pub connect_timeout: Duration,
     /// Largest frame accepted or sent.
     pub frame_size_max: usize,
-    /// Attempts it holds at once per core, running and queued. The driver sends at most
-    /// `tasks_per_core` per core, which it caps at [`crate::driver::TASKS_PER_CORE_MAX`].
-    pub in_flight_per_core: usize,
+    /// Attempts it holds at once per core, running and queued; launches past it fail at once.
+    /// A driver sends at most its own `tasks_per_core` per core, which it caps at
+    /// [`crate::driver::TASKS_PER_CORE_MAX`], the default here.
+    pub tasks_per_core: u32,
     /// Where the task threads run: worker `i` on the `i`-th listed CPU. Default: not pinned
     /// (a launcher that knows the machine, such as `flint local`, hands out CPUs).
     pub pin: Pinning,
@@ -67,15 +68,14 @@ impl ExecutorConfig {
             secret: None,
             connect_timeout: Duration::from_secs(30),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
-            in_flight_per_core: crate::driver::TASKS_PER_CORE_MAX as usize,
+            tasks_per_core: crate::driver::TASKS_PER_CORE_MAX,
             pin: Pinning::None,
         }
     }
 
-    /// Attempts it holds at once: `in_flight_per_core` for each core.
+    /// Attempts it holds at once: `tasks_per_core` for each core.
     fn in_flight_max(&self) -> usize {
-        self.in_flight_per_core
-            .saturating_mul(self.cores.max(1) as usize)
+        (self.tasks_per_core as usize).saturating_mul(self.cores.max(1) as usize)
     }
 }
 
@@ -174,7 +174,7 @@ fn run_once(
     // Submissions try every worker's inbox, so together they hold all `in_flight_max`.
     let mut pool = TaskPool::new(PoolConfig {
         workers: config.cores.max(1) as usize,
-        inbox_capacity: config.in_flight_per_core.max(1),
+        inbox_capacity: config.tasks_per_core.max(1) as usize,
         pin: config.pin.clone(),
         thread_name: "flint-task".into(),
         ..PoolConfig::default()

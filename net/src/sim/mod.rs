@@ -396,7 +396,7 @@ impl Sim {
             host: format!("host-{}", planned.name),
             cores: planned.cores,
             secret: self.plan.config.secret.clone(),
-            in_flight_per_core: self.plan.config.tasks_per_core as usize,
+            tasks_per_core: self.plan.config.tasks_per_core,
             ..ExecutorConfig::new(driver_addr, planned.name)
         };
         let runner = FakeRunner::new(planned.failure_prob, planned.slowness);

@@ -434,10 +434,10 @@ impl ExecNode {
             self.core.handle_timeout(now_us);
         }
         while let Some(c) = self.runner.poll_completion(now_us) {
-            tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "{:#x}.{} ends {:?}", c.task_id, c.attempt, c.state);
+            tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "{:#x}.{} ends {:?}", c.task.0, c.attempt, c.state);
             match c.state {
-                TaskState::Finished => ledger.ran(c.task_id, c.attempt, Ok(c.data.clone())),
-                TaskState::Failed => ledger.ran(c.task_id, c.attempt, Err(())),
+                TaskState::Finished => ledger.ran(c.task.0, c.attempt, Ok(c.data.clone())),
+                TaskState::Failed => ledger.ran(c.task.0, c.attempt, Err(())),
                 _ => {}
             }
             self.core.handle_completion(c, now_us);

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use flint_engine::sim::Rng;
 
-use crate::runner::Completion;
 use crate::wire::TaskState;
+use flint_engine::runner::TaskReport;
+use flint_engine::scheduler::TaskId;
 
 /// What every honest run of `(task_id, attempt)` on `payload` returns: the ids then the
 /// payload, so a result names the run that made it and the input it was given.
@@ -114,15 +115,15 @@ impl FakeRunner {
     }
 
     /// The next attempt that ended by `now_us`.
-    pub fn poll_completion(&mut self, now_us: u64) -> Option<Completion> {
+    pub fn poll_completion(&mut self, now_us: u64) -> Option<TaskReport> {
         let (&key, _) = self
             .running
             .iter()
             .filter(|(_, r)| r.due_us <= now_us)
             .min_by_key(|(_, r)| r.due_us)?;
         let run = self.running.remove(&key)?;
-        Some(Completion {
-            task_id: key.0,
+        Some(TaskReport {
+            task: TaskId(key.0),
             attempt: key.1,
             state: run.state,
             data: run.data,
@@ -145,7 +146,7 @@ mod tests {
         );
         assert!(runner.launch(&mut rng, 0, 8, 1, b"x"));
         assert!(runner.kill(5, 8, 1));
-        let killed = runner.poll_completion(5).map(|c| (c.task_id, c.state));
+        let killed = runner.poll_completion(5).map(|c| (c.task.0, c.state));
         assert_eq!(killed, Some((8, TaskState::Killed)));
         let due = runner.poll_timeout().unwrap_or(0);
         let done = runner.poll_completion(due).map(|c| (c.state, c.data));

@@ -223,7 +223,33 @@ impl<'a> Field<'a> for Option<i32> {
 }
 
 /// Declares a `u8`-encoded enum whose out-of-range values are a [`WireError::InvalidValue`].
+///
+/// `wire_enum! { impl Field for Name { Variant = 1, ... } }` gives an enum declared elsewhere
+/// (the engine's vocabulary, which the wire carries as it is) the same encoding.
 macro_rules! wire_enum {
+    (impl Field for $name:ident { $($variant:ident = $value:literal),* $(,)? }) => {
+        impl<'a> $crate::wire::codec::Field<'a> for $name {
+            const ENCODED_LEN_MIN: usize = 1;
+            fn read(reader: &mut $crate::wire::codec::Reader<'a>) -> Result<Self, $crate::wire::WireError> {
+                match <u8 as $crate::wire::codec::Field>::read(reader)? {
+                    $($value => Ok($name::$variant),)*
+                    value => Err($crate::wire::WireError::InvalidValue {
+                        field: stringify!($name),
+                        value: value.into(),
+                    }),
+                }
+            }
+            fn write(&self, out: &mut bytes::BytesMut) {
+                let value: u8 = match self { $($name::$variant => $value),* };
+                bytes::BufMut::put_u8(out, value);
+            }
+            #[cfg(test)]
+            fn sample(rng: &mut $crate::wire::sample::Rng, out: &mut bytes::BytesMut) {
+                let all: &[u8] = &[$($value),*];
+                bytes::BufMut::put_u8(out, all[rng.below(all.len())]);
+            }
+        }
+    };
     ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:literal),* $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -246,26 +272,7 @@ macro_rules! wire_enum {
             }
         }
 
-        impl<'a> $crate::wire::codec::Field<'a> for $name {
-            const ENCODED_LEN_MIN: usize = 1;
-            fn read(reader: &mut $crate::wire::codec::Reader<'a>) -> Result<Self, $crate::wire::WireError> {
-                match <u8 as $crate::wire::codec::Field>::read(reader)? {
-                    $($value => Ok($name::$variant),)*
-                    value => Err($crate::wire::WireError::InvalidValue {
-                        field: stringify!($name),
-                        value: value.into(),
-                    }),
-                }
-            }
-            fn write(&self, out: &mut bytes::BytesMut) {
-                bytes::BufMut::put_u8(out, *self as u8);
-            }
-            #[cfg(test)]
-            fn sample(rng: &mut $crate::wire::sample::Rng, out: &mut bytes::BytesMut) {
-                let all = $name::ALL;
-                bytes::BufMut::put_u8(out, all[rng.below(all.len())] as u8);
-            }
-        }
+        $crate::wire::codec::wire_enum! { impl Field for $name { $($variant = $value),* } }
     };
 }
 pub(crate) use wire_enum;

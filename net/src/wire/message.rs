@@ -94,26 +94,16 @@ wire_enum! {
     }
 }
 
-wire_enum! {
-    /// A task attempt's state, as an executor reports it.
-    pub enum TaskState {
-        /// Started on the executor.
-        Running = 1,
-        /// Finished; the data is the result.
-        Finished = 2,
-        /// Failed; the data is the error text.
-        Failed = 3,
-        /// Killed on request; the data is the reason.
-        Killed = 4,
-        /// Lost with its executor; the data is the reason.
-        Lost = 5,
-    }
-}
+/// A task attempt's state, as an executor reports it: the scheduler's own, carried as it is.
+pub use flint_engine::scheduler::TaskState;
 
-impl TaskState {
-    /// True for every state but `Running`.
-    pub fn is_final(self) -> bool {
-        self != TaskState::Running
+wire_enum! {
+    impl Field for TaskState {
+        Running = 1,
+        Finished = 2,
+        Failed = 3,
+        Killed = 4,
+        Lost = 5,
     }
 }
 
@@ -401,8 +391,8 @@ messages! {
     },
     /// The driver accepts an executor.
     RegisteredExecutor = 17 {
-        /// Settings the executor must follow (heartbeat interval, ...).
-        settings: List<'a, KeyValue<'a>>,
+        /// How often the executor must heartbeat, in milliseconds.
+        heartbeat_interval_ms: u32,
     },
     /// The driver refuses an executor; it exits with this reason.
     RegisterExecutorFailed = 18 {

@@ -2,7 +2,7 @@
 //! loop, batched. Executors use it for tasks from the wire; local mode uses it in the driver's
 //! own process.
 //!
-//! Completion protocol: a pool worker pushes its [`Completion`] into a bounded lock-free queue,
+//! Completion protocol: a pool worker pushes its [`TaskReport`] into a bounded lock-free queue,
 //! then sets the `kick_pending` flag; only the worker that flips it from false to true calls the
 //! `kick` callback (which sends one message to the loop). The loop clears the flag *before* it
 //! drains the queue, so a completion pushed during the drain either is drained or flips the flag
@@ -30,24 +30,38 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_engine::hash::{FxHashMap, FxHashSet};
-use flint_engine::pool::{PoolHandle, Task, TaskOutcome};
-use flint_engine::runtime::Inbox;
 
 use crate::functions::{Registry, Resolved, TaskContext};
-use crate::wire::TaskState;
+use crate::hash::{FxHashMap, FxHashSet};
+use crate::pool::{PoolHandle, Task, TaskOutcome};
+use crate::runtime::Inbox;
+use crate::scheduler::{ExecutorId, StatusUpdate, TaskId, TaskState};
 
-/// A finished task attempt, ready to report.
+/// An attempt's report: what an executor tells the driver about one run of a task. The
+/// scheduler's [`StatusUpdate`] is this report with the executor that sent it.
 #[derive(Debug, Clone)]
-pub struct Completion {
+pub struct TaskReport {
     /// The task.
-    pub task_id: u64,
+    pub task: TaskId,
     /// The attempt.
     pub attempt: u32,
     /// `Running` when it starts; then `Finished`, `Failed` or `Killed`.
     pub state: TaskState,
     /// The result, or the error text.
     pub data: Bytes,
+}
+
+impl TaskReport {
+    /// The report as the scheduler takes it, from `executor`.
+    pub fn into_update(self, executor: ExecutorId) -> StatusUpdate {
+        StatusUpdate {
+            executor,
+            task: self.task,
+            attempt: self.attempt,
+            state: self.state,
+            data: self.data,
+        }
+    }
 }
 
 /// Called (from a pool worker) when completions are waiting and the loop was not yet told.
@@ -102,17 +116,17 @@ thread_local! {
 }
 
 struct Shared {
-    done: Inbox<Completion>,
+    done: Inbox<TaskReport>,
     /// Completions made on the draining thread itself, during `launch` (see the module docs).
     /// Only the loop pushes here, and it drains after each batch of launches, so it holds at
     /// most one batch.
-    spill: Mutex<Vec<Completion>>,
+    spill: Mutex<Vec<TaskReport>>,
     kick_pending: AtomicBool,
     kick: Kick,
 }
 
 impl Shared {
-    fn complete(&self, mut completion: Completion) {
+    fn complete(&self, mut completion: TaskReport) {
         if IN_LAUNCH.with(Cell::get) {
             self.spill
                 .lock()
@@ -150,7 +164,7 @@ pub struct TaskRunner {
     inline_spent: Duration,
     shared: Arc<Shared>,
     report_running: bool,
-    batch: Vec<Completion>,
+    batch: Vec<TaskReport>,
     finals: FxHashSet<(u64, u32)>,
     completed: u64,
     /// The executor's id, for each attempt's span.
@@ -246,8 +260,8 @@ impl TaskRunner {
         };
         let key = (task_id, attempt);
         let Ok((resolved, timing)) = resolved.map_err(|error| {
-            self.shared.complete(Completion {
-                task_id,
+            self.shared.complete(TaskReport {
+                task: TaskId(task_id),
                 attempt,
                 state: TaskState::Failed,
                 data: Bytes::from(error.0),
@@ -287,8 +301,8 @@ impl TaskRunner {
                 );
                 let _entered = span.enter();
                 if report_running {
-                    run_shared.complete(Completion {
-                        task_id,
+                    run_shared.complete(TaskReport {
+                        task: TaskId(task_id),
                         attempt,
                         state: TaskState::Running,
                         data: Bytes::new(),
@@ -314,8 +328,8 @@ impl TaskRunner {
                         }
                     }
                 };
-                run_shared.complete(Completion {
-                    task_id,
+                run_shared.complete(TaskReport {
+                    task: TaskId(task_id),
                     attempt,
                     state,
                     data,
@@ -330,8 +344,8 @@ impl TaskRunner {
                             .to_owned()
                     }
                 };
-                done_shared.complete(Completion {
-                    task_id,
+                done_shared.complete(TaskReport {
+                    task: TaskId(task_id),
                     attempt,
                     state: TaskState::Failed,
                     data: Bytes::from(text),
@@ -380,8 +394,8 @@ impl TaskRunner {
                 Bytes::from(format!("task panicked: {}", panic_text(panic.as_ref()))),
             ),
         };
-        self.shared.complete(Completion {
-            task_id: ctx.task_id,
+        self.shared.complete(TaskReport {
+            task: TaskId(ctx.task_id),
             attempt: ctx.attempt,
             state,
             data,
@@ -407,7 +421,7 @@ impl TaskRunner {
     /// Hands every waiting completion to `each`, in completion order. A `Running` report whose
     /// final state is in the same batch is left out: the final state says more. Call it on the
     /// loop when the `kick` callback's message arrives.
-    pub fn drain(&mut self, mut each: impl FnMut(Completion)) {
+    pub fn drain(&mut self, mut each: impl FnMut(TaskReport)) {
         self.inline_spent = Duration::ZERO;
         self.shared.kick_pending.store(false, Ordering::SeqCst);
         self.batch
@@ -426,16 +440,16 @@ impl TaskRunner {
         }
         self.finals.clear();
         for completion in &self.batch {
-            if completion.state.is_final() {
-                self.finals.insert((completion.task_id, completion.attempt));
+            if completion.state != TaskState::Running {
+                self.finals.insert((completion.task.0, completion.attempt));
                 self.completed += 1;
                 self.running
-                    .remove(&(completion.task_id, completion.attempt));
+                    .remove(&(completion.task.0, completion.attempt));
             }
         }
         for completion in self.batch.drain(..) {
-            let key = (completion.task_id, completion.attempt);
-            if completion.state.is_final() || !self.finals.contains(&key) {
+            let key = (completion.task.0, completion.attempt);
+            if completion.state != TaskState::Running || !self.finals.contains(&key) {
                 each(completion);
             }
         }
@@ -456,7 +470,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+    use crate::pool::{PoolConfig, ShutdownMode, TaskPool};
     use std::sync::atomic::AtomicUsize;
 
     /// A runner over a one-worker pool, and how many kicks it made.
@@ -472,7 +486,7 @@ mod tests {
     }
 
     /// Drains until `n` final completions came (the pool's finish asynchronously).
-    fn finals(runner: &mut TaskRunner, n: usize) -> Vec<Completion> {
+    fn finals(runner: &mut TaskRunner, n: usize) -> Vec<TaskReport> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut done = Vec::new();
         while done.len() < n {
@@ -482,7 +496,7 @@ mod tests {
                 done.len()
             );
             runner.drain(|c| {
-                if c.state.is_final() {
+                if c.state != TaskState::Running {
                     done.push(c);
                 }
             });
@@ -510,7 +524,7 @@ mod tests {
         // Now known to be short: it completes inside `launch`, on this thread.
         assert!(runner.launch(100, 0, "noop", Bytes::new()), "inline");
         let done = finals(&mut runner, 1);
-        assert_eq!((done[0].task_id, done[0].state), (100, TaskState::Finished));
+        assert_eq!((done[0].task.0, done[0].state), (100, TaskState::Finished));
         // A slow function never qualifies.
         for i in 0..INLINE_RUNS_MIN + 1 {
             assert!(!runner.launch(200 + i, 0, "sleep:1", Bytes::new()));

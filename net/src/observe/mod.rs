@@ -2,8 +2,8 @@
 //! (plain values only the loop touches, so recording costs no atomics and no locks) and answers
 //! [`crate::driver::DriverObserver::view`] with a [`DriverView`] built from it and from the
 //! scheduler's own counters; the master and the worker are seen through their status answer
-//! ([`cluster_view`]). The metrics ([`crate::metrics`]) and the web UI ([`crate::ui`]) render
-//! these views.
+//! ([`cluster_view`]). The metrics ([`metrics`]) and the web UI ([`ui`], over the bounded HTTP
+//! responder in [`http`]) render these views.
 //!
 //! # What is recorded where
 //!
@@ -17,6 +17,10 @@
 //!   update at the driver) histograms. Sampling keeps the cost away from the other tasks.
 //! - Bytes and frames read and bytes written by every [`crate::conn::Connection`] of this
 //!   process ([`NET`]).
+
+pub mod http;
+pub mod metrics;
+pub mod ui;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -182,7 +186,7 @@ pub struct JobView {
 #[derive(Debug, Clone)]
 pub struct ExecutorView {
     /// Its id on the wire (`local` for local mode's).
-    pub name: String,
+    pub executor_id: String,
     /// Its host.
     pub host: String,
     /// Cores it registered.
@@ -210,8 +214,8 @@ pub struct FailureView {
     pub index: u32,
     /// Its attempt.
     pub attempt: u32,
-    /// The executor it ran on.
-    pub executor: String,
+    /// The id on the wire of the executor it ran on.
+    pub executor_id: String,
     /// The reason it gave (cut to 512 bytes).
     pub reason: String,
 }
@@ -477,12 +481,18 @@ impl LoopTelemetry {
     }
 
     /// An executor registered.
-    pub fn executor_registered(&mut self, id: ExecutorId, name: &str, host: &str, cores: u32) {
+    pub fn executor_registered(
+        &mut self,
+        id: ExecutorId,
+        executor_id: &str,
+        host: &str,
+        cores: u32,
+    ) {
         self.executors.insert(
             id,
             ExecutorTrack {
                 view: ExecutorView {
-                    name: name.to_owned(),
+                    executor_id: executor_id.to_owned(),
                     host: host.to_owned(),
                     cores,
                     tasks_running: 0,
@@ -550,10 +560,10 @@ impl LoopTelemetry {
         state: TaskState,
         data: &[u8],
     ) {
-        let name = match self.executors.get_mut(&executor) {
+        let executor_id = match self.executors.get_mut(&executor) {
             Some(track) => {
                 track.view.tasks_failed += 1;
-                track.view.name.clone()
+                track.view.executor_id.clone()
             }
             None => format!("#{}", executor.0),
         };
@@ -566,7 +576,7 @@ impl LoopTelemetry {
         if let Some(track) = self.jobs.get_mut(&task.job()) {
             track.attempts_failed += 1;
             tracing::info!(parent: &track.span, task = task.index(), attempt,
-                executor = %name, reason = %reason, "task attempt failed");
+                %executor_id, reason = %reason, "task attempt failed");
             if track.failures.len() < JOB_FAILURES_MAX && !track.failures.contains(&reason) {
                 track.failures.push(reason.clone());
             }
@@ -579,7 +589,7 @@ impl LoopTelemetry {
             job: task.job().0,
             index: task.index(),
             attempt,
-            executor: name,
+            executor_id,
             reason,
         });
     }

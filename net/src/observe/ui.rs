@@ -1,8 +1,8 @@
 //! The web UI: server-rendered HTML pages for the driver (jobs, executors, recent failures)
 //! and the master (workers, applications, executors), refreshed by the browser every
 //! [`REFRESH_SECONDS`], read-only, no scripts and no front-end build. Served with the metrics
-//! by [`serve_driver`] and [`serve_cluster`] over [`crate::http`]: `/` is the page, `/metrics`
-//! the Prometheus text. With a secret, both need the token (see [`crate::http`]); pages never
+//! by [`serve_driver`] and [`serve_cluster`] over [`super::http`]: `/` is the page, `/metrics`
+//! the Prometheus text. With a secret, both need the token (see [`super::http`]); pages never
 //! contain it.
 //!
 //! Every table row carries `data-` attributes with its key values, so tests (and scripts) can
@@ -13,10 +13,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::http::{Handler, HttpLimits, HttpServer, Request, Response};
+use super::metrics::{self, ClusterCollector, ClusterRole, DriverCollector, SCRAPE_TIMEOUT};
 use crate::driver::DriverObserver;
 use crate::handshake::Secret;
-use crate::http::{Handler, HttpLimits, HttpServer, Request, Response};
-use crate::metrics::{self, ClusterCollector, ClusterRole, DriverCollector, SCRAPE_TIMEOUT};
 use crate::observe::{ClusterView, DriverView};
 
 /// Seconds between the page's refreshes.
@@ -170,7 +170,7 @@ pub fn driver_page(v: &DriverView) -> String {
              data-finished=\"{fi}\" data-failed=\"{fa}\"><td>{n}</td><td>{h}</td>\
              <td class=\"num\">{c}</td><td class=\"num\">{r}</td><td class=\"num\">{fi}</td>\
              <td class=\"num\">{fa}</td><td class=\"s-{state}\">{state} <span class=\"reason\">{why}</span></td></tr>",
-            n = escape(&e.name),
+            n = escape(&e.executor_id),
             h = escape(&e.host),
             c = e.cores,
             r = e.tasks_running,
@@ -194,7 +194,7 @@ pub fn driver_page(v: &DriverView) -> String {
             j = f.job,
             t = f.index,
             a = f.attempt,
-            e = escape(&f.executor),
+            e = escape(&f.executor_id),
             r = escape(&f.reason),
         );
     }

@@ -248,7 +248,7 @@ fn wait_unless_killed(
     duration: Duration,
     step: impl Fn(Duration),
 ) -> Result<(), TaskError> {
-    let deadline = flint_engine::runtime::deadline_after(duration);
+    let deadline = crate::runtime::deadline_after(duration);
     loop {
         if ctx.is_killed() {
             return Err(TaskError::new("killed"));

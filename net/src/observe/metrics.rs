@@ -5,7 +5,7 @@
 //!
 //! Embedding: register a [`DriverCollector`] in your own [`Registry`]
 //! (`registry.register_collector(Box::new(DriverCollector::new(driver.observer())))`), or let
-//! [`crate::ui::serve_driver`] serve `/metrics` (and the web UI) itself.
+//! [`super::ui::serve_driver`] serve `/metrics` (and the web UI) itself.
 //!
 //! Names (all prefixed `flint_`; counters end in `_total`):
 //!
@@ -191,7 +191,7 @@ pub fn encode_driver(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         .filter(|e| e.removed.is_empty())
         .collect();
     let rows = |f: &dyn Fn(&crate::observe::ExecutorView) -> i64| -> Vec<(String, i64)> {
-        live.iter().map(|e| (e.name.clone(), f(e))).collect()
+        live.iter().map(|e| (e.executor_id.clone(), f(e))).collect()
     };
     family(
         enc,

@@ -325,7 +325,7 @@ impl Control {
                 Ok(Some(status)) => exited.push((name.clone(), Some(status))),
                 Ok(None) => {}
                 Err(error) => {
-                    tracing::warn!(executor = %name, "cannot check the process: {error}");
+                    tracing::warn!(executor_id = %name, "cannot check the process: {error}");
                     exited.push((name.clone(), None));
                 }
             }
@@ -366,7 +366,7 @@ impl Control {
                             self.store.update(now_us, &name, ExecutorState::Pending);
                         }
                         Err(error) => {
-                            tracing::error!(executor = %name, "cannot start an executor: {error}");
+                            tracing::error!(executor_id = %name, "cannot start an executor: {error}");
                             lock(&self.shared.stats).failed += 1;
                             let failed = ExecutorState::Failed {
                                 code: -1,
