@@ -91,6 +91,31 @@ impl Default for MasterConfig {
     }
 }
 
+/// Why a master could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    /// A non-loopback address without a secret, and `allow_insecure_bind` not set.
+    #[error("refusing to listen on non-loopback {0} without a shared secret (set a secret, or allow it explicitly)")]
+    InsecureBind(SocketAddr),
+    /// The journal in the state directory could not be opened.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The event loop could not start.
+    #[error("runtime: {0}")]
+    Runtime(#[from] flint_engine::runtime::RuntimeError),
+    /// The master's endpoint could not be spawned on the loop.
+    #[error("master endpoint: {0}")]
+    Spawn(#[from] flint_engine::runtime::SpawnError),
+}
+
 /// A running master.
 #[derive(Debug)]
 pub struct MasterHandle {
@@ -100,12 +125,10 @@ pub struct MasterHandle {
 
 impl MasterHandle {
     /// Binds, replays the journal, and starts the master's loop.
-    pub fn start(config: MasterConfig) -> Result<MasterHandle, String> {
+    pub fn start(config: MasterConfig) -> Result<MasterHandle, MasterError> {
         let addr = config.listen;
         if !addr.ip().is_loopback() && config.secret.is_none() && !config.allow_insecure_bind {
-            return Err(format!(
-                "refusing to listen on non-loopback {addr} without a shared secret (set a secret, or allow it explicitly)"
-            ));
+            return Err(MasterError::InsecureBind(addr));
         }
         let epoch = Instant::now();
         let started_s = SystemTime::now()
@@ -129,19 +152,15 @@ impl MasterHandle {
             }
         };
         let listener =
-            TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            TcpListener::bind(addr).map_err(|source| MasterError::Listen { addr, source })?;
         let local_addr = listener.local_addr().ok();
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
             thread_name: "flint-master".into(),
             ..RuntimeConfig::default()
-        })
-        .map_err(|e| format!("runtime: {e}"))?;
+        })?;
         let endpoint = MasterEndpoint::new(config, master, journal, listener, epoch);
-        runtime
-            .handle()
-            .spawn("master", endpoint)
-            .map_err(|e| format!("master endpoint: {e}"))?;
+        runtime.handle().spawn("master", endpoint)?;
         Ok(MasterHandle {
             runtime: Some(runtime),
             local_addr,

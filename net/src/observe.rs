@@ -27,7 +27,7 @@ use flint_engine::hash::FxHashMap;
 use flint_engine::scheduler::{ExecutorId, JobId, JobOutcome, Stats, TaskId};
 
 use crate::handshake::Secret;
-use crate::standalone::BlockingClient;
+use crate::standalone::{BlockingClient, ClientError};
 use crate::wire::{Message, Role, TaskState};
 
 /// Where a component's event lines go (executor started, registered, removed): a callback, so
@@ -706,7 +706,7 @@ pub fn cluster_view(
     addr: SocketAddr,
     secret: Option<Secret>,
     timeout: Duration,
-) -> Result<ClusterView, String> {
+) -> Result<ClusterView, ClientError> {
     let mut addr = addr;
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() {
@@ -718,16 +718,14 @@ pub fn cluster_view(
     let mut client = BlockingClient::connect(addr, Role::Client, secret, timeout)?;
     client.send(&Message::StatusRequest {})?;
     let frame = client.next_frame()?;
-    let message = frame
-        .message()
-        .map_err(|e| format!("malformed answer: {e}"))?;
+    let message = frame.message().map_err(ClientError::Malformed)?;
     let Message::StatusResponse {
         workers,
         applications,
         executors,
     } = message
     else {
-        return Err(format!("unexpected answer {}", message.kind().name()));
+        return Err(ClientError::Unexpected(message.kind().name()));
     };
     Ok(ClusterView {
         workers: workers

@@ -338,7 +338,7 @@ pub fn serve_cluster(
         "/metrics" => Response::ok(metrics::CONTENT_TYPE, metrics::render(&registry)),
         "/" if serve == Serve::UiAndMetrics => match collector.view() {
             Ok(view) => Response::ok("text/html; charset=utf-8", cluster_page(role, &view)),
-            Err(error) => unavailable("the status request", &error),
+            Err(error) => unavailable("the status request", &error.to_string()),
         },
         _ => Response::text(404, "not found\n"),
     });

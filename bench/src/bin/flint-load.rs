@@ -295,8 +295,8 @@ fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> 
             driver.listen = listen;
             driver.allow_insecure_bind = args.allow_insecure_bind;
             driver.secret = match &args.secret_file {
-                Some(path) => Some(Secret::from_file(path)?),
-                None => Secret::from_env(SECRET_ENV)?,
+                Some(path) => Some(Secret::from_file(path).map_err(|e| e.to_string())?),
+                None => Secret::from_env(SECRET_ENV).map_err(|e| e.to_string())?,
             };
             ExecutorSource::External {
                 wait: Duration::from_secs(args.wait_s),

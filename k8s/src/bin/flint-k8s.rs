@@ -254,7 +254,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let secret_value = random_hex(32)?;
     let config = DriverConfig {
         listen: args.listen,
-        secret: Some(Secret::new(secret_value.clone().into_bytes())?),
+        secret: Some(Secret::new(secret_value.clone().into_bytes()).map_err(|e| e.to_string())?),
         ..driver_config(&args.job)
     };
     let driver = Driver::builder()
