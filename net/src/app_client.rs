@@ -4,7 +4,7 @@
 //! is the application's `driver_addr`; the executors the master places connect to that driver.
 //!
 //! When the master connection ends (a master restart) it reconnects with backoff (a
-//! [`crate::transport::client::Link`]) and names its application again
+//! `transport::client::Link`) and names its application again
 //! (`RequestExecutors{app_id, total}` as its first message), so the master reattaches it
 //! instead of registering a new one. The protocol is sans IO in `session.rs`.
 

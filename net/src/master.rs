@@ -1,17 +1,16 @@
 //! The standalone master role: listens for workers (`Role::Worker`), drivers registering
 //! applications (`Role::Driver`) and people's commands (`Role::Client`, `flint status`) on a
-//! [`crate::transport::server`], feeds what they say to the sans-IO [`MasterCore`] (the
+//! `transport::Server`, feeds what they say to the sans-IO `MasterCore` (the
 //! protocol around the engine's [`Master`] state machine) on an event loop, and carries out
 //! what it decides: frames on the right connections, closes, journal records. With a state
-//! directory it journals workers and applications (see [`crate::journal`]) and recovers them
-//! when it starts again.
+//! directory it journals workers and applications and recovers them when it starts again.
 //!
 //! Conventions on top of the message table (no new messages):
 //! - the master answers each `WorkerHeartbeat` with `HeartbeatAck`, so a worker notices a master
 //!   it can no longer reach; a heartbeat from a worker it declared dead closes the connection,
 //!   and the worker registers again;
 //! - a worker that registers again sends `ExecutorStateChanged(RUNNING)` with
-//!   [`crate::standalone::REATTACH_MESSAGE`] for each executor still running: the master adopts
+//!   `REATTACH_MESSAGE` for each executor still running: the master adopts
 //!   those it placed before a restart and kills the others;
 //! - a driver whose first message is `RequestExecutors{app_id, ..}` instead of
 //!   `RegisterApplication` is coming back to its application (after a master restart);

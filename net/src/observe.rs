@@ -15,7 +15,7 @@
 //! - Timing is sampled: one task in [`SAMPLE_EVERY`] (by task index) has its launch time noted,
 //!   giving the queue time (submit to launch) and the round trip (launch to its final status
 //!   update at the driver) histograms. Sampling keeps the cost away from the other tasks.
-//! - Bytes and frames read and bytes written by every [`crate::conn::Connection`] of this
+//! - Bytes and frames read and bytes written by every connection of this
 //!   process ([`NET`]).
 
 use std::collections::VecDeque;
@@ -71,7 +71,7 @@ const REASON_KEPT_BYTES: usize = 512;
 /// Sampled attempts in flight at once (the oldest are forgotten beyond this).
 const SAMPLES_IN_FLIGHT_MAX: usize = 1 << 16;
 
-/// Process-wide network counters, bumped by [`crate::conn::Connection`].
+/// Process-wide network counters, bumped by every connection.
 #[derive(Debug, Default)]
 pub struct NetCounters {
     /// Frames decoded from peers.

@@ -110,7 +110,7 @@ pub fn with_description<R>(spec: &sa::AppSpec, f: impl FnOnce(AppDescription<'_>
     })
 }
 
-/// Why a [`BlockingClient`] request failed.
+/// Why a status request (`flint status`, [`crate::observe::cluster_view`]) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The TCP connection could not be made.
