@@ -1343,7 +1343,7 @@ fn a_default_master_requires_its_generated_secret_and_workers_run_only_allowed_c
             matches!(
                 &refused,
                 Some(ClientError::Handshake {
-                    source: HandshakeError::RefusedByPeer(reason),
+                    source: HandshakeError::Refused(reason) | HandshakeError::RefusedByPeer(reason),
                     ..
                 }) if reason.contains("bad credentials")
             ),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::driver::DriverObserver;
 use crate::handshake::Secret;
-use crate::http::{Handler, HttpLimits, HttpServer, Request, Response};
+use crate::http::{Handler, HttpError, HttpLimits, HttpServer, Request, Response};
 use crate::metrics::{self, ClusterCollector, ClusterRole, DriverCollector, SCRAPE_TIMEOUT};
 use crate::observe::{ClusterView, DriverView};
 
@@ -310,7 +310,7 @@ pub fn serve_driver(
     observer: DriverObserver,
     secret: Option<Secret>,
     serve: Serve,
-) -> Result<HttpServer, String> {
+) -> Result<HttpServer, HttpError> {
     let registry = metrics::registry_with(Box::new(DriverCollector::new(observer.clone())));
     let handler: Handler = Arc::new(move |request: &Request| match request.path.as_str() {
         "/metrics" => Response::ok(metrics::CONTENT_TYPE, metrics::render(&registry)),
@@ -331,7 +331,7 @@ pub fn serve_cluster(
     secret: Option<Secret>,
     role: ClusterRole,
     serve: Serve,
-) -> Result<HttpServer, String> {
+) -> Result<HttpServer, HttpError> {
     let collector = ClusterCollector::new(status_addr, secret.clone(), role);
     let registry = metrics::registry_with(Box::new(collector.clone()));
     let handler: Handler = Arc::new(move |request: &Request| match request.path.as_str() {

@@ -186,7 +186,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             cluster.driver.observer(),
             ui_secret,
             flint_net::ui::Serve::UiAndMetrics,
-        )?),
+        )
+        .map_err(|e| e.to_string())?),
         None => None,
     };
     let outcome = match &ramp {

@@ -307,7 +307,8 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         &settings,
         &secret_value,
         api_timeout,
-    ))?;
+    ))
+    .map_err(|e| e.to_string())?;
     let min = args.executors;
     let dynamic = args.max_executors.map(|max| DynamicConfig {
         min,
@@ -375,7 +376,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         eprintln!("flint-k8s: cleanup: {error}");
     }
     let summary = result?;
-    cleaned?;
+    cleaned.map_err(|e| e.to_string())?;
     let mut extra = vec![
         ("app_id", json_or_plain(&args.job, &app_id)),
         ("namespace", json_or_plain(&args.job, &namespace)),
