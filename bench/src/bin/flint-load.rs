@@ -181,13 +181,15 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let started = SystemTime::now();
     let cluster = Cluster::start(cluster_spec)?;
     let _metrics = match args.metrics_listen {
-        Some(addr) => Some(flint_net::ui::serve_driver(
-            addr,
-            cluster.driver.observer(),
-            ui_secret,
-            flint_net::ui::Serve::UiAndMetrics,
-        )
-        .map_err(|e| e.to_string())?),
+        Some(addr) => Some(
+            flint_net::ui::serve_driver(
+                addr,
+                cluster.driver.observer(),
+                ui_secret,
+                flint_net::ui::Serve::UiAndMetrics,
+            )
+            .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let outcome = match &ramp {

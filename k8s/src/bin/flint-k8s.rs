@@ -302,13 +302,14 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         owner,
         template,
     };
-    runtime.block_on(executors::prepare(
-        client.clone(),
-        &settings,
-        &secret_value,
-        api_timeout,
-    ))
-    .map_err(|e| e.to_string())?;
+    runtime
+        .block_on(executors::prepare(
+            client.clone(),
+            &settings,
+            &secret_value,
+            api_timeout,
+        ))
+        .map_err(|e| e.to_string())?;
     let min = args.executors;
     let dynamic = args.max_executors.map(|max| DynamicConfig {
         min,
