@@ -102,7 +102,10 @@ pub fn random_secret() -> Result<(Secret, String), String> {
         .flat_map(|b| [b >> 4, b & 15])
         .map(|nibble| char::from(b"0123456789abcdef"[nibble as usize]))
         .collect();
-    Ok((Secret::new(text.clone().into_bytes())?, text))
+    Ok((
+        Secret::new(text.clone().into_bytes()).map_err(|e| e.to_string())?,
+        text,
+    ))
 }
 
 impl Cluster {

@@ -98,7 +98,7 @@ pub struct SchedulingArgs {
 pub struct PoolFile(pub Vec<flint_engine::scheduler::PoolConfig>);
 
 /// `--pools`: a readable, valid pool file.
-fn pool_file(text: &str) -> Result<PoolFile, String> {
+fn pool_file(text: &str) -> Result<PoolFile, flint_net::pools::PoolsError> {
     flint_net::pools::load(std::path::Path::new(text)).map(PoolFile)
 }
 

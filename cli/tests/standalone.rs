@@ -17,8 +17,9 @@ use flint_cli::summary::indexed_payload;
 use flint_engine::functions::fnv1a64;
 use flint_engine::standalone::AppSpec;
 use flint_net::app_client::{AppClient, AppClientConfig};
+use flint_net::handshake::HandshakeError;
 use flint_net::handshake::Secret;
-use flint_net::standalone::BlockingClient;
+use flint_net::standalone::{BlockingClient, ClientError};
 use flint_net::wire::{Message, Role};
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
@@ -1337,10 +1338,17 @@ fn a_default_master_requires_its_generated_secret_and_workers_run_only_allowed_c
     let addr: SocketAddr = listen.parse().expect("addr");
     // An attacker without the secret gets nowhere, whatever role it claims.
     for role in [Role::Driver, Role::Worker, Role::Client] {
-        let refused = BlockingClient::connect(addr, role, None, DEADLINE)
-            .err()
-            .unwrap_or_default();
-        assert!(refused.contains("bad credentials"), "{role}: {refused}");
+        let refused = BlockingClient::connect(addr, role, None, DEADLINE).err();
+        assert!(
+            matches!(
+                &refused,
+                Some(ClientError::Handshake {
+                    source: HandshakeError::Refused(reason) | HandshakeError::RefusedByPeer(reason),
+                    ..
+                }) if reason.contains("bad credentials")
+            ),
+            "{role}: {refused:?}"
+        );
     }
     // A worker given the secret file registers.
     let work = dir.join("work");

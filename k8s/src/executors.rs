@@ -259,6 +259,47 @@ pub async fn owner_reference(
     })
 }
 
+/// Why preparing or cleaning up an application's pods and Secret failed (after the retries
+/// [`crate::api::with_retry`] allows).
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    /// The app's Secret could not be created.
+    #[error("cannot create the secret {name}: {source}")]
+    CreateSecret {
+        /// The Secret's name.
+        name: String,
+        /// The API's error.
+        source: kube::Error,
+    },
+    /// The app's Secret could not be deleted.
+    #[error("cannot delete the secret {name}: {source}")]
+    DeleteSecret {
+        /// The Secret's name.
+        name: String,
+        /// The API's error.
+        source: kube::Error,
+    },
+    /// The app's pods could not be listed.
+    #[error("cannot list the app's pods: {0}")]
+    ListPods(kube::Error),
+    /// A pod could not be deleted.
+    #[error("cannot delete pod {name}: {source}")]
+    DeletePod {
+        /// The pod's name.
+        name: String,
+        /// The API's error.
+        source: kube::Error,
+    },
+    /// Pods were still listed when the wait ended.
+    #[error("{count} pods of the app are still there after {wait_s} s")]
+    PodsRemain {
+        /// How many.
+        count: usize,
+        /// The wait, in seconds.
+        wait_s: u64,
+    },
+}
+
 /// Before the first pod: deletes pods and the Secret a previous driver with the same app id
 /// left (and waits until those pods are gone, since the new ones reuse their names), then
 /// creates the app's Secret holding `secret_value`.
@@ -267,7 +308,7 @@ pub async fn prepare(
     settings: &PodSettings,
     secret_value: &str,
     budget: Duration,
-) -> Result<(), String> {
+) -> Result<(), K8sError> {
     delete_app_pods(client.clone(), settings, budget, budget).await?;
     let secrets: Api<Secret> = Api::namespaced(client, &settings.namespace);
     let name = settings.secret_name.clone();
@@ -278,7 +319,7 @@ pub async fn prepare(
         secrets.create(&post, &secret)
     })
     .await
-    .map_err(|e| format!("cannot create the secret {name}: {e}"))?;
+    .map_err(|source| K8sError::CreateSecret { name, source })?;
     Ok(())
 }
 
@@ -289,14 +330,18 @@ pub async fn cleanup(
     settings: &PodSettings,
     budget: Duration,
     wait: Duration,
-) -> Result<(), String> {
+) -> Result<(), K8sError> {
     let pods_result = delete_app_pods(client.clone(), settings, budget, wait).await;
     let secrets: Api<Secret> = Api::namespaced(client, &settings.namespace);
     let secret_result = delete_secret(&secrets, &settings.secret_name, budget).await;
     pods_result.and(secret_result)
 }
 
-async fn delete_secret(secrets: &Api<Secret>, name: &str, budget: Duration) -> Result<(), String> {
+async fn delete_secret(
+    secrets: &Api<Secret>,
+    name: &str,
+    budget: Duration,
+) -> Result<(), K8sError> {
     let params = DeleteParams::default();
     match with_retry(&format!("delete secret {name}"), budget, || {
         secrets.delete(name, &params)
@@ -305,7 +350,10 @@ async fn delete_secret(secrets: &Api<Secret>, name: &str, budget: Duration) -> R
     {
         Ok(_) => Ok(()),
         Err(e) if status_code(&e) == Some(404) => Ok(()),
-        Err(e) => Err(format!("cannot delete the secret {name}: {e}")),
+        Err(source) => Err(K8sError::DeleteSecret {
+            name: name.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -315,14 +363,14 @@ async fn delete_app_pods(
     settings: &PodSettings,
     budget: Duration,
     wait: Duration,
-) -> Result<(), String> {
+) -> Result<(), K8sError> {
     let api: Api<Pod> = Api::namespaced(client, &settings.namespace);
     let params = ListParams::default().labels(&pods::selector(&settings.app_id));
     let deadline = Instant::now() + wait;
     loop {
         let list = with_retry("list pods", budget, || api.list(&params))
             .await
-            .map_err(|e| format!("cannot list the app's pods: {e}"))?;
+            .map_err(K8sError::ListPods)?;
         if list.items.is_empty() {
             return Ok(());
         }
@@ -342,15 +390,19 @@ async fn delete_app_pods(
             {
                 Ok(_) => {}
                 Err(e) if status_code(&e) == Some(404) => {}
-                Err(e) => return Err(format!("cannot delete pod {name}: {e}")),
+                Err(source) => {
+                    return Err(K8sError::DeletePod {
+                        name: name.to_owned(),
+                        source,
+                    })
+                }
             }
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{} pods of the app are still there after {} s",
-                list.items.len(),
-                wait.as_secs()
-            ));
+            return Err(K8sError::PodsRemain {
+                count: list.items.len(),
+                wait_s: wait.as_secs(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -4,7 +4,7 @@
 //! is the application's `driver_addr`; the executors the master places connect to that driver.
 //!
 //! When the master connection ends (a master restart) it reconnects with backoff (a
-//! [`crate::transport::client::Link`]) and names its application again
+//! `transport::client::Link`) and names its application again
 //! (`RequestExecutors{app_id, total}` as its first message), so the master reattaches it
 //! instead of registering a new one. The protocol is sans IO in `session.rs`.
 
@@ -103,6 +103,46 @@ impl Shared {
     }
 }
 
+/// Why an application client could not start, or a request to the master failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppClientError {
+    /// The client's event loop could not start.
+    #[error("runtime: {0}")]
+    Runtime(#[from] flint_engine::runtime::RuntimeError),
+    /// The client's endpoint could not be spawned on its loop.
+    #[error("app client endpoint: {0}")]
+    Spawn(#[from] flint_engine::runtime::SpawnError),
+    /// The master refused (or removed) the application, saying why.
+    #[error("the master refused the application: {0}")]
+    Refused(String),
+    /// No application id from the master within the timeout.
+    #[error("no registration with the master within {timeout_ms} ms")]
+    NotRegistered {
+        /// The timeout that expired.
+        timeout_ms: u128,
+    },
+    /// No answer to a [`AppClient::sync`] within the timeout.
+    #[error("no answer from the master within {timeout_ms} ms")]
+    NoAnswer {
+        /// The timeout that expired.
+        timeout_ms: u128,
+    },
+    /// The client's loop did not take the request (stopped, or its inbox full).
+    #[error(transparent)]
+    Send(flint_engine::runtime::SendError<()>),
+}
+
+impl<M> From<flint_engine::runtime::SendError<M>> for AppClientError {
+    fn from(e: flint_engine::runtime::SendError<M>) -> Self {
+        use flint_engine::runtime::SendError;
+        AppClientError::Send(match e {
+            SendError::Full(_) => SendError::Full(()),
+            SendError::Stopped(_) => SendError::Stopped(()),
+            SendError::Shutdown(_) => SendError::Shutdown(()),
+        })
+    }
+}
+
 /// A running application client.
 pub struct AppClient {
     runtime: Option<Runtime>,
@@ -120,19 +160,15 @@ impl std::fmt::Debug for AppClient {
 
 impl AppClient {
     /// Starts connecting and registering.
-    pub fn start(config: AppClientConfig) -> Result<AppClient, String> {
+    pub fn start(config: AppClientConfig) -> Result<AppClient, AppClientError> {
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
             thread_name: "flint-app-client".into(),
             ..RuntimeConfig::default()
-        })
-        .map_err(|e| format!("runtime: {e}"))?;
+        })?;
         let shared = Arc::new(Shared::default());
         let endpoint = AppEndpoint::new(config, shared.clone());
-        let endpoint = runtime
-            .handle()
-            .spawn("app-client", endpoint)
-            .map_err(|e| format!("app client endpoint: {e}"))?;
+        let endpoint = runtime.handle().spawn("app-client", endpoint)?;
         Ok(AppClient {
             runtime: Some(runtime),
             endpoint,
@@ -155,50 +191,40 @@ impl AppClient {
     }
 
     /// Waits until the master gave the application an id.
-    pub fn wait_registered(&self, timeout: Duration) -> Result<String, String> {
+    pub fn wait_registered(&self, timeout: Duration) -> Result<String, AppClientError> {
         match self.shared.wait_for(timeout, |info| {
             if let Some(reason) = &info.removed {
-                return Some(Err(format!("the master refused the application: {reason}")));
+                return Some(Err(AppClientError::Refused(reason.clone())));
             }
             info.app_id.clone().map(Ok)
         }) {
             Some(result) => result,
-            None => Err(format!(
-                "no registration with the master within {} ms",
-                timeout.as_millis()
-            )),
+            None => Err(AppClientError::NotRegistered {
+                timeout_ms: timeout.as_millis(),
+            }),
         }
     }
 
     /// Asks for `total` executors in all.
-    pub fn request_executors(&self, total: u32) -> Result<(), String> {
-        self.endpoint
-            .send(AppMsg::Request(total))
-            .map_err(|e| e.to_string())
+    pub fn request_executors(&self, total: u32) -> Result<(), AppClientError> {
+        Ok(self.endpoint.send(AppMsg::Request(total))?)
     }
 
     /// Waits (up to `timeout`) until the master has handled everything sent before this call:
     /// it asks for the cluster status on the same connection and waits for the answer.
-    pub fn sync(&self, timeout: Duration) -> Result<(), String> {
+    pub fn sync(&self, timeout: Duration) -> Result<(), AppClientError> {
         let before = self.info().syncs;
-        self.endpoint
-            .send(AppMsg::Sync)
-            .map_err(|e| e.to_string())?;
+        self.endpoint.send(AppMsg::Sync)?;
         self.shared
             .wait_for(timeout, |info| (info.syncs > before).then_some(()))
-            .ok_or_else(|| {
-                format!(
-                    "no answer from the master within {} ms",
-                    timeout.as_millis()
-                )
+            .ok_or(AppClientError::NoAnswer {
+                timeout_ms: timeout.as_millis(),
             })
     }
 
     /// Asks the master to kill these executors.
-    pub fn kill_executors(&self, ids: Vec<String>) -> Result<(), String> {
-        self.endpoint
-            .send(AppMsg::Kill(ids))
-            .map_err(|e| e.to_string())
+    pub fn kill_executors(&self, ids: Vec<String>) -> Result<(), AppClientError> {
+        Ok(self.endpoint.send(AppMsg::Kill(ids))?)
     }
 
     /// Unregisters the application (waiting up to `timeout` for the master to confirm) and

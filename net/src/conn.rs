@@ -130,6 +130,7 @@ impl Connection {
     }
 
     /// Bytes of read buffer this connection holds (0 while idle).
+    #[cfg(test)]
     pub fn read_buffer_capacity(&self) -> usize {
         self.decoder.capacity()
     }

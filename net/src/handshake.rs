@@ -28,6 +28,38 @@ use crate::wire::{AuthMethod, Message, Role, WireError};
 /// The environment variable that carries the shared secret.
 pub const SECRET_ENV: &str = "FLINT_SECRET";
 
+/// Why a [`Secret`] could not be made, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The secret has no bytes.
+    #[error("the shared secret is empty")]
+    Empty,
+    /// The secret file could not be read.
+    #[error("cannot read secret file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The secret file could not be created (it may exist already).
+    #[error("cannot create secret file {}: {source}", path.display())]
+    Create {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The secret file was created but writing it failed.
+    #[error("cannot write secret file {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+}
+
 /// A shared secret for the handshake.
 #[derive(Clone)]
 pub struct Secret(Vec<u8>);
@@ -40,24 +72,26 @@ impl std::fmt::Debug for Secret {
 
 impl Secret {
     /// A secret from bytes; an empty one is refused.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, String> {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, SecretError> {
         let bytes = bytes.into();
         if bytes.is_empty() {
-            return Err("the shared secret is empty".into());
+            return Err(SecretError::Empty);
         }
         Ok(Secret(bytes))
     }
 
     /// Reads a secret from a file (a trailing newline is dropped).
-    pub fn from_file(path: &Path) -> Result<Secret, String> {
-        let text = std::fs::read(path)
-            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
+    pub fn from_file(path: &Path) -> Result<Secret, SecretError> {
+        let text = std::fs::read(path).map_err(|source| SecretError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let trimmed = text.strip_suffix(b"\n").unwrap_or(&text);
         Secret::new(trimmed.to_vec())
     }
 
     /// The secret in an environment variable, if it is set.
-    pub fn from_env(name: &str) -> Result<Option<Secret>, String> {
+    pub fn from_env(name: &str) -> Result<Option<Secret>, SecretError> {
         match std::env::var_os(name) {
             None => Ok(None),
             Some(value) => Secret::new(value.into_encoded_bytes()).map(Some),
@@ -83,18 +117,24 @@ impl Secret {
 
     /// Writes the secret to a new file `path` readable by its owner only (mode 0600); fails if
     /// the file exists (so nothing planted there beforehand is followed or reused).
-    pub fn write_new_file(&self, path: &Path) -> Result<(), String> {
+    pub fn write_new_file(&self, path: &Path) -> Result<(), SecretError> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(path)
-            .map_err(|e| format!("cannot create secret file {}: {e}", path.display()))?;
+            .map_err(|source| SecretError::Create {
+                path: path.to_owned(),
+                source,
+            })?;
         file.write_all(&self.0)
             .and_then(|()| file.write_all(b"\n"))
             .and_then(|()| file.sync_all())
-            .map_err(|e| format!("cannot write secret file {}: {e}", path.display()))
+            .map_err(|source| SecretError::Write {
+                path: path.to_owned(),
+                source,
+            })
     }
 
     fn proof(&self, nonce: &[u8; 32], role: Role) -> Hmac<Sha256> {

@@ -60,6 +60,44 @@ pub enum Record {
     AppRemoved(String),
 }
 
+/// Why the journal could not be opened: each variant names the path and what the operating
+/// system said.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The state directory could not be created.
+    #[error("cannot create state dir {}: {source}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The journal could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The journal file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The compacted journal could not be written.
+    #[error("cannot compact {}: {source}", path.display())]
+    Compact {
+        /// The journal file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The journal could not be opened for appending.
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        /// The journal file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+}
+
 /// The open journal.
 #[derive(Debug)]
 pub struct Journal {
@@ -73,14 +111,16 @@ const FILE_NAME: &str = "master.journal";
 impl Journal {
     /// Opens (creating) the journal in `dir`, replays it, compacts it, and returns it with what
     /// it held.
-    pub fn open(dir: &Path) -> Result<(Journal, Recovered), String> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create state dir {}: {e}", dir.display()))?;
+    pub fn open(dir: &Path) -> Result<(Journal, Recovered), JournalError> {
+        std::fs::create_dir_all(dir).map_err(|source| JournalError::CreateDir {
+            path: dir.to_owned(),
+            source,
+        })?;
         let path = dir.join(FILE_NAME);
         let recovered = match std::fs::read(&path) {
             Ok(bytes) => replay(&bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Recovered::default(),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            Err(source) => return Err(JournalError::Read { path, source }),
         };
         let tmp = dir.join(format!("{FILE_NAME}.tmp"));
         let mut out = BytesMut::new();
@@ -110,11 +150,13 @@ impl Journal {
             std::fs::rename(&tmp, &path)?;
             Ok(())
         };
-        write().map_err(|e| format!("cannot compact {}: {e}", path.display()))?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        if let Err(source) = write() {
+            return Err(JournalError::Compact { path, source });
+        }
+        let file = match OpenOptions::new().append(true).open(&path) {
+            Ok(file) => file,
+            Err(source) => return Err(JournalError::Open { path, source }),
+        };
         Ok((
             Journal {
                 file,

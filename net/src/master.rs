@@ -1,17 +1,16 @@
 //! The standalone master role: listens for workers (`Role::Worker`), drivers registering
 //! applications (`Role::Driver`) and people's commands (`Role::Client`, `flint status`) on a
-//! [`crate::transport::server`], feeds what they say to the sans-IO [`MasterCore`] (the
+//! `transport::Server`, feeds what they say to the sans-IO `MasterCore` (the
 //! protocol around the engine's [`Master`] state machine) on an event loop, and carries out
 //! what it decides: frames on the right connections, closes, journal records. With a state
-//! directory it journals workers and applications (see [`crate::journal`]) and recovers them
-//! when it starts again.
+//! directory it journals workers and applications and recovers them when it starts again.
 //!
 //! Conventions on top of the message table (no new messages):
 //! - the master answers each `WorkerHeartbeat` with `HeartbeatAck`, so a worker notices a master
 //!   it can no longer reach; a heartbeat from a worker it declared dead closes the connection,
 //!   and the worker registers again;
 //! - a worker that registers again sends `ExecutorStateChanged(RUNNING)` with
-//!   [`crate::standalone::REATTACH_MESSAGE`] for each executor still running: the master adopts
+//!   `REATTACH_MESSAGE` for each executor still running: the master adopts
 //!   those it placed before a restart and kills the others;
 //! - a driver whose first message is `RequestExecutors{app_id, ..}` instead of
 //!   `RegisterApplication` is coming back to its application (after a master restart);
@@ -91,6 +90,31 @@ impl Default for MasterConfig {
     }
 }
 
+/// Why a master could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    /// A non-loopback address without a secret, and `allow_insecure_bind` not set.
+    #[error("refusing to listen on non-loopback {0} without a shared secret (set a secret, or allow it explicitly)")]
+    InsecureBind(SocketAddr),
+    /// The journal in the state directory could not be opened.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The event loop could not start.
+    #[error("runtime: {0}")]
+    Runtime(#[from] flint_engine::runtime::RuntimeError),
+    /// The master's endpoint could not be spawned on the loop.
+    #[error("master endpoint: {0}")]
+    Spawn(#[from] flint_engine::runtime::SpawnError),
+}
+
 /// A running master.
 #[derive(Debug)]
 pub struct MasterHandle {
@@ -100,12 +124,10 @@ pub struct MasterHandle {
 
 impl MasterHandle {
     /// Binds, replays the journal, and starts the master's loop.
-    pub fn start(config: MasterConfig) -> Result<MasterHandle, String> {
+    pub fn start(config: MasterConfig) -> Result<MasterHandle, MasterError> {
         let addr = config.listen;
         if !addr.ip().is_loopback() && config.secret.is_none() && !config.allow_insecure_bind {
-            return Err(format!(
-                "refusing to listen on non-loopback {addr} without a shared secret (set a secret, or allow it explicitly)"
-            ));
+            return Err(MasterError::InsecureBind(addr));
         }
         let epoch = Instant::now();
         let started_s = SystemTime::now()
@@ -129,19 +151,15 @@ impl MasterHandle {
             }
         };
         let listener =
-            TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            TcpListener::bind(addr).map_err(|source| MasterError::Listen { addr, source })?;
         let local_addr = listener.local_addr().ok();
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
             thread_name: "flint-master".into(),
             ..RuntimeConfig::default()
-        })
-        .map_err(|e| format!("runtime: {e}"))?;
+        })?;
         let endpoint = MasterEndpoint::new(config, master, journal, listener, epoch);
-        runtime
-            .handle()
-            .spawn("master", endpoint)
-            .map_err(|e| format!("master endpoint: {e}"))?;
+        runtime.handle().spawn("master", endpoint)?;
         Ok(MasterHandle {
             runtime: Some(runtime),
             local_addr,

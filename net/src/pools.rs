@@ -17,7 +17,7 @@
 //! not parse anything.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use flint_engine::scheduler::{PoolConfig, Sharing};
 use serde::Deserialize;
@@ -44,35 +44,90 @@ struct Entry {
     min_share: Option<u32>,
 }
 
+/// Why a pool file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolsError {
+    /// The text is not TOML of the expected shape (an unknown field, a wrong type).
+    #[error("pool file: {0}")]
+    Syntax(#[from] toml::de::Error),
+    /// More than [`POOLS_MAX`] pools.
+    #[error("pool file: {count} pools, at most {POOLS_MAX}")]
+    TooManyPools {
+        /// How many the file defines.
+        count: usize,
+    },
+    /// A pool with an empty name.
+    #[error("pool file: a pool needs a name")]
+    Unnamed,
+    /// A mode other than `fair` or `fifo`.
+    #[error("pool {pool}: mode {mode:?}, expected \"fair\" or \"fifo\"")]
+    Mode {
+        /// The pool.
+        pool: String,
+        /// The mode it gave.
+        mode: String,
+    },
+    /// A weight outside 1 to [`POOL_WEIGHT_MAX`].
+    #[error("pool {pool}: weight {weight}, expected 1 to {POOL_WEIGHT_MAX}")]
+    Weight {
+        /// The pool.
+        pool: String,
+        /// The weight it gave.
+        weight: u32,
+    },
+    /// The file could not be read.
+    #[error("pool file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The file is larger than [`POOL_FILE_BYTES_MAX`].
+    #[error("pool file {}: {bytes} bytes, at most {POOL_FILE_BYTES_MAX}", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+    },
+    /// The file's text was refused.
+    #[error("{}: {source}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: Box<PoolsError>,
+    },
+}
+
 /// Parses a pool file's text into pool configurations (in name order).
-pub fn parse(text: &str) -> Result<Vec<PoolConfig>, String> {
-    let file: File = toml::from_str(text).map_err(|e| format!("pool file: {e}"))?;
+pub fn parse(text: &str) -> Result<Vec<PoolConfig>, PoolsError> {
+    let file: File = toml::from_str(text)?;
     if file.pool.len() > POOLS_MAX {
-        return Err(format!(
-            "pool file: {} pools, at most {POOLS_MAX}",
-            file.pool.len()
-        ));
+        return Err(PoolsError::TooManyPools {
+            count: file.pool.len(),
+        });
     }
     file.pool
         .into_iter()
         .map(|(name, e)| {
             if name.is_empty() {
-                return Err("pool file: a pool needs a name".to_string());
+                return Err(PoolsError::Unnamed);
             }
             let mode = match e.mode.as_deref() {
                 None | Some("fair") => Sharing::Fair,
                 Some("fifo") => Sharing::Fifo,
                 Some(other) => {
-                    return Err(format!(
-                        "pool {name}: mode {other:?}, expected \"fair\" or \"fifo\""
-                    ))
+                    return Err(PoolsError::Mode {
+                        mode: other.to_string(),
+                        pool: name,
+                    })
                 }
             };
             let weight = e.weight.unwrap_or(1);
             if !(1..=POOL_WEIGHT_MAX).contains(&weight) {
-                return Err(format!(
-                    "pool {name}: weight {weight}, expected 1 to {POOL_WEIGHT_MAX}"
-                ));
+                return Err(PoolsError::Weight { pool: name, weight });
             }
             Ok(PoolConfig {
                 name,
@@ -85,19 +140,23 @@ pub fn parse(text: &str) -> Result<Vec<PoolConfig>, String> {
 }
 
 /// Reads and parses a pool file (at most [`POOL_FILE_BYTES_MAX`] bytes).
-pub fn load(path: &Path) -> Result<Vec<PoolConfig>, String> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| format!("pool file {}: {e}", path.display()))?
-        .len();
-    if len > POOL_FILE_BYTES_MAX {
-        return Err(format!(
-            "pool file {}: {len} bytes, at most {POOL_FILE_BYTES_MAX}",
-            path.display()
-        ));
+pub fn load(path: &Path) -> Result<Vec<PoolConfig>, PoolsError> {
+    let read = |source| PoolsError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let bytes = std::fs::metadata(path).map_err(read)?.len();
+    if bytes > POOL_FILE_BYTES_MAX {
+        return Err(PoolsError::TooLarge {
+            path: path.to_owned(),
+            bytes,
+        });
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("pool file {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let text = std::fs::read_to_string(path).map_err(read)?;
+    parse(&text).map_err(|source| PoolsError::Invalid {
+        path: path.to_owned(),
+        source: Box::new(source),
+    })
 }
 
 #[cfg(test)]
@@ -158,7 +217,7 @@ mod tests {
             ("[pool.a]\nweight = -1", "pool file"),
             ("[pools.a]", "unknown field"),
         ] {
-            let e = parse(text).unwrap_err();
+            let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text:?}: {e}");
         }
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use flint_engine::standalone as sa;
 
-use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::handshake::{random_nonce, Handshake, HandshakeError, Secret};
 use crate::wire::{
     self, AppDescription, Frame, FrameDecoder, KeyValue, List, Message, Role,
     FRAME_SIZE_MAX_DEFAULT,
@@ -110,6 +110,51 @@ pub fn with_description<R>(spec: &sa::AppSpec, f: impl FnOnce(AppDescription<'_>
     })
 }
 
+/// Why a status request (`flint status`, [`crate::observe::cluster_view`]) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TCP connection could not be made.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The handshake's nonce could not be drawn.
+    #[error("no random nonce: {0}")]
+    Nonce(std::io::Error),
+    /// The peer refused the handshake, or broke it.
+    #[error("handshake with {addr} failed: {source}")]
+    Handshake {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: HandshakeError,
+    },
+    /// A message could not be encoded, or the peer's bytes are not frames.
+    #[error("{0}")]
+    Wire(#[from] wire::WireError),
+    /// The peer's answer is a frame but not a message.
+    #[error("malformed answer: {0}")]
+    Malformed(wire::WireError),
+    /// The peer answered with another message than the one asked for.
+    #[error("unexpected answer {0}")]
+    Unexpected(&'static str),
+    /// Nothing arrived before the deadline.
+    #[error("timed out waiting for an answer")]
+    TimedOut,
+    /// The peer closed the connection.
+    #[error("the peer closed the connection")]
+    Closed,
+    /// Reading failed (setting the read timeout included).
+    #[error("read failed: {0}")]
+    Read(std::io::Error),
+    /// Writing failed.
+    #[error("write failed: {0}")]
+    Write(std::io::Error),
+}
+
 /// A blocking connection for one-shot requests (`flint status`): handshake, then messages.
 pub struct BlockingClient {
     stream: TcpStream,
@@ -125,17 +170,17 @@ impl BlockingClient {
         role: Role,
         secret: Option<Secret>,
         timeout: Duration,
-    ) -> Result<BlockingClient, String> {
+    ) -> Result<BlockingClient, ClientError> {
         let deadline = Instant::now() + timeout;
         let stream = TcpStream::connect_timeout(&addr, timeout)
-            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            .map_err(|source| ClientError::Connect { addr, source })?;
         let _ = stream.set_nodelay(true);
         let mut client = BlockingClient {
             stream,
             decoder: FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT),
             deadline,
         };
-        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
+        let nonce = random_nonce().map_err(ClientError::Nonce)?;
         let mut out = BytesMut::new();
         let mut handshake =
             Handshake::start(role, secret, nonce, &[Role::Master, Role::Worker], &mut out);
@@ -148,45 +193,41 @@ impl BlockingClient {
             match step {
                 Ok(Some(_)) => return Ok(client),
                 Ok(None) => {}
-                Err(error) => return Err(format!("handshake with {addr} failed: {error}")),
+                Err(source) => return Err(ClientError::Handshake { addr, source }),
             }
         }
     }
 
     /// Sends one message.
-    pub fn send(&mut self, message: &Message<'_>) -> Result<(), String> {
+    pub fn send(&mut self, message: &Message<'_>) -> Result<(), ClientError> {
         let mut out = BytesMut::new();
-        message
-            .encode(&mut out, FRAME_SIZE_MAX_DEFAULT)
-            .map_err(|e| e.to_string())?;
+        message.encode(&mut out, FRAME_SIZE_MAX_DEFAULT)?;
         self.write(&out)
     }
 
     /// The next frame (decode it with [`Frame::message`]).
-    pub fn next_frame(&mut self) -> Result<Frame, String> {
+    pub fn next_frame(&mut self) -> Result<Frame, ClientError> {
         loop {
-            if let Some(frame) = self.decoder.next_frame().map_err(|e| e.to_string())? {
+            if let Some(frame) = self.decoder.next_frame()? {
                 return Ok(frame);
             }
             let remaining = self.deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err("timed out waiting for an answer".into());
+                return Err(ClientError::TimedOut);
             }
             self.stream
                 .set_read_timeout(Some(remaining))
-                .map_err(|e| e.to_string())?;
+                .map_err(ClientError::Read)?;
             match self.decoder.read_from(&mut self.stream) {
-                Ok(0) => return Err("the peer closed the connection".into()),
+                Ok(0) => return Err(ClientError::Closed),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("read failed: {e}")),
+                Err(e) => return Err(ClientError::Read(e)),
             }
         }
     }
 
-    fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.stream
-            .write_all(bytes)
-            .map_err(|e| format!("write failed: {e}"))
+    fn write(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.stream.write_all(bytes).map_err(ClientError::Write)
     }
 }

@@ -1,4 +1,4 @@
-//! The standalone worker role: connects to the master on a [`crate::transport::client::Link`]
+//! The standalone worker role: connects to the master on a `transport::client::Link`
 //! (reconnecting with backoff and registering again whenever the connection ends), heartbeats,
 //! and runs executors as child processes (Spark's `Worker` and `ExecutorRunner`). What it says
 //! to the master is decided sans IO in `session.rs`; this file does the IO and supervises the

@@ -182,12 +182,15 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let started = SystemTime::now();
     let cluster = Cluster::start(cluster_spec)?;
     let _metrics = match args.metrics_listen {
-        Some(addr) => Some(flint_net::observe::ui::serve_driver(
-            addr,
-            cluster.driver.observer(),
-            ui_secret,
-            flint_net::observe::ui::Serve::UiAndMetrics,
-        )?),
+        Some(addr) => Some(
+            flint_net::observe::ui::serve_driver(
+                addr,
+                cluster.driver.observer(),
+                ui_secret,
+                flint_net::observe::ui::Serve::UiAndMetrics,
+            )
+            .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let outcome = match &ramp {
@@ -296,8 +299,8 @@ fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> 
             driver.listen = listen;
             driver.allow_insecure_bind = args.allow_insecure_bind;
             driver.secret = match &args.secret_file {
-                Some(path) => Some(Secret::from_file(path)?),
-                None => Secret::from_env(SECRET_ENV)?,
+                Some(path) => Some(Secret::from_file(path).map_err(|e| e.to_string())?),
+                None => Secret::from_env(SECRET_ENV).map_err(|e| e.to_string())?,
             };
             ExecutorSource::External {
                 wait: Duration::from_secs(args.wait_s),

@@ -586,6 +586,7 @@ fn load_secret(file: Option<&PathBuf>) -> Result<Option<Secret>, String> {
         Some(path) => Secret::from_file(path).map(Some),
         None => Secret::from_env(SECRET_ENV),
     }
+    .map_err(|e| e.to_string())
 }
 
 /// The shared secret a worker, `flint submit` or `flint status` proves to the master: required
@@ -629,7 +630,7 @@ fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> 
     let path = match (&args.secret_file, &args.state_dir) {
         (Some(path), _) => path.clone(),
         (None, state_dir) => {
-            if let Some(secret) = Secret::from_env(SECRET_ENV)? {
+            if let Some(secret) = Secret::from_env(SECRET_ENV).map_err(|e| e.to_string())? {
                 return Ok(Some((secret, format!("${SECRET_ENV}"))));
             }
             match state_dir {
@@ -668,11 +669,11 @@ fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> 
                 );
             }
         }
-        let secret = Secret::from_file(&path)?;
+        let secret = Secret::from_file(&path).map_err(|e| e.to_string())?;
         return Ok(Some((secret, path.display().to_string())));
     }
     let secret = Secret::generate().map_err(|e| format!("no randomness: {e}"))?;
-    secret.write_new_file(&path)?;
+    secret.write_new_file(&path).map_err(|e| e.to_string())?;
     Ok(Some((secret, path.display().to_string())))
 }
 
@@ -681,7 +682,7 @@ fn local(args: LocalArgs) -> Result<ExitCode, String> {
     // Local processes share a fresh random secret, so nothing else on this machine can join.
     let secret_text = local_secret()?;
     let config = DriverConfig {
-        secret: Some(Secret::new(secret_text.clone().into_bytes())?),
+        secret: Some(Secret::new(secret_text.clone().into_bytes()).map_err(|e| e.to_string())?),
         ..driver_config(&args.job)
     };
     let driver = Driver::builder()
@@ -925,7 +926,7 @@ fn master(args: MasterArgs) -> Result<ExitCode, String> {
         },
         ..MasterConfig::default()
     };
-    let master = MasterHandle::start(config)?;
+    let master = MasterHandle::start(config).map_err(|e| e.to_string())?;
     let status_addr = master.local_addr().unwrap_or(args.listen);
     let _servers = serve_cluster(
         status_addr,
@@ -1027,13 +1028,16 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     let _servers = serve_driver(&driver, &args.observe.serve, secret.clone(), "flint submit")?;
     let driver_addr = driver.local_addr().ok_or("the driver has no address")?;
-    let client = Arc::new(AppClient::start(AppClientConfig {
-        master: args.master,
-        secret,
-        spec: app_spec(&args, driver_addr),
-        executors: Some(args.executors),
-        reconnect_max: Duration::from_secs(1),
-    })?);
+    let client = Arc::new(
+        AppClient::start(AppClientConfig {
+            master: args.master,
+            secret,
+            spec: app_spec(&args, driver_addr),
+            executors: Some(args.executors),
+            reconnect_max: Duration::from_secs(1),
+        })
+        .map_err(|e| e.to_string())?,
+    );
     let driver = Arc::new(driver);
     let mirror = start_mirror(&args, &client, &driver)?;
     let scaler = start_scaler(&args, &client, &driver)?;
@@ -1147,7 +1151,9 @@ fn run_submitted(
     driver: &Driver,
     driver_addr: SocketAddr,
 ) -> Result<(String, flint_cli::summary::Summary), String> {
-    let app_id = client.wait_registered(Duration::from_secs(args.wait_s))?;
+    let app_id = client
+        .wait_registered(Duration::from_secs(args.wait_s))
+        .map_err(|e| e.to_string())?;
     eprintln!(
         "flint submit: application {app_id}, driver on {driver_addr}, waiting for {} executors",
         args.executors
@@ -1234,9 +1240,12 @@ fn status(args: StatusArgs) -> Result<ExitCode, String> {
         Role::Client,
         secret,
         Duration::from_millis(args.timeout_ms),
-    )?;
-    client.send(&Message::StatusRequest {})?;
-    let frame = client.next_frame()?;
+    )
+    .map_err(|e| e.to_string())?;
+    client
+        .send(&Message::StatusRequest {})
+        .map_err(|e| e.to_string())?;
+    let frame = client.next_frame().map_err(|e| e.to_string())?;
     let message = frame
         .message()
         .map_err(|e| format!("malformed answer: {e}"))?;

@@ -254,7 +254,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let secret_value = random_hex(32)?;
     let config = DriverConfig {
         listen: args.listen,
-        secret: Some(Secret::new(secret_value.clone().into_bytes())?),
+        secret: Some(Secret::new(secret_value.clone().into_bytes()).map_err(|e| e.to_string())?),
         ..driver_config(&args.job)
     };
     let driver = Driver::builder()
@@ -302,12 +302,14 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         owner,
         template,
     };
-    runtime.block_on(executors::prepare(
-        client.clone(),
-        &settings,
-        &secret_value,
-        api_timeout,
-    ))?;
+    runtime
+        .block_on(executors::prepare(
+            client.clone(),
+            &settings,
+            &secret_value,
+            api_timeout,
+        ))
+        .map_err(|e| e.to_string())?;
     let min = args.executors;
     let dynamic = args.max_executors.map(|max| DynamicConfig {
         min,
@@ -375,7 +377,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         eprintln!("flint-k8s: cleanup: {error}");
     }
     let summary = result?;
-    cleaned?;
+    cleaned.map_err(|e| e.to_string())?;
     let mut extra = vec![
         ("app_id", json_or_plain(&args.job, &app_id)),
         ("namespace", json_or_plain(&args.job, &namespace)),

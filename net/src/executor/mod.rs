@@ -139,7 +139,7 @@ impl ExitSlot {
 
 /// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
 /// A driver whose connection table is full refuses the handshake saying so
-/// ([`crate::conn::TABLE_FULL`]): the executor tries again with backoff (logged at info) until
+/// (`TABLE_FULL`): the executor tries again with backoff (logged at info) until
 /// `connect_timeout` has passed.
 pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary, ExecutorError> {
     let deadline = flint_engine::runtime::deadline_after(config.connect_timeout);

@@ -108,6 +108,28 @@ impl std::fmt::Debug for HttpServer {
     }
 }
 
+/// Why an [`HttpServer`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// A non-loopback address without a secret, and `allow_insecure_bind` not set.
+    #[error("refusing to serve HTTP on non-loopback {0} without a shared secret")]
+    InsecureBind(SocketAddr),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The bound listener has no local address.
+    #[error("{0}")]
+    LocalAddr(std::io::Error),
+    /// The accepting thread could not be started.
+    #[error("cannot start the HTTP thread: {0}")]
+    Thread(std::io::Error),
+}
+
 impl HttpServer {
     /// Binds `addr` and serves `handler` on a thread of its own. Without a `secret` a
     /// non-loopback address is refused unless `allow_insecure_bind`.
@@ -117,21 +139,19 @@ impl HttpServer {
         allow_insecure_bind: bool,
         limits: HttpLimits,
         handler: Handler,
-    ) -> Result<HttpServer, String> {
+    ) -> Result<HttpServer, HttpError> {
         if !addr.ip().is_loopback() && secret.is_none() && !allow_insecure_bind {
-            return Err(format!(
-                "refusing to serve HTTP on non-loopback {addr} without a shared secret"
-            ));
+            return Err(HttpError::InsecureBind(addr));
         }
         let listener =
-            TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            TcpListener::bind(addr).map_err(|source| HttpError::Listen { addr, source })?;
+        let addr = listener.local_addr().map_err(HttpError::LocalAddr)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("flint-http".into())
             .spawn(move || accept_loop(listener, secret, limits, handler, flag))
-            .map_err(|e| format!("cannot start the HTTP thread: {e}"))?;
+            .map_err(HttpError::Thread)?;
         Ok(HttpServer {
             addr,
             stop,

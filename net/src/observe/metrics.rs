@@ -318,7 +318,7 @@ impl ClusterCollector {
     }
 
     /// The view, asked now.
-    pub fn view(&self) -> std::result::Result<ClusterView, String> {
+    pub fn view(&self) -> std::result::Result<ClusterView, crate::standalone::ClientError> {
         cluster_view(self.addr, self.secret.clone(), SCRAPE_TIMEOUT)
     }
 }

@@ -15,7 +15,7 @@
 //! - Timing is sampled: one task in [`SAMPLE_EVERY`] (by task index) has its launch time noted,
 //!   giving the queue time (submit to launch) and the round trip (launch to its final status
 //!   update at the driver) histograms. Sampling keeps the cost away from the other tasks.
-//! - Bytes and frames read and bytes written by every [`crate::conn::Connection`] of this
+//! - Bytes and frames read and bytes written by every connection of this
 //!   process ([`NET`]).
 
 pub mod http;
@@ -31,7 +31,7 @@ use flint_engine::hash::FxHashMap;
 use flint_engine::scheduler::{ExecutorId, JobId, JobOutcome, Stats, TaskId};
 
 use crate::handshake::Secret;
-use crate::standalone::BlockingClient;
+use crate::standalone::{BlockingClient, ClientError};
 use crate::wire::{Message, Role, TaskState};
 
 /// Where a component's event lines go (executor started, registered, removed): a callback, so
@@ -75,7 +75,7 @@ const REASON_KEPT_BYTES: usize = 512;
 /// Sampled attempts in flight at once (the oldest are forgotten beyond this).
 const SAMPLES_IN_FLIGHT_MAX: usize = 1 << 16;
 
-/// Process-wide network counters, bumped by [`crate::conn::Connection`].
+/// Process-wide network counters, bumped by every connection.
 #[derive(Debug, Default)]
 pub struct NetCounters {
     /// Frames decoded from peers.
@@ -716,7 +716,7 @@ pub fn cluster_view(
     addr: SocketAddr,
     secret: Option<Secret>,
     timeout: Duration,
-) -> Result<ClusterView, String> {
+) -> Result<ClusterView, ClientError> {
     let mut addr = addr;
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() {
@@ -728,16 +728,14 @@ pub fn cluster_view(
     let mut client = BlockingClient::connect(addr, Role::Client, secret, timeout)?;
     client.send(&Message::StatusRequest {})?;
     let frame = client.next_frame()?;
-    let message = frame
-        .message()
-        .map_err(|e| format!("malformed answer: {e}"))?;
+    let message = frame.message().map_err(ClientError::Malformed)?;
     let Message::StatusResponse {
         workers,
         applications,
         executors,
     } = message
     else {
-        return Err(format!("unexpected answer {}", message.kind().name()));
+        return Err(ClientError::Unexpected(message.kind().name()));
     };
     Ok(ClusterView {
         workers: workers

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::http::{Handler, HttpLimits, HttpServer, Request, Response};
+use super::http::{Handler, HttpError, HttpLimits, HttpServer, Request, Response};
 use super::metrics::{self, ClusterCollector, ClusterRole, DriverCollector, SCRAPE_TIMEOUT};
 use crate::driver::DriverObserver;
 use crate::handshake::Secret;
@@ -310,7 +310,7 @@ pub fn serve_driver(
     observer: DriverObserver,
     secret: Option<Secret>,
     serve: Serve,
-) -> Result<HttpServer, String> {
+) -> Result<HttpServer, HttpError> {
     let registry = metrics::registry_with(Box::new(DriverCollector::new(observer.clone())));
     let handler: Handler = Arc::new(move |request: &Request| match request.path.as_str() {
         "/metrics" => Response::ok(metrics::CONTENT_TYPE, metrics::render(&registry)),
@@ -331,14 +331,14 @@ pub fn serve_cluster(
     secret: Option<Secret>,
     role: ClusterRole,
     serve: Serve,
-) -> Result<HttpServer, String> {
+) -> Result<HttpServer, HttpError> {
     let collector = ClusterCollector::new(status_addr, secret.clone(), role);
     let registry = metrics::registry_with(Box::new(collector.clone()));
     let handler: Handler = Arc::new(move |request: &Request| match request.path.as_str() {
         "/metrics" => Response::ok(metrics::CONTENT_TYPE, metrics::render(&registry)),
         "/" if serve == Serve::UiAndMetrics => match collector.view() {
             Ok(view) => Response::ok("text/html; charset=utf-8", cluster_page(role, &view)),
-            Err(error) => unavailable("the status request", &error),
+            Err(error) => unavailable("the status request", &error.to_string()),
         },
         _ => Response::text(404, "not found\n"),
     });

@@ -1,6 +1,6 @@
 //! The server side of the transport: a listener and its peer table, for any listening role.
 //!
-//! Contract. A role builds a [`Server`] with an [`Inbound`] (its role, the roles it accepts, the
+//! Contract. A role builds a [`Server`] with an `Inbound` (its role, the roles it accepts, the
 //! secret, frame and buffer bounds) and [`Limits`], and implements [`Handler`] for what the
 //! frames mean. The server owns everything about connections:
 //! - accepting until the listener would block, and the handshake ([`crate::handshake`]) on each
@@ -9,7 +9,7 @@
 //! - limits per kind: connections still in the handshake at most `handshakes_max`, peers whose
 //!   [`Handler::standing`] is [`Standing::Client`] at most `clients_max`, all at most
 //!   `connections_max`. The oldest of a kind goes when another arrives, told
-//!   `HandshakeRefused{connection table full}` ([`Connection::evict_for_full_table`]); a full
+//!   `HandshakeRefused{connection table full}` (`Connection::evict_for_full_table`); a full
 //!   table with no handshake or client to evict refuses the newcomer;
 //! - deadlines: the handshake and a [`Standing::Registering`] peer's registration within
 //!   `handshake_timeout` of the accept, a client silent `client_idle_timeout` is closed

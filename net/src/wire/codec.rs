@@ -4,7 +4,7 @@
 //!
 //! Every field type implements [`Field`]: `read` from a [`Reader`] (a bounds-checked cursor over a
 //! frame body) and `write` into a `BytesMut`. Messages and list items are sequences of fields, so
-//! their encodings are declared once, by the [`wire_struct!`] macro and the message table, and
+//! their encodings are declared once, by the `wire_struct!` macro and the message table, and
 //! nothing else in the crate parses bytes.
 //!
 //! The encoding is canonical: every value has exactly one encoding, and a body that decodes
