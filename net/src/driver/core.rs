@@ -35,8 +35,8 @@ use flint_engine::scheduler::{
 };
 
 use super::{
-    encode, Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX,
-    TASKS_PER_CORE_MAX, WARN_INTERVAL,
+    Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX, TASKS_PER_CORE_MAX,
+    WARN_INTERVAL,
 };
 use crate::admission::Admission;
 use crate::conn::{ConnError, TABLE_FULL};
@@ -44,6 +44,7 @@ use crate::handshake::Handshake;
 use crate::job::{Job, JobShared, ResultObserver};
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
 use crate::runner::Completion;
+use crate::transport::encode;
 use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// A peer connection as the IO layer names it: any number it does not reuse while the core

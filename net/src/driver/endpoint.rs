@@ -21,12 +21,13 @@ use mio::net::TcpListener;
 use mio::{Interest, Token};
 
 use super::core::{us, DriverCore, LocalCommand, PeerId};
-use super::{send_retrying, DriverConfig, DriverMsg};
+use super::{DriverConfig, DriverMsg};
 use crate::admission::Admission;
 use crate::conn::{accept_next, refuse, ConnError, Connection};
 use crate::functions::Registry;
 use crate::handshake::random_nonce;
 use crate::runner::{Completion, TaskRunner};
+use crate::transport::send_retrying;
 
 /// One connection and what the IO layer tracks for it.
 struct Conn {

@@ -24,9 +24,9 @@ use bytes::{Bytes, BytesMut};
 use flint_engine::hash::FxHashSet;
 
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
-use crate::driver::encode;
 use crate::handshake::Handshake;
 use crate::runner::Completion;
+use crate::transport::encode;
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 
 /// The heartbeat interval when the driver's `Registered` names none, in milliseconds.

@@ -17,9 +17,9 @@ use mio::{Interest, Token};
 use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot};
 use crate::conn::{ConnError, Connection};
-use crate::driver::send_retrying;
 use crate::functions::Registry;
 use crate::runner::TaskRunner;
+use crate::transport::send_retrying;
 
 /// Messages to the executor's endpoint.
 #[derive(Debug)]
