@@ -12,6 +12,7 @@ use flint_engine::runtime::{Endpoint, EndpointRef, SendError};
 use crate::wire::Message;
 
 pub mod client;
+pub mod peers;
 pub mod server;
 
 /// Appends a frame; a frame that cannot be encoded (over the maximum) is logged and skipped.

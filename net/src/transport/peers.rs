@@ -1,0 +1,471 @@
+//! The sans-IO half of the server side: a listening role's peer table, through the handshake
+//! and past it, with its limits and deadlines. No sockets and no clock: every input carries
+//! `now_us`, and what it decides waits to be polled, so a simulator drives it with bytes.
+//!
+//! Contract. The IO layer names each connection with a key `K` it does not reuse while the
+//! table knows it, and hands in [`Peers::handle_connected`] (with a fresh nonce: our `Hello` is
+//! queued at once), [`Peers::handle_frame`] and [`Peers::remove`] (the IO lost the peer). The
+//! role answers a finished handshake with [`Peers::open`] (its state `S` and [`Standing`]) or
+//! [`Peers::refuse`], changes a peer's standing with [`Peers::set_standing`] (registered: a
+//! member), appends frames with [`Peers::send`] or [`Peers::outbound`], closes with
+//! [`Peers::close`]. Outputs: [`Peers::poll_transmit`] (frames per peer; a closed peer's last
+//! ones first), [`Peers::poll_close`] (connections for the IO to drop once written),
+//! [`Peers::poll_gone`] (open peers the table closed itself: the role forgets them) and
+//! [`Peers::poll_timeout`] (when [`Peers::handle_timeout`] is due; `None` with no peers).
+//!
+//! Limits: at most `handshakes_max` connections in the handshake and `clients_max`
+//! [`Standing::Client`] peers (the oldest of a kind goes when another arrives, told
+//! `HandshakeRefused{connection table full (LIMIT)}`), at most `connections_max` in all (a full
+//! table evicts the oldest handshake or client, or refuses the newcomer). Deadlines: the
+//! handshake and a [`Standing::Registering`] peer's registration within `handshake_timeout` of
+//! the connect, a client silent for `client_idle_timeout`, a member silent for
+//! `member_timeout` (if set) are closed.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::conn::{ConnError, TABLE_FULL};
+use crate::handshake::{Handshake, Secret};
+use crate::transport::encode;
+use crate::wire::{Frame, Message, Role};
+
+/// How a peer past the handshake counts against the limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Must register within the handshake timeout (counted from the connect).
+    Registering,
+    /// A short-lived client (`flint status`): at most `clients_max`, the oldest evicted, closed
+    /// when silent for the idle timeout, evictable when the table is full.
+    Client,
+    /// A registered peer (a worker, an application, an executor): never evicted; closed when
+    /// silent for `member_timeout`, if there is one.
+    Member,
+}
+
+/// The bounds of a peer table.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Connections held at once.
+    pub connections_max: usize,
+    /// Connections still in the handshake held at once (the oldest goes).
+    pub handshakes_max: usize,
+    /// [`Standing::Client`] peers held at once (the oldest goes).
+    pub clients_max: usize,
+    /// Time from the connect to the end of the handshake and the registration.
+    pub handshake_timeout: Duration,
+    /// A client silent this long is closed.
+    pub client_idle_timeout: Duration,
+    /// A member silent this long is closed (the driver's heartbeat timeout); `None`: never
+    /// (the role expires its members itself).
+    pub member_timeout: Option<Duration>,
+}
+
+/// Who a table is and whom it lets in.
+#[derive(Debug, Clone)]
+pub struct PeersConfig {
+    /// Our role in the handshake.
+    pub role: Role,
+    /// The roles a peer may have.
+    pub accepted_roles: &'static [Role],
+    /// The shared secret, if any.
+    pub secret: Option<Secret>,
+    /// Largest frame sent.
+    pub frame_size_max: usize,
+    /// Who refuses a newcomer to a full table ("the driver").
+    pub name: &'static str,
+    /// The bounds.
+    pub limits: Limits,
+}
+
+/// What a frame was, as far as the table is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// A frame from an open peer: the role's to handle.
+    Open,
+    /// A step of the handshake; more to come.
+    Handshaking,
+    /// The handshake finished as this role: the role calls [`Peers::open`] or [`Peers::refuse`].
+    Opened(Role),
+    /// The handshake failed: the peer is closed (in [`Peers::poll_close`]).
+    Failed,
+    /// Not (or no longer) a peer: the IO layer drops it (in [`Peers::poll_close`]).
+    Unknown,
+}
+
+enum Phase<S> {
+    Handshake(Box<Handshake>),
+    Open(S),
+}
+
+struct Peer<S> {
+    phase: Phase<S>,
+    standing: Standing,
+    opened_us: u64,
+    last_heard_us: u64,
+    /// Frames encoded for it and not yet polled.
+    out: BytesMut,
+    /// Whether it is in the transmit queue.
+    queued: bool,
+}
+
+/// A peer table keyed by `K`; `S` is the role's state for each open peer.
+pub struct Peers<K, S> {
+    config: PeersConfig,
+    peers: HashMap<K, Peer<S>>,
+    /// Peers with frames to poll, in the order they got them.
+    transmit: VecDeque<K>,
+    /// Closed peers' last frames (a refusal, say), polled before anything else.
+    farewells: VecDeque<(K, BytesMut)>,
+    closes: VecDeque<(K, ConnError)>,
+    gone: VecDeque<(K, S, ConnError)>,
+    /// No deadline is before this.
+    next_check_us: Option<u64>,
+}
+
+impl<K, S> std::fmt::Debug for Peers<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("name", &self.config.name)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
+    /// An empty table.
+    pub fn new(config: PeersConfig) -> Self {
+        Peers {
+            config,
+            peers: HashMap::new(),
+            transmit: VecDeque::new(),
+            farewells: VecDeque::new(),
+            closes: VecDeque::new(),
+            gone: VecDeque::new(),
+            next_check_us: None,
+        }
+    }
+
+    /// Peers held (in the handshake or past it).
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Whether it holds no peer.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Whether it holds `peer` (in the handshake or past it).
+    pub fn contains(&self, peer: K) -> bool {
+        self.peers.contains_key(&peer)
+    }
+
+    /// The peers held, in no order.
+    pub fn keys(&self) -> impl Iterator<Item = K> + '_ {
+        self.peers.keys().copied()
+    }
+
+    /// A connection arrived; `nonce` is fresh for it, our `Hello` is queued at once. A full
+    /// table with nothing to evict refuses it with the reason (the IO layer tells the peer
+    /// and drops it); making room may close older connections.
+    pub fn handle_connected(
+        &mut self,
+        peer: K,
+        nonce: [u8; 32],
+        now_us: u64,
+    ) -> Result<(), String> {
+        let handshaking = |p: &Peer<S>| matches!(p.phase, Phase::Handshake(_));
+        if self.count(handshaking) >= self.config.limits.handshakes_max {
+            self.evict_oldest(handshaking, "handshakes_max");
+        }
+        let evictable =
+            |p: &Peer<S>| matches!(p.phase, Phase::Handshake(_)) || p.standing == Standing::Client;
+        if self.peers.len() >= self.config.limits.connections_max
+            && !self.evict_oldest(evictable, "connections_max")
+        {
+            tracing::warn!("refused a connection: {TABLE_FULL} (connections_max)");
+            let (name, held) = (self.config.name, self.peers.len());
+            return Err(format!("{TABLE_FULL}: {name} holds {held} connections"));
+        }
+        let mut out = BytesMut::new();
+        let config = &self.config;
+        let handshake = Handshake::start(
+            config.role,
+            config.secret.clone(),
+            nonce,
+            config.accepted_roles,
+            &mut out,
+        );
+        let state = Peer {
+            phase: Phase::Handshake(Box::new(handshake)),
+            standing: Standing::Registering,
+            opened_us: now_us,
+            last_heard_us: now_us,
+            out,
+            queued: false,
+        };
+        self.peers.insert(peer, state);
+        self.queue(peer);
+        self.watch(expiry(now_us, self.config.limits.handshake_timeout));
+        Ok(())
+    }
+
+    /// A frame from a peer: a step of its handshake, or the role's (see [`Arrival`]).
+    pub fn handle_frame(&mut self, peer: K, frame: &Frame, now_us: u64) -> Arrival {
+        let Some(state) = self.peers.get_mut(&peer) else {
+            self.closes
+                .push_back((peer, ConnError::Protocol("unknown peer".into())));
+            return Arrival::Unknown;
+        };
+        state.last_heard_us = state.last_heard_us.max(now_us);
+        let Phase::Handshake(handshake) = &mut state.phase else {
+            return Arrival::Open;
+        };
+        let step = handshake.on_frame(frame.kind(), frame.body(), &mut state.out);
+        self.queue(peer);
+        match step {
+            Ok(None) => Arrival::Handshaking,
+            Ok(Some(role)) => Arrival::Opened(role),
+            Err(error) => {
+                let why = ConnError::Protocol(format!("handshake failed: {error}"));
+                self.close(peer, why);
+                Arrival::Failed
+            }
+        }
+    }
+
+    /// Opens a peer whose handshake finished: its state and standing. A client beyond
+    /// `clients_max` evicts the oldest one.
+    pub fn open(&mut self, peer: K, state: S, standing: Standing, now_us: u64) {
+        if standing == Standing::Client {
+            let client =
+                |p: &Peer<S>| matches!(p.phase, Phase::Open(_)) && p.standing == Standing::Client;
+            if self.count(client) >= self.config.limits.clients_max {
+                self.evict_oldest(client, "clients_max");
+            }
+        }
+        if let Some(found) = self.peers.get_mut(&peer) {
+            found.phase = Phase::Open(state);
+        }
+        self.set_standing(peer, standing, now_us);
+    }
+
+    /// Refuses a peer whose handshake finished: it is told why (`HandshakeRefused`), then
+    /// closed.
+    pub fn refuse(&mut self, peer: K, reason: String) {
+        self.send(peer, &Message::HandshakeRefused { reason: &reason });
+        self.close(peer, ConnError::Protocol(reason));
+    }
+
+    /// How a peer counts from now on; its deadline runs from now.
+    pub fn set_standing(&mut self, peer: K, standing: Standing, now_us: u64) {
+        let Some(found) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        found.standing = standing;
+        let limits = &self.config.limits;
+        let timeout = match standing {
+            Standing::Registering => None,
+            Standing::Client => Some(limits.client_idle_timeout),
+            Standing::Member => limits.member_timeout,
+        };
+        if let Some(timeout) = timeout {
+            self.watch(expiry(now_us, timeout));
+        }
+    }
+
+    /// An open peer's state.
+    pub fn state(&self, peer: K) -> Option<&S> {
+        match &self.peers.get(&peer)?.phase {
+            Phase::Open(state) => Some(state),
+            Phase::Handshake(_) => None,
+        }
+    }
+
+    /// An open peer's state and its outbound buffer, to append frames to (it is queued for
+    /// [`Peers::poll_transmit`]).
+    pub fn open_mut(&mut self, peer: K) -> Option<(&mut S, &mut BytesMut)> {
+        self.queue_once(peer);
+        let found = self.peers.get_mut(&peer)?;
+        match &mut found.phase {
+            Phase::Open(state) => Some((state, &mut found.out)),
+            Phase::Handshake(_) => None,
+        }
+    }
+
+    /// A peer's outbound buffer, to append frames to (it is queued for
+    /// [`Peers::poll_transmit`]); `None` once it is closed.
+    pub fn outbound(&mut self, peer: K) -> Option<&mut BytesMut> {
+        self.queue_once(peer);
+        Some(&mut self.peers.get_mut(&peer)?.out)
+    }
+
+    /// Encodes a message for a peer.
+    pub fn send(&mut self, peer: K, message: &Message<'_>) {
+        let frame_size_max = self.config.frame_size_max;
+        if let Some(out) = self.outbound(peer) {
+            encode(message, out, frame_size_max);
+        }
+    }
+
+    /// Closes a peer: its last frames go out, then the IO layer drops it
+    /// ([`Peers::poll_close`]). The state of an open peer is handed back.
+    pub fn close(&mut self, peer: K, why: ConnError) -> Option<S> {
+        let mut state = self.peers.remove(&peer)?;
+        let out = std::mem::take(&mut state.out);
+        if !out.is_empty() {
+            self.farewells.push_back((peer, out));
+        }
+        self.closes.push_back((peer, why));
+        match state.phase {
+            Phase::Open(state) => Some(state),
+            Phase::Handshake(_) => None,
+        }
+    }
+
+    /// The IO layer lost a peer: it is forgotten, nothing more goes to it. The state of an
+    /// open peer is handed back.
+    pub fn remove(&mut self, peer: K) -> Option<S> {
+        match self.peers.remove(&peer)?.phase {
+            Phase::Open(state) => Some(state),
+            Phase::Handshake(_) => None,
+        }
+    }
+
+    /// Time passed: closes the peers past their deadline. O(peers), once per earliest deadline.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        if self.next_check_us.is_none_or(|t| t > now_us) {
+            return;
+        }
+        let limits = &self.config.limits;
+        let mut expired = Vec::new();
+        let mut next: Option<u64> = None;
+        for (key, peer) in &self.peers {
+            // A peer in the handshake is registering.
+            let (since_us, timeout, what) = match peer.standing {
+                Standing::Registering => (
+                    peer.opened_us,
+                    limits.handshake_timeout,
+                    "no handshake and registration within",
+                ),
+                Standing::Client => (
+                    peer.last_heard_us,
+                    limits.client_idle_timeout,
+                    "a client connection silent for",
+                ),
+                Standing::Member => match limits.member_timeout {
+                    Some(timeout) => (peer.last_heard_us, timeout, "no heartbeat for"),
+                    None => continue,
+                },
+            };
+            let at_us = expiry(since_us, timeout);
+            if at_us <= now_us {
+                expired.push((*key, format!("{what} {} ms", timeout.as_millis())));
+            } else {
+                next = Some(next.map_or(at_us, |t| t.min(at_us)));
+            }
+        }
+        self.next_check_us = next;
+        expired.sort();
+        for (key, why) in expired {
+            self.close_gone(key, ConnError::Protocol(why));
+        }
+    }
+
+    /// When [`Peers::handle_timeout`] is next due; `None` while no peer has a deadline.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.next_check_us
+    }
+
+    /// The next peer with frames to send, and the frames (append them to its connection).
+    pub fn poll_transmit(&mut self) -> Option<(K, BytesMut)> {
+        if let Some(farewell) = self.farewells.pop_front() {
+            return Some(farewell);
+        }
+        while let Some(peer) = self.transmit.pop_front() {
+            let Some(state) = self.peers.get_mut(&peer) else {
+                continue;
+            };
+            state.queued = false;
+            if !state.out.is_empty() {
+                return Some((peer, std::mem::take(&mut state.out)));
+            }
+        }
+        None
+    }
+
+    /// The next connection to drop, and why: the IO layer writes what it has for it (drain
+    /// [`Peers::poll_transmit`] first), then drops it. The table has forgotten it.
+    pub fn poll_close(&mut self) -> Option<(K, ConnError)> {
+        self.closes.pop_front()
+    }
+
+    /// The next open peer the table closed itself (evicted, expired), with its state: the role
+    /// forgets it.
+    pub fn poll_gone(&mut self) -> Option<(K, S, ConnError)> {
+        self.gone.pop_front()
+    }
+
+    /// Closes a peer the role did not ask to close: an open one goes to [`Peers::poll_gone`].
+    fn close_gone(&mut self, peer: K, why: ConnError) {
+        let reason = why.to_string();
+        if let Some(state) = self.close(peer, why) {
+            self.gone
+                .push_back((peer, state, ConnError::Protocol(reason)));
+        } else {
+            tracing::info!(?peer, "dropped a connection: {reason}");
+        }
+    }
+
+    /// Puts a peer with frames in the transmit queue (once).
+    fn queue(&mut self, peer: K) {
+        if self.peers.get(&peer).is_some_and(|p| !p.out.is_empty()) {
+            self.queue_once(peer);
+        }
+    }
+
+    fn queue_once(&mut self, peer: K) {
+        if let Some(state) = self.peers.get_mut(&peer) {
+            if !state.queued {
+                state.queued = true;
+                self.transmit.push_back(peer);
+            }
+        }
+    }
+
+    /// Peers matching.
+    fn count(&self, matching: impl Fn(&Peer<S>) -> bool) -> usize {
+        self.peers.values().filter(|p| matching(p)).count()
+    }
+
+    /// Closes the oldest peer matching, telling it the table is full; whether there was one.
+    fn evict_oldest(&mut self, matching: impl Fn(&Peer<S>) -> bool, limit: &str) -> bool {
+        let oldest = (self.peers.iter())
+            .filter(|(_, p)| matching(p))
+            .min_by_key(|(key, p)| (p.opened_us, **key))
+            .map(|(key, _)| *key);
+        let Some(peer) = oldest else {
+            return false;
+        };
+        let reason = format!("{TABLE_FULL} ({limit}): the oldest such connection goes");
+        self.send(peer, &Message::HandshakeRefused { reason: &reason });
+        tracing::debug!(?peer, "dropped the oldest connection of its kind: {reason}");
+        self.close_gone(peer, ConnError::Protocol(reason));
+        true
+    }
+
+    /// No deadline is before `at_us` unless one already was.
+    fn watch(&mut self, at_us: u64) {
+        let next = self.next_check_us.map_or(at_us, |t| t.min(at_us));
+        self.next_check_us = Some(next);
+    }
+}
+
+/// When something last seen at `since_us` expires: once strictly more than `timeout` passed.
+fn expiry(since_us: u64, timeout: Duration) -> u64 {
+    let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+    since_us.saturating_add(timeout_us).saturating_add(1)
+}
