@@ -219,17 +219,28 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the handshake (our `Hello`
-    /// is queued on the connection, to go out with its first flush).
+    /// Registers a stream (accepted, or connecting) on the endpoint's loop, for a role whose
+    /// sans-IO side runs the handshake ([`crate::transport::peers`]).
+    pub fn register<E: Endpoint>(
+        &self,
+        stream: TcpStream,
+        ctx: &mut Ctx<'_, E>,
+    ) -> Result<(Token, Connection), String> {
+        let mut conn = Connection::new(stream, self.frame_size_max, self.outbound_max);
+        let token = ctx
+            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| e.to_string())?;
+        Ok((token, conn))
+    }
+
+    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the
+    /// handshake (our `Hello` is queued on the connection, to go out with its first flush).
     pub fn open<E: Endpoint>(
         &self,
         stream: TcpStream,
         ctx: &mut Ctx<'_, E>,
     ) -> Result<(Token, Connection, Handshake), String> {
-        let mut conn = Connection::new(stream, self.frame_size_max, self.outbound_max);
-        let token = ctx
-            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| e.to_string())?;
+        let (token, mut conn) = self.register(stream, ctx)?;
         let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
         let handshake = Handshake::start(
             self.role,

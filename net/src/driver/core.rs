@@ -253,12 +253,12 @@ impl DriverCore {
             }
             Arrival::Handshaking => true,
             Arrival::Opened(Role::Client) => {
-                self.peers.open(peer, Phase::Client, Standing::Client, now);
+                self.peers.open(peer, Phase::Client, Standing::Client);
                 true
             }
             Arrival::Opened(_) => {
-                let standing = Standing::Registering;
-                self.peers.open(peer, Phase::Registering, standing, now);
+                self.peers
+                    .open(peer, Phase::Registering, Standing::Registering);
                 true
             }
             Arrival::Open => match self.on_frame(peer, frame) {
@@ -313,7 +313,7 @@ impl DriverCore {
                 if let Some((phase, _)) = self.peers.open_mut(peer) {
                     *phase = Phase::Executor(executor);
                 }
-                self.peers.set_standing(peer, Standing::Member, self.now_us);
+                self.peers.set_standing(peer, Standing::Member);
                 Ok(())
             }
             (Phase::Executor(executor), Message::StatusUpdates { updates }) => {

@@ -181,10 +181,8 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         if self.count(handshaking) >= self.config.limits.handshakes_max {
             self.evict_oldest(handshaking, "handshakes_max");
         }
-        let evictable =
-            |p: &Peer<S>| matches!(p.phase, Phase::Handshake(_)) || p.standing == Standing::Client;
         if self.peers.len() >= self.config.limits.connections_max
-            && !self.evict_oldest(evictable, "connections_max")
+            && !self.evict_oldest(evictable::<S>, "connections_max")
         {
             tracing::warn!("refused a connection: {TABLE_FULL} (connections_max)");
             let (name, held) = (self.config.name, self.peers.len());
@@ -213,6 +211,17 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         Ok(())
     }
 
+    /// Why a connection arriving now would be refused: the table is full and holds no
+    /// handshake or client to evict. (The IO layer may ask before it sets a connection up.)
+    pub fn refusal(&self) -> Option<String> {
+        let full = self.peers.len() >= self.config.limits.connections_max;
+        if !full || self.peers.values().any(evictable) {
+            return None;
+        }
+        let (name, held) = (self.config.name, self.peers.len());
+        Some(format!("{TABLE_FULL}: {name} holds {held} connections"))
+    }
+
     /// A frame from a peer: a step of its handshake, or the role's (see [`Arrival`]).
     pub fn handle_frame(&mut self, peer: K, frame: &Frame, now_us: u64) -> Arrival {
         let Some(state) = self.peers.get_mut(&peer) else {
@@ -239,7 +248,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// Opens a peer whose handshake finished: its state and standing. A client beyond
     /// `clients_max` evicts the oldest one.
-    pub fn open(&mut self, peer: K, state: S, standing: Standing, now_us: u64) {
+    pub fn open(&mut self, peer: K, state: S, standing: Standing) {
         if standing == Standing::Client {
             let client =
                 |p: &Peer<S>| matches!(p.phase, Phase::Open(_)) && p.standing == Standing::Client;
@@ -250,7 +259,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         if let Some(found) = self.peers.get_mut(&peer) {
             found.phase = Phase::Open(state);
         }
-        self.set_standing(peer, standing, now_us);
+        self.set_standing(peer, standing);
     }
 
     /// Refuses a peer whose handshake finished: it is told why (`HandshakeRefused`), then
@@ -260,12 +269,14 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         self.close(peer, ConnError::Protocol(reason));
     }
 
-    /// How a peer counts from now on; its deadline runs from now.
-    pub fn set_standing(&mut self, peer: K, standing: Standing, now_us: u64) {
+    /// How a peer counts from now on; its deadline runs from its last word.
+    pub fn set_standing(&mut self, peer: K, standing: Standing) {
         let Some(found) = self.peers.get_mut(&peer) else {
             return;
         };
         found.standing = standing;
+        // Silence counts from the last word (a demoted peer may have been quiet a while).
+        let since_us = found.last_heard_us;
         let limits = &self.config.limits;
         let timeout = match standing {
             Standing::Registering => None,
@@ -273,8 +284,13 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             Standing::Member => limits.member_timeout,
         };
         if let Some(timeout) = timeout {
-            self.watch(expiry(now_us, timeout));
+            self.watch(expiry(since_us, timeout));
         }
+    }
+
+    /// How a peer counts now.
+    pub fn standing(&self, peer: K) -> Option<Standing> {
+        Some(self.peers.get(&peer)?.standing)
     }
 
     /// An open peer's state.
@@ -462,6 +478,11 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         let next = self.next_check_us.map_or(at_us, |t| t.min(at_us));
         self.next_check_us = Some(next);
     }
+}
+
+/// What a full table may evict: a connection in the handshake or a client.
+fn evictable<S>(peer: &Peer<S>) -> bool {
+    matches!(peer.phase, Phase::Handshake(_)) || peer.standing == Standing::Client
 }
 
 /// When something last seen at `since_us` expires: once strictly more than `timeout` passed.
