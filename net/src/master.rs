@@ -235,6 +235,8 @@ impl MasterEndpoint {
             clients_max: config.clients_max,
             handshake_timeout: config.handshake_timeout,
             client_idle_timeout: config.client_idle_timeout,
+            // The core expires workers by their heartbeats, and applications never.
+            member_timeout: None,
         };
         let tick_period = (config.heartbeat_interval / 4)
             .clamp(Duration::from_millis(10), Duration::from_millis(250));

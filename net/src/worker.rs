@@ -798,6 +798,7 @@ fn status_server(listener: mio::net::TcpListener, config: &WorkerConfig) -> Serv
         clients_max: CLIENTS_MAX,
         handshake_timeout: CLIENT_HANDSHAKE_TIMEOUT,
         client_idle_timeout: CLIENT_IDLE_TIMEOUT,
+        member_timeout: None,
     };
     Server::new(listener, inbound, limits, "the worker")
 }

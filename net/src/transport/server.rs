@@ -1,31 +1,30 @@
-//! The server side of the transport: a listener and its peer table, for any listening role.
+//! The server side of the transport, its IO half: a listener and its connections on a loop,
+//! around the sans-IO peer table ([`Peers`]: the handshake, the limits, the deadlines), for a
+//! listening role whose frames a [`Handler`] interprets.
 //!
 //! Contract. A role builds a [`Server`] with an [`Inbound`] (its role, the roles it accepts, the
 //! secret, frame and buffer bounds) and [`Limits`], and implements [`Handler`] for what the
-//! frames mean. The server owns everything about connections:
-//! - accepting until the listener would block, and the handshake ([`crate::handshake`]) on each
-//!   new connection; when it completes, [`Handler::on_open`] gives the peer its state `S` (or a
-//!   reason to refuse it, sent as `HandshakeRefused`);
-//! - limits per kind: connections still in the handshake at most `handshakes_max`, peers whose
-//!   [`Handler::standing`] is [`Standing::Client`] at most `clients_max`, all at most
-//!   `connections_max`. The oldest of a kind goes when another arrives, told
-//!   `HandshakeRefused{connection table full}` ([`Connection::evict_for_full_table`]); a full
-//!   table with no handshake or client to evict refuses the newcomer;
-//! - deadlines: the handshake and a [`Standing::Registering`] peer's registration within
-//!   `handshake_timeout` of the accept, a client silent `client_idle_timeout` is closed
-//!   ([`Server::expire`], on the role's tick);
-//! - reading: frames after the handshake go to [`Handler::on_frame`] as they complete, until
-//!   the socket would block or the handler returns an error (which closes the peer);
-//! - writing: the role appends to [`Server::outbound`], which marks the peer dirty, and calls
-//!   [`Server::flush`] once per event; a peer whose flush fails is closed;
-//! - closing: [`Server::close`] (or any failure above) flushes what is queued, best effort, and
-//!   tells the handler ([`Handler::on_closed`]) for peers past the handshake.
+//! frames mean. The server:
+//! - accepts until the listener would block (a full table with nothing to evict refuses the
+//!   newcomer with `HandshakeRefused{connection table full}` before setting it up) and hands
+//!   each connection to the table, which runs the handshake; when it completes,
+//!   [`Handler::on_open`] gives the peer its state `S` (or a reason to refuse it);
+//! - reads until the socket would block: frames after the handshake go to
+//!   [`Handler::on_frame`] as they complete, until the handler returns an error (which closes
+//!   the peer);
+//! - keeps the table's view of each peer's [`Handler::standing`] current before it applies the
+//!   limits and the deadlines ([`Server::expire`], on the role's tick);
+//! - writes: the role appends to [`Server::outbound`] and calls [`Server::flush`] once per
+//!   event; a peer whose flush fails is closed;
+//! - closes: [`Server::close`] (or any failure above, an eviction or an expiry) flushes what is
+//!   queued, best effort, and tells the handler ([`Handler::on_closed`]) for peers past the
+//!   handshake.
 //!
-//! Nothing here knows a role's messages: the master, the worker's status listener and (next)
-//! the driver share it. Peers are named by their `mio` [`Token`].
+//! Nothing here knows a role's messages: the master and the worker's status listener share it;
+//! the driver embeds [`Peers`] in its own core. Peers are named by their `mio` [`Token`].
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use flint_engine::runtime::{Ctx, Endpoint};
@@ -33,37 +32,11 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FULL};
-use crate::handshake::Handshake;
-use crate::transport::encode;
-use crate::wire::{Frame, Message, Role};
-
-/// How a peer past the handshake counts against the limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
-    /// Must register within the handshake timeout (counted from the accept).
-    Registering,
-    /// A short-lived client (`flint status`): at most `clients_max`, the oldest evicted, closed
-    /// when silent for the idle timeout, evictable when the table is full.
-    Client,
-    /// A registered peer (a worker, an application, an executor): never evicted or expired here.
-    Member,
-}
-
-/// The bounds of a server's peer table.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Connections held at once.
-    pub connections_max: usize,
-    /// Connections still in the handshake held at once (the oldest goes).
-    pub handshakes_max: usize,
-    /// [`Standing::Client`] peers held at once (the oldest goes).
-    pub clients_max: usize,
-    /// Time from the accept to the end of the handshake and the registration.
-    pub handshake_timeout: Duration,
-    /// A client silent this long is closed.
-    pub client_idle_timeout: Duration,
-}
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound};
+use crate::handshake::random_nonce;
+use crate::transport::peers::{Arrival, Peers, PeersConfig};
+pub use crate::transport::peers::{Limits, Standing};
+use crate::wire::{Frame, Role};
 
 /// What a role does with its peers' frames.
 pub trait Handler<S> {
@@ -84,37 +57,23 @@ pub trait Handler<S> {
     fn standing(&self, peer: Token, state: &S) -> Standing;
 }
 
-enum Phase<S> {
-    Handshake(Box<Handshake>),
-    Open(S),
-}
-
-struct Peer<S> {
-    conn: Connection,
-    phase: Phase<S>,
-    opened: Instant,
-    last_heard: Instant,
-    /// On the dirty list (once, however often it is touched before the flush).
-    dirty: bool,
-}
-
-/// A listener and its peer table; `S` is the role's state for each peer.
+/// A listener, its connections and their peer table; `S` is the role's state for each peer.
 pub struct Server<S> {
     listener: TcpListener,
     listener_token: Option<Token>,
     inbound: Inbound,
-    limits: Limits,
-    /// Who refuses a newcomer to a full table ("the master").
-    name: &'static str,
-    peers: HashMap<Token, Peer<S>>,
+    peers: Peers<Token, S>,
+    conns: HashMap<Token, Connection>,
+    /// Connections with bytes to write since the last flush.
     dirty: Vec<Token>,
+    /// The table's clock starts here.
+    epoch: Instant,
 }
 
 impl<S> std::fmt::Debug for Server<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("name", &self.name)
-            .field("peers", &self.peers.len())
+            .field("peers", &self.peers)
             .finish_non_exhaustive()
     }
 }
@@ -127,14 +86,22 @@ impl<S> Server<S> {
         limits: Limits,
         name: &'static str,
     ) -> Self {
+        let config = PeersConfig {
+            role: inbound.role,
+            accepted_roles: inbound.accepted_roles,
+            secret: inbound.secret.clone(),
+            frame_size_max: inbound.frame_size_max,
+            name,
+            limits,
+        };
         Server {
             listener,
             listener_token: None,
             inbound,
-            limits,
-            name,
-            peers: HashMap::new(),
+            peers: Peers::new(config),
+            conns: HashMap::new(),
             dirty: Vec::new(),
+            epoch: Instant::now(),
         }
     }
 
@@ -149,7 +116,7 @@ impl<S> Server<S> {
 
     /// Whether `token` is this server's (the listener or a peer).
     pub fn owns(&self, token: Token) -> bool {
-        Some(token) == self.listener_token || self.peers.contains_key(&token)
+        Some(token) == self.listener_token || self.conns.contains_key(&token)
     }
 
     /// Peers held (in the handshake or past it).
@@ -172,37 +139,28 @@ impl<S> Server<S> {
     ) {
         if Some(token) == self.listener_token {
             self.accept(handler, ctx);
+        } else if event.is_readable() || event.is_read_closed() || event.is_error() {
+            self.read(token, handler);
         } else {
-            let readable = event.is_readable() || event.is_read_closed() || event.is_error();
-            self.on_peer_event(token, readable, handler);
+            self.mark_dirty(token);
         }
+        self.settle(handler);
     }
 
-    /// A peer's outbound buffer, to append frames to (marks it for the next [`Server::flush`]);
+    /// A peer's outbound buffer, to append frames to (sent with the next [`Server::flush`]);
     /// `None` once it is closed.
     pub fn outbound(&mut self, peer: Token) -> Option<&mut BytesMut> {
-        self.mark_dirty(peer);
-        let found = self.peers.get_mut(&peer)?;
-        Some(found.conn.outbound())
+        self.peers.outbound(peer)
     }
 
-    fn mark_dirty(&mut self, token: Token) {
-        if let Some(peer) = self.peers.get_mut(&token) {
-            if !peer.dirty {
-                peer.dirty = true;
-                self.dirty.push(token);
-            }
-        }
-    }
-
-    /// Writes what the peers touched since the last flush have queued; closes those whose
-    /// socket failed or whose backlog is over the bound.
+    /// Writes what the peers have queued; closes those whose socket failed or whose backlog is
+    /// over the bound.
     pub fn flush(&mut self, handler: &mut impl Handler<S>) {
+        self.settle(handler);
         let mut failed = Vec::new();
         for token in std::mem::take(&mut self.dirty) {
-            if let Some(peer) = self.peers.get_mut(&token) {
-                peer.dirty = false;
-                if let Err(error) = peer.conn.flush() {
+            if let Some(conn) = self.conns.get_mut(&token) {
+                if let Err(error) = conn.flush() {
                     failed.push((token, error));
                 }
             }
@@ -214,191 +172,159 @@ impl<S> Server<S> {
 
     /// Closes a peer (writing what it has queued, best effort).
     pub fn close(&mut self, token: Token, why: &ConnError, handler: &mut impl Handler<S>) {
-        let Some(mut peer) = self.peers.remove(&token) else {
-            return;
-        };
-        let _ = peer.conn.flush();
-        match peer.phase {
-            Phase::Open(state) => handler.on_closed(token, state, why),
-            Phase::Handshake(_) => {
-                if !matches!(why, ConnError::Closed) {
-                    tracing::info!(peer = ?peer.conn.peer(), "dropped a connection: {why}");
-                }
+        if let Some(out) = self.peers.outbound(token) {
+            let bytes = std::mem::take(out);
+            if let Some(conn) = self.conns.get_mut(&token) {
+                conn.outbound().extend_from_slice(&bytes);
             }
         }
+        if let Some(state) = self.peers.remove(token) {
+            handler.on_closed(token, state, why);
+        } else if !matches!(why, ConnError::Closed) && self.conns.contains_key(&token) {
+            tracing::info!("dropped a connection in its handshake: {why}");
+        }
+        self.drop_conn(token);
     }
 
     /// Closes the connections past their deadline: the handshake or the registration not done
     /// within the handshake timeout, a client silent for the idle timeout.
     pub fn expire(&mut self, now: Instant, handler: &mut impl Handler<S>) {
-        let timeout = self.limits.handshake_timeout;
-        let idle = self.limits.client_idle_timeout;
-        let expired: Vec<(Token, String)> = self
-            .peers
-            .iter()
-            .filter_map(|(token, p)| {
-                let standing = match &p.phase {
-                    Phase::Handshake(_) => Standing::Registering,
-                    Phase::Open(state) => handler.standing(*token, state),
-                };
-                match standing {
-                    Standing::Registering if now.duration_since(p.opened) > timeout => Some((
-                        *token,
-                        format!(
-                            "no handshake and registration within {} ms",
-                            timeout.as_millis()
-                        ),
-                    )),
-                    Standing::Client if now.duration_since(p.last_heard) > idle => Some((
-                        *token,
-                        format!("a status connection silent for {} ms", idle.as_millis()),
-                    )),
-                    _ => None,
-                }
-            })
-            .collect();
-        for (token, why) in expired {
-            self.close(token, &ConnError::Protocol(why), handler);
-        }
+        self.refresh_standings(handler);
+        self.peers.handle_timeout(self.now_us(now));
+        self.settle(handler);
+    }
+
+    fn now_us(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 
     fn accept<E: Endpoint>(&mut self, handler: &mut impl Handler<S>, ctx: &mut Ctx<'_, E>) {
+        self.refresh_standings(handler);
         while let Some((stream, addr)) = accept_next(&self.listener) {
-            // Unauthenticated connections have a table of their own: the oldest goes.
-            if self.count(handler, Kind::Handshake) >= self.limits.handshakes_max {
-                self.evict_oldest(handler, Kind::Handshake, "handshakes_max");
-            }
-            if self.peers.len() >= self.limits.connections_max
-                && !self.evict_oldest(handler, Kind::Evictable, "connections_max")
-            {
-                tracing::warn!(%addr, "refused a connection: {TABLE_FULL}");
-                let reason = format!(
-                    "{TABLE_FULL}: {} holds {} connections",
-                    self.name,
-                    self.peers.len()
-                );
+            if let Some(reason) = self.peers.refusal() {
+                tracing::warn!(%addr, "refused a connection: {reason}");
                 refuse(stream, &reason);
                 continue;
             }
-            match self.inbound.open(stream, ctx) {
-                Ok((token, conn, handshake)) => {
-                    let now = Instant::now();
-                    let phase = Phase::Handshake(Box::new(handshake));
-                    let peer = Peer {
-                        conn,
-                        phase,
-                        opened: now,
-                        last_heard: now,
-                        dirty: false,
-                    };
-                    self.peers.insert(token, peer);
-                    self.mark_dirty(token);
+            let nonce = match random_nonce() {
+                Ok(nonce) => nonce,
+                Err(error) => {
+                    tracing::warn!(%addr, "no random nonce for a connection: {error}");
+                    continue;
+                }
+            };
+            match self.inbound.register(stream, ctx) {
+                Ok((token, conn)) => {
+                    self.conns.insert(token, conn);
+                    let now_us = self.now_us(Instant::now());
+                    if let Err(reason) = self.peers.handle_connected(token, nonce, now_us) {
+                        self.close(token, &ConnError::Protocol(reason), handler);
+                    }
+                    // Evictions made room: the evicted go before the next accept.
+                    self.settle(handler);
                 }
                 Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
             }
         }
     }
 
-    fn on_peer_event(&mut self, token: Token, readable: bool, handler: &mut impl Handler<S>) {
-        let Some(mut peer) = self.peers.remove(&token) else {
+    /// Reads a peer until its socket would block, the table closes it or its handler fails.
+    fn read(&mut self, token: Token, handler: &mut impl Handler<S>) {
+        let Some(conn) = self.conns.get_mut(&token) else {
             return;
         };
-        let mut result = Ok(());
-        let frame_size_max = self.inbound.frame_size_max;
-        if readable {
-            peer.last_heard = Instant::now();
-            let phase = &mut peer.phase;
-            let mut opened_client = false;
-            result = peer.conn.read_frames(|conn, frame| match phase {
-                Phase::Open(state) => handler.on_frame(token, state, frame, conn.outbound()),
-                Phase::Handshake(handshake) => {
-                    let Some(role) = handshake_step(handshake, frame, conn)? else {
-                        return Ok(());
-                    };
-                    match handler.on_open(token, role) {
-                        Ok(state) => {
-                            opened_client = handler.standing(token, &state) == Standing::Client;
-                            *phase = Phase::Open(state);
-                            Ok(())
-                        }
-                        Err(reason) => {
-                            let refusal = Message::HandshakeRefused { reason: &reason };
-                            encode(&refusal, conn.outbound(), frame_size_max);
-                            Err(ConnError::Protocol(reason))
-                        }
-                    }
-                }
-            });
-            // Clients have a table of their own: the oldest goes.
-            if opened_client && self.count(handler, Kind::Client) >= self.limits.clients_max {
-                self.evict_oldest(handler, Kind::Client, "clients_max");
+        let now_us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let peers = &mut self.peers;
+        let result = conn.read_frames(|_, frame| on_frame(peers, token, frame, now_us, handler));
+        self.mark_dirty(token);
+        if let Err(error) = result {
+            if self.peers.contains(token) {
+                self.close(token, &error, handler);
             }
-        }
-        self.peers.insert(token, peer);
-        match result {
-            Ok(()) => self.mark_dirty(token),
-            Err(error) => self.close(token, &error, handler),
         }
     }
 
-    /// Peers of a kind.
-    fn count(&self, handler: &impl Handler<S>, kind: Kind) -> usize {
-        self.peers
-            .iter()
-            .filter(|(token, p)| kind.matches(**token, &p.phase, handler))
-            .count()
-    }
-
-    /// Closes the oldest peer of a kind (telling it the table is full); whether there was one.
-    fn evict_oldest(&mut self, handler: &mut impl Handler<S>, kind: Kind, limit: &str) -> bool {
-        let oldest = self
-            .peers
-            .iter()
-            .filter(|(token, p)| kind.matches(**token, &p.phase, handler))
-            .min_by_key(|(_, p)| p.opened)
-            .map(|(token, _)| *token);
-        let Some(token) = oldest else {
-            return false;
-        };
-        if let Some(mut peer) = self.peers.remove(&token) {
-            peer.conn.evict_for_full_table(Some(limit));
-            if let Phase::Open(state) = peer.phase {
-                let why = ConnError::Protocol(format!("{TABLE_FULL} ({limit})"));
-                handler.on_closed(token, state, &why);
+    /// The table's outputs onto the connections: frames queued, closes carried out, the peers
+    /// it closed itself told to the handler.
+    fn settle(&mut self, handler: &mut impl Handler<S>) {
+        while let Some((token, bytes)) = self.peers.poll_transmit() {
+            if let Some(conn) = self.conns.get_mut(&token) {
+                conn.outbound().extend_from_slice(&bytes);
+                self.dirty.push(token);
             }
         }
-        true
+        while let Some((token, state, why)) = self.peers.poll_gone() {
+            handler.on_closed(token, state, &why);
+        }
+        while let Some((token, why)) = self.peers.poll_close() {
+            tracing::debug!("closed a connection: {why}");
+            self.drop_conn(token);
+        }
+    }
+
+    /// Flushes a connection, best effort, and drops it.
+    fn drop_conn(&mut self, token: Token) {
+        if let Some(mut conn) = self.conns.remove(&token) {
+            let _ = conn.flush();
+        }
+    }
+
+    fn mark_dirty(&mut self, token: Token) {
+        if self.conns.contains_key(&token) {
+            self.dirty.push(token);
+        }
+    }
+
+    /// Tells the table how each open peer counts now (the handler may have changed it).
+    fn refresh_standings(&mut self, handler: &impl Handler<S>) {
+        let tokens: Vec<Token> = self.peers.keys().collect();
+        for token in tokens {
+            let Some(state) = self.peers.state(token) else {
+                continue;
+            };
+            let standing = handler.standing(token, state);
+            if self.peers.standing(token) != Some(standing) {
+                self.peers.set_standing(token, standing);
+            }
+        }
     }
 }
 
-/// One handshake frame: the peer's role once the handshake is done.
-fn handshake_step(
-    handshake: &mut Handshake,
+/// One frame from a peer: a step of its handshake, its opening, or the handler's.
+fn on_frame<S>(
+    peers: &mut Peers<Token, S>,
+    token: Token,
     frame: Frame,
-    conn: &mut Connection,
-) -> Result<Option<Role>, ConnError> {
-    handshake
-        .on_frame(frame.kind(), frame.body(), conn.outbound())
-        .map_err(|error| ConnError::Protocol(format!("handshake failed: {error}")))
-}
-
-/// The kinds of peers the limits count.
-#[derive(Clone, Copy)]
-enum Kind {
-    Handshake,
-    Client,
-    /// What a full table may evict: a handshake or a client.
-    Evictable,
-}
-
-impl Kind {
-    fn matches<S>(self, token: Token, phase: &Phase<S>, handler: &impl Handler<S>) -> bool {
-        let client = |state: &S| handler.standing(token, state) == Standing::Client;
-        match (self, phase) {
-            (Kind::Handshake | Kind::Evictable, Phase::Handshake(_)) => true,
-            (Kind::Client | Kind::Evictable, Phase::Open(state)) => client(state),
-            _ => false,
+    now_us: u64,
+    handler: &mut impl Handler<S>,
+) -> Result<(), ConnError> {
+    match peers.handle_frame(token, &frame, now_us) {
+        Arrival::Handshaking => Ok(()),
+        Arrival::Open => {
+            let Some((state, out)) = peers.open_mut(token) else {
+                return Ok(());
+            };
+            let result = handler.on_frame(token, state, frame, out);
+            if let Some(state) = peers.state(token) {
+                let standing = handler.standing(token, state);
+                if peers.standing(token) != Some(standing) {
+                    peers.set_standing(token, standing);
+                }
+            }
+            result
         }
+        Arrival::Opened(role) => match handler.on_open(token, role) {
+            Ok(state) => {
+                let standing = handler.standing(token, &state);
+                peers.open(token, state, standing);
+                Ok(())
+            }
+            Err(reason) => {
+                peers.refuse(token, reason.clone());
+                Err(ConnError::Protocol(reason))
+            }
+        },
+        Arrival::Failed | Arrival::Unknown => Err(ConnError::Protocol("closed".into())),
     }
 }
 
@@ -409,9 +335,13 @@ mod tests {
 
     use flint_engine::runtime::{Runtime, RuntimeConfig};
 
+    use std::time::Duration;
+
     use super::*;
+    use crate::conn::TABLE_FULL;
     use crate::standalone::BlockingClient;
-    use crate::wire::{Kind, FRAME_SIZE_MAX_DEFAULT};
+    use crate::transport::encode;
+    use crate::wire::{Kind, Message, FRAME_SIZE_MAX_DEFAULT};
 
     /// Peers past the handshake are status clients; each frame is acked.
     struct Clients;
@@ -475,6 +405,7 @@ mod tests {
             clients_max,
             handshake_timeout: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(30),
+            member_timeout: None,
         };
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,
