@@ -490,3 +490,196 @@ fn expiry(since_us: u64, timeout: Duration) -> u64 {
     let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
     since_us.saturating_add(timeout_us).saturating_add(1)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The table alone: the peer's side of the handshake played with [`Handshake`], time
+    //! simulated.
+
+    use super::*;
+    use crate::transport::frames_of;
+    use crate::wire::FRAME_SIZE_MAX_DEFAULT;
+
+    const MS: u64 = 1_000;
+
+    fn table(connections_max: usize, handshakes_max: usize, clients_max: usize) -> Peers<u32, ()> {
+        Peers::new(PeersConfig {
+            role: Role::Driver,
+            accepted_roles: &[Role::Executor, Role::Client],
+            secret: None,
+            frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            name: "the test",
+            limits: Limits {
+                connections_max,
+                handshakes_max,
+                clients_max,
+                handshake_timeout: Duration::from_millis(100),
+                client_idle_timeout: Duration::from_millis(300),
+                member_timeout: Some(Duration::from_millis(200)),
+            },
+        })
+    }
+
+    /// Everything queued for `peer` (the rest is dropped).
+    fn sent_to(peers: &mut Peers<u32, ()>, peer: u32) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some((to, bytes)) = peers.poll_transmit() {
+            if to == peer {
+                frames.extend(frames_of(&bytes));
+            }
+        }
+        frames
+    }
+
+    /// Connects `peer` and plays its side of the handshake as `role`; what the table said.
+    fn handshake(peers: &mut Peers<u32, ()>, peer: u32, role: Role, now_us: u64) -> Arrival {
+        peers.handle_connected(peer, [1; 32], now_us).expect("room");
+        let mut out = BytesMut::new();
+        let mut ours = Handshake::start(role, None, [2; 32], &[Role::Driver], &mut out);
+        for frame in sent_to(peers, peer) {
+            ours.on_frame(frame.kind(), frame.body(), &mut out)
+                .expect("the table's Hello is valid");
+        }
+        let mut arrival = Arrival::Handshaking;
+        for frame in frames_of(&out) {
+            arrival = peers.handle_frame(peer, &frame, now_us);
+        }
+        arrival
+    }
+
+    fn refusal(frames: &[Frame]) -> Option<String> {
+        frames.iter().find_map(|f| match f.message() {
+            Ok(Message::HandshakeRefused { reason }) => Some(reason.to_owned()),
+            _ => None,
+        })
+    }
+
+    fn closed(peers: &mut Peers<u32, ()>) -> Vec<u32> {
+        std::iter::from_fn(|| peers.poll_close().map(|(peer, _)| peer)).collect()
+    }
+
+    #[test]
+    fn a_finished_handshake_names_the_role_and_the_role_opens_the_peer() {
+        let mut peers = table(8, 8, 8);
+        assert_eq!(
+            handshake(&mut peers, 1, Role::Executor, 0),
+            Arrival::Opened(Role::Executor)
+        );
+        assert!(peers.state(1).is_none(), "not open until the role says so");
+        peers.open(1, (), Standing::Registering);
+        assert_eq!(peers.state(1), Some(&()));
+        assert_eq!(peers.standing(1), Some(Standing::Registering));
+        let frame = frames_of(&{
+            let mut out = BytesMut::new();
+            encode(&Message::Shutdown {}, &mut out, FRAME_SIZE_MAX_DEFAULT);
+            out
+        })
+        .remove(0);
+        assert_eq!(peers.handle_frame(1, &frame, MS), Arrival::Open);
+        assert_eq!(peers.handle_frame(9, &frame, MS), Arrival::Unknown);
+        assert_eq!(closed(&mut peers), vec![9], "an unknown peer is dropped");
+    }
+
+    #[test]
+    fn the_oldest_handshake_goes_over_handshakes_max_and_is_told_why() {
+        let mut peers = table(8, 2, 8);
+        for (peer, at_us) in [(1, 0), (2, MS), (3, 2 * MS)] {
+            peers.handle_connected(peer, [1; 32], at_us).expect("room");
+        }
+        assert_eq!(closed(&mut peers), vec![1]);
+        let reason = refusal(&sent_to(&mut peers, 1)).expect("the evicted peer is told");
+        assert!(reason.starts_with(TABLE_FULL), "{reason}");
+        assert!(reason.contains("handshakes_max"), "{reason}");
+        assert_eq!(peers.len(), 2);
+        assert!(
+            peers.poll_gone().is_none(),
+            "a handshake has no state to forget"
+        );
+    }
+
+    #[test]
+    fn a_client_over_clients_max_evicts_the_oldest_client_and_the_role_forgets_it() {
+        let mut peers = table(8, 8, 1);
+        for (peer, at_us) in [(1, 0), (2, MS)] {
+            assert_eq!(
+                handshake(&mut peers, peer, Role::Client, at_us),
+                Arrival::Opened(Role::Client)
+            );
+            peers.open(peer, (), Standing::Client);
+        }
+        let gone = peers
+            .poll_gone()
+            .map(|(peer, _, why)| (peer, why.to_string()));
+        let (peer, why) = gone.expect("the oldest client goes");
+        assert_eq!(peer, 1);
+        assert!(why.contains("clients_max"), "{why}");
+        assert_eq!(closed(&mut peers), vec![1]);
+        assert!(peers.contains(2));
+    }
+
+    #[test]
+    fn a_full_table_evicts_a_handshake_or_a_client_and_never_a_member() {
+        let mut peers = table(2, 8, 8);
+        handshake(&mut peers, 1, Role::Executor, 0);
+        peers.open(1, (), Standing::Member);
+        peers.handle_connected(2, [1; 32], MS).expect("room");
+        assert!(peers.refusal().is_none(), "a handshake can be evicted");
+        // Peer 3 connects (evicting 2) and finishes its handshake.
+        handshake(&mut peers, 3, Role::Executor, 2 * MS);
+        assert_eq!(closed(&mut peers), vec![2]);
+        peers.open(3, (), Standing::Member);
+        let reason = peers.refusal().expect("only members left");
+        assert!(reason.starts_with(TABLE_FULL), "{reason}");
+        let refused = peers.handle_connected(4, [1; 32], 3 * MS);
+        assert_eq!(refused, Err(reason));
+        assert!(closed(&mut peers).is_empty(), "no member is evicted");
+    }
+
+    #[test]
+    fn each_standing_expires_after_its_own_timeout_and_poll_timeout_says_when() {
+        let mut peers = table(8, 8, 8);
+        assert_eq!(peers.poll_timeout(), None, "no peers, no deadline");
+        peers.handle_connected(1, [1; 32], 0).expect("room");
+        assert_eq!(peers.poll_timeout(), Some(100 * MS + 1), "the handshake's");
+        handshake(&mut peers, 2, Role::Client, 0);
+        peers.open(2, (), Standing::Client);
+        handshake(&mut peers, 3, Role::Executor, 0);
+        peers.open(3, (), Standing::Member);
+        peers.handle_timeout(100 * MS);
+        assert!(
+            closed(&mut peers).is_empty(),
+            "not strictly past any deadline"
+        );
+        peers.handle_timeout(100 * MS + 1);
+        assert_eq!(
+            closed(&mut peers),
+            vec![1],
+            "the handshake not done in time"
+        );
+        assert_eq!(peers.poll_timeout(), Some(200 * MS + 1), "the member's");
+        peers.handle_timeout(200 * MS + 1);
+        let gone = peers
+            .poll_gone()
+            .map(|(peer, _, why)| (peer, why.to_string()));
+        assert_eq!(gone, Some((3, "no heartbeat for 200 ms".into())));
+        assert_eq!(closed(&mut peers), vec![3]);
+        peers.handle_timeout(300 * MS + 1);
+        assert_eq!(closed(&mut peers), vec![2], "the silent client");
+        assert_eq!(peers.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_failed_handshake_closes_the_peer() {
+        let mut peers = table(8, 8, 8);
+        peers.handle_connected(1, [1; 32], 0).expect("room");
+        let mut out = BytesMut::new();
+        // A driver may not connect to a driver.
+        let _ = Handshake::start(Role::Driver, None, [2; 32], &[Role::Driver], &mut out);
+        let arrivals: Vec<Arrival> = (frames_of(&out).iter())
+            .map(|frame| peers.handle_frame(1, frame, 0))
+            .collect();
+        assert_eq!(arrivals.last(), Some(&Arrival::Failed));
+        assert_eq!(closed(&mut peers), vec![1]);
+        assert!(!peers.contains(1));
+    }
+}
