@@ -23,8 +23,8 @@
 //! Nothing here knows a role's messages: the master and the worker's status listener share it;
 //! the driver embeds [`Peers`] in its own core. Peers are named by their `mio` [`Token`].
 
-use std::collections::HashMap;
-use std::time::Instant;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use flint_engine::runtime::{Ctx, Endpoint};
@@ -57,15 +57,242 @@ pub trait Handler<S> {
     fn standing(&self, peer: Token, state: &S) -> Standing;
 }
 
-/// A listener, its connections and their peer table; `S` is the role's state for each peer.
-pub struct Server<S> {
+/// Who decides about newcomers: the role's sans-IO side.
+pub trait Admit {
+    /// Why a connection arriving now is refused, if it is (a full table).
+    fn refusal(&mut self) -> Option<String>;
+    /// A connection was set up: `nonce` is fresh for its handshake; an error closes it.
+    fn connected(&mut self, token: Token, nonce: [u8; 32]) -> Result<(), String>;
+}
+
+/// The IO half of a listening role: a listener and its connections on a loop, named by their
+/// token. It accepts, reads, appends and flushes; what the bytes mean and whom to let in is
+/// the role's sans-IO side ([`Peers`], or a core embedding it). A connection with bytes queued
+/// and none written for `stuck_timeout` (when the role watches it) is not reading:
+/// [`Sockets::expire_stuck`] names it.
+pub struct Sockets {
     listener: TcpListener,
     listener_token: Option<Token>,
     inbound: Inbound,
-    peers: Peers<Token, S>,
-    conns: HashMap<Token, Connection>,
-    /// Connections with bytes to write since the last flush.
+    conns: HashMap<Token, Socket>,
+    /// Connections to flush after this event.
     dirty: Vec<Token>,
+    stuck_timeout_us: Option<u64>,
+    /// Watched connections with bytes stuck (see [`Socket::write_stuck_since_us`]).
+    stuck: HashSet<Token>,
+}
+
+struct Socket {
+    conn: Connection,
+    /// Since when bytes have been queued for it with none written (a peer not reading).
+    write_stuck_since_us: Option<u64>,
+}
+
+impl std::fmt::Debug for Sockets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sockets")
+            .field("conns", &self.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sockets {
+    /// Connections accepted on `listener`, set up by `inbound`; `stuck_timeout` is how long a
+    /// watched connection may have bytes queued and none written.
+    pub fn new(listener: TcpListener, inbound: Inbound, stuck_timeout: Option<Duration>) -> Self {
+        Sockets {
+            listener,
+            listener_token: None,
+            inbound,
+            conns: HashMap::new(),
+            dirty: Vec::new(),
+            stuck_timeout_us: stuck_timeout.map(us),
+            stuck: HashSet::new(),
+        }
+    }
+
+    /// Watches the listener on the endpoint's loop.
+    pub fn start<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) -> Result<(), String> {
+        let token = ctx
+            .register(&mut self.listener, Interest::READABLE)
+            .map_err(|e| format!("cannot watch the listener: {e}"))?;
+        self.listener_token = Some(token);
+        Ok(())
+    }
+
+    /// Whether `token` is the listener's.
+    pub fn is_listener(&self, token: Token) -> bool {
+        Some(token) == self.listener_token
+    }
+
+    /// Whether `token` is one of its connections.
+    pub fn contains(&self, token: Token) -> bool {
+        self.conns.contains_key(&token)
+    }
+
+    /// Accepts until the listener would block. `admit` is asked first for each newcomer (a
+    /// refusal is told with `HandshakeRefused` before anything is set up), then gets its token
+    /// and a fresh nonce (an error closes it).
+    pub fn accept<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>, admit: &mut impl Admit) {
+        while let Some((stream, addr)) = accept_next(&self.listener) {
+            if let Some(reason) = admit.refusal() {
+                tracing::warn!(%addr, "refused a connection: {reason}");
+                refuse(stream, &reason);
+                continue;
+            }
+            let set_up = random_nonce()
+                .map_err(|e| format!("no random nonce: {e}"))
+                .and_then(|nonce| Ok((self.inbound.register(stream, ctx)?, nonce)));
+            let ((token, conn), nonce) = match set_up {
+                Ok(set_up) => set_up,
+                Err(error) => {
+                    tracing::warn!(%addr, "could not set up a connection: {error}");
+                    continue;
+                }
+            };
+            let socket = Socket {
+                conn,
+                write_stuck_since_us: None,
+            };
+            self.conns.insert(token, socket);
+            match admit.connected(token, nonce) {
+                Ok(()) => self.dirty.push(token),
+                Err(error) => {
+                    tracing::warn!(%addr, "could not open a connection: {error}");
+                    self.close(token);
+                }
+            }
+        }
+    }
+
+    /// Reads a connection until its socket would block or `on_frame` fails; the first error
+    /// (the socket's or `on_frame`'s). The connection is flushed with the others.
+    pub fn read(
+        &mut self,
+        token: Token,
+        mut on_frame: impl FnMut(Frame) -> Result<(), ConnError>,
+    ) -> Result<(), ConnError> {
+        let Some(socket) = self.conns.get_mut(&token) else {
+            return Ok(());
+        };
+        self.dirty.push(token);
+        socket.conn.read_frames(|_, frame| on_frame(frame))
+    }
+
+    /// Appends frames to a connection's outbound buffer (taking `frames` when it is empty).
+    pub fn append(&mut self, token: Token, frames: BytesMut) {
+        let Some(socket) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let outbound = socket.conn.outbound();
+        if outbound.is_empty() {
+            *outbound = frames;
+        } else {
+            outbound.extend_from_slice(&frames);
+        }
+        self.dirty.push(token);
+    }
+
+    /// Marks a connection to flush (it became writable).
+    pub fn touch(&mut self, token: Token) {
+        if self.conns.contains_key(&token) {
+            self.dirty.push(token);
+        }
+    }
+
+    /// Writes what a connection has queued, best effort, and drops it.
+    pub fn close(&mut self, token: Token) {
+        self.stuck.remove(&token);
+        if let Some(mut socket) = self.conns.remove(&token) {
+            let _ = socket.conn.flush();
+        }
+    }
+
+    /// Flushes the connections touched since the last flush, noting which watched ones are
+    /// stuck (`watched`: whether a connection counts); the ones that failed, dropped.
+    pub fn flush(
+        &mut self,
+        now_us: u64,
+        watched: impl Fn(Token) -> bool,
+    ) -> Vec<(Token, ConnError)> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        let mut failed = Vec::new();
+        for &token in &dirty {
+            let Some(socket) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            let before = socket.conn.outbound_len();
+            let flushed = socket.conn.flush();
+            let after = socket.conn.outbound_len();
+            if after == 0 {
+                socket.write_stuck_since_us = None;
+                self.stuck.remove(&token);
+            } else if after < before || socket.write_stuck_since_us.is_none() {
+                socket.write_stuck_since_us = Some(now_us);
+                if self.stuck_timeout_us.is_some() && watched(token) {
+                    self.stuck.insert(token);
+                }
+            }
+            if let Err(error) = flushed {
+                failed.push((token, error));
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+        for (token, _) in &failed {
+            self.close(*token);
+        }
+        failed
+    }
+
+    /// Drops the watched connections stuck past the timeout: the ones dropped, and why.
+    pub fn expire_stuck(&mut self, now_us: u64) -> Vec<(Token, ConnError)> {
+        let expired: Vec<Token> = (self.stuck.iter())
+            .filter(|token| self.stuck_deadline(**token).is_some_and(|t| t <= now_us))
+            .copied()
+            .collect();
+        let timeout_ms = self.stuck_timeout_us.unwrap_or(0) / 1000;
+        let mut dropped = Vec::new();
+        for token in expired {
+            let queued = self.conns.get(&token).map_or(0, |s| s.conn.outbound_len());
+            self.stuck.remove(&token);
+            self.conns.remove(&token);
+            let why = ConnError::Protocol(format!(
+                "not reading: {queued} bytes queued for it and none written for {timeout_ms} ms"
+            ));
+            dropped.push((token, why));
+        }
+        dropped
+    }
+
+    /// When the next stuck connection counts as not reading.
+    pub fn stuck_deadline_us(&self) -> Option<u64> {
+        (self.stuck.iter())
+            .filter_map(|token| self.stuck_deadline(*token))
+            .min()
+    }
+
+    /// Flushes every connection once, best effort (the role is stopping).
+    pub fn flush_all(&mut self) {
+        for socket in self.conns.values_mut() {
+            let _ = socket.conn.flush();
+        }
+    }
+
+    /// When a stuck connection counts as not reading (strictly after the timeout).
+    fn stuck_deadline(&self, token: Token) -> Option<u64> {
+        let since = self.conns.get(&token)?.write_stuck_since_us?;
+        let timeout_us = self.stuck_timeout_us?;
+        Some(since.saturating_add(timeout_us).saturating_add(1))
+    }
+}
+
+/// A listener, its connections and their peer table; `S` is the role's state for each peer.
+pub struct Server<S> {
+    sockets: Sockets,
+    peers: Peers<Token, S>,
     /// The table's clock starts here.
     epoch: Instant,
 }
@@ -95,28 +322,20 @@ impl<S> Server<S> {
             limits,
         };
         Server {
-            listener,
-            listener_token: None,
-            inbound,
+            sockets: Sockets::new(listener, inbound, None),
             peers: Peers::new(config),
-            conns: HashMap::new(),
-            dirty: Vec::new(),
             epoch: Instant::now(),
         }
     }
 
     /// Watches the listener on the endpoint's loop.
     pub fn start<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) -> Result<(), String> {
-        let token = ctx
-            .register(&mut self.listener, Interest::READABLE)
-            .map_err(|e| format!("cannot watch the listener: {e}"))?;
-        self.listener_token = Some(token);
-        Ok(())
+        self.sockets.start(ctx)
     }
 
     /// Whether `token` is this server's (the listener or a peer).
     pub fn owns(&self, token: Token) -> bool {
-        Some(token) == self.listener_token || self.conns.contains_key(&token)
+        self.sockets.is_listener(token) || self.sockets.contains(token)
     }
 
     /// Peers held (in the handshake or past it).
@@ -137,12 +356,18 @@ impl<S> Server<S> {
         handler: &mut impl Handler<S>,
         ctx: &mut Ctx<'_, E>,
     ) {
-        if Some(token) == self.listener_token {
-            self.accept(handler, ctx);
+        if self.sockets.is_listener(token) {
+            self.refresh_standings(handler);
+            let now_us = self.now_us(Instant::now());
+            let mut admitting = Admitting {
+                peers: &mut self.peers,
+                now_us,
+            };
+            self.sockets.accept(ctx, &mut admitting);
         } else if event.is_readable() || event.is_read_closed() || event.is_error() {
             self.read(token, handler);
         } else {
-            self.mark_dirty(token);
+            self.sockets.touch(token);
         }
         self.settle(handler);
     }
@@ -157,16 +382,11 @@ impl<S> Server<S> {
     /// over the bound.
     pub fn flush(&mut self, handler: &mut impl Handler<S>) {
         self.settle(handler);
-        let mut failed = Vec::new();
-        for token in std::mem::take(&mut self.dirty) {
-            if let Some(conn) = self.conns.get_mut(&token) {
-                if let Err(error) = conn.flush() {
-                    failed.push((token, error));
-                }
+        let now_us = self.now_us(Instant::now());
+        for (token, error) in self.sockets.flush(now_us, |_| false) {
+            if let Some(state) = self.peers.remove(token) {
+                handler.on_closed(token, state, &error);
             }
-        }
-        for (token, error) in failed {
-            self.close(token, &error, handler);
         }
     }
 
@@ -174,16 +394,15 @@ impl<S> Server<S> {
     pub fn close(&mut self, token: Token, why: &ConnError, handler: &mut impl Handler<S>) {
         if let Some(out) = self.peers.outbound(token) {
             let bytes = std::mem::take(out);
-            if let Some(conn) = self.conns.get_mut(&token) {
-                conn.outbound().extend_from_slice(&bytes);
-            }
+            self.sockets.append(token, bytes);
         }
+        let known = self.peers.contains(token);
         if let Some(state) = self.peers.remove(token) {
             handler.on_closed(token, state, why);
-        } else if !matches!(why, ConnError::Closed) && self.conns.contains_key(&token) {
+        } else if known && !matches!(why, ConnError::Closed) {
             tracing::info!("dropped a connection in its handshake: {why}");
         }
-        self.drop_conn(token);
+        self.sockets.close(token);
     }
 
     /// Closes the connections past their deadline: the handshake or the registration not done
@@ -195,48 +414,16 @@ impl<S> Server<S> {
     }
 
     fn now_us(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
-    }
-
-    fn accept<E: Endpoint>(&mut self, handler: &mut impl Handler<S>, ctx: &mut Ctx<'_, E>) {
-        self.refresh_standings(handler);
-        while let Some((stream, addr)) = accept_next(&self.listener) {
-            if let Some(reason) = self.peers.refusal() {
-                tracing::warn!(%addr, "refused a connection: {reason}");
-                refuse(stream, &reason);
-                continue;
-            }
-            let nonce = match random_nonce() {
-                Ok(nonce) => nonce,
-                Err(error) => {
-                    tracing::warn!(%addr, "no random nonce for a connection: {error}");
-                    continue;
-                }
-            };
-            match self.inbound.register(stream, ctx) {
-                Ok((token, conn)) => {
-                    self.conns.insert(token, conn);
-                    let now_us = self.now_us(Instant::now());
-                    if let Err(reason) = self.peers.handle_connected(token, nonce, now_us) {
-                        self.close(token, &ConnError::Protocol(reason), handler);
-                    }
-                    // Evictions made room: the evicted go before the next accept.
-                    self.settle(handler);
-                }
-                Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
-            }
-        }
+        us(now.saturating_duration_since(self.epoch))
     }
 
     /// Reads a peer until its socket would block, the table closes it or its handler fails.
     fn read(&mut self, token: Token, handler: &mut impl Handler<S>) {
-        let Some(conn) = self.conns.get_mut(&token) else {
-            return;
-        };
-        let now_us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let now_us = self.now_us(Instant::now());
         let peers = &mut self.peers;
-        let result = conn.read_frames(|_, frame| on_frame(peers, token, frame, now_us, handler));
-        self.mark_dirty(token);
+        let result = (self.sockets).read(token, |frame| {
+            on_frame(peers, token, frame, now_us, handler)
+        });
         if let Err(error) = result {
             if self.peers.contains(token) {
                 self.close(token, &error, handler);
@@ -248,30 +435,14 @@ impl<S> Server<S> {
     /// it closed itself told to the handler.
     fn settle(&mut self, handler: &mut impl Handler<S>) {
         while let Some((token, bytes)) = self.peers.poll_transmit() {
-            if let Some(conn) = self.conns.get_mut(&token) {
-                conn.outbound().extend_from_slice(&bytes);
-                self.dirty.push(token);
-            }
+            self.sockets.append(token, bytes);
         }
         while let Some((token, state, why)) = self.peers.poll_gone() {
             handler.on_closed(token, state, &why);
         }
         while let Some((token, why)) = self.peers.poll_close() {
             tracing::debug!("closed a connection: {why}");
-            self.drop_conn(token);
-        }
-    }
-
-    /// Flushes a connection, best effort, and drops it.
-    fn drop_conn(&mut self, token: Token) {
-        if let Some(mut conn) = self.conns.remove(&token) {
-            let _ = conn.flush();
-        }
-    }
-
-    fn mark_dirty(&mut self, token: Token) {
-        if self.conns.contains_key(&token) {
-            self.dirty.push(token);
+            self.sockets.close(token);
         }
     }
 
@@ -288,6 +459,27 @@ impl<S> Server<S> {
             }
         }
     }
+}
+
+/// The server's table deciding about newcomers.
+struct Admitting<'a, S> {
+    peers: &'a mut Peers<Token, S>,
+    now_us: u64,
+}
+
+impl<S> Admit for Admitting<'_, S> {
+    fn refusal(&mut self) -> Option<String> {
+        self.peers.refusal()
+    }
+
+    fn connected(&mut self, token: Token, nonce: [u8; 32]) -> Result<(), String> {
+        self.peers.handle_connected(token, nonce, self.now_us)
+    }
+}
+
+/// Micros in a duration, saturating.
+fn us(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// One frame from a peer: a step of its handshake, its opening, or the handler's.
