@@ -240,6 +240,16 @@ impl DriverCore {
         result
     }
 
+    /// Why a connection arriving now would be refused (the table is full of executors), if it
+    /// would: the IO layer tells the newcomer before setting it up. Counted as a refusal.
+    pub fn refusal(&mut self) -> Option<String> {
+        let refusal = self.peers.refusal();
+        if refusal.is_some() {
+            self.telemetry.refused(Refusal::TableFull);
+        }
+        refusal
+    }
+
     /// A frame from a peer. False once the core has closed the peer (it is in
     /// [`DriverCore::poll_close`]): the IO layer stops reading it.
     pub fn handle_frame(&mut self, peer: PeerId, frame: &Frame, now_us: u64) -> bool {
