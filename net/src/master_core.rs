@@ -22,8 +22,8 @@ use crate::standalone::{
     app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
     with_description, worker_state_to_wire, REATTACH_MESSAGE,
 };
-use crate::transport::encode;
 use crate::transport::server::Standing;
+use crate::transport::{encode, unexpected};
 use crate::wire::{self, AppDescription, Frame, List, Message, Role};
 
 /// Where a peer is in the master's protocol.
@@ -261,10 +261,7 @@ impl MasterCore {
                 Ok(())
             }
             (_, Message::Shutdown {}) => Err(ConnError::Closed),
-            (_, other) => Err(ConnError::Protocol(format!(
-                "unexpected {} from this peer",
-                other.kind().name()
-            ))),
+            (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
     }
 

@@ -40,11 +40,12 @@ use super::{
     WARN_INTERVAL,
 };
 use crate::admission::Admission;
-use crate::conn::ConnError;
+use crate::conn::{ConnError, Inbound};
 use crate::job::{Job, JobShared, ResultObserver};
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
 use crate::runner::Completion;
 use crate::transport::peers::{Arrival, Limits, Peers, PeersConfig, Standing};
+use crate::transport::unexpected;
 use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role};
 
 /// A peer connection as the IO layer names it: any number it does not reuse while the core
@@ -335,10 +336,7 @@ impl DriverCore {
                 Ok(())
             }
             (Phase::Executor(_) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
-            (_, other) => Err(ConnError::Protocol(format!(
-                "unexpected {} from this peer",
-                other.kind().name()
-            ))),
+            (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
     }
 
@@ -1067,13 +1065,21 @@ struct Registration<'a> {
     attributes: List<'a, KeyValue<'a>>,
 }
 
-/// The driver's peer table: executors and status clients, bounded by the config.
-fn peers_config(config: &DriverConfig) -> PeersConfig {
-    PeersConfig {
+/// Whom the driver lets in: executors and status clients.
+pub(crate) fn inbound(config: &DriverConfig) -> Inbound {
+    Inbound {
         role: Role::Driver,
         accepted_roles: &[Role::Executor, Role::Client],
         secret: config.secret.clone(),
         frame_size_max: config.frame_size_max,
+        outbound_max: config.outbound_max,
+    }
+}
+
+/// The driver's peer table: executors and status clients, bounded by the config.
+fn peers_config(config: &DriverConfig) -> PeersConfig {
+    PeersConfig {
+        inbound: inbound(config),
         name: "the driver",
         limits: Limits {
             connections_max: config.connections_max,

@@ -22,12 +22,11 @@ use mio::Token;
 use super::core::{us, DriverCore, LocalCommand, PeerId};
 use super::{DriverConfig, DriverMsg};
 use crate::admission::Admission;
-use crate::conn::{ConnError, Inbound};
+use crate::conn::ConnError;
 use crate::functions::Registry;
 use crate::runner::{Completion, TaskRunner};
 use crate::transport::send_retrying;
 use crate::transport::server::{Admit, Sockets};
-use crate::wire::Role;
 
 /// The driver on its loop (see the module docs).
 pub(crate) struct DriverEndpoint {
@@ -85,13 +84,7 @@ impl DriverEndpoint {
         admission: Arc<Admission>,
         local: Option<(PoolHandle, Registry)>,
     ) -> DriverEndpoint {
-        let inbound = Inbound {
-            role: Role::Driver,
-            accepted_roles: &[Role::Executor, Role::Client],
-            secret: config.secret.clone(),
-            frame_size_max: config.frame_size_max,
-            outbound_max: config.outbound_max,
-        };
+        let inbound = super::core::inbound(config);
         DriverEndpoint {
             core,
             epoch,

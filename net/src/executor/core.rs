@@ -26,7 +26,7 @@ use flint_engine::hash::FxHashSet;
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
 use crate::handshake::Handshake;
 use crate::runner::Completion;
-use crate::transport::encode;
+use crate::transport::{encode, unexpected};
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 
 /// The heartbeat interval when the driver's `Registered` names none, in milliseconds.
@@ -320,12 +320,7 @@ impl ExecutorCore {
             Message::Shutdown {} => {
                 return Err(ExecutorError::DriverGone("the driver shut down".into()))
             }
-            other => {
-                return Err(ExecutorError::DriverGone(format!(
-                    "unexpected {} from the driver",
-                    other.kind().name()
-                )))
-            }
+            other => return Err(ExecutorError::DriverGone(unexpected(&other, "the driver"))),
         }
         Ok(())
     }

@@ -22,6 +22,11 @@ pub fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) 
     }
 }
 
+/// What a role says of a message its peer may not send now ("unexpected X from the master").
+pub fn unexpected(message: &Message<'_>, from: &str) -> String {
+    format!("unexpected {} from {from}", message.kind().name())
+}
+
 /// Sends a message that must not be lost (from a thread off the loop, such as a child's
 /// waiter), waiting while the inbox is full; gives up only when the endpoint is gone.
 pub fn send_retrying<E: Endpoint>(to: &EndpointRef<E>, make: impl Fn() -> E::Msg) {

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
-use crate::conn::{ConnError, TABLE_FULL};
-use crate::handshake::{Handshake, Secret};
+use crate::conn::{ConnError, Inbound, TABLE_FULL};
+use crate::handshake::Handshake;
 use crate::transport::encode;
 use crate::wire::{Frame, Message, Role};
 
@@ -66,14 +66,8 @@ pub struct Limits {
 /// Who a table is and whom it lets in.
 #[derive(Debug, Clone)]
 pub struct PeersConfig {
-    /// Our role in the handshake.
-    pub role: Role,
-    /// The roles a peer may have.
-    pub accepted_roles: &'static [Role],
-    /// The shared secret, if any.
-    pub secret: Option<Secret>,
-    /// Largest frame sent.
-    pub frame_size_max: usize,
+    /// Our role, the roles a peer may have, the secret, the largest frame sent.
+    pub inbound: Inbound,
     /// Who refuses a newcomer to a full table ("the driver").
     pub name: &'static str,
     /// The bounds.
@@ -189,12 +183,12 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             return Err(format!("{TABLE_FULL}: {name} holds {held} connections"));
         }
         let mut out = BytesMut::new();
-        let config = &self.config;
+        let inbound = &self.config.inbound;
         let handshake = Handshake::start(
-            config.role,
-            config.secret.clone(),
+            inbound.role,
+            inbound.secret.clone(),
             nonce,
-            config.accepted_roles,
+            inbound.accepted_roles,
             &mut out,
         );
         let state = Peer {
@@ -321,7 +315,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// Encodes a message for a peer.
     pub fn send(&mut self, peer: K, message: &Message<'_>) {
-        let frame_size_max = self.config.frame_size_max;
+        let frame_size_max = self.config.inbound.frame_size_max;
         if let Some(out) = self.outbound(peer) {
             encode(message, out, frame_size_max);
         }
@@ -503,11 +497,15 @@ mod tests {
     const MS: u64 = 1_000;
 
     fn table(connections_max: usize, handshakes_max: usize, clients_max: usize) -> Peers<u32, ()> {
-        Peers::new(PeersConfig {
+        let inbound = Inbound {
             role: Role::Driver,
             accepted_roles: &[Role::Executor, Role::Client],
             secret: None,
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
+            outbound_max: 1 << 20,
+        };
+        Peers::new(PeersConfig {
+            inbound,
             name: "the test",
             limits: Limits {
                 connections_max,

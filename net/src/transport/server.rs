@@ -314,10 +314,7 @@ impl<S> Server<S> {
         name: &'static str,
     ) -> Self {
         let config = PeersConfig {
-            role: inbound.role,
-            accepted_roles: inbound.accepted_roles,
-            secret: inbound.secret.clone(),
-            frame_size_max: inbound.frame_size_max,
+            inbound: inbound.clone(),
             name,
             limits,
         };
