@@ -157,6 +157,20 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         self.peers.contains_key(&peer)
     }
 
+    /// The open peers' states, in no order.
+    pub fn states(&self) -> impl Iterator<Item = &S> + '_ {
+        self.peers.values().filter_map(|p| match &p.phase {
+            Phase::Open(state) => Some(state),
+            Phase::Handshake(_) => None,
+        })
+    }
+
+    /// Whether anything waits to be polled.
+    pub fn has_output(&self) -> bool {
+        !(self.transmit.is_empty() && self.farewells.is_empty())
+            || !(self.closes.is_empty() && self.gone.is_empty())
+    }
+
     /// The peers held, in no order.
     pub fn keys(&self) -> impl Iterator<Item = K> + '_ {
         self.peers.keys().copied()
