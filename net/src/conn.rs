@@ -134,22 +134,6 @@ impl Connection {
         self.decoder.capacity()
     }
 
-    /// Tells the peer it is dropped for a full connection table (`limit` names which) and
-    /// writes what is queued, best effort: a listening role evicting its oldest such
-    /// connection. Quiet (debug log): a flood of these is what the tables are for.
-    pub fn evict_for_full_table(&mut self, limit: Option<&str>) {
-        let reason = match limit {
-            Some(limit) => format!("{TABLE_FULL} ({limit}): the oldest such connection goes"),
-            None => format!("{TABLE_FULL}: the oldest such connection goes"),
-        };
-        let refusal = Message::HandshakeRefused { reason: &reason };
-        if let Err(error) = refusal.encode(&mut self.outbound, self.frame_size_max) {
-            tracing::debug!("refusal not sent: {error}");
-        }
-        let _ = self.flush();
-        tracing::debug!(peer = ?self.peer, "dropped the oldest connection of its kind: {reason}");
-    }
-
     /// Writes queued frames until the queue is empty or the socket would block.
     pub fn flush(&mut self) -> Result<(), ConnError> {
         while !self.outbound.is_empty() {

@@ -1,8 +1,11 @@
-//! One transport for the standalone roles: [`server`] (accept, handshake, a peer table generic
-//! over the role's per-peer state, limits per kind, deadlines and idle expiry, a dirty list
-//! flushed once per event) and [`client`] (a reconnecting link: connect with a deadline,
-//! handshake, backoff, a hook to register again). Here too what every role shares: [`encode`],
-//! [`send_retrying`] and [`Exit`], the one-shot result a role's `run` waits on.
+//! One transport for every role. The server side: [`peers`], the sans-IO peer table (the
+//! handshake, limits per kind, deadlines, outbound frames) that the driver's and the master's
+//! cores embed, and [`server`], its IO half ([`server::Sockets`]: accept, read, append, flush,
+//! write-stuck detection; [`server::Server`], sockets and a table for a handler-only role). The
+//! client side: [`client`] (a reconnecting link: connect with a deadline, handshake, backoff, a
+//! hook to register again; its [`client::Backoff`] also paces the executor's attempts). Here
+//! too what every role shares: [`encode`], [`unexpected`], [`send_retrying`] and [`Exit`], the
+//! one-shot result a role's `run` waits on.
 
 use std::sync::{Condvar, Mutex};
 

@@ -167,8 +167,8 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// Whether anything waits to be polled.
     pub fn has_output(&self) -> bool {
-        !(self.transmit.is_empty() && self.farewells.is_empty())
-            || !(self.closes.is_empty() && self.gone.is_empty())
+        let queues = [self.transmit.len(), self.farewells.len(), self.closes.len()];
+        queues.iter().any(|&n| n > 0) || !self.gone.is_empty()
     }
 
     /// The peers held, in no order.

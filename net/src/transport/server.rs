@@ -20,8 +20,10 @@
 //!   queued, best effort, and tells the handler ([`Handler::on_closed`]) for peers past the
 //!   handshake.
 //!
-//! Nothing here knows a role's messages: the master and the worker's status listener share it;
-//! the driver embeds [`Peers`] in its own core. Peers are named by their `mio` [`Token`].
+//! Nothing here knows a role's messages. The driver and the master keep the table in their
+//! sans-IO cores (`DriverCore`, `MasterCore`) and use [`Sockets`] alone; [`Server`] is the two
+//! together for a role whose peers need no core of their own (the worker's status listener).
+//! Peers are named by their `mio` [`Token`].
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
