@@ -34,7 +34,7 @@ use crate::handshake::Secret;
 use crate::journal::Journal;
 use crate::master_core::{CoreConfig, MasterCore};
 use crate::transport::peers::{Limits, PeersConfig};
-use crate::transport::server::{Admit, Sockets};
+use crate::transport::server::Sockets;
 use crate::wire::{Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// How a master runs.
@@ -172,22 +172,6 @@ struct MasterEndpoint {
     tick_period: Duration,
 }
 
-/// The core deciding about newcomers.
-struct Admitting<'a> {
-    core: &'a mut MasterCore,
-    now_us: u64,
-}
-
-impl Admit for Admitting<'_> {
-    fn refusal(&mut self) -> Option<String> {
-        self.core.refusal()
-    }
-
-    fn connected(&mut self, token: Token, nonce: [u8; 32]) -> Result<(), String> {
-        self.core.handle_connected(token, nonce, self.now_us)
-    }
-}
-
 impl MasterEndpoint {
     fn new(
         config: MasterConfig,
@@ -309,11 +293,7 @@ impl Endpoint for MasterEndpoint {
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
         if self.sockets.is_listener(token) {
             let now_us = self.now_us();
-            let mut admitting = Admitting {
-                core: &mut self.core,
-                now_us,
-            };
-            self.sockets.accept(ctx, &mut admitting);
+            self.sockets.accept(ctx, &mut self.core, now_us);
         } else {
             self.on_peer_event(token, event);
         }

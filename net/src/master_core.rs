@@ -26,6 +26,7 @@ use crate::standalone::{
     with_description, worker_state_to_wire, REATTACH_MESSAGE,
 };
 use crate::transport::peers::{Arrival, Peers, PeersConfig, Standing};
+use crate::transport::server::Admit;
 use crate::transport::{encode, unexpected};
 use crate::wire::{self, AppDescription, Frame, List, Message, Role};
 
@@ -648,6 +649,16 @@ impl MasterCore {
         if let Some(out) = self.peers.outbound(peer) {
             out.extend_from_slice(bytes);
         }
+    }
+}
+
+impl Admit for MasterCore {
+    fn refusal(&mut self) -> Option<String> {
+        MasterCore::refusal(self)
+    }
+
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String> {
+        self.handle_connected(token, nonce, now_us)
     }
 }
 

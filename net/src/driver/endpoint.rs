@@ -47,20 +47,13 @@ pub(crate) struct DriverEndpoint {
     admission: Arc<Admission>,
 }
 
-/// The core deciding about newcomers.
-struct Admitting<'a> {
-    core: &'a mut DriverCore,
-    now_us: u64,
-}
-
-impl Admit for Admitting<'_> {
+impl Admit for DriverCore {
     fn refusal(&mut self) -> Option<String> {
-        self.core.refusal()
+        DriverCore::refusal(self)
     }
 
-    fn connected(&mut self, token: Token, nonce: [u8; 32]) -> Result<(), String> {
-        self.core
-            .handle_connected(peer_of(token), nonce, self.now_us)
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String> {
+        self.handle_connected(peer_of(token), nonce, now_us)
     }
 }
 
@@ -105,11 +98,7 @@ impl DriverEndpoint {
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
         let now_us = self.now_us();
-        let mut admitting = Admitting {
-            core: &mut self.core,
-            now_us,
-        };
-        self.sockets.accept(ctx, &mut admitting);
+        self.sockets.accept(ctx, &mut self.core, now_us);
     }
 
     fn on_peer_event(&mut self, token: Token, event: &Event) {

@@ -63,8 +63,9 @@ pub trait Handler<S> {
 pub trait Admit {
     /// Why a connection arriving now is refused, if it is (a full table).
     fn refusal(&mut self) -> Option<String>;
-    /// A connection was set up: `nonce` is fresh for its handshake; an error closes it.
-    fn connected(&mut self, token: Token, nonce: [u8; 32]) -> Result<(), String>;
+    /// A connection was set up at `now_us`: `nonce` is fresh for its handshake; an error
+    /// closes it.
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String>;
 }
 
 /// The IO half of a listening role: a listener and its connections on a loop, named by their
@@ -135,7 +136,12 @@ impl Sockets {
     /// Accepts until the listener would block. `admit` is asked first for each newcomer (a
     /// refusal is told with `HandshakeRefused` before anything is set up), then gets its token
     /// and a fresh nonce (an error closes it).
-    pub fn accept<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>, admit: &mut impl Admit) {
+    pub fn accept<E: Endpoint>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        admit: &mut impl Admit,
+        now_us: u64,
+    ) {
         while let Some((stream, addr)) = accept_next(&self.listener) {
             if let Some(reason) = admit.refusal() {
                 tracing::warn!(%addr, "refused a connection: {reason}");
@@ -157,7 +163,7 @@ impl Sockets {
                 write_stuck_since_us: None,
             };
             self.conns.insert(token, socket);
-            match admit.connected(token, nonce) {
+            match admit.connected(token, nonce, now_us) {
                 Ok(()) => self.dirty.push(token),
                 Err(error) => {
                     tracing::warn!(%addr, "could not open a connection: {error}");
@@ -358,11 +364,7 @@ impl<S> Server<S> {
         if self.sockets.is_listener(token) {
             self.refresh_standings(handler);
             let now_us = self.now_us(Instant::now());
-            let mut admitting = Admitting {
-                peers: &mut self.peers,
-                now_us,
-            };
-            self.sockets.accept(ctx, &mut admitting);
+            self.sockets.accept(ctx, &mut self.peers, now_us);
         } else if event.is_readable() || event.is_read_closed() || event.is_error() {
             self.read(token, handler);
         } else {
@@ -460,19 +462,13 @@ impl<S> Server<S> {
     }
 }
 
-/// The server's table deciding about newcomers.
-struct Admitting<'a, S> {
-    peers: &'a mut Peers<Token, S>,
-    now_us: u64,
-}
-
-impl<S> Admit for Admitting<'_, S> {
+impl<S> Admit for Peers<Token, S> {
     fn refusal(&mut self) -> Option<String> {
-        self.peers.refusal()
+        Peers::refusal(self)
     }
 
-    fn connected(&mut self, token: Token, nonce: [u8; 32]) -> Result<(), String> {
-        self.peers.handle_connected(token, nonce, self.now_us)
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String> {
+        self.handle_connected(token, nonce, now_us)
     }
 }
 
