@@ -135,22 +135,6 @@ impl Connection {
         self.decoder.capacity()
     }
 
-    /// Tells the peer it is dropped for a full connection table (`limit` names which) and
-    /// writes what is queued, best effort: a listening role evicting its oldest such
-    /// connection. Quiet (debug log): a flood of these is what the tables are for.
-    pub fn evict_for_full_table(&mut self, limit: Option<&str>) {
-        let reason = match limit {
-            Some(limit) => format!("{TABLE_FULL} ({limit}): the oldest such connection goes"),
-            None => format!("{TABLE_FULL}: the oldest such connection goes"),
-        };
-        let refusal = Message::HandshakeRefused { reason: &reason };
-        if let Err(error) = refusal.encode(&mut self.outbound, self.frame_size_max) {
-            tracing::debug!("refusal not sent: {error}");
-        }
-        let _ = self.flush();
-        tracing::debug!(peer = ?self.peer, "dropped the oldest connection of its kind: {reason}");
-    }
-
     /// Writes queued frames until the queue is empty or the socket would block.
     pub fn flush(&mut self) -> Result<(), ConnError> {
         while !self.outbound.is_empty() {
@@ -220,17 +204,28 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the handshake (our `Hello`
-    /// is queued on the connection, to go out with its first flush).
+    /// Registers a stream (accepted, or connecting) on the endpoint's loop, for a role whose
+    /// sans-IO side runs the handshake ([`crate::transport::peers`]).
+    pub fn register<E: Endpoint>(
+        &self,
+        stream: TcpStream,
+        ctx: &mut Ctx<'_, E>,
+    ) -> Result<(Token, Connection), String> {
+        let mut conn = Connection::new(stream, self.frame_size_max, self.outbound_max);
+        let token = ctx
+            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| e.to_string())?;
+        Ok((token, conn))
+    }
+
+    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the
+    /// handshake (our `Hello` is queued on the connection, to go out with its first flush).
     pub fn open<E: Endpoint>(
         &self,
         stream: TcpStream,
         ctx: &mut Ctx<'_, E>,
     ) -> Result<(Token, Connection, Handshake), String> {
-        let mut conn = Connection::new(stream, self.frame_size_max, self.outbound_max);
-        let token = ctx
-            .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| e.to_string())?;
+        let (token, mut conn) = self.register(stream, ctx)?;
         let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
         let handshake = Handshake::start(
             self.role,

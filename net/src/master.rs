@@ -1,9 +1,11 @@
 //! The standalone master role: listens for workers (`Role::Worker`), drivers registering
 //! applications (`Role::Driver`) and people's commands (`Role::Client`, `flint status`) on a
-//! `transport::Server`, feeds what they say to the sans-IO `MasterCore` (the
-//! protocol around the engine's [`Master`] state machine) on an event loop, and carries out
-//! what it decides: frames on the right connections, closes, journal records. With a state
-//! directory it journals workers and applications and recovers them when it starts again.
+//! [`crate::transport::server::Sockets`], feeds what they say to the sans-IO [`MasterCore`]
+//! (the peer table with the handshake and its limits, and the protocol around the engine's
+//! [`Master`] state machine) on an event loop, and carries out what it decides: frames on the
+//! right connections, closes, journal records. With a state
+//! directory it journals workers and applications and recovers them
+//! when it starts again.
 //!
 //! Conventions on top of the message table (no new messages):
 //! - the master answers each `WorkerHeartbeat` with `HeartbeatAck`, so a worker notices a master
@@ -21,19 +23,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::BytesMut;
 use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig, TimerId};
 use flint_engine::standalone::{self as sa, Master};
 use mio::event::Event;
 use mio::net::TcpListener;
 use mio::Token;
 
-use crate::conn::{ConnError, Inbound};
+use crate::conn::Inbound;
 use crate::handshake::Secret;
 use crate::journal::Journal;
 use crate::master_core::{CoreConfig, MasterCore};
-use crate::transport::server::{Handler, Limits, Server, Standing};
-use crate::wire::{Frame, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::transport::peers::{Limits, PeersConfig};
+use crate::transport::server::Sockets;
+use crate::wire::{Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// How a master runs.
 #[derive(Debug, Clone)]
@@ -179,57 +181,14 @@ impl MasterHandle {
     }
 }
 
-/// The master's endpoint: the transport's server around the protocol core, the journal and
-/// the loop's clock.
+/// The master's endpoint: the transport's sockets around the protocol core (which holds the
+/// peer table), the journal and the loop's clock.
 struct MasterEndpoint {
-    server: Server<()>,
-    peers: Peers,
-    journal: Option<Journal>,
-    tick_period: Duration,
-}
-
-/// The core as the server's handler (with the clock it reads frames at).
-struct Peers {
+    sockets: Sockets,
     core: MasterCore,
     epoch: Instant,
-}
-
-impl Peers {
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
-    }
-}
-
-impl Handler<()> for Peers {
-    fn on_open(&mut self, peer: Token, role: Role) -> Result<(), String> {
-        self.core.handle_open(peer, role)
-    }
-
-    fn on_frame(
-        &mut self,
-        peer: Token,
-        _state: &mut (),
-        frame: Frame,
-        out: &mut BytesMut,
-    ) -> Result<(), ConnError> {
-        let now_us = self.now_us();
-        let result = self.core.handle_frame(peer, &frame, now_us);
-        if result.is_err() {
-            // The refusal goes out before the connection closes.
-            if let Some(bytes) = self.core.take_transmit(peer) {
-                out.extend_from_slice(&bytes);
-            }
-        }
-        result
-    }
-
-    fn on_closed(&mut self, peer: Token, _state: (), why: &ConnError) {
-        self.core.handle_closed(peer, why);
-    }
-
-    fn standing(&self, peer: Token, _state: &()) -> Standing {
-        self.core.standing(peer)
-    }
+    journal: Option<Journal>,
+    tick_period: Duration,
 }
 
 impl MasterEndpoint {
@@ -253,6 +212,8 @@ impl MasterEndpoint {
             clients_max: config.clients_max,
             handshake_timeout: config.handshake_timeout,
             client_idle_timeout: config.client_idle_timeout,
+            // The core expires workers by their heartbeats, and applications never.
+            member_timeout: None,
         };
         let tick_period = (config.heartbeat_interval / 4)
             .clamp(Duration::from_millis(10), Duration::from_millis(250));
@@ -264,22 +225,52 @@ impl MasterEndpoint {
                 apps_connections_max: config.apps_connections_max,
                 frame_size_max: config.frame_size_max,
                 tick_period_us: tick_period.as_micros() as u64,
+                peers: PeersConfig {
+                    inbound: inbound.clone(),
+                    name: "the master",
+                    limits,
+                },
             },
         );
         MasterEndpoint {
-            server: Server::new(listener, inbound, limits, "the master"),
-            peers: Peers { core, epoch },
+            sockets: Sockets::new(listener, inbound, None),
+            core,
+            epoch,
             journal,
             tick_period,
         }
     }
 
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn on_peer_event(&mut self, token: Token, event: &Event) {
+        if !(event.is_readable() || event.is_read_closed() || event.is_error()) {
+            self.sockets.touch(token);
+            return;
+        }
+        let now_us = self.now_us();
+        let core = &mut self.core;
+        let mut closed_by_core = false;
+        let result = self.sockets.read(token, |frame| {
+            let result = core.handle_frame(token, &frame, now_us);
+            closed_by_core = result.is_err();
+            result
+        });
+        // A peer the core closed is in its `poll_close`.
+        if let (Err(error), false) = (result, closed_by_core) {
+            self.sockets.close(token);
+            self.core.handle_closed(token, &error);
+        }
+    }
+
     /// Carries out what the core decided, until it has nothing more: records journaled and
-    /// synced first, then frames queued, connections closed and flushed (closing tells the
-    /// core, which may decide more).
+    /// synced first, then frames queued, connections closed and flushed (a failed write tells
+    /// the core, which may decide more).
     fn pump(&mut self) {
         loop {
-            while let Some(record) = self.peers.core.poll_record() {
+            while let Some(record) = self.core.poll_record() {
                 if let Some(journal) = self.journal.as_mut() {
                     journal.record(&record);
                 }
@@ -287,17 +278,17 @@ impl MasterEndpoint {
             if let Some(journal) = self.journal.as_mut() {
                 journal.flush();
             }
-            while let Some((peer, bytes)) = self.peers.core.poll_transmit() {
-                if let Some(out) = self.server.outbound(peer) {
-                    out.extend_from_slice(&bytes);
-                }
+            while let Some((peer, bytes)) = self.core.poll_transmit() {
+                self.sockets.append(peer, bytes);
             }
-            while let Some((peer, why)) = self.peers.core.poll_close() {
-                let why = ConnError::Protocol(why);
-                self.server.close(peer, &why, &mut self.peers);
+            while let Some((peer, why)) = self.core.poll_close() {
+                tracing::debug!("closing a connection: {why}");
+                self.sockets.close(peer);
             }
-            self.server.flush(&mut self.peers);
-            if !self.peers.core.has_output() {
+            for (peer, error) in self.sockets.flush(self.now_us(), |_| false) {
+                self.core.handle_closed(peer, &error);
+            }
+            if !self.core.has_output() {
                 return;
             }
         }
@@ -308,7 +299,7 @@ impl Endpoint for MasterEndpoint {
     type Msg = ();
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        if let Err(error) = self.server.start(ctx) {
+        if let Err(error) = self.sockets.start(ctx) {
             tracing::error!("{error}");
         }
         if let Err(error) = ctx.timer_periodic(self.tick_period) {
@@ -319,14 +310,18 @@ impl Endpoint for MasterEndpoint {
     fn on_message(&mut self, _msg: (), _ctx: &mut Ctx<'_, Self>) {}
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
-        self.server.on_readiness(token, event, &mut self.peers, ctx);
+        if self.sockets.is_listener(token) {
+            let now_us = self.now_us();
+            self.sockets.accept(ctx, &mut self.core, now_us);
+        } else {
+            self.on_peer_event(token, event);
+        }
         self.pump();
     }
 
     fn on_timer(&mut self, _timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
-        let now_us = self.peers.now_us();
-        self.peers.core.handle_tick(now_us);
-        self.server.expire(Instant::now(), &mut self.peers);
+        let now_us = self.now_us();
+        self.core.handle_tick(now_us);
         self.pump();
     }
 }

@@ -35,7 +35,7 @@ use crate::conn::{ConnError, Inbound};
 use crate::handshake::{Secret, SECRET_ENV};
 use crate::transport::client::{Link, LinkConfig, Silence, Step, CONNECT_TIMEOUT};
 use crate::transport::server::{Handler, Limits, Server, Standing};
-use crate::transport::{encode, send_retrying, Exit};
+use crate::transport::{encode, send_retrying, unexpected, Exit};
 use crate::wire::{self, ExecutorState, Frame, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 mod session;
@@ -798,6 +798,7 @@ fn status_server(listener: mio::net::TcpListener, config: &WorkerConfig) -> Serv
         clients_max: CLIENTS_MAX,
         handshake_timeout: CLIENT_HANDSHAKE_TIMEOUT,
         client_idle_timeout: CLIENT_IDLE_TIMEOUT,
+        member_timeout: None,
     };
     Server::new(listener, inbound, limits, "the worker")
 }
@@ -827,10 +828,7 @@ impl Handler<()> for StatusPeers<'_> {
                 Ok(())
             }
             Message::Shutdown {} => Err(ConnError::Closed),
-            other => Err(ConnError::Protocol(format!(
-                "unexpected {}",
-                other.kind().name()
-            ))),
+            other => Err(ConnError::Protocol(unexpected(&other, "a status client"))),
         }
     }
 

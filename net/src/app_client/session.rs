@@ -8,7 +8,7 @@ use flint_engine::standalone::AppSpec;
 
 use super::AppInfo;
 use crate::standalone::with_description;
-use crate::transport::encode;
+use crate::transport::{encode, unexpected};
 use crate::wire::{ExecutorState, List, Message, FRAME_SIZE_MAX_DEFAULT};
 
 /// The client's protocol state.
@@ -113,12 +113,7 @@ impl AppSession {
             Message::HandshakeRefused { reason } => {
                 return Err(format!("the master refused the connection: {reason}"))
             }
-            other => {
-                return Err(format!(
-                    "unexpected {} from the master",
-                    other.kind().name()
-                ))
-            }
+            other => return Err(unexpected(&other, "the master")),
         }
         Ok(())
     }

@@ -13,9 +13,10 @@
 //! nothing is pending, so an idle driver never wakes). Job results and outcomes go straight to
 //! each job's [`JobShared`], as the caller's handles expect.
 //!
-//! The handshake runs in here ([`Handshake`] is itself a sans-IO state machine): the IO layer
-//! passes raw frames and a fresh nonce per connection, so a simulation covers authentication,
-//! registration, heartbeats and expiry with the same code as the real driver.
+//! The handshake, the table limits and the peers' deadlines run in here, in the transport's
+//! sans-IO peer table ([`Peers`], which the master shares): the IO layer passes raw frames and
+//! a fresh nonce per connection, so a simulation covers authentication, registration,
+//! heartbeats and expiry with the same code as the real driver.
 //!
 //! Peers have small tables of their own: at most [`HANDSHAKES_MAX`] unauthenticated ones and
 //! [`CLIENTS_MAX`] status clients (the oldest goes when another arrives), so executors always
@@ -35,15 +36,16 @@ use flint_engine::scheduler::{
 };
 
 use super::{
-    encode, Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX,
-    TASKS_PER_CORE_MAX, WARN_INTERVAL,
+    Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX, TASKS_PER_CORE_MAX,
+    WARN_INTERVAL,
 };
 use crate::admission::Admission;
-use crate::conn::{ConnError, TABLE_FULL};
-use crate::handshake::Handshake;
+use crate::conn::{ConnError, Inbound};
 use crate::job::{Job, JobShared, ResultObserver};
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
-use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::transport::peers::{Arrival, Limits, Peers, PeersConfig, Standing};
+use crate::transport::unexpected;
+use crate::wire::{self, batch, Frame, KeyValue, List, Message, Role};
 use flint_engine::runner::TaskReport;
 
 /// A peer connection as the IO layer names it: any number it does not reuse while the core
@@ -91,21 +93,12 @@ enum Link {
     Local,
 }
 
+/// Where a peer past the handshake is in the driver's protocol.
+#[derive(Debug, Clone, Copy)]
 enum Phase {
-    Handshake(Box<Handshake>),
     Registering,
     Executor(ExecutorId),
     Client,
-}
-
-struct Peer {
-    phase: Phase,
-    opened_us: u64,
-    last_heard_us: u64,
-    /// Frames encoded for it and not yet polled.
-    out: BytesMut,
-    /// Whether it is in the transmit queue.
-    queued: bool,
 }
 
 /// The watch for stalls (see the module docs of [`super`]).
@@ -137,7 +130,7 @@ struct JobEntry {
 pub struct DriverCore {
     config: DriverConfig,
     scheduler: Scheduler,
-    peers: FxHashMap<PeerId, Peer>,
+    peers: Peers<PeerId, Phase>,
     /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
     executor_ids: HashMap<String, ExecutorId>,
     links: FxHashMap<ExecutorId, Link>,
@@ -161,16 +154,9 @@ pub struct DriverCore {
     admission: Arc<Admission>,
     stats: Arc<PublishedStats>,
     outputs: Vec<Output>,
-    /// Peers with frames to poll, in the order they got them.
-    transmit: VecDeque<PeerId>,
-    /// Closed peers' last frames (a refusal, say), polled before anything else.
-    farewells: VecDeque<(PeerId, BytesMut)>,
-    closes: VecDeque<(PeerId, ConnError)>,
     local: VecDeque<LocalCommand>,
     /// The latest input's time.
     now_us: u64,
-    /// No peer deadline (heartbeat, handshake, client idle) is before this.
-    next_peer_check_us: Option<u64>,
     scheduler_timeout: SchedulerTimeout,
     last_tick_us: u64,
 }
@@ -185,8 +171,8 @@ impl DriverCore {
     ) -> DriverCore {
         DriverCore {
             scheduler: Scheduler::new(config.scheduler.clone()),
+            peers: Peers::new(peers_config(&config)),
             config,
-            peers: FxHashMap::default(),
             executor_ids: HashMap::new(),
             links: FxHashMap::default(),
             next_executor: 1,
@@ -202,12 +188,8 @@ impl DriverCore {
             admission,
             stats: Arc::new(PublishedStats::default()),
             outputs: Vec::new(),
-            transmit: VecDeque::new(),
-            farewells: VecDeque::new(),
-            closes: VecDeque::new(),
             local: VecDeque::new(),
             now_us: 0,
-            next_peer_check_us: None,
             scheduler_timeout: SchedulerTimeout::default(),
             last_tick_us: 0,
         }
@@ -225,13 +207,7 @@ impl DriverCore {
 
     /// Whether `peer` is a registered executor.
     pub fn is_executor(&self, peer: PeerId) -> bool {
-        matches!(
-            self.peers.get(&peer),
-            Some(Peer {
-                phase: Phase::Executor(_),
-                ..
-            })
-        )
+        matches!(self.peers.state(peer), Some(Phase::Executor(_)))
     }
 
     fn advance(&mut self, now_us: u64) {
@@ -251,66 +227,54 @@ impl DriverCore {
         now_us: u64,
     ) -> Result<(), String> {
         self.advance(now_us);
-        let handshaking = |p: &Phase| matches!(p, Phase::Handshake(_));
-        if self.count_phase(handshaking) >= HANDSHAKES_MAX {
-            self.evict_oldest(handshaking);
-        }
-        if self.peers.len() >= self.config.connections_max
-            && !self.evict_oldest(|p| matches!(p, Phase::Handshake(_) | Phase::Client))
-        {
-            tracing::warn!(
-                "refused a connection: {} connections open (connections_max)",
-                self.peers.len()
-            );
+        let result = self.peers.handle_connected(peer, nonce, self.now_us);
+        if result.is_err() {
             self.telemetry.refused(Refusal::TableFull);
-            return Err(format!(
-                "{TABLE_FULL}: the driver holds {} connections",
-                self.peers.len()
-            ));
         }
-        let mut out = BytesMut::new();
-        let handshake = Handshake::start(
-            Role::Driver,
-            self.config.secret.clone(),
-            nonce,
-            &[Role::Executor, Role::Client],
-            &mut out,
-        );
-        let phase = Phase::Handshake(Box::new(handshake));
-        let peer_state = Peer {
-            phase,
-            opened_us: self.now_us,
-            last_heard_us: self.now_us,
-            out,
-            queued: false,
-        };
-        self.peers.insert(peer, peer_state);
-        self.queue(peer);
-        self.peer_deadline(expiry(self.now_us, us(self.config.handshake_timeout)));
-        Ok(())
+        self.forget_gone();
+        result
+    }
+
+    /// Why a connection arriving now would be refused (the table is full of executors), if it
+    /// would: the IO layer tells the newcomer before setting it up. Counted as a refusal.
+    pub fn refusal(&mut self) -> Option<String> {
+        let refusal = self.peers.refusal();
+        if refusal.is_some() {
+            self.telemetry.refused(Refusal::TableFull);
+        }
+        refusal
     }
 
     /// A frame from a peer. False once the core has closed the peer (it is in
     /// [`DriverCore::poll_close`]): the IO layer stops reading it.
     pub fn handle_frame(&mut self, peer: PeerId, frame: &Frame, now_us: u64) -> bool {
         self.advance(now_us);
-        let Some(mut state) = self.peers.remove(&peer) else {
-            // Not (or no longer) a peer: whatever the IO layer holds for it goes.
-            self.closes
-                .push_back((peer, ConnError::Protocol("unknown peer".into())));
-            return false;
-        };
-        state.last_heard_us = self.now_us;
-        let result = self.on_frame(peer, &mut state, frame);
-        self.peers.insert(peer, state);
-        self.queue(peer);
-        let alive = match result {
-            Ok(()) => true,
-            Err(why) => {
-                self.close(peer, why);
+        let now = self.now_us;
+        let alive = match self.peers.handle_frame(peer, frame, now) {
+            Arrival::Unknown => return false,
+            Arrival::Failed => {
+                self.telemetry.refused(Refusal::Handshake);
                 false
             }
+            Arrival::Handshaking => true,
+            Arrival::Opened(Role::Client) => {
+                self.peers.open(peer, Phase::Client, Standing::Client);
+                true
+            }
+            Arrival::Opened(_) => {
+                self.peers
+                    .open(peer, Phase::Registering, Standing::Registering);
+                true
+            }
+            Arrival::Open => match self.on_frame(peer, frame) {
+                Ok(()) => true,
+                Err(why) => {
+                    self.close(peer, why);
+                    false
+                }
+            },
         };
+        self.forget_gone();
         self.pump();
         alive
     }
@@ -319,19 +283,20 @@ impl DriverCore {
     /// goes to it; an executor's running tasks go back to pending.
     pub fn handle_closed(&mut self, peer: PeerId, why: &ConnError, now_us: u64) {
         self.advance(now_us);
-        if let Some(state) = self.peers.remove(&peer) {
-            self.forget(&state, why);
+        if self.peers.contains(peer) {
+            let phase = self.peers.remove(peer);
+            self.forget(phase, why);
         }
         self.pump();
     }
 
-    /// One frame, by the phase its peer is in.
-    fn on_frame(&mut self, id: PeerId, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
-        if let Phase::Handshake(_) = peer.phase {
-            return self.on_handshake_frame(peer, frame);
-        }
+    /// One frame from a peer past the handshake, by its phase.
+    fn on_frame(&mut self, peer: PeerId, frame: &Frame) -> Result<(), ConnError> {
+        let Some(&phase) = self.peers.state(peer) else {
+            return Ok(());
+        };
         let message = frame.message()?;
-        match (&peer.phase, message) {
+        match (phase, message) {
             (
                 Phase::Registering,
                 Message::RegisterExecutor {
@@ -348,52 +313,24 @@ impl DriverCore {
                     attributes,
                 };
                 let executor = self
-                    .register(id, peer, registration)
+                    .register(peer, registration)
                     .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
-                peer.phase = Phase::Executor(executor);
+                if let Some((phase, _)) = self.peers.open_mut(peer) {
+                    *phase = Phase::Executor(executor);
+                }
+                self.peers.set_standing(peer, Standing::Member);
                 Ok(())
             }
             (Phase::Executor(executor), Message::StatusUpdates { updates }) => {
-                self.status_updates(*executor, updates, frame);
+                self.status_updates(executor, updates, frame);
                 Ok(())
             }
             (Phase::Executor(_), Message::Heartbeat { .. }) => {
-                let ack = Message::HeartbeatAck {};
-                encode(&ack, &mut peer.out, self.config.frame_size_max);
+                self.send(peer, &Message::HeartbeatAck {});
                 Ok(())
             }
             (Phase::Executor(_) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
-            (_, other) => Err(ConnError::Protocol(format!(
-                "unexpected {} from this peer",
-                other.kind().name()
-            ))),
-        }
-    }
-
-    /// A frame of the handshake: the peer becomes a client or goes on to register.
-    fn on_handshake_frame(&mut self, peer: &mut Peer, frame: &Frame) -> Result<(), ConnError> {
-        let Phase::Handshake(handshake) = &mut peer.phase else {
-            return Ok(());
-        };
-        match handshake.on_frame(frame.kind(), frame.body(), &mut peer.out) {
-            Ok(None) => Ok(()),
-            Ok(Some(Role::Client)) => {
-                let client = |p: &Phase| matches!(p, Phase::Client);
-                if self.count_phase(client) >= CLIENTS_MAX {
-                    self.evict_oldest(client);
-                }
-                peer.phase = Phase::Client;
-                self.peer_deadline(expiry(self.now_us, us(CLIENT_IDLE_TIMEOUT)));
-                Ok(())
-            }
-            Ok(Some(_)) => {
-                peer.phase = Phase::Registering;
-                Ok(())
-            }
-            Err(error) => {
-                self.telemetry.refused(Refusal::Handshake);
-                Err(ConnError::Protocol(format!("handshake failed: {error}")))
-            }
+            (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
     }
 
@@ -423,38 +360,32 @@ impl DriverCore {
         }
     }
 
-    fn register(
-        &mut self,
-        peer_id: PeerId,
-        peer: &mut Peer,
-        r: Registration<'_>,
-    ) -> Result<ExecutorId, ConnError> {
+    fn register(&mut self, peer: PeerId, r: Registration<'_>) -> Result<ExecutorId, ConnError> {
         let Registration {
             executor_id,
             host,
             cores,
             attributes,
         } = r;
-        let refuse = |reason: String, out: &mut BytesMut| {
+        let refuse = |peers: &mut Peers<PeerId, Phase>, reason: String| {
             tracing::warn!(executor_id, "registration refused: {reason}");
-            let refusal = Message::RegisterExecutorFailed { reason: &reason };
-            encode(&refusal, out, FRAME_SIZE_MAX_DEFAULT);
+            peers.send(peer, &Message::RegisterExecutorFailed { reason: &reason });
             Err(ConnError::Protocol(format!(
                 "registration refused: {reason}"
             )))
         };
         if self.stopping {
-            return refuse("the driver is stopping".into(), &mut peer.out);
+            return refuse(&mut self.peers, "the driver is stopping".into());
         }
         if cores > EXECUTOR_CORES_MAX {
             let reason =
                 format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted");
-            return refuse(reason, &mut peer.out);
+            return refuse(&mut self.peers, reason);
         }
         if self.executor_ids.contains_key(executor_id) {
             return refuse(
+                &mut self.peers,
                 format!("duplicate executor id {executor_id:?}"),
-                &mut peer.out,
             );
         }
         let id = ExecutorId(self.next_executor);
@@ -468,11 +399,11 @@ impl DriverCore {
                 .collect(),
         };
         if let Err(refusal) = self.scheduler.register_executor(self.now_us, info) {
-            return refuse(refusal.to_string(), &mut peer.out);
+            return refuse(&mut self.peers, refusal.to_string());
         }
         self.next_executor += 1;
         self.executor_ids.insert(executor_id.to_owned(), id);
-        self.links.insert(id, Link::Remote(peer_id));
+        self.links.insert(id, Link::Remote(peer));
         self.counters
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
@@ -481,8 +412,7 @@ impl DriverCore {
             heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
                 .unwrap_or(u32::MAX),
         };
-        encode(&registered, &mut peer.out, self.config.frame_size_max);
-        self.peer_deadline(expiry(self.now_us, us(self.config.heartbeat_timeout)));
+        self.send(peer, &registered);
         tracing::info!(executor_id, host, cores, "executor registered");
         self.telemetry
             .executor_registered(id, executor_id, host, cores);
@@ -675,7 +605,7 @@ impl DriverCore {
     /// The driver stops: every peer is told (`Shutdown`, to poll and flush) and every job
     /// fails with that reason.
     pub fn shutdown(&mut self) {
-        let peers: Vec<PeerId> = self.peers.keys().copied().collect();
+        let peers: Vec<PeerId> = self.peers.keys().collect();
         for peer in peers {
             self.send(peer, &Message::Shutdown {});
         }
@@ -753,25 +683,13 @@ impl DriverCore {
 
     /// The next peer with frames to send, and the frames (append them to its connection).
     pub fn poll_transmit(&mut self) -> Option<(PeerId, BytesMut)> {
-        if let Some(farewell) = self.farewells.pop_front() {
-            return Some(farewell);
-        }
-        while let Some(peer) = self.transmit.pop_front() {
-            let Some(state) = self.peers.get_mut(&peer) else {
-                continue;
-            };
-            state.queued = false;
-            if !state.out.is_empty() {
-                return Some((peer, std::mem::take(&mut state.out)));
-            }
-        }
-        None
+        self.peers.poll_transmit()
     }
 
     /// The next peer to close, and why: the IO layer writes what it has for it (drain
     /// [`DriverCore::poll_transmit`] first), then drops it. The core has forgotten it.
     pub fn poll_close(&mut self) -> Option<(PeerId, ConnError)> {
-        self.closes.pop_front()
+        self.peers.poll_close()
     }
 
     /// The next thing the in-process executor is to do.
@@ -796,7 +714,7 @@ impl DriverCore {
         let health = watching.then_some(self.health.next_check_us);
         [
             self.scheduler_deadline(),
-            self.next_peer_check_us,
+            self.peers.poll_timeout(),
             jobs_deadline,
             health,
         ]
@@ -827,9 +745,8 @@ impl DriverCore {
             self.last_tick_us = now;
         }
         self.check_jobs();
-        if self.next_peer_check_us.is_some_and(|t| t <= now) {
-            self.expire_peers();
-        }
+        self.peers.handle_timeout(now);
+        self.forget_gone();
         let watching = !self.jobs.is_empty() || self.health.starved_since_us.is_some();
         if watching && now >= self.health.next_check_us {
             self.health.next_check_us = now.saturating_add(HEALTH_INTERVAL_US);
@@ -903,7 +820,7 @@ impl DriverCore {
         let now = self.now_us;
         match self.links.get(&executor).copied() {
             Some(Link::Remote(peer)) => {
-                let Some(state) = self.peers.get_mut(&peer) else {
+                let Some(out) = self.peers.outbound(peer) else {
                     return;
                 };
                 let telemetry = &mut self.telemetry;
@@ -920,10 +837,9 @@ impl DriverCore {
                     .collect();
                 // Payloads are bounded below a frame (`Driver::start`), so this fits.
                 let frame_size_max = self.config.frame_size_max;
-                if let Err(error) = batch::encode_launches(&batch, &mut state.out, frame_size_max) {
+                if let Err(error) = batch::encode_launches(&batch, out, frame_size_max) {
                     tracing::error!(executor = executor.0, "launch not sent: {error}");
                 }
-                self.queue(peer);
             }
             Some(Link::Local) => {
                 for task in tasks {
@@ -940,38 +856,29 @@ impl DriverCore {
 
     /// Encodes a message for a peer.
     fn send(&mut self, peer: PeerId, message: &Message<'_>) {
-        if let Some(state) = self.peers.get_mut(&peer) {
-            encode(message, &mut state.out, self.config.frame_size_max);
-            self.queue(peer);
-        }
-    }
-
-    /// Puts a peer with frames in the transmit queue (once).
-    fn queue(&mut self, peer: PeerId) {
-        if let Some(state) = self.peers.get_mut(&peer) {
-            if !state.queued && !state.out.is_empty() {
-                state.queued = true;
-                self.transmit.push_back(peer);
-            }
-        }
+        self.peers.send(peer, message);
     }
 
     /// Closes a peer: its last frames go out, then the IO layer drops it.
     fn close(&mut self, peer: PeerId, why: ConnError) {
-        let Some(mut state) = self.peers.remove(&peer) else {
-            return;
-        };
-        let out = std::mem::take(&mut state.out);
-        if !out.is_empty() {
-            self.farewells.push_back((peer, out));
+        if self.peers.contains(peer) {
+            let phase = self.peers.state(peer).copied();
+            self.forget(phase, &why);
+            self.peers.close(peer, why);
         }
-        self.forget(&state, &why);
-        self.closes.push_back((peer, why));
     }
 
-    /// A peer removed from the table: an executor leaves the scheduler.
-    fn forget(&mut self, state: &Peer, why: &ConnError) {
-        if let Phase::Executor(id) = state.phase {
+    /// Forgets the peers the table closed itself (evicted, expired).
+    fn forget_gone(&mut self) {
+        while let Some((_, phase, why)) = self.peers.poll_gone() {
+            self.forget(Some(phase), &why);
+        }
+    }
+
+    /// A peer removed from the table (`None`: in the handshake): an executor leaves the
+    /// scheduler.
+    fn forget(&mut self, phase: Option<Phase>, why: &ConnError) {
+        if let Some(Phase::Executor(id)) = phase {
             self.remove_executor_id(id, why);
         } else if !matches!(why, ConnError::Closed) {
             tracing::warn!("dropped a connection: {why}");
@@ -1010,73 +917,6 @@ impl DriverCore {
             self.counters.executors_lost.fetch_add(1, Ordering::SeqCst);
         }
         self.scheduler.remove_executor(self.now_us, id, reason);
-    }
-
-    /// Connections whose phase matches.
-    fn count_phase(&self, matching: impl Fn(&Phase) -> bool) -> usize {
-        self.peers.values().filter(|p| matching(&p.phase)).count()
-    }
-
-    /// Closes the oldest connection whose phase matches, telling it the table is full;
-    /// whether there was one.
-    fn evict_oldest(&mut self, matching: impl Fn(&Phase) -> bool) -> bool {
-        let oldest = self
-            .peers
-            .iter()
-            .filter(|(_, p)| matching(&p.phase))
-            .min_by_key(|(id, p)| (p.opened_us, **id))
-            .map(|(id, _)| *id);
-        let Some(peer) = oldest else {
-            return false;
-        };
-        let reason = format!("{TABLE_FULL}: the oldest such connection goes");
-        self.send(peer, &Message::HandshakeRefused { reason: &reason });
-        tracing::debug!("dropped the oldest connection of its kind: {reason}");
-        self.close(peer, ConnError::Protocol(reason));
-        true
-    }
-
-    /// No peer deadline is before `at_us` unless one already was.
-    fn peer_deadline(&mut self, at_us: u64) {
-        let next = self.next_peer_check_us.map_or(at_us, |t| t.min(at_us));
-        self.next_peer_check_us = Some(next);
-    }
-
-    /// Closes the peers past their deadline and finds the next one. O(peers), once per
-    /// earliest deadline.
-    fn expire_peers(&mut self) {
-        let now = self.now_us;
-        let heartbeat_us = us(self.config.heartbeat_timeout);
-        let handshake_us = us(self.config.handshake_timeout);
-        let client_us = us(CLIENT_IDLE_TIMEOUT);
-        let mut expired = Vec::new();
-        let mut next: Option<u64> = None;
-        for (id, peer) in &self.peers {
-            let (since, timeout_us, what) = match peer.phase {
-                Phase::Executor(_) => (peer.last_heard_us, heartbeat_us, "no heartbeat for"),
-                Phase::Client => (
-                    peer.last_heard_us,
-                    client_us,
-                    "a client connection silent for",
-                ),
-                Phase::Handshake(_) | Phase::Registering => (
-                    peer.opened_us,
-                    handshake_us,
-                    "no handshake and registration within",
-                ),
-            };
-            let at_us = expiry(since, timeout_us);
-            if at_us <= now {
-                let why = format!("{what} {} ms", timeout_us / 1000);
-                expired.push((*id, why));
-            } else {
-                next = Some(next.map_or(at_us, |t| t.min(at_us)));
-            }
-        }
-        self.next_peer_check_us = next;
-        for (id, why) in expired {
-            self.close(id, ConnError::Protocol(why));
-        }
     }
 
     /// Answers the callers waiting for as many executors as are registered now.
@@ -1197,9 +1037,31 @@ struct Registration<'a> {
     attributes: List<'a, KeyValue<'a>>,
 }
 
-/// When something last seen at `since_us` expires: once strictly more than `timeout_us` passed.
-fn expiry(since_us: u64, timeout_us: u64) -> u64 {
-    since_us.saturating_add(timeout_us).saturating_add(1)
+/// Whom the driver lets in: executors and status clients.
+pub(crate) fn inbound(config: &DriverConfig) -> Inbound {
+    Inbound {
+        role: Role::Driver,
+        accepted_roles: &[Role::Executor, Role::Client],
+        secret: config.secret.clone(),
+        frame_size_max: config.frame_size_max,
+        outbound_max: config.outbound_max,
+    }
+}
+
+/// The driver's peer table: executors and status clients, bounded by the config.
+fn peers_config(config: &DriverConfig) -> PeersConfig {
+    PeersConfig {
+        inbound: inbound(config),
+        name: "the driver",
+        limits: Limits {
+            connections_max: config.connections_max,
+            handshakes_max: HANDSHAKES_MAX,
+            clients_max: CLIENTS_MAX,
+            handshake_timeout: config.handshake_timeout,
+            client_idle_timeout: CLIENT_IDLE_TIMEOUT,
+            member_timeout: Some(config.heartbeat_timeout),
+        },
+    }
 }
 
 /// Micros in a duration, saturating.
@@ -1217,8 +1079,10 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::conn::TABLE_FULL;
+    use crate::handshake::Handshake;
     use crate::job::{JobHandle, JobOutcome};
-    use crate::wire::{FrameDecoder, StatusUpdate, TaskState};
+    use crate::wire::{FrameDecoder, StatusUpdate, TaskState, FRAME_SIZE_MAX_DEFAULT};
 
     const S: u64 = 1_000_000;
     const MS: u64 = 1_000;

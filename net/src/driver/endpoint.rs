@@ -1,5 +1,6 @@
-//! The driver's IO on its runtime loop: the listener, the connections and the local mode's
-//! task runner around a [`DriverCore`], which decides everything else.
+//! The driver's IO on its runtime loop: the transport's [`Sockets`] (the listener and the
+//! connections, as for every listening role) and the local mode's task runner around a
+//! [`DriverCore`], which decides everything else (the handshake and the table limits too).
 //!
 //! After every event (readiness, message, timer) the endpoint drains the core: the local
 //! executor's launches and kills go to the [`TaskRunner`], encoded frames to their connections,
@@ -12,44 +13,28 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use flint_engine::hash::{FxHashMap, FxHashSet};
 use flint_engine::pool::PoolHandle;
 use flint_engine::runtime::{Ctx, Endpoint, TimerId};
 use mio::event::Event;
 use mio::net::TcpListener;
-use mio::{Interest, Token};
+use mio::Token;
 
 use super::core::{us, DriverCore, LocalCommand, PeerId};
-use super::{send_retrying, DriverConfig, DriverMsg};
+use super::{DriverConfig, DriverMsg};
 use crate::admission::Admission;
-use crate::conn::{accept_next, refuse, ConnError, Connection};
-use crate::handshake::random_nonce;
+use crate::conn::ConnError;
+use crate::transport::send_retrying;
+use crate::transport::server::{Admit, Sockets};
 use flint_engine::functions::Registry;
 use flint_engine::runner::{TaskReport, TaskRunner};
-
-/// One connection and what the IO layer tracks for it.
-struct Conn {
-    conn: Connection,
-    token: Token,
-    /// Since when bytes have been queued for it with none written (a peer not reading).
-    write_stuck_since_us: Option<u64>,
-}
 
 /// The driver on its loop (see the module docs).
 pub(crate) struct DriverEndpoint {
     core: DriverCore,
     /// The origin of the core's clock.
     epoch: Instant,
-    listener: TcpListener,
-    listener_token: Option<Token>,
-    conns: FxHashMap<PeerId, Conn>,
-    peers: FxHashMap<Token, PeerId>,
-    next_peer: u64,
-    /// Executors' connections with bytes stuck (see [`Conn::write_stuck_since_us`]).
-    stuck: FxHashSet<PeerId>,
-    /// Connections to flush after this event.
-    touched: Vec<PeerId>,
+    /// The listener and the connections; a connection's token is its [`PeerId`].
+    sockets: Sockets,
     local: Option<(PoolHandle, Registry)>,
     local_cores: Option<u32>,
     runner: Option<TaskRunner>,
@@ -59,10 +44,27 @@ pub(crate) struct DriverEndpoint {
     completions: Vec<TaskReport>,
     /// The armed timer and its deadline (micros on the core's clock).
     timer: Option<(TimerId, u64)>,
-    frame_size_max: usize,
-    outbound_max: usize,
-    heartbeat_timeout_us: u64,
     admission: Arc<Admission>,
+}
+
+impl Admit for DriverCore {
+    fn refusal(&mut self) -> Option<String> {
+        DriverCore::refusal(self)
+    }
+
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String> {
+        self.handle_connected(peer_of(token), nonce, now_us)
+    }
+}
+
+/// A connection's peer id.
+fn peer_of(token: Token) -> PeerId {
+    PeerId(token.0 as u64)
+}
+
+/// A peer's connection.
+fn token_of(peer: PeerId) -> Token {
+    Token(peer.0 as usize)
 }
 
 impl DriverEndpoint {
@@ -75,25 +77,17 @@ impl DriverEndpoint {
         admission: Arc<Admission>,
         local: Option<(PoolHandle, Registry)>,
     ) -> DriverEndpoint {
+        let inbound = super::core::inbound(config);
         DriverEndpoint {
             core,
             epoch,
-            listener,
-            listener_token: None,
-            conns: FxHashMap::default(),
-            peers: FxHashMap::default(),
-            next_peer: 0,
-            stuck: FxHashSet::default(),
-            touched: Vec::new(),
+            sockets: Sockets::new(listener, inbound, Some(config.heartbeat_timeout)),
             local,
             local_cores: config.local_cores,
             runner: None,
             local_spilled: false,
             completions: Vec::new(),
             timer: None,
-            frame_size_max: config.frame_size_max,
-            outbound_max: config.outbound_max,
-            heartbeat_timeout_us: us(config.heartbeat_timeout),
             admission,
         }
     }
@@ -103,76 +97,31 @@ impl DriverEndpoint {
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
-        while let Some((stream, addr)) = accept_next(&self.listener) {
-            let nonce = match random_nonce() {
-                Ok(nonce) => nonce,
-                Err(error) => {
-                    tracing::warn!(%addr, "could not set up a connection: no random nonce: {error}");
-                    continue;
-                }
-            };
-            let peer = PeerId(self.next_peer);
-            self.next_peer += 1;
-            if let Err(reason) = self.core.handle_connected(peer, nonce, self.now_us()) {
-                refuse(stream, &reason);
-                continue;
-            }
-            let mut conn = Connection::new(stream, self.frame_size_max, self.outbound_max);
-            match ctx.register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE) {
-                Ok(token) => {
-                    let conn = Conn {
-                        conn,
-                        token,
-                        write_stuck_since_us: None,
-                    };
-                    self.conns.insert(peer, conn);
-                    self.peers.insert(token, peer);
-                }
-                Err(error) => {
-                    tracing::warn!(%addr, "could not set up a connection: {error}");
-                    let why = ConnError::Protocol(format!("could not set up: {error}"));
-                    self.core.handle_closed(peer, &why, self.now_us());
-                }
-            }
-        }
+        let now_us = self.now_us();
+        self.sockets.accept(ctx, &mut self.core, now_us);
     }
 
     fn on_peer_event(&mut self, token: Token, event: &Event) {
-        let Some(&peer) = self.peers.get(&token) else {
+        if !(event.is_readable() || event.is_read_closed() || event.is_error()) {
+            self.sockets.touch(token);
             return;
-        };
-        let Some(conn) = self.conns.get_mut(&peer) else {
-            return;
-        };
-        if event.is_readable() || event.is_read_closed() || event.is_error() {
-            let (core, epoch) = (&mut self.core, self.epoch);
-            let mut closed_by_core = false;
-            let result = conn.conn.read_frames(|_, frame| {
-                if core.handle_frame(peer, &frame, us(epoch.elapsed())) {
-                    Ok(())
-                } else {
-                    closed_by_core = true;
-                    Err(ConnError::Closed)
-                }
-            });
-            if let Err(error) = result {
-                // A peer the core closed is in its `poll_close`.
-                if !closed_by_core {
-                    self.drop_conn(peer);
-                    self.core.handle_closed(peer, &error, self.now_us());
-                }
-                return;
-            }
         }
-        self.touched.push(peer);
-    }
-
-    /// Forgets a connection (dropping it closes the socket).
-    fn drop_conn(&mut self, peer: PeerId) -> Option<Conn> {
-        let conn = self.conns.remove(&peer)?;
-        self.peers.remove(&conn.token);
-        self.stuck.remove(&peer);
-        Some(conn)
+        let peer = peer_of(token);
+        let (core, epoch) = (&mut self.core, self.epoch);
+        let mut closed_by_core = false;
+        let result = self.sockets.read(token, |frame| {
+            if core.handle_frame(peer, &frame, us(epoch.elapsed())) {
+                Ok(())
+            } else {
+                closed_by_core = true;
+                Err(ConnError::Closed)
+            }
+        });
+        // A peer the core closed is in its `poll_close`.
+        if let (Err(error), false) = (result, closed_by_core) {
+            self.sockets.close(token);
+            self.core.handle_closed(peer, &error, self.now_us());
+        }
     }
 
     /// Carries out what the core decided, then flushes each touched connection once; repeats
@@ -185,59 +134,22 @@ impl DriverEndpoint {
                 continue;
             }
             while let Some((peer, frames)) = self.core.poll_transmit() {
-                if let Some(conn) = self.conns.get_mut(&peer) {
-                    append(conn.conn.outbound(), frames);
-                    self.touched.push(peer);
-                }
+                self.sockets.append(token_of(peer), frames);
             }
             while let Some((peer, why)) = self.core.poll_close() {
-                if let Some(mut conn) = self.drop_conn(peer) {
-                    tracing::debug!(peer = ?conn.conn.peer(), "closing a connection: {why}");
-                    let _ = conn.conn.flush();
-                }
+                tracing::debug!(?peer, "closing a connection: {why}");
+                self.sockets.close(token_of(peer));
             }
-            if !self.flush_touched() {
+            let now_us = self.now_us();
+            let core = &self.core;
+            let failed = (self.sockets).flush(now_us, |token| core.is_executor(peer_of(token)));
+            if failed.is_empty() {
                 return;
             }
-        }
-    }
-
-    /// Flushes the touched connections, noting which are stuck; whether one failed (the core
-    /// heard, and may have more to say).
-    fn flush_touched(&mut self) -> bool {
-        let now_us = self.now_us();
-        let mut touched = std::mem::take(&mut self.touched);
-        touched.sort_unstable();
-        touched.dedup();
-        let mut failed = Vec::new();
-        for &peer in &touched {
-            let Some(conn) = self.conns.get_mut(&peer) else {
-                continue;
-            };
-            let before = conn.conn.outbound_len();
-            let flushed = conn.conn.flush();
-            let after = conn.conn.outbound_len();
-            if after == 0 {
-                conn.write_stuck_since_us = None;
-                self.stuck.remove(&peer);
-            } else if after < before || conn.write_stuck_since_us.is_none() {
-                conn.write_stuck_since_us = Some(now_us);
-                if self.core.is_executor(peer) {
-                    self.stuck.insert(peer);
-                }
-            }
-            if let Err(error) = flushed {
-                failed.push((peer, error));
+            for (token, error) in failed {
+                self.core.handle_closed(peer_of(token), &error, now_us);
             }
         }
-        touched.clear();
-        self.touched = touched;
-        let any = !failed.is_empty();
-        for (peer, error) in failed {
-            self.drop_conn(peer);
-            self.core.handle_closed(peer, &error, now_us);
-        }
-        any
     }
 
     /// Hands the local executor's launches and kills to the runner.
@@ -275,31 +187,9 @@ impl DriverEndpoint {
     /// Drops executors' connections stuck past `heartbeat_timeout`: the core hears they are
     /// lost.
     fn expire_stuck(&mut self, now_us: u64) {
-        let expired: Vec<PeerId> = (self.stuck.iter())
-            .filter(|peer| self.stuck_deadline_us(**peer).is_some_and(|t| t <= now_us))
-            .copied()
-            .collect();
-        for peer in expired {
-            let Some(conn) = self.drop_conn(peer) else {
-                continue;
-            };
-            let why = ConnError::Protocol(format!(
-                "not reading: {} bytes queued for it and none written for {} ms",
-                conn.conn.outbound_len(),
-                self.heartbeat_timeout_us / 1000
-            ));
-            self.core.handle_closed(peer, &why, now_us);
+        for (token, why) in self.sockets.expire_stuck(now_us) {
+            self.core.handle_closed(peer_of(token), &why, now_us);
         }
-    }
-
-    /// When a stuck connection counts as not reading (strictly after `heartbeat_timeout`).
-    fn stuck_deadline_us(&self, peer: PeerId) -> Option<u64> {
-        let since = self.conns.get(&peer)?.write_stuck_since_us?;
-        Some(
-            since
-                .saturating_add(self.heartbeat_timeout_us)
-                .saturating_add(1),
-        )
     }
 
     /// Drains the core, then keeps one timer at the earliest deadline (the core's or a stuck
@@ -307,9 +197,7 @@ impl DriverEndpoint {
     /// armed then); none is armed while nothing is pending.
     fn after_event(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.drain();
-        let stuck = (self.stuck.iter())
-            .filter_map(|peer| self.stuck_deadline_us(*peer))
-            .min();
+        let stuck = self.sockets.stuck_deadline_us();
         let deadline = [self.core.poll_timeout(), stuck]
             .into_iter()
             .flatten()
@@ -381,22 +269,12 @@ impl DriverEndpoint {
     }
 }
 
-/// Appends frames to a connection's outbound buffer (taking the buffer when it is empty).
-fn append(outbound: &mut BytesMut, frames: BytesMut) {
-    if outbound.is_empty() {
-        *outbound = frames;
-    } else {
-        outbound.extend_from_slice(&frames);
-    }
-}
-
 impl Endpoint for DriverEndpoint {
     type Msg = DriverMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        match ctx.register(&mut self.listener, Interest::READABLE) {
-            Ok(token) => self.listener_token = Some(token),
-            Err(error) => tracing::error!("cannot watch the listener: {error}"),
+        if let Err(error) = self.sockets.start(ctx) {
+            tracing::error!("{error}");
         }
         self.start_local(ctx);
         self.after_event(ctx);
@@ -409,7 +287,7 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
-        if Some(token) == self.listener_token {
+        if self.sockets.is_listener(token) {
             self.accept(ctx);
         } else {
             self.on_peer_event(token, event);
@@ -430,12 +308,8 @@ impl Endpoint for DriverEndpoint {
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
         self.core.shutdown();
         while let Some((peer, frames)) = self.core.poll_transmit() {
-            if let Some(conn) = self.conns.get_mut(&peer) {
-                append(conn.conn.outbound(), frames);
-            }
+            self.sockets.append(token_of(peer), frames);
         }
-        for conn in self.conns.values_mut() {
-            let _ = conn.conn.flush();
-        }
+        self.sockets.flush_all();
     }
 }

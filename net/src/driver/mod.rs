@@ -45,12 +45,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use flint_engine::affinity::Pinning;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
-use flint_engine::runtime::{
-    AskError, Endpoint, EndpointRef, Reply, Runtime, RuntimeConfig, SendError,
-};
+use flint_engine::runtime::{AskError, EndpointRef, Reply, Runtime, RuntimeConfig, SendError};
 use flint_engine::scheduler::{Config as SchedulerConfig, JobId, RemovalReason, Stats};
 use mio::net::TcpListener;
 
@@ -61,7 +58,7 @@ pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
 use crate::handshake::Secret;
 use crate::job::{Job, JobHandle, JobShared};
 use crate::observe::{DriverView, LoopTelemetry};
-use crate::wire::{batch, Message, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{batch, FRAME_SIZE_MAX_DEFAULT};
 use flint_engine::functions::Registry;
 
 /// The most task slots per executor core: executors size their queues for this many.
@@ -796,24 +793,4 @@ pub(crate) enum DriverMsg {
         /// Why.
         reason: RemovalReason,
     },
-}
-
-/// Sends a message that must not be lost, waiting while the inbox is full; gives up only when
-/// the endpoint is gone.
-pub(crate) fn send_retrying<E: Endpoint>(to: &EndpointRef<E>, make: impl Fn() -> E::Msg) {
-    loop {
-        match to.send(make()) {
-            Ok(()) => return,
-            Err(SendError::Full(_)) => std::thread::yield_now(),
-            Err(_) => return,
-        }
-    }
-}
-
-/// Appends a frame; a frame that cannot be encoded (over the maximum) is logged and skipped,
-/// which the scheduler's payload limit prevents for launches.
-pub(crate) fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) {
-    if let Err(error) = message.encode(out, frame_size_max) {
-        tracing::error!("{} not sent: {error}", message.kind().name());
-    }
 }

@@ -24,8 +24,8 @@ use bytes::{Bytes, BytesMut};
 use flint_engine::hash::FxHashSet;
 
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
-use crate::driver::encode;
 use crate::handshake::Handshake;
+use crate::transport::{encode, unexpected};
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::TaskId;
@@ -319,12 +319,7 @@ impl ExecutorCore {
             Message::Shutdown {} => {
                 return Err(ExecutorError::DriverGone("the driver shut down".into()))
             }
-            other => {
-                return Err(ExecutorError::DriverGone(format!(
-                    "unexpected {} from the driver",
-                    other.kind().name()
-                )))
-            }
+            other => return Err(ExecutorError::DriverGone(unexpected(&other, "the driver"))),
         }
         Ok(())
     }

@@ -17,7 +17,7 @@ use mio::{Interest, Token};
 use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot};
 use crate::conn::{ConnError, Connection};
-use crate::driver::send_retrying;
+use crate::transport::send_retrying;
 use flint_engine::functions::Registry;
 use flint_engine::runner::TaskRunner;
 

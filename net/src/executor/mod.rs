@@ -15,7 +15,7 @@ pub mod core;
 mod endpoint;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::affinity::Pinning;
@@ -28,6 +28,8 @@ use self::endpoint::ExecutorEndpoint;
 pub use self::endpoint::ExecutorMsg;
 use crate::conn::Connection;
 use crate::handshake::{random_nonce, Secret};
+use crate::transport::client::{Backoff, BACKOFF_INITIAL};
+use crate::transport::Exit;
 use crate::wire::FRAME_SIZE_MAX_DEFAULT;
 use flint_engine::functions::Registry;
 
@@ -111,31 +113,7 @@ pub struct ExecutorSummary {
 }
 
 /// Where the endpoint leaves its exit reason for [`run`].
-#[derive(Default)]
-struct ExitSlot {
-    reason: Mutex<Option<Result<ExecutorSummary, ExecutorError>>>,
-    set: Condvar,
-}
-
-impl ExitSlot {
-    fn set(&self, reason: Result<ExecutorSummary, ExecutorError>) {
-        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(reason);
-            self.set.notify_all();
-        }
-    }
-
-    fn wait(&self) -> Result<ExecutorSummary, ExecutorError> {
-        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(reason) = slot.take() {
-                return reason;
-            }
-            slot = self.set.wait(slot).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-}
+type ExitSlot = Exit<Result<ExecutorSummary, ExecutorError>>;
 
 /// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
 /// A driver whose connection table is full refuses the handshake saying so
@@ -143,21 +121,20 @@ impl ExitSlot {
 /// `connect_timeout` has passed.
 pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary, ExecutorError> {
     let deadline = flint_engine::runtime::deadline_after(config.connect_timeout);
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match run_once(config.clone(), registry.clone(), remaining) {
             Err(ExecutorError::Refused(reason))
                 if reason.contains(crate::conn::TABLE_FULL)
-                    && Instant::now() + backoff < deadline =>
+                    && Instant::now() + backoff.peek() < deadline =>
             {
                 tracing::info!(
                     driver = %config.driver,
                     "the driver refused us: {reason}; retrying in {} ms",
-                    backoff.as_millis()
+                    backoff.peek().as_millis()
                 );
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                std::thread::sleep(backoff.next_delay());
             }
             other => return other,
         }
@@ -209,7 +186,7 @@ fn run_once(
 /// Connects with exponential backoff (50 ms doubling to 1 s) until `timeout`.
 fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorError> {
     let deadline = flint_engine::runtime::deadline_after(timeout);
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(BACKOFF_INITIAL, Duration::from_secs(1));
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match std::net::TcpStream::connect_timeout(&addr, remaining.max(Duration::from_millis(1))) {
@@ -219,7 +196,7 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorErr
                     .map_err(|e| ExecutorError::Start(format!("set_nonblocking: {e}")))?;
                 return Ok(TcpStream::from_std(stream));
             }
-            Err(error) if deadline.saturating_duration_since(Instant::now()) <= backoff => {
+            Err(error) if deadline.saturating_duration_since(Instant::now()) <= backoff.peek() => {
                 return Err(ExecutorError::Connect {
                     addr,
                     timeout_ms: timeout.as_millis(),
@@ -227,9 +204,9 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ExecutorErr
                 });
             }
             Err(error) => {
-                tracing::debug!(%addr, "connect failed ({error}); retrying in {} ms", backoff.as_millis());
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                let wait = backoff.next_delay();
+                tracing::debug!(%addr, "connect failed ({error}); retrying in {} ms", wait.as_millis());
+                std::thread::sleep(wait);
             }
         }
     }

@@ -1,8 +1,11 @@
-//! One transport for the standalone roles: [`server`] (accept, handshake, a peer table generic
-//! over the role's per-peer state, limits per kind, deadlines and idle expiry, a dirty list
-//! flushed once per event) and [`client`] (a reconnecting link: connect with a deadline,
-//! handshake, backoff, a hook to register again). Here too what every role shares: [`encode`],
-//! [`send_retrying`] and [`Exit`], the one-shot result a role's `run` waits on.
+//! One transport for every role. The server side: [`peers`], the sans-IO peer table (the
+//! handshake, limits per kind, deadlines, outbound frames) that the driver's and the master's
+//! cores embed, and [`server`], its IO half ([`server::Sockets`]: accept, read, append, flush,
+//! write-stuck detection; [`server::Server`], sockets and a table for a handler-only role). The
+//! client side: [`client`] (a reconnecting link: connect with a deadline, handshake, backoff, a
+//! hook to register again; its [`client::Backoff`] also paces the executor's attempts). Here
+//! too what every role shares: [`encode`], [`unexpected`], [`send_retrying`] and [`Exit`], the
+//! one-shot result a role's `run` waits on.
 
 use std::sync::{Condvar, Mutex};
 
@@ -12,6 +15,7 @@ use flint_engine::runtime::{Endpoint, EndpointRef, SendError};
 use crate::wire::Message;
 
 pub mod client;
+pub mod peers;
 pub mod server;
 
 /// Appends a frame; a frame that cannot be encoded (over the maximum) is logged and skipped.
@@ -19,6 +23,11 @@ pub fn encode(message: &Message<'_>, out: &mut BytesMut, frame_size_max: usize) 
     if let Err(error) = message.encode(out, frame_size_max) {
         tracing::error!("{} not sent: {error}", message.kind().name());
     }
+}
+
+/// What a role says of a message its peer may not send now ("unexpected X from the master").
+pub fn unexpected(message: &Message<'_>, from: &str) -> String {
+    format!("unexpected {} from {from}", message.kind().name())
 }
 
 /// Sends a message that must not be lost (from a thread off the loop, such as a child's

@@ -1,30 +1,31 @@
-//! The server side of the transport: a listener and its peer table, for any listening role.
+//! The server side of the transport, its IO half: a listener and its connections on a loop,
+//! around the sans-IO peer table ([`Peers`]: the handshake, the limits, the deadlines), for a
+//! listening role whose frames a [`Handler`] interprets.
 //!
 //! Contract. A role builds a [`Server`] with an `Inbound` (its role, the roles it accepts, the
 //! secret, frame and buffer bounds) and [`Limits`], and implements [`Handler`] for what the
-//! frames mean. The server owns everything about connections:
-//! - accepting until the listener would block, and the handshake ([`crate::handshake`]) on each
-//!   new connection; when it completes, [`Handler::on_open`] gives the peer its state `S` (or a
-//!   reason to refuse it, sent as `HandshakeRefused`);
-//! - limits per kind: connections still in the handshake at most `handshakes_max`, peers whose
-//!   [`Handler::standing`] is [`Standing::Client`] at most `clients_max`, all at most
-//!   `connections_max`. The oldest of a kind goes when another arrives, told
-//!   `HandshakeRefused{connection table full}` (`Connection::evict_for_full_table`); a full
-//!   table with no handshake or client to evict refuses the newcomer;
-//! - deadlines: the handshake and a [`Standing::Registering`] peer's registration within
-//!   `handshake_timeout` of the accept, a client silent `client_idle_timeout` is closed
-//!   ([`Server::expire`], on the role's tick);
-//! - reading: frames after the handshake go to [`Handler::on_frame`] as they complete, until
-//!   the socket would block or the handler returns an error (which closes the peer);
-//! - writing: the role appends to [`Server::outbound`], which marks the peer dirty, and calls
-//!   [`Server::flush`] once per event; a peer whose flush fails is closed;
-//! - closing: [`Server::close`] (or any failure above) flushes what is queued, best effort, and
-//!   tells the handler ([`Handler::on_closed`]) for peers past the handshake.
+//! frames mean. The server:
+//! - accepts until the listener would block (a full table with nothing to evict refuses the
+//!   newcomer with `HandshakeRefused{connection table full}` before setting it up) and hands
+//!   each connection to the table, which runs the handshake; when it completes,
+//!   [`Handler::on_open`] gives the peer its state `S` (or a reason to refuse it);
+//! - reads until the socket would block: frames after the handshake go to
+//!   [`Handler::on_frame`] as they complete, until the handler returns an error (which closes
+//!   the peer);
+//! - keeps the table's view of each peer's [`Handler::standing`] current before it applies the
+//!   limits and the deadlines ([`Server::expire`], on the role's tick);
+//! - writes: the role appends to [`Server::outbound`] and calls [`Server::flush`] once per
+//!   event; a peer whose flush fails is closed;
+//! - closes: [`Server::close`] (or any failure above, an eviction or an expiry) flushes what is
+//!   queued, best effort, and tells the handler ([`Handler::on_closed`]) for peers past the
+//!   handshake.
 //!
-//! Nothing here knows a role's messages: the master, the worker's status listener and (next)
-//! the driver share it. Peers are named by their `mio` [`Token`].
+//! Nothing here knows a role's messages. The driver and the master keep the table in their
+//! sans-IO cores (`DriverCore`, `MasterCore`) and use [`Sockets`] alone; [`Server`] is the two
+//! together for a role whose peers need no core of their own (the worker's status listener).
+//! Peers are named by their `mio` [`Token`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -33,37 +34,11 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, TABLE_FULL};
-use crate::handshake::Handshake;
-use crate::transport::encode;
-use crate::wire::{Frame, Message, Role};
-
-/// How a peer past the handshake counts against the limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
-    /// Must register within the handshake timeout (counted from the accept).
-    Registering,
-    /// A short-lived client (`flint status`): at most `clients_max`, the oldest evicted, closed
-    /// when silent for the idle timeout, evictable when the table is full.
-    Client,
-    /// A registered peer (a worker, an application, an executor): never evicted or expired here.
-    Member,
-}
-
-/// The bounds of a server's peer table.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Connections held at once.
-    pub connections_max: usize,
-    /// Connections still in the handshake held at once (the oldest goes).
-    pub handshakes_max: usize,
-    /// [`Standing::Client`] peers held at once (the oldest goes).
-    pub clients_max: usize,
-    /// Time from the accept to the end of the handshake and the registration.
-    pub handshake_timeout: Duration,
-    /// A client silent this long is closed.
-    pub client_idle_timeout: Duration,
-}
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound};
+use crate::handshake::random_nonce;
+use crate::transport::peers::{Arrival, Peers, PeersConfig};
+pub use crate::transport::peers::{Limits, Standing};
+use crate::wire::{Frame, Role};
 
 /// What a role does with its peers' frames.
 pub trait Handler<S> {
@@ -84,57 +59,58 @@ pub trait Handler<S> {
     fn standing(&self, peer: Token, state: &S) -> Standing;
 }
 
-enum Phase<S> {
-    Handshake(Box<Handshake>),
-    Open(S),
+/// Who decides about newcomers: the role's sans-IO side.
+pub trait Admit {
+    /// Why a connection arriving now is refused, if it is (a full table).
+    fn refusal(&mut self) -> Option<String>;
+    /// A connection was set up at `now_us`: `nonce` is fresh for its handshake; an error
+    /// closes it.
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String>;
 }
 
-struct Peer<S> {
-    conn: Connection,
-    phase: Phase<S>,
-    opened: Instant,
-    last_heard: Instant,
-    /// On the dirty list (once, however often it is touched before the flush).
-    dirty: bool,
-}
-
-/// A listener and its peer table; `S` is the role's state for each peer.
-pub struct Server<S> {
+/// The IO half of a listening role: a listener and its connections on a loop, named by their
+/// token. It accepts, reads, appends and flushes; what the bytes mean and whom to let in is
+/// the role's sans-IO side ([`Peers`], or a core embedding it). A connection with bytes queued
+/// and none written for `stuck_timeout` (when the role watches it) is not reading:
+/// [`Sockets::expire_stuck`] names it.
+pub struct Sockets {
     listener: TcpListener,
     listener_token: Option<Token>,
     inbound: Inbound,
-    limits: Limits,
-    /// Who refuses a newcomer to a full table ("the master").
-    name: &'static str,
-    peers: HashMap<Token, Peer<S>>,
+    conns: HashMap<Token, Socket>,
+    /// Connections to flush after this event.
     dirty: Vec<Token>,
+    stuck_timeout_us: Option<u64>,
+    /// Watched connections with bytes stuck (see [`Socket::write_stuck_since_us`]).
+    stuck: HashSet<Token>,
 }
 
-impl<S> std::fmt::Debug for Server<S> {
+struct Socket {
+    conn: Connection,
+    /// Since when bytes have been queued for it with none written (a peer not reading).
+    write_stuck_since_us: Option<u64>,
+}
+
+impl std::fmt::Debug for Sockets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server")
-            .field("name", &self.name)
-            .field("peers", &self.peers.len())
+        f.debug_struct("Sockets")
+            .field("conns", &self.conns.len())
             .finish_non_exhaustive()
     }
 }
 
-impl<S> Server<S> {
-    /// A server on `listener`; `name` says who refuses a newcomer to a full table.
-    pub fn new(
-        listener: TcpListener,
-        inbound: Inbound,
-        limits: Limits,
-        name: &'static str,
-    ) -> Self {
-        Server {
+impl Sockets {
+    /// Connections accepted on `listener`, set up by `inbound`; `stuck_timeout` is how long a
+    /// watched connection may have bytes queued and none written.
+    pub fn new(listener: TcpListener, inbound: Inbound, stuck_timeout: Option<Duration>) -> Self {
+        Sockets {
             listener,
             listener_token: None,
             inbound,
-            limits,
-            name,
-            peers: HashMap::new(),
+            conns: HashMap::new(),
             dirty: Vec::new(),
+            stuck_timeout_us: stuck_timeout.map(us),
+            stuck: HashSet::new(),
         }
     }
 
@@ -147,9 +123,224 @@ impl<S> Server<S> {
         Ok(())
     }
 
+    /// Whether `token` is the listener's.
+    pub fn is_listener(&self, token: Token) -> bool {
+        Some(token) == self.listener_token
+    }
+
+    /// Whether `token` is one of its connections.
+    pub fn contains(&self, token: Token) -> bool {
+        self.conns.contains_key(&token)
+    }
+
+    /// Accepts until the listener would block. `admit` is asked first for each newcomer (a
+    /// refusal is told with `HandshakeRefused` before anything is set up), then gets its token
+    /// and a fresh nonce (an error closes it).
+    pub fn accept<E: Endpoint>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        admit: &mut impl Admit,
+        now_us: u64,
+    ) {
+        while let Some((stream, addr)) = accept_next(&self.listener) {
+            if let Some(reason) = admit.refusal() {
+                tracing::warn!(%addr, "refused a connection: {reason}");
+                refuse(stream, &reason);
+                continue;
+            }
+            let set_up = random_nonce()
+                .map_err(|e| format!("no random nonce: {e}"))
+                .and_then(|nonce| Ok((self.inbound.register(stream, ctx)?, nonce)));
+            let ((token, conn), nonce) = match set_up {
+                Ok(set_up) => set_up,
+                Err(error) => {
+                    tracing::warn!(%addr, "could not set up a connection: {error}");
+                    continue;
+                }
+            };
+            let socket = Socket {
+                conn,
+                write_stuck_since_us: None,
+            };
+            self.conns.insert(token, socket);
+            match admit.connected(token, nonce, now_us) {
+                Ok(()) => self.dirty.push(token),
+                Err(error) => {
+                    tracing::warn!(%addr, "could not open a connection: {error}");
+                    self.close(token);
+                }
+            }
+        }
+    }
+
+    /// Reads a connection until its socket would block or `on_frame` fails; the first error
+    /// (the socket's or `on_frame`'s). The connection is flushed with the others.
+    pub fn read(
+        &mut self,
+        token: Token,
+        mut on_frame: impl FnMut(Frame) -> Result<(), ConnError>,
+    ) -> Result<(), ConnError> {
+        let Some(socket) = self.conns.get_mut(&token) else {
+            return Ok(());
+        };
+        self.dirty.push(token);
+        socket.conn.read_frames(|_, frame| on_frame(frame))
+    }
+
+    /// Appends frames to a connection's outbound buffer (taking `frames` when it is empty).
+    pub fn append(&mut self, token: Token, frames: BytesMut) {
+        let Some(socket) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let outbound = socket.conn.outbound();
+        if outbound.is_empty() {
+            *outbound = frames;
+        } else {
+            outbound.extend_from_slice(&frames);
+        }
+        self.dirty.push(token);
+    }
+
+    /// Marks a connection to flush (it became writable).
+    pub fn touch(&mut self, token: Token) {
+        if self.conns.contains_key(&token) {
+            self.dirty.push(token);
+        }
+    }
+
+    /// Writes what a connection has queued, best effort, and drops it.
+    pub fn close(&mut self, token: Token) {
+        self.stuck.remove(&token);
+        if let Some(mut socket) = self.conns.remove(&token) {
+            let _ = socket.conn.flush();
+        }
+    }
+
+    /// Flushes the connections touched since the last flush, noting which watched ones are
+    /// stuck (`watched`: whether a connection counts); the ones that failed, dropped.
+    pub fn flush(
+        &mut self,
+        now_us: u64,
+        watched: impl Fn(Token) -> bool,
+    ) -> Vec<(Token, ConnError)> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        let mut failed = Vec::new();
+        for &token in &dirty {
+            let Some(socket) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            let before = socket.conn.outbound_len();
+            let flushed = socket.conn.flush();
+            let after = socket.conn.outbound_len();
+            if after == 0 {
+                socket.write_stuck_since_us = None;
+                self.stuck.remove(&token);
+            } else if after < before || socket.write_stuck_since_us.is_none() {
+                socket.write_stuck_since_us = Some(now_us);
+                if self.stuck_timeout_us.is_some() && watched(token) {
+                    self.stuck.insert(token);
+                }
+            }
+            if let Err(error) = flushed {
+                failed.push((token, error));
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+        for (token, _) in &failed {
+            self.close(*token);
+        }
+        failed
+    }
+
+    /// Drops the watched connections stuck past the timeout: the ones dropped, and why.
+    pub fn expire_stuck(&mut self, now_us: u64) -> Vec<(Token, ConnError)> {
+        let expired: Vec<Token> = (self.stuck.iter())
+            .filter(|token| self.stuck_deadline(**token).is_some_and(|t| t <= now_us))
+            .copied()
+            .collect();
+        let timeout_ms = self.stuck_timeout_us.unwrap_or(0) / 1000;
+        let mut dropped = Vec::new();
+        for token in expired {
+            let queued = self.conns.get(&token).map_or(0, |s| s.conn.outbound_len());
+            self.stuck.remove(&token);
+            self.conns.remove(&token);
+            let why = ConnError::Protocol(format!(
+                "not reading: {queued} bytes queued for it and none written for {timeout_ms} ms"
+            ));
+            dropped.push((token, why));
+        }
+        dropped
+    }
+
+    /// When the next stuck connection counts as not reading.
+    pub fn stuck_deadline_us(&self) -> Option<u64> {
+        (self.stuck.iter())
+            .filter_map(|token| self.stuck_deadline(*token))
+            .min()
+    }
+
+    /// Flushes every connection once, best effort (the role is stopping).
+    pub fn flush_all(&mut self) {
+        for socket in self.conns.values_mut() {
+            let _ = socket.conn.flush();
+        }
+    }
+
+    /// When a stuck connection counts as not reading (strictly after the timeout).
+    fn stuck_deadline(&self, token: Token) -> Option<u64> {
+        let since = self.conns.get(&token)?.write_stuck_since_us?;
+        let timeout_us = self.stuck_timeout_us?;
+        Some(since.saturating_add(timeout_us).saturating_add(1))
+    }
+}
+
+/// A listener, its connections and their peer table; `S` is the role's state for each peer.
+pub struct Server<S> {
+    sockets: Sockets,
+    peers: Peers<Token, S>,
+    /// The table's clock starts here.
+    epoch: Instant,
+}
+
+impl<S> std::fmt::Debug for Server<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("peers", &self.peers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Server<S> {
+    /// A server on `listener`; `name` says who refuses a newcomer to a full table.
+    pub fn new(
+        listener: TcpListener,
+        inbound: Inbound,
+        limits: Limits,
+        name: &'static str,
+    ) -> Self {
+        let config = PeersConfig {
+            inbound: inbound.clone(),
+            name,
+            limits,
+        };
+        Server {
+            sockets: Sockets::new(listener, inbound, None),
+            peers: Peers::new(config),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Watches the listener on the endpoint's loop.
+    pub fn start<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) -> Result<(), String> {
+        self.sockets.start(ctx)
+    }
+
     /// Whether `token` is this server's (the listener or a peer).
     pub fn owns(&self, token: Token) -> bool {
-        Some(token) == self.listener_token || self.peers.contains_key(&token)
+        self.sockets.is_listener(token) || self.sockets.contains(token)
     }
 
     /// Peers held (in the handshake or past it).
@@ -170,235 +361,157 @@ impl<S> Server<S> {
         handler: &mut impl Handler<S>,
         ctx: &mut Ctx<'_, E>,
     ) {
-        if Some(token) == self.listener_token {
-            self.accept(handler, ctx);
+        if self.sockets.is_listener(token) {
+            self.refresh_standings(handler);
+            let now_us = self.now_us(Instant::now());
+            self.sockets.accept(ctx, &mut self.peers, now_us);
+        } else if event.is_readable() || event.is_read_closed() || event.is_error() {
+            self.read(token, handler);
         } else {
-            let readable = event.is_readable() || event.is_read_closed() || event.is_error();
-            self.on_peer_event(token, readable, handler);
+            self.sockets.touch(token);
         }
+        self.settle(handler);
     }
 
-    /// A peer's outbound buffer, to append frames to (marks it for the next [`Server::flush`]);
+    /// A peer's outbound buffer, to append frames to (sent with the next [`Server::flush`]);
     /// `None` once it is closed.
     pub fn outbound(&mut self, peer: Token) -> Option<&mut BytesMut> {
-        self.mark_dirty(peer);
-        let found = self.peers.get_mut(&peer)?;
-        Some(found.conn.outbound())
+        self.peers.outbound(peer)
     }
 
-    fn mark_dirty(&mut self, token: Token) {
-        if let Some(peer) = self.peers.get_mut(&token) {
-            if !peer.dirty {
-                peer.dirty = true;
-                self.dirty.push(token);
-            }
-        }
-    }
-
-    /// Writes what the peers touched since the last flush have queued; closes those whose
-    /// socket failed or whose backlog is over the bound.
+    /// Writes what the peers have queued; closes those whose socket failed or whose backlog is
+    /// over the bound.
     pub fn flush(&mut self, handler: &mut impl Handler<S>) {
-        let mut failed = Vec::new();
-        for token in std::mem::take(&mut self.dirty) {
-            if let Some(peer) = self.peers.get_mut(&token) {
-                peer.dirty = false;
-                if let Err(error) = peer.conn.flush() {
-                    failed.push((token, error));
-                }
+        self.settle(handler);
+        let now_us = self.now_us(Instant::now());
+        for (token, error) in self.sockets.flush(now_us, |_| false) {
+            if let Some(state) = self.peers.remove(token) {
+                handler.on_closed(token, state, &error);
             }
-        }
-        for (token, error) in failed {
-            self.close(token, &error, handler);
         }
     }
 
     /// Closes a peer (writing what it has queued, best effort).
     pub fn close(&mut self, token: Token, why: &ConnError, handler: &mut impl Handler<S>) {
-        let Some(mut peer) = self.peers.remove(&token) else {
-            return;
-        };
-        let _ = peer.conn.flush();
-        match peer.phase {
-            Phase::Open(state) => handler.on_closed(token, state, why),
-            Phase::Handshake(_) => {
-                if !matches!(why, ConnError::Closed) {
-                    tracing::info!(peer = ?peer.conn.peer(), "dropped a connection: {why}");
-                }
-            }
+        if let Some(out) = self.peers.outbound(token) {
+            let bytes = std::mem::take(out);
+            self.sockets.append(token, bytes);
         }
+        let known = self.peers.contains(token);
+        if let Some(state) = self.peers.remove(token) {
+            handler.on_closed(token, state, why);
+        } else if known && !matches!(why, ConnError::Closed) {
+            tracing::info!("dropped a connection in its handshake: {why}");
+        }
+        self.sockets.close(token);
     }
 
     /// Closes the connections past their deadline: the handshake or the registration not done
     /// within the handshake timeout, a client silent for the idle timeout.
     pub fn expire(&mut self, now: Instant, handler: &mut impl Handler<S>) {
-        let timeout = self.limits.handshake_timeout;
-        let idle = self.limits.client_idle_timeout;
-        let expired: Vec<(Token, String)> = self
-            .peers
-            .iter()
-            .filter_map(|(token, p)| {
-                let standing = match &p.phase {
-                    Phase::Handshake(_) => Standing::Registering,
-                    Phase::Open(state) => handler.standing(*token, state),
-                };
-                match standing {
-                    Standing::Registering if now.duration_since(p.opened) > timeout => Some((
-                        *token,
-                        format!(
-                            "no handshake and registration within {} ms",
-                            timeout.as_millis()
-                        ),
-                    )),
-                    Standing::Client if now.duration_since(p.last_heard) > idle => Some((
-                        *token,
-                        format!("a status connection silent for {} ms", idle.as_millis()),
-                    )),
-                    _ => None,
-                }
-            })
-            .collect();
-        for (token, why) in expired {
-            self.close(token, &ConnError::Protocol(why), handler);
+        self.refresh_standings(handler);
+        self.peers.handle_timeout(self.now_us(now));
+        self.settle(handler);
+    }
+
+    fn now_us(&self, now: Instant) -> u64 {
+        us(now.saturating_duration_since(self.epoch))
+    }
+
+    /// Reads a peer until its socket would block, the table closes it or its handler fails.
+    fn read(&mut self, token: Token, handler: &mut impl Handler<S>) {
+        let now_us = self.now_us(Instant::now());
+        let peers = &mut self.peers;
+        let result = (self.sockets).read(token, |frame| {
+            on_frame(peers, token, frame, now_us, handler)
+        });
+        if let Err(error) = result {
+            if self.peers.contains(token) {
+                self.close(token, &error, handler);
+            }
         }
     }
 
-    fn accept<E: Endpoint>(&mut self, handler: &mut impl Handler<S>, ctx: &mut Ctx<'_, E>) {
-        while let Some((stream, addr)) = accept_next(&self.listener) {
-            // Unauthenticated connections have a table of their own: the oldest goes.
-            if self.count(handler, Kind::Handshake) >= self.limits.handshakes_max {
-                self.evict_oldest(handler, Kind::Handshake, "handshakes_max");
-            }
-            if self.peers.len() >= self.limits.connections_max
-                && !self.evict_oldest(handler, Kind::Evictable, "connections_max")
-            {
-                tracing::warn!(%addr, "refused a connection: {TABLE_FULL}");
-                let reason = format!(
-                    "{TABLE_FULL}: {} holds {} connections",
-                    self.name,
-                    self.peers.len()
-                );
-                refuse(stream, &reason);
+    /// The table's outputs onto the connections: frames queued, closes carried out, the peers
+    /// it closed itself told to the handler.
+    fn settle(&mut self, handler: &mut impl Handler<S>) {
+        while let Some((token, bytes)) = self.peers.poll_transmit() {
+            self.sockets.append(token, bytes);
+        }
+        while let Some((token, state, why)) = self.peers.poll_gone() {
+            handler.on_closed(token, state, &why);
+        }
+        while let Some((token, why)) = self.peers.poll_close() {
+            tracing::debug!("closed a connection: {why}");
+            self.sockets.close(token);
+        }
+    }
+
+    /// Tells the table how each open peer counts now (the handler may have changed it).
+    fn refresh_standings(&mut self, handler: &impl Handler<S>) {
+        let tokens: Vec<Token> = self.peers.keys().collect();
+        for token in tokens {
+            let Some(state) = self.peers.state(token) else {
                 continue;
-            }
-            match self.inbound.open(stream, ctx) {
-                Ok((token, conn, handshake)) => {
-                    let now = Instant::now();
-                    let phase = Phase::Handshake(Box::new(handshake));
-                    let peer = Peer {
-                        conn,
-                        phase,
-                        opened: now,
-                        last_heard: now,
-                        dirty: false,
-                    };
-                    self.peers.insert(token, peer);
-                    self.mark_dirty(token);
-                }
-                Err(error) => tracing::warn!(%addr, "could not set up a connection: {error}"),
+            };
+            let standing = handler.standing(token, state);
+            if self.peers.standing(token) != Some(standing) {
+                self.peers.set_standing(token, standing);
             }
         }
-    }
-
-    fn on_peer_event(&mut self, token: Token, readable: bool, handler: &mut impl Handler<S>) {
-        let Some(mut peer) = self.peers.remove(&token) else {
-            return;
-        };
-        let mut result = Ok(());
-        let frame_size_max = self.inbound.frame_size_max;
-        if readable {
-            peer.last_heard = Instant::now();
-            let phase = &mut peer.phase;
-            let mut opened_client = false;
-            result = peer.conn.read_frames(|conn, frame| match phase {
-                Phase::Open(state) => handler.on_frame(token, state, frame, conn.outbound()),
-                Phase::Handshake(handshake) => {
-                    let Some(role) = handshake_step(handshake, frame, conn)? else {
-                        return Ok(());
-                    };
-                    match handler.on_open(token, role) {
-                        Ok(state) => {
-                            opened_client = handler.standing(token, &state) == Standing::Client;
-                            *phase = Phase::Open(state);
-                            Ok(())
-                        }
-                        Err(reason) => {
-                            let refusal = Message::HandshakeRefused { reason: &reason };
-                            encode(&refusal, conn.outbound(), frame_size_max);
-                            Err(ConnError::Protocol(reason))
-                        }
-                    }
-                }
-            });
-            // Clients have a table of their own: the oldest goes.
-            if opened_client && self.count(handler, Kind::Client) >= self.limits.clients_max {
-                self.evict_oldest(handler, Kind::Client, "clients_max");
-            }
-        }
-        self.peers.insert(token, peer);
-        match result {
-            Ok(()) => self.mark_dirty(token),
-            Err(error) => self.close(token, &error, handler),
-        }
-    }
-
-    /// Peers of a kind.
-    fn count(&self, handler: &impl Handler<S>, kind: Kind) -> usize {
-        self.peers
-            .iter()
-            .filter(|(token, p)| kind.matches(**token, &p.phase, handler))
-            .count()
-    }
-
-    /// Closes the oldest peer of a kind (telling it the table is full); whether there was one.
-    fn evict_oldest(&mut self, handler: &mut impl Handler<S>, kind: Kind, limit: &str) -> bool {
-        let oldest = self
-            .peers
-            .iter()
-            .filter(|(token, p)| kind.matches(**token, &p.phase, handler))
-            .min_by_key(|(_, p)| p.opened)
-            .map(|(token, _)| *token);
-        let Some(token) = oldest else {
-            return false;
-        };
-        if let Some(mut peer) = self.peers.remove(&token) {
-            peer.conn.evict_for_full_table(Some(limit));
-            if let Phase::Open(state) = peer.phase {
-                let why = ConnError::Protocol(format!("{TABLE_FULL} ({limit})"));
-                handler.on_closed(token, state, &why);
-            }
-        }
-        true
     }
 }
 
-/// One handshake frame: the peer's role once the handshake is done.
-fn handshake_step(
-    handshake: &mut Handshake,
+impl<S> Admit for Peers<Token, S> {
+    fn refusal(&mut self) -> Option<String> {
+        Peers::refusal(self)
+    }
+
+    fn connected(&mut self, token: Token, nonce: [u8; 32], now_us: u64) -> Result<(), String> {
+        self.handle_connected(token, nonce, now_us)
+    }
+}
+
+/// Micros in a duration, saturating.
+fn us(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One frame from a peer: a step of its handshake, its opening, or the handler's.
+fn on_frame<S>(
+    peers: &mut Peers<Token, S>,
+    token: Token,
     frame: Frame,
-    conn: &mut Connection,
-) -> Result<Option<Role>, ConnError> {
-    handshake
-        .on_frame(frame.kind(), frame.body(), conn.outbound())
-        .map_err(|error| ConnError::Protocol(format!("handshake failed: {error}")))
-}
-
-/// The kinds of peers the limits count.
-#[derive(Clone, Copy)]
-enum Kind {
-    Handshake,
-    Client,
-    /// What a full table may evict: a handshake or a client.
-    Evictable,
-}
-
-impl Kind {
-    fn matches<S>(self, token: Token, phase: &Phase<S>, handler: &impl Handler<S>) -> bool {
-        let client = |state: &S| handler.standing(token, state) == Standing::Client;
-        match (self, phase) {
-            (Kind::Handshake | Kind::Evictable, Phase::Handshake(_)) => true,
-            (Kind::Client | Kind::Evictable, Phase::Open(state)) => client(state),
-            _ => false,
+    now_us: u64,
+    handler: &mut impl Handler<S>,
+) -> Result<(), ConnError> {
+    match peers.handle_frame(token, &frame, now_us) {
+        Arrival::Handshaking => Ok(()),
+        Arrival::Open => {
+            let Some((state, out)) = peers.open_mut(token) else {
+                return Ok(());
+            };
+            let result = handler.on_frame(token, state, frame, out);
+            if let Some(state) = peers.state(token) {
+                let standing = handler.standing(token, state);
+                if peers.standing(token) != Some(standing) {
+                    peers.set_standing(token, standing);
+                }
+            }
+            result
         }
+        Arrival::Opened(role) => match handler.on_open(token, role) {
+            Ok(state) => {
+                let standing = handler.standing(token, &state);
+                peers.open(token, state, standing);
+                Ok(())
+            }
+            Err(reason) => {
+                peers.refuse(token, reason.clone());
+                Err(ConnError::Protocol(reason))
+            }
+        },
+        Arrival::Failed | Arrival::Unknown => Err(ConnError::Protocol("closed".into())),
     }
 }
 
@@ -409,9 +522,13 @@ mod tests {
 
     use flint_engine::runtime::{Runtime, RuntimeConfig};
 
+    use std::time::Duration;
+
     use super::*;
+    use crate::conn::TABLE_FULL;
     use crate::standalone::BlockingClient;
-    use crate::wire::{Kind, FRAME_SIZE_MAX_DEFAULT};
+    use crate::transport::encode;
+    use crate::wire::{Kind, Message, FRAME_SIZE_MAX_DEFAULT};
 
     /// Peers past the handshake are status clients; each frame is acked.
     struct Clients;
@@ -475,6 +592,7 @@ mod tests {
             clients_max,
             handshake_timeout: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(30),
+            member_timeout: None,
         };
         let runtime = Runtime::new(RuntimeConfig {
             threads: 1,

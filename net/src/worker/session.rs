@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 
 use crate::standalone::REATTACH_MESSAGE;
-use crate::transport::encode;
+use crate::transport::{encode, unexpected};
 use crate::wire::{AppDescription, ExecutorState, Message, FRAME_SIZE_MAX_DEFAULT};
 
 /// An executor's state change, to tell the master.
@@ -193,10 +193,7 @@ impl Session {
             Message::HandshakeRefused { reason } => {
                 end(format!("the master refused the connection: {reason}"))
             }
-            other => end(format!(
-                "unexpected {} from the master",
-                other.kind().name()
-            )),
+            other => end(unexpected(&other, "the master")),
         }
     }
 }
