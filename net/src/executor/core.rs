@@ -1,5 +1,5 @@
 //! The executor's side of the protocol as a sans-IO state machine, in the style of
-//! quinn-proto: the handshake, registration, heartbeats, the driver's frames turned into
+//! quinn-proto: the handshake (a [`LinkCore`] without reconnection), registration, heartbeats, the driver's frames turned into
 //! [`Action`]s, and task completions turned into batched `StatusUpdates` frames.
 //!
 //! No sockets, threads or clock: every input carries `now_us` (microseconds on whatever clock
@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use flint_engine::hash::FxHashSet;
 
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
-use crate::handshake::Handshake;
+use crate::transport::link::{LinkCore, LinkRules, Received};
 use crate::transport::{encode, unexpected};
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
@@ -65,7 +65,8 @@ pub enum Action {
 }
 
 enum Phase {
-    Handshake(Box<Handshake>),
+    /// The link's handshake is running.
+    Handshake,
     /// Authenticated, `RegisterExecutor` sent, waiting for the answer.
     Registering,
     Running,
@@ -80,6 +81,8 @@ pub struct ExecutorCore {
     frame_size_max: usize,
     in_flight_max: usize,
     phase: Phase,
+    /// The connection to the driver: the handshake and the bytes it sends.
+    link: LinkCore,
     /// Encoded frames not yet handed to [`ExecutorCore::poll_transmit`].
     transmit: BytesMut,
     actions: VecDeque<Action>,
@@ -111,22 +114,26 @@ impl ExecutorCore {
     /// in-flight limit; the address and connect timeout are the IO side's), starting its
     /// handshake with `nonce`: its `Hello` is the first thing to transmit.
     pub fn new(config: &ExecutorConfig, nonce: [u8; 32]) -> Self {
-        let mut transmit = BytesMut::new();
-        let handshake = Handshake::start(
-            Role::Executor,
-            config.secret.clone(),
-            nonce,
-            &[Role::Driver],
-            &mut transmit,
-        );
+        let mut link = LinkCore::new(LinkRules {
+            role: Role::Executor,
+            peer_roles: &[Role::Driver],
+            secret: config.secret.clone(),
+            label: format!("executor {}", config.executor_id),
+            peer_name: "the driver",
+            // The IO side bounds the one attempt; an executor does not reconnect.
+            connect_timeout_us: None,
+            backoff: None,
+        });
+        link.handle_connected(nonce, 0);
         ExecutorCore {
             executor_id: config.executor_id.clone(),
             host: config.host.clone(),
             cores: config.cores,
             frame_size_max: config.frame_size_max,
             in_flight_max: config.in_flight_max(),
-            phase: Phase::Handshake(Box::new(handshake)),
-            transmit,
+            phase: Phase::Handshake,
+            link,
+            transmit: BytesMut::new(),
             actions: VecDeque::new(),
             updates: Vec::new(),
             in_flight: FxHashSet::default(),
@@ -173,16 +180,14 @@ impl ExecutorCore {
     pub fn handle_frame(&mut self, frame: &Frame, now_us: u64) {
         let result = match &mut self.phase {
             Phase::Ended => return,
-            Phase::Handshake(handshake) => {
-                match handshake.on_frame(frame.kind(), frame.body(), &mut self.transmit) {
-                    Ok(None) => Ok(()),
-                    Ok(Some(_driver)) => {
-                        self.register();
-                        Ok(())
-                    }
-                    Err(error) => Err(ExecutorError::Refused(format!("handshake failed: {error}"))),
+            Phase::Handshake => match self.link.handle_frame(frame, now_us) {
+                Ok(Received::Opened(_driver)) => {
+                    self.register();
+                    Ok(())
                 }
-            }
+                Ok(_) => Ok(()),
+                Err(ended) => Err(ExecutorError::Refused(ended.why)),
+            },
             Phase::Registering | Phase::Running => self.on_message(frame, now_us),
         };
         if let Err(error) = result {
@@ -237,8 +242,10 @@ impl ExecutorCore {
     /// empty, so nothing is copied): frames made by earlier inputs, then the completions fed in
     /// since the last call as `StatusUpdates` frames. Returns the bytes appended.
     pub fn poll_transmit(&mut self, out: &mut BytesMut) -> usize {
+        // The handshake's frames come before anything the executor says after it.
+        let handshake = self.link.poll_transmit(out);
         self.encode_updates();
-        let len = self.transmit.len();
+        let len = handshake + self.transmit.len();
         if out.is_empty() {
             std::mem::swap(out, &mut self.transmit);
         } else {
@@ -432,7 +439,7 @@ fn bound_report(update: &mut TaskReport, frame_size_max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handshake::Secret;
+    use crate::handshake::{Handshake, Secret};
     use crate::wire::{Kind, TaskLaunch};
 
     const FRAME_SIZE_MAX: usize = 4096;

@@ -29,75 +29,10 @@ use crate::conn::{ConnError, Connection, Inbound, TABLE_FULL};
 use crate::handshake::{Handshake, Secret};
 use crate::wire::{Frame, Role};
 
-/// The first wait after a failure; it doubles up to the link's maximum.
-pub const BACKOFF_INITIAL: Duration = Duration::from_millis(50);
+pub use super::link::{Backoff, Ended, Silence, BACKOFF_INITIAL};
+
 /// How long one attempt to connect and finish the handshake may take by default.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// The waits between connection attempts: doubling from an initial wait up to a maximum, back
-/// to the initial one when the link is established. Sans-IO: it only counts.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
-    failures: u32,
-}
-
-impl Backoff {
-    /// Waits from `initial`, doubling, at most `max`.
-    pub fn new(initial: Duration, max: Duration) -> Backoff {
-        Backoff {
-            initial,
-            max: max.max(initial),
-            next: initial,
-            failures: 0,
-        }
-    }
-
-    /// Counts a failed attempt: its number since the last reset.
-    pub fn failed(&mut self) -> u32 {
-        self.failures = self.failures.saturating_add(1);
-        self.failures
-    }
-
-    /// The wait before the next attempt (the next one waits twice as long, up to the maximum).
-    pub fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
-        delay
-    }
-
-    /// The wait [`Backoff::next_delay`] would give, without taking it.
-    pub fn peek(&self) -> Duration {
-        self.next
-    }
-
-    /// Starts over: the link is established.
-    pub fn reset(&mut self) {
-        self.next = self.initial;
-        self.failures = 0;
-    }
-}
-
-/// "No word from the peer for `intervals` heartbeat intervals: drop the link and reconnect."
-#[derive(Debug, Clone, Copy)]
-pub struct Silence {
-    /// Heartbeat intervals of silence tolerated.
-    pub intervals: u32,
-}
-
-impl Silence {
-    /// The silence tolerated at this heartbeat interval.
-    pub fn limit(&self, interval: Duration) -> Duration {
-        interval.saturating_mul(self.intervals)
-    }
-
-    /// Whether `silent_for` is over the limit at this heartbeat interval.
-    pub fn exceeded(&self, interval: Duration, silent_for: Duration) -> bool {
-        silent_for > self.limit(interval)
-    }
-}
 
 /// How a link connects.
 #[derive(Debug, Clone)]
@@ -122,16 +57,6 @@ pub struct LinkConfig {
     pub frame_size_max: usize,
     /// Bytes the connection may have queued unsent before it is dropped.
     pub outbound_max: usize,
-}
-
-/// Why a connection ended, as [`Link::read`] saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ended {
-    /// What happened.
-    pub why: String,
-    /// The handshake failed for a reason other than a full table (a wrong secret, another
-    /// version): trying again will not help.
-    pub refused: bool,
 }
 
 /// What one readiness event brought.
@@ -593,43 +518,5 @@ mod tests {
             );
         }
         runtime.shutdown();
-    }
-
-    #[test]
-    fn the_backoff_doubles_up_to_its_maximum_and_starts_over_when_established() {
-        let mut backoff = Backoff::new(BACKOFF_INITIAL, Duration::from_millis(300));
-        let waits: Vec<u128> = (0..5).map(|_| backoff.next_delay().as_millis()).collect();
-        assert_eq!(waits, [50, 100, 200, 300, 300]);
-        assert_eq!(backoff.failed(), 1);
-        assert_eq!(backoff.failed(), 2);
-        backoff.reset();
-        assert_eq!(backoff.failed(), 1, "the count starts over");
-        assert_eq!(backoff.next_delay(), BACKOFF_INITIAL);
-    }
-
-    #[test]
-    fn the_logged_wait_is_the_one_taken() {
-        let mut backoff = Backoff::new(BACKOFF_INITIAL, Duration::from_secs(2));
-        for _ in 0..3 {
-            let logged = backoff.peek();
-            assert_eq!(backoff.next_delay(), logged);
-        }
-        assert_eq!(backoff.peek(), Duration::from_millis(400));
-    }
-
-    #[test]
-    fn a_maximum_below_the_initial_wait_keeps_the_initial_wait() {
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(10));
-        assert_eq!(backoff.next_delay(), Duration::from_millis(50));
-        assert_eq!(backoff.next_delay(), Duration::from_millis(50));
-    }
-
-    #[test]
-    fn silence_is_counted_in_heartbeat_intervals() {
-        let rule = Silence { intervals: 15 };
-        let interval = Duration::from_millis(100);
-        assert_eq!(rule.limit(interval), Duration::from_millis(1500));
-        assert!(!rule.exceeded(interval, Duration::from_millis(1500)));
-        assert!(rule.exceeded(interval, Duration::from_millis(1501)));
     }
 }

@@ -15,6 +15,7 @@ use flint_engine::runtime::{Endpoint, EndpointRef, SendError};
 use crate::wire::Message;
 
 pub mod client;
+pub mod link;
 pub mod peers;
 pub mod server;
 
