@@ -1,8 +1,8 @@
-//! The client side of the transport: a [`Link`] to one peer (the master) that reconnects.
-//!
-//! It connects with a deadline (a SYN into a cut link is otherwise retried for minutes), runs
-//! the handshake, and after any failure tries again after a [`Backoff`] (each failed attempt
-//! logged at info with its delay). The role drives it from its endpoint:
+//! The client side of the transport, its IO half: a [`Link`] to one peer (the master) that
+//! reconnects. The protocol is a [`LinkCore`] (the handshake, the bytes to send, the attempt's
+//! deadline, the [`Backoff`] between attempts, the time the peer was last heard); the link
+//! only connects (without blocking; the core's deadline bounds it), reads, writes and arms the
+//! one timer the core asks for. The role drives it from its endpoint:
 //! 1. [`Link::start`] once, then [`Link::on_timer`] and [`Link::read`] with every timer and
 //!    readiness event (each says whether it was the link's);
 //! 2. [`Link::read`] gives a [`Step`]: whether the handshake just finished (the hook to register,
@@ -25,8 +25,9 @@ use mio::event::Event;
 use mio::net::TcpStream;
 use mio::Token;
 
-use crate::conn::{ConnError, Connection, Inbound, TABLE_FULL};
-use crate::handshake::{Handshake, Secret};
+use super::link::{LinkCore, LinkEvent, LinkRules, Received};
+use crate::conn::{ConnError, Connection, Inbound};
+use crate::handshake::{random_nonce, Secret};
 use crate::wire::{Frame, Role};
 
 pub use super::link::{Backoff, Ended, Silence, BACKOFF_INITIAL};
@@ -80,36 +81,29 @@ impl Step {
     }
 }
 
-enum State {
-    Connecting(Box<Handshake>),
-    Handshake(Box<Handshake>),
-    Open,
-}
-
 struct Attempt {
     conn: Connection,
     token: Token,
-    state: State,
+    /// The TCP connect is still under way.
+    connecting: bool,
 }
 
-/// A reconnecting link to one peer.
+/// A reconnecting link to one peer: the IO around a [`LinkCore`].
 pub struct Link {
     config: LinkConfig,
+    core: LinkCore,
     attempt: Option<Attempt>,
-    backoff: Backoff,
-    established: bool,
-    stopped: bool,
-    last_heard: Instant,
-    reconnect: Option<TimerId>,
-    deadline: Option<TimerId>,
+    /// The clock's origin: the core's `now_us` is the time since.
+    epoch: Instant,
+    /// The one timer and the `now_us` it is armed for (the core's `poll_timeout`).
+    timer: Option<(TimerId, u64)>,
 }
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Link")
             .field("addr", &self.config.addr)
-            .field("open", &self.is_open())
-            .field("established", &self.established)
+            .field("core", &self.core)
             .finish_non_exhaustive()
     }
 }
@@ -117,50 +111,42 @@ impl std::fmt::Debug for Link {
 impl Link {
     /// A link, not connected yet ([`Link::start`]).
     pub fn new(config: LinkConfig) -> Link {
-        let backoff = Backoff::new(BACKOFF_INITIAL, config.reconnect_max);
+        let core = LinkCore::new(LinkRules {
+            role: config.role,
+            peer_roles: config.peer_roles,
+            secret: config.secret.clone(),
+            label: config.label.clone(),
+            peer_name: config.peer_name,
+            connect_timeout_us: Some(micros(config.connect_timeout)),
+            backoff: Some(Backoff::new(BACKOFF_INITIAL, config.reconnect_max)),
+        });
         Link {
             config,
+            core,
             attempt: None,
-            backoff,
-            established: false,
-            stopped: false,
-            last_heard: Instant::now(),
-            reconnect: None,
-            deadline: None,
+            epoch: Instant::now(),
+            timer: None,
         }
     }
 
     /// The first connection attempt.
     pub fn start<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
-        self.connect(ctx);
+        self.drive(ctx);
     }
 
     /// Whether the handshake is done on the current connection.
     pub fn is_open(&self) -> bool {
-        matches!(
-            self.attempt,
-            Some(Attempt {
-                state: State::Open,
-                ..
-            })
-        )
+        self.core.is_open()
     }
 
     /// Whether the peer accepted us on the current connection ([`Link::established`]).
     pub fn is_established(&self) -> bool {
-        self.established && self.is_open()
+        self.core.is_established()
     }
 
     /// The buffer to append frames to, while the handshake is done.
     pub fn outbound(&mut self) -> Option<&mut BytesMut> {
-        match &mut self.attempt {
-            Some(Attempt {
-                conn,
-                state: State::Open,
-                ..
-            }) => Some(conn.outbound()),
-            _ => None,
-        }
+        self.core.outbound()
     }
 
     /// Our address on the current connection.
@@ -171,50 +157,37 @@ impl Link {
 
     /// How long the peer has said nothing on this connection.
     pub fn silent_for(&self, now: Instant) -> Duration {
-        now.saturating_duration_since(self.last_heard)
+        let now_us = micros(now.saturating_duration_since(self.epoch));
+        Duration::from_micros(self.core.silent_for_us(now_us))
     }
 
     /// The peer accepted us: the backoff starts over, a loss from now on is logged as one.
     pub fn established(&mut self) {
-        self.established = true;
-        self.backoff.reset();
+        self.core.handle_established();
     }
 
     /// No attempt after the current connection ends (the role is over).
     pub fn stop_reconnecting(&mut self) {
-        self.stopped = true;
+        self.core.stop_reconnecting();
     }
 
     /// Handles a timer if it is the link's (the attempt's deadline, the next attempt).
     pub fn on_timer<E: Endpoint>(&mut self, timer: TimerId, ctx: &mut Ctx<'_, E>) -> bool {
-        if Some(timer) == self.deadline {
-            self.deadline = None;
-            if self.attempt.is_some() && !self.established {
-                let why = format!(
-                    "no connection to {} within {} ms",
-                    self.config.peer_name,
-                    self.config.connect_timeout.as_millis()
-                );
-                self.drop_connection(&why, ctx);
-            }
-            return true;
+        if self.timer.map(|(id, _)| id) != Some(timer) {
+            return false;
         }
-        if Some(timer) == self.reconnect {
-            self.reconnect = None;
-            if self.attempt.is_none() {
-                self.connect(ctx);
-            }
-            return true;
-        }
-        false
+        self.timer = None;
+        self.core.handle_timeout(self.now_us());
+        self.drive(ctx);
+        true
     }
 
     /// Reads a readiness event if it is the link's: the handshake, then the frames after it.
     pub fn read(&mut self, token: Token, event: &Event) -> Option<Step> {
+        let now_us = self.now_us();
         let attempt = self.attempt.as_mut().filter(|a| a.token == token)?;
         let mut step = Step::default();
-        let peer_name = self.config.peer_name;
-        if let State::Connecting(_) = attempt.state {
+        if attempt.connecting {
             if let Some(why) = connect_failure(attempt, event) {
                 step.ended = Some(Ended {
                     why,
@@ -225,45 +198,39 @@ impl Link {
             if !event.is_writable() {
                 return Some(step);
             }
-            if let State::Connecting(handshake) = std::mem::replace(&mut attempt.state, State::Open)
-            {
-                attempt.state = State::Handshake(handshake);
-            }
+            attempt.connecting = false;
         }
-        if event.is_readable() || event.is_read_closed() || event.is_error() {
-            self.last_heard = Instant::now();
-            let read = attempt.conn.read_frames(|conn, frame| {
-                let State::Handshake(handshake) = &mut attempt.state else {
+        if !(event.is_readable() || event.is_read_closed() || event.is_error()) {
+            return Some(step);
+        }
+        let core = &mut self.core;
+        let read = attempt
+            .conn
+            .read_frames(|_, frame| match core.handle_frame(&frame, now_us) {
+                Ok(Received::Message) => {
                     step.frames.push(frame);
-                    return Ok(());
-                };
-                match handshake.on_frame(frame.kind(), frame.body(), conn.outbound()) {
-                    Ok(None) => Ok(()),
-                    Ok(Some(_)) => {
-                        attempt.state = State::Open;
-                        step.opened = true;
-                        Ok(())
-                    }
-                    Err(error) => {
-                        let why = error.to_string();
-                        step.ended = Some(Ended {
-                            refused: !why.contains(TABLE_FULL),
-                            why: format!("handshake with {} failed: {why}", peer_name),
-                        });
-                        Err(ConnError::Protocol(why))
-                    }
+                    Ok(())
+                }
+                Ok(Received::Opened(_)) => {
+                    step.opened = true;
+                    Ok(())
+                }
+                Ok(Received::Handshake) => Ok(()),
+                Err(ended) => {
+                    let why = ended.why.clone();
+                    step.ended = Some(ended);
+                    Err(ConnError::Protocol(why))
                 }
             });
-            if let (Err(error), None) = (read, &step.ended) {
-                let why = match error {
-                    ConnError::Closed => format!("{peer_name} closed the connection"),
-                    other => other.to_string(),
-                };
-                step.ended = Some(Ended {
-                    why,
-                    refused: false,
-                });
-            }
+        if let (Err(error), None) = (read, &step.ended) {
+            let why = match error {
+                ConnError::Closed => format!("{} closed the connection", self.config.peer_name),
+                other => other.to_string(),
+            };
+            step.ended = Some(Ended {
+                why,
+                refused: false,
+            });
         }
         Some(step)
     }
@@ -273,86 +240,81 @@ impl Link {
     pub fn settle<E: Endpoint>(&mut self, outcome: Result<(), String>, ctx: &mut Ctx<'_, E>) {
         match outcome {
             Err(why) => {
-                if let Some(attempt) = self.attempt.as_mut() {
-                    let _ = attempt.conn.flush();
-                }
+                let _ = self.write();
                 self.drop_connection(&why, ctx);
             }
             Ok(()) => self.flush(ctx),
         }
     }
 
-    /// Writes what is queued (nothing goes out before the handshake's own frames are due).
+    /// Writes what is queued (nothing goes out before the connection is made).
     pub fn flush<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
-        let Some(attempt) = self.attempt.as_mut() else {
-            return;
-        };
-        if matches!(attempt.state, State::Connecting(_)) {
-            return;
-        }
-        if let Err(error) = attempt.conn.flush() {
+        if let Err(error) = self.write() {
             self.drop_connection(&error.to_string(), ctx);
         }
     }
 
-    /// Ends the connection for `why` and schedules the next attempt (logged at info while the
-    /// link was not established, as a loss at warn once it was).
+    /// Ends the connection for `why` and schedules the next attempt (the core logs it).
     pub fn drop_connection<E: Endpoint>(&mut self, why: &str, ctx: &mut Ctx<'_, E>) {
-        let label = self.config.label.clone();
-        let peer = self.config.peer_name;
-        if self.attempt.is_some() && self.established {
-            tracing::warn!("{label}: lost {peer} ({why}); reconnecting");
-            self.close(ctx);
-            return self.schedule(ctx);
-        }
-        self.close(ctx);
-        if self.stopped || self.reconnect.is_some() {
+        if self.attempt.is_none() {
             return;
         }
-        let attempt = self.backoff.failed();
-        tracing::info!(
-            "{label}: cannot reach {peer} at {} (attempt {attempt}): {why}; retrying in {} ms",
-            self.config.addr,
-            self.backoff.peek().as_millis()
-        );
-        self.schedule(ctx);
+        self.deregister(ctx);
+        self.core.handle_closed(why, self.now_us());
+        self.drive(ctx);
     }
 
-    fn close<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
-        self.established = false;
+    /// The core's bytes onto the connection, and out.
+    fn write(&mut self) -> Result<(), ConnError> {
+        let Some(attempt) = self.attempt.as_mut().filter(|a| !a.connecting) else {
+            return Ok(());
+        };
+        self.core.poll_transmit(attempt.conn.outbound());
+        attempt.conn.flush()
+    }
+
+    /// Does what the core asks (connect, drop), then arms the timer it wants.
+    fn drive<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        while let Some(event) = self.core.poll_event() {
+            match event {
+                LinkEvent::Connect => self.connect(ctx),
+                LinkEvent::Drop(_) => self.deregister(ctx),
+            }
+        }
+        let due_us = self.core.poll_timeout();
+        if self.timer.map(|(_, at_us)| at_us) == due_us {
+            return;
+        }
+        if let Some((old, _)) = self.timer.take() {
+            ctx.cancel_timer(old);
+        }
+        if let Some(due_us) = due_us {
+            let delay = Duration::from_micros(due_us.saturating_sub(self.now_us()));
+            self.timer = ctx.timer_once(delay).ok().map(|id| (id, due_us));
+        }
+    }
+
+    fn deregister<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
         if let Some(mut attempt) = self.attempt.take() {
             let _ = ctx.deregister(attempt.conn.stream_mut(), attempt.token);
         }
     }
 
-    fn schedule<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
-        if self.stopped || self.reconnect.is_some() {
-            return;
-        }
-        self.reconnect = ctx.timer_once(self.backoff.next_delay()).ok();
-    }
-
     fn connect<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
-        if self.stopped {
-            return;
-        }
+        let now_us = self.now_us();
         match self.open(ctx) {
-            Ok(attempt) => {
+            Ok((attempt, nonce)) => {
                 self.attempt = Some(attempt);
-                self.last_heard = Instant::now();
-                if let Some(old) = self.deadline.take() {
-                    ctx.cancel_timer(old);
-                }
-                self.deadline = ctx.timer_once(self.config.connect_timeout).ok();
+                self.core.handle_connected(nonce, now_us);
             }
-            Err(why) => self.drop_connection(&why, ctx),
+            Err(why) => self.core.handle_closed(&why, now_us),
         }
     }
 
-    fn open<E: Endpoint>(&self, ctx: &mut Ctx<'_, E>) -> Result<Attempt, String> {
+    fn open<E: Endpoint>(&self, ctx: &mut Ctx<'_, E>) -> Result<(Attempt, [u8; 32]), String> {
         let config = &self.config;
+        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
         let stream = TcpStream::connect(config.addr).map_err(|e| format!("connect failed: {e}"))?;
-        // The handshake is symmetric: a connecting side opens like an accepting one.
         let opener = Inbound {
             role: config.role,
             accepted_roles: config.peer_roles,
@@ -360,13 +322,22 @@ impl Link {
             frame_size_max: config.frame_size_max,
             outbound_max: config.outbound_max,
         };
-        let (token, conn, handshake) = opener.open(stream, ctx)?;
-        Ok(Attempt {
+        let (token, conn) = opener.register(stream, ctx)?;
+        let attempt = Attempt {
             conn,
             token,
-            state: State::Connecting(Box::new(handshake)),
-        })
+            connecting: true,
+        };
+        Ok((attempt, nonce))
     }
+
+    fn now_us(&self) -> u64 {
+        micros(self.epoch.elapsed())
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Why a connection still connecting failed, if the event says it did.
@@ -389,6 +360,7 @@ mod tests {
     use flint_engine::runtime::{Runtime, RuntimeConfig};
 
     use super::*;
+    use crate::handshake::Handshake;
     use crate::transport::encode;
     use crate::wire::{FrameDecoder, Kind, Message, FRAME_SIZE_MAX_DEFAULT};
 

@@ -2,8 +2,10 @@
 //! handshake, limits per kind, deadlines, outbound frames) that the driver's and the master's
 //! cores embed, and [`server`], its IO half ([`server::Sockets`]: accept, read, append, flush,
 //! write-stuck detection; [`server::Server`], sockets and a table for a handler-only role). The
-//! client side: [`client`] (a reconnecting link: connect with a deadline, handshake, backoff, a
-//! hook to register again; its [`client::Backoff`] also paces the executor's attempts). Here
+//! client side, its twin: [`link`], the sans-IO link to one peer (the handshake, outbound
+//! bytes, the attempt's deadline, the [`link::Backoff`] between attempts, the [`link::Silence`]
+//! rule) that the executor's core embeds, and [`client`], its IO half ([`client::Link`]:
+//! connect, read, write, one timer; the worker and the application client use it). Here
 //! too what every role shares: [`encode`], [`unexpected`], [`send_retrying`] and [`Exit`], the
 //! one-shot result a role's `run` waits on.
 
