@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use flint_engine::hash::FxHashSet;
 
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
-use crate::transport::link::{LinkCore, LinkRules, Received};
+use crate::transport::link::{move_bytes, LinkCore, LinkRules, Received};
 use crate::transport::{encode, unexpected};
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
@@ -245,14 +245,7 @@ impl ExecutorCore {
         // The handshake's frames come before anything the executor says after it.
         let handshake = self.link.poll_transmit(out);
         self.encode_updates();
-        let len = handshake + self.transmit.len();
-        if out.is_empty() {
-            std::mem::swap(out, &mut self.transmit);
-        } else {
-            out.extend_from_slice(&self.transmit);
-            self.transmit.clear();
-        }
-        len
+        handshake + move_bytes(&mut self.transmit, out)
     }
 
     /// The next thing to do to the tasks, in the order the driver asked.

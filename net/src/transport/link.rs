@@ -331,14 +331,7 @@ impl LinkCore {
     /// Appends the bytes to send to `out` (taking over the buffer when `out` is empty);
     /// returns how many.
     pub fn poll_transmit(&mut self, out: &mut BytesMut) -> usize {
-        let len = self.transmit.len();
-        if out.is_empty() {
-            std::mem::swap(out, &mut self.transmit);
-        } else {
-            out.extend_from_slice(&self.transmit);
-            self.transmit.clear();
-        }
-        len
+        move_bytes(&mut self.transmit, out)
     }
 
     /// What the IO side must do now, if anything.
@@ -354,6 +347,19 @@ impl LinkCore {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// Moves the bytes of `from` to the end of `out` (taking over the buffer when `out` is empty,
+/// so nothing is copied); returns how many.
+pub(crate) fn move_bytes(from: &mut BytesMut, out: &mut BytesMut) -> usize {
+    let len = from.len();
+    if out.is_empty() {
+        std::mem::swap(out, from);
+    } else {
+        out.extend_from_slice(from);
+        from.clear();
+    }
+    len
 }
 
 #[cfg(test)]
