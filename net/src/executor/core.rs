@@ -120,6 +120,7 @@ impl ExecutorCore {
             secret: config.secret.clone(),
             label: format!("executor {}", config.executor_id),
             peer_name: "the driver",
+            peer_addr: config.driver,
             // The IO side bounds the one attempt; an executor does not reconnect.
             connect_timeout_us: None,
             backoff: None,

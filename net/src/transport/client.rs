@@ -117,6 +117,7 @@ impl Link {
             secret: config.secret.clone(),
             label: config.label.clone(),
             peer_name: config.peer_name,
+            peer_addr: config.addr,
             connect_timeout_us: Some(micros(config.connect_timeout)),
             backoff: Some(Backoff::new(BACKOFF_INITIAL, config.reconnect_max)),
         });

@@ -16,6 +16,7 @@
 //! The IO half ([`super::client::Link`], or an executor's endpoint) connects, reads, writes
 //! and arms the timer.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -115,6 +116,8 @@ pub struct LinkRules {
     pub label: String,
     /// Who the peer is in the logs ("the master").
     pub peer_name: &'static str,
+    /// Where the peer is, for the logs.
+    pub peer_addr: SocketAddr,
     /// Time one attempt has to connect, finish the handshake and be established; `None` when
     /// the IO side bounds it.
     pub connect_timeout_us: Option<u64>,
@@ -289,7 +292,11 @@ impl LinkCore {
         if self.event == Some(LinkEvent::Connect) {
             self.event = None;
         }
-        let (label, peer) = (&self.rules.label, self.rules.peer_name);
+        let (label, peer, addr) = (
+            &self.rules.label,
+            self.rules.peer_name,
+            self.rules.peer_addr,
+        );
         let Some(backoff) = self.rules.backoff.as_mut().filter(|_| !self.stopped) else {
             return;
         };
@@ -298,7 +305,7 @@ impl LinkCore {
         } else {
             let attempt = backoff.failed();
             tracing::info!(
-                "{label}: cannot reach {peer} (attempt {attempt}): {why}; retrying in {} ms",
+                "{label}: cannot reach {peer} at {addr} (attempt {attempt}): {why}; retrying in {} ms",
                 backoff.peek().as_millis()
             );
         }
@@ -377,6 +384,7 @@ mod tests {
             secret,
             label: "worker w1".into(),
             peer_name: "the master",
+            peer_addr: ([127, 0, 0, 1], 7077).into(),
             connect_timeout_us: Some(3_000_000),
             backoff: Some(Backoff::new(BACKOFF_INITIAL, Duration::from_millis(200))),
         }
