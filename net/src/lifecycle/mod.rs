@@ -2,7 +2,9 @@
 //! lifecycle state machines (`flint_engine::lifecycle`: the snapshot store, the allocator,
 //! removals): [`local`] starts `flint executor` processes itself and keeps them at the
 //! allocator's target; [`mirror`] follows executors a cluster manager creates, through an
-//! [`mirror::ExecutorSource`]. (The standalone master's source is `crate::master_source`.)
+//! [`mirror::ExecutorSource`]; [`master_source`] is that source for the standalone master's executors,
+//! and scales them with the backlog.
 
 pub mod local;
+pub mod master_source;
 pub mod mirror;

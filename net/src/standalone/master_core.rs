@@ -1,6 +1,6 @@
 //! The standalone master's protocol as a sans-IO core: what each peer's frames mean, fed to the
 //! engine's [`Master`] state machine, and what it decides, as frames for peers, connections to
-//! close and journal records. No sockets and no clock: the endpoint ([`crate::master`]) hands
+//! close and journal records. No sockets and no clock: the endpoint ([`super::master`]) hands
 //! in peers opening and closing, frames and `now_us`, and drains [`MasterCore::poll_transmit`],
 //! [`MasterCore::poll_close`] and [`MasterCore::poll_record`] (records before any frame goes
 //! out: a peer never hears of something a restarted master would not know).
@@ -10,7 +10,7 @@
 //! run in here too, so the endpoint only accepts, reads, writes and ticks. Each peer past the
 //! handshake has a [`Phase`]: registering as the role its handshake named, then a worker, an
 //! application, or a status client (also an application that is over). The message
-//! conventions are in [`crate::master`]'s header.
+//! conventions are in [`super::master`]'s header.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -20,7 +20,7 @@ use mio::Token;
 
 use crate::conn::{ConnError, TABLE_FULL};
 use crate::handshake::SECRET_ENV;
-use crate::journal::Record;
+use crate::standalone::journal::Record;
 use crate::standalone::{
     app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
     with_description, worker_state_to_wire, REATTACH_MESSAGE,
@@ -340,13 +340,13 @@ impl MasterCore {
             cores,
             memory_mb,
         };
-        let registered = if crate::worker::valid_id(&spec.id) {
+        let registered = if crate::standalone::worker::valid_id(&spec.id) {
             self.master.worker_registered(now_us, spec.clone())
         } else {
             Err(format!(
                 "worker id {:?} is not 1 to {} letters, digits, '-', '_' or '.'",
                 crate::standalone::clip_for_log(&spec.id),
-                crate::worker::ID_LEN_MAX
+                crate::standalone::worker::ID_LEN_MAX
             ))
         };
         if let Err(reason) = registered {

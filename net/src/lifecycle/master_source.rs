@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use flint_engine::lifecycle::{dynamic_target, DynamicConfig, ExecutorState};
 
-use crate::app_client::AppClient;
 use crate::driver::Driver;
 use crate::lifecycle::mirror::ExecutorSource;
+use crate::standalone::app_client::AppClient;
 use crate::wire;
 
 /// The master's view of one application's executors.
