@@ -21,10 +21,7 @@ use mio::Token;
 use crate::conn::{ConnError, TABLE_FULL};
 use crate::handshake::SECRET_ENV;
 use crate::standalone::journal::Record;
-use crate::standalone::{
-    app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
-    with_description, worker_state_to_wire, REATTACH_MESSAGE,
-};
+use crate::standalone::{spec_from_wire, with_description, REATTACH_MESSAGE};
 use crate::transport::peers::{Arrival, Peers, PeersConfig, Standing};
 use crate::transport::server::Admit;
 use crate::transport::{encode, unexpected};
@@ -386,7 +383,6 @@ impl MasterCore {
         if state == wire::ExecutorState::Running && message == REATTACH_MESSAGE {
             self.master.executor_reattached(worker, app_id, executor_id);
         } else {
-            let state = executor_state_from_wire(state);
             self.master.executor_state_changed(
                 worker,
                 app_id,
@@ -594,7 +590,7 @@ impl MasterCore {
                 let changed = Message::ExecutorStateChanged {
                     app_id: &app,
                     executor_id: &executor,
-                    state: executor_state_to_wire(state),
+                    state,
                     message: &message,
                     exit_code,
                 };
@@ -691,7 +687,7 @@ fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
             worker_id: &w.spec.id,
             host: &w.spec.host,
             port: w.spec.port,
-            state: worker_state_to_wire(w.state),
+            state: w.state,
             cores: w.spec.cores,
             cores_used: w.cores_used,
             memory_mb: w.spec.memory_mb,
@@ -704,7 +700,7 @@ fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
         .map(|a| wire::AppStatus {
             app_id: &a.id,
             name: &a.name,
-            state: app_state_to_wire(a.state),
+            state: a.state,
             cores_granted: a.cores_granted,
             executors_requested: a.executors_requested,
             waiting: &a.waiting,
@@ -718,7 +714,7 @@ fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
             executor_id: &e.id,
             worker_id: &e.worker,
             cores: e.cores,
-            state: executor_state_to_wire(e.state),
+            state: e.state,
         })
         .collect();
     let response = Message::StatusResponse {
