@@ -355,7 +355,11 @@ impl ExecutorCore {
         });
     }
 
+    /// A heartbeat with the attempts in flight. The completions fed in before go out ahead of
+    /// it, so a driver that reads the count has heard every attempt it leaves out end (the
+    /// driver's check for executors that do not read their launches relies on it).
     fn send_heartbeat(&mut self) {
+        self.encode_updates();
         let running = self.in_flight.len();
         let metrics = [Metric {
             name: "tasks_running",
