@@ -1470,7 +1470,7 @@ mod tests {
         assert_eq!(launched.len(), 1, "{launched:?}");
         let holder = sent
             .iter()
-            .find(|(_, f)| !launches(&[f.clone()]).is_empty())
+            .find(|(_, f)| f.kind() == wire::Kind::LaunchTasks as u16)
             .map(|(peer, _)| *peer)
             .expect("a launch");
         let other = if holder == PeerId(1) {
