@@ -206,7 +206,7 @@ fn an_executor_flooded_with_unknown_functions_reports_every_failure_and_keeps_he
 /// How a fake executor behaves once registered.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Fake {
-    /// Reads (counting the tasks it is given), heartbeats, never finishes a task.
+    /// Reads (counting the tasks it is given, as its heartbeats say), never finishes a task.
     NeverFinishes,
     /// Heartbeats and never reads its socket again.
     NeverReads,
@@ -245,13 +245,16 @@ impl FakeExecutor {
         let stream = wire.stream.try_clone().expect("clone");
         let mut threads = Vec::new();
         let mut beat = wire.stream.try_clone().expect("clone");
-        let (beat_stop, name) = (stop.clone(), id.to_owned());
+        let (beat_stop, name, held) = (stop.clone(), id.to_owned(), tasks.clone());
         threads.push(std::thread::spawn(move || {
             while !beat_stop.load(Ordering::SeqCst) {
                 let mut out = BytesMut::new();
+                // It reports what it read: an executor that counts its launches is held to them
+                // by the stall rules, not lost as one that does not read.
+                let running = u32::try_from(held.load(Ordering::SeqCst)).unwrap_or(u32::MAX);
                 let heartbeat = Message::Heartbeat {
                     executor_id: &name,
-                    running_tasks: 0,
+                    running_tasks: running,
                     metrics: List::empty(),
                 };
                 heartbeat

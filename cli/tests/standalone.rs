@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use flint_cli::summary::indexed_payload;
 use flint_engine::functions::fnv1a64;
 use flint_engine::standalone::AppSpec;
-use flint_net::app_client::{AppClient, AppClientConfig};
 use flint_net::handshake::HandshakeError;
 use flint_net::handshake::Secret;
+use flint_net::standalone::app_client::{AppClient, AppClientConfig};
 use flint_net::standalone::{BlockingClient, ClientError};
 use flint_net::wire::{Message, Role};
 

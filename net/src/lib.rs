@@ -35,7 +35,7 @@
 //! | driver | [`Driver::builder`]`().…start()` | [`DriverError`] |
 //! | executor | [`executor::run`]`(config, registry)` | [`ExecutorError`] |
 //! | master | [`MasterHandle::start`]`(config)` | [`MasterError`] |
-//! | worker | [`worker::run`]`(config)` | [`WorkerError`] |
+//! | worker | [`standalone::worker::run`]`(config)` | [`WorkerError`] |
 //! | application client | [`AppClient::start`]`(config)` | [`AppClientError`] |
 //!
 //! # Where executors come from
@@ -45,9 +45,9 @@
 //!   with dynamic allocation (the executor lifecycle).
 //! - [`lifecycle::mirror::SourceMirror`]: executors something else creates (a cluster manager), mirrored
 //!   so the driver drops the ones that are gone.
-//! - The standalone cluster (Spark's): a [`master`] and [`worker`]s on the hosts; the driver's
+//! - The standalone cluster (Spark's): a [`standalone::master`] and [`standalone::worker`]s on the hosts; the driver's
 //!   [`AppClient`] registers the application and asks for executors, which the workers start;
-//!   [`master_source`] follows them and scales them with the backlog.
+//!   [`lifecycle::master_source`] follows them and scales them with the backlog.
 //! - Kubernetes: the `flint-k8s` crate runs executors as pods.
 //!
 //! # Watching it
@@ -127,12 +127,9 @@
 
 mod admission;
 mod conn;
-mod journal;
 
 // Internals being reworked (the one transport): hidden rather than private until they settle,
 // so their test-only accessors do not warn as dead code.
-#[doc(hidden)]
-pub mod master_core;
 #[doc(hidden)]
 pub mod transport;
 
@@ -142,11 +139,8 @@ pub mod executor;
 pub mod job;
 pub mod pools;
 
-// The standalone cluster.
-pub mod app_client;
-pub mod master;
-pub mod master_source;
-pub mod worker;
+// The standalone cluster: master, workers, the application client.
+pub mod standalone;
 
 // The executor lifecycle: executors something else creates, kept at a target.
 pub mod lifecycle;
@@ -155,14 +149,11 @@ pub mod lifecycle;
 pub mod observe;
 
 // For the fuzzers, benches, tests and the CLI's own tools, not for embedders: the handshake and
-// the wire protocol, the standalone roles' shared pieces (wire conversions, the blocking
-// status client), and the cluster simulator over the real driver and executor cores.
+// the wire protocol, and the cluster simulator over the real driver and executor cores.
 #[doc(hidden)]
 pub mod handshake;
 #[doc(hidden)]
 pub mod sim;
-#[doc(hidden)]
-pub mod standalone;
 #[doc(hidden)]
 pub mod wire;
 
@@ -174,8 +165,7 @@ pub use flint_engine::functions::{Registry, TaskContext, TaskError};
 pub use handshake::{Secret, SecretError, SECRET_ENV};
 pub use job::{Job, JobHandle, JobOutcome, ResultStream, TaskResult};
 
-pub use app_client::{AppClient, AppClientConfig, AppClientError};
-pub use journal::JournalError;
-pub use master::{MasterConfig, MasterError, MasterHandle};
-pub use standalone::ClientError;
-pub use worker::{WorkerConfig, WorkerError};
+pub use standalone::app_client::{AppClient, AppClientConfig, AppClientError};
+pub use standalone::master::{MasterConfig, MasterError, MasterHandle};
+pub use standalone::worker::{WorkerConfig, WorkerError};
+pub use standalone::{ClientError, JournalError};

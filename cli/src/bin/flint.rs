@@ -16,21 +16,21 @@ use flint_cli::summary::json_string;
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_engine::standalone::{AppSpec, Config as StandaloneConfig, NO_WORKER_FITS};
-use flint_net::app_client::{AppClient, AppClientConfig, AppInfo};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::executor::{self, ExecutorConfig, ExecutorError};
 use flint_net::handshake::Secret;
 use flint_net::lifecycle::local::{LocalConfig, LocalExecutors, LocalStats};
+use flint_net::lifecycle::master_source::{MasterScaler, MasterSource};
 use flint_net::lifecycle::mirror::{MirrorConfig, SourceMirror};
-use flint_net::master::{MasterConfig, MasterHandle};
-use flint_net::master_source::{MasterScaler, MasterSource};
 use flint_net::observe::http::HttpServer;
 use flint_net::observe::metrics::ClusterRole;
 use flint_net::observe::ui::{self, Serve};
 use flint_net::observe::EventSink;
+use flint_net::standalone::app_client::{AppClient, AppClientConfig, AppInfo};
+use flint_net::standalone::master::{MasterConfig, MasterHandle};
+use flint_net::standalone::worker::{WorkerConfig, WorkerError};
 use flint_net::standalone::BlockingClient;
 use flint_net::wire::{AppStatus, ExecutorStatus, List, Message, Role, WorkerStatus};
-use flint_net::worker::{WorkerConfig, WorkerError};
 use flint_net::Registry;
 
 /// The environment variable that carries the shared secret.
@@ -281,12 +281,12 @@ struct StatusArgs {
 
 /// A worker id from the command line: what the worker's directories and the master accept.
 fn parse_id(text: &str) -> Result<String, String> {
-    if flint_net::worker::valid_id(text) {
+    if flint_net::standalone::worker::valid_id(text) {
         Ok(text.to_owned())
     } else {
         Err(format!(
             "{text:?} is not an id: use 1 to {} letters, digits, '-', '_' or '.', not \".\" or \"..\"",
-            flint_net::worker::ID_LEN_MAX
+            flint_net::standalone::worker::ID_LEN_MAX
         ))
     }
 }
@@ -998,7 +998,7 @@ fn worker(args: WorkerArgs) -> Result<ExitCode, String> {
         config.work_dir.display(),
         args.master
     );
-    match flint_net::worker::run(config) {
+    match flint_net::standalone::worker::run(config) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) => {
             eprintln!("flint worker {id}: {error}");

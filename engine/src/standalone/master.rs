@@ -170,6 +170,18 @@ pub enum ExecutorState {
     Exited,
 }
 
+/// The states print as their names (`Running`), as logs and `flint status` show them.
+macro_rules! display_as_name {
+    ($($name:ident),*) => {$(
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(self, f)
+            }
+        }
+    )*};
+}
+display_as_name!(WorkerState, AppState, ExecutorState);
+
 impl ExecutorState {
     /// True once the executor is over.
     pub fn is_final(self) -> bool {

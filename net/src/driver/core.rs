@@ -18,6 +18,18 @@
 //! a fresh nonce per connection, so a simulation covers authentication, registration,
 //! heartbeats and expiry with the same code as the real driver.
 //!
+//! An executor that heartbeats but does not read its socket holds what it was sent for as
+//! long as the kernel's buffers take the launches (the IO layer's write-stuck check never
+//! fires), so the core compares each heartbeat's running count with what the executor must
+//! know of: the attempts it reported RUNNING and not final, plus those launched more than
+//! `heartbeat_timeout` ago and never reported at all (an honest executor reads a launch well
+//! within that, and sends the reports of the attempts it no longer counts ahead of the
+//! heartbeat). Two heartbeats in a row reporting fewer, with at least one such old unreported
+//! launch, and the executor is lost with the reason ("executor does not read its launches: N
+//! attempts sent over T s ago, it reports M running"): its attempts are launched elsewhere.
+//! An executor that reads its launches but runs them late (a busy pool) counts them in its
+//! heartbeats and is never taken for one.
+//!
 //! Peers have small tables of their own: at most [`HANDSHAKES_MAX`] unauthenticated ones and
 //! [`CLIENTS_MAX`] status clients (the oldest goes when another arrives), so executors always
 //! find room under `connections_max`.
@@ -119,6 +131,55 @@ struct SchedulerTimeout {
     stale: bool,
 }
 
+/// What the driver launched on a remote executor and has not heard end: to tell an executor
+/// that does not read its launches (see the module docs).
+#[derive(Default)]
+struct Sent {
+    /// Attempts launched and not reported final: when each was launched, and whether the
+    /// executor reported it RUNNING. At most the executor's slots (the scheduler launches no
+    /// more than it frees with final reports).
+    attempts: FxHashMap<(TaskId, u32), (u64, bool)>,
+    /// The last heartbeat reported fewer attempts than the executor must know of.
+    suspect: bool,
+}
+
+impl Sent {
+    /// An executor's heartbeat saying it runs `running` attempts at `now_us`: why it does not
+    /// read its launches, when this is the second heartbeat in a row to show it (see the
+    /// module docs).
+    fn heartbeat(&mut self, running: u32, now_us: u64, timeout_us: u64) -> Option<String> {
+        let (mut reported, mut unread) = (0u64, 0u64);
+        for &(launched_us, running_reported) in self.attempts.values() {
+            if running_reported {
+                reported += 1;
+            } else if launched_us.saturating_add(timeout_us) <= now_us {
+                unread += 1;
+            }
+        }
+        let known = reported + unread;
+        let suspect = unread > 0 && u64::from(running) < known;
+        if !std::mem::replace(&mut self.suspect, suspect) || !suspect {
+            return None;
+        }
+        let timeout_s = Duration::from_micros(timeout_us).as_secs_f64();
+        Some(format!(
+            "executor does not read its launches: {unread} attempts sent over {timeout_s} s ago, \
+             it reports {running} running (it must hold at least {known})"
+        ))
+    }
+
+    /// An executor's report on one of its attempts.
+    fn reported(&mut self, key: (TaskId, u32), state: wire::TaskState) {
+        if state == wire::TaskState::Running {
+            if let Some((_, running_reported)) = self.attempts.get_mut(&key) {
+                *running_reported = true;
+            }
+        } else {
+            self.attempts.remove(&key);
+        }
+    }
+}
+
 struct JobEntry {
     shared: Arc<JobShared>,
     observer: Option<ResultObserver>,
@@ -134,6 +195,8 @@ pub struct DriverCore {
     /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
     executor_ids: HashMap<String, ExecutorId>,
     links: FxHashMap<ExecutorId, Link>,
+    /// What each remote executor was sent and has not reported ended.
+    sent: FxHashMap<ExecutorId, Sent>,
     next_executor: u64,
     stopping: bool,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
@@ -175,6 +238,7 @@ impl DriverCore {
             config,
             executor_ids: HashMap::new(),
             links: FxHashMap::default(),
+            sent: FxHashMap::default(),
             next_executor: 1,
             stopping: false,
             retiring: FxHashMap::default(),
@@ -296,6 +360,7 @@ impl DriverCore {
             return Ok(());
         };
         let message = frame.message()?;
+        let now = self.now_us;
         match (phase, message) {
             (
                 Phase::Registering,
@@ -325,7 +390,12 @@ impl DriverCore {
                 self.status_updates(executor, updates, frame);
                 Ok(())
             }
-            (Phase::Executor(_), Message::Heartbeat { .. }) => {
+            (Phase::Executor(executor), Message::Heartbeat { running_tasks, .. }) => {
+                let timeout_us = us(self.config.heartbeat_timeout);
+                let sent = self.sent.get_mut(&executor);
+                if let Some(why) = sent.and_then(|s| s.heartbeat(running_tasks, now, timeout_us)) {
+                    return Err(ConnError::Protocol(why));
+                }
                 self.send(peer, &Message::HeartbeatAck {});
                 Ok(())
             }
@@ -342,9 +412,13 @@ impl DriverCore {
         frame: &Frame,
     ) {
         let now = self.now_us;
+        let mut sent = self.sent.get_mut(&executor);
         for update in updates {
             let task = TaskId(update.task_id);
             let (attempt, state) = (update.attempt, update.state);
+            if let Some(sent) = sent.as_deref_mut() {
+                sent.reported((task, attempt), state);
+            }
             self.telemetry
                 .status_update(now, executor, task, attempt, state, update.data);
             let update = scheduler::StatusUpdate {
@@ -404,6 +478,7 @@ impl DriverCore {
         self.next_executor += 1;
         self.executor_ids.insert(executor_id.to_owned(), id);
         self.links.insert(id, Link::Remote(peer));
+        self.sent.insert(id, Sent::default());
         self.counters
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
@@ -824,9 +899,16 @@ impl DriverCore {
                     return;
                 };
                 let telemetry = &mut self.telemetry;
+                let mut sent = self.sent.get_mut(&executor);
                 let batch: Vec<wire::TaskLaunch> = tasks
                     .iter()
-                    .inspect(|task| telemetry.launched(now, task.task, task.attempt))
+                    .inspect(|task| {
+                        telemetry.launched(now, task.task, task.attempt);
+                        if let Some(sent) = sent.as_deref_mut() {
+                            sent.attempts
+                                .insert((task.task, task.attempt), (now, false));
+                        }
+                    })
                     .map(|task| wire::TaskLaunch {
                         task_id: task.task.0,
                         attempt: task.attempt,
@@ -887,6 +969,7 @@ impl DriverCore {
 
     fn remove_executor_id(&mut self, id: ExecutorId, why: &ConnError) {
         self.links.remove(&id);
+        self.sent.remove(&id);
         let executor_id = self.executor_id_of(id);
         let gone = &mut self.gone;
         self.executor_ids.retain(|executor_id, named| {
@@ -1363,6 +1446,129 @@ mod tests {
         ));
         assert!(matches!(outcome(handle), JobOutcome::Succeeded(_)));
         assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 1);
+    }
+
+    /// A heartbeat from `peer` counting `running_tasks`; whether the core keeps the peer.
+    fn heartbeat(core: &mut DriverCore, peer: PeerId, running_tasks: u32, now_us: u64) -> bool {
+        let heartbeat = Message::Heartbeat {
+            executor_id: "any",
+            running_tasks,
+            metrics: List::from_items(&[]),
+        };
+        send(core, peer, &heartbeat, now_us)
+    }
+
+    /// Two executors of one core and a one-task job: the holder of its attempt 0, the other
+    /// and the task id.
+    fn one_task_on_two(core: &mut DriverCore, now_us: u64) -> (JobHandle, PeerId, PeerId, u64) {
+        assert!(register(core, PeerId(1), "a", 1, now_us).0);
+        assert!(register(core, PeerId(2), "b", 1, now_us).0);
+        let handle = submit(core, Job::new("echo", vec![Bytes::from("x")]), now_us);
+        let sent = transmitted(core);
+        let frames: Vec<Frame> = sent.iter().map(|(_, f)| f.clone()).collect();
+        let launched = launches(&frames);
+        assert_eq!(launched.len(), 1, "{launched:?}");
+        let holder = sent
+            .iter()
+            .find(|(_, f)| f.kind() == wire::Kind::LaunchTasks as u16)
+            .map(|(peer, _)| *peer)
+            .expect("a launch");
+        let other = if holder == PeerId(1) {
+            PeerId(2)
+        } else {
+            PeerId(1)
+        };
+        (handle, holder, other, launched[0].0)
+    }
+
+    #[test]
+    fn an_executor_that_does_not_read_its_launches_is_lost_and_its_task_runs_elsewhere() {
+        let mut core = new_core(config());
+        let timeout_us = us(core.config.heartbeat_timeout);
+        let beat_us = timeout_us / 4;
+        let (handle, deaf, other, task_id) = one_task_on_two(&mut core, MS);
+        // Heartbeats counting nothing while the launch may still be on its way are no sign.
+        let mut now_us = MS;
+        while now_us + beat_us < MS + timeout_us {
+            now_us += beat_us;
+            assert!(heartbeat(&mut core, deaf, 0, now_us), "kept at {now_us} us");
+            assert!(heartbeat(&mut core, other, 0, now_us));
+        }
+        // Past the timeout: one heartbeat short is a suspicion, the second in a row a loss.
+        now_us = MS + timeout_us;
+        assert!(heartbeat(&mut core, deaf, 0, now_us), "one short heartbeat");
+        assert!(heartbeat(&mut core, other, 0, now_us));
+        let _ = transmitted(&mut core);
+        now_us += beat_us;
+        assert!(
+            !heartbeat(&mut core, deaf, 0, now_us),
+            "the second removes it"
+        );
+        let (closed, why) = core.poll_close().expect("the deaf one is closed");
+        assert_eq!(closed, deaf);
+        let timeout_s = core.config.heartbeat_timeout.as_secs_f64();
+        let reason = format!(
+            "executor does not read its launches: 1 attempts sent over {timeout_s} s ago, it \
+             reports 0 running"
+        );
+        assert!(why.to_string().starts_with(&reason), "{why}");
+        assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            launches(&sent_to(&mut core, other)),
+            vec![(task_id, 1)],
+            "the task runs again elsewhere"
+        );
+        assert!(send_bytes(
+            &mut core,
+            other,
+            &finished(task_id, 1, b"again"),
+            now_us + MS
+        ));
+        assert!(matches!(outcome(handle), JobOutcome::Succeeded(_)));
+    }
+
+    #[test]
+    fn an_executor_that_reads_its_launches_and_runs_them_late_is_kept() {
+        let mut core = new_core(config());
+        let timeout_us = us(core.config.heartbeat_timeout);
+        let beat_us = timeout_us / 4;
+        let (handle, slow, other, task_id) = one_task_on_two(&mut core, MS);
+        // It counts the attempt from its first heartbeat on, and reports it RUNNING only after
+        // three timeouts, then finishes it.
+        let mut now_us = MS;
+        while now_us < 3 * timeout_us {
+            now_us += beat_us;
+            assert!(heartbeat(&mut core, slow, 1, now_us), "kept at {now_us} us");
+            assert!(heartbeat(&mut core, other, 0, now_us));
+        }
+        let running = [StatusUpdate {
+            task_id,
+            attempt: 0,
+            state: TaskState::Running,
+            data: b"",
+        }];
+        let mut out = BytesMut::new();
+        batch::encode_status_updates(&running, &mut out, FRAME_SIZE_MAX_DEFAULT).expect("encodes");
+        assert!(send_bytes(&mut core, slow, &out, now_us));
+        for _ in 0..8 {
+            now_us += beat_us;
+            assert!(heartbeat(&mut core, slow, 1, now_us), "kept at {now_us} us");
+            assert!(heartbeat(&mut core, other, 0, now_us));
+        }
+        // Its final report goes ahead of the heartbeat that no longer counts the attempt.
+        assert!(send_bytes(
+            &mut core,
+            slow,
+            &finished(task_id, 0, b"late"),
+            now_us
+        ));
+        for _ in 0..8 {
+            now_us += beat_us;
+            assert!(heartbeat(&mut core, slow, 0, now_us), "kept at {now_us} us");
+        }
+        assert!(core.poll_close().is_none(), "nobody is closed");
+        assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 0);
+        assert!(matches!(outcome(handle), JobOutcome::Succeeded(ref r) if r[0] == "late"));
     }
 
     #[test]

@@ -31,8 +31,10 @@
 //! - one that heartbeats but never finishes is *stalled* (see the scheduler's docs): its attempts
 //!   are copied elsewhere, it gets no new work, and a warning naming it is logged every
 //!   [`WARN_INTERVAL`] while it stays so;
-//! - one that does not read its socket (bytes queued for it and none written for
-//!   `heartbeat_timeout`) is lost, like a silent one;
+//! - one that does not read its socket is lost, like a silent one: when bytes are queued for it
+//!   and none written for `heartbeat_timeout`, or, while its launches still fit in the socket
+//!   buffers, when two heartbeats in a row report fewer attempts than it must hold (those it
+//!   reported running plus those sent over `heartbeat_timeout` ago and never acknowledged);
 //! - while tasks wait and no executor can run them (all lost, or all excluded), a warning is
 //!   logged every [`WARN_INTERVAL`] (the first after one interval) and [`Driver::no_executor_for`] says for how long, so a
 //!   caller can give up (`flint driver --no-executor-timeout-s`).

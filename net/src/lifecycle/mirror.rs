@@ -14,13 +14,14 @@
 //! comes and goes within one `watch_interval`; the driver still removes such an executor when
 //! its connection closes, so the mirror is a backstop that adds the exit reason.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flint_engine::lifecycle::{ExecutorState, Removals, SnapshotStore};
 use flint_engine::scheduler::RemovalReason;
+
+use super::Background;
 
 /// Where executor states come from.
 pub trait ExecutorSource: Send + 'static {
@@ -61,9 +62,8 @@ impl Default for MirrorConfig {
 
 /// The mirror's thread (see the module docs).
 pub struct SourceMirror {
-    stop: Arc<AtomicBool>,
     removed: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
+    background: Background,
 }
 
 impl std::fmt::Debug for SourceMirror {
@@ -81,56 +81,52 @@ impl SourceMirror {
         mut source: impl ExecutorSource,
         mut on_removal: impl FnMut(&str, RemovalReason) + Send + 'static,
     ) -> std::io::Result<SourceMirror> {
-        let stop = Arc::new(AtomicBool::new(false));
         let removed = Arc::new(AtomicU64::new(0));
-        let (stop_flag, removed_count) = (stop.clone(), removed.clone());
-        let thread = std::thread::Builder::new()
-            .name("flint-executor-source".into())
-            .spawn(move || {
-                let epoch = Instant::now();
-                let now_us = || epoch.elapsed().as_micros() as u64;
-                let mut store = SnapshotStore::new(config.sync_grace.as_micros() as u64);
-                let subscriber = store.subscribe(0, 64);
-                let mut removals = Removals::new();
-                let mut last_sync: Option<Instant> = None;
-                while !stop_flag.load(Ordering::SeqCst) {
-                    for (name, state) in source.changes() {
-                        if let Some(prefix) = &config.events_prefix {
-                            crate::observe::EventSink::emit(
-                                config.on_event.as_ref(),
-                                &format!("{prefix}: executor {name} {state}"),
-                            );
-                        }
-                        store.update(now_us(), &name, state);
+        let removed_count = removed.clone();
+        let background = Background::spawn("flint-executor-source", move |stop_flag| {
+            let epoch = Instant::now();
+            let now_us = || epoch.elapsed().as_micros() as u64;
+            let mut store = SnapshotStore::new(config.sync_grace.as_micros() as u64);
+            let subscriber = store.subscribe(0, 64);
+            let mut removals = Removals::new();
+            let mut last_sync: Option<Instant> = None;
+            while !stop_flag.load(Ordering::SeqCst) {
+                for (name, state) in source.changes() {
+                    if let Some(prefix) = &config.events_prefix {
+                        crate::observe::EventSink::emit(
+                            config.on_event.as_ref(),
+                            &format!("{prefix}: executor {name} {state}"),
+                        );
                     }
-                    if last_sync.is_none_or(|t| t.elapsed() >= config.sync_interval) {
-                        last_sync = Some(Instant::now());
-                        if let Some(listing) = source.full_listing() {
-                            store.replace_all(now_us(), listing);
-                        }
-                    }
-                    for delivery in store.poll_deliveries(now_us()) {
-                        for snapshot in &delivery.snapshots {
-                            for (name, reason) in removals.on_snapshot(snapshot) {
-                                removed_count.fetch_add(1, Ordering::SeqCst);
-                                if let Some(prefix) = &config.events_prefix {
-                                    crate::observe::EventSink::emit(
-                                        config.on_event.as_ref(),
-                                        &format!("{prefix}: executor {name} removed: {reason}"),
-                                    );
-                                }
-                                on_removal(&name, reason);
-                            }
-                        }
-                        store.delivered(subscriber);
-                    }
-                    std::thread::sleep(config.watch_interval);
+                    store.update(now_us(), &name, state);
                 }
-            })?;
+                if last_sync.is_none_or(|t| t.elapsed() >= config.sync_interval) {
+                    last_sync = Some(Instant::now());
+                    if let Some(listing) = source.full_listing() {
+                        store.replace_all(now_us(), listing);
+                    }
+                }
+                for delivery in store.poll_deliveries(now_us()) {
+                    for snapshot in &delivery.snapshots {
+                        for (name, reason) in removals.on_snapshot(snapshot) {
+                            removed_count.fetch_add(1, Ordering::SeqCst);
+                            if let Some(prefix) = &config.events_prefix {
+                                crate::observe::EventSink::emit(
+                                    config.on_event.as_ref(),
+                                    &format!("{prefix}: executor {name} removed: {reason}"),
+                                );
+                            }
+                            on_removal(&name, reason);
+                        }
+                    }
+                    store.delivered(subscriber);
+                }
+                std::thread::sleep(config.watch_interval);
+            }
+        })?;
         Ok(SourceMirror {
-            stop,
             removed,
-            thread: Some(thread),
+            background,
         })
     }
 
@@ -141,20 +137,7 @@ impl SourceMirror {
 
     /// Stops the thread.
     pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for SourceMirror {
-    fn drop(&mut self) {
-        self.halt();
+        self.background.halt();
     }
 }
 

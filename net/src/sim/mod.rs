@@ -704,6 +704,20 @@ mod tests {
         }
     }
 
+    /// A deaf executor (heartbeating, not reading) with speculation off once held its
+    /// launches for good while they fit in the socket windows, so its jobs never ended; now
+    /// its heartbeats, counting fewer attempts than it was sent, get it removed and its tasks
+    /// run elsewhere. Seeds 1585 and 1891 failed without that (`SIM_VERBOSE=1 ci/sim --cluster
+    /// --seed 1585`).
+    #[test]
+    fn a_deaf_executor_without_speculation_loses_its_tasks_to_others() {
+        for seed in [1585, 1891] {
+            if let Err(e) = run_seed(seed) {
+                panic!("{e}");
+            }
+        }
+    }
+
     /// With more than 64 jobs active the driver core once re-read the scheduler's deadline at
     /// most every 10 ms, so after `handle_timeout(now)` its `poll_timeout` could still return
     /// `now` and the endpoint's loop spun for up to 10 ms (fixed: the scheduler's `poll_timeout`

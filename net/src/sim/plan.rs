@@ -198,11 +198,9 @@ fn plan_faults(rng: &mut Rng, plan: &mut Plan, i: usize, join_us: u64) {
     }
     if rng.chance(0.15) {
         let t = at(rng);
-        // A deaf executor (heartbeating, not reading) holds what it was sent until speculation
-        // copies it: with speculation off nothing notices while the launches fit in the socket
-        // buffers (a known gap: the heartbeat's running count is not compared with what was
-        // launched), so those seeds only freeze executors (heartbeat expiry notices).
-        let frozen = !plan.speculation || rng.chance(0.5);
+        // Deaf (heartbeating, not reading: the driver notices its heartbeats counting fewer
+        // attempts than it was sent) or frozen (heartbeat expiry notices).
+        let frozen = rng.chance(0.5);
         plan.events.push((t, Ev::Stall(i, frozen)));
         if rng.chance(0.7) {
             plan.events

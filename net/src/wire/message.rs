@@ -107,50 +107,36 @@ wire_enum! {
     }
 }
 
+/// An executor process's state (a worker reports it), a worker's and an application's (the
+/// master's status answer): the engine's own enums, encoded here.
+pub use flint_engine::standalone::{AppState, ExecutorState, WorkerState};
+
 wire_enum! {
-    /// An executor process's state, as a worker reports it.
-    pub enum ExecutorState {
-        /// Being started.
+    impl Field for ExecutorState {
         Launching = 1,
-        /// Its process is running.
         Running = 2,
-        /// Killed on request.
         Killed = 3,
-        /// Exited abnormally.
         Failed = 4,
-        /// Lost with its worker.
         Lost = 5,
-        /// Exited normally.
         Exited = 6,
     }
 }
 
+// 3 was `Decommissioned`, a state no role ever produced; it is no longer a valid value.
 wire_enum! {
-    /// A worker's state, as the master sees it.
-    pub enum WorkerState {
-        /// Registered and heartbeating.
+    impl Field for WorkerState {
         Alive = 1,
-        /// Timed out or gone.
         Dead = 2,
-        /// Being drained.
-        Decommissioned = 3,
-        /// Recovered from the journal and not yet heard from.
         Unknown = 4,
     }
 }
 
 wire_enum! {
-    /// An application's state, as the master sees it.
-    pub enum AppState {
-        /// Registered, waiting for resources.
+    impl Field for AppState {
         Waiting = 1,
-        /// Has executors.
         Running = 2,
-        /// Unregistered normally.
         Finished = 3,
-        /// Removed after too many executor failures.
         Failed = 4,
-        /// Removed on request.
         Killed = 5,
     }
 }

@@ -31,8 +31,8 @@ use mio::Token;
 
 use crate::conn::Inbound;
 use crate::handshake::Secret;
-use crate::journal::Journal;
-use crate::master_core::{CoreConfig, MasterCore};
+use crate::standalone::journal::Journal;
+use crate::standalone::master_core::{CoreConfig, MasterCore};
 use crate::transport::peers::{Limits, PeersConfig};
 use crate::transport::server::Sockets;
 use crate::wire::{Role, FRAME_SIZE_MAX_DEFAULT};
@@ -100,7 +100,7 @@ pub enum MasterError {
     InsecureBind(SocketAddr),
     /// The journal in the state directory could not be opened.
     #[error(transparent)]
-    Journal(#[from] crate::journal::JournalError),
+    Journal(#[from] crate::standalone::journal::JournalError),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

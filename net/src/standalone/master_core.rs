@@ -1,6 +1,6 @@
 //! The standalone master's protocol as a sans-IO core: what each peer's frames mean, fed to the
 //! engine's [`Master`] state machine, and what it decides, as frames for peers, connections to
-//! close and journal records. No sockets and no clock: the endpoint ([`crate::master`]) hands
+//! close and journal records. No sockets and no clock: the endpoint ([`super::master`]) hands
 //! in peers opening and closing, frames and `now_us`, and drains [`MasterCore::poll_transmit`],
 //! [`MasterCore::poll_close`] and [`MasterCore::poll_record`] (records before any frame goes
 //! out: a peer never hears of something a restarted master would not know).
@@ -10,7 +10,7 @@
 //! run in here too, so the endpoint only accepts, reads, writes and ticks. Each peer past the
 //! handshake has a [`Phase`]: registering as the role its handshake named, then a worker, an
 //! application, or a status client (also an application that is over). The message
-//! conventions are in [`crate::master`]'s header.
+//! conventions are in [`super::master`]'s header.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -20,11 +20,8 @@ use mio::Token;
 
 use crate::conn::{ConnError, TABLE_FULL};
 use crate::handshake::SECRET_ENV;
-use crate::journal::Record;
-use crate::standalone::{
-    app_state_to_wire, executor_state_from_wire, executor_state_to_wire, spec_from_wire,
-    with_description, worker_state_to_wire, REATTACH_MESSAGE,
-};
+use crate::standalone::journal::Record;
+use crate::standalone::{spec_from_wire, with_description, REATTACH_MESSAGE};
 use crate::transport::peers::{Arrival, Peers, PeersConfig, Standing};
 use crate::transport::server::Admit;
 use crate::transport::{encode, unexpected};
@@ -340,13 +337,13 @@ impl MasterCore {
             cores,
             memory_mb,
         };
-        let registered = if crate::worker::valid_id(&spec.id) {
+        let registered = if crate::standalone::worker::valid_id(&spec.id) {
             self.master.worker_registered(now_us, spec.clone())
         } else {
             Err(format!(
                 "worker id {:?} is not 1 to {} letters, digits, '-', '_' or '.'",
                 crate::standalone::clip_for_log(&spec.id),
-                crate::worker::ID_LEN_MAX
+                crate::standalone::worker::ID_LEN_MAX
             ))
         };
         if let Err(reason) = registered {
@@ -386,7 +383,6 @@ impl MasterCore {
         if state == wire::ExecutorState::Running && message == REATTACH_MESSAGE {
             self.master.executor_reattached(worker, app_id, executor_id);
         } else {
-            let state = executor_state_from_wire(state);
             self.master.executor_state_changed(
                 worker,
                 app_id,
@@ -594,7 +590,7 @@ impl MasterCore {
                 let changed = Message::ExecutorStateChanged {
                     app_id: &app,
                     executor_id: &executor,
-                    state: executor_state_to_wire(state),
+                    state,
                     message: &message,
                     exit_code,
                 };
@@ -691,7 +687,7 @@ fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
             worker_id: &w.spec.id,
             host: &w.spec.host,
             port: w.spec.port,
-            state: worker_state_to_wire(w.state),
+            state: w.state,
             cores: w.spec.cores,
             cores_used: w.cores_used,
             memory_mb: w.spec.memory_mb,
@@ -704,7 +700,7 @@ fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
         .map(|a| wire::AppStatus {
             app_id: &a.id,
             name: &a.name,
-            state: app_state_to_wire(a.state),
+            state: a.state,
             cores_granted: a.cores_granted,
             executors_requested: a.executors_requested,
             waiting: &a.waiting,
@@ -718,7 +714,7 @@ fn status(master: &Master, out: &mut BytesMut, frame_size_max: usize) {
             executor_id: &e.id,
             worker_id: &e.worker,
             cores: e.cores,
-            state: executor_state_to_wire(e.state),
+            state: e.state,
         })
         .collect();
     let response = Message::StatusResponse {

@@ -8,16 +8,17 @@
 //! back to pending without counting against them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+
 use std::time::{Duration, Instant};
 
 use flint_engine::lifecycle::{dynamic_target, DynamicConfig, ExecutorState};
 
-use crate::app_client::AppClient;
+use super::Background;
 use crate::driver::Driver;
 use crate::lifecycle::mirror::ExecutorSource;
+use crate::standalone::app_client::AppClient;
 use crate::wire;
 
 /// The master's view of one application's executors.
@@ -107,9 +108,8 @@ impl ExecutorSource for MasterSource {
 /// kill executors idle for at least `idle_timeout_us` (`KillExecutors`, after lowering the
 /// total so they are not replaced). Busy executors are never killed.
 pub struct MasterScaler {
-    stop: Arc<AtomicBool>,
     stats: Arc<Mutex<ScalerStats>>,
-    thread: Option<JoinHandle<()>>,
+    background: Background,
 }
 
 /// What the scaler did.
@@ -139,69 +139,62 @@ impl MasterScaler {
         driver: Arc<Driver>,
         interval: Duration,
     ) -> std::io::Result<MasterScaler> {
-        let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(ScalerStats::default()));
-        let (stop_flag, shared) = (stop.clone(), stats.clone());
-        let thread = std::thread::Builder::new()
-            .name("flint-master-scaler".into())
-            .spawn(move || {
-                let epoch = Instant::now();
-                let mut idle_since: BTreeMap<String, u64> = BTreeMap::new();
-                let mut requested: Option<u32> = None;
-                while !stop_flag.load(Ordering::SeqCst) {
-                    let Ok(view) = driver.executors_view() else {
-                        return;
-                    };
-                    let now_us = epoch.elapsed().as_micros() as u64;
-                    let target = dynamic_target(&dynamic, view.pending_tasks, view.running_tasks);
-                    for (name, running) in &view.executors {
-                        if *running == 0 {
-                            idle_since.entry(name.clone()).or_insert(now_us);
-                        } else {
+        let shared = stats.clone();
+        let background = Background::spawn("flint-master-scaler", move |stop_flag| {
+            let epoch = Instant::now();
+            let mut idle_since: BTreeMap<String, u64> = BTreeMap::new();
+            let mut requested: Option<u32> = None;
+            while !stop_flag.load(Ordering::SeqCst) {
+                let Ok(view) = driver.executors_view() else {
+                    return;
+                };
+                let now_us = epoch.elapsed().as_micros() as u64;
+                let target = dynamic_target(&dynamic, view.pending_tasks, view.running_tasks);
+                for (name, running) in &view.executors {
+                    if *running == 0 {
+                        idle_since.entry(name.clone()).or_insert(now_us);
+                    } else {
+                        idle_since.remove(name);
+                    }
+                }
+                idle_since.retain(|name, _| view.executors.iter().any(|(n, _)| n == name));
+                if requested != Some(target) && client.request_executors(target).is_ok() {
+                    requested = Some(target);
+                }
+                let live = client.info().executors.len();
+                let mut released = 0;
+                if live > target as usize {
+                    let mut idle: Vec<(u64, String)> = idle_since
+                        .iter()
+                        .filter(|(_, since)| {
+                            now_us.saturating_sub(**since) >= dynamic.idle_timeout_us
+                        })
+                        .map(|(name, since)| (*since, name.clone()))
+                        .collect();
+                    idle.sort();
+                    let victims: Vec<String> = idle
+                        .into_iter()
+                        .take(live - target as usize)
+                        .map(|(_, name)| name)
+                        .collect();
+                    if !victims.is_empty() {
+                        for name in &victims {
                             idle_since.remove(name);
                         }
+                        released = victims.len() as u64;
+                        let _ = client.kill_executors(victims);
                     }
-                    idle_since.retain(|name, _| view.executors.iter().any(|(n, _)| n == name));
-                    if requested != Some(target) && client.request_executors(target).is_ok() {
-                        requested = Some(target);
-                    }
-                    let live = client.info().executors.len();
-                    let mut released = 0;
-                    if live > target as usize {
-                        let mut idle: Vec<(u64, String)> = idle_since
-                            .iter()
-                            .filter(|(_, since)| {
-                                now_us.saturating_sub(**since) >= dynamic.idle_timeout_us
-                            })
-                            .map(|(name, since)| (*since, name.clone()))
-                            .collect();
-                        idle.sort();
-                        let victims: Vec<String> = idle
-                            .into_iter()
-                            .take(live - target as usize)
-                            .map(|(_, name)| name)
-                            .collect();
-                        if !victims.is_empty() {
-                            for name in &victims {
-                                idle_since.remove(name);
-                            }
-                            released = victims.len() as u64;
-                            let _ = client.kill_executors(victims);
-                        }
-                    }
-                    if let Ok(mut stats) = shared.lock() {
-                        stats.peak = stats.peak.max(view.executors.len() as u64);
-                        stats.released += released;
-                        stats.requested = target;
-                    }
-                    std::thread::sleep(interval);
                 }
-            })?;
-        Ok(MasterScaler {
-            stop,
-            stats,
-            thread: Some(thread),
-        })
+                if let Ok(mut stats) = shared.lock() {
+                    stats.peak = stats.peak.max(view.executors.len() as u64);
+                    stats.released += released;
+                    stats.requested = target;
+                }
+                std::thread::sleep(interval);
+            }
+        })?;
+        Ok(MasterScaler { stats, background })
     }
 
     /// The counters so far.
@@ -214,19 +207,6 @@ impl MasterScaler {
 
     /// Stops the thread.
     pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for MasterScaler {
-    fn drop(&mut self) {
-        self.halt();
+        self.background.halt();
     }
 }

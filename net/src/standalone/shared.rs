@@ -28,50 +28,6 @@ pub fn clip_for_log(text: &str) -> &str {
     text.get(..end).unwrap_or_default()
 }
 
-/// The engine's executor state as the wire's.
-pub fn executor_state_to_wire(state: sa::ExecutorState) -> wire::ExecutorState {
-    match state {
-        sa::ExecutorState::Launching => wire::ExecutorState::Launching,
-        sa::ExecutorState::Running => wire::ExecutorState::Running,
-        sa::ExecutorState::Killed => wire::ExecutorState::Killed,
-        sa::ExecutorState::Failed => wire::ExecutorState::Failed,
-        sa::ExecutorState::Lost => wire::ExecutorState::Lost,
-        sa::ExecutorState::Exited => wire::ExecutorState::Exited,
-    }
-}
-
-/// The wire's executor state as the engine's.
-pub fn executor_state_from_wire(state: wire::ExecutorState) -> sa::ExecutorState {
-    match state {
-        wire::ExecutorState::Launching => sa::ExecutorState::Launching,
-        wire::ExecutorState::Running => sa::ExecutorState::Running,
-        wire::ExecutorState::Killed => sa::ExecutorState::Killed,
-        wire::ExecutorState::Failed => sa::ExecutorState::Failed,
-        wire::ExecutorState::Lost => sa::ExecutorState::Lost,
-        wire::ExecutorState::Exited => sa::ExecutorState::Exited,
-    }
-}
-
-/// The engine's application state as the wire's.
-pub fn app_state_to_wire(state: sa::AppState) -> wire::AppState {
-    match state {
-        sa::AppState::Waiting => wire::AppState::Waiting,
-        sa::AppState::Running => wire::AppState::Running,
-        sa::AppState::Finished => wire::AppState::Finished,
-        sa::AppState::Failed => wire::AppState::Failed,
-        sa::AppState::Killed => wire::AppState::Killed,
-    }
-}
-
-/// The engine's worker state as the wire's.
-pub fn worker_state_to_wire(state: sa::WorkerState) -> wire::WorkerState {
-    match state {
-        sa::WorkerState::Alive => wire::WorkerState::Alive,
-        sa::WorkerState::Dead => wire::WorkerState::Dead,
-        sa::WorkerState::Unknown => wire::WorkerState::Unknown,
-    }
-}
-
 /// An application description from the wire, owned.
 pub fn spec_from_wire(app: &AppDescription<'_>) -> sa::AppSpec {
     sa::AppSpec {
