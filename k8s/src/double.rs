@@ -856,8 +856,17 @@ fn set_status(inner: &mut Inner, namespace: &str, name: &str, f: impl FnOnce(&mu
 }
 
 fn kubelet_pass(state: &State, inner: &mut Inner) -> bool {
+    let mut changed = reap_exits(inner);
+    for (ns, name, pod) in pending_pods(inner) {
+        changed |= start_pod(state, inner, &ns, &name, &pod);
+    }
+    changed
+}
+
+/// Kills the processes past their `kill_at` and records the exits: the pod's phase and its
+/// container's terminated state; a pod being deleted goes once its process has exited.
+fn reap_exits(inner: &mut Inner) -> bool {
     let mut changed = false;
-    // Exits and overdue kills.
     let mut exited = Vec::new();
     for (key, proc) in inner.procs.iter_mut() {
         if proc.kill_at.is_some_and(|at| Instant::now() >= at) {
@@ -896,8 +905,12 @@ fn kubelet_pass(state: &State, inner: &mut Inner) -> bool {
             remove_pod(inner, &ns, &name);
         }
     }
-    // Pending pods to start.
-    let pending: Vec<(String, String, Value)> = inner
+    changed
+}
+
+/// The pending pods to start: not being deleted, not marked unschedulable, with no process.
+fn pending_pods(inner: &Inner) -> Vec<(String, String, Value)> {
+    inner
         .objects
         .iter()
         .filter(|((kind, ns, name), pod)| {
@@ -908,115 +921,153 @@ fn kubelet_pass(state: &State, inner: &mut Inner) -> bool {
                 && !inner.procs.contains_key(&(ns.clone(), name.clone()))
         })
         .map(|((_, ns, name), pod)| (ns.clone(), name.clone(), pod.clone()))
-        .collect();
-    for (ns, name, pod) in pending {
-        let container = &pod["spec"]["containers"][0];
-        let mut env: Vec<(String, String)> = Vec::new();
-        let mut missing = None;
-        for e in container["env"].as_array().into_iter().flatten() {
-            let key = e["name"].as_str().unwrap_or("").to_string();
-            if let Some(value) = e["value"].as_str() {
-                env.push((key, value.to_string()));
-            } else if let Some(r) = e["valueFrom"]["secretKeyRef"].as_object() {
-                let secret = r.get("name").and_then(Value::as_str).unwrap_or("");
-                let field = r.get("key").and_then(Value::as_str).unwrap_or("");
-                let value = inner
-                    .objects
-                    .get(&("secrets".to_string(), ns.clone(), secret.to_string()))
-                    .and_then(|s| s["data"][field].as_str())
-                    .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok());
-                match value {
-                    Some(v) => env.push((key, String::from_utf8_lossy(&v).into_owned())),
-                    None => missing = Some(format!("secret \"{secret}\" (key {field}) not found")),
-                }
+        .collect()
+}
+
+/// Starts one pending pod's first container as a process; a missing Secret leaves it waiting
+/// in `CreateContainerConfigError`, no command fails it. Whether the pod changed.
+fn start_pod(state: &State, inner: &mut Inner, ns: &str, name: &str, pod: &Value) -> bool {
+    let container = &pod["spec"]["containers"][0];
+    let env = match container_env(inner, ns, container) {
+        Ok(env) => env,
+        Err(message) => return mark_config_error(inner, ns, name, pod, message),
+    };
+    let argv = container_argv(container);
+    if argv.is_empty() {
+        set_status(inner, ns, name, |pod| {
+            pod["status"]["phase"] = json!("Failed");
+            pod["status"]["message"] = json!("the test double runs only pods with a command");
+        });
+        return true;
+    }
+    spawn_pod(state, inner, ns, name, &argv, env);
+    true
+}
+
+/// The container's environment, its `secretKeyRef`s read from the Secrets; the error names the
+/// (last) missing one.
+fn container_env(
+    inner: &Inner,
+    ns: &str,
+    container: &Value,
+) -> Result<Vec<(String, String)>, String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut missing = None;
+    for e in container["env"].as_array().into_iter().flatten() {
+        let key = e["name"].as_str().unwrap_or("").to_string();
+        if let Some(value) = e["value"].as_str() {
+            env.push((key, value.to_string()));
+        } else if let Some(r) = e["valueFrom"]["secretKeyRef"].as_object() {
+            let secret = r.get("name").and_then(Value::as_str).unwrap_or("");
+            let field = r.get("key").and_then(Value::as_str).unwrap_or("");
+            let value = inner
+                .objects
+                .get(&("secrets".to_string(), ns.to_string(), secret.to_string()))
+                .and_then(|s| s["data"][field].as_str())
+                .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok());
+            match value {
+                Some(v) => env.push((key, String::from_utf8_lossy(&v).into_owned())),
+                None => missing = Some(format!("secret \"{secret}\" (key {field}) not found")),
             }
         }
-        if let Some(message) = missing {
-            let already = pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
-                == "CreateContainerConfigError";
-            if !already {
-                changed = true;
-                set_status(inner, &ns, &name, |pod| {
-                    pod["status"]["containerStatuses"] = json!([{
-                        "name": pod["spec"]["containers"][0]["name"], "ready": false,
-                        "restartCount": 0, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-                        "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
-                    }]);
-                });
-            }
-            continue;
-        }
-        let mut argv: Vec<String> = container["command"]
+    }
+    match missing {
+        Some(message) => Err(message),
+        None => Ok(env),
+    }
+}
+
+/// Marks the pod's container waiting in `CreateContainerConfigError` (once); whether it changed.
+fn mark_config_error(inner: &mut Inner, ns: &str, name: &str, pod: &Value, message: String) -> bool {
+    let already = pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+        == "CreateContainerConfigError";
+    if already {
+        return false;
+    }
+    set_status(inner, ns, name, |pod| {
+        pod["status"]["containerStatuses"] = json!([{
+            "name": pod["spec"]["containers"][0]["name"], "ready": false,
+            "restartCount": 0, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
+        }]);
+    });
+    true
+}
+
+/// The container's `command` then its `args`.
+fn container_argv(container: &Value) -> Vec<String> {
+    let words = |field: &str| -> Vec<String> {
+        container[field]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|v| v.as_str().map(String::from))
-            .collect();
-        argv.extend(
-            container["args"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(String::from)),
-        );
-        changed = true;
-        if argv.is_empty() {
-            set_status(inner, &ns, &name, |pod| {
-                pod["status"]["phase"] = json!("Failed");
-                pod["status"]["message"] = json!("the test double runs only pods with a command");
-            });
-            continue;
+            .collect()
+    };
+    let mut argv = words("command");
+    argv.extend(words("args"));
+    argv
+}
+
+/// Runs `argv` as the pod's process (stderr to its log) and marks it Running, or Failed with
+/// a `StartError` if it cannot start.
+fn spawn_pod(
+    state: &State,
+    inner: &mut Inner,
+    ns: &str,
+    name: &str,
+    argv: &[String],
+    env: Vec<(String, String)>,
+) {
+    let log = std::fs::File::create(state.log_dir.join(format!("{name}.log")));
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .envs(std::env::vars().filter(|(k, _)| k == "PATH" || k == "RUST_LOG"))
+        .envs(env)
+        .env("HOSTNAME", name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    match log {
+        Ok(file) => command.stderr(file),
+        Err(_) => command.stderr(Stdio::null()),
+    };
+    match command.spawn() {
+        Ok(child) => {
+            let proc = Proc {
+                child,
+                kill_at: None,
+            };
+            inner.procs.insert((ns.to_string(), name.to_string()), proc);
+            set_status(inner, ns, name, mark_running);
         }
-        let log = std::fs::File::create(state.log_dir.join(format!("{name}.log")));
-        let mut command = Command::new(&argv[0]);
-        command
-            .args(&argv[1..])
-            .env_clear()
-            .envs(std::env::vars().filter(|(k, _)| k == "PATH" || k == "RUST_LOG"))
-            .envs(env)
-            .env("HOSTNAME", &name)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        match log {
-            Ok(file) => command.stderr(file),
-            Err(_) => command.stderr(Stdio::null()),
-        };
-        match command.spawn() {
-            Ok(child) => {
-                inner.procs.insert(
-                    (ns.clone(), name.clone()),
-                    Proc {
-                        child,
-                        kill_at: None,
-                    },
-                );
-                set_status(inner, &ns, &name, |pod| {
-                    let now = now_rfc3339();
-                    pod["spec"]["nodeName"] = json!("double-node");
-                    pod["status"]["phase"] = json!("Running");
-                    pod["status"]["podIP"] = json!("127.0.0.1");
-                    pod["status"]["hostIP"] = json!("127.0.0.1");
-                    pod["status"]["startTime"] = json!(now);
-                    pod["status"]["containerStatuses"] = json!([{
-                        "name": pod["spec"]["containers"][0]["name"],
-                        "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-                        "ready": true, "restartCount": 0, "started": true,
-                        "state": {"running": {"startedAt": now}},
-                    }]);
-                });
-            }
-            Err(error) => set_status(inner, &ns, &name, |pod| {
-                pod["status"]["phase"] = json!("Failed");
-                pod["status"]["containerStatuses"] = json!([{
-                    "name": pod["spec"]["containers"][0]["name"], "ready": false, "restartCount": 0,
-                    "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-                    "state": {"terminated": {"exitCode": 128, "reason": "StartError",
-                              "message": error.to_string()}},
-                }]);
-            }),
-        }
+        Err(error) => set_status(inner, ns, name, |pod| {
+            pod["status"]["phase"] = json!("Failed");
+            pod["status"]["containerStatuses"] = json!([{
+                "name": pod["spec"]["containers"][0]["name"], "ready": false, "restartCount": 0,
+                "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+                "state": {"terminated": {"exitCode": 128, "reason": "StartError",
+                          "message": error.to_string()}},
+            }]);
+        }),
     }
-    changed
+}
+
+/// A started pod's status: on the double's node, Running, its container ready.
+fn mark_running(pod: &mut Value) {
+    let now = now_rfc3339();
+    pod["spec"]["nodeName"] = json!("double-node");
+    pod["status"]["phase"] = json!("Running");
+    pod["status"]["podIP"] = json!("127.0.0.1");
+    pod["status"]["hostIP"] = json!("127.0.0.1");
+    pod["status"]["startTime"] = json!(now);
+    pod["status"]["containerStatuses"] = json!([{
+        "name": pod["spec"]["containers"][0]["name"],
+        "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+        "ready": true, "restartCount": 0, "started": true,
+        "state": {"running": {"startedAt": now}},
+    }]);
 }
 
 // ---- HTTP -----------------------------------------------------------------------------------
