@@ -424,8 +424,13 @@ fn run_with_pods(
                 .then(|| "interrupted by a signal; deleting the pods".to_string())
         })
     };
-    let result = wait_for(driver, min as usize, Duration::from_secs(args.wait_s), &failed)
-        .and_then(|()| run_job(driver, &args.job, &failed));
+    let result = wait_for(
+        driver,
+        min as usize,
+        Duration::from_secs(args.wait_s),
+        &failed,
+    )
+    .and_then(|()| run_job(driver, &args.job, &failed));
     if result.is_ok() && args.max_executors.is_some() && args.idle_wait_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
         while Instant::now() < deadline && pods.stats().registered > u64::from(min) {
