@@ -201,12 +201,7 @@ fn valid_app_id(id: &str) -> bool {
 
 fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let (template, app_id) = check_submit(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("flint-k8s-api")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the API runtime: {e}"))?;
+    let runtime = api_runtime()?;
     let client = runtime.block_on(client_for(&args.master))?;
     let namespace = args
         .namespace
@@ -255,24 +250,48 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     );
     let result = run_with_pods(&args, &runtime, &driver, &pods);
     let registered_end = pods.stats().registered;
+    let (stats, cleaned) = stop_and_clean(&runtime, client, &settings, api_timeout, pods, driver);
+    let summary = result?;
+    cleaned.map_err(|e| e.to_string())?;
+    let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
+    print_summary(&summary, &args.job, &extra);
+    Ok(exit_code(&summary))
+}
+
+/// The one-thread runtime the Kubernetes API calls run on.
+fn api_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("flint-k8s-api")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the API runtime: {e}"))
+}
+
+/// Stops the executors and their pods' control, then deletes the app's pods and Secret
+/// (waiting up to 60 s); the pods' counts and how the cleanup went (reported here).
+fn stop_and_clean(
+    runtime: &tokio::runtime::Runtime,
+    client: kube::Client,
+    settings: &PodSettings,
+    api_timeout: Duration,
+    pods: K8sExecutors,
+    driver: Arc<Driver>,
+) -> (K8sStats, Result<(), executors::K8sError>) {
     pods.freeze();
     let _ = driver.stop_executors(Duration::from_secs(5));
     let stats = pods.stop();
     drop(driver);
     let cleaned = runtime.block_on(executors::cleanup(
         client,
-        &settings,
+        settings,
         api_timeout,
         Duration::from_secs(60),
     ));
     if let Err(error) = &cleaned {
         eprintln!("flint-k8s: cleanup: {error}");
     }
-    let summary = result?;
-    cleaned.map_err(|e| e.to_string())?;
-    let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
-    print_summary(&summary, &args.job, &extra);
-    Ok(exit_code(&summary))
+    (stats, cleaned)
 }
 
 /// The checks on `submit`'s arguments made before anything starts: the job, the executor
