@@ -378,8 +378,11 @@ impl Collector for ClusterCollector {
     }
 }
 
+/// A family's rows: each label value with its value.
+type Rows = Vec<(String, i64)>;
+
 /// Cores and memory (MiB) of the alive workers, each as `used` and `free` rows.
-fn alive_resources(view: &ClusterView) -> (Vec<(String, i64)>, Vec<(String, i64)>) {
+fn alive_resources(view: &ClusterView) -> (Rows, Rows) {
     let alive: Vec<_> = view.workers.iter().filter(|w| w.state == "ALIVE").collect();
     let used: u64 = alive.iter().map(|w| u64::from(w.cores_used)).sum();
     let total: u64 = alive.iter().map(|w| u64::from(w.cores)).sum();
@@ -395,7 +398,7 @@ fn alive_resources(view: &ClusterView) -> (Vec<(String, i64)>, Vec<(String, i64)
 }
 
 /// The view's executors counted by state.
-fn executors_by_state(view: &ClusterView) -> Vec<(String, i64)> {
+fn executors_by_state(view: &ClusterView) -> Rows {
     count_by(
         view.executors.iter().map(|e| e.state.as_str()),
         &["LAUNCHING", "RUNNING", "EXITED", "FAILED", "KILLED", "LOST"],
