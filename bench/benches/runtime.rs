@@ -31,46 +31,7 @@ const BATCH: u64 = 10_000;
 fn inbox_throughput(c: &mut Criterion) {
     let mut g = c.benchmark_group("inbox_throughput");
     g.throughput(Throughput::Elements(BATCH));
-    g.bench_function("flint_inbox", |b| {
-        b.iter_custom(|iters| {
-            let inbox = Arc::new(Inbox::<u64>::new(1024));
-            let total = iters * BATCH;
-            let producer = {
-                let inbox = inbox.clone();
-                std::thread::spawn(move || {
-                    for i in 0..total {
-                        let mut v = i;
-                        let backoff = Backoff::new();
-                        loop {
-                            match inbox.push(v) {
-                                Ok(_) => break,
-                                Err(back) => {
-                                    v = back;
-                                    backoff.snooze();
-                                }
-                            }
-                        }
-                    }
-                })
-            };
-            let start = Instant::now();
-            let mut got = 0;
-            let backoff = Backoff::new();
-            while got < total {
-                match inbox.pop() {
-                    Some(v) => {
-                        black_box(v);
-                        got += 1;
-                        backoff.reset();
-                    }
-                    None => backoff.snooze(),
-                }
-            }
-            let elapsed = start.elapsed();
-            producer.join().unwrap();
-            elapsed
-        })
-    });
+    g.bench_function("flint_inbox", |b| b.iter_custom(flint_inbox_transfer));
     g.bench_function("crossbeam_channel", |b| {
         b.iter_custom(|iters| {
             let (tx, rx) = crossbeam_channel::bounded::<u64>(1024);
@@ -108,6 +69,47 @@ fn inbox_throughput(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// `iters * BATCH` values through an [`Inbox`] from a producer thread, both sides spinning
+/// with a backoff; the consumer's time.
+fn flint_inbox_transfer(iters: u64) -> Duration {
+    let inbox = Arc::new(Inbox::<u64>::new(1024));
+    let total = iters * BATCH;
+    let producer = {
+        let inbox = inbox.clone();
+        std::thread::spawn(move || {
+            for i in 0..total {
+                let mut v = i;
+                let backoff = Backoff::new();
+                loop {
+                    match inbox.push(v) {
+                        Ok(_) => break,
+                        Err(back) => {
+                            v = back;
+                            backoff.snooze();
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let start = Instant::now();
+    let mut got = 0;
+    let backoff = Backoff::new();
+    while got < total {
+        match inbox.pop() {
+            Some(v) => {
+                black_box(v);
+                got += 1;
+                backoff.reset();
+            }
+            None => backoff.snooze(),
+        }
+    }
+    let elapsed = start.elapsed();
+    producer.join().unwrap();
+    elapsed
 }
 
 /// Waits for a value the way crossbeam-channel's `recv` does before it blocks: spin, then

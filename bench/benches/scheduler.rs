@@ -31,8 +31,8 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate, TaskSpec,
-    TaskState,
+    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate, TaskId,
+    TaskSpec, TaskState,
 };
 
 const CORES: u32 = 4;
@@ -276,32 +276,11 @@ fn steady_state(run: &Run) -> Duration {
         ticks,
     } = run;
     let step_us = if ticks { 10 } else { 1 };
-    let mut s = Scheduler::new(Config {
-        sharing,
-        pending_tasks_max: active + 64,
-        jobs_max: active + 64,
-        ..Config::default()
-    });
-    for i in 0..10u64 {
-        let info = ExecutorInfo {
-            id: ExecutorId(i),
-            host: format!("host{i}"),
-            cores: CORES,
-            attributes: Vec::new(),
-        };
-        s.register_executor(0, info).expect("fresh executor");
-    }
+    let mut s = scheduler_with_executors(sharing, active);
     let mut submitted = 0u64;
     let mut one_task = || {
         submitted += 1;
-        let spec = JobSpec::new(vec![TaskSpec::new("noop", Bytes::new())]);
-        match sharing {
-            Sharing::Fifo => spec,
-            Sharing::Fair => JobSpec {
-                pool: format!("pool{}", submitted % pools),
-                ..spec
-            },
-        }
+        one_task_job(sharing, pools, submitted)
     };
     for _ in 0..active {
         s.submit_job(0, one_task()).expect("within limits");
@@ -310,15 +289,7 @@ fn steady_state(run: &Run) -> Duration {
     let mut inflight = VecDeque::new();
     let result = Bytes::from_static(b"ok");
     let mut now = 1u64;
-    let mut collect = |s: &mut Scheduler, inflight: &mut VecDeque<_>| {
-        s.drain_outputs(&mut outs);
-        for out in outs.drain(..) {
-            if let Output::Launch { executor, tasks } = out {
-                inflight.extend(tasks.into_iter().map(|t| (executor, t.task, t.attempt)));
-            }
-        }
-    };
-    collect(&mut s, &mut inflight);
+    collect_launches(&mut s, &mut outs, &mut inflight);
     let start = Instant::now();
     for _ in 0..rounds {
         let (executor, task, attempt) = inflight.pop_front().expect("a task in flight");
@@ -340,9 +311,55 @@ fn steady_state(run: &Run) -> Duration {
         if ticks {
             tick_if_due(&mut s, now);
         }
-        collect(&mut s, &mut inflight);
+        collect_launches(&mut s, &mut outs, &mut inflight);
     }
     start.elapsed()
+}
+
+/// A scheduler with room for `active` jobs (and some) and ten executors registered.
+fn scheduler_with_executors(sharing: Sharing, active: usize) -> Scheduler {
+    let mut s = Scheduler::new(Config {
+        sharing,
+        pending_tasks_max: active + 64,
+        jobs_max: active + 64,
+        ..Config::default()
+    });
+    for i in 0..10u64 {
+        let info = ExecutorInfo {
+            id: ExecutorId(i),
+            host: format!("host{i}"),
+            cores: CORES,
+            attributes: Vec::new(),
+        };
+        s.register_executor(0, info).expect("fresh executor");
+    }
+    s
+}
+
+/// The `submitted`-th one-task job: under FAIR in pool `submitted % pools`.
+fn one_task_job(sharing: Sharing, pools: u64, submitted: u64) -> JobSpec {
+    let spec = JobSpec::new(vec![TaskSpec::new("noop", Bytes::new())]);
+    match sharing {
+        Sharing::Fifo => spec,
+        Sharing::Fair => JobSpec {
+            pool: format!("pool{}", submitted % pools),
+            ..spec
+        },
+    }
+}
+
+/// Moves the scheduler's launches into `inflight` as (executor, task, attempt).
+fn collect_launches(
+    s: &mut Scheduler,
+    outs: &mut Vec<Output>,
+    inflight: &mut VecDeque<(ExecutorId, TaskId, u32)>,
+) {
+    s.drain_outputs(outs);
+    for out in outs.drain(..) {
+        if let Output::Launch { executor, tasks } = out {
+            inflight.extend(tasks.into_iter().map(|t| (executor, t.task, t.attempt)));
+        }
+    }
 }
 
 fn scheduler_cpu(c: &mut Criterion<ThreadCpu>) {

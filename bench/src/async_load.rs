@@ -137,81 +137,110 @@ pub fn run(
     Ok((flint, inline))
 }
 
+/// What a period's callers share: whether to measure or stop, and what they measured.
+struct Callers {
+    measuring: AtomicBool,
+    stop: AtomicBool,
+    jobs: AtomicU64,
+    failed: AtomicU64,
+    latency: Mutex<Histogram<u64>>,
+}
+
 async fn period(work: Work, spec: &AsyncSpec, executor_pids: &[u32]) -> Result<Period, String> {
-    let measuring = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let jobs = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let latency = Arc::new(Mutex::new(
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?,
-    ));
+    let shared = Arc::new(Callers {
+        measuring: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        jobs: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        latency: Mutex::new(
+            Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?,
+        ),
+    });
     let payload = Bytes::from(vec![7u8; spec.payload_bytes]);
     let mut callers = Vec::with_capacity(spec.callers);
     for _ in 0..spec.callers {
-        let (work, measuring, stop) = (work.clone(), measuring.clone(), stop.clone());
-        let (jobs, failed, latency) = (jobs.clone(), failed.clone(), latency.clone());
+        let (work, shared) = (work.clone(), shared.clone());
         let (task, payload, batch) = (spec.task.clone(), payload.clone(), spec.batch);
-        callers.push(tokio::spawn(async move {
-            let mut local =
-                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
-            while !stop.load(Ordering::Relaxed) {
-                let started = Instant::now();
-                let ok = match &work {
-                    Work::Flint(driver) => {
-                        let job = Job::new(task.clone(), vec![payload.clone(); batch as usize])
-                            .keep_results(false);
-                        let handle = driver.submit_async(job).await.map_err(|e| e.to_string())?;
-                        matches!(handle.await, JobOutcome::Succeeded(_))
-                    }
-                    Work::Inline(resolved) => {
-                        let ctx = TaskContext::new(0, 0, resolved.argument.clone());
-                        let ok =
-                            (0..batch).all(|_| (resolved.function)(&ctx, payload.clone()).is_ok());
-                        tokio::task::yield_now().await;
-                        ok
-                    }
-                };
-                if measuring.load(Ordering::Relaxed) {
-                    let us = started.elapsed().as_micros().max(1) as u64;
-                    let _ = local.record(us.min(60_000_000));
-                    jobs.fetch_add(1, Ordering::Relaxed);
-                    if !ok {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            latency
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .add(&local)
-                .map_err(|e| e.to_string())
-        }));
+        callers.push(tokio::spawn(caller(work, shared, task, payload, batch)));
     }
     tokio::time::sleep(spec.warmup).await;
     let cpu_self_before = cpu_us("self");
     let cpu_exec_before = cpu_executors_us(executor_pids);
     let started = Instant::now();
-    measuring.store(true, Ordering::Relaxed);
+    shared.measuring.store(true, Ordering::Relaxed);
     tokio::time::sleep(spec.duration).await;
-    measuring.store(false, Ordering::Relaxed);
+    shared.measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed();
     let cpu_self_us = cpu_us("self").saturating_sub(cpu_self_before);
     let cpu_executors_us = cpu_executors_us(executor_pids).saturating_sub(cpu_exec_before);
-    stop.store(true, Ordering::Relaxed);
+    shared.stop.store(true, Ordering::Relaxed);
     for caller in callers {
         caller
             .await
             .map_err(|e| format!("a caller panicked: {e}"))??;
     }
-    let jobs = jobs.load(Ordering::Relaxed);
-    let latency_us = latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let jobs = shared.jobs.load(Ordering::Relaxed);
+    let latency_us = shared
+        .latency
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     Ok(Period {
         jobs,
         tasks: jobs * u64::from(spec.batch),
-        failed_jobs: failed.load(Ordering::Relaxed),
+        failed_jobs: shared.failed.load(Ordering::Relaxed),
         elapsed,
         latency_us,
         cpu_self_us,
         cpu_executors_us,
+    })
+}
+
+/// One caller: jobs of `batch` tasks one after the other until told to stop, measured while
+/// told to; its latencies are added to the shared histogram at the end.
+async fn caller(
+    work: Work,
+    shared: Arc<Callers>,
+    task: String,
+    payload: Bytes,
+    batch: u32,
+) -> Result<(), String> {
+    let mut local =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let ok = call(&work, &task, &payload, batch).await?;
+        if shared.measuring.load(Ordering::Relaxed) {
+            let us = started.elapsed().as_micros().max(1) as u64;
+            let _ = local.record(us.min(60_000_000));
+            shared.jobs.fetch_add(1, Ordering::Relaxed);
+            if !ok {
+                shared.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    shared
+        .latency
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .add(&local)
+        .map_err(|e| e.to_string())
+}
+
+/// One job of `batch` tasks, through Flint or inline; whether every task succeeded.
+async fn call(work: &Work, task: &str, payload: &Bytes, batch: u32) -> Result<bool, String> {
+    Ok(match work {
+        Work::Flint(driver) => {
+            let job = Job::new(task.to_string(), vec![payload.clone(); batch as usize])
+                .keep_results(false);
+            let handle = driver.submit_async(job).await.map_err(|e| e.to_string())?;
+            matches!(handle.await, JobOutcome::Succeeded(_))
+        }
+        Work::Inline(resolved) => {
+            let ctx = TaskContext::new(0, 0, resolved.argument.clone());
+            let ok = (0..batch).all(|_| (resolved.function)(&ctx, payload.clone()).is_ok());
+            tokio::task::yield_now().await;
+            ok
+        }
     })
 }

@@ -108,34 +108,40 @@ pub fn random_secret() -> Result<(Secret, String), String> {
     ))
 }
 
+/// The driver of `spec`; for local executors on 127.0.0.1 with a fresh random secret (so
+/// nothing else on this machine can join), returned as text too.
+fn start_driver(spec: &ClusterSpec) -> Result<(Driver, Option<String>, Option<Secret>), String> {
+    let mut config = spec.driver.clone();
+    let secret_text = match spec.source {
+        ExecutorSource::External { .. } => None,
+        _ => {
+            let (secret, text) = random_secret()?;
+            config.secret = Some(secret);
+            config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+            Some(text)
+        }
+    };
+    let driver_secret = config.secret.clone();
+    let mut builder = Driver::builder().config(config);
+    if let ExecutorSource::LocalMode = spec.source {
+        builder = builder.local(
+            spec.executors.saturating_mul(spec.cores),
+            Registry::with_builtins(),
+        );
+    }
+    let driver = builder
+        .start()
+        .map_err(|e| format!("cannot start the driver: {e}"))?;
+    Ok((driver, secret_text, driver_secret))
+}
+
 impl Cluster {
     /// Starts the driver and the executors and waits until every executor has registered.
     pub fn start(spec: ClusterSpec) -> Result<Cluster, String> {
         if spec.executors == 0 || spec.cores == 0 {
             return Err("--executors and --cores must be at least 1".into());
         }
-        let mut config = spec.driver;
-        // Local executors share a fresh random secret, so nothing else on this machine can join.
-        let secret_text = match spec.source {
-            ExecutorSource::External { .. } => None,
-            _ => {
-                let (secret, text) = random_secret()?;
-                config.secret = Some(secret);
-                config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-                Some(text)
-            }
-        };
-        let driver_secret = config.secret.clone();
-        let mut builder = Driver::builder().config(config);
-        if let ExecutorSource::LocalMode = spec.source {
-            builder = builder.local(
-                spec.executors.saturating_mul(spec.cores),
-                Registry::with_builtins(),
-            );
-        }
-        let driver = builder
-            .start()
-            .map_err(|e| format!("cannot start the driver: {e}"))?;
+        let (driver, secret_text, driver_secret) = start_driver(&spec)?;
         let addr = driver.local_addr().ok_or("the driver has no address")?;
         let mut cluster = Cluster {
             driver: std::sync::Arc::new(driver),
@@ -144,45 +150,12 @@ impl Cluster {
         };
         let wait = match &spec.source {
             ExecutorSource::Processes { binary, logs } => {
-                for index in 0..spec.executors {
-                    let child = Command::new(binary)
-                        .args(["executor", "--driver", &addr.to_string()])
-                        .args(["--cores", &spec.cores.to_string()])
-                        .args(["--id", &format!("load-{index}")])
-                        // Each process on its own CPUs, as `flint local` does.
-                        .args([
-                            "--pin-cores",
-                            &Pinning::spread(index as usize, spec.cores as usize).to_string(),
-                        ])
-                        .env(SECRET_ENV, secret_text.as_deref().unwrap_or_default())
-                        .stdout(Stdio::null())
-                        .stderr(if *logs {
-                            Stdio::inherit()
-                        } else {
-                            Stdio::null()
-                        })
-                        .spawn()
-                        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-                    cluster.children.push(child);
-                }
+                let secret_text = secret_text.as_deref().unwrap_or_default();
+                cluster.spawn_processes(&spec, binary, *logs, addr, secret_text)?;
                 Duration::from_secs(30)
             }
             ExecutorSource::Threads => {
-                for index in 0..spec.executors {
-                    let config = ExecutorConfig {
-                        cores: spec.cores,
-                        secret: driver_secret.clone(),
-                        connect_timeout: Duration::from_secs(10),
-                        // Threads of one process: the pool's workers float (not pinned) rather
-                        // than several executors sharing the same cores.
-                        ..ExecutorConfig::new(addr, format!("thread-{index}"))
-                    };
-                    let thread = std::thread::Builder::new()
-                        .name(format!("load-executor-{index}"))
-                        .spawn(move || executor::run(config, Registry::with_builtins()))
-                        .map_err(|e| format!("cannot start an executor thread: {e}"))?;
-                    cluster.threads.push(thread);
-                }
+                cluster.spawn_threads(&spec, addr, driver_secret)?;
                 Duration::from_secs(30)
             }
             ExecutorSource::LocalMode => {
@@ -201,6 +174,64 @@ impl Cluster {
         };
         cluster.wait_for(spec.executors as usize, wait)?;
         Ok(cluster)
+    }
+
+    /// `spec.executors` executor processes of `binary`, each on its own CPUs.
+    fn spawn_processes(
+        &mut self,
+        spec: &ClusterSpec,
+        binary: &Path,
+        logs: bool,
+        addr: SocketAddr,
+        secret_text: &str,
+    ) -> Result<(), String> {
+        for index in 0..spec.executors {
+            let child = Command::new(binary)
+                .args(["executor", "--driver", &addr.to_string()])
+                .args(["--cores", &spec.cores.to_string()])
+                .args(["--id", &format!("load-{index}")])
+                // Each process on its own CPUs, as `flint local` does.
+                .args([
+                    "--pin-cores",
+                    &Pinning::spread(index as usize, spec.cores as usize).to_string(),
+                ])
+                .env(SECRET_ENV, secret_text)
+                .stdout(Stdio::null())
+                .stderr(if logs {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                })
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            self.children.push(child);
+        }
+        Ok(())
+    }
+
+    /// `spec.executors` executors as threads of this process.
+    fn spawn_threads(
+        &mut self,
+        spec: &ClusterSpec,
+        addr: SocketAddr,
+        secret: Option<Secret>,
+    ) -> Result<(), String> {
+        for index in 0..spec.executors {
+            let config = ExecutorConfig {
+                cores: spec.cores,
+                secret: secret.clone(),
+                connect_timeout: Duration::from_secs(10),
+                // Threads of one process: the pool's workers float (not pinned) rather
+                // than several executors sharing the same cores.
+                ..ExecutorConfig::new(addr, format!("thread-{index}"))
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("load-executor-{index}"))
+                .spawn(move || executor::run(config, Registry::with_builtins()))
+                .map_err(|e| format!("cannot start an executor thread: {e}"))?;
+            self.threads.push(thread);
+        }
+        Ok(())
     }
 
     /// Waits for `count` registered executors, failing early if a local executor process exits.

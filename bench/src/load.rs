@@ -156,6 +156,19 @@ struct Meter {
 }
 
 impl Meter {
+    /// A meter counting the results of tasks sent from `measure_from_ns` on.
+    fn new(measure_from_ns: u64) -> Meter {
+        Meter {
+            measure_from_ns,
+            recorder: Recorder::new(),
+            timeline: Vec::new(),
+            interval: Recorder::new().histogram().clone(),
+            interval_start_ns: measure_from_ns,
+            intervals: Vec::new(),
+            last_result_ns: measure_from_ns,
+        }
+    }
+
     fn record(&mut self, sent_ns: u64, now_ns: u64, result: Result<&[u8], &str>) {
         if sent_ns < self.measure_from_ns {
             return;
@@ -565,85 +578,17 @@ impl Runner<'_> {
 
 /// Runs one load against `driver` and returns what it measured.
 pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
-    if let Mode::Open { rate_per_s } = spec.mode {
-        if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
-            return Err(format!("the rate must be positive, not {rate_per_s}"));
-        }
-    }
-    let lanes = spec.submitters.max(1) as u64;
-    if let Mode::Closed { in_flight, .. } = spec.mode {
-        if in_flight < lanes {
-            return Err(format!(
-                "{lanes} submitters need at least {lanes} tasks in flight, not {in_flight}"
-            ));
-        }
-    }
+    let lanes = check_spec(spec)?;
     let epoch = Instant::now();
     let measure_from_ns = spec.warmup.as_nanos() as u64;
-    let meter = Arc::new(Mutex::new(Meter {
-        measure_from_ns,
-        recorder: Recorder::new(),
-        timeline: Vec::new(),
-        interval: Recorder::new().histogram().clone(),
-        interval_start_ns: measure_from_ns,
-        intervals: Vec::new(),
-        last_result_ns: measure_from_ns,
-    }));
+    let meter = Arc::new(Mutex::new(Meter::new(measure_from_ns)));
     let stats_before = driver.stats();
     let lost_before = driver.executors_lost();
-    // Lane l's share of `total`: the first `total % lanes` lanes take one more.
-    let share = |total: u64, lane: u64| total / lanes + u64::from(lane < total % lanes);
     let lane_results: Vec<Result<(u64, bool), String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..lanes)
             .map(|lane| {
                 let meter = meter.clone();
-                scope.spawn(move || {
-                    let shared = Arc::new(Shared {
-                        meter,
-                        completed: AtomicU64::new(0),
-                        wake_at: AtomicU64::new(0),
-                        submitter: std::thread::current(),
-                        wake_submitter: matches!(spec.mode, Mode::Closed { .. }),
-                    });
-                    let limit = match spec.limit {
-                        Limit::Tasks(tasks) => Limit::Tasks(share(tasks, lane)),
-                        duration => duration,
-                    };
-                    let mut payloads = Payloads::new(&spec.task, spec.payload_bytes);
-                    // Task indices stay unique across lanes (0..tasks for a counted run with
-                    // no warm-up, so `hash` checksums are comparable).
-                    payloads.next_index = match spec.limit {
-                        Limit::Tasks(tasks) => (0..lane).map(|l| share(tasks, l)).sum(),
-                        Limit::Duration(_) => lane << 40,
-                    };
-                    let mut runner = Runner {
-                        driver,
-                        spec,
-                        shared,
-                        epoch,
-                        measure_from_ns,
-                        pending: VecDeque::new(),
-                        payloads,
-                        submitted: 0,
-                        measured: 0,
-                        progress: Progress::new(spec.progress && lane == 0),
-                        lane,
-                        lanes,
-                        jobs_max: (spec.jobs_max / lanes as usize).max(1),
-                        limit,
-                    };
-                    let sent = match spec.mode {
-                        Mode::Closed { in_flight, batch } => {
-                            runner.closed(share(in_flight, lane), batch).map(|()| false)
-                        }
-                        Mode::Open { rate_per_s } => runner.open(rate_per_s),
-                    };
-                    let drained = runner.drain();
-                    runner.progress.finish();
-                    let saturated = sent?;
-                    drained?;
-                    Ok((runner.measured, saturated))
-                })
+                scope.spawn(move || run_lane(driver, spec, meter, epoch, lane, lanes))
             })
             .collect();
         threads
@@ -691,4 +636,85 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
         },
         saturated,
     })
+}
+
+/// Checks the rate and the tasks in flight against the submitters; the number of lanes.
+fn check_spec(spec: &LoadSpec) -> Result<u64, String> {
+    if let Mode::Open { rate_per_s } = spec.mode {
+        if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+            return Err(format!("the rate must be positive, not {rate_per_s}"));
+        }
+    }
+    let lanes = spec.submitters.max(1) as u64;
+    if let Mode::Closed { in_flight, .. } = spec.mode {
+        if in_flight < lanes {
+            return Err(format!(
+                "{lanes} submitters need at least {lanes} tasks in flight, not {in_flight}"
+            ));
+        }
+    }
+    Ok(lanes)
+}
+
+/// Lane `lane`'s share of `total`: the first `total % lanes` lanes take one more.
+fn lane_share(total: u64, lane: u64, lanes: u64) -> u64 {
+    total / lanes + u64::from(lane < total % lanes)
+}
+
+/// One submitter lane's run (on its own thread): its tasks measured and whether an open loop
+/// fell behind its rate.
+fn run_lane(
+    driver: &Driver,
+    spec: &LoadSpec,
+    meter: Arc<Mutex<Meter>>,
+    epoch: Instant,
+    lane: u64,
+    lanes: u64,
+) -> Result<(u64, bool), String> {
+    let share = |total: u64, lane: u64| lane_share(total, lane, lanes);
+    let shared = Arc::new(Shared {
+        meter,
+        completed: AtomicU64::new(0),
+        wake_at: AtomicU64::new(0),
+        submitter: std::thread::current(),
+        wake_submitter: matches!(spec.mode, Mode::Closed { .. }),
+    });
+    let limit = match spec.limit {
+        Limit::Tasks(tasks) => Limit::Tasks(share(tasks, lane)),
+        duration => duration,
+    };
+    let mut payloads = Payloads::new(&spec.task, spec.payload_bytes);
+    // Task indices stay unique across lanes (0..tasks for a counted run with no warm-up, so
+    // `hash` checksums are comparable).
+    payloads.next_index = match spec.limit {
+        Limit::Tasks(tasks) => (0..lane).map(|l| share(tasks, l)).sum(),
+        Limit::Duration(_) => lane << 40,
+    };
+    let mut runner = Runner {
+        driver,
+        spec,
+        shared,
+        epoch,
+        measure_from_ns: spec.warmup.as_nanos() as u64,
+        pending: VecDeque::new(),
+        payloads,
+        submitted: 0,
+        measured: 0,
+        progress: Progress::new(spec.progress && lane == 0),
+        lane,
+        lanes,
+        jobs_max: (spec.jobs_max / lanes as usize).max(1),
+        limit,
+    };
+    let sent = match spec.mode {
+        Mode::Closed { in_flight, batch } => {
+            runner.closed(share(in_flight, lane), batch).map(|()| false)
+        }
+        Mode::Open { rate_per_s } => runner.open(rate_per_s),
+    };
+    let drained = runner.drain();
+    runner.progress.finish();
+    let saturated = sent?;
+    drained?;
+    Ok((runner.measured, saturated))
 }

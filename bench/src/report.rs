@@ -57,6 +57,24 @@ pub fn write(
     started: SystemTime,
 ) -> Result<std::path::PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut html = page_head(title, command);
+    if let Some(ramp) = ramp {
+        html.push_str(ramp);
+    }
+    summary_table(&mut html, dir, sections, started)?;
+    plots(&mut html, sections);
+    html.push_str(
+        "<p>Latency is from just before a job's submit (closed loop) or from a task's intended \
+         send time (open loop) to its result on the driver's loop. The <code>.hlog</code> files \
+         are HdrHistogram interval logs (values in microseconds).</p>\n</body></html>\n",
+    );
+    let page = dir.join("index.html");
+    std::fs::write(&page, html).map_err(|e| format!("cannot write {}: {e}", page.display()))?;
+    Ok(page)
+}
+
+/// The page's head and title, with the command that ran.
+fn page_head(title: &str, command: &str) -> String {
     let mut html = String::new();
     let _ = write!(
         html,
@@ -69,9 +87,17 @@ pub fn write(
         t = escape(title),
         c = escape(command)
     );
-    if let Some(ramp) = ramp {
-        html.push_str(ramp);
-    }
+    html
+}
+
+/// The table of every section's counts and latency percentiles; writes each section's
+/// `NAME.hlog` into `dir`, which the table links to.
+fn summary_table(
+    html: &mut String,
+    dir: &Path,
+    sections: &[Section<'_>],
+    started: SystemTime,
+) -> Result<(), String> {
     html.push_str(
         "<table><tr><th>run</th><th>tasks</th><th>succeeded</th><th>failed</th><th>offered/s</th>\
          <th>tasks/s</th><th>p50 us</th><th>p90 us</th><th>p99 us</th><th>p99.9 us</th>\
@@ -106,6 +132,11 @@ pub fn write(
         std::fs::write(&path, log).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     html.push_str("</table>\n");
+    Ok(())
+}
+
+/// The latency-by-percentile and throughput-over-time charts of all sections.
+fn plots(html: &mut String, sections: &[Section<'_>]) {
     let series: Vec<(String, &Histogram<u64>)> = sections
         .iter()
         .map(|s| (s.name.clone(), &s.run.histogram))
@@ -125,14 +156,6 @@ pub fn write(
         Scale::Linear,
         Scale::Linear,
     ));
-    html.push_str(
-        "<p>Latency is from just before a job's submit (closed loop) or from a task's intended \
-         send time (open loop) to its result on the driver's loop. The <code>.hlog</code> files \
-         are HdrHistogram interval logs (values in microseconds).</p>\n</body></html>\n",
-    );
-    let page = dir.join("index.html");
-    std::fs::write(&page, html).map_err(|e| format!("cannot write {}: {e}", page.display()))?;
-    Ok(page)
 }
 
 /// Results per second for each 100 ms bucket, at the bucket's middle.
@@ -264,6 +287,14 @@ const COLORS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 
+/// A chart's size and margins around its plot area, in pixels.
+const CHART_W: f64 = 900.0;
+const CHART_H: f64 = 420.0;
+const CHART_LEFT: f64 = 70.0;
+const CHART_RIGHT: f64 = 170.0;
+const CHART_TOP: f64 = 30.0;
+const CHART_BOTTOM: f64 = 50.0;
+
 /// A line chart of `series` as inline SVG.
 pub fn chart(
     title: &str,
@@ -273,12 +304,6 @@ pub fn chart(
     x_scale: Scale,
     y_scale: Scale,
 ) -> String {
-    const W: f64 = 900.0;
-    const H: f64 = 420.0;
-    const LEFT: f64 = 70.0;
-    const RIGHT: f64 = 170.0;
-    const TOP: f64 = 30.0;
-    const BOTTOM: f64 = 50.0;
     let mapped: Vec<Vec<(f64, f64)>> = series
         .iter()
         .map(|(_, pts)| {
@@ -288,101 +313,153 @@ pub fn chart(
                 .collect()
         })
         .collect();
-    let all = mapped.iter().flatten();
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in all {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
     let mut svg = String::new();
     let _ = write!(
         svg,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{CHART_W}\" height=\"{CHART_H}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"{}\" y=\"18\" \
          text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
-        (LEFT + W - RIGHT) / 2.0,
+        (CHART_LEFT + CHART_W - CHART_RIGHT) / 2.0,
         escape(title)
     );
-    if x0 > x1 {
+    let Some(mut plot) = Plot::around(&mapped) else {
         svg.push_str("<text x=\"100\" y=\"100\">no data</text></svg>\n");
         return svg;
-    }
-    match x_scale {
-        Scale::Percentile => {
-            x0 = 0.0;
-            x1 = x1.max(2.0);
-        }
-        Scale::Linear => x0 = x0.min(0.0),
-        Scale::Log => {
-            x0 = x0.floor();
-            x1 = x1.ceil().max(x0 + 1.0);
-        }
-    }
-    match y_scale {
-        Scale::Linear => y0 = y0.min(0.0),
-        Scale::Log => {
-            y0 = y0.floor();
-            y1 = y1.ceil().max(y0 + 1.0);
-        }
-        Scale::Percentile => {}
-    }
-    if x1 - x0 < 1e-9 {
-        x1 = x0 + 1.0;
-    }
-    if y1 - y0 < 1e-9 {
-        y1 = y0 + 1.0;
-    }
-    let x_ticks = x_scale.ticks(x0, x1);
-    let y_ticks = y_scale.ticks(y0, y1);
+    };
+    plot.fit(x_scale, y_scale);
+    let x_ticks = x_scale.ticks(plot.x0, plot.x1);
+    let y_ticks = y_scale.ticks(plot.y0, plot.y1);
     if let Some(top) = y_ticks.last() {
-        y1 = y1.max(top.0);
+        plot.y1 = plot.y1.max(top.0);
     }
-    let px = |x: f64| LEFT + (x - x0) / (x1 - x0) * (W - LEFT - RIGHT);
-    let py = |y: f64| H - BOTTOM - (y - y0) / (y1 - y0) * (H - TOP - BOTTOM);
-    for (v, label) in &x_ticks {
-        let x = px(*v);
+    draw_grid(&mut svg, &plot, &x_ticks, &y_ticks);
+    draw_frame(&mut svg, x_label, y_label);
+    draw_series(&mut svg, &plot, series, &mapped);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The ranges a chart plots, in scale units.
+struct Plot {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+}
+
+impl Plot {
+    /// The ranges of the points; `None` without any.
+    fn around(mapped: &[Vec<(f64, f64)>]) -> Option<Plot> {
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+        for &(x, y) in mapped.iter().flatten() {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+        (x0 <= x1).then_some(Plot { x0, x1, y0, y1 })
+    }
+
+    /// Widens the ranges to what the scales show: from 0 (linear), whole decades (log), at
+    /// least 2 on a percentile axis; never empty.
+    fn fit(&mut self, x_scale: Scale, y_scale: Scale) {
+        match x_scale {
+            Scale::Percentile => {
+                self.x0 = 0.0;
+                self.x1 = self.x1.max(2.0);
+            }
+            Scale::Linear => self.x0 = self.x0.min(0.0),
+            Scale::Log => {
+                self.x0 = self.x0.floor();
+                self.x1 = self.x1.ceil().max(self.x0 + 1.0);
+            }
+        }
+        match y_scale {
+            Scale::Linear => self.y0 = self.y0.min(0.0),
+            Scale::Log => {
+                self.y0 = self.y0.floor();
+                self.y1 = self.y1.ceil().max(self.y0 + 1.0);
+            }
+            Scale::Percentile => {}
+        }
+        if self.x1 - self.x0 < 1e-9 {
+            self.x1 = self.x0 + 1.0;
+        }
+        if self.y1 - self.y0 < 1e-9 {
+            self.y1 = self.y0 + 1.0;
+        }
+    }
+
+    /// The pixel column of `x`.
+    fn px(&self, x: f64) -> f64 {
+        CHART_LEFT + (x - self.x0) / (self.x1 - self.x0) * (CHART_W - CHART_LEFT - CHART_RIGHT)
+    }
+
+    /// The pixel row of `y`.
+    fn py(&self, y: f64) -> f64 {
+        CHART_H
+            - CHART_BOTTOM
+            - (y - self.y0) / (self.y1 - self.y0) * (CHART_H - CHART_TOP - CHART_BOTTOM)
+    }
+}
+
+/// The tick lines and labels of both axes.
+fn draw_grid(svg: &mut String, plot: &Plot, x_ticks: &[(f64, String)], y_ticks: &[(f64, String)]) {
+    for (v, label) in x_ticks {
+        let x = plot.px(*v);
         let _ = writeln!(
             svg,
             "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#eee\"/>\
              <text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            TOP,
-            H - BOTTOM,
-            H - BOTTOM + 16.0,
+            CHART_TOP,
+            CHART_H - CHART_BOTTOM,
+            CHART_H - CHART_BOTTOM + 16.0,
             escape(label)
         );
     }
-    for (v, label) in &y_ticks {
-        let y = py(*v);
+    for (v, label) in y_ticks {
+        let y = plot.py(*v);
         let _ = writeln!(
             svg,
-            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#eee\"/>\
+            "<line x1=\"{CHART_LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#eee\"/>\
              <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
+            CHART_W - CHART_RIGHT,
+            CHART_LEFT - 6.0,
             y + 4.0,
             escape(label)
         );
     }
+}
+
+/// The plot area's border and the axes' labels.
+fn draw_frame(svg: &mut String, x_label: &str, y_label: &str) {
     let _ = writeln!(
         svg,
-        "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\
+        "<rect x=\"{CHART_LEFT}\" y=\"{CHART_TOP}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\
          <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\
          <text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-        W - LEFT - RIGHT,
-        H - TOP - BOTTOM,
-        (LEFT + W - RIGHT) / 2.0,
-        H - 10.0,
+        CHART_W - CHART_LEFT - CHART_RIGHT,
+        CHART_H - CHART_TOP - CHART_BOTTOM,
+        (CHART_LEFT + CHART_W - CHART_RIGHT) / 2.0,
+        CHART_H - 10.0,
         escape(x_label),
-        (TOP + H - BOTTOM) / 2.0,
+        (CHART_TOP + CHART_H - CHART_BOTTOM) / 2.0,
         escape(y_label)
     );
-    for (i, ((name, _), points)) in series.iter().zip(&mapped).enumerate() {
+}
+
+/// One line per series, with its legend entry.
+fn draw_series(
+    svg: &mut String,
+    plot: &Plot,
+    series: &[(String, Vec<(f64, f64)>)],
+    mapped: &[Vec<(f64, f64)>],
+) {
+    for (i, ((name, _), points)) in series.iter().zip(mapped).enumerate() {
         let color = COLORS[i % COLORS.len()];
         let path: Vec<String> = points
             .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+            .map(|&(x, y)| format!("{:.1},{:.1}", plot.px(x), plot.py(y)))
             .collect();
         let _ = writeln!(
             svg,
@@ -390,15 +467,13 @@ pub fn chart(
              <rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{color}\"/>\
              <text x=\"{}\" y=\"{}\">{}</text>",
             path.join(" "),
-            W - RIGHT + 12.0,
-            TOP + 10.0 + i as f64 * 18.0,
-            W - RIGHT + 28.0,
-            TOP + 15.0 + i as f64 * 18.0,
+            CHART_W - CHART_RIGHT + 12.0,
+            CHART_TOP + 10.0 + i as f64 * 18.0,
+            CHART_W - CHART_RIGHT + 28.0,
+            CHART_TOP + 15.0 + i as f64 * 18.0,
             escape(name)
         );
     }
-    svg.push_str("</svg>\n");
-    svg
 }
 
 /// Text safe inside HTML.

@@ -558,6 +558,23 @@ fn validate_metadata(kind: &str, namespace: &str, object: &mut Value) -> Result<
         )),
         _ => {}
     }
+    let name = object_name(kind, meta)?;
+    check_labels(kind, &name, meta)?;
+    check_owners(kind, &name, meta)?;
+    if meta.get("resourceVersion").is_some_and(|v| !v.is_null()) {
+        return Err((
+            500,
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
+    }
+    meta["name"] = json!(name);
+    meta["namespace"] = json!(namespace);
+    Ok(name)
+}
+
+/// The new object's name: `metadata.name`, else `generateName` with a random suffix; a DNS
+/// subdomain.
+fn object_name(kind: &str, meta: &Value) -> Result<String, ApiError> {
     let name = match (
         meta.get("name").and_then(Value::as_str),
         meta.get("generateName").and_then(Value::as_str),
@@ -575,52 +592,56 @@ fn validate_metadata(kind: &str, namespace: &str, object: &mut Value) -> Result<
     if !dns_subdomain(&name) {
         return Err(invalid(kind, &name, format!("metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'")));
     }
-    if let Some(labels) = meta.get("labels") {
-        let labels = labels
-            .as_object()
-            .ok_or_else(|| (400, "metadata.labels must be a map".to_string()))?;
-        for (k, v) in labels {
-            let v = v
-                .as_str()
-                .ok_or_else(|| (400, format!("label {k} must be a string")))?;
-            if !label_key(k) || !label_value(v) {
+    Ok(name)
+}
+
+/// `metadata.labels`, if given: a map of valid label keys to valid string values.
+fn check_labels(kind: &str, name: &str, meta: &Value) -> Result<(), ApiError> {
+    let Some(labels) = meta.get("labels") else {
+        return Ok(());
+    };
+    let labels = labels
+        .as_object()
+        .ok_or_else(|| (400, "metadata.labels must be a map".to_string()))?;
+    for (k, v) in labels {
+        let v = v
+            .as_str()
+            .ok_or_else(|| (400, format!("label {k} must be a string")))?;
+        if !label_key(k) || !label_value(v) {
+            return Err(invalid(
+                kind,
+                name,
+                format!("metadata.labels: Invalid value: {k:?}={v:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `metadata.ownerReferences`, if given: each names its owner in full, at most one controls.
+fn check_owners(kind: &str, name: &str, meta: &Value) -> Result<(), ApiError> {
+    let Some(owners) = meta.get("ownerReferences").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    for (i, owner) in owners.iter().enumerate() {
+        for field in ["apiVersion", "kind", "name", "uid"] {
+            if owner[field].as_str().is_none_or(str::is_empty) {
                 return Err(invalid(
                     kind,
-                    &name,
-                    format!("metadata.labels: Invalid value: {k:?}={v:?}"),
+                    name,
+                    format!("metadata.ownerReferences[{i}].{field}: Invalid value: \"\": {field} must not be empty"),
                 ));
             }
         }
     }
-    if let Some(owners) = meta.get("ownerReferences").and_then(Value::as_array) {
-        for (i, owner) in owners.iter().enumerate() {
-            for field in ["apiVersion", "kind", "name", "uid"] {
-                if owner[field].as_str().is_none_or(str::is_empty) {
-                    return Err(invalid(
-                        kind,
-                        &name,
-                        format!("metadata.ownerReferences[{i}].{field}: Invalid value: \"\": {field} must not be empty"),
-                    ));
-                }
-            }
-        }
-        if owners.iter().filter(|o| o["controller"] == true).count() > 1 {
-            return Err(invalid(
-                kind,
-                &name,
-                "metadata.ownerReferences: Invalid value: Only one reference can have Controller set to true".into(),
-            ));
-        }
-    }
-    if meta.get("resourceVersion").is_some_and(|v| !v.is_null()) {
-        return Err((
-            500,
-            "resourceVersion should not be set on objects to be created".into(),
+    if owners.iter().filter(|o| o["controller"] == true).count() > 1 {
+        return Err(invalid(
+            kind,
+            name,
+            "metadata.ownerReferences: Invalid value: Only one reference can have Controller set to true".into(),
         ));
     }
-    meta["name"] = json!(name);
-    meta["namespace"] = json!(namespace);
-    Ok(name)
+    Ok(())
 }
 
 fn rand_suffix() -> u64 {
@@ -856,8 +877,17 @@ fn set_status(inner: &mut Inner, namespace: &str, name: &str, f: impl FnOnce(&mu
 }
 
 fn kubelet_pass(state: &State, inner: &mut Inner) -> bool {
+    let mut changed = reap_exits(inner);
+    for (ns, name, pod) in pending_pods(inner) {
+        changed |= start_pod(state, inner, &ns, &name, &pod);
+    }
+    changed
+}
+
+/// Kills the processes past their `kill_at` and records the exits: the pod's phase and its
+/// container's terminated state; a pod being deleted goes once its process has exited.
+fn reap_exits(inner: &mut Inner) -> bool {
     let mut changed = false;
-    // Exits and overdue kills.
     let mut exited = Vec::new();
     for (key, proc) in inner.procs.iter_mut() {
         if proc.kill_at.is_some_and(|at| Instant::now() >= at) {
@@ -896,8 +926,12 @@ fn kubelet_pass(state: &State, inner: &mut Inner) -> bool {
             remove_pod(inner, &ns, &name);
         }
     }
-    // Pending pods to start.
-    let pending: Vec<(String, String, Value)> = inner
+    changed
+}
+
+/// The pending pods to start: not being deleted, not marked unschedulable, with no process.
+fn pending_pods(inner: &Inner) -> Vec<(String, String, Value)> {
+    inner
         .objects
         .iter()
         .filter(|((kind, ns, name), pod)| {
@@ -908,115 +942,159 @@ fn kubelet_pass(state: &State, inner: &mut Inner) -> bool {
                 && !inner.procs.contains_key(&(ns.clone(), name.clone()))
         })
         .map(|((_, ns, name), pod)| (ns.clone(), name.clone(), pod.clone()))
-        .collect();
-    for (ns, name, pod) in pending {
-        let container = &pod["spec"]["containers"][0];
-        let mut env: Vec<(String, String)> = Vec::new();
-        let mut missing = None;
-        for e in container["env"].as_array().into_iter().flatten() {
-            let key = e["name"].as_str().unwrap_or("").to_string();
-            if let Some(value) = e["value"].as_str() {
-                env.push((key, value.to_string()));
-            } else if let Some(r) = e["valueFrom"]["secretKeyRef"].as_object() {
-                let secret = r.get("name").and_then(Value::as_str).unwrap_or("");
-                let field = r.get("key").and_then(Value::as_str).unwrap_or("");
-                let value = inner
-                    .objects
-                    .get(&("secrets".to_string(), ns.clone(), secret.to_string()))
-                    .and_then(|s| s["data"][field].as_str())
-                    .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok());
-                match value {
-                    Some(v) => env.push((key, String::from_utf8_lossy(&v).into_owned())),
-                    None => missing = Some(format!("secret \"{secret}\" (key {field}) not found")),
-                }
+        .collect()
+}
+
+/// Starts one pending pod's first container as a process; a missing Secret leaves it waiting
+/// in `CreateContainerConfigError`, no command fails it. Whether the pod changed.
+fn start_pod(state: &State, inner: &mut Inner, ns: &str, name: &str, pod: &Value) -> bool {
+    let container = &pod["spec"]["containers"][0];
+    let env = match container_env(inner, ns, container) {
+        Ok(env) => env,
+        Err(message) => return mark_config_error(inner, ns, name, pod, message),
+    };
+    let argv = container_argv(container);
+    if argv.is_empty() {
+        set_status(inner, ns, name, |pod| {
+            pod["status"]["phase"] = json!("Failed");
+            pod["status"]["message"] = json!("the test double runs only pods with a command");
+        });
+        return true;
+    }
+    spawn_pod(state, inner, ns, name, &argv, env);
+    true
+}
+
+/// The container's environment, its `secretKeyRef`s read from the Secrets; the error names the
+/// (last) missing one.
+fn container_env(
+    inner: &Inner,
+    ns: &str,
+    container: &Value,
+) -> Result<Vec<(String, String)>, String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut missing = None;
+    for e in container["env"].as_array().into_iter().flatten() {
+        let key = e["name"].as_str().unwrap_or("").to_string();
+        if let Some(value) = e["value"].as_str() {
+            env.push((key, value.to_string()));
+        } else if let Some(r) = e["valueFrom"]["secretKeyRef"].as_object() {
+            let secret = r.get("name").and_then(Value::as_str).unwrap_or("");
+            let field = r.get("key").and_then(Value::as_str).unwrap_or("");
+            let value = inner
+                .objects
+                .get(&("secrets".to_string(), ns.to_string(), secret.to_string()))
+                .and_then(|s| s["data"][field].as_str())
+                .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok());
+            match value {
+                Some(v) => env.push((key, String::from_utf8_lossy(&v).into_owned())),
+                None => missing = Some(format!("secret \"{secret}\" (key {field}) not found")),
             }
         }
-        if let Some(message) = missing {
-            let already = pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
-                == "CreateContainerConfigError";
-            if !already {
-                changed = true;
-                set_status(inner, &ns, &name, |pod| {
-                    pod["status"]["containerStatuses"] = json!([{
-                        "name": pod["spec"]["containers"][0]["name"], "ready": false,
-                        "restartCount": 0, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-                        "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
-                    }]);
-                });
-            }
-            continue;
-        }
-        let mut argv: Vec<String> = container["command"]
+    }
+    match missing {
+        Some(message) => Err(message),
+        None => Ok(env),
+    }
+}
+
+/// Marks the pod's container waiting in `CreateContainerConfigError` (once); whether it changed.
+fn mark_config_error(
+    inner: &mut Inner,
+    ns: &str,
+    name: &str,
+    pod: &Value,
+    message: String,
+) -> bool {
+    let already = pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+        == "CreateContainerConfigError";
+    if already {
+        return false;
+    }
+    set_status(inner, ns, name, |pod| {
+        pod["status"]["containerStatuses"] = json!([{
+            "name": pod["spec"]["containers"][0]["name"], "ready": false,
+            "restartCount": 0, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
+        }]);
+    });
+    true
+}
+
+/// The container's `command` then its `args`.
+fn container_argv(container: &Value) -> Vec<String> {
+    let words = |field: &str| -> Vec<String> {
+        container[field]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|v| v.as_str().map(String::from))
-            .collect();
-        argv.extend(
-            container["args"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(String::from)),
-        );
-        changed = true;
-        if argv.is_empty() {
-            set_status(inner, &ns, &name, |pod| {
-                pod["status"]["phase"] = json!("Failed");
-                pod["status"]["message"] = json!("the test double runs only pods with a command");
-            });
-            continue;
+            .collect()
+    };
+    let mut argv = words("command");
+    argv.extend(words("args"));
+    argv
+}
+
+/// Runs `argv` as the pod's process (stderr to its log) and marks it Running, or Failed with
+/// a `StartError` if it cannot start.
+fn spawn_pod(
+    state: &State,
+    inner: &mut Inner,
+    ns: &str,
+    name: &str,
+    argv: &[String],
+    env: Vec<(String, String)>,
+) {
+    let log = std::fs::File::create(state.log_dir.join(format!("{name}.log")));
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .envs(std::env::vars().filter(|(k, _)| k == "PATH" || k == "RUST_LOG"))
+        .envs(env)
+        .env("HOSTNAME", name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    match log {
+        Ok(file) => command.stderr(file),
+        Err(_) => command.stderr(Stdio::null()),
+    };
+    match command.spawn() {
+        Ok(child) => {
+            let proc = Proc {
+                child,
+                kill_at: None,
+            };
+            inner.procs.insert((ns.to_string(), name.to_string()), proc);
+            set_status(inner, ns, name, mark_running);
         }
-        let log = std::fs::File::create(state.log_dir.join(format!("{name}.log")));
-        let mut command = Command::new(&argv[0]);
-        command
-            .args(&argv[1..])
-            .env_clear()
-            .envs(std::env::vars().filter(|(k, _)| k == "PATH" || k == "RUST_LOG"))
-            .envs(env)
-            .env("HOSTNAME", &name)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        match log {
-            Ok(file) => command.stderr(file),
-            Err(_) => command.stderr(Stdio::null()),
-        };
-        match command.spawn() {
-            Ok(child) => {
-                inner.procs.insert(
-                    (ns.clone(), name.clone()),
-                    Proc {
-                        child,
-                        kill_at: None,
-                    },
-                );
-                set_status(inner, &ns, &name, |pod| {
-                    let now = now_rfc3339();
-                    pod["spec"]["nodeName"] = json!("double-node");
-                    pod["status"]["phase"] = json!("Running");
-                    pod["status"]["podIP"] = json!("127.0.0.1");
-                    pod["status"]["hostIP"] = json!("127.0.0.1");
-                    pod["status"]["startTime"] = json!(now);
-                    pod["status"]["containerStatuses"] = json!([{
-                        "name": pod["spec"]["containers"][0]["name"],
-                        "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-                        "ready": true, "restartCount": 0, "started": true,
-                        "state": {"running": {"startedAt": now}},
-                    }]);
-                });
-            }
-            Err(error) => set_status(inner, &ns, &name, |pod| {
-                pod["status"]["phase"] = json!("Failed");
-                pod["status"]["containerStatuses"] = json!([{
-                    "name": pod["spec"]["containers"][0]["name"], "ready": false, "restartCount": 0,
-                    "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-                    "state": {"terminated": {"exitCode": 128, "reason": "StartError",
-                              "message": error.to_string()}},
-                }]);
-            }),
-        }
+        Err(error) => set_status(inner, ns, name, |pod| {
+            pod["status"]["phase"] = json!("Failed");
+            pod["status"]["containerStatuses"] = json!([{
+                "name": pod["spec"]["containers"][0]["name"], "ready": false, "restartCount": 0,
+                "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+                "state": {"terminated": {"exitCode": 128, "reason": "StartError",
+                          "message": error.to_string()}},
+            }]);
+        }),
     }
-    changed
+}
+
+/// A started pod's status: on the double's node, Running, its container ready.
+fn mark_running(pod: &mut Value) {
+    let now = now_rfc3339();
+    pod["spec"]["nodeName"] = json!("double-node");
+    pod["status"]["phase"] = json!("Running");
+    pod["status"]["podIP"] = json!("127.0.0.1");
+    pod["status"]["hostIP"] = json!("127.0.0.1");
+    pod["status"]["startTime"] = json!(now);
+    pod["status"]["containerStatuses"] = json!([{
+        "name": pod["spec"]["containers"][0]["name"],
+        "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+        "ready": true, "restartCount": 0, "started": true,
+        "state": {"running": {"startedAt": now}},
+    }]);
 }
 
 // ---- HTTP -----------------------------------------------------------------------------------
@@ -1157,17 +1235,7 @@ fn serve(state: Arc<State>, stream: TcpStream) {
 
 /// Answers one request; false when the connection must close.
 fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::io::Result<bool> {
-    let (delay, fail) = {
-        let mut inner = state.lock();
-        inner.counters.requests += 1;
-        let now = Instant::now();
-        let delay = inner.slow.filter(|(until, _)| now < *until).map(|(_, d)| d);
-        let fail = inner.fail.filter(|(until, _)| now < *until).map(|(_, c)| c);
-        if fail.is_some() {
-            inner.counters.injected += 1;
-        }
-        (delay, fail)
-    };
+    let (delay, fail) = injected(state);
     if let Some(delay) = delay {
         std::thread::sleep(delay);
     }
@@ -1177,8 +1245,8 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
     }
     let segments: Vec<&str> = request.path.trim_matches('/').split('/').collect();
     let (namespace, kind, name) = match segments.as_slice() {
-        ["api", "v1", "namespaces", ns, kind] => (*ns, *kind, None),
-        ["api", "v1", "namespaces", ns, kind, name] => (*ns, *kind, Some(*name)),
+        ["api", "v1", "namespaces", ns, kind] if is_served(kind) => (*ns, *kind, None),
+        ["api", "v1", "namespaces", ns, kind, name] if is_served(kind) => (*ns, *kind, Some(*name)),
         _ => {
             error_response(
                 stream,
@@ -1190,22 +1258,12 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
             return Ok(true);
         }
     };
-    if kind != "pods" && kind != "secrets" {
-        error_response(
-            stream,
-            (
-                404,
-                "the server could not find the requested resource".into(),
-            ),
-        )?;
-        return Ok(true);
-    }
     let (namespace, kind) = (namespace.to_string(), kind.to_string());
     let watching = matches!(
         request.query.get("watch").map(String::as_str),
         Some("true" | "1")
     );
-    match (request.method.as_str(), name) {
+    let result = match (request.method.as_str(), name) {
         ("GET", None) if watching => {
             if kind != "pods" {
                 error_response(stream, (405, "the double watches only pods".into()))?;
@@ -1213,63 +1271,79 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
             }
             return watch(state, stream, &namespace, &request.query);
         }
-        ("GET", None) => {
-            let result = list(state, &namespace, &kind, &request.query);
-            match result {
-                Ok(body) => respond(stream, 200, &body, "")?,
-                Err(e) => error_response(stream, e)?,
-            }
-        }
-        ("GET", Some(name)) => {
-            let inner = state.lock();
-            let found = inner
-                .objects
-                .get(&(kind.clone(), namespace.clone(), name.to_string()))
-                .cloned();
-            drop(inner);
-            match found {
-                Some(object) => respond(stream, 200, &object, "")?,
-                None => error_response(stream, (404, format!("{kind} \"{name}\" not found")))?,
-            }
-        }
-        ("POST", None) => {
-            let body: Value = match serde_json::from_slice(&request.body) {
-                Ok(v) => v,
-                Err(e) => {
-                    error_response(stream, (400, format!("the body is not JSON: {e}")))?;
-                    return Ok(true);
-                }
-            };
-            let result = {
-                let mut inner = state.lock();
-                create(&mut inner, &kind, &namespace, body)
-            };
-            state.changed.notify_all();
-            match result {
-                Ok(object) => respond(stream, 201, &object, "")?,
-                Err(e) => error_response(stream, e)?,
-            }
-        }
-        ("DELETE", Some(name)) => {
-            let options: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-            let grace = request
-                .query
-                .get("gracePeriodSeconds")
-                .and_then(|g| g.parse().ok())
-                .or_else(|| options["gracePeriodSeconds"].as_u64());
-            let result = {
-                let mut inner = state.lock();
-                delete(&mut inner, &kind, &namespace, name, grace)
-            };
-            state.changed.notify_all();
-            match result {
-                Ok(object) => respond(stream, 200, &object, "")?,
-                Err(e) => error_response(stream, e)?,
-            }
-        }
-        _ => error_response(stream, (405, "method not allowed".into()))?,
+        ("GET", None) => list(state, &namespace, &kind, &request.query).map(|body| (200, body)),
+        ("GET", Some(name)) => get(state, &kind, &namespace, name).map(|object| (200, object)),
+        ("POST", None) => post(state, &kind, &namespace, &request.body).map(|o| (201, o)),
+        ("DELETE", Some(name)) => delete_request(state, &kind, &namespace, name, &request),
+        _ => Err((405, "method not allowed".into())),
+    };
+    match result {
+        Ok((code, object)) => respond(stream, code, &object, "")?,
+        Err(e) => error_response(stream, e)?,
     }
     Ok(true)
+}
+
+/// The kinds the double serves.
+fn is_served(kind: &str) -> bool {
+    kind == "pods" || kind == "secrets"
+}
+
+/// Counts the request; the injected delay and failure code in force, if any.
+fn injected(state: &State) -> (Option<Duration>, Option<u16>) {
+    let mut inner = state.lock();
+    inner.counters.requests += 1;
+    let now = Instant::now();
+    let delay = inner.slow.filter(|(until, _)| now < *until).map(|(_, d)| d);
+    let fail = inner.fail.filter(|(until, _)| now < *until).map(|(_, c)| c);
+    if fail.is_some() {
+        inner.counters.injected += 1;
+    }
+    (delay, fail)
+}
+
+/// `GET` of one object.
+fn get(state: &State, kind: &str, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    let inner = state.lock();
+    inner
+        .objects
+        .get(&(kind.to_string(), namespace.to_string(), name.to_string()))
+        .cloned()
+        .ok_or_else(|| (404, format!("{kind} \"{name}\" not found")))
+}
+
+/// `POST`: creates the object in the body.
+fn post(state: &State, kind: &str, namespace: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| (400, format!("the body is not JSON: {e}")))?;
+    let result = {
+        let mut inner = state.lock();
+        create(&mut inner, kind, namespace, body)
+    };
+    state.changed.notify_all();
+    result
+}
+
+/// `DELETE` of one object, its grace period from the query or the body's options.
+fn delete_request(
+    state: &State,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    request: &Request,
+) -> Result<(u16, Value), ApiError> {
+    let options: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let grace = request
+        .query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse().ok())
+        .or_else(|| options["gracePeriodSeconds"].as_u64());
+    let result = {
+        let mut inner = state.lock();
+        delete(&mut inner, kind, namespace, name, grace)
+    };
+    state.changed.notify_all();
+    result.map(|object| (200, object))
 }
 
 fn selectors(
@@ -1354,6 +1428,9 @@ fn watch(
             return Ok(true);
         }
     };
+    let selected = |ns: &str, o: &Value| {
+        ns == namespace && labels_match(&labels, o) && fields_match(&fields, o)
+    };
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
@@ -1364,14 +1441,10 @@ fn watch(
     inner.counters.watches += 1;
     let epoch = inner.cut_epoch;
     let mut initial = Vec::new();
-    let mut from = match requested.as_str() {
+    let from = match requested.as_str() {
         "" | "0" => {
             for ((k, ns, _), o) in inner.objects.iter() {
-                if k == "pods"
-                    && ns == namespace
-                    && labels_match(&labels, o)
-                    && fields_match(&fields, o)
-                {
+                if k == "pods" && selected(ns, o) {
                     initial.push(event_line("ADDED", o));
                 }
             }
@@ -1396,64 +1469,60 @@ fn watch(
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
     )?;
     if too_old {
-        let gone = status(
-            410,
-            "Expired",
-            &format!("too old resource version: {from} ({oldest})"),
-        );
-        write_chunk(stream, &event_line("ERROR", &gone))?;
-        stream.write_all(b"0\r\n\r\n")?;
-        return Ok(true);
+        return end_gone(stream, from, oldest);
     }
     for line in initial {
         write_chunk(stream, &line)?;
     }
+    follow(state, stream, &selected, from, epoch, end)
+}
+
+/// Ends a watch stream with a 410 `Expired` event: `from` is older than the history kept.
+fn end_gone(stream: &mut TcpStream, from: u64, oldest: u64) -> std::io::Result<bool> {
+    let gone = status(
+        410,
+        "Expired",
+        &format!("too old resource version: {from} ({oldest})"),
+    );
+    write_chunk(stream, &event_line("ERROR", &gone))?;
+    stream.write_all(b"0\r\n\r\n")?;
+    Ok(true)
+}
+
+/// Streams the selected events after `from` until the watch's `end` (a terminating chunk),
+/// a cut (none) or a compaction past `from` (410).
+fn follow(
+    state: &Arc<State>,
+    stream: &mut TcpStream,
+    selected: &dyn Fn(&str, &Value) -> bool,
+    mut from: u64,
+    epoch: u64,
+    end: Instant,
+) -> std::io::Result<bool> {
     loop {
-        let mut inner = state.lock();
-        loop {
-            if state.stop.load(Ordering::SeqCst) || inner.cut_epoch != epoch {
-                inner.counters.cut += u64::from(inner.cut_epoch != epoch);
-                drop(inner);
+        let mut inner = match wait_for_events(state, epoch, end, from) {
+            Waited::Cut => {
                 // Cut: no terminating chunk.
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 return Ok(false);
             }
-            if Instant::now() >= end {
-                drop(inner);
+            Waited::End => {
                 stream.write_all(b"0\r\n\r\n")?;
                 return Ok(true);
             }
-            if inner.history.back().is_some_and(|(rv, ..)| *rv > from) {
-                break;
-            }
-            inner = state
-                .changed
-                .wait_timeout(inner, Duration::from_millis(50))
-                .map(|(guard, _)| guard)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
+            Waited::Events(inner) => inner,
+        };
         if from < inner.oldest_rv {
             // Compacted while watching: the real server ends such a watch with 410.
             inner.counters.gone += 1;
-            let gone = status(
-                410,
-                "Expired",
-                &format!("too old resource version: {from} ({})", inner.oldest_rv),
-            );
+            let oldest = inner.oldest_rv;
             drop(inner);
-            write_chunk(stream, &event_line("ERROR", &gone))?;
-            stream.write_all(b"0\r\n\r\n")?;
-            return Ok(true);
+            return end_gone(stream, from, oldest);
         }
         let lines: Vec<Vec<u8>> = inner
             .history
             .iter()
-            .filter(|(rv, ns, _, o)| {
-                *rv > from
-                    && ns == namespace
-                    && labels_match(&labels, o)
-                    && fields_match(&fields, o)
-            })
+            .filter(|(rv, ns, _, o)| *rv > from && selected(ns, o))
             .map(|(_, _, kind, o)| event_line(kind, o))
             .collect();
         from = inner.history.back().map_or(from, |(rv, ..)| *rv);
@@ -1461,6 +1530,38 @@ fn watch(
         for line in lines {
             write_chunk(stream, &line)?;
         }
+    }
+}
+
+/// How a watch's wait for history ended.
+enum Waited<'a> {
+    /// The double stopped or the watches were cut.
+    Cut,
+    /// The watch's timeout passed.
+    End,
+    /// History newer than the watch's `from`, under the lock.
+    Events(MutexGuard<'a, Inner>),
+}
+
+/// Waits (in 50 ms steps) for history after `from`, a cut or the watch's `end`.
+fn wait_for_events(state: &State, epoch: u64, end: Instant, from: u64) -> Waited<'_> {
+    let mut inner = state.lock();
+    loop {
+        if state.stop.load(Ordering::SeqCst) || inner.cut_epoch != epoch {
+            inner.counters.cut += u64::from(inner.cut_epoch != epoch);
+            return Waited::Cut;
+        }
+        if Instant::now() >= end {
+            return Waited::End;
+        }
+        if inner.history.back().is_some_and(|(rv, ..)| *rv > from) {
+            return Waited::Events(inner);
+        }
+        inner = state
+            .changed
+            .wait_timeout(inner, Duration::from_millis(50))
+            .map(|(guard, _)| guard)
+            .unwrap_or_else(|p| p.into_inner().0);
     }
 }
 

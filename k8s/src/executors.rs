@@ -439,68 +439,94 @@ async fn watch_source(api: Api<Pod>, config: K8sConfig, tx: Sender<Event>, share
             return;
         }
         // Watch from `version` until the server says it is too old or the stream drops.
-        'watch: loop {
-            let stream = match with_retry("watch pods", config.api_timeout, || {
-                api.watch(&watch_params, &version)
-            })
-            .await
-            {
-                Ok(stream) => stream,
-                Err(e) if status_code(&e) == Some(410) => {
-                    tracing::info!("watch: resourceVersion {version} is too old; re-listing");
-                    break 'watch;
-                }
-                Err(e) if retryable(&e) => {
-                    let _ = tx.send(Event::ApiDown(format!(
-                        "the API server did not answer a pod watch for {} s: {e}",
-                        config.api_timeout.as_secs()
-                    )));
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!("watch refused: {e}; re-listing");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    break 'watch;
-                }
-            };
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                match stream.next().await {
-                    None => continue 'watch,
-                    Some(Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod))) => {
-                        if let Some(v) = &pod.metadata.resource_version {
-                            version = v.clone();
-                        }
-                        if let Some(name) = pods::pod_name(&pod) {
-                            let _ = tx.send(Event::Update(name.to_string(), pod_state(&pod)));
-                        }
-                    }
-                    Some(Ok(WatchEvent::Deleted(pod))) => {
-                        if let Some(v) = &pod.metadata.resource_version {
-                            version = v.clone();
-                        }
-                        if let Some(name) = pods::pod_name(&pod) {
-                            let _ = tx.send(Event::Update(name.to_string(), deleted_state(&pod)));
-                        }
-                    }
-                    Some(Ok(WatchEvent::Bookmark(bookmark))) => {
-                        version = bookmark.metadata.resource_version;
-                    }
-                    Some(Ok(WatchEvent::Error(e))) if e.code == 410 => {
-                        tracing::info!("watch: {} (410 Gone); re-listing", e.message);
-                        break 'watch;
-                    }
-                    Some(Ok(WatchEvent::Error(e))) => {
-                        tracing::warn!("watch error event: {} ({}); re-listing", e.message, e.code);
-                        break 'watch;
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!("watch stream dropped: {e}; re-listing");
-                        break 'watch;
-                    }
-                }
+        loop {
+            match watch_once(&api, &config, &watch_params, &tx, &mut version).await {
+                AfterWatch::Rewatch => {}
+                AfterWatch::Relist => break,
+                AfterWatch::Stop => return,
             }
         }
+    }
+}
+
+/// What the watch source does after a watch ends.
+enum AfterWatch {
+    /// The stream ended: watch again from the last version seen.
+    Rewatch,
+    /// The version is too old or the watch failed: list again.
+    Relist,
+    /// The API server is down (reported): stop.
+    Stop,
+}
+
+/// One watch from `version`, its events sent as updates; `version` follows them.
+async fn watch_once(
+    api: &Api<Pod>,
+    config: &K8sConfig,
+    params: &WatchParams,
+    tx: &Sender<Event>,
+    version: &mut String,
+) -> AfterWatch {
+    let stream = match with_retry("watch pods", config.api_timeout, || {
+        api.watch(params, version)
+    })
+    .await
+    {
+        Ok(stream) => stream,
+        Err(e) if status_code(&e) == Some(410) => {
+            tracing::info!("watch: resourceVersion {version} is too old; re-listing");
+            return AfterWatch::Relist;
+        }
+        Err(e) if retryable(&e) => {
+            let _ = tx.send(Event::ApiDown(format!(
+                "the API server did not answer a pod watch for {} s: {e}",
+                config.api_timeout.as_secs()
+            )));
+            return AfterWatch::Stop;
+        }
+        Err(e) => {
+            tracing::warn!("watch refused: {e}; re-listing");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            return AfterWatch::Relist;
+        }
+    };
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        let pod = match event {
+            Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => pod,
+            Ok(WatchEvent::Deleted(pod)) => {
+                send_update(tx, version, &pod, deleted_state(&pod));
+                continue;
+            }
+            Ok(WatchEvent::Bookmark(bookmark)) => {
+                *version = bookmark.metadata.resource_version;
+                continue;
+            }
+            Ok(WatchEvent::Error(e)) if e.code == 410 => {
+                tracing::info!("watch: {} (410 Gone); re-listing", e.message);
+                return AfterWatch::Relist;
+            }
+            Ok(WatchEvent::Error(e)) => {
+                tracing::warn!("watch error event: {} ({}); re-listing", e.message, e.code);
+                return AfterWatch::Relist;
+            }
+            Err(e) => {
+                tracing::warn!("watch stream dropped: {e}; re-listing");
+                return AfterWatch::Relist;
+            }
+        };
+        send_update(tx, version, &pod, pod_state(&pod));
+    }
+    AfterWatch::Rewatch
+}
+
+/// Sends a watched pod's new `state`, and moves `version` to the pod's.
+fn send_update(tx: &Sender<Event>, version: &mut String, pod: &Pod, state: ExecutorState) {
+    if let Some(v) = &pod.metadata.resource_version {
+        *version = v.clone();
+    }
+    if let Some(name) = pods::pod_name(pod) {
+        let _ = tx.send(Event::Update(name.to_string(), state));
     }
 }
 

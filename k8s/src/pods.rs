@@ -83,21 +83,7 @@ pub fn secret(settings: &PodSettings, value: &str) -> Secret {
 pub fn executor_pod(settings: &PodSettings, name: &str) -> Pod {
     let mut pod = settings.template.clone().unwrap_or_default();
     pod.status = None;
-    let meta = &mut pod.metadata;
-    meta.name = Some(name.to_string());
-    meta.generate_name = None;
-    meta.namespace = Some(settings.namespace.clone());
-    meta.resource_version = None;
-    meta.uid = None;
-    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
-    labels.insert(APP_LABEL.into(), settings.app_id.clone());
-    labels.insert(ROLE_LABEL.into(), "executor".into());
-    labels.insert(EXEC_LABEL.into(), name.to_string());
-    if let Some(owner) = &settings.owner {
-        meta.owner_references
-            .get_or_insert_with(Vec::new)
-            .push(owner.clone());
-    }
+    set_metadata(&mut pod.metadata, settings, name);
     let spec = pod.spec.get_or_insert_with(PodSpec::default);
     spec.restart_policy = Some("Never".into());
     let index = spec
@@ -129,6 +115,33 @@ pub fn executor_pod(settings: &PodSettings, name: &str) -> Pod {
         "--id".into(),
         name.to_string(),
     ]);
+    set_env(container, settings, name);
+    set_requests(container, settings);
+    pod
+}
+
+/// The executor pod's name, namespace, labels and owner (the template's server-set fields
+/// cleared).
+fn set_metadata(meta: &mut ObjectMeta, settings: &PodSettings, name: &str) {
+    meta.name = Some(name.to_string());
+    meta.generate_name = None;
+    meta.namespace = Some(settings.namespace.clone());
+    meta.resource_version = None;
+    meta.uid = None;
+    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(APP_LABEL.into(), settings.app_id.clone());
+    labels.insert(ROLE_LABEL.into(), "executor".into());
+    labels.insert(EXEC_LABEL.into(), name.to_string());
+    if let Some(owner) = &settings.owner {
+        meta.owner_references
+            .get_or_insert_with(Vec::new)
+            .push(owner.clone());
+    }
+}
+
+/// The executor container's Flint variables (replacing the template's): the secret from the
+/// app's Secret, the executor's and the app's ids.
+fn set_env(container: &mut Container, settings: &PodSettings, name: &str) {
     let env = container.env.get_or_insert_with(Vec::new);
     env.retain(|e| {
         !matches!(
@@ -158,6 +171,10 @@ pub fn executor_pod(settings: &PodSettings, name: &str) -> Pod {
         value: Some(settings.app_id.clone()),
         ..EnvVar::default()
     });
+}
+
+/// The executor container's resource requests: its cores, and its memory if given.
+fn set_requests(container: &mut Container, settings: &PodSettings) {
     let resources = container
         .resources
         .get_or_insert_with(ResourceRequirements::default);
@@ -169,7 +186,6 @@ pub fn executor_pod(settings: &PodSettings, name: &str) -> Pod {
             Quantity(format!("{}Mi", settings.memory_mb)),
         );
     }
-    pod
 }
 
 /// Termination reasons that mean the application brought the container down.

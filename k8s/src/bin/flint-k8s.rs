@@ -14,11 +14,12 @@ use flint_cli::run::{
     driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
 };
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
-use flint_k8s::executors::{self, K8sConfig, K8sExecutors};
+use flint_k8s::executors::{self, K8sConfig, K8sExecutors, K8sStats};
 use flint_k8s::pods::PodSettings;
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::handshake::{random_nonce, Secret};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 #[derive(Parser)]
 #[command(
@@ -199,50 +200,8 @@ fn valid_app_id(id: &str) -> bool {
 }
 
 fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
-    validate(&args.job)?;
-    if args.executors == 0 && args.max_executors.is_none() {
-        return Err("--executors must be at least 1 (or give --max-executors)".into());
-    }
-    if args
-        .max_executors
-        .is_some_and(|max| max < args.executors.max(1))
-    {
-        return Err("--max-executors must be at least --executors and 1".into());
-    }
-    let template: Option<Pod> = match &args.pod_template {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            Some(serde_json::from_str(&text).map_err(|e| {
-                format!("--pod-template {}: not a pod in JSON: {e}", path.display())
-            })?)
-        }
-        None => None,
-    };
-    let has_image = args.image.is_some()
-        || template.as_ref().is_some_and(|t| {
-            t.spec
-                .as_ref()
-                .is_some_and(|s| s.containers.iter().any(|c| c.image.is_some()))
-        });
-    if !has_image {
-        return Err("--image is required (or a --pod-template whose container has one)".into());
-    }
-    let app_id = match args.app_id.clone() {
-        Some(id) => id,
-        None => format!("flint-{}", random_hex(10)?),
-    };
-    if !valid_app_id(&app_id) {
-        return Err(format!(
-            "--app-id {app_id:?}: at most 40 characters of a-z, 0-9 and '-', starting with a letter"
-        ));
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("flint-k8s-api")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the API runtime: {e}"))?;
+    let (template, app_id) = check_submit(&args)?;
+    let runtime = api_runtime()?;
     let client = runtime.block_on(client_for(&args.master))?;
     let namespace = args
         .namespace
@@ -252,44 +211,10 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
 
     // The shared secret: the driver checks it, the pods read it from the app's Secret.
     let secret_value = random_hex(32)?;
-    let config = DriverConfig {
-        listen: args.listen,
-        secret: Some(Secret::new(secret_value.clone().into_bytes()).map_err(|e| e.to_string())?),
-        ..driver_config(&args.job)
-    };
-    let driver = Driver::builder()
-        .config(config)
-        .start()
-        .map_err(|e| e.to_string())?;
+    let driver = start_driver(&args, &secret_value)?;
     let listening = driver.local_addr().ok_or("the driver has no address")?;
-    let driver_addr = match &args.driver_address {
-        None => listening,
-        Some(text) => match (text.parse::<SocketAddr>(), text.parse::<std::net::IpAddr>()) {
-            (Ok(addr), _) => addr,
-            (_, Ok(ip)) => SocketAddr::new(ip, listening.port()),
-            _ => return Err(format!("--driver-address {text:?}: not IP:PORT nor an IP")),
-        },
-    };
-    if driver_addr.ip().is_unspecified() {
-        return Err("--driver-address is needed when listening on an unspecified address".into());
-    }
-    let driver_pod = args
-        .driver_pod_name
-        .clone()
-        .or_else(|| std::env::var("FLINT_DRIVER_POD_NAME").ok());
-    let owner = match &driver_pod {
-        Some(name) => Some(
-            runtime
-                .block_on(executors::owner_reference(
-                    client.clone(),
-                    &namespace,
-                    name,
-                    api_timeout,
-                ))
-                .map_err(|e| format!("cannot find the driver's pod {name}: {e}"))?,
-        ),
-        None => None,
-    };
+    let driver_addr = driver_address(&args, listening)?;
+    let owner = driver_owner(&args, &runtime, &client, &namespace, api_timeout)?;
     let settings = PodSettings {
         app_id: app_id.clone(),
         namespace: namespace.clone(),
@@ -311,25 +236,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         ))
         .map_err(|e| e.to_string())?;
     let min = args.executors;
-    let dynamic = args.max_executors.map(|max| DynamicConfig {
-        min,
-        max,
-        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
-        idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
-    });
-    let mut k8s = K8sConfig::new(settings.clone());
-    k8s.allocator = AllocatorConfig {
-        batch_size: args.batch_size.max(1),
-        batch_delay_us: args.batch_delay_ms.saturating_mul(1000),
-        pending_timeout_us: args.pending_timeout_ms.saturating_mul(1000),
-        failures_max: args.max_executor_failures,
-        initial_target: min,
-        dynamic,
-        name_prefix: format!("{app_id}-exec-"),
-    };
-    k8s.poll_interval = Duration::from_millis(args.poll_interval_ms.max(10));
-    k8s.api_timeout = api_timeout;
-    k8s.watch_timeout_s = args.watch_timeout_s.max(1);
+    let k8s = k8s_config(&args, settings.clone(), api_timeout);
     let driver = Arc::new(driver);
     let pods = K8sExecutors::start(
         k8s,
@@ -341,7 +248,194 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     eprintln!(
         "flint-k8s: application {app_id} in namespace {namespace}, driver on {driver_addr}, waiting for {min} executors"
     );
-    let interrupted = interrupt_flag(&runtime);
+    let result = run_with_pods(&args, &runtime, &driver, &pods);
+    let registered_end = pods.stats().registered;
+    let (stats, cleaned) = stop_and_clean(&runtime, client, &settings, api_timeout, pods, driver);
+    let summary = result?;
+    cleaned.map_err(|e| e.to_string())?;
+    let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
+    print_summary(&summary, &args.job, &extra);
+    Ok(exit_code(&summary))
+}
+
+/// The one-thread runtime the Kubernetes API calls run on.
+fn api_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("flint-k8s-api")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the API runtime: {e}"))
+}
+
+/// Stops the executors and their pods' control, then deletes the app's pods and Secret
+/// (waiting up to 60 s); the pods' counts and how the cleanup went (reported here).
+fn stop_and_clean(
+    runtime: &tokio::runtime::Runtime,
+    client: kube::Client,
+    settings: &PodSettings,
+    api_timeout: Duration,
+    pods: K8sExecutors,
+    driver: Arc<Driver>,
+) -> (K8sStats, Result<(), executors::K8sError>) {
+    pods.freeze();
+    let _ = driver.stop_executors(Duration::from_secs(5));
+    let stats = pods.stop();
+    drop(driver);
+    let cleaned = runtime.block_on(executors::cleanup(
+        client,
+        settings,
+        api_timeout,
+        Duration::from_secs(60),
+    ));
+    if let Err(error) = &cleaned {
+        eprintln!("flint-k8s: cleanup: {error}");
+    }
+    (stats, cleaned)
+}
+
+/// The checks on `submit`'s arguments made before anything starts: the job, the executor
+/// counts, the pod template (read here), the image and the application id (drawn if not given).
+fn check_submit(args: &SubmitArgs) -> Result<(Option<Pod>, String), String> {
+    validate(&args.job)?;
+    if args.executors == 0 && args.max_executors.is_none() {
+        return Err("--executors must be at least 1 (or give --max-executors)".into());
+    }
+    if args
+        .max_executors
+        .is_some_and(|max| max < args.executors.max(1))
+    {
+        return Err("--max-executors must be at least --executors and 1".into());
+    }
+    let template = read_template(args)?;
+    let has_image = args.image.is_some()
+        || template.as_ref().is_some_and(|t| {
+            t.spec
+                .as_ref()
+                .is_some_and(|s| s.containers.iter().any(|c| c.image.is_some()))
+        });
+    if !has_image {
+        return Err("--image is required (or a --pod-template whose container has one)".into());
+    }
+    let app_id = match args.app_id.clone() {
+        Some(id) => id,
+        None => format!("flint-{}", random_hex(10)?),
+    };
+    if !valid_app_id(&app_id) {
+        return Err(format!(
+            "--app-id {app_id:?}: at most 40 characters of a-z, 0-9 and '-', starting with a letter"
+        ));
+    }
+    Ok((template, app_id))
+}
+
+/// The `--pod-template` file parsed as a pod, if one is given.
+fn read_template(args: &SubmitArgs) -> Result<Option<Pod>, String> {
+    let Some(path) = &args.pod_template else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let pod = serde_json::from_str(&text)
+        .map_err(|e| format!("--pod-template {}: not a pod in JSON: {e}", path.display()))?;
+    Ok(Some(pod))
+}
+
+/// The driver, listening, checking `secret_value`.
+fn start_driver(args: &SubmitArgs, secret_value: &str) -> Result<Driver, String> {
+    let secret = Secret::new(secret_value.to_string().into_bytes()).map_err(|e| e.to_string())?;
+    let config = DriverConfig {
+        listen: args.listen,
+        secret: Some(secret),
+        ..driver_config(&args.job)
+    };
+    Driver::builder()
+        .config(config)
+        .start()
+        .map_err(|e| e.to_string())
+}
+
+/// The address the pods dial: `--driver-address` (IP:PORT, or an IP with the listening port),
+/// else the listening address, which then must not be unspecified.
+fn driver_address(args: &SubmitArgs, listening: SocketAddr) -> Result<SocketAddr, String> {
+    let driver_addr = match &args.driver_address {
+        None => listening,
+        Some(text) => match (text.parse::<SocketAddr>(), text.parse::<std::net::IpAddr>()) {
+            (Ok(addr), _) => addr,
+            (_, Ok(ip)) => SocketAddr::new(ip, listening.port()),
+            _ => return Err(format!("--driver-address {text:?}: not IP:PORT nor an IP")),
+        },
+    };
+    if driver_addr.ip().is_unspecified() {
+        return Err("--driver-address is needed when listening on an unspecified address".into());
+    }
+    Ok(driver_addr)
+}
+
+/// The owner reference to the driver's own pod (`--driver-pod-name` or
+/// `$FLINT_DRIVER_POD_NAME`), so the executor pods go when it goes; `None` outside a pod.
+fn driver_owner(
+    args: &SubmitArgs,
+    runtime: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    namespace: &str,
+    api_timeout: Duration,
+) -> Result<Option<OwnerReference>, String> {
+    let driver_pod = args
+        .driver_pod_name
+        .clone()
+        .or_else(|| std::env::var("FLINT_DRIVER_POD_NAME").ok());
+    let Some(name) = &driver_pod else {
+        return Ok(None);
+    };
+    let owner = runtime
+        .block_on(executors::owner_reference(
+            client.clone(),
+            namespace,
+            name,
+            api_timeout,
+        ))
+        .map_err(|e| format!("cannot find the driver's pod {name}: {e}"))?;
+    Ok(Some(owner))
+}
+
+/// The executor pods' control settings from the arguments: the allocator's batches, timeouts
+/// and (with `--max-executors`) its dynamic range, the API's poll and watch timings.
+fn k8s_config(args: &SubmitArgs, settings: PodSettings, api_timeout: Duration) -> K8sConfig {
+    let min = args.executors;
+    let dynamic = args.max_executors.map(|max| DynamicConfig {
+        min,
+        max,
+        tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
+        idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
+    });
+    let name_prefix = format!("{}-exec-", settings.app_id);
+    let mut k8s = K8sConfig::new(settings);
+    k8s.allocator = AllocatorConfig {
+        batch_size: args.batch_size.max(1),
+        batch_delay_us: args.batch_delay_ms.saturating_mul(1000),
+        pending_timeout_us: args.pending_timeout_ms.saturating_mul(1000),
+        failures_max: args.max_executor_failures,
+        initial_target: min,
+        dynamic,
+        name_prefix,
+    };
+    k8s.poll_interval = Duration::from_millis(args.poll_interval_ms.max(10));
+    k8s.api_timeout = api_timeout;
+    k8s.watch_timeout_s = args.watch_timeout_s.max(1);
+    k8s
+}
+
+/// Waits for the executors, runs the job (stopped early if the pods fail or a signal comes),
+/// then with `--max-executors` waits up to `--idle-wait-ms` for the idle ones to be released.
+fn run_with_pods(
+    args: &SubmitArgs,
+    runtime: &tokio::runtime::Runtime,
+    driver: &Driver,
+    pods: &K8sExecutors,
+) -> Result<flint_cli::summary::Summary, String> {
+    let min = args.executors;
+    let interrupted = interrupt_flag(runtime);
     let failed = || {
         pods.failed().or_else(|| {
             interrupted
@@ -350,37 +444,33 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         })
     };
     let result = wait_for(
-        &driver,
+        driver,
         min as usize,
         Duration::from_secs(args.wait_s),
         &failed,
     )
-    .and_then(|()| run_job(&driver, &args.job, &failed));
+    .and_then(|()| run_job(driver, &args.job, &failed));
     if result.is_ok() && args.max_executors.is_some() && args.idle_wait_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
         while Instant::now() < deadline && pods.stats().registered > u64::from(min) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let registered_end = pods.stats().registered;
-    pods.freeze();
-    let _ = driver.stop_executors(Duration::from_secs(5));
-    let stats = pods.stop();
-    drop(driver);
-    let cleaned = runtime.block_on(executors::cleanup(
-        client,
-        &settings,
-        api_timeout,
-        Duration::from_secs(60),
-    ));
-    if let Err(error) = &cleaned {
-        eprintln!("flint-k8s: cleanup: {error}");
-    }
-    let summary = result?;
-    cleaned.map_err(|e| e.to_string())?;
+    result
+}
+
+/// The Kubernetes lines of the job's summary: the application, the pods' counts.
+fn summary_extra(
+    args: &SubmitArgs,
+    app_id: &str,
+    namespace: &str,
+    stats: &K8sStats,
+    registered_end: u64,
+) -> Vec<(&'static str, String)> {
+    let min = args.executors;
     let mut extra = vec![
-        ("app_id", json_or_plain(&args.job, &app_id)),
-        ("namespace", json_or_plain(&args.job, &namespace)),
+        ("app_id", json_or_plain(&args.job, app_id)),
+        ("namespace", json_or_plain(&args.job, namespace)),
         ("cores", args.cores.to_string()),
         ("pods_created", stats.created.to_string()),
         ("executors_peak", stats.peak.to_string()),
@@ -397,8 +487,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         }
         None => extra.push(("executors", min.to_string())),
     }
-    print_summary(&summary, &args.job, &extra);
-    Ok(exit_code(&summary))
+    extra
 }
 
 /// Set by the first SIGINT or SIGTERM (the job is cancelled, then the pods and the Secret are

@@ -32,9 +32,10 @@ use std::time::{Duration, Instant};
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{
     Allocator, AllocatorConfig, AllocatorOutput, ExecutorState, Removals, SnapshotStore,
+    SubscriberId,
 };
 
-use crate::driver::Driver;
+use crate::driver::{Driver, ExecutorsView};
 
 /// How the local executors run.
 #[derive(Debug, Clone)]
@@ -250,71 +251,93 @@ impl Control {
                 break;
             };
             let now_us = self.now_us();
-            self.registered = view
-                .executors
-                .iter()
-                .map(|(name, _)| name.clone())
-                .collect();
-            for name in self.children.keys() {
-                if self.registered.contains(name)
-                    && self.store.current().get(name) != Some(&ExecutorState::Running)
-                {
-                    self.store.update(now_us, name, ExecutorState::Running);
-                    if self.config.events {
-                        crate::observe::EventSink::emit(
-                            self.config.on_event.as_ref(),
-                            &format!("executor {name} registered"),
-                        );
-                    }
-                }
-            }
+            self.mark_registered(now_us, &view);
             if last_sync.elapsed() >= self.config.sync_interval {
                 last_sync = Instant::now();
-                let listing: Vec<(String, ExecutorState)> = self
-                    .children
-                    .keys()
-                    .map(|name| {
-                        let state = if self.registered.contains(name) {
-                            ExecutorState::Running
-                        } else {
-                            ExecutorState::Pending
-                        };
-                        (name.clone(), state)
-                    })
-                    .collect();
-                self.store.replace_all(now_us, listing);
+                self.sync(now_us);
             }
             // Once frozen (the application is ending), exits are not the allocator's business.
             let frozen = self.shared.frozen.load(Ordering::SeqCst);
-            for delivery in self.store.poll_deliveries(now_us) {
-                for snapshot in &delivery.snapshots {
-                    if !frozen {
-                        self.allocator.on_snapshot(now_us, snapshot);
-                    }
-                    for (name, reason) in self.removals.on_snapshot(snapshot) {
-                        let _ = self.driver.remove_executor(&name, reason);
-                    }
-                }
-                self.store.delivered(subscriber);
-            }
-            let idle = view
-                .executors
-                .iter()
-                .filter(|(_, running)| *running == 0)
-                .map(|(name, _)| name.as_str());
-            self.allocator
-                .on_load(now_us, view.pending_tasks, view.running_tasks, idle);
-            if !frozen {
-                self.allocator.tick(now_us);
-                while let Some(output) = self.allocator.poll_output() {
-                    self.carry_out(output);
-                }
-            }
+            self.deliver(now_us, subscriber, frozen);
+            self.allocate(now_us, &view, frozen);
             self.kill_lingering();
             self.update_stats();
             std::thread::sleep(self.config.watch_interval);
         }
         self.children.into_values().collect()
+    }
+
+    /// Reports running each child whose id the driver has registered.
+    fn mark_registered(&mut self, now_us: u64, view: &ExecutorsView) {
+        self.registered = view
+            .executors
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in self.children.keys() {
+            if self.registered.contains(name)
+                && self.store.current().get(name) != Some(&ExecutorState::Running)
+            {
+                self.store.update(now_us, name, ExecutorState::Running);
+                if self.config.events {
+                    crate::observe::EventSink::emit(
+                        self.config.on_event.as_ref(),
+                        &format!("executor {name} registered"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The poll source: the live children, running once registered, replace the snapshot.
+    fn sync(&mut self, now_us: u64) {
+        let listing: Vec<(String, ExecutorState)> = self
+            .children
+            .keys()
+            .map(|name| {
+                let state = if self.registered.contains(name) {
+                    ExecutorState::Running
+                } else {
+                    ExecutorState::Pending
+                };
+                (name.clone(), state)
+            })
+            .collect();
+        self.store.replace_all(now_us, listing);
+    }
+
+    /// Feeds the store's due snapshots to the allocator (unless `frozen`) and to the removals,
+    /// removing gone executors from the driver.
+    fn deliver(&mut self, now_us: u64, subscriber: SubscriberId, frozen: bool) {
+        for delivery in self.store.poll_deliveries(now_us) {
+            for snapshot in &delivery.snapshots {
+                if !frozen {
+                    self.allocator.on_snapshot(now_us, snapshot);
+                }
+                for (name, reason) in self.removals.on_snapshot(snapshot) {
+                    let _ = self.driver.remove_executor(&name, reason);
+                }
+            }
+            self.store.delivered(subscriber);
+        }
+    }
+
+    /// Gives the allocator the driver's load and (unless `frozen`) ticks it, carrying out its
+    /// outputs.
+    fn allocate(&mut self, now_us: u64, view: &ExecutorsView, frozen: bool) {
+        let idle = view
+            .executors
+            .iter()
+            .filter(|(_, running)| *running == 0)
+            .map(|(name, _)| name.as_str());
+        self.allocator
+            .on_load(now_us, view.pending_tasks, view.running_tasks, idle);
+        if !frozen {
+            self.allocator.tick(now_us);
+            while let Some(output) = self.allocator.poll_output() {
+                self.carry_out(output);
+            }
+        }
     }
 
     /// The watch source: reports each child's exit.

@@ -141,6 +141,14 @@ impl Collector for DriverCollector {
 
 /// Encodes a [`DriverView`].
 pub fn encode_driver(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
+    encode_tasks(enc, v)?;
+    encode_executors(enc, v)?;
+    encode_jobs(enc, v)?;
+    encode_latencies_and_refusals(enc, v)
+}
+
+/// The driver's task counters and gauges.
+fn encode_tasks(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
     let s = &v.stats;
     counter(
         enc,
@@ -184,7 +192,11 @@ pub fn encode_driver(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         "tasks_running",
         "Task attempts running.",
         v.running_tasks as i64,
-    )?;
+    )
+}
+
+/// The driver's executors: per executor, counted now and since the start.
+fn encode_executors(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
     let live: Vec<_> = v
         .executors
         .iter()
@@ -239,8 +251,12 @@ pub fn encode_driver(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         enc,
         "executors_excluded",
         "Executors excluded for failures (cumulative).",
-        s.executors_excluded,
-    )?;
+        v.stats.executors_excluded,
+    )
+}
+
+/// The driver's jobs: active, submitted, over by outcome.
+fn encode_jobs(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
     gauge(
         enc,
         "jobs_active",
@@ -266,7 +282,11 @@ pub fn encode_driver(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         MetricType::Counter,
         "outcome",
         &rows,
-    )?;
+    )
+}
+
+/// The driver's sampled task latencies and its refused connections by reason.
+fn encode_latencies_and_refusals(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
     histogram(
         enc,
         "task_queue_seconds",
@@ -351,98 +371,118 @@ impl Collector for ClusterCollector {
         let Ok(view) = view else {
             return Ok(());
         };
-        let alive: Vec<_> = view.workers.iter().filter(|w| w.state == "ALIVE").collect();
-        let used: u64 = alive.iter().map(|w| u64::from(w.cores_used)).sum();
-        let total: u64 = alive.iter().map(|w| u64::from(w.cores)).sum();
-        let mem_used: u64 = alive.iter().map(|w| w.memory_used_mb).sum();
-        let mem_total: u64 = alive.iter().map(|w| w.memory_mb).sum();
-        let split = |used: u64, total: u64| {
-            vec![
-                ("used".to_owned(), used as i64),
-                ("free".to_owned(), total.saturating_sub(used) as i64),
-            ]
-        };
-        let executors = count_by(
-            view.executors.iter().map(|e| e.state.as_str()),
-            &["LAUNCHING", "RUNNING", "EXITED", "FAILED", "KILLED", "LOST"],
-        );
         match self.role {
-            ClusterRole::Master => {
-                family(
-                    &mut enc,
-                    "workers",
-                    "Workers by state.",
-                    MetricType::Gauge,
-                    "state",
-                    &count_by(
-                        view.workers.iter().map(|w| w.state.as_str()),
-                        &["ALIVE", "DEAD", "UNKNOWN"],
-                    ),
-                )?;
-                family(
-                    &mut enc,
-                    "cores",
-                    "Cores of alive workers, used and free.",
-                    MetricType::Gauge,
-                    "state",
-                    &split(used, total),
-                )?;
-                family(
-                    &mut enc,
-                    "memory_mb",
-                    "Memory (MiB) of alive workers, used and free.",
-                    MetricType::Gauge,
-                    "state",
-                    &split(mem_used, mem_total),
-                )?;
-                family(
-                    &mut enc,
-                    "applications",
-                    "Applications by state.",
-                    MetricType::Gauge,
-                    "state",
-                    &count_by(
-                        view.apps.iter().map(|a| a.state.as_str()),
-                        &["WAITING", "RUNNING", "FINISHED", "FAILED", "KILLED"],
-                    ),
-                )?;
-                family(
-                    &mut enc,
-                    "executors_by_state",
-                    "Executors of active applications by state.",
-                    MetricType::Gauge,
-                    "state",
-                    &executors,
-                )
-            }
-            ClusterRole::Worker => {
-                family(
-                    &mut enc,
-                    "worker_cores",
-                    "This worker's cores, used and free.",
-                    MetricType::Gauge,
-                    "state",
-                    &split(used, total),
-                )?;
-                family(
-                    &mut enc,
-                    "worker_memory_mb",
-                    "This worker's memory (MiB), used and free.",
-                    MetricType::Gauge,
-                    "state",
-                    &split(mem_used, mem_total),
-                )?;
-                family(
-                    &mut enc,
-                    "executors_by_state",
-                    "This worker's executors by state.",
-                    MetricType::Gauge,
-                    "state",
-                    &executors,
-                )
-            }
+            ClusterRole::Master => encode_master(&mut enc, &view),
+            ClusterRole::Worker => encode_worker(&mut enc, &view),
         }
     }
+}
+
+/// A family's rows: each label value with its value.
+type Rows = Vec<(String, i64)>;
+
+/// Cores and memory (MiB) of the alive workers, each as `used` and `free` rows.
+fn alive_resources(view: &ClusterView) -> (Rows, Rows) {
+    let alive: Vec<_> = view.workers.iter().filter(|w| w.state == "ALIVE").collect();
+    let used: u64 = alive.iter().map(|w| u64::from(w.cores_used)).sum();
+    let total: u64 = alive.iter().map(|w| u64::from(w.cores)).sum();
+    let mem_used: u64 = alive.iter().map(|w| w.memory_used_mb).sum();
+    let mem_total: u64 = alive.iter().map(|w| w.memory_mb).sum();
+    let split = |used: u64, total: u64| {
+        vec![
+            ("used".to_owned(), used as i64),
+            ("free".to_owned(), total.saturating_sub(used) as i64),
+        ]
+    };
+    (split(used, total), split(mem_used, mem_total))
+}
+
+/// The view's executors counted by state.
+fn executors_by_state(view: &ClusterView) -> Rows {
+    count_by(
+        view.executors.iter().map(|e| e.state.as_str()),
+        &["LAUNCHING", "RUNNING", "EXITED", "FAILED", "KILLED", "LOST"],
+    )
+}
+
+/// A master's metrics: workers, their resources, applications, executors.
+fn encode_master(enc: &mut DescriptorEncoder, view: &ClusterView) -> Result {
+    let (cores, memory) = alive_resources(view);
+    family(
+        enc,
+        "workers",
+        "Workers by state.",
+        MetricType::Gauge,
+        "state",
+        &count_by(
+            view.workers.iter().map(|w| w.state.as_str()),
+            &["ALIVE", "DEAD", "UNKNOWN"],
+        ),
+    )?;
+    family(
+        enc,
+        "cores",
+        "Cores of alive workers, used and free.",
+        MetricType::Gauge,
+        "state",
+        &cores,
+    )?;
+    family(
+        enc,
+        "memory_mb",
+        "Memory (MiB) of alive workers, used and free.",
+        MetricType::Gauge,
+        "state",
+        &memory,
+    )?;
+    family(
+        enc,
+        "applications",
+        "Applications by state.",
+        MetricType::Gauge,
+        "state",
+        &count_by(
+            view.apps.iter().map(|a| a.state.as_str()),
+            &["WAITING", "RUNNING", "FINISHED", "FAILED", "KILLED"],
+        ),
+    )?;
+    family(
+        enc,
+        "executors_by_state",
+        "Executors of active applications by state.",
+        MetricType::Gauge,
+        "state",
+        &executors_by_state(view),
+    )
+}
+
+/// A worker's metrics: its resources and executors.
+fn encode_worker(enc: &mut DescriptorEncoder, view: &ClusterView) -> Result {
+    let (cores, memory) = alive_resources(view);
+    family(
+        enc,
+        "worker_cores",
+        "This worker's cores, used and free.",
+        MetricType::Gauge,
+        "state",
+        &cores,
+    )?;
+    family(
+        enc,
+        "worker_memory_mb",
+        "This worker's memory (MiB), used and free.",
+        MetricType::Gauge,
+        "state",
+        &memory,
+    )?;
+    family(
+        enc,
+        "executors_by_state",
+        "This worker's executors by state.",
+        MetricType::Gauge,
+        "state",
+        &executors_by_state(view),
+    )
 }
 
 /// A registry with `flint_`-prefixed names holding `collector`.

@@ -99,32 +99,39 @@ fn stat(out: &mut String, id: &str, label: &str, value: impl std::fmt::Display) 
 /// The driver's page.
 pub fn driver_page(v: &DriverView) -> String {
     let mut b = String::new();
+    driver_summary(&mut b, v);
+    jobs_table(&mut b, v);
+    driver_executors_table(&mut b, v);
+    failures_table(&mut b, v);
+    page("Flint driver", &b)
+}
+
+/// The driver page's summary: uptime, jobs, tasks, executors.
+fn driver_summary(b: &mut String, v: &DriverView) {
     let _ = write!(b, "<h1>Flint driver</h1><dl id=\"summary\">");
-    stat(&mut b, "uptime", "up", duration(v.uptime));
-    stat(&mut b, "jobs-active", "jobs active", v.active_jobs);
-    stat(&mut b, "tasks-pending", "tasks pending", v.pending_tasks);
-    stat(&mut b, "tasks-running", "tasks running", v.running_tasks);
+    stat(b, "uptime", "up", duration(v.uptime));
+    stat(b, "jobs-active", "jobs active", v.active_jobs);
+    stat(b, "tasks-pending", "tasks pending", v.pending_tasks);
+    stat(b, "tasks-running", "tasks running", v.running_tasks);
+    stat(b, "tasks-succeeded", "tasks succeeded", v.stats.succeeded);
     stat(
-        &mut b,
-        "tasks-succeeded",
-        "tasks succeeded",
-        v.stats.succeeded,
-    );
-    stat(
-        &mut b,
+        b,
         "attempts-failed",
         "attempts failed",
         v.stats.attempts_failed,
     );
     stat(
-        &mut b,
+        b,
         "executors-live",
         "executors",
         v.executors.iter().filter(|e| e.removed.is_empty()).count(),
     );
-    stat(&mut b, "executors-lost", "executors lost", v.executors_lost);
+    stat(b, "executors-lost", "executors lost", v.executors_lost);
     b.push_str("</dl>");
+}
 
+/// The driver page's jobs, with their progress and failures.
+fn jobs_table(b: &mut String, v: &DriverView) {
     b.push_str(
         "<h2>Jobs</h2><table id=\"jobs\"><tr><th>id</th><th>function</th><th>state</th>\
         <th>progress</th><th>tasks done</th><th>failed attempts</th><th>submitted</th>\
@@ -151,7 +158,10 @@ pub fn driver_page(v: &DriverView) -> String {
         );
     }
     b.push_str("</table>");
+}
 
+/// The driver page's executors, the removed ones with why.
+fn driver_executors_table(b: &mut String, v: &DriverView) {
     b.push_str(
         "<h2>Executors</h2><table id=\"executors\"><tr><th>id</th><th>host</th>\
         <th>cores</th><th>running</th><th>finished</th><th>failed</th><th>state</th></tr>",
@@ -180,7 +190,10 @@ pub fn driver_page(v: &DriverView) -> String {
         );
     }
     b.push_str("</table>");
+}
 
+/// The driver page's recent task failures.
+fn failures_table(b: &mut String, v: &DriverView) {
     b.push_str(
         "<h2>Recent failures</h2><table id=\"failures\"><tr><th>when</th><th>job</th>\
         <th>task</th><th>attempt</th><th>executor</th><th>reason</th></tr>",
@@ -199,7 +212,6 @@ pub fn driver_page(v: &DriverView) -> String {
         );
     }
     b.push_str("</table>");
-    page("Flint driver", &b)
 }
 
 /// The master's page (a worker's shows itself and its executors the same way).
@@ -209,32 +221,41 @@ pub fn cluster_page(role: ClusterRole, v: &ClusterView) -> String {
         ClusterRole::Worker => "Flint worker",
     };
     let mut b = String::new();
+    cluster_summary(&mut b, title, v);
+    workers_table(&mut b, v);
+    if role == ClusterRole::Master {
+        applications_table(&mut b, v);
+    }
+    cluster_executors_table(&mut b, v);
+    page(title, &b)
+}
+
+/// The cluster page's summary: workers, cores, applications, executors.
+fn cluster_summary(b: &mut String, title: &str, v: &ClusterView) {
     let _ = write!(b, "<h1>{title}</h1><dl id=\"summary\">");
     let alive: Vec<_> = v.workers.iter().filter(|w| w.state == "ALIVE").collect();
     let cores: u32 = alive.iter().map(|w| w.cores).sum();
     let used: u32 = alive.iter().map(|w| w.cores_used).sum();
-    stat(&mut b, "workers-alive", "workers alive", alive.len());
+    stat(b, "workers-alive", "workers alive", alive.len());
+    stat(b, "cores-used", "cores used", format!("{used} / {cores}"));
     stat(
-        &mut b,
-        "cores-used",
-        "cores used",
-        format!("{used} / {cores}"),
-    );
-    stat(
-        &mut b,
+        b,
         "apps-running",
         "applications running",
         v.apps.iter().filter(|a| a.state == "RUNNING").count(),
     );
     stat(
-        &mut b,
+        b,
         "apps-waiting",
         "applications waiting",
         v.apps.iter().filter(|a| a.state == "WAITING").count(),
     );
-    stat(&mut b, "executors-count", "executors", v.executors.len());
+    stat(b, "executors-count", "executors", v.executors.len());
     b.push_str("</dl>");
+}
 
+/// The cluster page's workers and their resources.
+fn workers_table(b: &mut String, v: &ClusterView) {
     b.push_str(
         "<h2>Workers</h2><table id=\"workers\"><tr><th>id</th><th>address</th>\
         <th>state</th><th>cores used</th><th>memory used (MiB)</th></tr>",
@@ -255,29 +276,33 @@ pub fn cluster_page(role: ClusterRole, v: &ClusterView) -> String {
         );
     }
     b.push_str("</table>");
+}
 
-    if role == ClusterRole::Master {
-        b.push_str(
-            "<h2>Applications</h2><table id=\"applications\"><tr><th>id</th><th>name</th>\
-            <th>state</th><th>cores</th><th>executors requested</th><th>waiting because</th></tr>",
+/// The master page's applications, the waiting ones with why.
+fn applications_table(b: &mut String, v: &ClusterView) {
+    b.push_str(
+        "<h2>Applications</h2><table id=\"applications\"><tr><th>id</th><th>name</th>\
+        <th>state</th><th>cores</th><th>executors requested</th><th>waiting because</th></tr>",
+    );
+    for a in &v.apps {
+        let _ = write!(
+            b,
+            "<tr data-app=\"{id}\" data-state=\"{st}\" data-cores=\"{c}\"><td>{id}</td><td>{n}</td>\
+             <td class=\"s-{st}\">{st}</td><td class=\"num\">{c}</td><td class=\"num\">{r}</td>\
+             <td class=\"reason\">{w}</td></tr>",
+            id = escape(&a.id),
+            n = escape(&a.name),
+            st = escape(&a.state),
+            c = a.cores_granted,
+            r = a.executors_requested,
+            w = escape(&a.waiting),
         );
-        for a in &v.apps {
-            let _ = write!(
-                b,
-                "<tr data-app=\"{id}\" data-state=\"{st}\" data-cores=\"{c}\"><td>{id}</td><td>{n}</td>\
-                 <td class=\"s-{st}\">{st}</td><td class=\"num\">{c}</td><td class=\"num\">{r}</td>\
-                 <td class=\"reason\">{w}</td></tr>",
-                id = escape(&a.id),
-                n = escape(&a.name),
-                st = escape(&a.state),
-                c = a.cores_granted,
-                r = a.executors_requested,
-                w = escape(&a.waiting),
-            );
-        }
-        b.push_str("</table>");
     }
+    b.push_str("</table>");
+}
 
+/// The cluster page's executors.
+fn cluster_executors_table(b: &mut String, v: &ClusterView) {
     b.push_str(
         "<h2>Executors</h2><table id=\"executors\"><tr><th>application</th><th>id</th>\
         <th>worker</th><th>cores</th><th>state</th></tr>",
@@ -296,7 +321,6 @@ pub fn cluster_page(role: ClusterRole, v: &ClusterView) -> String {
         );
     }
     b.push_str("</table>");
-    page(title, &b)
 }
 
 fn unavailable(what: &str, error: &str) -> Response {

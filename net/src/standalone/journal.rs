@@ -312,15 +312,31 @@ fn encode_executor(app_id: &str, executor_id: &str, out: &mut BytesMut) {
 pub fn replay(bytes: &[u8]) -> Recovered {
     let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
     decoder.extend_from_slice(bytes);
-    let mut workers: BTreeMap<String, WorkerSpec> = BTreeMap::new();
-    let mut apps: BTreeMap<String, RecoveredApp> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    let mut pending_app: Option<String> = None;
+    let mut replay = Replay::default();
     while let Ok(Some(frame)) = decoder.next_frame() {
         let Ok(message) = frame.message() else {
             tracing::warn!("journal: malformed record; replay stops there");
             break;
         };
+        replay.apply(message);
+    }
+    replay.recovered()
+}
+
+/// The state a replay has rebuilt so far.
+#[derive(Default)]
+struct Replay {
+    workers: BTreeMap<String, WorkerSpec>,
+    apps: BTreeMap<String, RecoveredApp>,
+    /// Application ids in registration order.
+    order: Vec<String>,
+    /// The id of a `RegisteredApplication` record, waiting for its `RegisterApplication`.
+    pending_app: Option<String>,
+}
+
+impl Replay {
+    /// Applies one journal record.
+    fn apply(&mut self, message: Message<'_>) {
         match message {
             Message::RegisterWorker {
                 worker_id,
@@ -329,38 +345,29 @@ pub fn replay(bytes: &[u8]) -> Recovered {
                 cores,
                 memory_mb,
             } => {
-                workers.insert(
-                    worker_id.to_owned(),
-                    WorkerSpec {
-                        id: worker_id.to_owned(),
-                        host: host.to_owned(),
-                        port,
-                        cores,
-                        memory_mb,
-                    },
-                );
+                let spec = WorkerSpec {
+                    id: worker_id.to_owned(),
+                    host: host.to_owned(),
+                    port,
+                    cores,
+                    memory_mb,
+                };
+                self.workers.insert(worker_id.to_owned(), spec);
             }
             Message::WorkerRemoved { worker_id, .. } => {
-                workers.remove(worker_id);
+                self.workers.remove(worker_id);
             }
-            Message::RegisteredApplication { app_id } => pending_app = Some(app_id.to_owned()),
+            Message::RegisteredApplication { app_id } => {
+                self.pending_app = Some(app_id.to_owned());
+            }
             Message::RegisterApplication { app } => {
-                if let Some(id) = pending_app.take() {
-                    order.retain(|known| *known != id);
-                    order.push(id.clone());
-                    apps.insert(
-                        id.clone(),
-                        RecoveredApp {
-                            id,
-                            spec: without_secret(&spec_from_wire(&app)).into_owned(),
-                            executor_limit: None,
-                            next_executor: 0,
-                        },
-                    );
+                if let Some(id) = self.pending_app.take() {
+                    let spec = without_secret(&spec_from_wire(&app)).into_owned();
+                    self.add_app(id, spec);
                 }
             }
             Message::RequestExecutors { app_id, total } => {
-                if let Some(app) = apps.get_mut(app_id) {
+                if let Some(app) = self.apps.get_mut(app_id) {
                     app.executor_limit = Some(total);
                 }
             }
@@ -369,24 +376,43 @@ pub fn replay(bytes: &[u8]) -> Recovered {
                 executor_id,
                 ..
             } => {
-                if let (Some(app), Ok(n)) = (apps.get_mut(app_id), executor_id.parse::<u64>()) {
+                if let (Some(app), Ok(n)) = (self.apps.get_mut(app_id), executor_id.parse::<u64>())
+                {
                     app.next_executor = app.next_executor.max(n.saturating_add(1));
                 }
             }
             Message::ApplicationRemoved { app_id, .. } => {
-                apps.remove(app_id);
+                self.apps.remove(app_id);
             }
             other => {
                 tracing::warn!("journal: unexpected record {}", other.kind().name());
             }
         }
     }
-    Recovered {
-        workers: workers.into_values().collect(),
-        apps: order
-            .into_iter()
-            .filter_map(|id| apps.remove(&id))
-            .collect(),
+
+    /// Registers (or registers again, last in order) application `id`.
+    fn add_app(&mut self, id: String, spec: AppSpec) {
+        self.order.retain(|known| *known != id);
+        self.order.push(id.clone());
+        let app = RecoveredApp {
+            id: id.clone(),
+            spec,
+            executor_limit: None,
+            next_executor: 0,
+        };
+        self.apps.insert(id, app);
+    }
+
+    /// The workers, and the applications still registered in registration order.
+    fn recovered(mut self) -> Recovered {
+        Recovered {
+            workers: self.workers.into_values().collect(),
+            apps: self
+                .order
+                .into_iter()
+                .filter_map(|id| self.apps.remove(&id))
+                .collect(),
+        }
     }
 }
 
