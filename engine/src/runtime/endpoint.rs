@@ -88,6 +88,12 @@ impl<E: Endpoint> Ctx<'_, E> {
         Ok(())
     }
 
+    /// Sources registered on this loop, by all its endpoints: what a role that opens and closes
+    /// connections can check to see it deregisters the closed ones.
+    pub fn sources_registered(&self) -> usize {
+        self.inner.sources_registered()
+    }
+
     /// Removes a registered source from the loop and forgets its token.
     pub fn deregister<S: Source + ?Sized>(
         &mut self,

@@ -189,6 +189,10 @@ impl LoopInner {
         self.tokens.remove(&token.0);
         Ok(())
     }
+
+    pub(crate) fn sources_registered(&self) -> usize {
+        self.tokens.len()
+    }
 }
 
 pub(crate) enum Outcome {

@@ -197,6 +197,7 @@ impl DriverEndpoint {
     /// armed then); none is armed while nothing is pending.
     fn after_event(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.drain();
+        self.sockets.release(ctx);
         let stuck = self.sockets.stuck_deadline_us();
         let deadline = [self.core.poll_timeout(), stuck]
             .into_iter()

@@ -317,11 +317,13 @@ impl Endpoint for MasterEndpoint {
             self.on_peer_event(token, event);
         }
         self.pump();
+        self.sockets.release(ctx);
     }
 
-    fn on_timer(&mut self, _timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+    fn on_timer(&mut self, _timer: TimerId, ctx: &mut Ctx<'_, Self>) {
         let now_us = self.now_us();
         self.core.handle_tick(now_us);
         self.pump();
+        self.sockets.release(ctx);
     }
 }

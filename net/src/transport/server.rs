@@ -83,6 +83,9 @@ pub struct Sockets {
     stuck_timeout_us: Option<u64>,
     /// Watched connections with bytes stuck (see [`Socket::write_stuck_since_us`]).
     stuck: HashSet<Token>,
+    /// Connections closed since the last [`Sockets::release`]: their tokens are still the
+    /// loop's until they are deregistered there.
+    closed: Vec<(Token, Connection)>,
 }
 
 struct Socket {
@@ -111,6 +114,15 @@ impl Sockets {
             dirty: Vec::new(),
             stuck_timeout_us: stuck_timeout.map(us),
             stuck: HashSet::new(),
+            closed: Vec::new(),
+        }
+    }
+
+    /// Deregisters the connections closed since the last call from the loop, so their tokens
+    /// do not pile up in it; the role calls it once per event, where it has the loop's context.
+    pub fn release<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
+        for (token, mut conn) in self.closed.drain(..) {
+            let _ = ctx.deregister(conn.stream_mut(), token);
         }
     }
 
@@ -213,6 +225,7 @@ impl Sockets {
         self.stuck.remove(&token);
         if let Some(mut socket) = self.conns.remove(&token) {
             let _ = socket.conn.flush();
+            self.closed.push((token, socket.conn));
         }
     }
 
@@ -266,7 +279,9 @@ impl Sockets {
         for token in expired {
             let queued = self.conns.get(&token).map_or(0, |s| s.conn.outbound_len());
             self.stuck.remove(&token);
-            self.conns.remove(&token);
+            if let Some(socket) = self.conns.remove(&token) {
+                self.closed.push((token, socket.conn));
+            }
             let why = ConnError::Protocol(format!(
                 "not reading: {queued} bytes queued for it and none written for {timeout_ms} ms"
             ));
@@ -371,6 +386,7 @@ impl<S> Server<S> {
             self.sockets.touch(token);
         }
         self.settle(handler);
+        self.sockets.release(ctx);
     }
 
     /// A peer's outbound buffer, to append frames to (sent with the next [`Server::flush`]);
@@ -519,6 +535,8 @@ fn on_frame<S>(
 mod tests {
     use std::io::Read;
     use std::net::TcpStream;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     use flint_engine::runtime::{Runtime, RuntimeConfig};
 
@@ -558,6 +576,8 @@ mod tests {
 
     struct Listening {
         server: Server<()>,
+        /// The loop's registered sources, as of the last event.
+        sources: Arc<AtomicUsize>,
     }
 
     impl Endpoint for Listening {
@@ -572,11 +592,22 @@ mod tests {
         fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
             self.server.on_readiness(token, event, &mut Clients, ctx);
             self.server.flush(&mut Clients);
+            self.sources
+                .store(ctx.sources_registered(), Ordering::SeqCst);
         }
     }
 
     /// A server with these limits on a runtime of its own, and its address.
     fn serve(handshakes_max: usize, clients_max: usize) -> (Runtime, std::net::SocketAddr) {
+        let (runtime, addr, _) = serve_counting(handshakes_max, clients_max);
+        (runtime, addr)
+    }
+
+    /// [`serve`], with the loop's registered sources as of its last event.
+    fn serve_counting(
+        handshakes_max: usize,
+        clients_max: usize,
+    ) -> (Runtime, std::net::SocketAddr, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
         let addr = listener.local_addr().expect("addr");
         let inbound = Inbound {
@@ -600,11 +631,47 @@ mod tests {
         })
         .expect("runtime");
         let server = Server::new(listener, inbound, limits, "the test");
+        let sources = Arc::new(AtomicUsize::new(0));
+        let listening = Listening {
+            server,
+            sources: sources.clone(),
+        };
         runtime
             .handle()
-            .spawn("listening", Listening { server })
+            .spawn("listening", listening)
             .expect("spawns");
-        (runtime, addr)
+        (runtime, addr, sources)
+    }
+
+    #[test]
+    fn closed_connections_leave_the_loop() {
+        let (_runtime, addr, sources) = serve_counting(16, 16);
+        for _ in 0..40 {
+            let mut stream = TcpStream::connect(addr).expect("connect");
+            // The server's Hello arrives, then the connection is dropped from this side.
+            let mut byte = [0u8; 1];
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            stream.read_exact(&mut byte).expect("the server's hello");
+        }
+        // One more connection wakes the loop after the last close was seen.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let probe = TcpStream::connect(addr).expect("connect");
+            std::thread::sleep(Duration::from_millis(20));
+            drop(probe);
+            let registered = sources.load(Ordering::SeqCst);
+            // The listener, the probe and at most a few closes not yet seen: never one per
+            // connection ever accepted.
+            if registered <= 4 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{registered} sources still registered after 40 connections closed"
+            );
+        }
     }
 
     /// The frames a raw connection receives until `last` arrives (or the peer closes).
