@@ -14,7 +14,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::prefs::PrefKey;
-use super::types::{ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig};
+use super::types::{
+    ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig, TaskId, TaskLaunch,
+};
 use crate::hash::{FxHashMap, FxHashSet};
 
 /// Executors (and hosts) one task remembers failing on; failures beyond are counted against
@@ -570,6 +572,58 @@ impl Job {
             return Some(Found::Speculative(i));
         }
         None
+    }
+
+    /// Starts an attempt of the task `found` on executor slot `exec_slot`: the attempt slot
+    /// taken, the task (if pending) marked running and the job's counts moved along. Returns
+    /// the launch to send and whether it is a speculative copy.
+    #[inline]
+    pub fn start_attempt(
+        &mut self,
+        now_us: u64,
+        exec_slot: u32,
+        found: Found,
+    ) -> (TaskLaunch, bool) {
+        let (index, speculative) = match found {
+            Found::Pending(i, level) => {
+                self.launched_at(now_us, level);
+                (i, false)
+            }
+            Found::Speculative(i) => (i, true),
+        };
+        let Some(t) = self.tasks.get_mut(index as usize) else {
+            unreachable!("found task {index} beyond the job");
+        };
+        let Some(free_attempt) = t.attempts.iter_mut().find(|a| a.is_none()) else {
+            unreachable!("task {index} found with both attempt slots taken");
+        };
+        let attempt = t.next_attempt;
+        *free_attempt = Some(Attempt {
+            attempt,
+            exec: exec_slot,
+        });
+        t.next_attempt += 1;
+        self.counters.launched += 1;
+        if speculative {
+            assert_eq!(t.status, Status::Running, "only running tasks are copied");
+            self.counters.speculative += 1;
+        } else {
+            assert_eq!(t.status, Status::Pending, "only pending tasks launch");
+            t.status = Status::Running;
+            self.pending -= 1;
+            if self.pending == 0 {
+                self.delay_rejected = false;
+            }
+            self.running += 1;
+        }
+        let launch = TaskLaunch {
+            task: TaskId::new(self.id, index),
+            attempt,
+            function: t.function.clone(),
+            payload: t.payload.clone(),
+            cores: t.cores,
+        };
+        (launch, speculative)
     }
 
     /// Records a launch at `level` for delay scheduling: it restarts the wait at that level
