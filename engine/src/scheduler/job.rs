@@ -329,26 +329,7 @@ impl Job {
         let Some(t) = self.tasks.get(i as usize) else {
             unreachable!("enqueue of task {i} beyond the job");
         };
-        let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
-            Some(p) if self.classes.get(p).is_some_and(|q| q.cores == t.cores) => p,
-            Some(p) => {
-                self.classes.insert(
-                    p,
-                    Queues {
-                        cores: t.cores,
-                        ..Queues::default()
-                    },
-                );
-                p
-            }
-            None => {
-                self.classes.push(Queues {
-                    cores: t.cores,
-                    ..Queues::default()
-                });
-                self.classes.len() - 1
-            }
-        };
+        let pos = Self::class_for(&mut self.classes, t.cores);
         let Some(q) = self.classes.get_mut(pos) else {
             unreachable!("class {pos} was just found or made");
         };
@@ -389,6 +370,32 @@ impl Job {
                         .push_back(i);
                 }
                 q.any.push_back(i);
+            }
+        }
+    }
+
+    /// The index in `classes` (kept largest first) of the queues of tasks needing `cores`
+    /// cores, made if none yet.
+    #[inline]
+    fn class_for(classes: &mut Vec<Queues>, cores: u32) -> usize {
+        match classes.iter().position(|q| q.cores <= cores) {
+            Some(p) if classes.get(p).is_some_and(|q| q.cores == cores) => p,
+            Some(p) => {
+                classes.insert(
+                    p,
+                    Queues {
+                        cores,
+                        ..Queues::default()
+                    },
+                );
+                p
+            }
+            None => {
+                classes.push(Queues {
+                    cores,
+                    ..Queues::default()
+                });
+                classes.len() - 1
             }
         }
     }
@@ -481,75 +488,126 @@ impl Job {
         local_only: bool,
     ) -> Option<Found> {
         if self.pending > 0 {
-            // Classes are largest first: big tasks that fit go before small ones.
-            let Job {
-                classes,
-                tasks,
-                has_exec_prefs,
-                live_exec_keys,
-                ..
-            } = &mut *self;
-            if *has_exec_prefs {
-                for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    let Some(queue) = q.by_exec.get_mut(&exec) else {
-                        continue;
-                    };
-                    let found = pop_pending(queue, tasks, free, exec, host);
-                    if queue.is_empty() {
-                        q.by_exec.remove(&exec);
-                        assert!(*live_exec_keys > 0, "a registered executor's queue");
-                        *live_exec_keys = live_exec_keys.saturating_sub(1);
-                    }
-                    if let Some(i) = found {
-                        return Some(Found::Pending(i, Some(Level::Executor)));
-                    }
-                }
-            }
-            let allowed = self.allowed_level(now_us, waits_us);
-            let Job {
-                classes,
-                tasks,
-                has_host_prefs,
-                live_host_keys,
-                ..
-            } = &mut *self;
-            if allowed >= Level::Host && *has_host_prefs {
-                for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    let Some(queue) = q.by_host.get_mut(&host) else {
-                        continue;
-                    };
-                    let found = pop_pending(queue, tasks, free, exec, host);
-                    if queue.is_empty() {
-                        q.by_host.remove(&host);
-                        assert!(*live_host_keys > 0, "a registered executor's host");
-                        *live_host_keys = live_host_keys.saturating_sub(1);
-                    }
-                    if let Some(i) = found {
-                        return Some(Found::Pending(i, Some(Level::Host)));
-                    }
-                }
-            }
-            if local_only {
-                return None;
-            }
-            for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                if let Some(i) = pop_pending(&mut q.no_pref, tasks, free, exec, host) {
-                    return Some(Found::Pending(i, None));
-                }
-            }
-            if allowed >= Level::Any {
-                for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    if let Some(i) = pop_pending(&mut q.any, tasks, free, exec, host) {
-                        return Some(Found::Pending(i, Some(Level::Any)));
-                    }
-                }
-            } else if classes.iter().any(|q| !q.any.is_empty()) {
-                self.delay_rejected = true;
+            let found = self.find_pending(now_us, waits_us, (exec, host), free, local_only);
+            if found.is_some() {
+                return found;
             }
         }
         if local_only {
             return None;
         }
+        self.find_straggler(exec, exec_slot, host, free)
+    }
+
+    /// A queued task for executor `(exec, host)` with `free` cores, best locality the wait
+    /// allows first; with `local_only`, only one preferring the executor or its host. Notes a
+    /// task held back by the wait (`delay_rejected`).
+    #[inline]
+    fn find_pending(
+        &mut self,
+        now_us: u64,
+        waits_us: [u64; 2],
+        (exec, host): (ExecutorId, u32),
+        free: u32,
+        local_only: bool,
+    ) -> Option<Found> {
+        // Classes are largest first: big tasks that fit go before small ones.
+        if self.has_exec_prefs {
+            if let Some(i) = self.pop_by_exec(exec, host, free) {
+                return Some(Found::Pending(i, Some(Level::Executor)));
+            }
+        }
+        let allowed = self.allowed_level(now_us, waits_us);
+        if allowed >= Level::Host && self.has_host_prefs {
+            if let Some(i) = self.pop_by_host(exec, host, free) {
+                return Some(Found::Pending(i, Some(Level::Host)));
+            }
+        }
+        if local_only {
+            return None;
+        }
+        let Job { classes, tasks, .. } = &mut *self;
+        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            if let Some(i) = pop_pending(&mut q.no_pref, tasks, free, exec, host) {
+                return Some(Found::Pending(i, None));
+            }
+        }
+        if allowed >= Level::Any {
+            for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                if let Some(i) = pop_pending(&mut q.any, tasks, free, exec, host) {
+                    return Some(Found::Pending(i, Some(Level::Any)));
+                }
+            }
+        } else if classes.iter().any(|q| !q.any.is_empty()) {
+            self.delay_rejected = true;
+        }
+        None
+    }
+
+    /// A queued task preferring executor `exec` (on `host`) that fits `free` cores, taken off
+    /// its queue; a queue left empty is dropped.
+    #[inline]
+    fn pop_by_exec(&mut self, exec: ExecutorId, host: u32, free: u32) -> Option<u32> {
+        let Job {
+            classes,
+            tasks,
+            live_exec_keys,
+            ..
+        } = &mut *self;
+        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            let Some(queue) = q.by_exec.get_mut(&exec) else {
+                continue;
+            };
+            let found = pop_pending(queue, tasks, free, exec, host);
+            if queue.is_empty() {
+                q.by_exec.remove(&exec);
+                assert!(*live_exec_keys > 0, "a registered executor's queue");
+                *live_exec_keys = live_exec_keys.saturating_sub(1);
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// A queued task preferring `host` that fits `free` cores of executor `exec`, taken off its
+    /// queue; a queue left empty is dropped.
+    #[inline]
+    fn pop_by_host(&mut self, exec: ExecutorId, host: u32, free: u32) -> Option<u32> {
+        let Job {
+            classes,
+            tasks,
+            live_host_keys,
+            ..
+        } = &mut *self;
+        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            let Some(queue) = q.by_host.get_mut(&host) else {
+                continue;
+            };
+            let found = pop_pending(queue, tasks, free, exec, host);
+            if queue.is_empty() {
+                q.by_host.remove(&host);
+                assert!(*live_host_keys > 0, "a registered executor's host");
+                *live_host_keys = live_host_keys.saturating_sub(1);
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// A straggler to copy onto executor `exec` (in `exec_slot`, on `host`, with `free` cores),
+    /// taken off the speculatable queue.
+    #[inline]
+    fn find_straggler(
+        &mut self,
+        exec: ExecutorId,
+        exec_slot: u32,
+        host: u32,
+        free: u32,
+    ) -> Option<Found> {
         // The whole queue, not only its head: a straggler running on this executor (or too big
         // for it, or avoiding it) must not hide the ones behind it (issue 14 item 1, Spark's
         // SPARK-26755). Stale entries are dropped on the way; skipped ones keep their place.

@@ -229,7 +229,7 @@ pub use types::{
 use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
-use order::{FifoKey, Order, PoolKey, Ratio};
+use order::{Cursor, FifoKey, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use timers::{Keys, Timers};
 
@@ -1514,21 +1514,61 @@ impl Scheduler {
         let Some((id, host, free, resume)) = self.take_offer(now_us, slot, local_only) else {
             return Assigned::Nothing;
         };
-        let waits = self.waits();
         let mut touched = std::mem::take(&mut self.touched);
-        let mut launched = None;
-        let mut capped = false;
-        let mut last_asked = None;
         let (work_seq, usable, moves) = resume
             .as_ref()
             .map_or((self.book.work_seq, free, self.runnable.moves), |r| {
                 (r.work_seq, r.usable, r.moves)
             });
-        let walk = self.runnable.iter_after(resume.as_ref().map(|r| &r.after));
-        for (asked, job_slot) in walk.enumerate() {
+        let after = resume.as_ref().map(|r| &r.after);
+        let (launched, capped_at) = self.walk_jobs(
+            now_us,
+            slot,
+            (id, host, free),
+            local_only,
+            after,
+            &mut touched,
+        );
+        let mut assigned = Assigned::Nothing;
+        if let Some((job_slot, found)) = launched {
+            self.launch(now_us, job_slot, slot, found);
+            assigned = Assigned::Launched;
+        } else if let Some(last) = capped_at.filter(|_| !local_only) {
+            self.defer_walk(slot, last, work_seq, usable, moves);
+            assigned = Assigned::Deferred;
+        }
+        for job_slot in touched.drain(..) {
+            self.sync_job(job_slot);
+        }
+        self.touched = touched;
+        let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
+        if assigned == Assigned::Nothing && resume.is_some() && stale {
+            // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
+            // this recurses once at most).
+            return self.assign_one(now_us, slot, false);
+        }
+        assigned
+    }
+
+    /// Asks the runnable jobs after `after`, in sharing order, for a task for the executor in
+    /// `slot` offering `(id, host, free)`, pushing onto `touched` the jobs whose straggler queue
+    /// shrank. Returns the task found (and its job), and the last job asked when the walk
+    /// stopped at [`OFFER_JOBS_MAX`].
+    #[inline]
+    fn walk_jobs(
+        &mut self,
+        now_us: u64,
+        slot: u32,
+        (id, host, free): (ExecutorId, u32, u32),
+        local_only: bool,
+        after: Option<&Cursor>,
+        touched: &mut Vec<u32>,
+    ) -> (Option<(u32, Found)>, Option<u32>) {
+        let waits = self.waits();
+        let mut last_asked = None;
+        for (asked, job_slot) in self.runnable.iter_after(after).enumerate() {
             if asked == OFFER_JOBS_MAX {
-                capped = true;
-                break;
+                return (None, last_asked);
             }
             last_asked = Some(job_slot);
             let Some(job) = self
@@ -1557,32 +1597,13 @@ impl Scheduler {
             // Asking may have moved its locality level along (or emptied a preference queue).
             set_timers(&mut self.timers, job_slot, job, waits);
             if let Some(found) = found {
-                launched = Some((job_slot, found));
-                break;
+                return (Some((job_slot, found)), None);
             }
             if local_only {
                 break;
             }
         }
-        let mut assigned = Assigned::Nothing;
-        if let Some((job_slot, found)) = launched {
-            self.launch(now_us, job_slot, slot, found);
-            assigned = Assigned::Launched;
-        } else if let Some(last) = last_asked.filter(|_| capped && !local_only) {
-            self.defer_walk(slot, last, work_seq, usable, moves);
-            assigned = Assigned::Deferred;
-        }
-        for job_slot in touched.drain(..) {
-            self.sync_job(job_slot);
-        }
-        self.touched = touched;
-        let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
-        if assigned == Assigned::Nothing && resume.is_some() && stale {
-            // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
-            // this recurses once at most).
-            return self.assign_one(now_us, slot, false);
-        }
-        assigned
+        (None, None)
     }
 
     /// The offer the executor in `slot` makes: its id, host and usable slots, and (unless
