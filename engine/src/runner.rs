@@ -276,13 +276,33 @@ impl TaskRunner {
             return self.run_inline(&ctx, &resolved, &timing, payload);
         }
         self.running.insert(key, ctx.clone());
+        let task = self.pool_task(ctx, resolved.function, timing, payload);
+        if let Err(rejected) = self.pool.try_submit(task) {
+            // Dropping the rejected task reports it through its completion as cancelled.
+            tracing::warn!(
+                task_id,
+                attempt,
+                "task pool refused a task: {}",
+                rejected.error
+            );
+        }
+    }
 
+    /// The pool task running attempt `ctx` of `function` (timed into `timing`) on `payload`:
+    /// it reports running (if asked) and its end; its completion reports a panic or a refusal.
+    fn pool_task(
+        &self,
+        ctx: TaskContext,
+        function: TaskFn,
+        timing: Arc<Timing>,
+        payload: Bytes,
+    ) -> Task {
+        let (task_id, attempt) = (ctx.task_id, ctx.attempt);
         let report_running = self.report_running;
         let run_shared = self.shared.clone();
         let done_shared = self.shared.clone();
-        let function = resolved.function;
         let executor = self.executor.clone();
-        let task = Task::with_completion(
+        Task::with_completion(
             move || {
                 // A span per attempt (debug: off unless asked, then it costs nothing).
                 let span = tracing::debug_span!(
@@ -320,16 +340,7 @@ impl TaskRunner {
                     data: Bytes::from(text),
                 });
             },
-        );
-        if let Err(rejected) = self.pool.try_submit(task) {
-            // Dropping the rejected task reports it through its completion as cancelled.
-            tracing::warn!(
-                task_id,
-                attempt,
-                "task pool refused a task: {}",
-                rejected.error
-            );
-        }
+        )
     }
 
     /// The function named `function` with its timing, resolved once and then cached.
