@@ -602,6 +602,35 @@ impl Sim {
 
     fn lifecycle_step(&mut self, c: &mut Churn) -> Result<(), SimError> {
         let now = self.now_us;
+        self.deliver_snapshots(c)?;
+        self.report_load(c);
+        c.allocator.tick(now);
+        while let Some(output) = c.allocator.poll_output() {
+            if self.verbose {
+                eprintln!("{now:>9}   allocator {output:?}");
+            }
+            match output {
+                AllocatorOutput::Create(names) => self.create_churn(c, names),
+                AllocatorOutput::Delete(names) => self.delete_churn(c, names)?,
+                AllocatorOutput::Stop(reason) => {
+                    return self.fail(format!("allocator stopped: {reason}"));
+                }
+            }
+        }
+        if c.allocator.live() > c.live_max {
+            return self.fail(format!(
+                "allocator keeps {} executors, more than {}",
+                c.allocator.live(),
+                c.live_max
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hands the snapshot batches due to the allocator and the removals handler, whose
+    /// removals (of dead executors only) reach the scheduler a little later.
+    fn deliver_snapshots(&mut self, c: &mut Churn) -> Result<(), SimError> {
+        let now = self.now_us;
         for delivery in c.store.poll_deliveries(now) {
             for snapshot in &delivery.snapshots {
                 c.allocator.on_snapshot(now, snapshot);
@@ -618,6 +647,12 @@ impl Sim {
             }
             c.store.delivered(c.subscriber);
         }
+        Ok(())
+    }
+
+    /// Tells the allocator the backlog and which of its executors sit idle.
+    fn report_load(&mut self, c: &mut Churn) {
+        let now = self.now_us;
         let pending = self.sched.pending_tasks();
         let running = self.sched.unfinished_tasks().saturating_sub(pending);
         let idle: Vec<&str> = c
@@ -633,61 +668,50 @@ impl Sim {
             .map(|(name, _)| name.as_str())
             .collect();
         c.allocator.on_load(now, pending, running, idle);
-        c.allocator.tick(now);
-        while let Some(output) = c.allocator.poll_output() {
-            if self.verbose {
-                eprintln!("{now:>9}   allocator {output:?}");
+    }
+
+    /// The allocator created executors `names`: each gets an id and cores, most register, some
+    /// crash later.
+    fn create_churn(&mut self, c: &mut Churn, names: Vec<String>) {
+        let now = self.now_us;
+        for name in names {
+            let id = ExecutorId(CHURN_ID_BASE + self.report.executors_created);
+            self.report.executors_created += 1;
+            let info = ExecutorInfo {
+                id,
+                host: "host-churn".into(),
+                cores: self.rng.range(1, 3) as u32,
+                attributes: Vec::new(),
+            };
+            self.execs.insert(id, SimExec::new(info, 1));
+            c.ids.insert(name.clone(), id);
+            c.names.insert(id, name.clone());
+            c.store.update(now, &name, ExecutorState::Pending);
+            // One in ten never registers (the pending timeout deletes it).
+            if !self.rng.chance(0.1) {
+                let t = now + self.rng.range(1_000, 30_000);
+                self.at(t, Ev::Register(id));
             }
-            match output {
-                AllocatorOutput::Create(names) => {
-                    for name in names {
-                        let id = ExecutorId(CHURN_ID_BASE + self.report.executors_created);
-                        self.report.executors_created += 1;
-                        let info = ExecutorInfo {
-                            id,
-                            host: "host-churn".into(),
-                            cores: self.rng.range(1, 3) as u32,
-                            attributes: Vec::new(),
-                        };
-                        self.execs.insert(id, SimExec::new(info, 1));
-                        c.ids.insert(name.clone(), id);
-                        c.names.insert(id, name.clone());
-                        c.store.update(now, &name, ExecutorState::Pending);
-                        // One in ten never registers (the pending timeout deletes it).
-                        if !self.rng.chance(0.1) {
-                            let t = now + self.rng.range(1_000, 30_000);
-                            self.at(t, Ev::Register(id));
-                        }
-                        if self.rng.chance(c.crash_prob) {
-                            let t = now + self.rng.range(5_000, 200_000);
-                            self.at(t, Ev::Exit(id));
-                        }
-                    }
-                }
-                AllocatorOutput::Delete(names) => {
-                    for name in names {
-                        let Some(&id) = c.ids.get(&name) else {
-                            return self.fail(format!("deletion of unknown executor {name}"));
-                        };
-                        if let Some(e) = self.execs.get_mut(&id) {
-                            e.deleted = true;
-                            e.alive = false;
-                            e.running.clear();
-                        }
-                        c.store.update(now, &name, ExecutorState::Deleted);
-                    }
-                }
-                AllocatorOutput::Stop(reason) => {
-                    return self.fail(format!("allocator stopped: {reason}"));
-                }
+            if self.rng.chance(c.crash_prob) {
+                let t = now + self.rng.range(5_000, 200_000);
+                self.at(t, Ev::Exit(id));
             }
         }
-        if c.allocator.live() > c.live_max {
-            return self.fail(format!(
-                "allocator keeps {} executors, more than {}",
-                c.allocator.live(),
-                c.live_max
-            ));
+    }
+
+    /// The allocator deleted executors `names`: they stop at once.
+    fn delete_churn(&mut self, c: &mut Churn, names: Vec<String>) -> Result<(), SimError> {
+        let now = self.now_us;
+        for name in names {
+            let Some(&id) = c.ids.get(&name) else {
+                return self.fail(format!("deletion of unknown executor {name}"));
+            };
+            if let Some(e) = self.execs.get_mut(&id) {
+                e.deleted = true;
+                e.alive = false;
+                e.running.clear();
+            }
+            c.store.update(now, &name, ExecutorState::Deleted);
         }
         Ok(())
     }
