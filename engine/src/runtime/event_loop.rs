@@ -327,10 +327,8 @@ impl EventLoop {
         let me = &shared.loops[self.index];
         let mut events = Events::with_capacity(self.events_capacity);
         let mut spin = AdaptiveSpin::new(self.spin_before_park);
-        loop {
-            let Some(handled) = self.drain_inbox(me) else {
-                break;
-            };
+        // Until the poison pill.
+        while let Some(handled) = self.drain_inbox(me) {
             let now = Instant::now();
             self.fire_timers(now);
             let has_sources = !self.inner.tokens.is_empty();
