@@ -1929,16 +1929,8 @@ impl Scheduler {
             0
         };
         if job.result_bytes.saturating_add(kept) > job.result_bytes_max {
-            let reason = format!(
-                "task {index}'s result of {} bytes takes the job's kept results over \
-                 result_bytes_max = {} bytes (Spark's spark.driver.maxResultSize): \
-                 return less, raise the limit, or do not keep results",
-                data.len(),
-                job.result_bytes_max
-            );
-            let msg = format!("job failed: results over {} bytes", job.result_bytes_max);
-            self.stats.attempts_failed += 1;
-            self.abort_job(job_slot, JobOutcome::Failed(vec![reason]), &msg);
+            let limit = job.result_bytes_max;
+            self.fail_results_over(job_slot, index, data.len(), limit);
             return;
         }
         job.result_bytes += kept;
@@ -1970,6 +1962,19 @@ impl Scheduler {
             result: Ok(data),
         });
         self.maybe_finish_job(job_slot);
+    }
+
+    /// Fails the job in `job_slot`: task `index`'s result of `len` bytes takes its kept
+    /// results over `limit` bytes.
+    fn fail_results_over(&mut self, job_slot: u32, index: u32, len: usize, limit: u64) {
+        let reason = format!(
+            "task {index}'s result of {len} bytes takes the job's kept results over \
+             result_bytes_max = {limit} bytes (Spark's spark.driver.maxResultSize): \
+             return less, raise the limit, or do not keep results"
+        );
+        let msg = format!("job failed: results over {limit} bytes");
+        self.stats.attempts_failed += 1;
+        self.abort_job(job_slot, JobOutcome::Failed(vec![reason]), &msg);
     }
 
     /// A released `attempt` of `task` on `(exec, host)` failed for `reason`: counted against
