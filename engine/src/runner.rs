@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::functions::{Registry, Resolved, TaskContext};
+use crate::functions::{Registry, Resolved, TaskContext, TaskError, TaskFn};
 use crate::hash::{FxHashMap, FxHashSet};
 use crate::pool::{PoolHandle, Task, TaskOutcome};
 use crate::runtime::Inbox;
@@ -250,14 +250,7 @@ impl TaskRunner {
     }
 
     fn launch_inner(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) {
-        let resolved = match self.resolved.get(function) {
-            Some(resolved) => Ok(resolved.clone()),
-            None => self.registry.resolve(function).map(|resolved| {
-                let entry = (resolved, Arc::new(Timing::default()));
-                self.resolved.insert(function.into(), entry.clone());
-                entry
-            }),
-        };
+        let resolved = self.resolve_cached(function);
         let key = (task_id, attempt);
         let Ok((resolved, timing)) = resolved.map_err(|error| {
             self.shared.complete(TaskReport {
@@ -283,13 +276,33 @@ impl TaskRunner {
             return self.run_inline(&ctx, &resolved, &timing, payload);
         }
         self.running.insert(key, ctx.clone());
+        let task = self.pool_task(ctx, resolved.function, timing, payload);
+        if let Err(rejected) = self.pool.try_submit(task) {
+            // Dropping the rejected task reports it through its completion as cancelled.
+            tracing::warn!(
+                task_id,
+                attempt,
+                "task pool refused a task: {}",
+                rejected.error
+            );
+        }
+    }
 
+    /// The pool task running attempt `ctx` of `function` (timed into `timing`) on `payload`:
+    /// it reports running (if asked) and its end; its completion reports a panic or a refusal.
+    fn pool_task(
+        &self,
+        ctx: TaskContext,
+        function: TaskFn,
+        timing: Arc<Timing>,
+        payload: Bytes,
+    ) -> Task {
+        let (task_id, attempt) = (ctx.task_id, ctx.attempt);
         let report_running = self.report_running;
         let run_shared = self.shared.clone();
         let done_shared = self.shared.clone();
-        let function = resolved.function;
         let executor = self.executor.clone();
-        let task = Task::with_completion(
+        Task::with_completion(
             move || {
                 // A span per attempt (debug: off unless asked, then it costs nothing).
                 let span = tracing::debug_span!(
@@ -308,26 +321,7 @@ impl TaskRunner {
                         data: Bytes::new(),
                     });
                 }
-                let (state, data) = if ctx.is_killed() {
-                    (
-                        TaskState::Killed,
-                        Bytes::from_static(b"killed before it started"),
-                    )
-                } else {
-                    let started = Instant::now();
-                    let result = function(&ctx, payload);
-                    timing.record(started.elapsed());
-                    match result {
-                        Ok(result) => (TaskState::Finished, result),
-                        Err(_) if ctx.is_killed() => {
-                            (TaskState::Killed, Bytes::from_static(b"killed"))
-                        }
-                        Err(error) => {
-                            tracing::debug!(reason = %error.0, "task attempt failed");
-                            (TaskState::Failed, Bytes::from(error.0))
-                        }
-                    }
-                };
+                let (state, data) = run_on_pool(&ctx, &function, &timing, payload);
                 run_shared.complete(TaskReport {
                     task: TaskId(task_id),
                     attempt,
@@ -336,13 +330,8 @@ impl TaskRunner {
                 });
             },
             move |outcome| {
-                let text = match outcome {
-                    TaskOutcome::Finished => return,
-                    TaskOutcome::Failed(panic) => format!("task panicked: {panic}"),
-                    TaskOutcome::Cancelled => {
-                        "not run: the task pool refused or dropped it (full or shutting down)"
-                            .to_owned()
-                    }
+                let Some(text) = pool_failure_text(outcome) else {
+                    return;
                 };
                 done_shared.complete(TaskReport {
                     task: TaskId(task_id),
@@ -351,15 +340,18 @@ impl TaskRunner {
                     data: Bytes::from(text),
                 });
             },
-        );
-        if let Err(rejected) = self.pool.try_submit(task) {
-            // Dropping the rejected task reports it through its completion as cancelled.
-            tracing::warn!(
-                task_id,
-                attempt,
-                "task pool refused a task: {}",
-                rejected.error
-            );
+        )
+    }
+
+    /// The function named `function` with its timing, resolved once and then cached.
+    fn resolve_cached(&mut self, function: &str) -> Result<(Resolved, Arc<Timing>), TaskError> {
+        match self.resolved.get(function) {
+            Some(resolved) => Ok(resolved.clone()),
+            None => self.registry.resolve(function).map(|resolved| {
+                let entry = (resolved, Arc::new(Timing::default()));
+                self.resolved.insert(function.into(), entry.clone());
+                entry
+            }),
         }
     }
 
@@ -464,6 +456,45 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         text.clone()
     } else {
         "(a panic without a message)".to_owned()
+    }
+}
+
+/// Runs an attempt on the pool (unless killed before it started), timing it; returns the state
+/// and data it reports.
+fn run_on_pool(
+    ctx: &TaskContext,
+    function: &TaskFn,
+    timing: &Timing,
+    payload: Bytes,
+) -> (TaskState, Bytes) {
+    if ctx.is_killed() {
+        return (
+            TaskState::Killed,
+            Bytes::from_static(b"killed before it started"),
+        );
+    }
+    let started = Instant::now();
+    let result = function(ctx, payload);
+    timing.record(started.elapsed());
+    match result {
+        Ok(result) => (TaskState::Finished, result),
+        Err(_) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
+        Err(error) => {
+            tracing::debug!(reason = %error.0, "task attempt failed");
+            (TaskState::Failed, Bytes::from(error.0))
+        }
+    }
+}
+
+/// Why the pool did not finish an attempt (it panicked, or was refused or dropped), or None
+/// if it finished (and reported itself).
+fn pool_failure_text(outcome: TaskOutcome) -> Option<String> {
+    match outcome {
+        TaskOutcome::Finished => None,
+        TaskOutcome::Failed(panic) => Some(format!("task panicked: {panic}")),
+        TaskOutcome::Cancelled => {
+            Some("not run: the task pool refused or dropped it (full or shutting down)".to_owned())
+        }
     }
 }
 

@@ -278,7 +278,24 @@ impl Allocator {
             self.target = dynamic_target(d, self.pending_tasks, self.running_tasks);
         }
         let mut delete = Vec::new();
-        // Pending too long: delete (the loop below then replaces it).
+        self.expire_pending(now_us, &mut delete);
+        let live = self.live();
+        let target = self.target as usize;
+        if live > target {
+            self.shrink(now_us, live - target, &mut delete);
+        } else if live < target {
+            self.grow(now_us, target - live);
+        }
+        if !delete.is_empty() {
+            self.stats.deleted += delete.len() as u64;
+            self.outputs.push_back(AllocatorOutput::Delete(delete));
+        }
+        self.stats.peak = self.stats.peak.max(self.live() as u64);
+    }
+
+    /// Marks for deletion (into `delete`) the executors pending too long (`tick` then replaces
+    /// them).
+    fn expire_pending(&mut self, now_us: u64, delete: &mut Vec<String>) {
         for (name, tracked) in self.executors.iter_mut() {
             if let Phase::Pending { created_us } = tracked.phase {
                 if !tracked.deleting
@@ -290,77 +307,75 @@ impl Allocator {
                 }
             }
         }
-        let live = self.live();
-        let target = self.target as usize;
-        if live > target {
-            let mut excess = live - target;
-            // Pending ones first, newest first.
-            let mut pending: Vec<(u64, String)> = self
-                .executors
-                .iter()
-                .filter(|(_, t)| !t.deleting)
-                .filter_map(|(name, t)| match t.phase {
-                    Phase::Pending { created_us } => Some((created_us, name.clone())),
-                    Phase::Running => None,
-                })
-                .collect();
-            pending.sort_by(|a, b| b.cmp(a));
-            // Then idle ones, idle the longest first (with dynamic allocation, only past the
-            // idle timeout).
-            let idle_min_us = self
-                .config
-                .dynamic
-                .as_ref()
-                .map_or(0, |d| d.idle_timeout_us);
-            let mut idle: Vec<(u64, String)> = self
-                .executors
-                .iter()
-                .filter(|(_, t)| !t.deleting && t.phase == Phase::Running)
-                .filter_map(|(name, t)| t.idle_since_us.map(|since| (since, name.clone())))
-                .filter(|(since, _)| now_us.saturating_sub(*since) >= idle_min_us)
-                .collect();
-            idle.sort();
-            for (_, name) in pending.into_iter().chain(idle) {
-                if excess == 0 {
-                    break;
-                }
-                if let Some(tracked) = self.executors.get_mut(&name) {
-                    tracked.deleting = true;
-                    delete.push(name);
-                    excess -= 1;
-                }
+    }
+
+    /// Marks `excess` executors for deletion (into `delete`): pending ones first, newest
+    /// first, then idle ones, idle the longest first (with dynamic allocation, only past the
+    /// idle timeout).
+    fn shrink(&mut self, now_us: u64, mut excess: usize, delete: &mut Vec<String>) {
+        let mut pending: Vec<(u64, String)> = self
+            .executors
+            .iter()
+            .filter(|(_, t)| !t.deleting)
+            .filter_map(|(name, t)| match t.phase {
+                Phase::Pending { created_us } => Some((created_us, name.clone())),
+                Phase::Running => None,
+            })
+            .collect();
+        pending.sort_by(|a, b| b.cmp(a));
+        let idle_min_us = self
+            .config
+            .dynamic
+            .as_ref()
+            .map_or(0, |d| d.idle_timeout_us);
+        let mut idle: Vec<(u64, String)> = self
+            .executors
+            .iter()
+            .filter(|(_, t)| !t.deleting && t.phase == Phase::Running)
+            .filter_map(|(name, t)| t.idle_since_us.map(|since| (since, name.clone())))
+            .filter(|(since, _)| now_us.saturating_sub(*since) >= idle_min_us)
+            .collect();
+        idle.sort();
+        for (_, name) in pending.into_iter().chain(idle) {
+            if excess == 0 {
+                break;
             }
-        } else if live < target {
-            let due = match self.last_batch_us {
-                None => true,
-                Some(last) => now_us.saturating_sub(last) >= self.config.batch_delay_us,
-            };
-            if due {
-                let count = (target - live).min(self.config.batch_size.max(1) as usize);
-                let mut names = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let name = format!("{}{}", self.config.name_prefix, self.next_name);
-                    self.next_name += 1;
-                    self.executors.insert(
-                        name.clone(),
-                        Tracked {
-                            phase: Phase::Pending { created_us: now_us },
-                            idle_since_us: None,
-                            deleting: false,
-                        },
-                    );
-                    names.push(name);
-                }
-                self.stats.created += count as u64;
-                self.last_batch_us = Some(now_us);
-                self.outputs.push_back(AllocatorOutput::Create(names));
+            if let Some(tracked) = self.executors.get_mut(&name) {
+                tracked.deleting = true;
+                delete.push(name);
+                excess -= 1;
             }
         }
-        if !delete.is_empty() {
-            self.stats.deleted += delete.len() as u64;
-            self.outputs.push_back(AllocatorOutput::Delete(delete));
+    }
+
+    /// Creates up to `missing` executors (a batch of at most `batch_size`), once
+    /// `batch_delay_us` passed since the last batch.
+    fn grow(&mut self, now_us: u64, missing: usize) {
+        let due = match self.last_batch_us {
+            None => true,
+            Some(last) => now_us.saturating_sub(last) >= self.config.batch_delay_us,
+        };
+        if !due {
+            return;
         }
-        self.stats.peak = self.stats.peak.max(self.live() as u64);
+        let count = missing.min(self.config.batch_size.max(1) as usize);
+        let mut names = Vec::with_capacity(count);
+        for _ in 0..count {
+            let name = format!("{}{}", self.config.name_prefix, self.next_name);
+            self.next_name += 1;
+            self.executors.insert(
+                name.clone(),
+                Tracked {
+                    phase: Phase::Pending { created_us: now_us },
+                    idle_since_us: None,
+                    deleting: false,
+                },
+            );
+            names.push(name);
+        }
+        self.stats.created += count as u64;
+        self.last_batch_us = Some(now_us);
+        self.outputs.push_back(AllocatorOutput::Create(names));
     }
 
     fn check_failures(&mut self) {

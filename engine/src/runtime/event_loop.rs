@@ -331,18 +331,8 @@ impl EventLoop {
         let me = &shared.loops[self.index];
         let mut events = Events::with_capacity(self.events_capacity);
         let mut spin = AdaptiveSpin::new(self.spin_before_park);
-        'run: loop {
-            let mut handled = 0;
-            while handled < self.batch_max {
-                match me.inbox.pop() {
-                    None => break,
-                    Some(Envelope::Poison) => break 'run,
-                    Some(envelope) => {
-                        self.handle(envelope);
-                        handled += 1;
-                    }
-                }
-            }
+        // Until the poison pill.
+        while let Some(handled) = self.drain_inbox(me) {
             let now = Instant::now();
             self.fire_timers(now);
             let has_sources = !self.inner.tokens.is_empty();
@@ -386,21 +376,46 @@ impl EventLoop {
             if events.iter().any(|event| event.token() != WAKER_TOKEN) {
                 spin.work(Instant::now());
             }
-            for event in events.iter() {
-                let token = event.token();
-                if token == WAKER_TOKEN {
-                    continue;
-                }
-                let Some(&id) = self.inner.tokens.get(&token.0) else {
-                    continue;
-                };
-                if let Some(ep) = self.endpoints.get_mut(&id) {
-                    let outcome = ep.readiness(token, event, &mut self.inner);
-                    self.apply(id, outcome);
+            self.dispatch(&events);
+        }
+        self.stop_all();
+    }
+
+    /// Handles up to `batch_max` envelopes from the inbox; returns how many, or None at the
+    /// poison pill (the loop stops).
+    #[inline]
+    fn drain_inbox(&mut self, me: &LoopShared) -> Option<usize> {
+        let mut handled = 0;
+        while handled < self.batch_max {
+            match me.inbox.pop() {
+                None => break,
+                Some(Envelope::Poison) => return None,
+                Some(envelope) => {
+                    self.handle(envelope);
+                    handled += 1;
                 }
             }
         }
-        self.stop_all();
+        Some(handled)
+    }
+
+    /// Hands each readiness event to the endpoint whose source it names (the waker's are
+    /// skipped, as are sources gone since).
+    #[inline]
+    fn dispatch(&mut self, events: &Events) {
+        for event in events.iter() {
+            let token = event.token();
+            if token == WAKER_TOKEN {
+                continue;
+            }
+            let Some(&id) = self.inner.tokens.get(&token.0) else {
+                continue;
+            };
+            if let Some(ep) = self.endpoints.get_mut(&id) {
+                let outcome = ep.readiness(token, event, &mut self.inner);
+                self.apply(id, outcome);
+            }
+        }
     }
 
     fn handle(&mut self, envelope: Envelope) {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::prefs::PrefKey;
-use super::types::{ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig};
+use super::types::{
+    ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig, TaskId, TaskLaunch,
+};
 use crate::hash::{FxHashMap, FxHashSet};
 
 /// Executors (and hosts) one task remembers failing on; failures beyond are counted against
@@ -327,26 +329,7 @@ impl Job {
         let Some(t) = self.tasks.get(i as usize) else {
             unreachable!("enqueue of task {i} beyond the job");
         };
-        let pos = match self.classes.iter().position(|q| q.cores <= t.cores) {
-            Some(p) if self.classes.get(p).is_some_and(|q| q.cores == t.cores) => p,
-            Some(p) => {
-                self.classes.insert(
-                    p,
-                    Queues {
-                        cores: t.cores,
-                        ..Queues::default()
-                    },
-                );
-                p
-            }
-            None => {
-                self.classes.push(Queues {
-                    cores: t.cores,
-                    ..Queues::default()
-                });
-                self.classes.len() - 1
-            }
-        };
+        let pos = Self::class_for(&mut self.classes, t.cores);
         let Some(q) = self.classes.get_mut(pos) else {
             unreachable!("class {pos} was just found or made");
         };
@@ -387,6 +370,32 @@ impl Job {
                         .push_back(i);
                 }
                 q.any.push_back(i);
+            }
+        }
+    }
+
+    /// The index in `classes` (kept largest first) of the queues of tasks needing `cores`
+    /// cores, made if none yet.
+    #[inline]
+    fn class_for(classes: &mut Vec<Queues>, cores: u32) -> usize {
+        match classes.iter().position(|q| q.cores <= cores) {
+            Some(p) if classes.get(p).is_some_and(|q| q.cores == cores) => p,
+            Some(p) => {
+                classes.insert(
+                    p,
+                    Queues {
+                        cores,
+                        ..Queues::default()
+                    },
+                );
+                p
+            }
+            None => {
+                classes.push(Queues {
+                    cores,
+                    ..Queues::default()
+                });
+                classes.len() - 1
             }
         }
     }
@@ -479,75 +488,126 @@ impl Job {
         local_only: bool,
     ) -> Option<Found> {
         if self.pending > 0 {
-            // Classes are largest first: big tasks that fit go before small ones.
-            let Job {
-                classes,
-                tasks,
-                has_exec_prefs,
-                live_exec_keys,
-                ..
-            } = &mut *self;
-            if *has_exec_prefs {
-                for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    let Some(queue) = q.by_exec.get_mut(&exec) else {
-                        continue;
-                    };
-                    let found = pop_pending(queue, tasks, free, exec, host);
-                    if queue.is_empty() {
-                        q.by_exec.remove(&exec);
-                        assert!(*live_exec_keys > 0, "a registered executor's queue");
-                        *live_exec_keys = live_exec_keys.saturating_sub(1);
-                    }
-                    if let Some(i) = found {
-                        return Some(Found::Pending(i, Some(Level::Executor)));
-                    }
-                }
-            }
-            let allowed = self.allowed_level(now_us, waits_us);
-            let Job {
-                classes,
-                tasks,
-                has_host_prefs,
-                live_host_keys,
-                ..
-            } = &mut *self;
-            if allowed >= Level::Host && *has_host_prefs {
-                for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    let Some(queue) = q.by_host.get_mut(&host) else {
-                        continue;
-                    };
-                    let found = pop_pending(queue, tasks, free, exec, host);
-                    if queue.is_empty() {
-                        q.by_host.remove(&host);
-                        assert!(*live_host_keys > 0, "a registered executor's host");
-                        *live_host_keys = live_host_keys.saturating_sub(1);
-                    }
-                    if let Some(i) = found {
-                        return Some(Found::Pending(i, Some(Level::Host)));
-                    }
-                }
-            }
-            if local_only {
-                return None;
-            }
-            for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                if let Some(i) = pop_pending(&mut q.no_pref, tasks, free, exec, host) {
-                    return Some(Found::Pending(i, None));
-                }
-            }
-            if allowed >= Level::Any {
-                for q in classes.iter_mut().filter(|q| q.cores <= free) {
-                    if let Some(i) = pop_pending(&mut q.any, tasks, free, exec, host) {
-                        return Some(Found::Pending(i, Some(Level::Any)));
-                    }
-                }
-            } else if classes.iter().any(|q| !q.any.is_empty()) {
-                self.delay_rejected = true;
+            let found = self.find_pending(now_us, waits_us, (exec, host), free, local_only);
+            if found.is_some() {
+                return found;
             }
         }
         if local_only {
             return None;
         }
+        self.find_straggler(exec, exec_slot, host, free)
+    }
+
+    /// A queued task for executor `(exec, host)` with `free` cores, best locality the wait
+    /// allows first; with `local_only`, only one preferring the executor or its host. Notes a
+    /// task held back by the wait (`delay_rejected`).
+    #[inline]
+    fn find_pending(
+        &mut self,
+        now_us: u64,
+        waits_us: [u64; 2],
+        (exec, host): (ExecutorId, u32),
+        free: u32,
+        local_only: bool,
+    ) -> Option<Found> {
+        // Classes are largest first: big tasks that fit go before small ones.
+        if self.has_exec_prefs {
+            if let Some(i) = self.pop_by_exec(exec, host, free) {
+                return Some(Found::Pending(i, Some(Level::Executor)));
+            }
+        }
+        let allowed = self.allowed_level(now_us, waits_us);
+        if allowed >= Level::Host && self.has_host_prefs {
+            if let Some(i) = self.pop_by_host(exec, host, free) {
+                return Some(Found::Pending(i, Some(Level::Host)));
+            }
+        }
+        if local_only {
+            return None;
+        }
+        let Job { classes, tasks, .. } = &mut *self;
+        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            if let Some(i) = pop_pending(&mut q.no_pref, tasks, free, exec, host) {
+                return Some(Found::Pending(i, None));
+            }
+        }
+        if allowed >= Level::Any {
+            for q in classes.iter_mut().filter(|q| q.cores <= free) {
+                if let Some(i) = pop_pending(&mut q.any, tasks, free, exec, host) {
+                    return Some(Found::Pending(i, Some(Level::Any)));
+                }
+            }
+        } else if classes.iter().any(|q| !q.any.is_empty()) {
+            self.delay_rejected = true;
+        }
+        None
+    }
+
+    /// A queued task preferring executor `exec` (on `host`) that fits `free` cores, taken off
+    /// its queue; a queue left empty is dropped.
+    #[inline]
+    fn pop_by_exec(&mut self, exec: ExecutorId, host: u32, free: u32) -> Option<u32> {
+        let Job {
+            classes,
+            tasks,
+            live_exec_keys,
+            ..
+        } = &mut *self;
+        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            let Some(queue) = q.by_exec.get_mut(&exec) else {
+                continue;
+            };
+            let found = pop_pending(queue, tasks, free, exec, host);
+            if queue.is_empty() {
+                q.by_exec.remove(&exec);
+                assert!(*live_exec_keys > 0, "a registered executor's queue");
+                *live_exec_keys = live_exec_keys.saturating_sub(1);
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// A queued task preferring `host` that fits `free` cores of executor `exec`, taken off its
+    /// queue; a queue left empty is dropped.
+    #[inline]
+    fn pop_by_host(&mut self, exec: ExecutorId, host: u32, free: u32) -> Option<u32> {
+        let Job {
+            classes,
+            tasks,
+            live_host_keys,
+            ..
+        } = &mut *self;
+        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            let Some(queue) = q.by_host.get_mut(&host) else {
+                continue;
+            };
+            let found = pop_pending(queue, tasks, free, exec, host);
+            if queue.is_empty() {
+                q.by_host.remove(&host);
+                assert!(*live_host_keys > 0, "a registered executor's host");
+                *live_host_keys = live_host_keys.saturating_sub(1);
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// A straggler to copy onto executor `exec` (in `exec_slot`, on `host`, with `free` cores),
+    /// taken off the speculatable queue.
+    #[inline]
+    fn find_straggler(
+        &mut self,
+        exec: ExecutorId,
+        exec_slot: u32,
+        host: u32,
+        free: u32,
+    ) -> Option<Found> {
         // The whole queue, not only its head: a straggler running on this executor (or too big
         // for it, or avoiding it) must not hide the ones behind it (issue 14 item 1, Spark's
         // SPARK-26755). Stale entries are dropped on the way; skipped ones keep their place.
@@ -570,6 +630,58 @@ impl Job {
             return Some(Found::Speculative(i));
         }
         None
+    }
+
+    /// Starts an attempt of the task `found` on executor slot `exec_slot`: the attempt slot
+    /// taken, the task (if pending) marked running and the job's counts moved along. Returns
+    /// the launch to send and whether it is a speculative copy.
+    #[inline]
+    pub fn start_attempt(
+        &mut self,
+        now_us: u64,
+        exec_slot: u32,
+        found: Found,
+    ) -> (TaskLaunch, bool) {
+        let (index, speculative) = match found {
+            Found::Pending(i, level) => {
+                self.launched_at(now_us, level);
+                (i, false)
+            }
+            Found::Speculative(i) => (i, true),
+        };
+        let Some(t) = self.tasks.get_mut(index as usize) else {
+            unreachable!("found task {index} beyond the job");
+        };
+        let Some(free_attempt) = t.attempts.iter_mut().find(|a| a.is_none()) else {
+            unreachable!("task {index} found with both attempt slots taken");
+        };
+        let attempt = t.next_attempt;
+        *free_attempt = Some(Attempt {
+            attempt,
+            exec: exec_slot,
+        });
+        t.next_attempt += 1;
+        self.counters.launched += 1;
+        if speculative {
+            assert_eq!(t.status, Status::Running, "only running tasks are copied");
+            self.counters.speculative += 1;
+        } else {
+            assert_eq!(t.status, Status::Pending, "only pending tasks launch");
+            t.status = Status::Running;
+            self.pending -= 1;
+            if self.pending == 0 {
+                self.delay_rejected = false;
+            }
+            self.running += 1;
+        }
+        let launch = TaskLaunch {
+            task: TaskId::new(self.id, index),
+            attempt,
+            function: t.function.clone(),
+            payload: t.payload.clone(),
+            cores: t.cores,
+        };
+        (launch, speculative)
     }
 
     /// Records a launch at `level` for delay scheduling: it restarts the wait at that level

@@ -229,7 +229,7 @@ pub use types::{
 use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
-use order::{FifoKey, Order, PoolKey, Ratio};
+use order::{Cursor, FifoKey, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use timers::{Keys, Timers};
 
@@ -920,6 +920,61 @@ impl Scheduler {
         id: JobId,
         spec: JobSpec,
     ) -> Result<(), SubmitError> {
+        self.check_submission(id, &spec)?;
+        let n = spec.tasks.len();
+        self.next_job = self.next_job.max(id.0 + 1);
+        if n == 0 {
+            self.outputs.push_back(Output::JobOutcome {
+                job: id,
+                outcome: JobOutcome::Succeeded(Vec::new()),
+            });
+            return Ok(());
+        }
+        let pool = self.resolve_pool(&spec.pool);
+        let Some(pool_rec) = self.pools.get_mut(pool as usize) else {
+            unreachable!("pool {pool} was just resolved");
+        };
+        pool_rec.jobs += 1;
+        self.idle_pools.remove(&pool);
+        let oversized = spec
+            .tasks
+            .iter()
+            .position(|t| t.payload.len() > self.config.payload_max_bytes)
+            .map(|i| (i, spec.tasks.get(i).map_or(0, |t| t.payload.len())));
+        let priority = spec.priority;
+        let job = self.build_job(now_us, id, pool, spec);
+        let has_prefs = job.has_exec_prefs || job.has_host_prefs;
+        if let Some(sc) = &job.speculation {
+            self.spec_jobs += 1;
+            *self.spec_timeouts_us.entry(sc.timeout_us).or_insert(0) += 1;
+        }
+        let slot = self.store_job(job);
+        self.job_slots.insert(id.0, slot);
+        if has_prefs {
+            self.pref_jobs += 1;
+        }
+        self.active.insert((-(i64::from(priority)), id.0), slot);
+        self.sync_job(slot);
+        self.pending_total += n;
+        self.unfinished_total += n;
+        if let Some((i, len)) = oversized {
+            let reason = format!(
+                "task {i} payload is {len} bytes, over payload_max_bytes = {}",
+                self.config.payload_max_bytes
+            );
+            self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
+        } else {
+            self.book.unblock_all();
+            self.offer(now_us);
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// The refusals of [`submit_job_with_id`](Self::submit_job_with_id), checked before any
+    /// side effect: a taken or too-large id, too many tasks, jobs or pending tasks, a task
+    /// asking for zero cores.
+    fn check_submission(&self, id: JobId, spec: &JobSpec) -> Result<(), SubmitError> {
         if id.0 > u64::from(u32::MAX) || self.job_slots.contains_key(&id.0) {
             return Err(SubmitError::DuplicateJob(id));
         }
@@ -940,59 +995,49 @@ impl Scheduler {
         if let Some(i) = spec.tasks.iter().position(|t| t.cores == 0) {
             return Err(SubmitError::ZeroCores(i as u32));
         }
-        self.next_job = self.next_job.max(id.0 + 1);
-        if n == 0 {
-            self.outputs.push_back(Output::JobOutcome {
-                job: id,
-                outcome: JobOutcome::Succeeded(Vec::new()),
-            });
-            return Ok(());
+        Ok(())
+    }
+
+    /// The index of the pool named `name`, created if unknown. Bounded: past the configured
+    /// pools plus `jobs_max` (more than active jobs can hold), an unconfigured pool with no job
+    /// is reused for the new name.
+    fn resolve_pool(&mut self, name: &str) -> u32 {
+        if let Some(&p) = self.pool_ids.get(name) {
+            return p;
         }
-        let pool = match self.pool_ids.get(&spec.pool) {
-            Some(&p) => p,
-            None => {
-                // Bounded: past the configured pools plus `jobs_max` (more than active jobs
-                // can hold), an unconfigured pool with no job is reused for the new name.
-                let fresh = Pool::new(&PoolConfig::new(spec.pool.clone()), false);
-                let idle = (self.pools.len() >= self.config.pools.len() + self.config.jobs_max)
-                    .then(|| self.idle_pools.first().map(|&i| i as usize))
-                    .flatten();
-                let p = match idle {
-                    Some(i) => {
-                        self.idle_pools.remove(&(i as u32));
-                        let Some(old) = self.pools.get_mut(i) else {
-                            unreachable!("pool {i} was just found");
-                        };
-                        assert_eq!(old.running_cores, 0, "an idle pool runs nothing");
-                        self.pool_ids.remove(&*old.name);
-                        self.runnable.set_pool(i as u32, fresh.key());
-                        *old = fresh;
-                        i as u32
-                    }
-                    None => {
-                        self.runnable.set_pool(self.pools.len() as u32, fresh.key());
-                        self.pools.push(fresh);
-                        (self.pools.len() - 1) as u32
-                    }
+        let fresh = Pool::new(&PoolConfig::new(name.to_owned()), false);
+        let idle = (self.pools.len() >= self.config.pools.len() + self.config.jobs_max)
+            .then(|| self.idle_pools.first().map(|&i| i as usize))
+            .flatten();
+        let p = match idle {
+            Some(i) => {
+                self.idle_pools.remove(&(i as u32));
+                let Some(old) = self.pools.get_mut(i) else {
+                    unreachable!("pool {i} was just found");
                 };
-                self.pool_ids.insert(spec.pool.clone(), p);
-                p
+                assert_eq!(old.running_cores, 0, "an idle pool runs nothing");
+                self.pool_ids.remove(&*old.name);
+                self.runnable.set_pool(i as u32, fresh.key());
+                *old = fresh;
+                i as u32
+            }
+            None => {
+                self.runnable.set_pool(self.pools.len() as u32, fresh.key());
+                self.pools.push(fresh);
+                (self.pools.len() - 1) as u32
             }
         };
-        let Some(pool_rec) = self.pools.get_mut(pool as usize) else {
-            unreachable!("pool {pool} was just resolved");
-        };
-        pool_rec.jobs += 1;
-        self.idle_pools.remove(&pool);
-        let oversized = spec
-            .tasks
-            .iter()
-            .position(|t| t.payload.len() > self.config.payload_max_bytes)
-            .map(|i| (i, spec.tasks.get(i).map_or(0, |t| t.payload.len())));
+        self.pool_ids.insert(name.to_owned(), p);
+        p
+    }
+
+    /// The task records of a new job (host preferences interned in the book), and whether any
+    /// task prefers executors, and any prefers hosts or executors.
+    fn build_tasks(book: &mut Book, specs: Vec<TaskSpec>) -> (Vec<TaskRec>, bool, bool) {
         let mut has_exec_prefs = false;
         let mut has_host_prefs = false;
-        let mut tasks = Vec::with_capacity(n);
-        for t in spec.tasks {
+        let mut tasks = Vec::with_capacity(specs.len());
+        for t in specs {
             let prefs = if t.preferred_executors.is_empty() && t.preferred_hosts.is_empty() {
                 None
             } else {
@@ -1001,7 +1046,7 @@ impl Scheduler {
                 let hosts = t
                     .preferred_hosts
                     .iter()
-                    .map(|h| self.book.host_index(h))
+                    .map(|h| book.host_index(h))
                     .collect();
                 Some(Box::new(Prefs {
                     executors: t.preferred_executors,
@@ -1021,6 +1066,14 @@ impl Scheduler {
                 exclusion: None,
             });
         }
+        (tasks, has_exec_prefs, has_host_prefs)
+    }
+
+    /// A new job's record in pool `pool`, its settings resolved against the scheduler's
+    /// defaults, every task queued and its locality level chosen.
+    fn build_job(&mut self, now_us: u64, id: JobId, pool: u32, spec: JobSpec) -> Job {
+        let n = spec.tasks.len();
+        let (tasks, has_exec_prefs, has_host_prefs) = Self::build_tasks(&mut self.book, spec.tasks);
         let speculation = spec
             .speculation
             .resolve(self.config.speculation.as_ref())
@@ -1077,11 +1130,12 @@ impl Scheduler {
             job.enqueue(i, host_of, |h| book.host_live(h));
         }
         job.level = job.start_level();
-        if let Some(sc) = &job.speculation {
-            self.spec_jobs += 1;
-            *self.spec_timeouts_us.entry(sc.timeout_us).or_insert(0) += 1;
-        }
-        let slot = match self.job_free_slots.pop() {
+        job
+    }
+
+    /// Puts `job` in a free slot of the job table (or a new one) and returns the slot.
+    fn store_job(&mut self, job: Job) -> u32 {
+        match self.job_free_slots.pop() {
             Some(s) => {
                 if let Some(entry) = self.jobs.get_mut(s as usize) {
                     *entry = Some(job);
@@ -1092,28 +1146,7 @@ impl Scheduler {
                 self.jobs.push(Some(job));
                 (self.jobs.len() - 1) as u32
             }
-        };
-        self.job_slots.insert(id.0, slot);
-        if has_exec_prefs || has_host_prefs {
-            self.pref_jobs += 1;
         }
-        self.active
-            .insert((-(i64::from(spec.priority)), id.0), slot);
-        self.sync_job(slot);
-        self.pending_total += n;
-        self.unfinished_total += n;
-        if let Some((i, len)) = oversized {
-            let reason = format!(
-                "task {i} payload is {len} bytes, over payload_max_bytes = {}",
-                self.config.payload_max_bytes
-            );
-            self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
-        } else {
-            self.book.unblock_all();
-            self.offer(now_us);
-        }
-        self.flush();
-        Ok(())
     }
 
     /// Cancels a job: its running attempts are killed, its pending tasks dropped, each task and
@@ -1333,57 +1366,8 @@ impl Scheduler {
         };
         overdue.sort_unstable_by_key(|&s| fifo_key(s));
         for slot in overdue {
-            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                unreachable!("runnable job slot {slot} is empty");
-            };
-            // Rare (once per timeout per stuck job), so scans are fine here: the largest
-            // queued task, and every queued task that avoids some executor.
-            let tasks = &job.tasks;
-            job.avoiding.retain(|&i| {
-                tasks
-                    .get(i as usize)
-                    .is_some_and(|t| t.status == Status::Pending)
-            });
-            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
-                unreachable!("runnable job slot {slot} is empty");
-            };
-            let largest = job
-                .tasks
-                .iter()
-                .filter(|t| t.status == Status::Pending)
-                .map(|t| t.cores)
-                .max()
-                .unwrap_or(1);
-            let runs_somewhere = |cores: u32, task: Option<&TaskRec>| {
-                self.book.iter().any(|e| {
-                    e.cores >= cores
-                        && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
-                        && !job.excludes(e.id, e.host)
-                        && !task.is_some_and(|t| t.avoids(e.id, e.host))
-                })
-            };
-            let stuck = if !runs_somewhere(largest, None) {
-                Some(format!(
-                    "no executor could run the job's tasks for {timeout} us (all excluded for \
-                     it, or all smaller than its largest queued task of {largest} cores)"
-                ))
-            } else {
-                job.avoiding
-                    .iter()
-                    .find(|&&i| {
-                        job.tasks
-                            .get(i as usize)
-                            .is_some_and(|t| !runs_somewhere(t.cores, Some(t)))
-                    })
-                    .map(|i| {
-                        format!(
-                            "task {i} cannot run anywhere: every registered executor is \
-                             excluded for it after its failures (Spark: aborting because a task \
-                             cannot run anywhere due to node and executor exclusion)"
-                        )
-                    })
-            };
-            match stuck {
+            self.prune_avoiding(slot);
+            match self.stuck_reason(now_us, slot, timeout) {
                 None => {
                     let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut)
                     else {
@@ -1392,20 +1376,81 @@ impl Scheduler {
                     job.last_progress_us = now_us;
                     self.sync_job(slot);
                 }
-                Some(reason) => {
-                    let mut reasons = vec![reason.clone()];
-                    if let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) {
-                        let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
-                        keys.sort_unstable();
-                        for k in keys {
-                            reasons.extend(job.reasons.get(&k).into_iter().flatten().cloned());
-                        }
-                    }
-                    tracing::warn!(job = slot, "{reason}");
-                    self.abort_job(slot, JobOutcome::Failed(reasons), &reason);
-                }
+                Some(reason) => self.fail_stuck(slot, reason),
             }
         }
+    }
+
+    /// Drops from the job's `avoiding` list the tasks no longer queued.
+    fn prune_avoiding(&mut self, slot: u32) {
+        let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            unreachable!("runnable job slot {slot} is empty");
+        };
+        let tasks = &job.tasks;
+        job.avoiding.retain(|&i| {
+            tasks
+                .get(i as usize)
+                .is_some_and(|t| t.status == Status::Pending)
+        });
+    }
+
+    /// Why the job in `slot` cannot progress, if it cannot: its largest queued task fits no
+    /// executor it may use, or a task that avoids some executors may use none.
+    fn stuck_reason(&self, now_us: u64, slot: u32, timeout: u64) -> Option<String> {
+        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+            unreachable!("runnable job slot {slot} is empty");
+        };
+        // Rare (once per timeout per stuck job), so scans are fine here: the largest
+        // queued task, and every queued task that avoids some executor.
+        let largest = job
+            .tasks
+            .iter()
+            .filter(|t| t.status == Status::Pending)
+            .map(|t| t.cores)
+            .max()
+            .unwrap_or(1);
+        let runs_somewhere = |cores: u32, task: Option<&TaskRec>| {
+            self.book.iter().any(|e| {
+                e.cores >= cores
+                    && !self.globally_excluded(now_us, e.excluded_until_us, e.host)
+                    && !job.excludes(e.id, e.host)
+                    && !task.is_some_and(|t| t.avoids(e.id, e.host))
+            })
+        };
+        if !runs_somewhere(largest, None) {
+            return Some(format!(
+                "no executor could run the job's tasks for {timeout} us (all excluded for \
+                 it, or all smaller than its largest queued task of {largest} cores)"
+            ));
+        }
+        job.avoiding
+            .iter()
+            .find(|&&i| {
+                job.tasks
+                    .get(i as usize)
+                    .is_some_and(|t| !runs_somewhere(t.cores, Some(t)))
+            })
+            .map(|i| {
+                format!(
+                    "task {i} cannot run anywhere: every registered executor is \
+                     excluded for it after its failures (Spark: aborting because a task \
+                     cannot run anywhere due to node and executor exclusion)"
+                )
+            })
+    }
+
+    /// Fails the stuck job in `slot` with `reason` first, then the failures its tasks saw.
+    fn fail_stuck(&mut self, slot: u32, reason: String) {
+        let mut reasons = vec![reason.clone()];
+        if let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) {
+            let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
+            keys.sort_unstable();
+            for k in keys {
+                reasons.extend(job.reasons.get(&k).into_iter().flatten().cloned());
+            }
+        }
+        tracing::warn!(job = slot, "{reason}");
+        self.abort_job(slot, JobOutcome::Failed(reasons), &reason);
     }
 
     // ----- internals -----
@@ -1466,30 +1511,64 @@ impl Scheduler {
     /// (or were missed), so one more walk starts at once from the start. `local_only` walks (the locality pass) are capped too but leave the
     /// cursor alone: the full pass that follows decides.
     fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
-        let Some(e) = self.book.get_mut(slot) else {
-            unreachable!("offerable slot {slot} is empty");
-        };
-        let (id, host, free) = (e.id, e.host, e.usable());
-        let excluded_until_us = e.excluded_until_us;
-        let resume = if local_only { None } else { e.resume.take() };
-        if free == 0 || self.globally_excluded(now_us, excluded_until_us, host) {
+        let Some((id, host, free, resume)) = self.take_offer(now_us, slot, local_only) else {
             return Assigned::Nothing;
-        }
-        let waits = self.waits();
+        };
         let mut touched = std::mem::take(&mut self.touched);
-        let mut launched = None;
-        let mut capped = false;
-        let mut last_asked = None;
         let (work_seq, usable, moves) = resume
             .as_ref()
             .map_or((self.book.work_seq, free, self.runnable.moves), |r| {
                 (r.work_seq, r.usable, r.moves)
             });
-        let walk = self.runnable.iter_after(resume.as_ref().map(|r| &r.after));
-        for (asked, job_slot) in walk.enumerate() {
+        let after = resume.as_ref().map(|r| &r.after);
+        let (launched, capped_at) = self.walk_jobs(
+            now_us,
+            slot,
+            (id, host, free),
+            local_only,
+            after,
+            &mut touched,
+        );
+        let mut assigned = Assigned::Nothing;
+        if let Some((job_slot, found)) = launched {
+            self.launch(now_us, job_slot, slot, found);
+            assigned = Assigned::Launched;
+        } else if let Some(last) = capped_at.filter(|_| !local_only) {
+            self.defer_walk(slot, last, work_seq, usable, moves);
+            assigned = Assigned::Deferred;
+        }
+        for job_slot in touched.drain(..) {
+            self.sync_job(job_slot);
+        }
+        self.touched = touched;
+        let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
+        if assigned == Assigned::Nothing && resume.is_some() && stale {
+            // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
+            // this recurses once at most).
+            return self.assign_one(now_us, slot, false);
+        }
+        assigned
+    }
+
+    /// Asks the runnable jobs after `after`, in sharing order, for a task for the executor in
+    /// `slot` offering `(id, host, free)`, pushing onto `touched` the jobs whose straggler queue
+    /// shrank. Returns the task found (and its job), and the last job asked when the walk
+    /// stopped at [`OFFER_JOBS_MAX`].
+    #[inline]
+    fn walk_jobs(
+        &mut self,
+        now_us: u64,
+        slot: u32,
+        (id, host, free): (ExecutorId, u32, u32),
+        local_only: bool,
+        after: Option<&Cursor>,
+        touched: &mut Vec<u32>,
+    ) -> (Option<(u32, Found)>, Option<u32>) {
+        let waits = self.waits();
+        let mut last_asked = None;
+        for (asked, job_slot) in self.runnable.iter_after(after).enumerate() {
             if asked == OFFER_JOBS_MAX {
-                capped = true;
-                break;
+                return (None, last_asked);
             }
             last_asked = Some(job_slot);
             let Some(job) = self
@@ -1518,49 +1597,58 @@ impl Scheduler {
             // Asking may have moved its locality level along (or emptied a preference queue).
             set_timers(&mut self.timers, job_slot, job, waits);
             if let Some(found) = found {
-                launched = Some((job_slot, found));
-                break;
+                return (Some((job_slot, found)), None);
             }
             if local_only {
                 break;
             }
         }
-        let mut assigned = Assigned::Nothing;
-        if let Some((job_slot, found)) = launched {
-            self.launch(now_us, job_slot, slot, found);
-            assigned = Assigned::Launched;
-        } else if let Some(last) = last_asked.filter(|_| capped && !local_only) {
-            // Where the walk stopped, taken before `touched` jobs may leave the order.
-            let key = self
-                .jobs
-                .get(last as usize)
-                .and_then(Option::as_ref)
-                .map(Job::fifo_key);
-            let Some(key) = key else {
-                unreachable!("runnable job slot {last} is empty");
-            };
-            let after = self.runnable.cursor_at(last, key);
-            if let Some(e) = self.book.get_mut(slot) {
-                e.resume = Some(Resume {
-                    after,
-                    work_seq,
-                    usable,
-                    moves,
-                });
-            }
-            assigned = Assigned::Deferred;
+        (None, None)
+    }
+
+    /// The offer the executor in `slot` makes: its id, host and usable slots, and (unless
+    /// `local_only`) the walk it left off, taken. None if it has no usable slot or is excluded
+    /// everywhere.
+    #[inline]
+    fn take_offer(
+        &mut self,
+        now_us: u64,
+        slot: u32,
+        local_only: bool,
+    ) -> Option<(ExecutorId, u32, u32, Option<Resume>)> {
+        let Some(e) = self.book.get_mut(slot) else {
+            unreachable!("offerable slot {slot} is empty");
+        };
+        let (id, host, free) = (e.id, e.host, e.usable());
+        let excluded_until_us = e.excluded_until_us;
+        let resume = if local_only { None } else { e.resume.take() };
+        if free == 0 || self.globally_excluded(now_us, excluded_until_us, host) {
+            return None;
         }
-        for job_slot in touched.drain(..) {
-            self.sync_job(job_slot);
+        Some((id, host, free, resume))
+    }
+
+    /// Saves where a capped walk of the executor in `slot` stopped (after job `last`), with the
+    /// marks of the cycle it belongs to, so its next walk goes on from there.
+    fn defer_walk(&mut self, slot: u32, last: u32, work_seq: u64, usable: u32, moves: u64) {
+        // Where the walk stopped, taken before `touched` jobs may leave the order.
+        let key = self
+            .jobs
+            .get(last as usize)
+            .and_then(Option::as_ref)
+            .map(Job::fifo_key);
+        let Some(key) = key else {
+            unreachable!("runnable job slot {last} is empty");
+        };
+        let after = self.runnable.cursor_at(last, key);
+        if let Some(e) = self.book.get_mut(slot) {
+            e.resume = Some(Resume {
+                after,
+                work_seq,
+                usable,
+                moves,
+            });
         }
-        self.touched = touched;
-        let stale = self.book.work_seq != work_seq || free > usable || self.runnable.moves != moves;
-        if assigned == Assigned::Nothing && resume.is_some() && stale {
-            // A resumed walk ended its cycle: walk again from the start (it has no cursor, so
-            // this recurses once at most).
-            return self.assign_one(now_us, slot, false);
-        }
-        assigned
     }
 
     /// Sets a job's timers from its state (call after any change to its queues, its level or
@@ -1626,71 +1714,19 @@ impl Scheduler {
         else {
             unreachable!("launch for empty job slot {job_slot}");
         };
-        let (index, speculative) = match found {
-            Found::Pending(i, level) => {
-                job.launched_at(now_us, level);
-                (i, false)
-            }
-            Found::Speculative(i) => (i, true),
-        };
-        let Some(t) = job.tasks.get_mut(index as usize) else {
-            unreachable!("found task {index} beyond the job");
-        };
-        let Some(free_attempt) = t.attempts.iter_mut().find(|a| a.is_none()) else {
-            unreachable!("task {index} found with both attempt slots taken");
-        };
-        let attempt = t.next_attempt;
-        *free_attempt = Some(Attempt {
-            attempt,
-            exec: exec_slot,
-        });
-        t.next_attempt += 1;
-        job.counters.launched += 1;
+        let (launch, speculative) = job.start_attempt(now_us, exec_slot, found);
         if speculative {
-            assert_eq!(t.status, Status::Running, "only running tasks are copied");
             self.stats.speculative_launched += 1;
-            job.counters.speculative += 1;
         } else {
-            assert_eq!(t.status, Status::Pending, "only pending tasks launch");
-            t.status = Status::Running;
-            job.pending -= 1;
-            if job.pending == 0 {
-                job.delay_rejected = false;
-            }
-            job.running += 1;
             self.pending_total -= 1;
         }
-        let cores = t.cores;
-        let task = TaskId::new(job.id, index);
-        let launch = TaskLaunch {
-            task,
-            attempt,
-            function: t.function.clone(),
-            payload: t.payload.clone(),
-            cores,
-        };
+        let cores = launch.cores;
         job.running_cores += u64::from(cores);
         let Some(p) = self.pools.get_mut(job.pool as usize) else {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores += u64::from(cores);
-        let Some(e) = self.book.get_mut(exec_slot) else {
-            unreachable!("launch on empty executor slot {exec_slot}");
-        };
-        assert!(e.free >= cores, "launch over the free cores");
-        e.free -= cores;
-        e.running.insert(
-            (task.0, attempt),
-            Run {
-                cores,
-                started_us: now_us,
-                reported_running: false,
-            },
-        );
-        if e.batch.is_empty() {
-            self.batched.push(exec_slot);
-        }
-        e.batch.push(launch);
+        self.batch_launch(now_us, exec_slot, launch);
         self.stats.launched += 1;
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
         self.sync_job(job_slot);
@@ -1706,6 +1742,30 @@ impl Scheduler {
             (job.running_cores, job.weight),
             (job.pool, p),
         );
+    }
+
+    /// Books `launch` on the executor in `exec_slot` (its cores taken, the run recorded from
+    /// `now_us`) and batches it for the next [`flush`](Self::flush).
+    #[inline]
+    fn batch_launch(&mut self, now_us: u64, exec_slot: u32, launch: TaskLaunch) {
+        let cores = launch.cores;
+        let Some(e) = self.book.get_mut(exec_slot) else {
+            unreachable!("launch on empty executor slot {exec_slot}");
+        };
+        assert!(e.free >= cores, "launch over the free cores");
+        e.free -= cores;
+        e.running.insert(
+            (launch.task.0, launch.attempt),
+            Run {
+                cores,
+                started_us: now_us,
+                reported_running: false,
+            },
+        );
+        if e.batch.is_empty() {
+            self.batched.push(exec_slot);
+        }
+        e.batch.push(launch);
     }
 
     /// Emits the batched launches, one `Launch` per executor.
@@ -1780,6 +1840,28 @@ impl Scheduler {
         let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
             return;
         };
+        if !self.release_attempt(job_slot, task, attempt) {
+            return;
+        }
+        match end {
+            End::Succeeded(data) => {
+                self.attempt_succeeded(now_us, job_slot, task, started_us, data)
+            }
+            End::Failed { reason, counts } => self.attempt_failed(
+                now_us,
+                job_slot,
+                (exec, host),
+                (task, attempt),
+                &reason,
+                counts,
+            ),
+        }
+    }
+
+    /// Takes `attempt` off `task` (in `job_slot`) and gives its cores back to the job and its
+    /// pool. False if it was taken off already (killed): nothing more to do.
+    #[inline]
+    fn release_attempt(&mut self, job_slot: u32, task: TaskId, attempt: u32) -> bool {
         let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
@@ -1787,17 +1869,15 @@ impl Scheduler {
         else {
             unreachable!("job slot {job_slot} of an active job is empty");
         };
-        let index = task.index();
-        let Some(t) = job.tasks.get_mut(index as usize) else {
+        let Some(t) = job.tasks.get_mut(task.index() as usize) else {
             unreachable!("an executor held {task}, beyond its job");
         };
-        // Killed attempts were taken off the task already: nothing more to do.
         let Some(slot) = t
             .attempts
             .iter_mut()
             .find(|a| a.is_some_and(|a| a.attempt == attempt))
         else {
-            return;
+            return false;
         };
         *slot = None;
         let cores = u64::from(t.cores);
@@ -1817,86 +1897,137 @@ impl Scheduler {
             Status::Running,
             "a live attempt of a running task"
         );
-        match end {
-            End::Succeeded(data) => {
-                let kept = if job.keep_results {
-                    data.len() as u64
-                } else {
-                    0
-                };
-                if job.result_bytes.saturating_add(kept) > job.result_bytes_max {
-                    let reason = format!(
-                        "task {index}'s result of {} bytes takes the job's kept results over \
-                         result_bytes_max = {} bytes (Spark's spark.driver.maxResultSize): \
-                         return less, raise the limit, or do not keep results",
-                        data.len(),
-                        job.result_bytes_max
-                    );
-                    let msg = format!("job failed: results over {} bytes", job.result_bytes_max);
-                    self.stats.attempts_failed += 1;
-                    self.abort_job(job_slot, JobOutcome::Failed(vec![reason]), &msg);
-                    return;
-                }
-                job.result_bytes += kept;
-                t.status = Status::Succeeded;
-                // The payload is no longer needed; the result replaces it if the job keeps it.
-                t.payload = if job.keep_results {
-                    data.clone()
-                } else {
-                    Bytes::new()
-                };
-                t.exclusion = None;
-                let others = std::mem::take(&mut t.attempts);
-                job.running -= 1;
-                job.final_count += 1;
-                job.counters.succeeded += 1;
-                if job.speculation.is_some() {
-                    job.durations_us.push(now_us.saturating_sub(started_us));
-                    if !std::mem::replace(&mut job.durations_dirty, true) {
-                        self.spec_dirty.push(job_slot);
-                    }
-                }
-                self.unfinished_total -= 1;
-                self.stats.succeeded += 1;
-                for other in others.into_iter().flatten() {
-                    self.kill_attempt(job_slot, task, other, "another attempt succeeded");
-                }
-                self.outputs.push_back(Output::TaskResult {
-                    task,
-                    result: Ok(data),
-                });
-                self.maybe_finish_job(job_slot);
-            }
-            End::Failed { reason, counts } => {
-                self.stats.attempts_failed += 1;
-                let still_running = t.running_attempts() > 0;
-                // The attempt left running may straggle too (a copy that failed beside an
-                // original on a deaf executor): it may be copied again.
-                t.speculated = false;
-                if !counts {
-                    job.counters.uncounted += 1;
-                    if !still_running {
-                        self.requeue(now_us, job_slot, index);
-                    }
-                    return;
-                }
-                self.count_failure(now_us, job_slot, (exec, host), task, attempt, &reason);
-                let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
-                    unreachable!("job slot {job_slot} emptied by counting a failure");
-                };
-                let Some(t) = job.tasks.get(index as usize) else {
-                    unreachable!("task {index} vanished from its job");
-                };
-                if t.running_attempts() > 0 {
-                    return;
-                }
-                if t.failures >= job.max_failures {
-                    self.fail_task_for_good(job_slot, index);
-                    return;
-                }
-                self.requeue(now_us, job_slot, index);
+        true
+    }
+
+    /// A released attempt of `task` (started at `started_us`) succeeded with `data`: the task
+    /// succeeds (its other attempt killed), or the job fails if the result takes its kept
+    /// results over their limit.
+    #[inline]
+    fn attempt_succeeded(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        task: TaskId,
+        started_us: u64,
+        data: Bytes,
+    ) {
+        let index = task.index();
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("job slot {job_slot} of an active job is empty");
+        };
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            unreachable!("an executor held {task}, beyond its job");
+        };
+        let kept = if job.keep_results {
+            data.len() as u64
+        } else {
+            0
+        };
+        if job.result_bytes.saturating_add(kept) > job.result_bytes_max {
+            let limit = job.result_bytes_max;
+            self.fail_results_over(job_slot, index, data.len(), limit);
+            return;
+        }
+        job.result_bytes += kept;
+        t.status = Status::Succeeded;
+        // The payload is no longer needed; the result replaces it if the job keeps it.
+        t.payload = if job.keep_results {
+            data.clone()
+        } else {
+            Bytes::new()
+        };
+        t.exclusion = None;
+        let others = std::mem::take(&mut t.attempts);
+        job.running -= 1;
+        job.final_count += 1;
+        job.counters.succeeded += 1;
+        if job.speculation.is_some() {
+            job.durations_us.push(now_us.saturating_sub(started_us));
+            if !std::mem::replace(&mut job.durations_dirty, true) {
+                self.spec_dirty.push(job_slot);
             }
         }
+        self.unfinished_total -= 1;
+        self.stats.succeeded += 1;
+        for other in others.into_iter().flatten() {
+            self.kill_attempt(job_slot, task, other, "another attempt succeeded");
+        }
+        self.outputs.push_back(Output::TaskResult {
+            task,
+            result: Ok(data),
+        });
+        self.maybe_finish_job(job_slot);
+    }
+
+    /// Fails the job in `job_slot`: task `index`'s result of `len` bytes takes its kept
+    /// results over `limit` bytes.
+    fn fail_results_over(&mut self, job_slot: u32, index: u32, len: usize, limit: u64) {
+        let reason = format!(
+            "task {index}'s result of {len} bytes takes the job's kept results over \
+             result_bytes_max = {limit} bytes (Spark's spark.driver.maxResultSize): \
+             return less, raise the limit, or do not keep results"
+        );
+        let msg = format!("job failed: results over {limit} bytes");
+        self.stats.attempts_failed += 1;
+        self.abort_job(job_slot, JobOutcome::Failed(vec![reason]), &msg);
+    }
+
+    /// A released `attempt` of `task` on `(exec, host)` failed for `reason`: counted against
+    /// the task if `counts`, then the task is requeued, failed for good, or left to its other
+    /// running attempt.
+    #[inline]
+    fn attempt_failed(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        (exec, host): (ExecutorId, u32),
+        (task, attempt): (TaskId, u32),
+        reason: &str,
+        counts: bool,
+    ) {
+        let index = task.index();
+        self.stats.attempts_failed += 1;
+        let Some(job) = self
+            .jobs
+            .get_mut(job_slot as usize)
+            .and_then(Option::as_mut)
+        else {
+            unreachable!("job slot {job_slot} of an active job is empty");
+        };
+        let Some(t) = job.tasks.get_mut(index as usize) else {
+            unreachable!("an executor held {task}, beyond its job");
+        };
+        let still_running = t.running_attempts() > 0;
+        // The attempt left running may straggle too (a copy that failed beside an
+        // original on a deaf executor): it may be copied again.
+        t.speculated = false;
+        if !counts {
+            job.counters.uncounted += 1;
+            if !still_running {
+                self.requeue(now_us, job_slot, index);
+            }
+            return;
+        }
+        self.count_failure(now_us, job_slot, (exec, host), task, attempt, reason);
+        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+            unreachable!("job slot {job_slot} emptied by counting a failure");
+        };
+        let Some(t) = job.tasks.get(index as usize) else {
+            unreachable!("task {index} vanished from its job");
+        };
+        if t.running_attempts() > 0 {
+            return;
+        }
+        if t.failures >= job.max_failures {
+            self.fail_task_for_good(job_slot, index);
+            return;
+        }
+        self.requeue(now_us, job_slot, index);
     }
 
     /// Counts a failure of `task`'s `attempt` on `(exec, host)`: the task's count and reasons,

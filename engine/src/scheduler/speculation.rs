@@ -52,12 +52,8 @@ impl Scheduler {
             let mut stalls = false;
             for (&(task, _), run) in &e.running {
                 let task = TaskId(task);
-                let (job_slots, jobs) = (&self.job_slots, &mut self.jobs);
                 let found_thresholds = *thresholds.entry(task.job().0).or_insert_with(|| {
-                    let slot = *job_slots.get(&task.job().0)?;
-                    jobs.get_mut(slot as usize)?
-                        .as_mut()?
-                        .straggler_thresholds_us()
+                    job_of(&self.job_slots, &mut self.jobs, task)?.straggler_thresholds_us()
                 });
                 let Some((by_quantile, by_timeout)) = found_thresholds else {
                     continue; // an ended job's attempt, or a job without speculation
@@ -72,21 +68,10 @@ impl Scheduler {
                     continue;
                 }
                 stalls |= silent_since_launch;
-                let Some(&slot) = self.job_slots.get(&task.job().0) else {
-                    unreachable!("thresholds only for active jobs");
-                };
-                let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
-                    unreachable!("job slot {slot} of an active job is empty");
-                };
-                let Some(t) = job.tasks.get_mut(task.index() as usize) else {
-                    unreachable!("an executor holds {task}, beyond its job");
-                };
-                if t.status == Status::Running && !t.speculated && t.running_attempts() == 1 {
-                    t.speculated = true;
-                    job.speculatable.push_back(task.index());
+                if let Some((slot, listed)) = queue_copy(&self.job_slots, &mut self.jobs, task) {
                     self.speculatable_total += 1;
                     found = true;
-                    if !job.in_runnable {
+                    if !listed {
                         newly_runnable.push(slot);
                     }
                 }
@@ -96,6 +81,13 @@ impl Scheduler {
                 newly_stalled.push(e.id);
             }
         }
+        self.after_sweep(newly_stalled, newly_runnable);
+        found
+    }
+
+    /// Unlists the executors the sweep found stalled and lists the jobs it gave a first copy
+    /// to queue.
+    fn after_sweep(&mut self, newly_stalled: Vec<ExecutorId>, newly_runnable: Vec<u32>) {
         for id in newly_stalled {
             if let Some(slot) = self.book.slot_of(id) {
                 self.book.unlist(slot);
@@ -104,7 +96,6 @@ impl Scheduler {
         for slot in newly_runnable {
             self.sync_job(slot);
         }
-        found
     }
 
     /// Brings the medians of the jobs with successes since the last check up to date (as
@@ -145,4 +136,40 @@ impl Job {
         });
         Some((by_quantile, by_timeout))
     }
+}
+
+/// The job of `task`, if active.
+#[inline]
+fn job_of<'a>(
+    job_slots: &FxHashMap<u64, u32>,
+    jobs: &'a mut [Option<Job>],
+    task: TaskId,
+) -> Option<&'a mut Job> {
+    let slot = *job_slots.get(&task.job().0)?;
+    jobs.get_mut(slot as usize)?.as_mut()
+}
+
+/// Queues a copy of straggler `task` (of an active job) unless it has one or is no longer
+/// running a single attempt. Returns its job's slot and whether the job was listed as runnable.
+#[inline]
+fn queue_copy(
+    job_slots: &FxHashMap<u64, u32>,
+    jobs: &mut [Option<Job>],
+    task: TaskId,
+) -> Option<(u32, bool)> {
+    let Some(&slot) = job_slots.get(&task.job().0) else {
+        unreachable!("thresholds only for active jobs");
+    };
+    let Some(job) = jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+        unreachable!("job slot {slot} of an active job is empty");
+    };
+    let Some(t) = job.tasks.get_mut(task.index() as usize) else {
+        unreachable!("an executor holds {task}, beyond its job");
+    };
+    if t.status == Status::Running && !t.speculated && t.running_attempts() == 1 {
+        t.speculated = true;
+        job.speculatable.push_back(task.index());
+        return Some((slot, job.in_runnable));
+    }
+    None
 }

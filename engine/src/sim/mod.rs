@@ -259,69 +259,71 @@ fn run(seed: u64, verbose: bool) -> Result<SimReport, SimError> {
     Ok(sim.report)
 }
 
+/// A random scheduler configuration for `seed`, drawn from `rng`.
+fn random_config(rng: &mut Rng, seed: u64) -> Config {
+    Config {
+        sharing: random_sharing(rng),
+        pools: vec![
+            PoolConfig {
+                name: "a".into(),
+                mode: random_sharing(rng),
+                weight: 1,
+                min_share: rng.range(0, 3) as u32,
+            },
+            PoolConfig {
+                name: "b".into(),
+                mode: random_sharing(rng),
+                weight: 3,
+                min_share: rng.range(0, 3) as u32,
+            },
+        ],
+        max_failures: rng.range(1, 4) as u32,
+        locality_wait_executor_us: rng.range(0, 20_000),
+        locality_wait_host_us: rng.range(0, 20_000),
+        exclusion: rng.chance(0.6).then(|| ExclusionConfig {
+            task_executor_failures_max: rng.range(1, 2) as u32,
+            task_host_failures_max: rng.range(1, 3) as u32,
+            job_executor_failures_max: rng.range(1, 3) as u32,
+            job_host_failures_max: rng.range(2, 5) as u32,
+            executor_failures_max: rng.range(2, 6) as u32,
+            host_excluded_executors_max: rng.range(1, 3) as u32,
+            timeout_us: rng.range(50_000, 2_000_000),
+        }),
+        speculation: rng.chance(0.4).then(|| SpeculationConfig {
+            multiplier: 1.5,
+            quantile: 0.5,
+            min_runtime_us: rng.range(0, 20_000),
+            interval_us: rng.range(1_000, 50_000),
+            timeout_us: rng.range(20_000, 2_000_000),
+        }),
+        slow_start_slots: if rng.chance(0.5) {
+            u32::MAX
+        } else {
+            rng.range(1, 4) as u32
+        },
+        pending_tasks_max: if rng.chance(0.2) { 30 } else { 10_000 },
+        result_bytes_max: 1 << 30,
+        jobs_max: 100,
+        executors_max: 1000,
+        payload_max_bytes: 64,
+        unschedulable_timeout_us: 3_000_000,
+        seed,
+    }
+}
+
+/// FIFO or FAIR, even odds.
+fn random_sharing(rng: &mut Rng) -> Sharing {
+    if rng.chance(0.5) {
+        Sharing::Fifo
+    } else {
+        Sharing::Fair
+    }
+}
+
 impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = Rng::new(seed);
-        let config = Config {
-            sharing: if rng.chance(0.5) {
-                Sharing::Fifo
-            } else {
-                Sharing::Fair
-            },
-            pools: vec![
-                PoolConfig {
-                    name: "a".into(),
-                    mode: if rng.chance(0.5) {
-                        Sharing::Fifo
-                    } else {
-                        Sharing::Fair
-                    },
-                    weight: 1,
-                    min_share: rng.range(0, 3) as u32,
-                },
-                PoolConfig {
-                    name: "b".into(),
-                    mode: if rng.chance(0.5) {
-                        Sharing::Fifo
-                    } else {
-                        Sharing::Fair
-                    },
-                    weight: 3,
-                    min_share: rng.range(0, 3) as u32,
-                },
-            ],
-            max_failures: rng.range(1, 4) as u32,
-            locality_wait_executor_us: rng.range(0, 20_000),
-            locality_wait_host_us: rng.range(0, 20_000),
-            exclusion: rng.chance(0.6).then(|| ExclusionConfig {
-                task_executor_failures_max: rng.range(1, 2) as u32,
-                task_host_failures_max: rng.range(1, 3) as u32,
-                job_executor_failures_max: rng.range(1, 3) as u32,
-                job_host_failures_max: rng.range(2, 5) as u32,
-                executor_failures_max: rng.range(2, 6) as u32,
-                host_excluded_executors_max: rng.range(1, 3) as u32,
-                timeout_us: rng.range(50_000, 2_000_000),
-            }),
-            speculation: rng.chance(0.4).then(|| SpeculationConfig {
-                multiplier: 1.5,
-                quantile: 0.5,
-                min_runtime_us: rng.range(0, 20_000),
-                interval_us: rng.range(1_000, 50_000),
-                timeout_us: rng.range(20_000, 2_000_000),
-            }),
-            slow_start_slots: if rng.chance(0.5) {
-                u32::MAX
-            } else {
-                rng.range(1, 4) as u32
-            },
-            pending_tasks_max: if rng.chance(0.2) { 30 } else { 10_000 },
-            result_bytes_max: 1 << 30,
-            jobs_max: 100,
-            executors_max: 1000,
-            payload_max_bytes: 64,
-            unschedulable_timeout_us: 3_000_000,
-            seed,
-        };
+        let config = random_config(&mut rng, seed);
         let idle_limit_us = config.locality_wait_executor_us + config.locality_wait_host_us + 1;
         let failure_prob = [0.0, 0.02, 0.1, 0.3][rng.range(0, 3) as usize];
         let mut sim = Sim {
@@ -370,37 +372,7 @@ impl Sim {
         let hosts = self.rng.range(1, 4);
         let n_execs = self.rng.range(1, 12);
         for i in 0..n_execs {
-            let id = ExecutorId(i + 1);
-            let host = format!("host{}", self.rng.range(0, hosts - 1));
-            let info = ExecutorInfo {
-                id,
-                host,
-                cores: self.rng.range(1, 4) as u32,
-                attributes: Vec::new(),
-            };
-            let slowness = if self.rng.chance(0.2) { 10 } else { 1 };
-            self.execs.insert(id, SimExec::new(info, slowness));
-            let join_us = if i == 0 || self.rng.chance(0.6) {
-                0
-            } else {
-                self.rng.range(0, 200_000)
-            };
-            self.at(join_us, Ev::Register(id));
-            if self.rng.chance(0.1) {
-                self.at(join_us + 1, Ev::RegisterDuplicate(id));
-            }
-            if self.rng.chance(0.25) {
-                let reason = match self.rng.range(0, 2) {
-                    0 => RemovalReason::Lost("heartbeat timeout".into()),
-                    1 => RemovalReason::Killed,
-                    _ => RemovalReason::Exited {
-                        code: 137,
-                        caused_by_app: self.rng.chance(0.5),
-                    },
-                };
-                let t = join_us + self.rng.range(1, 300_000);
-                self.at(t, Ev::Die(id, reason));
-            }
+            self.plan_executor(i, hosts);
         }
         // A late replacement executor so loss never leaves the cluster empty for good.
         let id = ExecutorId(100);
@@ -416,91 +388,150 @@ impl Sim {
 
         let n_jobs = self.rng.range(1, 6) as usize;
         for j in 0..n_jobs {
-            let n_tasks = self.rng.range(0, 40);
-            let oversized = self.rng.chance(0.05) && n_tasks > 0;
-            let mut tasks = Vec::new();
-            for i in 0..n_tasks {
-                let payload_len = if oversized && i == n_tasks / 2 {
-                    100
-                } else {
-                    8
-                };
-                let mut t = TaskSpec::new("work", Bytes::from(vec![7u8; payload_len]));
-                t.cores = if self.rng.chance(0.15) {
-                    TASK_CORES_MAX
-                } else {
-                    1
-                };
-                if self.rng.chance(0.3) {
-                    t.preferred_executors
-                        .push(ExecutorId(self.rng.range(1, n_execs + 1)));
-                }
-                if self.rng.chance(0.2) {
-                    t.preferred_hosts
-                        .push(format!("host{}", self.rng.range(0, hosts)));
-                }
-                tasks.push(t);
-            }
-            let mut spec = JobSpec::new(tasks);
-            spec.pool = match self.rng.range(0, 9) {
-                // An unconfigured pool (FAIR inside, weight 1), now and then.
-                0 => format!("job-{j}"),
-                1..=4 => "a".into(),
-                _ => "b".into(),
+            self.plan_job(j, hosts, n_execs);
+        }
+    }
+
+    /// Executor `i` (of ids from 1, on one of `hosts` hosts): when it joins, maybe registers
+    /// twice, maybe dies.
+    fn plan_executor(&mut self, i: u64, hosts: u64) {
+        let id = ExecutorId(i + 1);
+        let host = format!("host{}", self.rng.range(0, hosts - 1));
+        let info = ExecutorInfo {
+            id,
+            host,
+            cores: self.rng.range(1, 4) as u32,
+            attributes: Vec::new(),
+        };
+        let slowness = if self.rng.chance(0.2) { 10 } else { 1 };
+        self.execs.insert(id, SimExec::new(info, slowness));
+        let join_us = if i == 0 || self.rng.chance(0.6) {
+            0
+        } else {
+            self.rng.range(0, 200_000)
+        };
+        self.at(join_us, Ev::Register(id));
+        if self.rng.chance(0.1) {
+            self.at(join_us + 1, Ev::RegisterDuplicate(id));
+        }
+        if self.rng.chance(0.25) {
+            let reason = match self.rng.range(0, 2) {
+                0 => RemovalReason::Lost("heartbeat timeout".into()),
+                1 => RemovalReason::Killed,
+                _ => RemovalReason::Exited {
+                    code: 137,
+                    caused_by_app: self.rng.chance(0.5),
+                },
             };
-            spec.weight = self.rng.range(1, 3) as u32;
-            spec.priority = self.rng.range(0, 2) as i32;
-            spec.keep_results = self.rng.chance(0.8);
-            // Per-job settings (issue 14 item 9) on a fifth of the jobs each.
-            if self.rng.chance(0.2) {
-                spec.max_failures = Some(self.rng.range(1, 4) as u32);
+            let t = join_us + self.rng.range(1, 300_000);
+            self.at(t, Ev::Die(id, reason));
+        }
+    }
+
+    /// Job `j`: its tasks, settings and submission, maybe a cancellation and a task kill.
+    fn plan_job(&mut self, j: usize, hosts: u64, n_execs: u64) {
+        let n_tasks = self.rng.range(0, 40);
+        let oversized = self.rng.chance(0.05) && n_tasks > 0;
+        let tasks = self.random_tasks(n_tasks, oversized, hosts, n_execs);
+        let mut spec = JobSpec::new(tasks);
+        self.random_settings(&mut spec, j, n_tasks);
+        let submit_us = self.rng.range(0, 300_000);
+        self.at(submit_us, Ev::Submit(j));
+        if self.rng.chance(0.1) {
+            let t = submit_us + self.rng.range(0, 100_000);
+            self.at(t, Ev::Cancel(j));
+        }
+        if n_tasks > 0 && self.rng.chance(0.1) {
+            let t = submit_us + self.rng.range(0, 100_000);
+            let i = self.rng.range(0, n_tasks - 1) as u32;
+            self.at(t, Ev::KillTask(j, i));
+        }
+        self.jobs.push(PlannedJob {
+            spec,
+            id: None,
+            cancelled: false,
+            outcome: None,
+            oversized,
+        });
+    }
+
+    /// `n_tasks` tasks (the middle one over the payload limit if `oversized`), some big, some
+    /// preferring one of `n_execs` executors or one of `hosts` hosts.
+    fn random_tasks(
+        &mut self,
+        n_tasks: u64,
+        oversized: bool,
+        hosts: u64,
+        n_execs: u64,
+    ) -> Vec<TaskSpec> {
+        let mut tasks = Vec::new();
+        for i in 0..n_tasks {
+            let payload_len = if oversized && i == n_tasks / 2 {
+                100
+            } else {
+                8
+            };
+            let mut t = TaskSpec::new("work", Bytes::from(vec![7u8; payload_len]));
+            t.cores = if self.rng.chance(0.15) {
+                TASK_CORES_MAX
+            } else {
+                1
+            };
+            if self.rng.chance(0.3) {
+                t.preferred_executors
+                    .push(ExecutorId(self.rng.range(1, n_execs + 1)));
             }
             if self.rng.chance(0.2) {
-                spec.speculation = if self.rng.chance(0.5) {
-                    JobSetting::Off
-                } else {
-                    JobSetting::Custom(SpeculationConfig {
-                        multiplier: 1.5,
-                        quantile: 0.5,
-                        min_runtime_us: self.rng.range(0, 20_000),
-                        interval_us: self.rng.range(1_000, 50_000),
-                        timeout_us: self.rng.range(20_000, 2_000_000),
-                    })
-                };
+                t.preferred_hosts
+                    .push(format!("host{}", self.rng.range(0, hosts)));
             }
-            if self.rng.chance(0.2) {
-                spec.exclusion = if self.rng.chance(0.5) {
-                    JobSetting::Off
-                } else {
-                    JobSetting::Custom(ExclusionConfig {
-                        task_executor_failures_max: self.rng.range(1, 2) as u32,
-                        task_host_failures_max: self.rng.range(1, 3) as u32,
-                        ..ExclusionConfig::default()
-                    })
-                };
-            }
-            if self.rng.chance(0.1) {
-                // Results are 8 bytes each: sometimes the bound is below what the job returns.
-                spec.result_bytes_max = Some(self.rng.range(0, 8 * n_tasks + 8));
-            }
-            let submit_us = self.rng.range(0, 300_000);
-            self.at(submit_us, Ev::Submit(j));
-            if self.rng.chance(0.1) {
-                let t = submit_us + self.rng.range(0, 100_000);
-                self.at(t, Ev::Cancel(j));
-            }
-            if n_tasks > 0 && self.rng.chance(0.1) {
-                let t = submit_us + self.rng.range(0, 100_000);
-                let i = self.rng.range(0, n_tasks - 1) as u32;
-                self.at(t, Ev::KillTask(j, i));
-            }
-            self.jobs.push(PlannedJob {
-                spec,
-                id: None,
-                cancelled: false,
-                outcome: None,
-                oversized,
-            });
+            tasks.push(t);
+        }
+        tasks
+    }
+
+    /// Job `j`'s pool, weight, priority and per-job settings, drawn.
+    fn random_settings(&mut self, spec: &mut JobSpec, j: usize, n_tasks: u64) {
+        spec.pool = match self.rng.range(0, 9) {
+            // An unconfigured pool (FAIR inside, weight 1), now and then.
+            0 => format!("job-{j}"),
+            1..=4 => "a".into(),
+            _ => "b".into(),
+        };
+        spec.weight = self.rng.range(1, 3) as u32;
+        spec.priority = self.rng.range(0, 2) as i32;
+        spec.keep_results = self.rng.chance(0.8);
+        // Per-job settings (issue 14 item 9) on a fifth of the jobs each.
+        if self.rng.chance(0.2) {
+            spec.max_failures = Some(self.rng.range(1, 4) as u32);
+        }
+        if self.rng.chance(0.2) {
+            spec.speculation = if self.rng.chance(0.5) {
+                JobSetting::Off
+            } else {
+                JobSetting::Custom(SpeculationConfig {
+                    multiplier: 1.5,
+                    quantile: 0.5,
+                    min_runtime_us: self.rng.range(0, 20_000),
+                    interval_us: self.rng.range(1_000, 50_000),
+                    timeout_us: self.rng.range(20_000, 2_000_000),
+                })
+            };
+        }
+        if self.rng.chance(0.2) {
+            spec.exclusion = if self.rng.chance(0.5) {
+                JobSetting::Off
+            } else {
+                JobSetting::Custom(ExclusionConfig {
+                    task_executor_failures_max: self.rng.range(1, 2) as u32,
+                    task_host_failures_max: self.rng.range(1, 3) as u32,
+                    ..ExclusionConfig::default()
+                })
+            };
+        }
+        if self.rng.chance(0.1) {
+            // Results are 8 bytes each: sometimes the bound is below what the job returns.
+            spec.result_bytes_max = Some(self.rng.range(0, 8 * n_tasks + 8));
         }
     }
 
@@ -571,6 +602,35 @@ impl Sim {
 
     fn lifecycle_step(&mut self, c: &mut Churn) -> Result<(), SimError> {
         let now = self.now_us;
+        self.deliver_snapshots(c)?;
+        self.report_load(c);
+        c.allocator.tick(now);
+        while let Some(output) = c.allocator.poll_output() {
+            if self.verbose {
+                eprintln!("{now:>9}   allocator {output:?}");
+            }
+            match output {
+                AllocatorOutput::Create(names) => self.create_churn(c, names),
+                AllocatorOutput::Delete(names) => self.delete_churn(c, names)?,
+                AllocatorOutput::Stop(reason) => {
+                    return self.fail(format!("allocator stopped: {reason}"));
+                }
+            }
+        }
+        if c.allocator.live() > c.live_max {
+            return self.fail(format!(
+                "allocator keeps {} executors, more than {}",
+                c.allocator.live(),
+                c.live_max
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hands the snapshot batches due to the allocator and the removals handler, whose
+    /// removals (of dead executors only) reach the scheduler a little later.
+    fn deliver_snapshots(&mut self, c: &mut Churn) -> Result<(), SimError> {
+        let now = self.now_us;
         for delivery in c.store.poll_deliveries(now) {
             for snapshot in &delivery.snapshots {
                 c.allocator.on_snapshot(now, snapshot);
@@ -587,6 +647,12 @@ impl Sim {
             }
             c.store.delivered(c.subscriber);
         }
+        Ok(())
+    }
+
+    /// Tells the allocator the backlog and which of its executors sit idle.
+    fn report_load(&mut self, c: &mut Churn) {
+        let now = self.now_us;
         let pending = self.sched.pending_tasks();
         let running = self.sched.unfinished_tasks().saturating_sub(pending);
         let idle: Vec<&str> = c
@@ -602,61 +668,50 @@ impl Sim {
             .map(|(name, _)| name.as_str())
             .collect();
         c.allocator.on_load(now, pending, running, idle);
-        c.allocator.tick(now);
-        while let Some(output) = c.allocator.poll_output() {
-            if self.verbose {
-                eprintln!("{now:>9}   allocator {output:?}");
+    }
+
+    /// The allocator created executors `names`: each gets an id and cores, most register, some
+    /// crash later.
+    fn create_churn(&mut self, c: &mut Churn, names: Vec<String>) {
+        let now = self.now_us;
+        for name in names {
+            let id = ExecutorId(CHURN_ID_BASE + self.report.executors_created);
+            self.report.executors_created += 1;
+            let info = ExecutorInfo {
+                id,
+                host: "host-churn".into(),
+                cores: self.rng.range(1, 3) as u32,
+                attributes: Vec::new(),
+            };
+            self.execs.insert(id, SimExec::new(info, 1));
+            c.ids.insert(name.clone(), id);
+            c.names.insert(id, name.clone());
+            c.store.update(now, &name, ExecutorState::Pending);
+            // One in ten never registers (the pending timeout deletes it).
+            if !self.rng.chance(0.1) {
+                let t = now + self.rng.range(1_000, 30_000);
+                self.at(t, Ev::Register(id));
             }
-            match output {
-                AllocatorOutput::Create(names) => {
-                    for name in names {
-                        let id = ExecutorId(CHURN_ID_BASE + self.report.executors_created);
-                        self.report.executors_created += 1;
-                        let info = ExecutorInfo {
-                            id,
-                            host: "host-churn".into(),
-                            cores: self.rng.range(1, 3) as u32,
-                            attributes: Vec::new(),
-                        };
-                        self.execs.insert(id, SimExec::new(info, 1));
-                        c.ids.insert(name.clone(), id);
-                        c.names.insert(id, name.clone());
-                        c.store.update(now, &name, ExecutorState::Pending);
-                        // One in ten never registers (the pending timeout deletes it).
-                        if !self.rng.chance(0.1) {
-                            let t = now + self.rng.range(1_000, 30_000);
-                            self.at(t, Ev::Register(id));
-                        }
-                        if self.rng.chance(c.crash_prob) {
-                            let t = now + self.rng.range(5_000, 200_000);
-                            self.at(t, Ev::Exit(id));
-                        }
-                    }
-                }
-                AllocatorOutput::Delete(names) => {
-                    for name in names {
-                        let Some(&id) = c.ids.get(&name) else {
-                            return self.fail(format!("deletion of unknown executor {name}"));
-                        };
-                        if let Some(e) = self.execs.get_mut(&id) {
-                            e.deleted = true;
-                            e.alive = false;
-                            e.running.clear();
-                        }
-                        c.store.update(now, &name, ExecutorState::Deleted);
-                    }
-                }
-                AllocatorOutput::Stop(reason) => {
-                    return self.fail(format!("allocator stopped: {reason}"));
-                }
+            if self.rng.chance(c.crash_prob) {
+                let t = now + self.rng.range(5_000, 200_000);
+                self.at(t, Ev::Exit(id));
             }
         }
-        if c.allocator.live() > c.live_max {
-            return self.fail(format!(
-                "allocator keeps {} executors, more than {}",
-                c.allocator.live(),
-                c.live_max
-            ));
+    }
+
+    /// The allocator deleted executors `names`: they stop at once.
+    fn delete_churn(&mut self, c: &mut Churn, names: Vec<String>) -> Result<(), SimError> {
+        let now = self.now_us;
+        for name in names {
+            let Some(&id) = c.ids.get(&name) else {
+                return self.fail(format!("deletion of unknown executor {name}"));
+            };
+            if let Some(e) = self.execs.get_mut(&id) {
+                e.deleted = true;
+                e.alive = false;
+                e.running.clear();
+            }
+            c.store.update(now, &name, ExecutorState::Deleted);
         }
         Ok(())
     }
@@ -783,232 +838,304 @@ impl Sim {
         if self.verbose {
             eprintln!("{now:>9} event {ev:?}");
         }
-        match ev {
-            Ev::Register(id) => {
-                let Some(e) = self.execs.get(&id) else {
-                    return Ok(());
-                };
-                if e.deleted {
-                    return Ok(());
-                }
-                let info = e.info.clone();
-                match self.sched.register_executor(now, info) {
-                    Ok(()) => {
-                        if let Some(e) = self.execs.get_mut(&id) {
-                            e.alive = true;
-                            e.registered = true;
-                        }
-                        self.churn_update(id, ExecutorState::Running);
-                    }
-                    Err(Refusal::HostExcluded { .. }) => {
-                        self.report.refusals += 1;
-                        if let Some(e) = self.execs.get_mut(&id) {
-                            e.retired = true;
-                        }
-                        // A refused executor exits (code 3).
-                        self.churn_update(
-                            id,
-                            ExecutorState::Failed {
-                                code: 3,
-                                caused_by_app: false,
-                            },
-                        );
-                    }
-                    Err(r) => return self.fail(format!("unexpected refusal of {id:?}: {r}")),
-                }
-            }
-            Ev::RegisterDuplicate(id) => {
-                let Some(e) = self.execs.get(&id) else {
-                    return Ok(());
-                };
-                if !e.registered {
-                    return Ok(());
-                }
-                let info = e.info.clone();
-                match self.sched.register_executor(now, info) {
-                    Err(Refusal::DuplicateId(d)) if d == id => self.report.refusals += 1,
-                    other => {
-                        return self.fail(format!("duplicate registration of {id:?}: {other:?}"))
-                    }
-                }
-            }
+        let handled = match ev {
+            Ev::Register(id) => self.on_register(id)?,
+            Ev::RegisterDuplicate(id) => self.on_register_duplicate(id)?,
             Ev::Die(id, reason) => {
-                if let Some(e) = self.execs.get_mut(&id) {
-                    if e.alive {
-                        e.alive = false;
-                        e.running.clear();
-                        self.report.executors_lost += 1;
-                        let t = now + self.rng.range(0, 50_000);
-                        if reason.caused_by_app() && self.rng.chance(0.5) {
-                            // The connection closes first (lost, no word on whose fault); the
-                            // cluster manager's exit reason comes later and is charged then.
-                            self.taint_held(id);
-                            self.at(t, Ev::Remove(id, RemovalReason::Lost("closed".into())));
-                            let late = t + self.rng.range(1, 30_000);
-                            self.at(late, Ev::Remove(id, reason));
-                        } else {
-                            self.at(t, Ev::Remove(id, reason));
-                        }
-                    }
-                }
+                self.on_die(id, reason);
+                true
             }
             Ev::Remove(id, reason) => {
-                if reason.caused_by_app() {
-                    self.taint_held(id);
-                    // A late reason is charged to what the executor held when it was lost.
-                    for job in self.lost_held.remove(&id).unwrap_or_default() {
-                        self.tainted.insert(job);
-                    }
-                } else if matches!(reason, RemovalReason::Lost(_)) {
-                    if let Some(e) = self.execs.get(&id) {
-                        let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
-                        self.lost_held.insert(id, jobs);
-                    }
-                }
-                let registered = self.execs.get(&id).is_some_and(|e| e.registered);
-                let removed = self.sched.remove_executor(now, id, reason);
-                if removed != registered {
-                    return self.fail(format!(
-                        "remove_executor({id:?}) returned {removed}, registered = {registered}"
-                    ));
-                }
-                if let Some(e) = self.execs.get_mut(&id) {
-                    e.registered = false;
-                    e.retired = true;
-                    e.held.clear();
-                }
+                self.on_remove(id, reason)?;
+                true
             }
-            Ev::Submit(j) => {
-                let Some(job) = self.jobs.get(j) else {
-                    return Ok(());
-                };
-                let spec = job.spec.clone();
-                let n = spec.tasks.len() as u64;
-                match self.sched.submit_job(now, spec) {
-                    Ok(id) => {
-                        self.job_index.insert(id, j);
-                        if let Some(job) = self.jobs.get_mut(j) {
-                            job.id = Some(id);
-                        }
-                        self.report.jobs += 1;
-                        self.report.tasks += n;
-                    }
-                    Err(crate::scheduler::SubmitError::TooManyPending { .. }) => {
-                        self.report.jobs_refused += 1;
-                    }
-                    Err(e) => return self.fail(format!("unexpected submit error: {e}")),
-                }
+            Ev::Submit(j) => self.on_submit(j)?,
+            Ev::Cancel(j) => self.on_cancel(j)?,
+            Ev::KillTask(j, i) => self.on_kill_task(j, i)?,
+            Ev::Arrive(id, launch) => self.on_arrive(id, launch)?,
+            Ev::Complete(id, task, attempt) => self.on_complete(id, task, attempt),
+            Ev::KillArrive(id, task, attempt) => self.on_kill_arrive(id, task, attempt),
+            Ev::Deliver(update) => {
+                self.deliver(update)?;
+                true
             }
-            Ev::Cancel(j) => {
-                let Some(id) = self.jobs.get(j).and_then(|job| job.id) else {
-                    return Ok(());
-                };
-                let open = self.jobs.get(j).is_some_and(|job| job.outcome.is_none());
-                let accepted = self.sched.cancel_job(now, id);
-                if accepted != open {
-                    return self.fail(format!(
-                        "cancel_job({id:?}) returned {accepted} but the job is open: {open}"
-                    ));
-                }
-                if let Some(job) = self.jobs.get_mut(j) {
-                    job.cancelled |= accepted;
-                }
+            Ev::Lifecycle => {
+                self.lifecycle()?;
+                true
             }
-            Ev::KillTask(j, i) => {
-                let Some(id) = self.jobs.get(j).and_then(|job| job.id) else {
-                    return Ok(());
-                };
-                let task = TaskId::new(id, i);
-                let open = !self.results.contains_key(&task);
-                let killed = self.sched.kill_task(now, task, "user request");
-                if killed != open {
-                    return self.fail(format!(
-                        "kill_task({task}) returned {killed} but task open = {open}"
-                    ));
-                }
-            }
-            Ev::Arrive(id, launch) => {
-                let slowness = match self.execs.get(&id) {
-                    Some(e) if e.alive => e.slowness,
-                    _ => return Ok(()),
-                };
-                let run = self.rng.range(1_000, 20_000) * slowness;
-                let key = (launch.task.0, launch.attempt);
-                if let Some(e) = self.execs.get_mut(&id) {
-                    e.running.insert(key, launch.cores);
-                    let used: u32 = e.running.values().sum();
-                    if used > e.info.cores {
-                        let msg = format!("executor {id:?} runs {used} cores of {}", e.info.cores);
-                        return self.fail(msg);
-                    }
-                }
-                self.at(now + run, Ev::Complete(id, key.0, key.1));
-                if self.rng.chance(0.3) {
-                    let t = now + self.net_delay();
-                    self.send(t, id, key, TaskState::Running, Bytes::new());
-                }
-            }
-            Ev::Complete(id, task, attempt) => {
-                let Some(e) = self.execs.get_mut(&id) else {
-                    return Ok(());
-                };
-                if !e.alive || e.running.remove(&(task, attempt)).is_none() {
-                    return Ok(());
-                }
-                let t = now + self.net_delay();
-                let roll = self.rng.next_u64() % 1000;
-                let (state, data) = if self.rng.chance(self.failure_prob) {
-                    self.report.failures_injected += 1;
-                    (TaskState::Failed, Bytes::from_static(b"injected failure"))
-                } else if roll < 20 {
-                    // The executor kills the attempt on its own (preempted): never counted.
-                    (TaskState::Killed, Bytes::from_static(b"preempted"))
-                } else if roll < 23 {
-                    (TaskState::Lost, Bytes::new())
-                } else {
-                    self.finished_by_exec.insert(TaskId(task));
-                    (TaskState::Finished, expected_result(TaskId(task)))
-                };
-                self.send(t, id, (task, attempt), state, data.clone());
-                if self.rng.chance(0.05) {
-                    let t2 = t + self.net_delay();
-                    self.send(t2, id, (task, attempt), state, data);
-                }
-            }
-            Ev::KillArrive(id, task, attempt) => {
-                let Some(e) = self.execs.get_mut(&id) else {
-                    return Ok(());
-                };
-                if e.alive && e.running.remove(&(task, attempt)).is_some() {
-                    let t = now + self.net_delay();
-                    self.send(t, id, (task, attempt), TaskState::Killed, Bytes::new());
-                }
-            }
-            Ev::Deliver(update) => self.deliver(update)?,
-            Ev::Lifecycle => self.lifecycle()?,
             Ev::Exit(id) => {
-                let crashed = match self.execs.get_mut(&id) {
-                    Some(e) if e.alive && !e.deleted => {
-                        e.alive = false;
-                        e.running.clear();
-                        true
-                    }
-                    _ => false,
-                };
-                if crashed {
-                    self.report.executors_lost += 1;
-                    let caused_by_app = self.rng.chance(0.5);
-                    self.churn_update(
-                        id,
-                        ExecutorState::Failed {
-                            code: 137,
-                            caused_by_app,
-                        },
-                    );
+                self.on_exit(id);
+                true
+            }
+        };
+        if handled {
+            self.maybe_garbage(now);
+        }
+        Ok(())
+    }
+
+    /// An executor registers: accepted, or refused (an excluded host), as expected. Returns false if the event is ignored (then nothing follows it).
+    fn on_register(&mut self, id: ExecutorId) -> Result<bool, SimError> {
+        let now = self.now_us;
+        let Some(e) = self.execs.get(&id) else {
+            return Ok(false);
+        };
+        if e.deleted {
+            return Ok(false);
+        }
+        let info = e.info.clone();
+        match self.sched.register_executor(now, info) {
+            Ok(()) => {
+                if let Some(e) = self.execs.get_mut(&id) {
+                    e.alive = true;
+                    e.registered = true;
+                }
+                self.churn_update(id, ExecutorState::Running);
+            }
+            Err(Refusal::HostExcluded { .. }) => {
+                self.report.refusals += 1;
+                if let Some(e) = self.execs.get_mut(&id) {
+                    e.retired = true;
+                }
+                // A refused executor exits (code 3).
+                self.churn_update(
+                    id,
+                    ExecutorState::Failed {
+                        code: 3,
+                        caused_by_app: false,
+                    },
+                );
+            }
+            Err(r) => return self.fail(format!("unexpected refusal of {id:?}: {r}")),
+        }
+        Ok(true)
+    }
+
+    /// A registered executor registers again: refused as a duplicate. Returns false if the event is ignored (then nothing follows it).
+    fn on_register_duplicate(&mut self, id: ExecutorId) -> Result<bool, SimError> {
+        let now = self.now_us;
+        let Some(e) = self.execs.get(&id) else {
+            return Ok(false);
+        };
+        if !e.registered {
+            return Ok(false);
+        }
+        let info = e.info.clone();
+        match self.sched.register_executor(now, info) {
+            Err(Refusal::DuplicateId(d)) if d == id => self.report.refusals += 1,
+            other => return self.fail(format!("duplicate registration of {id:?}: {other:?}")),
+        }
+        Ok(true)
+    }
+
+    /// A live executor dies: its removal reaches the scheduler later (sometimes first as a lost connection, the exit reason after).
+    fn on_die(&mut self, id: ExecutorId, reason: RemovalReason) {
+        let now = self.now_us;
+        if let Some(e) = self.execs.get_mut(&id) {
+            if e.alive {
+                e.alive = false;
+                e.running.clear();
+                self.report.executors_lost += 1;
+                let t = now + self.rng.range(0, 50_000);
+                if reason.caused_by_app() && self.rng.chance(0.5) {
+                    // The connection closes first (lost, no word on whose fault); the
+                    // cluster manager's exit reason comes later and is charged then.
+                    self.taint_held(id);
+                    self.at(t, Ev::Remove(id, RemovalReason::Lost("closed".into())));
+                    let late = t + self.rng.range(1, 30_000);
+                    self.at(late, Ev::Remove(id, reason));
+                } else {
+                    self.at(t, Ev::Remove(id, reason));
                 }
             }
         }
-        // Now and then, garbage from a peer: unknown task, wrong attempt, wrong executor.
+    }
+
+    /// An executor is removed from the scheduler, noting which jobs a late exit reason is charged to.
+    fn on_remove(&mut self, id: ExecutorId, reason: RemovalReason) -> Result<(), SimError> {
+        let now = self.now_us;
+        if reason.caused_by_app() {
+            self.taint_held(id);
+            // A late reason is charged to what the executor held when it was lost.
+            for job in self.lost_held.remove(&id).unwrap_or_default() {
+                self.tainted.insert(job);
+            }
+        } else if matches!(reason, RemovalReason::Lost(_)) {
+            if let Some(e) = self.execs.get(&id) {
+                let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                self.lost_held.insert(id, jobs);
+            }
+        }
+        let registered = self.execs.get(&id).is_some_and(|e| e.registered);
+        let removed = self.sched.remove_executor(now, id, reason);
+        if removed != registered {
+            return self.fail(format!(
+                "remove_executor({id:?}) returned {removed}, registered = {registered}"
+            ));
+        }
+        if let Some(e) = self.execs.get_mut(&id) {
+            e.registered = false;
+            e.retired = true;
+            e.held.clear();
+        }
+        Ok(())
+    }
+
+    /// Planned job `j` is submitted: accepted, or refused by backpressure. Returns false if the event is ignored (then nothing follows it).
+    fn on_submit(&mut self, j: usize) -> Result<bool, SimError> {
+        let now = self.now_us;
+        let Some(job) = self.jobs.get(j) else {
+            return Ok(false);
+        };
+        let spec = job.spec.clone();
+        let n = spec.tasks.len() as u64;
+        match self.sched.submit_job(now, spec) {
+            Ok(id) => {
+                self.job_index.insert(id, j);
+                if let Some(job) = self.jobs.get_mut(j) {
+                    job.id = Some(id);
+                }
+                self.report.jobs += 1;
+                self.report.tasks += n;
+            }
+            Err(crate::scheduler::SubmitError::TooManyPending { .. }) => {
+                self.report.jobs_refused += 1;
+            }
+            Err(e) => return self.fail(format!("unexpected submit error: {e}")),
+        }
+        Ok(true)
+    }
+
+    /// Planned job `j` is cancelled: accepted exactly when the job is open. Returns false if the event is ignored (then nothing follows it).
+    fn on_cancel(&mut self, j: usize) -> Result<bool, SimError> {
+        let now = self.now_us;
+        let Some(id) = self.jobs.get(j).and_then(|job| job.id) else {
+            return Ok(false);
+        };
+        let open = self.jobs.get(j).is_some_and(|job| job.outcome.is_none());
+        let accepted = self.sched.cancel_job(now, id);
+        if accepted != open {
+            return self.fail(format!(
+                "cancel_job({id:?}) returned {accepted} but the job is open: {open}"
+            ));
+        }
+        if let Some(job) = self.jobs.get_mut(j) {
+            job.cancelled |= accepted;
+        }
+        Ok(true)
+    }
+
+    /// Task `i` of planned job `j` is killed: accepted exactly when the task is open. Returns false if the event is ignored (then nothing follows it).
+    fn on_kill_task(&mut self, j: usize, i: u32) -> Result<bool, SimError> {
+        let now = self.now_us;
+        let Some(id) = self.jobs.get(j).and_then(|job| job.id) else {
+            return Ok(false);
+        };
+        let task = TaskId::new(id, i);
+        let open = !self.results.contains_key(&task);
+        let killed = self.sched.kill_task(now, task, "user request");
+        if killed != open {
+            return self.fail(format!(
+                "kill_task({task}) returned {killed} but task open = {open}"
+            ));
+        }
+        Ok(true)
+    }
+
+    /// A launch reaches executor `id`: it runs (within its cores) and completes later. Returns false if the event is ignored (then nothing follows it).
+    fn on_arrive(&mut self, id: ExecutorId, launch: TaskLaunch) -> Result<bool, SimError> {
+        let now = self.now_us;
+        let slowness = match self.execs.get(&id) {
+            Some(e) if e.alive => e.slowness,
+            _ => return Ok(false),
+        };
+        let run = self.rng.range(1_000, 20_000) * slowness;
+        let key = (launch.task.0, launch.attempt);
+        if let Some(e) = self.execs.get_mut(&id) {
+            e.running.insert(key, launch.cores);
+            let used: u32 = e.running.values().sum();
+            if used > e.info.cores {
+                let msg = format!("executor {id:?} runs {used} cores of {}", e.info.cores);
+                return self.fail(msg);
+            }
+        }
+        self.at(now + run, Ev::Complete(id, key.0, key.1));
+        if self.rng.chance(0.3) {
+            let t = now + self.net_delay();
+            self.send(t, id, key, TaskState::Running, Bytes::new());
+        }
+        Ok(true)
+    }
+
+    /// An attempt running on executor `id` ends: failed (injected), killed, lost or finished, reported (sometimes twice). Returns false if the event is ignored (then nothing follows it).
+    fn on_complete(&mut self, id: ExecutorId, task: u64, attempt: u32) -> bool {
+        let now = self.now_us;
+        let Some(e) = self.execs.get_mut(&id) else {
+            return false;
+        };
+        if !e.alive || e.running.remove(&(task, attempt)).is_none() {
+            return false;
+        }
+        let t = now + self.net_delay();
+        let roll = self.rng.next_u64() % 1000;
+        let (state, data) = if self.rng.chance(self.failure_prob) {
+            self.report.failures_injected += 1;
+            (TaskState::Failed, Bytes::from_static(b"injected failure"))
+        } else if roll < 20 {
+            // The executor kills the attempt on its own (preempted): never counted.
+            (TaskState::Killed, Bytes::from_static(b"preempted"))
+        } else if roll < 23 {
+            (TaskState::Lost, Bytes::new())
+        } else {
+            self.finished_by_exec.insert(TaskId(task));
+            (TaskState::Finished, expected_result(TaskId(task)))
+        };
+        self.send(t, id, (task, attempt), state, data.clone());
+        if self.rng.chance(0.05) {
+            let t2 = t + self.net_delay();
+            self.send(t2, id, (task, attempt), state, data);
+        }
+        true
+    }
+
+    /// A kill reaches executor `id`: a running attempt is reported killed. Returns false if the event is ignored (then nothing follows it).
+    fn on_kill_arrive(&mut self, id: ExecutorId, task: u64, attempt: u32) -> bool {
+        let now = self.now_us;
+        let Some(e) = self.execs.get_mut(&id) else {
+            return false;
+        };
+        if e.alive && e.running.remove(&(task, attempt)).is_some() {
+            let t = now + self.net_delay();
+            self.send(t, id, (task, attempt), TaskState::Killed, Bytes::new());
+        }
+        true
+    }
+
+    /// An allocator-created executor crashes: the snapshot store hears of its exit.
+    fn on_exit(&mut self, id: ExecutorId) {
+        let crashed = match self.execs.get_mut(&id) {
+            Some(e) if e.alive && !e.deleted => {
+                e.alive = false;
+                e.running.clear();
+                true
+            }
+            _ => false,
+        };
+        if crashed {
+            self.report.executors_lost += 1;
+            let caused_by_app = self.rng.chance(0.5);
+            self.churn_update(
+                id,
+                ExecutorState::Failed {
+                    code: 137,
+                    caused_by_app,
+                },
+            );
+        }
+    }
+
+    /// Now and then, garbage from a peer: unknown task, wrong attempt, wrong executor.
+    fn maybe_garbage(&mut self, now: u64) {
         if self.rng.chance(0.02) {
             let executor = ExecutorId(self.rng.range(0, 9));
             let garbage = StatusUpdate {
@@ -1022,7 +1149,6 @@ impl Sim {
             let t = now + 1;
             self.at(t, Ev::Deliver(garbage));
         }
-        Ok(())
     }
 
     fn send(
@@ -1205,72 +1331,101 @@ impl Sim {
                 Some(Err(_)) => all_ok = false,
             }
         }
-        match &outcome {
+        let kind = match &outcome {
             JobOutcome::Succeeded(r) => {
-                let kept = if pj.spec.keep_results {
-                    results
-                } else {
-                    Vec::new()
-                };
-                if !all_ok || *r != kept {
-                    return self.fail(format!("{job:?} succeeded but not all tasks did"));
-                }
-                let kept_bytes: usize = kept.iter().map(Bytes::len).sum();
-                if pj
-                    .spec
-                    .result_bytes_max
-                    .is_some_and(|max| kept_bytes as u64 > max)
-                {
-                    return self.fail(format!(
-                        "{job:?} kept {kept_bytes} result bytes, over its bound"
-                    ));
-                }
-                if pj.cancelled || pj.oversized {
-                    return self.fail(format!("{job:?} succeeded though cancelled or oversized"));
-                }
-                self.report.outcomes[0] += 1;
+                self.check_succeeded(job, pj, r, all_ok, results)?;
+                0
             }
             JobOutcome::Failed(reasons) => {
-                if all_ok || reasons.is_empty() {
-                    return self.fail(format!("{job:?} failed with all tasks ok: {reasons:?}"));
-                }
-                if pj.cancelled {
-                    return self.fail(format!("{job:?} was cancelled but reported failed"));
-                }
-                if pj.oversized && !reasons.iter().any(|r| r.contains("payload_max_bytes")) {
-                    return self.fail(format!("{job:?} oversized, reasons: {reasons:?}"));
-                }
-                // A job fails only for a reason: a counted failure (a FAILED report or an
-                // exit the app caused, which taint the job), a kill by the user, a limit, or a
-                // task nothing can run. Kills by executors and losses never count.
-                let explained = self.tainted.contains(&job)
-                    || pj.oversized
-                    || reasons.iter().any(|r| {
-                        [
-                            "killed:",
-                            "result_bytes_max",
-                            "no executor could run",
-                            "cannot run anywhere",
-                        ]
-                        .iter()
-                        .any(|why| r.contains(why))
-                    });
-                if !explained {
-                    return self.fail(format!(
-                        "{job:?} failed with no counted failure, kill or limit: {reasons:?}"
-                    ));
-                }
-                self.report.outcomes[1] += 1;
+                self.check_failed(job, pj, reasons, all_ok)?;
+                1
             }
             JobOutcome::Cancelled => {
                 if !pj.cancelled {
                     return self.fail(format!("{job:?} reported cancelled but never was"));
                 }
-                self.report.outcomes[2] += 1;
+                2
             }
-        }
+        };
+        self.report.outcomes[kind] += 1;
         if let Some(pj) = self.jobs.get_mut(j) {
             pj.outcome = Some(outcome);
+        }
+        Ok(())
+    }
+
+    /// A job reported succeeded with results `r`: all its tasks did (`all_ok`, their
+    /// `results`), the results kept are those and within its bound, and it was neither
+    /// cancelled nor oversized.
+    fn check_succeeded(
+        &self,
+        job: JobId,
+        pj: &PlannedJob,
+        r: &[Bytes],
+        all_ok: bool,
+        results: Vec<Bytes>,
+    ) -> Result<(), SimError> {
+        let kept = if pj.spec.keep_results {
+            results
+        } else {
+            Vec::new()
+        };
+        if !all_ok || *r != kept {
+            return self.fail(format!("{job:?} succeeded but not all tasks did"));
+        }
+        let kept_bytes: usize = kept.iter().map(Bytes::len).sum();
+        if pj
+            .spec
+            .result_bytes_max
+            .is_some_and(|max| kept_bytes as u64 > max)
+        {
+            return self.fail(format!(
+                "{job:?} kept {kept_bytes} result bytes, over its bound"
+            ));
+        }
+        if pj.cancelled || pj.oversized {
+            return self.fail(format!("{job:?} succeeded though cancelled or oversized"));
+        }
+        Ok(())
+    }
+
+    /// A job reported failed for `reasons`: some task failed (not `all_ok`), it was not
+    /// cancelled, and a reason explains it.
+    fn check_failed(
+        &self,
+        job: JobId,
+        pj: &PlannedJob,
+        reasons: &[String],
+        all_ok: bool,
+    ) -> Result<(), SimError> {
+        if all_ok || reasons.is_empty() {
+            return self.fail(format!("{job:?} failed with all tasks ok: {reasons:?}"));
+        }
+        if pj.cancelled {
+            return self.fail(format!("{job:?} was cancelled but reported failed"));
+        }
+        if pj.oversized && !reasons.iter().any(|r| r.contains("payload_max_bytes")) {
+            return self.fail(format!("{job:?} oversized, reasons: {reasons:?}"));
+        }
+        // A job fails only for a reason: a counted failure (a FAILED report or an
+        // exit the app caused, which taint the job), a kill by the user, a limit, or a
+        // task nothing can run. Kills by executors and losses never count.
+        let explained = self.tainted.contains(&job)
+            || pj.oversized
+            || reasons.iter().any(|r| {
+                [
+                    "killed:",
+                    "result_bytes_max",
+                    "no executor could run",
+                    "cannot run anywhere",
+                ]
+                .iter()
+                .any(|why| r.contains(why))
+            });
+        if !explained {
+            return self.fail(format!(
+                "{job:?} failed with no counted failure, kill or limit: {reasons:?}"
+            ));
         }
         Ok(())
     }
