@@ -594,8 +594,14 @@ impl Sim {
         for (conn, _) in self.hostiles.iter().flatten() {
             self.net.close(&mut self.rng, *conn, End::Peer, now);
         }
+        // Until the network is quiet and the driver has no deadline left: a connection whose
+        // close never reaches it (a silent crash) goes by the driver's own deadlines.
         let mut steps = 0;
-        while let Some(t) = self.net.poll_timeout() {
+        while let Some(t) = [self.net.poll_timeout(), self.driver.core.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+        {
             steps += 1;
             if steps > SHUTDOWN_STEPS_MAX {
                 return self.fail("the network never went quiet after every peer left");
