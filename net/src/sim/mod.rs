@@ -541,6 +541,12 @@ impl Sim {
     /// The peer `name` on `conn` was just seen registered: no other registered peer the
     /// driver still holds (executor or hostile) has that name.
     fn check_names(&self, name: &str, conn: ConnId) -> Result<(), SimError> {
+        // A registration answer can still be in flight when the driver has already dropped
+        // the connection (a hostile peer's garbage after its registration): that peer is not
+        // held, whatever it believes.
+        if !self.driver.is_open(conn) {
+            return Ok(());
+        }
         let execs = (self.execs.iter().flatten())
             .filter(|e| e.registered_us.is_some())
             .map(|e| (e.name.as_str(), e.conn));
