@@ -285,6 +285,28 @@ impl Pool {
     }
 }
 
+/// Gives an ended or killed attempt's `cores` back to its job (in `job_slot`) and the job's
+/// pool, re-sorting both in the FAIR order.
+fn give_back_cores(
+    order: &mut Order,
+    pools: &mut [Pool],
+    job_slot: u32,
+    job: &mut Job,
+    cores: u64,
+) {
+    job.running_cores = job.running_cores.saturating_sub(cores);
+    let Some(p) = pools.get_mut(job.pool as usize) else {
+        unreachable!("job in unknown pool {}", job.pool);
+    };
+    p.running_cores = p.running_cores.saturating_sub(cores);
+    resort(
+        order,
+        job_slot,
+        (job.running_cores, job.weight),
+        (job.pool, p),
+    );
+}
+
 /// Re-sorts job `job_slot` (running `running_cores` with `weight`) and its pool `pool` in the
 /// FAIR order after their running cores changed.
 fn resort(
@@ -1796,17 +1818,7 @@ impl Scheduler {
             unreachable!("kill of {task} beyond its job");
         };
         let cores = u64::from(t.cores);
-        job.running_cores = job.running_cores.saturating_sub(cores);
-        let Some(p) = self.pools.get_mut(job.pool as usize) else {
-            unreachable!("job in unknown pool {}", job.pool);
-        };
-        p.running_cores = p.running_cores.saturating_sub(cores);
-        resort(
-            &mut self.runnable,
-            job_slot,
-            (job.running_cores, job.weight),
-            (job.pool, p),
-        );
+        give_back_cores(&mut self.runnable, &mut self.pools, job_slot, job, cores);
         let Some(e) = self.book.get(a.exec) else {
             // Only the executor being removed right now has left the book with attempts still
             // on tasks (they end one by one): nothing to ask it.
@@ -1880,23 +1892,13 @@ impl Scheduler {
             return false;
         };
         *slot = None;
-        let cores = u64::from(t.cores);
-        job.running_cores = job.running_cores.saturating_sub(cores);
-        let Some(p) = self.pools.get_mut(job.pool as usize) else {
-            unreachable!("job in unknown pool {}", job.pool);
-        };
-        p.running_cores = p.running_cores.saturating_sub(cores);
-        resort(
-            &mut self.runnable,
-            job_slot,
-            (job.running_cores, job.weight),
-            (job.pool, p),
-        );
         assert_eq!(
             t.status,
             Status::Running,
             "a live attempt of a running task"
         );
+        let cores = u64::from(t.cores);
+        give_back_cores(&mut self.runnable, &mut self.pools, job_slot, job, cores);
         true
     }
 
