@@ -158,6 +158,7 @@ fn an_executor_flooded_with_unknown_functions_reports_every_failure_and_keeps_he
     ));
     wire.send(&Message::RegisteredExecutor {
         heartbeat_interval_ms: 50,
+        lane_key: [0; 32],
     });
     const TASKS: u64 = 3000;
     let launches: Vec<TaskLaunch<'_>> = (0..TASKS)
@@ -230,6 +231,7 @@ impl FakeExecutor {
             executor_id: id,
             host: "127.0.0.1",
             cores,
+            lanes: 1,
             attributes: List::empty(),
         });
         let frame = wire

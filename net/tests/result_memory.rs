@@ -60,6 +60,7 @@ fn padding_executor(addr: std::net::SocketAddr) {
         executor_id: "padder",
         host: "127.0.0.1",
         cores: 1,
+        lanes: 1,
         attributes: List::empty(),
     }
     .encode(&mut out, FRAME_SIZE_MAX_DEFAULT)

@@ -48,8 +48,8 @@ use flint_engine::scheduler::{
 };
 
 use super::{
-    Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX, TASKS_PER_CORE_MAX,
-    WARN_INTERVAL,
+    Counters, DriverConfig, ExecutorsView, PublishedStats, EXECUTOR_CORES_MAX, LANES_MAX,
+    TASKS_PER_CORE_MAX, WARN_INTERVAL,
 };
 use crate::admission::Admission;
 use crate::conn::{ConnError, Inbound};
@@ -99,9 +99,8 @@ const TICK_GAP_MIN_US: u64 = 1_000;
 pub const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
 
 /// Where an executor's launches go.
-#[derive(Debug, Clone, Copy)]
 enum Link {
-    Remote(PeerId),
+    Remote(Remote),
     Local,
 }
 
@@ -109,7 +108,8 @@ enum Link {
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Registering,
-    Executor(ExecutorId),
+    /// One lane of a registered executor (lane 0 registered it).
+    Executor(ExecutorId, u32),
     Client,
 }
 
@@ -131,25 +131,143 @@ struct SchedulerTimeout {
     stale: bool,
 }
 
-/// What the driver launched on a remote executor and has not heard end: to tell an executor
-/// that does not read its launches (see the module docs).
+/// A remote executor: its lanes (connections) and what the driver launched on each and has
+/// not heard end.
+struct Remote {
+    /// Lane `i`'s connection and counts; lane 0 registered, the others are `None` until they
+    /// join. At most [`LANES_MAX`].
+    lanes: Vec<Lane>,
+    /// What the other lanes show to join.
+    lane_key: [u8; 32],
+    /// What was launched and not reported final (see [`Sent`]).
+    sent: Sent,
+}
+
+/// One lane of a remote executor.
 #[derive(Default)]
-struct Sent {
-    /// Attempts launched and not reported final: when each was launched, and whether the
-    /// executor reported it RUNNING. At most the executor's slots (the scheduler launches no
-    /// more than it frees with final reports).
-    attempts: FxHashMap<(TaskId, u32), (u64, bool)>,
-    /// The last heartbeat reported fewer attempts than the executor must know of.
+struct Lane {
+    /// Its connection, once joined.
+    peer: Option<PeerId>,
+    /// Attempts launched on it and not reported final: launches go to the joined lane with
+    /// the fewest.
+    held: u32,
+    /// Attempts launched on it in all (the driver's view shows them).
+    launched: u64,
+    /// Its last heartbeat reported fewer attempts than it must know of.
     suspect: bool,
 }
 
+impl Remote {
+    fn new(lanes: u32, lane_key: [u8; 32], lane0: PeerId) -> Remote {
+        let mut lanes: Vec<Lane> = (0..lanes.max(1)).map(|_| Lane::default()).collect();
+        lanes[0].peer = Some(lane0);
+        Remote {
+            lanes,
+            lane_key,
+            sent: Sent::default(),
+        }
+    }
+
+    /// The joined lane with the fewest attempts held (lane 0 is always joined).
+    fn route(&self) -> u32 {
+        let joined = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.peer.is_some());
+        joined
+            .min_by_key(|(_, l)| l.held)
+            .map_or(0, |(i, _)| i as u32)
+    }
+
+    /// Attempt `key` goes to `lane` at `now_us`.
+    fn launched(&mut self, key: (TaskId, u32), lane: u32, now_us: u64) {
+        if let Some(old) = self.sent.attempts.insert(key, (now_us, false, lane)) {
+            // Relaunched while held (the scheduler does not): count it once.
+            self.lane_mut(old.2).held -= 1;
+        }
+        let lane = self.lane_mut(lane);
+        lane.held += 1;
+        lane.launched += 1;
+    }
+
+    /// An executor's report on one of its attempts, from any of its lanes.
+    fn reported(&mut self, key: (TaskId, u32), state: wire::TaskState) {
+        if let Some(lane) = self.sent.reported(key, state) {
+            self.lane_mut(lane).held -= 1;
+        }
+    }
+
+    /// The connection holding attempt `key` (lane 0's if the attempt is not known).
+    fn peer_of(&self, key: (TaskId, u32)) -> Option<PeerId> {
+        let lane = self.sent.attempts.get(&key).map_or(0, |a| a.2);
+        self.lanes.get(lane as usize).and_then(|l| l.peer)
+    }
+
+    /// Lets `peer` in as lane `lane` if it shows the key and the lane is free; why not
+    /// otherwise.
+    fn admit(&mut self, peer: PeerId, lane: u32, lane_key: &[u8; 32]) -> Result<(), String> {
+        // An executor of one lane has the zero key and no lane to join.
+        if !self.is_laned() || !eq_const_time(&self.lane_key, lane_key) {
+            return Err("wrong lane key".into());
+        }
+        let lanes = self.lanes.len();
+        match self.lanes.get_mut(lane as usize) {
+            Some(slot) if lane > 0 && slot.peer.is_none() => {
+                slot.peer = Some(peer);
+                Ok(())
+            }
+            Some(_) if lane > 0 => Err(format!("lane {lane} has joined already")),
+            _ => Err(format!(
+                "lane {lane} out of range: the executor registered {lanes} lanes (lane 0 \
+                 registers, 1 to {} join)",
+                lanes - 1
+            )),
+        }
+    }
+
+    /// Lane 0's connection (the one that registered).
+    fn lane0(&self) -> Option<PeerId> {
+        self.lanes[0].peer
+    }
+
+    /// Whether the executor has more than one lane (its loss reasons name the lane).
+    fn is_laned(&self) -> bool {
+        self.lanes.len() > 1
+    }
+
+    fn lane_mut(&mut self, lane: u32) -> &mut Lane {
+        &mut self.lanes[lane as usize]
+    }
+}
+
+/// What the driver launched on a remote executor's lanes and has not heard end: to tell a
+/// lane that does not read its launches (see the module docs).
+#[derive(Default)]
+struct Sent {
+    /// Attempts launched and not reported final: when each was launched, whether the
+    /// executor reported it RUNNING, and the lane it went to. At most the executor's slots
+    /// (the scheduler launches no more than it frees with final reports).
+    attempts: FxHashMap<(TaskId, u32), (u64, bool, u32)>,
+}
+
 impl Sent {
-    /// An executor's heartbeat saying it runs `running` attempts at `now_us`: why it does not
-    /// read its launches, when this is the second heartbeat in a row to show it (see the
-    /// module docs).
-    fn heartbeat(&mut self, running: u32, now_us: u64, timeout_us: u64) -> Option<String> {
+    /// Lane `lane`'s heartbeat saying it runs `running` attempts at `now_us` (`suspect`: the
+    /// lane's last heartbeat showed too few): why it does not read its launches, when this is
+    /// the second heartbeat in a row to show it (see the module docs).
+    fn heartbeat(
+        &self,
+        lane: u32,
+        suspect: &mut bool,
+        running: u32,
+        now_us: u64,
+        timeout_us: u64,
+    ) -> Option<String> {
         let (mut reported, mut unread) = (0u64, 0u64);
-        for &(launched_us, running_reported) in self.attempts.values() {
+        for &(launched_us, running_reported, on) in self.attempts.values() {
+            if on != lane {
+                continue;
+            }
             if running_reported {
                 reported += 1;
             } else if launched_us.saturating_add(timeout_us) <= now_us {
@@ -157,8 +275,8 @@ impl Sent {
             }
         }
         let known = reported + unread;
-        let suspect = unread > 0 && u64::from(running) < known;
-        if !std::mem::replace(&mut self.suspect, suspect) || !suspect {
+        let now_suspect = unread > 0 && u64::from(running) < known;
+        if !std::mem::replace(suspect, now_suspect) || !now_suspect {
             return None;
         }
         let timeout_s = Duration::from_micros(timeout_us).as_secs_f64();
@@ -168,14 +286,15 @@ impl Sent {
         ))
     }
 
-    /// An executor's report on one of its attempts.
-    fn reported(&mut self, key: (TaskId, u32), state: wire::TaskState) {
+    /// A report on one attempt: the lane that held it, when it is final and was held.
+    fn reported(&mut self, key: (TaskId, u32), state: wire::TaskState) -> Option<u32> {
         if state == wire::TaskState::Running {
-            if let Some((_, running_reported)) = self.attempts.get_mut(&key) {
+            if let Some((_, running_reported, _)) = self.attempts.get_mut(&key) {
                 *running_reported = true;
             }
+            None
         } else {
-            self.attempts.remove(&key);
+            self.attempts.remove(&key).map(|(_, _, lane)| lane)
         }
     }
 }
@@ -194,9 +313,8 @@ pub struct DriverCore {
     peers: Peers<PeerId, Phase>,
     /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
     executor_ids: HashMap<String, ExecutorId>,
+    /// Where each executor's launches go: its lanes, or the local runner.
     links: FxHashMap<ExecutorId, Link>,
-    /// What each remote executor was sent and has not reported ended.
-    sent: FxHashMap<ExecutorId, Sent>,
     next_executor: u64,
     stopping: bool,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
@@ -238,7 +356,6 @@ impl DriverCore {
             config,
             executor_ids: HashMap::new(),
             links: FxHashMap::default(),
-            sent: FxHashMap::default(),
             next_executor: 1,
             stopping: false,
             retiring: FxHashMap::default(),
@@ -271,7 +388,7 @@ impl DriverCore {
 
     /// Whether `peer` is a registered executor.
     pub fn is_executor(&self, peer: PeerId) -> bool {
-        matches!(self.peers.state(peer), Some(Phase::Executor(_)))
+        matches!(self.peers.state(peer), Some(Phase::Executor(..)))
     }
 
     fn advance(&mut self, now_us: u64) {
@@ -368,6 +485,7 @@ impl DriverCore {
                     executor_id,
                     host,
                     cores,
+                    lanes,
                     attributes,
                 },
             ) => {
@@ -375,31 +493,47 @@ impl DriverCore {
                     executor_id,
                     host,
                     cores,
+                    lanes,
                     attributes,
                 };
                 let executor = self
                     .register(peer, registration)
                     .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
-                if let Some((phase, _)) = self.peers.open_mut(peer) {
-                    *phase = Phase::Executor(executor);
-                }
-                self.peers.set_standing(peer, Standing::Member);
+                self.open_lane(peer, executor, 0);
                 Ok(())
             }
-            (Phase::Executor(executor), Message::StatusUpdates { updates }) => {
+            (
+                Phase::Registering,
+                Message::JoinLane {
+                    executor_id,
+                    lane,
+                    lane_key,
+                },
+            ) => {
+                let executor = self
+                    .join_lane(peer, executor_id, lane, &lane_key)
+                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
+                self.open_lane(peer, executor, lane);
+                Ok(())
+            }
+            (Phase::Executor(executor, _), Message::StatusUpdates { updates }) => {
                 self.status_updates(executor, updates, frame);
                 Ok(())
             }
-            (Phase::Executor(executor), Message::Heartbeat { running_tasks, .. }) => {
+            (Phase::Executor(executor, lane), Message::Heartbeat { running_tasks, .. }) => {
                 let timeout_us = us(self.config.heartbeat_timeout);
-                let sent = self.sent.get_mut(&executor);
-                if let Some(why) = sent.and_then(|s| s.heartbeat(running_tasks, now, timeout_us)) {
-                    return Err(ConnError::Protocol(why));
+                if let Some(Link::Remote(remote)) = self.links.get_mut(&executor) {
+                    let Remote { lanes, sent, .. } = remote;
+                    let suspect = &mut lanes[lane as usize].suspect;
+                    if let Some(why) = sent.heartbeat(lane, suspect, running_tasks, now, timeout_us)
+                    {
+                        return Err(ConnError::Protocol(why));
+                    }
                 }
                 self.send(peer, &Message::HeartbeatAck {});
                 Ok(())
             }
-            (Phase::Executor(_) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
+            (Phase::Executor(..) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
             (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
     }
@@ -412,12 +546,15 @@ impl DriverCore {
         frame: &Frame,
     ) {
         let now = self.now_us;
-        let mut sent = self.sent.get_mut(&executor);
+        let mut remote = match self.links.get_mut(&executor) {
+            Some(Link::Remote(remote)) => Some(remote),
+            _ => None,
+        };
         for update in updates {
             let task = TaskId(update.task_id);
             let (attempt, state) = (update.attempt, update.state);
-            if let Some(sent) = sent.as_deref_mut() {
-                sent.reported((task, attempt), state);
+            if let Some(remote) = remote.as_deref_mut() {
+                remote.reported((task, attempt), state);
             }
             self.telemetry
                 .status_update(now, executor, task, attempt, state, update.data);
@@ -439,6 +576,7 @@ impl DriverCore {
             executor_id,
             host,
             cores,
+            lanes,
             attributes,
         } = r;
         let refuse = |peers: &mut Peers<PeerId, Phase>, reason: String| {
@@ -456,12 +594,29 @@ impl DriverCore {
                 format!("executor claims {cores} cores; at most {EXECUTOR_CORES_MAX} are accepted");
             return refuse(&mut self.peers, reason);
         }
+        if lanes == 0 || lanes > LANES_MAX || lanes > cores.max(1) {
+            let reason = format!(
+                "executor claims {lanes} lanes; from 1 to {LANES_MAX} are accepted, and no more \
+                 than its {cores} cores"
+            );
+            return refuse(&mut self.peers, reason);
+        }
         if self.executor_ids.contains_key(executor_id) {
             return refuse(
                 &mut self.peers,
                 format!("duplicate executor id {executor_id:?}"),
             );
         }
+        // An executor of one lane has no lane to admit: no key (zeros never join, see
+        // `join_lane`).
+        let lane_key = if lanes > 1 {
+            match crate::handshake::random_nonce() {
+                Ok(key) => key,
+                Err(error) => return refuse(&mut self.peers, format!("no lane key: {error}")),
+            }
+        } else {
+            [0; 32]
+        };
         let id = ExecutorId(self.next_executor);
         let info = ExecutorInfo {
             id,
@@ -477,21 +632,65 @@ impl DriverCore {
         }
         self.next_executor += 1;
         self.executor_ids.insert(executor_id.to_owned(), id);
-        self.links.insert(id, Link::Remote(peer));
-        self.sent.insert(id, Sent::default());
+        self.links
+            .insert(id, Link::Remote(Remote::new(lanes, lane_key, peer)));
         self.counters
             .executors_registered
             .fetch_add(1, Ordering::SeqCst);
         self.executor_added();
         let registered = Message::RegisteredExecutor {
-            heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
-                .unwrap_or(u32::MAX),
+            heartbeat_interval_ms: self.heartbeat_interval_ms(),
+            lane_key,
         };
         self.send(peer, &registered);
-        tracing::info!(executor_id, host, cores, "executor registered");
+        tracing::info!(executor_id, host, cores, lanes, "executor registered");
         self.telemetry
             .executor_registered(id, executor_id, host, cores);
         Ok(id)
+    }
+
+    /// A lane of a registered executor asks to join (see the module docs): its executor, or
+    /// the refusal (told to the peer, whose connection closes).
+    fn join_lane(
+        &mut self,
+        peer: PeerId,
+        executor_id: &str,
+        lane: u32,
+        lane_key: &[u8; 32],
+    ) -> Result<ExecutorId, ConnError> {
+        let id = self.executor_ids.get(executor_id).copied();
+        let remote = match id.and_then(|id| self.links.get_mut(&id)) {
+            Some(Link::Remote(remote)) => Some(remote),
+            _ => None,
+        };
+        let admitted = match remote {
+            None => Err(format!("no executor {executor_id:?} is registered")),
+            Some(remote) => remote.admit(peer, lane, lane_key),
+        };
+        if let Err(reason) = admitted {
+            tracing::warn!(executor_id, lane, "lane refused: {reason}");
+            self.peers
+                .send(peer, &Message::RegisterExecutorFailed { reason: &reason });
+            return Err(ConnError::Protocol(format!("lane refused: {reason}")));
+        }
+        let joined = Message::LaneJoined {
+            heartbeat_interval_ms: self.heartbeat_interval_ms(),
+        };
+        self.send(peer, &joined);
+        tracing::info!(executor_id, lane, "executor lane joined");
+        Ok(id.unwrap_or_else(|| unreachable!("joined a registered executor")))
+    }
+
+    /// A registered lane: a member of the peer table, its heartbeats due.
+    fn open_lane(&mut self, peer: PeerId, executor: ExecutorId, lane: u32) {
+        if let Some((phase, _)) = self.peers.open_mut(peer) {
+            *phase = Phase::Executor(executor, lane);
+        }
+        self.peers.set_standing(peer, Standing::Member);
+    }
+
+    fn heartbeat_interval_ms(&self) -> u32 {
+        u32::try_from(self.config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX)
     }
 
     fn tasks_per_core(&self) -> u32 {
@@ -727,6 +926,12 @@ impl DriverCore {
     pub fn observe(&self, now_us: u64) -> DriverView {
         let scheduler = &self.scheduler;
         let mut view = self.telemetry.view(|id| self.running_on(id), now_us);
+        for executor in view.executors.iter_mut() {
+            let id = self.executor_ids.get(&executor.executor_id);
+            if let Some(Link::Remote(remote)) = id.and_then(|id| self.links.get(id)) {
+                executor.lane_launches = remote.lanes.iter().map(|l| l.launched).collect();
+            }
+        }
         view.stats = scheduler.stats().clone();
         view.pending_tasks = scheduler.pending_tasks() as u64;
         view.running_tasks = scheduler
@@ -856,8 +1061,12 @@ impl DriverCore {
                 task,
                 attempt,
                 reason,
-            } => match self.links.get(&executor).copied() {
-                Some(Link::Remote(peer)) => {
+            } => match self.links.get(&executor) {
+                Some(Link::Remote(remote)) => {
+                    // To the lane that holds the attempt.
+                    let Some(peer) = remote.peer_of((task, attempt)) else {
+                        return;
+                    };
                     self.telemetry.kill_sent();
                     let kill = Message::KillTask {
                         task_id: task.0,
@@ -893,34 +1102,33 @@ impl DriverCore {
 
     fn launch(&mut self, executor: ExecutorId, tasks: Vec<TaskLaunch>) {
         let now = self.now_us;
-        match self.links.get(&executor).copied() {
-            Some(Link::Remote(peer)) => {
-                let Some(out) = self.peers.outbound(peer) else {
-                    return;
-                };
-                let telemetry = &mut self.telemetry;
-                let mut sent = self.sent.get_mut(&executor);
-                let batch: Vec<wire::TaskLaunch> = tasks
-                    .iter()
-                    .inspect(|task| {
-                        telemetry.launched(now, task.task, task.attempt);
-                        if let Some(sent) = sent.as_deref_mut() {
-                            sent.attempts
-                                .insert((task.task, task.attempt), (now, false));
-                        }
-                    })
-                    .map(|task| wire::TaskLaunch {
+        match self.links.get_mut(&executor) {
+            Some(Link::Remote(remote)) => {
+                // Each attempt to the joined lane holding the fewest: one batch per lane.
+                let mut batches: Vec<Vec<wire::TaskLaunch>> =
+                    (0..remote.lanes.len()).map(|_| Vec::new()).collect();
+                for task in &tasks {
+                    self.telemetry.launched(now, task.task, task.attempt);
+                    let lane = remote.route();
+                    remote.launched((task.task, task.attempt), lane, now);
+                    batches[lane as usize].push(wire::TaskLaunch {
                         task_id: task.task.0,
                         attempt: task.attempt,
                         cores: task.cores,
                         function: &task.function,
                         payload: &task.payload,
-                    })
-                    .collect();
-                // Payloads are bounded below a frame (`Driver::start`), so this fits.
-                let frame_size_max = self.config.frame_size_max;
-                if let Err(error) = batch::encode_launches(&batch, out, frame_size_max) {
-                    tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    });
+                }
+                for (lane, batch) in remote.lanes.iter().zip(&batches) {
+                    let out = lane.peer.and_then(|peer| self.peers.outbound(peer));
+                    let (Some(out), false) = (out, batch.is_empty()) else {
+                        continue;
+                    };
+                    // Payloads are bounded below a frame (`Driver::start`), so this fits.
+                    let frame_size_max = self.config.frame_size_max;
+                    if let Err(error) = batch::encode_launches(batch, out, frame_size_max) {
+                        tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    }
                 }
             }
             Some(Link::Local) => {
@@ -960,16 +1168,34 @@ impl DriverCore {
     /// A peer removed from the table (`None`: in the handshake): an executor leaves the
     /// scheduler.
     fn forget(&mut self, phase: Option<Phase>, why: &ConnError) {
-        if let Some(Phase::Executor(id)) = phase {
-            self.remove_executor_id(id, why);
+        if let Some(Phase::Executor(id, lane)) = phase {
+            self.lose_lane(id, lane, why);
         } else if !matches!(why, ConnError::Closed) {
             tracing::warn!("dropped a connection: {why}");
         }
     }
 
+    /// Lane `lane` of executor `id` is gone: the executor goes with it (fate-sharing), its
+    /// other lanes closed, the reason naming the lane when it has more than one.
+    fn lose_lane(&mut self, id: ExecutorId, lane: u32, why: &ConnError) {
+        let Some(Link::Remote(remote)) = self.links.remove(&id) else {
+            // Its removal already closed this lane.
+            return;
+        };
+        let named = (remote.is_laned()).then(|| ConnError::Protocol(format!("lane {lane}: {why}")));
+        let why = named.as_ref().unwrap_or(why);
+        for (other, slot) in remote.lanes.iter().enumerate() {
+            if let Some(peer) = slot.peer.filter(|_| other != lane as usize) {
+                let reason = format!("lane {lane} of its executor is gone: {why}");
+                self.peers.close(peer, ConnError::Protocol(reason));
+            }
+        }
+        self.remove_executor_id(id, why);
+    }
+
+    /// Executor `id` leaves the scheduler (its lanes are closed already).
     fn remove_executor_id(&mut self, id: ExecutorId, why: &ConnError) {
         self.links.remove(&id);
-        self.sent.remove(&id);
         let executor_id = self.executor_id_of(id);
         let gone = &mut self.gone;
         self.executor_ids.retain(|executor_id, named| {
@@ -1094,22 +1320,27 @@ impl DriverCore {
         }
     }
 
-    /// The remote executors' peers.
+    /// The remote executors' lane 0 connections (a `StopExecutor` there stops every lane).
     fn remote_peers(&self) -> impl Iterator<Item = PeerId> + '_ {
         self.links.values().filter_map(|link| match link {
-            Link::Remote(peer) => Some(*peer),
+            Link::Remote(remote) => remote.lane0(),
             Link::Local => None,
         })
     }
 
-    /// A registered remote executor by its id on the wire.
+    /// A registered remote executor by its id on the wire, with its lane 0 connection.
     fn remote_by_id(&self, executor_id: &str) -> Option<(ExecutorId, PeerId)> {
         let id = *self.executor_ids.get(executor_id)?;
         match self.links.get(&id)? {
-            Link::Remote(peer) => Some((id, *peer)),
+            Link::Remote(remote) => Some((id, remote.lane0()?)),
             Link::Local => None,
         }
     }
+}
+
+/// Whether two keys are equal, in time independent of where they differ.
+fn eq_const_time(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 /// What an executor registers with.
@@ -1117,6 +1348,7 @@ struct Registration<'a> {
     executor_id: &'a str,
     host: &'a str,
     cores: u32,
+    lanes: u32,
     attributes: List<'a, KeyValue<'a>>,
 }
 
@@ -1252,7 +1484,7 @@ mod tests {
         }
     }
 
-    /// Connects and registers an executor; the core's answer.
+    /// Connects and registers an executor of one lane; the core's answer.
     fn register(
         core: &mut DriverCore,
         peer: PeerId,
@@ -1260,11 +1492,23 @@ mod tests {
         cores: u32,
         now_us: u64,
     ) -> (bool, Vec<Frame>) {
+        register_lanes(core, peer, executor_id, (cores, 1), now_us)
+    }
+
+    /// Connects and registers an executor of `(cores, lanes)` as its lane 0; the answer.
+    fn register_lanes(
+        core: &mut DriverCore,
+        peer: PeerId,
+        executor_id: &str,
+        (cores, lanes): (u32, u32),
+        now_us: u64,
+    ) -> (bool, Vec<Frame>) {
         connect(core, peer, now_us);
         let registration = Message::RegisterExecutor {
             executor_id,
             host: "h",
             cores,
+            lanes,
             attributes: List::from_items(&[]),
         };
         let alive = send(core, peer, &registration, now_us);

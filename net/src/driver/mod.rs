@@ -70,6 +70,10 @@ pub const TASKS_PER_CORE_MAX: u32 = 1024;
 /// with the reason. (With [`TASKS_PER_CORE_MAX`] that is at most 2^20 slots.)
 pub const EXECUTOR_CORES_MAX: u32 = 1024;
 
+/// The most lanes an executor may run: connections to the driver, each with its own event
+/// loop (see [`crate::executor`]); an executor with more cores shares these among them.
+pub const LANES_MAX: u32 = 16;
+
 /// How often the driver repeats a warning about a stall (stalled executors, tasks that no
 /// executor can run).
 pub const WARN_INTERVAL: Duration = Duration::from_secs(5);

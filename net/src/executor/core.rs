@@ -67,7 +67,7 @@ pub enum Action {
 enum Phase {
     /// The link's handshake is running.
     Handshake,
-    /// Authenticated, `RegisterExecutor` sent, waiting for the answer.
+    /// Authenticated, `RegisterExecutor` (lane 0) or `JoinLane` sent, waiting for the answer.
     Registering,
     Running,
     Ended,
@@ -78,6 +78,12 @@ pub struct ExecutorCore {
     executor_id: String,
     host: String,
     cores: u32,
+    /// Which lane this core is (0 registers the executor, the others join it).
+    lane: u32,
+    /// The executor's lanes.
+    lanes: u32,
+    /// Lane 0: the key the driver gave, once registered. The others: the key they join with.
+    lane_key: Option<[u8; 32]>,
     frame_size_max: usize,
     in_flight_max: usize,
     phase: Phase,
@@ -110,15 +116,42 @@ impl std::fmt::Debug for ExecutorCore {
 }
 
 impl ExecutorCore {
-    /// An executor as `config` describes it (its id, host, cores, secret, frame size and
-    /// in-flight limit; the address and connect timeout are the IO side's), starting its
-    /// handshake with `nonce`: its `Hello` is the first thing to transmit.
+    /// An executor's lane 0 as `config` describes it (its id, host, cores and lanes, secret,
+    /// frame size and in-flight limit; the address and connect timeout are the IO side's),
+    /// starting its handshake with `nonce`: its `Hello` is the first thing to transmit. It
+    /// registers the executor; once registered, [`ExecutorCore::lane_key`] is what the other
+    /// lanes join with.
     pub fn new(config: &ExecutorConfig, nonce: [u8; 32]) -> Self {
+        Self::with_lane(config, nonce, 0, None)
+    }
+
+    /// Lane `lane` (1 or more) of the executor `config` describes, which lane 0 registered:
+    /// after the handshake it joins with `lane_key` (see [`ExecutorCore::lane_key`]) instead
+    /// of registering, then runs as lane 0 does with its share of the attempts.
+    pub fn new_lane(
+        config: &ExecutorConfig,
+        nonce: [u8; 32],
+        lane: u32,
+        lane_key: [u8; 32],
+    ) -> Self {
+        Self::with_lane(config, nonce, lane, Some(lane_key))
+    }
+
+    fn with_lane(
+        config: &ExecutorConfig,
+        nonce: [u8; 32],
+        lane: u32,
+        lane_key: Option<[u8; 32]>,
+    ) -> Self {
         let mut link = LinkCore::new(LinkRules {
             role: Role::Executor,
             peer_roles: &[Role::Driver],
             secret: config.secret.clone(),
-            label: format!("executor {}", config.executor_id),
+            label: if lane == 0 {
+                format!("executor {}", config.executor_id)
+            } else {
+                format!("executor {} lane {lane}", config.executor_id)
+            },
             peer_name: "the driver",
             peer_addr: config.driver,
             // The IO side bounds the one attempt; an executor does not reconnect.
@@ -130,6 +163,9 @@ impl ExecutorCore {
             executor_id: config.executor_id.clone(),
             host: config.host.clone(),
             cores: config.cores,
+            lane,
+            lanes: config.lanes(),
+            lane_key,
             frame_size_max: config.frame_size_max,
             in_flight_max: config.in_flight_max(),
             phase: Phase::Handshake,
@@ -149,6 +185,24 @@ impl ExecutorCore {
     /// This executor's id.
     pub fn executor_id(&self) -> &str {
         &self.executor_id
+    }
+
+    /// Which lane this core is (0: the one that registers the executor).
+    pub fn lane(&self) -> u32 {
+        self.lane
+    }
+
+    /// Lane 0, once registered with more than one lane: the key its other lanes join with
+    /// (never logged). `None` before, for the other lanes, and for an executor of one lane.
+    pub fn lane_key(&self) -> Option<[u8; 32]> {
+        let registered = matches!(self.phase, Phase::Running);
+        self.lane_key
+            .filter(|_| self.lane == 0 && registered && self.lanes > 1)
+    }
+
+    /// Attempts that reached a final state on this lane.
+    pub fn task_attempts(&self) -> u64 {
+        self.task_attempts
     }
 
     /// Attempts launched and not yet completed (what heartbeats report as running).
@@ -268,16 +322,34 @@ impl ExecutorCore {
         self.exit.take()
     }
 
-    /// The handshake succeeded: asks to register.
+    /// The handshake succeeded: lane 0 asks to register, the others to join.
     fn register(&mut self) {
-        let register = Message::RegisterExecutor {
-            executor_id: &self.executor_id,
-            host: &self.host,
-            cores: self.cores,
-            attributes: List::empty(),
+        let message = match self.lane_key.filter(|_| self.lane > 0) {
+            Some(lane_key) => Message::JoinLane {
+                executor_id: &self.executor_id,
+                lane: self.lane,
+                lane_key,
+            },
+            None => Message::RegisterExecutor {
+                executor_id: &self.executor_id,
+                host: &self.host,
+                cores: self.cores,
+                lanes: self.lanes,
+                attributes: List::empty(),
+            },
         };
-        encode(&register, &mut self.transmit, self.frame_size_max);
+        encode(&message, &mut self.transmit, self.frame_size_max);
         self.phase = Phase::Registering;
+    }
+
+    /// The driver accepted this lane (registered or joined): heartbeats start.
+    fn accepted(&mut self, heartbeat_interval_ms: u32, now_us: u64) {
+        let interval_ms = u64::from(heartbeat_interval_ms)
+            .clamp(HEARTBEAT_INTERVAL_MS_MIN, HEARTBEAT_INTERVAL_MS_MAX);
+        self.heartbeat_interval_us = interval_ms * 1000;
+        self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
+        self.phase = Phase::Running;
+        tracing::info!(executor_id = %self.executor_id, lane = self.lane, "registered with the driver");
     }
 
     /// One message after the handshake.
@@ -285,17 +357,18 @@ impl ExecutorCore {
         let message = frame.message().map_err(|e| {
             ExecutorError::DriverGone(format!("malformed frame from the driver: {e}"))
         })?;
+        let registering = matches!(self.phase, Phase::Registering);
         match message {
             Message::RegisteredExecutor {
                 heartbeat_interval_ms,
-            } => {
-                let interval_ms = u64::from(heartbeat_interval_ms)
-                    .clamp(HEARTBEAT_INTERVAL_MS_MIN, HEARTBEAT_INTERVAL_MS_MAX);
-                self.heartbeat_interval_us = interval_ms * 1000;
-                self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
-                self.phase = Phase::Running;
-                tracing::info!(executor_id = %self.executor_id, "registered with the driver");
+                lane_key,
+            } if registering && self.lane == 0 => {
+                self.lane_key = Some(lane_key);
+                self.accepted(heartbeat_interval_ms, now_us);
             }
+            Message::LaneJoined {
+                heartbeat_interval_ms,
+            } if registering && self.lane > 0 => self.accepted(heartbeat_interval_ms, now_us),
             Message::RegisterExecutorFailed { reason } => {
                 return Err(ExecutorError::Refused(reason.to_owned()))
             }
@@ -512,6 +585,7 @@ mod tests {
         handshake(&mut core, None);
         let registered = Message::RegisteredExecutor {
             heartbeat_interval_ms: interval_ms,
+            lane_key: [0; 32],
         };
         deliver(&mut core, &registered, now_us);
         core

@@ -1,11 +1,13 @@
-//! The executor's IO side on its event loop: the driver's socket, one timer, and the task
-//! runner around an [`ExecutorCore`]. Frames read go into the core; after every input the
-//! endpoint carries out the core's actions on the runner, writes what the core transmits, re-arms
-//! the timer for the core's next timeout, and stops once the core has ended.
+//! One executor lane's IO side on its event loop: the lane's socket to the driver, one timer,
+//! and the lane's task runner around its [`ExecutorCore`]. Frames read go into the core; after
+//! every input the endpoint carries out the core's actions on the runner, writes what the core
+//! transmits, re-arms the timer for the core's next timeout, and stops once the core has ended.
+//! Lane 0 also hands `run` the key the other lanes join with, once registered.
 //!
 //! Tasks run on the pool's threads (or inline for at most a short, bounded while: see
 //! `flint_engine::runner`), so a long task never delays a heartbeat or a kill request.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +17,7 @@ use mio::event::Event;
 use mio::{Interest, Token};
 
 use super::core::{Action, ExecutorCore};
-use super::{ExecutorError, ExitSlot};
+use super::{ExecutorError, ExitSlot, KeySlot};
 use crate::conn::{ConnError, Connection};
 use crate::transport::send_retrying;
 use flint_engine::functions::Registry;
@@ -36,7 +38,13 @@ pub(super) struct ExecutorEndpoint {
     runner: Option<TaskRunner>,
     pool: Option<(PoolHandle, Registry)>,
     in_flight_max: usize,
+    /// Shared by every lane: the first lane to end sets the executor's exit.
     exit: Arc<ExitSlot>,
+    /// Lane 0 of several: where the lane key goes once registered (or `None` if it ends
+    /// first); taken when set.
+    key: Option<Arc<KeySlot>>,
+    /// Shared by every lane: the attempts they ran, added as each stops.
+    task_attempts: Arc<AtomicU64>,
     /// Where the core's clock starts.
     epoch: Instant,
     /// The armed timer and the core's deadline it is for.
@@ -49,7 +57,7 @@ impl ExecutorEndpoint {
         conn: Connection,
         pool: (PoolHandle, Registry),
         in_flight_max: usize,
-        exit: Arc<ExitSlot>,
+        shared: &super::LaneShared,
     ) -> Self {
         ExecutorEndpoint {
             core,
@@ -57,7 +65,9 @@ impl ExecutorEndpoint {
             runner: None,
             pool: Some(pool),
             in_flight_max,
-            exit,
+            exit: shared.exit.clone(),
+            key: shared.key.clone(),
+            task_attempts: shared.task_attempts.clone(),
             epoch: Instant::now(),
             timer: None,
         }
@@ -81,6 +91,11 @@ impl ExecutorEndpoint {
             self.exit.set(reason);
             ctx.stop();
             return;
+        }
+        if let Some(lane_key) = self.core.lane_key() {
+            if let Some(slot) = self.key.take() {
+                slot.set(Some(lane_key));
+            }
         }
         self.arm_timer(ctx);
     }
@@ -207,10 +222,18 @@ impl Endpoint for ExecutorEndpoint {
         self.core.handle_timeout(self.now_us());
         self.drive(ctx);
     }
+}
 
-    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+/// However the lane stops (its core ended, the runtime shut down, a handler panicked), `run`
+/// hears it: the exit (if no lane set one before), no key, and what the lane ran.
+impl Drop for ExecutorEndpoint {
+    fn drop(&mut self) {
         self.exit.set(Err(ExecutorError::DriverGone(
             "the executor's loop stopped".into(),
         )));
+        if let Some(slot) = self.key.take() {
+            slot.set(None);
+        }
+        (self.task_attempts).fetch_add(self.core.task_attempts(), Ordering::SeqCst);
     }
 }

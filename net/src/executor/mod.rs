@@ -1,20 +1,33 @@
 //! The executor role: connects to the driver (retrying with backoff for a bounded time),
-//! registers, runs launched tasks on its pinned task pool, reports their states in batches, and
-//! heartbeats from its event loop, which tasks never block (they run on the pool's threads).
+//! registers, runs launched tasks, reports their states in batches, and heartbeats from its
+//! event loops, which long tasks never block (they run on the pool's threads).
 //!
-//! It exits cleanly on `StopExecutor`; it exits with an error when registration is refused or
-//! the driver goes away (Spark's fate-sharing): [`run`] returns why.
+//! Lanes (thread per core, run to completion): an executor of `cores` N runs N lanes (at most
+//! [`crate::driver::LANES_MAX`]; more cores share them), each an event-loop thread with its own
+//! connection to the driver, its own [`ExecutorCore`] and its own task runner. Lane 0 registers
+//! the executor (`RegisterExecutor` with `lanes`) and is given a lane key; lanes 1.. then
+//! connect, run the same handshake and join with the key (`JoinLane`). The driver sees one
+//! executor of N cores and sends each launch to one lane, so a short task runs on the lane
+//! thread that read it (see `flint_engine::runner`), and the rest go to the task pool the
+//! lanes share, so a long one never delays a lane's reads, heartbeats or kills. With one core
+//! there is one lane, as before lanes existed. Lane `i`'s loop runs on `pin`'s `i`-th CPU when
+//! there are several (the pool's workers as listed).
 //!
-//! The parts: this file holds [`run`] (connect with backoff, the pool and the loop), the
-//! configuration, errors and summary; `core.rs` the protocol as a sans-IO state machine
-//! ([`ExecutorCore`]: handshake, registration, heartbeats, the driver's frames as [`Action`]s,
-//! completions as batched status updates); `endpoint.rs` the IO side on the event loop (the
-//! socket, the timer, the task runner).
+//! It exits cleanly on `StopExecutor` (on any lane); it exits with an error when registration
+//! is refused or the driver goes away, on any lane (Spark's fate-sharing: one lane lost, the
+//! executor ends): [`run`] returns the first lane's reason.
+//!
+//! The parts: this file holds [`run`] (connect with backoff, the pool, the lanes), the
+//! configuration, errors and summary; `core.rs` one lane's protocol as a sans-IO state machine
+//! ([`ExecutorCore`]: handshake, registration or joining, heartbeats, the driver's frames as
+//! [`Action`]s, completions as batched status updates); `endpoint.rs` a lane's IO side on its
+//! event loop (the socket, the timer, the task runner).
 
 pub mod core;
 mod endpoint;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,6 +88,11 @@ impl ExecutorConfig {
         }
     }
 
+    /// Its lanes: one per core, at most [`crate::driver::LANES_MAX`] (see the module docs).
+    pub fn lanes(&self) -> u32 {
+        self.cores.clamp(1, crate::driver::LANES_MAX)
+    }
+
     /// Attempts it holds at once: `tasks_per_core` for each core.
     fn in_flight_max(&self) -> usize {
         (self.tasks_per_core as usize).saturating_mul(self.cores.max(1) as usize)
@@ -112,8 +130,20 @@ pub struct ExecutorSummary {
     pub task_attempts: u64,
 }
 
-/// Where the endpoint leaves its exit reason for [`run`].
+/// Where the lanes leave the exit reason for [`run`] (the first one set).
 type ExitSlot = Exit<Result<ExecutorSummary, ExecutorError>>;
+
+/// Where lane 0 leaves the key the other lanes join with (`None`: it ended first).
+type KeySlot = Exit<Option<[u8; 32]>>;
+
+/// What an executor's lanes share.
+struct LaneShared {
+    exit: Arc<ExitSlot>,
+    /// Lane 0's only, when there are other lanes.
+    key: Option<Arc<KeySlot>>,
+    /// The attempts the lanes ran, added as each stops.
+    task_attempts: Arc<AtomicU64>,
+}
 
 /// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
 /// A driver whose connection table is full refuses the handshake saying so
@@ -141,12 +171,13 @@ pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary
     }
 }
 
-/// One connection to the driver, until it ends.
+/// One run of the executor's lanes, until the first ends.
 fn run_once(
     config: ExecutorConfig,
     registry: Registry,
     connect_timeout: Duration,
 ) -> Result<ExecutorSummary, ExecutorError> {
+    let deadline = flint_engine::runtime::deadline_after(connect_timeout);
     let stream = connect(config.driver, connect_timeout)?;
     // Submissions try every worker's inbox, so together they hold all `in_flight_max`.
     let mut pool = TaskPool::new(PoolConfig {
@@ -157,30 +188,109 @@ fn run_once(
         ..PoolConfig::default()
     })
     .map_err(|e| ExecutorError::Start(format!("task pool: {e}")))?;
+    let lanes = config.lanes();
     let mut runtime = Runtime::new(RuntimeConfig {
-        threads: 1,
+        threads: lanes as usize,
         thread_name: "flint-executor".into(),
+        // One lane runs as before lanes: its loop not pinned.
+        pin: if lanes > 1 {
+            config.pin.clone()
+        } else {
+            Pinning::None
+        },
         ..RuntimeConfig::default()
     })
     .map_err(|e| ExecutorError::Start(format!("runtime: {e}")))?;
-    let exit = Arc::new(ExitSlot::default());
-    let nonce =
-        random_nonce().map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))?;
-    let endpoint = ExecutorEndpoint::new(
-        ExecutorCore::new(&config, nonce),
-        Connection::new(stream, config.frame_size_max, usize::MAX / 2),
-        (pool.handle(), registry),
-        config.in_flight_max(),
-        exit.clone(),
+    let shared = LaneShared {
+        exit: Arc::new(ExitSlot::default()),
+        key: (lanes > 1).then(|| Arc::new(KeySlot::default())),
+        task_attempts: Arc::new(AtomicU64::new(0)),
+    };
+    let lane0 = |nonce| ExecutorCore::new(&config, nonce);
+    spawn_lane(
+        &config,
+        &runtime,
+        (&pool, &registry),
+        &shared,
+        0,
+        stream,
+        lane0,
     );
-    runtime
-        .handle()
-        .spawn("executor", endpoint)
-        .map_err(|e| ExecutorError::Start(format!("executor endpoint: {e}")))?;
-    let reason = exit.wait();
+    if let Some(key) = shared.key.as_ref().and_then(|slot| slot.wait()) {
+        start_lanes(
+            &config,
+            &runtime,
+            (&pool, &registry),
+            &shared,
+            key,
+            deadline,
+        );
+    }
+    let reason = shared.exit.wait();
     pool.shutdown(ShutdownMode::Cancel);
     runtime.shutdown();
-    reason
+    // Every lane has stopped, so each has added what it ran.
+    let task_attempts = shared.task_attempts.load(Ordering::SeqCst);
+    reason.map(|_| ExecutorSummary { task_attempts })
+}
+
+/// Lanes 1.. once lane 0 is registered: each connects (by `deadline`) and joins with `key`.
+/// A lane that cannot connect ends the executor.
+fn start_lanes(
+    config: &ExecutorConfig,
+    runtime: &Runtime,
+    tasks: (&TaskPool, &Registry),
+    shared: &LaneShared,
+    key: [u8; 32],
+    deadline: Instant,
+) {
+    for lane in 1..config.lanes() {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let stream = match connect(config.driver, remaining) {
+            Ok(stream) => stream,
+            Err(error) => return shared.exit.set(Err(error)),
+        };
+        let core = |nonce| ExecutorCore::new_lane(config, nonce, lane, key);
+        spawn_lane(config, runtime, tasks, shared, lane, stream, core);
+    }
+}
+
+/// Starts lane `lane` on its loop over `stream`, its core made by `core` from a fresh nonce.
+/// A failure to start ends the executor.
+fn spawn_lane(
+    config: &ExecutorConfig,
+    runtime: &Runtime,
+    (pool, registry): (&TaskPool, &Registry),
+    shared: &LaneShared,
+    lane: u32,
+    stream: TcpStream,
+    core: impl FnOnce([u8; 32]) -> ExecutorCore,
+) {
+    let started = random_nonce()
+        .map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))
+        .and_then(|nonce| {
+            let lane_shared = LaneShared {
+                exit: shared.exit.clone(),
+                key: shared.key.clone().filter(|_| lane == 0),
+                task_attempts: shared.task_attempts.clone(),
+            };
+            let endpoint = ExecutorEndpoint::new(
+                core(nonce),
+                Connection::new(stream, config.frame_size_max, usize::MAX / 2),
+                (pool.handle(), registry.clone()),
+                config.in_flight_max(),
+                &lane_shared,
+            );
+            let name = format!("executor-lane-{lane}");
+            (runtime.handle().spawn_on(lane as usize, &name, endpoint))
+                .map_err(|e| ExecutorError::Start(format!("executor lane {lane}: {e}")))
+        });
+    if let Err(error) = started {
+        if let Some(key) = &shared.key {
+            key.set(None);
+        }
+        shared.exit.set(Err(error));
+    }
 }
 
 /// Connects with exponential backoff (50 ms doubling to 1 s) until `timeout`.

@@ -201,6 +201,9 @@ pub struct ExecutorView {
     pub removed: String,
     /// Whether its removal counted as a loss.
     pub lost: bool,
+    /// While registered, a remote executor's attempts launched on each of its lanes (one entry
+    /// per lane it registered, 0 for a lane not joined); empty otherwise.
+    pub lane_launches: Vec<u64>,
 }
 
 /// A task attempt's failure.
@@ -500,6 +503,7 @@ impl LoopTelemetry {
                     tasks_failed: 0,
                     removed: String::new(),
                     lost: false,
+                    lane_launches: Vec::new(),
                 },
             },
         );

@@ -102,6 +102,7 @@ impl Hostile {
                             executor_id: &self.name,
                             host: "hostile",
                             cores: 1,
+                            lanes: 1,
                             attributes: List::empty(),
                         };
                         encode(&register, &mut self.out);
@@ -205,6 +206,7 @@ fn wrong_handshake(rng: &mut Rng, secret: &Option<Secret>, out: &mut BytesMut) {
                 executor_id: "early",
                 host: "hostile",
                 cores: 4,
+                lanes: 2,
                 attributes: List::empty(),
             },
             out,

@@ -15,8 +15,9 @@ use super::WireError;
 /// Bytes that open every connection's first frame: "FLNT".
 pub const MAGIC: [u8; 4] = *b"FLNT";
 
-/// The protocol version this build speaks. Peers must match exactly.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks. Peers must match exactly. 2: executors run lanes
+/// (`RegisterExecutor.lanes`, `RegisteredExecutor.lane_key`, `JoinLane`, `LaneJoined`).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The handshake's magic field: reads only [`MAGIC`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -372,6 +373,9 @@ messages! {
         host: &'a str,
         /// Cores it offers.
         cores: u32,
+        /// Its lanes: connections, each with its own event loop, this one being lane 0; the
+        /// others join with `JoinLane`. 1 to `LANES_MAX`, and no more than `cores`.
+        lanes: u32,
         /// Free-form attributes.
         attributes: List<'a, KeyValue<'a>>,
     },
@@ -379,6 +383,9 @@ messages! {
     RegisteredExecutor = 17 {
         /// How often the executor must heartbeat, in milliseconds.
         heartbeat_interval_ms: u32,
+        /// What the executor's other lanes show in `JoinLane` to prove they belong to it
+        /// (random, never logged; zeros for an executor of one lane).
+        lane_key: [u8; 32],
     },
     /// The driver refuses an executor; it exits with this reason.
     RegisterExecutorFailed = 18 {
@@ -419,6 +426,22 @@ messages! {
     StopExecutor = 24 {},
     /// Either side is going away.
     Shutdown = 25 {},
+    /// A registered executor's lane `lane` (1 or more) joins it on a connection of its own
+    /// (after the handshake, in place of `RegisterExecutor`). Refused with
+    /// `RegisterExecutorFailed`, and the connection closed.
+    JoinLane = 26 {
+        /// The executor, as it registered.
+        executor_id: &'a str,
+        /// Which lane this connection is, from 1 to the registered lanes less one.
+        lane: u32,
+        /// The key the driver gave the executor in `RegisteredExecutor`.
+        lane_key: [u8; 32],
+    },
+    /// The driver accepts a lane: it may send it launches and kills from now on.
+    LaneJoined = 27 {
+        /// How often the lane must heartbeat, in milliseconds.
+        heartbeat_interval_ms: u32,
+    },
 
     // ---- standalone: worker <-> master ----
     /// A worker asks to join the master.
