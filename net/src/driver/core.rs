@@ -1186,7 +1186,7 @@ impl DriverCore {
         let why = named.as_ref().unwrap_or(why);
         for (other, slot) in remote.lanes.iter().enumerate() {
             if let Some(peer) = slot.peer.filter(|_| other != lane as usize) {
-                let reason = format!("lane {lane} of its executor is gone: {why}");
+                let reason = format!("its executor is lost: {why}");
                 self.peers.close(peer, ConnError::Protocol(reason));
             }
         }
@@ -1689,6 +1689,244 @@ mod tests {
             at_us + MS
         ));
         assert!(matches!(outcome(handle), JobOutcome::Succeeded(_)));
+        assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 1);
+    }
+
+    /// The lane key in a `RegisteredExecutor` answer.
+    fn lane_key(frames: &[Frame]) -> [u8; 32] {
+        frames
+            .iter()
+            .find_map(|frame| match frame.message() {
+                Ok(Message::RegisteredExecutor { lane_key, .. }) => Some(lane_key),
+                _ => None,
+            })
+            .expect("a RegisteredExecutor")
+    }
+
+    /// Connects `peer` and asks to join `executor_id` as `lane` with `key`; whether the core
+    /// keeps the peer, and its answer.
+    fn join(
+        core: &mut DriverCore,
+        peer: PeerId,
+        (executor_id, lane, lane_key): (&str, u32, [u8; 32]),
+        now_us: u64,
+    ) -> (bool, Vec<Frame>) {
+        connect(core, peer, now_us);
+        let join = Message::JoinLane {
+            executor_id,
+            lane,
+            lane_key,
+        };
+        let alive = send(core, peer, &join, now_us);
+        (alive, sent_to(core, peer))
+    }
+
+    fn joined(frames: &[Frame]) -> bool {
+        (frames.iter()).any(|f| matches!(f.message(), Ok(Message::LaneJoined { .. })))
+    }
+
+    /// Executor `e` of 2 cores on 2 lanes, both joined (lane 0 on peer 1, lane 1 on peer 2).
+    fn two_lanes(core: &mut DriverCore, now_us: u64) {
+        let (alive, answer) = register_lanes(core, PeerId(1), "e", (2, 2), now_us);
+        assert!(alive && registered(&answer));
+        let (alive, answer) = join(core, PeerId(2), ("e", 1, lane_key(&answer)), now_us);
+        assert!(alive && joined(&answer), "lane 1 joins with the key");
+    }
+
+    /// The launches each peer was sent.
+    fn launches_by_peer(core: &mut DriverCore) -> FxHashMap<PeerId, Vec<(u64, u32)>> {
+        let mut by_peer: FxHashMap<PeerId, Vec<(u64, u32)>> = FxHashMap::default();
+        for (peer, frame) in transmitted(core) {
+            let launched = launches(std::slice::from_ref(&frame));
+            if !launched.is_empty() {
+                by_peer.entry(peer).or_default().extend(launched);
+            }
+        }
+        by_peer
+    }
+
+    #[test]
+    fn a_lane_joins_with_the_key_and_gets_launches_once_joined() {
+        let mut core = new_core(config());
+        let (alive, answer) = register_lanes(&mut core, PeerId(1), "e", (2, 2), 0);
+        assert!(alive && registered(&answer));
+        let key = lane_key(&answer);
+        assert_ne!(key, [0; 32], "a random key for an executor of lanes");
+        // Launches start with lane 0 alone.
+        let first = submit(&mut core, Job::new("echo", vec![Bytes::from("1")]), MS);
+        let sent = launches_by_peer(&mut core);
+        assert_eq!(sent.keys().copied().collect::<Vec<_>>(), [PeerId(1)]);
+        let (alive, answer) = join(&mut core, PeerId(2), ("e", 1, key), 2 * MS);
+        assert!(alive && joined(&answer), "lane 1 joins");
+        assert!(core.is_executor(PeerId(2)));
+        // The scheduler sees one executor of 2 cores; the next launch goes to lane 1, which
+        // holds fewer.
+        assert_eq!(core.scheduler.executors(), 1);
+        assert_eq!(core.executors_view().executors.len(), 1);
+        let second = submit(&mut core, Job::new("echo", vec![Bytes::from("2")]), 3 * MS);
+        let sent = launches_by_peer(&mut core);
+        let on_lane1 = sent.get(&PeerId(2)).expect("lane 1 got the launch").clone();
+        assert_eq!((sent.len(), on_lane1.len()), (1, 1), "{sent:?}");
+        let view = core.observe(4 * MS);
+        assert_eq!(view.executors[0].lane_launches, [1, 1]);
+        // A report is taken from any lane of the executor (here lane 0, for lane 1's attempt).
+        let (task_id, attempt) = on_lane1[0];
+        assert!(send_bytes(
+            &mut core,
+            PeerId(1),
+            &finished(task_id, attempt, b"two"),
+            5 * MS
+        ));
+        match outcome(second) {
+            JobOutcome::Succeeded(results) => assert_eq!(results, vec![Bytes::from("two")]),
+            other => panic!("{other:?}"),
+        }
+        drop(first);
+    }
+
+    #[test]
+    fn a_kill_goes_to_the_lane_that_holds_the_attempt() {
+        let mut core = new_core(config());
+        two_lanes(&mut core, 0);
+        let a = submit(&mut core, Job::new("sleep", vec![Bytes::new()]), MS);
+        let b = submit(&mut core, Job::new("sleep", vec![Bytes::new()]), MS);
+        let sent = launches_by_peer(&mut core);
+        assert_eq!(sent.len(), 2, "one attempt on each lane: {sent:?}");
+        let holder_of = |job: u64| {
+            (sent.iter())
+                .find(|(_, launched)| launched.iter().any(|(t, _)| t >> 32 == job))
+                .map(|(peer, _)| *peer)
+                .expect("launched")
+        };
+        let (holder, other) = (holder_of(b.id), holder_of(a.id));
+        core.cancel(JobId(b.id), 2 * MS);
+        let kills: Vec<PeerId> = (transmitted(&mut core).into_iter())
+            .filter(|(_, f)| matches!(f.message(), Ok(Message::KillTask { .. })))
+            .map(|(peer, _)| peer)
+            .collect();
+        assert_eq!(kills, [holder], "not to {other:?}");
+        assert!(matches!(outcome(b), JobOutcome::Cancelled));
+    }
+
+    #[test]
+    fn a_lane_is_refused_for_a_wrong_key_an_unknown_executor_or_a_lane_out_of_range_or_taken() {
+        let mut core = new_core(config());
+        let (_, answer) = register_lanes(&mut core, PeerId(1), "e", (3, 3), 0);
+        let key = lane_key(&answer);
+        let (alive, _) = join(&mut core, PeerId(2), ("e", 1, key), 0);
+        assert!(alive);
+        let mut wrong = key;
+        wrong[31] ^= 1;
+        let cases = [
+            (("e", 2, wrong), "wrong lane key"),
+            (("x", 2, key), "no executor \"x\""),
+            (("e", 3, key), "lane 3 out of range"),
+            (("e", 0, key), "lane 0 out of range"),
+            (("e", 1, key), "lane 1 has joined already"),
+        ];
+        for (peer, (ask, expected)) in (10..).map(PeerId).zip(cases) {
+            let (alive, answer) = join(&mut core, peer, ask, MS);
+            assert!(!alive, "{ask:?} refused");
+            let reason = refusal(&answer).expect("a RegisterExecutorFailed");
+            assert!(reason.contains(expected), "{reason}");
+            assert_eq!(core.poll_close().map(|(p, _)| p), Some(peer));
+        }
+        // None of it touched the executor: lane 2 still joins.
+        assert!(core.is_executor(PeerId(1)) && core.is_executor(PeerId(2)));
+        let (alive, answer) = join(&mut core, PeerId(3), ("e", 2, key), 2 * MS);
+        assert!(alive && joined(&answer));
+        // An executor of one lane has none to join, whatever key is shown.
+        let (_, answer) = register(&mut core, PeerId(4), "solo", 2, 3 * MS);
+        let (alive, _) = join(&mut core, PeerId(5), ("solo", 1, lane_key(&answer)), 3 * MS);
+        assert!(!alive, "no lane of a one-lane executor joins");
+    }
+
+    #[test]
+    fn a_registration_claiming_lanes_out_of_bounds_is_refused() {
+        let mut core = new_core(config());
+        for (peer, lanes, cores) in [(1, 0, 2), (2, 3, 2), (3, LANES_MAX + 1, 64)] {
+            let (alive, answer) = register_lanes(&mut core, PeerId(peer), "e", (cores, lanes), 0);
+            assert!(!alive, "{lanes} lanes of {cores} cores");
+            let reason = refusal(&answer).expect("a RegisterExecutorFailed");
+            assert!(
+                reason.contains(&format!("claims {lanes} lanes")),
+                "{reason}"
+            );
+        }
+        let (alive, answer) = register_lanes(&mut core, PeerId(4), "e", (64, LANES_MAX), 0);
+        assert!(alive && registered(&answer), "the bound itself is accepted");
+    }
+
+    #[test]
+    fn a_lane_lost_loses_the_executor_and_its_attempts_run_elsewhere() {
+        let mut core = new_core(config());
+        two_lanes(&mut core, 0);
+        let handle = submit(
+            &mut core,
+            Job::new("echo", vec![Bytes::from("a"), Bytes::from("b")]),
+            MS,
+        );
+        let sent = launches_by_peer(&mut core);
+        assert_eq!(sent.len(), 2, "one attempt on each lane: {sent:?}");
+        core.handle_closed(PeerId(2), &ConnError::Closed, 2 * MS);
+        let (closed, why) = core.poll_close().expect("lane 0 is closed with it");
+        assert_eq!(closed, PeerId(1));
+        assert!(why.to_string().contains("lane 1: peer closed"), "{why}");
+        assert_eq!(core.scheduler.executors(), 0);
+        assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 1);
+        let view = core.observe(3 * MS);
+        assert!(view.executors[0].removed.contains("lane 1"), "{view:?}");
+        // Both attempts run again on another executor.
+        let (alive, answer) = register(&mut core, PeerId(3), "b", 2, 3 * MS);
+        assert!(alive);
+        let relaunched = launches(&answer);
+        assert_eq!(relaunched.len(), 2, "{relaunched:?}");
+        for (task_id, attempt) in relaunched {
+            assert_eq!(attempt, 1);
+            let bytes = finished(task_id, attempt, b"again");
+            assert!(send_bytes(&mut core, PeerId(3), &bytes, 4 * MS));
+        }
+        assert!(matches!(outcome(handle), JobOutcome::Succeeded(_)));
+    }
+
+    #[test]
+    fn a_deaf_lane_is_lost_while_its_honest_sibling_counts_only_its_own() {
+        let mut core = new_core(config());
+        let timeout_us = us(core.config.heartbeat_timeout);
+        let beat_us = timeout_us / 4;
+        two_lanes(&mut core, 0);
+        let _handle = submit(
+            &mut core,
+            Job::new("echo", vec![Bytes::from("a"), Bytes::from("b")]),
+            MS,
+        );
+        let sent = launches_by_peer(&mut core);
+        assert_eq!(sent.len(), 2, "one attempt on each lane: {sent:?}");
+        // Lane 0 reads its launch and counts it (one, not both); lane 1 counts nothing.
+        let mut now_us = MS;
+        while now_us < MS + timeout_us + beat_us {
+            now_us += beat_us;
+            assert!(
+                heartbeat(&mut core, PeerId(1), 1, now_us),
+                "lane 0 kept at {now_us}"
+            );
+            let alive = heartbeat(&mut core, PeerId(2), 0, now_us);
+            if !alive {
+                break;
+            }
+        }
+        assert!(now_us > MS + timeout_us, "not before its launch is old");
+        let closed: FxHashMap<PeerId, String> = std::iter::from_fn(|| core.poll_close())
+            .map(|(peer, why)| (peer, why.to_string()))
+            .collect();
+        assert_eq!(closed.len(), 2, "both lanes close: {closed:?}");
+        let why = &closed[&PeerId(2)];
+        assert!(why.contains("does not read its launches"), "{why}");
+        let why = &closed[&PeerId(1)];
+        assert!(
+            why.contains("its executor is lost: lane 1: executor does not read"),
+            "{why}"
+        );
         assert_eq!(core.counters.executors_lost.load(Ordering::SeqCst), 1);
     }
 

@@ -654,6 +654,118 @@ mod tests {
     }
 
     #[test]
+    fn lane_0_registers_the_lanes_and_hands_out_the_key_once_registered() {
+        let mut core = ExecutorCore::new(&config(None), [1; 32]);
+        let frames = handshake(&mut core, None);
+        let Ok(Message::RegisterExecutor { lanes, cores, .. }) = frames[0].message() else {
+            panic!("a RegisterExecutor");
+        };
+        assert_eq!((lanes, cores), (2, 2), "one lane per core");
+        assert_eq!(core.lane_key(), None, "not before the driver answers");
+        let registered = Message::RegisteredExecutor {
+            heartbeat_interval_ms: 100,
+            lane_key: [7; 32],
+        };
+        deliver(&mut core, &registered, 0);
+        assert_eq!(core.lane_key(), Some([7; 32]));
+        assert_eq!(core.lane(), 0);
+
+        // One core: one lane, no key to hand out.
+        let mut one = config(None);
+        one.cores = 1;
+        let mut core = ExecutorCore::new(&one, [1; 32]);
+        let frames = handshake(&mut core, None);
+        let Ok(Message::RegisterExecutor { lanes, .. }) = frames[0].message() else {
+            panic!("a RegisterExecutor");
+        };
+        assert_eq!(lanes, 1);
+        deliver(&mut core, &registered, 0);
+        assert_eq!(core.lane_key(), None);
+    }
+
+    #[test]
+    fn cores_beyond_lanes_max_share_the_lanes() {
+        let mut many = config(None);
+        many.cores = crate::driver::LANES_MAX * 4;
+        assert_eq!(many.lanes(), crate::driver::LANES_MAX);
+    }
+
+    #[test]
+    fn a_lane_joins_with_the_key_then_heartbeats_and_runs_its_launches() {
+        let mut core = ExecutorCore::new_lane(&config(None), [1; 32], 1, [7; 32]);
+        let frames = handshake(&mut core, None);
+        assert_eq!(kinds(&frames), [Kind::JoinLane]);
+        let Ok(Message::JoinLane {
+            executor_id,
+            lane,
+            lane_key,
+        }) = frames[0].message()
+        else {
+            panic!("a JoinLane");
+        };
+        assert_eq!((executor_id, lane, lane_key), ("e1", 1, [7; 32]));
+        assert_eq!(core.poll_timeout(), None, "no heartbeat before it joined");
+        deliver(
+            &mut core,
+            &Message::LaneJoined {
+                heartbeat_interval_ms: 100,
+            },
+            1_000,
+        );
+        assert_eq!(core.poll_timeout(), Some(101_000));
+        assert_eq!(core.lane_key(), None, "only lane 0 hands out the key");
+        launch(&mut core, &[(1, "echo", b"x")], 2_000);
+        assert_eq!(actions(&mut core).len(), 1);
+        core.handle_timeout(101_000);
+        let frames = sent(&mut core);
+        let Ok(Message::Heartbeat { running_tasks, .. }) = frames[0].message() else {
+            panic!("a Heartbeat");
+        };
+        assert_eq!(running_tasks, 1, "what this lane holds");
+    }
+
+    #[test]
+    fn a_lane_refused_or_answered_as_lane_0_ends_with_typed_errors() {
+        let mut core = ExecutorCore::new_lane(&config(None), [1; 32], 1, [7; 32]);
+        handshake(&mut core, None);
+        let refused = Message::RegisterExecutorFailed {
+            reason: "wrong lane key",
+        };
+        deliver(&mut core, &refused, 0);
+        assert_eq!(
+            core.poll_exit(),
+            Some(Err(ExecutorError::Refused("wrong lane key".into())))
+        );
+
+        let mut core = ExecutorCore::new_lane(&config(None), [1; 32], 1, [7; 32]);
+        handshake(&mut core, None);
+        let registered = Message::RegisteredExecutor {
+            heartbeat_interval_ms: 100,
+            lane_key: [7; 32],
+        };
+        deliver(&mut core, &registered, 0);
+        assert!(matches!(
+            core.poll_exit(),
+            Some(Err(ExecutorError::DriverGone(why))) if why.contains("RegisteredExecutor")
+        ));
+
+        // Lane 0 is not told it joined.
+        let mut core = ExecutorCore::new(&config(None), [1; 32]);
+        handshake(&mut core, None);
+        deliver(
+            &mut core,
+            &Message::LaneJoined {
+                heartbeat_interval_ms: 100,
+            },
+            0,
+        );
+        assert!(matches!(
+            core.poll_exit(),
+            Some(Err(ExecutorError::DriverGone(_)))
+        ));
+    }
+
+    #[test]
     fn a_wrong_secret_is_refused_and_the_driver_told_why() {
         let mut core = ExecutorCore::new(&config(Some(Secret::new("a").expect("a"))), [1; 32]);
         let mut to_core = BytesMut::new();
