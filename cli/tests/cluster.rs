@@ -6,11 +6,11 @@ mod common;
 use common::{unique, wait_until, DEADLINE};
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -29,6 +29,11 @@ struct Executor {
 
 impl Executor {
     fn start(driver: SocketAddr, id: &str, secret: Option<&str>) -> Executor {
+        Executor::start_with(driver, id, secret, &[])
+    }
+
+    /// An executor with `args` added to its command line.
+    fn start_with(driver: SocketAddr, id: &str, secret: Option<&str>, args: &[&str]) -> Executor {
         let log = std::env::temp_dir().join(format!(
             "flint-test-{}-{id}-{}.log",
             std::process::id(),
@@ -46,6 +51,7 @@ impl Executor {
                 "--connect-timeout-s",
                 "10",
             ])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(stderr)
             .env_remove("FLINT_SECRET");
@@ -411,4 +417,143 @@ fn flint_local_exits_non_zero_when_tasks_fail() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "{stdout}");
     assert!(stdout.contains("\"succeeded\":0"), "{stdout}");
+}
+
+/// A TCP relay in front of the driver: every connection it accepts gets its own to the driver,
+/// bytes copied both ways, so a test can count an executor's connections and break one.
+struct Relay {
+    addr: SocketAddr,
+    /// Each relayed connection's socket toward the driver, in accept order.
+    upstream: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn start(driver: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        let addr = listener.local_addr().expect("relay address");
+        let upstream = Arc::new(Mutex::new(Vec::new()));
+        let held = upstream.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(driver) else {
+                    continue;
+                };
+                let (Ok(client2), Ok(server2), Ok(kept)) =
+                    (client.try_clone(), server.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                held.lock().expect("relay table").push(kept);
+                relay_one_way(client, server);
+                relay_one_way(server2, client2);
+            }
+        });
+        Relay { addr, upstream }
+    }
+
+    /// Connections relayed so far.
+    fn connections(&self) -> usize {
+        self.upstream.lock().expect("relay table").len()
+    }
+
+    /// Breaks the `index`-th relayed connection (the driver sees it close first).
+    fn break_connection(&self, index: usize) {
+        let table = self.upstream.lock().expect("relay table");
+        table[index].shutdown(Shutdown::Both).expect("shutdown");
+    }
+}
+
+/// Copies `from` to `to` on a thread of its own until either side ends, then closes both.
+fn relay_one_way(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+#[test]
+fn a_two_core_executor_runs_a_job_over_two_lanes_as_one_executor() {
+    let driver = start_driver(DriverConfig::default());
+    let relay = Relay::start(addr(&driver));
+    let mut executor = Executor::start_with(relay.addr, "laned", None, &["--cores", "2"]);
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("the executor registers");
+    wait_until("lane 1 to connect", || relay.connections() == 2);
+    let job = HashJob {
+        function: "hash".into(),
+        tasks: 3000,
+        payload: 24,
+    };
+    assert_eq!(job.run(&driver, 0, || {}), job.expected_checksum());
+    let view = driver.observer().view(DEADLINE).expect("the driver's view");
+    assert_eq!(
+        view.executors.len(),
+        1,
+        "one executor: {:?}",
+        view.executors
+    );
+    let laned = &view.executors[0];
+    assert_eq!((laned.executor_id.as_str(), laned.cores), ("laned", 2));
+    assert_eq!(laned.lane_launches.len(), 2, "{laned:?}");
+    assert!(
+        laned.lane_launches.iter().all(|&n| n > 0),
+        "both lanes got launches: {laned:?}"
+    );
+    assert_eq!(laned.lane_launches.iter().sum::<u64>(), 3000);
+    assert_eq!(relay.connections(), 2, "two connections, no more");
+    driver.stop_executors(DEADLINE).expect("executors stop");
+    assert!(executor.wait().success(), "{}", executor.stderr());
+    // The summary counts both lanes' attempts.
+    let stderr = executor.stderr();
+    let ran: u64 = stderr
+        .split("ran ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no task count in the executor's stderr: {stderr}"));
+    assert_eq!(ran, 3000);
+    assert_eq!(driver.executors_lost(), 0);
+}
+
+#[test]
+fn a_lane_whose_connection_breaks_loses_its_executor_and_the_job_finishes_elsewhere() {
+    let driver = start_driver(DriverConfig::default());
+    let relay = Relay::start(addr(&driver));
+    let mut laned = Executor::start_with(relay.addr, "laned", None, &["--cores", "2"]);
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("the laned executor registers");
+    wait_until("lane 1 to connect", || relay.connections() == 2);
+    let _survivor = Executor::start(addr(&driver), "survivor", None);
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("the survivor registers");
+    let job = HashJob {
+        function: "hash:5".into(),
+        tasks: 400,
+        payload: 8,
+    };
+    // Lane 0 connected first; lane 1 is the second connection.
+    let checksum = job.run(&driver, 40, || relay.break_connection(1));
+    assert_eq!(checksum, job.expected_checksum());
+    assert_eq!(driver.executors_lost(), 1);
+    let view = driver.observer().view(DEADLINE).expect("the driver's view");
+    let removed = (view.executors.iter())
+        .find(|e| e.executor_id == "laned")
+        .map(|e| e.removed.clone())
+        .expect("the laned executor in the view");
+    assert!(
+        removed.contains("lane 1"),
+        "the reason names the lane: {removed}"
+    );
+    // Fate-sharing: the whole executor exits, saying the driver went away.
+    assert!(!laned.wait().success());
+    assert!(
+        laned.stderr().contains("the driver went away"),
+        "{}",
+        laned.stderr()
+    );
 }
