@@ -66,7 +66,6 @@ use crate::sim::ledger::{Ledger, Observed};
 use crate::sim::network::{ConnId, Delivery, End, Network};
 use crate::sim::nodes::{us, DriverNode, ExecNode, Liveness};
 use crate::sim::plan::{Ev, Plan};
-use crate::sim::runner::FakeRunner;
 
 /// The function every simulated job names.
 const FUNCTION: &str = "sim";
@@ -100,6 +99,10 @@ pub struct SimReport {
     pub refused: u64,
     /// Executors crashed, broken off or stalled by the scenario.
     pub faults: u64,
+    /// Lanes started after lane 0 (executors of more than one core).
+    pub lanes: u64,
+    /// Faults that hit a lane other than lane 0 alone (a break, deafness).
+    pub lane_faults: u64,
     /// Connections the driver's IO side dropped as not reading.
     pub backlogged: u64,
     /// Status updates hostile peers sent.
@@ -122,6 +125,8 @@ impl SimReport {
         self.executors += other.executors;
         self.refused += other.refused;
         self.faults += other.faults;
+        self.lanes += other.lanes;
+        self.lane_faults += other.lane_faults;
         self.backlogged += other.backlogged;
         self.lies += other.lies;
         self.delivered.0 += other.delivered.0;
@@ -281,7 +286,7 @@ impl Sim {
             self.execs
                 .iter()
                 .flatten()
-                .map(|e| (&e.name, e.liveness))
+                .map(|e| (&e.name, e.liveness(), e.lanes()))
                 .collect::<Vec<_>>()
         )
     }
@@ -339,29 +344,52 @@ impl Sim {
                     if e.is_alive() {
                         e.crash();
                         self.report.faults += 1;
-                        let told = loud.then(|| self.rng.range(0, 50_000));
-                        self.net.break_conn(e.conn, now, told, None);
+                        for conn in e.conns() {
+                            let told = loud.then(|| self.rng.range(0, 50_000));
+                            self.net.break_conn(conn, now, told, None);
+                        }
                     }
                 }
             }
             Ev::Break(i) => {
+                // One lane's connection (of an executor of lanes: any of them).
                 if let Some(e) = self.execs.get(i).and_then(Option::as_ref) {
                     self.report.faults += 1;
+                    let lane = self.rng.range(0, e.lanes() as u64 - 1) as usize;
+                    self.report.lane_faults += u64::from(lane > 0);
+                    let conn = e.conns().nth(lane).unwrap_or_else(|| e.conn());
                     let (d, p) = (self.rng.range(0, 20_000), self.rng.range(0, 20_000));
-                    self.net.break_conn(e.conn, now, Some(d), Some(p));
+                    self.net.break_conn(conn, now, Some(d), Some(p));
                 }
             }
-            Ev::Stall(i, _) | Ev::Unstall(i) => {
+            Ev::Stall(i, frozen) => {
                 if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
-                    let stall = matches!(ev, Ev::Stall(..));
                     if e.is_alive() {
-                        e.liveness = match ev {
-                            Ev::Stall(_, true) => Liveness::Frozen,
-                            Ev::Stall(_, false) => Liveness::Deaf,
-                            _ => Liveness::Running,
+                        self.report.faults += 1;
+                        // Frozen: the whole process. Deaf: one lane (of several, any).
+                        let (lane, liveness) = if frozen {
+                            (None, Liveness::Frozen)
+                        } else {
+                            let lane = self.rng.range(0, e.lanes() as u64 - 1) as usize;
+                            self.report.lane_faults += u64::from(lane > 0);
+                            (Some(lane), Liveness::Deaf)
                         };
-                        self.report.faults += u64::from(stall);
-                        self.net.set_peer_stalled(e.conn, stall);
+                        e.set_liveness(lane, liveness);
+                        for (at, conn) in e.conns().enumerate() {
+                            if lane.is_none_or(|only| only == at) {
+                                self.net.set_peer_stalled(conn, true);
+                            }
+                        }
+                    }
+                }
+            }
+            Ev::Unstall(i) => {
+                if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
+                    if e.is_alive() {
+                        e.set_liveness(None, Liveness::Running);
+                        for conn in e.conns() {
+                            self.net.set_peer_stalled(conn, false);
+                        }
                     }
                 }
             }
@@ -399,7 +427,7 @@ impl Sim {
             tasks_per_core: self.plan.config.tasks_per_core,
             ..ExecutorConfig::new(driver_addr, planned.name)
         };
-        let runner = FakeRunner::new(planned.failure_prob, planned.slowness);
+        let runner = (planned.failure_prob, planned.slowness);
         let node = ExecNode::new(&mut self.rng, &config, conn, runner);
         if let Some(slot) = self.execs.get_mut(i) {
             *slot = Some(node);
@@ -476,7 +504,7 @@ impl Sim {
             }
             (End::Peer, Some(Peer::Exec(i))) => {
                 if let Some(Some(e)) = self.execs.get_mut(*i) {
-                    e.deliver(what, now);
+                    e.deliver(conn, what, now);
                 }
             }
             (End::Peer, Some(Peer::Hostile(h))) => {
@@ -525,9 +553,10 @@ impl Sim {
                     let m = format!("{} registered claiming {} cores", e.name, e.cores);
                     return self.fail(m);
                 }
-                let (name, conn) = (e.name.clone(), e.conn);
+                let (name, conn) = (e.name.clone(), e.conn());
                 self.check_names(&name, conn)?;
             }
+            self.start_lane(i);
         }
         for (conn, hostile) in self.hostiles.iter_mut().flatten() {
             if let Some(bytes) = hostile.poll_transmit() {
@@ -536,6 +565,22 @@ impl Sim {
         }
         self.driver.pump(&mut self.rng, &mut self.net, now);
         Ok(())
+    }
+
+    /// Executor `i`'s lane 0 registered: its next lane connects (one per step, as `run`
+    /// starts them one after another).
+    fn start_lane(&mut self, i: usize) {
+        let Some(Some(e)) = self.execs.get_mut(i) else {
+            return;
+        };
+        if let Some(key) = e.lane_to_start() {
+            let conn = self.net.open(&mut self.rng);
+            e.start_lane(&mut self.rng, conn, key);
+            self.report.lanes += 1;
+            self.peers.insert(conn, Peer::Exec(i));
+            let now = self.now_us;
+            self.driver.connect(&mut self.rng, &mut self.net, conn, now);
+        }
     }
 
     /// The peer `name` on `conn` was just seen registered: no other registered peer the
@@ -549,7 +594,7 @@ impl Sim {
         }
         let execs = (self.execs.iter().flatten())
             .filter(|e| e.registered_us.is_some())
-            .map(|e| (e.name.as_str(), e.conn));
+            .map(|e| (e.name.as_str(), e.conn()));
         let hostiles = (self.hostiles.iter().flatten())
             .filter(|(_, h)| h.is_registered())
             .map(|(c, h)| (h.name(), *c));
@@ -570,15 +615,11 @@ impl Sim {
         }
         let mut running: BTreeMap<u64, (ConnId, u32)> = BTreeMap::new();
         for e in self.execs.iter().flatten() {
-            if !e.is_alive() || !self.driver.is_open(e.conn) {
-                continue;
-            }
-            for (task, attempt) in e.runner.attempts() {
-                if let Some((conn, other)) = running.insert(task, (e.conn, attempt)) {
+            for (on, task, attempt) in e.attempts(|conn| self.driver.is_open(conn)) {
+                if let Some((conn, other)) = running.insert(task, (on, attempt)) {
                     return self.fail(format!(
-                        "task {task:#x} runs on connections {conn} (attempt {other}) and {} \
-                         (attempt {attempt}) at once, with no speculation",
-                        e.conn
+                        "task {task:#x} runs on connections {conn} (attempt {other}) and {on} \
+                         (attempt {attempt}) at once, with no speculation"
                     ));
                 }
             }
@@ -594,7 +635,9 @@ impl Sim {
         for e in self.execs.iter_mut().flatten() {
             if e.is_alive() {
                 e.crash();
-                self.net.close(&mut self.rng, e.conn, End::Peer, now);
+                for conn in e.conns() {
+                    self.net.close(&mut self.rng, conn, End::Peer, now);
+                }
             }
         }
         for (conn, _) in self.hostiles.iter().flatten() {
@@ -701,6 +744,8 @@ mod tests {
             total.faults > 0 && total.refused > 0 && total.lies > 0,
             "{total:?}"
         );
+        // Executors of 2 and 3 cores run lanes; some lanes past 0 break or go deaf.
+        assert!(total.lanes > 0 && total.lane_faults > 0, "{total:?}");
         assert!(total.launched >= total.tasks / 2, "{total:?}");
     }
 

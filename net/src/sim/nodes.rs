@@ -322,32 +322,57 @@ pub enum Liveness {
     Dead,
 }
 
-/// One executor process: its core, its runner, its end of a connection.
+/// One lane of an executor process: its core, its runner, its end of a connection.
+struct LaneNode {
+    conn: ConnId,
+    core: ExecutorCore,
+    runner: FakeRunner,
+    /// What the lane is doing (a deaf lane reads nothing; the others may still read).
+    liveness: Liveness,
+    unsent: BytesMut,
+}
+
+impl LaneNode {
+    fn is_running(&self) -> bool {
+        !matches!(self.liveness, Liveness::Frozen | Liveness::Dead)
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        if !self.is_running() {
+            return None;
+        }
+        [self.core.poll_timeout(), self.runner.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// One executor process: its lanes (lane 0 registers it; the others join once it has, each on
+/// a connection of its own, as `executor::run` starts them), sharing one fate.
 pub struct ExecNode {
     /// Its name (executor id on the wire).
     pub name: String,
-    /// Its connection.
-    pub conn: ConnId,
     /// Cores it claims.
     pub cores: u32,
-    core: ExecutorCore,
-    /// The fake pool.
-    pub runner: FakeRunner,
-    /// What the process is doing.
-    pub liveness: Liveness,
-    unsent: BytesMut,
+    config: ExecutorConfig,
+    /// The fake pool's failure chance and slowness, for each lane's runner.
+    runner_params: (f64, u64),
+    /// Lane 0 first; the others as they start.
+    lanes: Vec<LaneNode>,
     /// When its registration was seen accepted.
     pub registered_us: Option<u64>,
-    /// How it ended, once it did.
+    /// How it ended, once it did: the first lane's reason, the attempts all lanes ran.
     pub exit: Option<Result<u64, ExecutorError>>,
 }
 
 impl std::fmt::Debug for ExecNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lanes: Vec<(ConnId, Liveness)> =
+            self.lanes.iter().map(|l| (l.conn, l.liveness)).collect();
         f.debug_struct("ExecNode")
             .field("name", &self.name)
-            .field("conn", &self.conn)
-            .field("liveness", &self.liveness)
+            .field("lanes", &lanes)
             .finish_non_exhaustive()
     }
 }
@@ -362,63 +387,126 @@ pub struct ExecStep {
 }
 
 impl ExecNode {
-    /// An executor process starting on `conn`.
+    /// An executor process starting its lane 0 on `conn`.
     pub fn new(
         rng: &mut Rng,
         config: &ExecutorConfig,
         conn: ConnId,
-        runner: FakeRunner,
+        runner_params: (f64, u64),
     ) -> ExecNode {
-        ExecNode {
-            name: config.executor_id.clone(),
+        let lane0 = LaneNode {
             conn,
-            cores: config.cores,
             core: ExecutorCore::new(config, nonce(rng)),
-            runner,
+            runner: FakeRunner::new(runner_params.0, runner_params.1),
             liveness: Liveness::Running,
             unsent: BytesMut::new(),
+        };
+        ExecNode {
+            name: config.executor_id.clone(),
+            cores: config.cores,
+            config: config.clone(),
+            runner_params,
+            lanes: vec![lane0],
             registered_us: None,
             exit: None,
         }
     }
 
+    /// Lane 0's connection (the one that registers).
+    pub fn conn(&self) -> ConnId {
+        self.lanes[0].conn
+    }
+
+    /// Its lanes' connections, lane 0 first.
+    pub fn conns(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.lanes.iter().map(|l| l.conn)
+    }
+
+    /// Lanes started so far.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
     /// Whether the process runs (stalled or not).
     pub fn is_alive(&self) -> bool {
-        self.liveness != Liveness::Dead
+        self.lanes.iter().any(|l| l.liveness != Liveness::Dead)
     }
 
-    /// The process dies: nothing more runs, reads or sends.
+    /// What lane 0 is doing (the process's state, but for a lane gone deaf alone).
+    pub fn liveness(&self) -> Liveness {
+        self.lanes[0].liveness
+    }
+
+    /// The process dies: nothing more runs, reads or sends, on any lane.
     pub fn crash(&mut self) {
-        self.liveness = Liveness::Dead;
-        self.runner = FakeRunner::new(0.0, 1);
-        self.unsent.clear();
+        for lane in &mut self.lanes {
+            lane.liveness = Liveness::Dead;
+            lane.runner = FakeRunner::new(0.0, 1);
+            lane.unsent.clear();
+        }
     }
 
-    /// What the network delivered.
-    pub fn deliver(&mut self, what: Delivery, now_us: u64) {
-        if self.liveness == Liveness::Dead {
+    /// Lane `lane` (or, `None`, every lane) starts doing `liveness`, if the process runs.
+    pub fn set_liveness(&mut self, lane: Option<usize>, liveness: Liveness) {
+        for (i, l) in self.lanes.iter_mut().enumerate() {
+            if l.liveness != Liveness::Dead && lane.is_none_or(|only| only == i) {
+                l.liveness = liveness;
+            }
+        }
+    }
+
+    /// Lane 0's key once registered, while lanes are still to start: the cue to connect the
+    /// next one.
+    pub fn lane_to_start(&self) -> Option<[u8; 32]> {
+        let wanted = self.lanes.len() < self.config.lanes() as usize;
+        let key = self.lanes[0].core.lane_key();
+        key.filter(|_| wanted && self.is_alive())
+    }
+
+    /// Starts the next lane on `conn`, joining with `key`.
+    pub fn start_lane(&mut self, rng: &mut Rng, conn: ConnId, key: [u8; 32]) {
+        let lane = self.lanes.len() as u32;
+        let (failure_prob, slowness) = self.runner_params;
+        self.lanes.push(LaneNode {
+            conn,
+            core: ExecutorCore::new_lane(&self.config, nonce(rng), lane, key),
+            runner: FakeRunner::new(failure_prob, slowness),
+            liveness: self.lanes[0].liveness,
+            unsent: BytesMut::new(),
+        });
+    }
+
+    /// The attempts running on each lane whose connection `held` says the driver still holds.
+    pub fn attempts(&self, held: impl Fn(ConnId) -> bool) -> Vec<(ConnId, u64, u32)> {
+        (self.lanes.iter())
+            .filter(|l| l.liveness != Liveness::Dead && held(l.conn))
+            .flat_map(|l| l.runner.attempts().map(|(t, a)| (l.conn, t, a)))
+            .collect()
+    }
+
+    /// What the network delivered on `conn`.
+    pub fn deliver(&mut self, conn: ConnId, what: Delivery, now_us: u64) {
+        let Some(lane) = self.lanes.iter_mut().find(|l| l.conn == conn) else {
+            return;
+        };
+        if lane.liveness == Liveness::Dead {
             return;
         }
         match what {
-            Delivery::Bytes(bytes) => self.core.handle_bytes(&bytes, now_us),
-            Delivery::Fin => self.core.handle_closed("the driver closed the connection"),
-            Delivery::Reset => self.core.handle_closed("the connection was reset"),
+            Delivery::Bytes(bytes) => lane.core.handle_bytes(&bytes, now_us),
+            Delivery::Fin => lane.core.handle_closed("the driver closed the connection"),
+            Delivery::Reset => lane.core.handle_closed("the connection was reset"),
         }
     }
 
     /// When it must next be woken (never while frozen or dead).
     pub fn poll_timeout(&self) -> Option<u64> {
-        if matches!(self.liveness, Liveness::Frozen | Liveness::Dead) {
-            return None;
-        }
-        [self.core.poll_timeout(), self.runner.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        self.lanes.iter().filter_map(LaneNode::poll_timeout).min()
     }
 
-    /// Runs everything due at `now_us`: the core's timer, finished attempts, the core's
-    /// actions, then sends what it has; an executor that ended closes its connection and exits.
+    /// Runs everything due at `now_us` on each lane: the core's timer, finished attempts, the
+    /// core's actions, then sends what it has. A lane that ended ends the process
+    /// (fate-sharing): every connection closed.
     pub fn step(
         &mut self,
         rng: &mut Rng,
@@ -427,61 +515,87 @@ impl ExecNode {
         now_us: u64,
     ) -> Result<ExecStep, String> {
         let mut step = ExecStep::default();
-        if matches!(self.liveness, Liveness::Frozen | Liveness::Dead) {
-            return Ok(step);
-        }
-        if self.core.poll_timeout().is_some_and(|t| t <= now_us) {
-            self.core.handle_timeout(now_us);
-        }
-        while let Some(c) = self.runner.poll_completion(now_us) {
-            tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "{:#x}.{} ends {:?}", c.task.0, c.attempt, c.state);
-            match c.state {
-                TaskState::Finished => ledger.ran(c.task.0, c.attempt, Ok(c.data.clone())),
-                TaskState::Failed => ledger.ran(c.task.0, c.attempt, Err(())),
-                _ => {}
-            }
-            self.core.handle_completion(c, now_us);
-        }
-        while let Some(action) = self.core.poll_action() {
-            match action {
-                Action::Launch {
-                    task_id,
-                    attempt,
-                    function,
-                    payload,
-                } => {
-                    if function != super::FUNCTION {
-                        return Err(format!(
-                            "launch of task {task_id:#x} with function {function:?}"
-                        ));
-                    }
-                    tracing::debug!(target: "flint_net::sim", now_us, executor = %self.name, "launch {task_id:#x}.{attempt}");
-                    ledger.launch(task_id, attempt, &payload)?;
-                    self.runner.launch(rng, now_us, task_id, attempt, &payload);
-                    step.launched.push((task_id, attempt));
-                }
-                Action::Kill { task_id, attempt } => {
-                    self.runner.kill(now_us, task_id, attempt);
-                }
-                Action::KillAll => self.runner = FakeRunner::new(0.0, 1),
+        let mut ended = None;
+        for lane in &mut self.lanes {
+            if let Some(exit) = step_lane(lane, &self.name, rng, net, ledger, now_us, &mut step)? {
+                ended.get_or_insert(exit);
             }
         }
-        if self.registered_us.is_none() && self.core.poll_timeout().is_some() {
+        let lane0 = &self.lanes[0];
+        if self.registered_us.is_none() && lane0.is_running() && lane0.core.poll_timeout().is_some()
+        {
             self.registered_us = Some(now_us);
             step.registered = true;
         }
-        self.core.poll_transmit(&mut self.unsent);
-        if !self.unsent.is_empty() {
-            let bytes = Bytes::copy_from_slice(&self.unsent);
-            let taken = net.send(rng, self.conn, End::Peer, now_us, bytes);
-            let _ = self.unsent.split_to(taken);
-        }
-        if let Some(exit) = self.core.poll_exit() {
-            self.exit = Some(exit.map(|summary| summary.task_attempts));
-            net.close(rng, self.conn, End::Peer, now_us);
-            self.liveness = Liveness::Dead;
-            self.runner = FakeRunner::new(0.0, 1);
+        if let Some(exit) = ended {
+            let ran: u64 = self.lanes.iter().map(|l| l.core.task_attempts()).sum();
+            self.exit = Some(exit.map(|_| ran));
+            for lane in &self.lanes {
+                net.close(rng, lane.conn, End::Peer, now_us);
+            }
+            self.crash();
         }
         Ok(step)
     }
+}
+
+/// One lane's step (see [`ExecNode::step`]): its exit, if its core ended.
+fn step_lane(
+    lane: &mut LaneNode,
+    name: &str,
+    rng: &mut Rng,
+    net: &mut Network,
+    ledger: &mut Ledger,
+    now_us: u64,
+    step: &mut ExecStep,
+) -> Result<Option<Result<u64, ExecutorError>>, String> {
+    if !lane.is_running() {
+        return Ok(None);
+    }
+    if lane.core.poll_timeout().is_some_and(|t| t <= now_us) {
+        lane.core.handle_timeout(now_us);
+    }
+    while let Some(c) = lane.runner.poll_completion(now_us) {
+        tracing::debug!(target: "flint_net::sim", now_us, executor = %name, lane = lane.core.lane(), "{:#x}.{} ends {:?}", c.task.0, c.attempt, c.state);
+        match c.state {
+            TaskState::Finished => ledger.ran(c.task.0, c.attempt, Ok(c.data.clone())),
+            TaskState::Failed => ledger.ran(c.task.0, c.attempt, Err(())),
+            _ => {}
+        }
+        lane.core.handle_completion(c, now_us);
+    }
+    while let Some(action) = lane.core.poll_action() {
+        match action {
+            Action::Launch {
+                task_id,
+                attempt,
+                function,
+                payload,
+            } => {
+                if function != super::FUNCTION {
+                    return Err(format!(
+                        "launch of task {task_id:#x} with function {function:?}"
+                    ));
+                }
+                tracing::debug!(target: "flint_net::sim", now_us, executor = %name, lane = lane.core.lane(), "launch {task_id:#x}.{attempt}");
+                ledger.launch(task_id, attempt, &payload)?;
+                lane.runner.launch(rng, now_us, task_id, attempt, &payload);
+                step.launched.push((task_id, attempt));
+            }
+            Action::Kill { task_id, attempt } => {
+                lane.runner.kill(now_us, task_id, attempt);
+            }
+            Action::KillAll => lane.runner = FakeRunner::new(0.0, 1),
+        }
+    }
+    lane.core.poll_transmit(&mut lane.unsent);
+    if !lane.unsent.is_empty() {
+        let bytes = Bytes::copy_from_slice(&lane.unsent);
+        let taken = net.send(rng, lane.conn, End::Peer, now_us, bytes);
+        let _ = lane.unsent.split_to(taken);
+    }
+    Ok(lane
+        .core
+        .poll_exit()
+        .map(|exit| exit.map(|summary| summary.task_attempts)))
 }
