@@ -497,7 +497,11 @@ fn a_two_core_executor_runs_a_job_over_two_lanes_as_one_executor() {
     );
     let laned = &view.executors[0];
     assert_eq!((laned.executor_id.as_str(), laned.cores), ("laned", 2));
-    assert_eq!(laned.lane_launches.len(), 2, "{laned:?}");
+    assert_eq!(
+        (laned.lane_launches.len(), laned.lanes_joined),
+        (2, 2),
+        "{laned:?}"
+    );
     assert!(
         laned.lane_launches.iter().all(|&n| n > 0),
         "both lanes got launches: {laned:?}"

@@ -183,3 +183,45 @@ fn an_executor_refused_by_a_full_driver_says_why_and_retries_with_backoff() {
         })
     });
 }
+
+/// A driver whose table is full of one executor's lanes refuses a newcomer with the reason
+/// (it retries), and keeps the laned executor whole.
+#[test]
+fn a_driver_full_of_lanes_refuses_a_newcomer_saying_why() {
+    let driver = Driver::builder()
+        .config(DriverConfig {
+            connections_max: 2,
+            ..DriverConfig::default()
+        })
+        .start()
+        .expect("driver");
+    let addr = driver.local_addr().expect("address");
+    let laned = ["executor", "--driver", &addr.to_string(), "--id", "laned"];
+    let _laned = Proc::start(&[&laned[..], &["--cores", "2"]].concat());
+    let observer = driver.observer();
+    wait_until("both lanes to join", || {
+        observer
+            .view(DEADLINE)
+            .is_ok_and(|view| view.executors.len() == 1 && view.executors[0].lanes_joined == 2)
+    });
+    let mut newcomer = Proc::start(&[
+        "executor",
+        "--driver",
+        &addr.to_string(),
+        "--id",
+        "newcomer",
+        "--connect-timeout-s",
+        "60",
+    ]);
+    wait_until("the newcomer to be refused and retry", || {
+        newcomer.stderr().matches("connection table full").count() >= 2
+    });
+    assert!(newcomer.exited().is_none(), "{}", newcomer.stderr());
+    let view = observer.view(DEADLINE).expect("view");
+    assert_eq!(view.executors.len(), 1, "{:?}", view.executors);
+    assert_eq!(
+        view.executors[0].lanes_joined, 2,
+        "the laned executor is whole"
+    );
+    assert_eq!(driver.executors_lost(), 0);
+}

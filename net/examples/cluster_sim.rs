@@ -59,7 +59,7 @@ fn main() -> ExitCode {
     println!(
         "cluster: {n} seeds from {first} passed in {secs:.1} s ({:.0} seeds/s): {} jobs ({} \
          succeeded, {} failed, {} cancelled), {} tasks, {} attempts launched, {} executors ({} \
-         refused), {} faults, {} connections dropped as not reading, {} lies told, {} bytes in \
+         refused, {} lanes past lane 0), {} faults ({} on one lane past 0), {} connections dropped as not reading, {} lies told, {} bytes in \
          {} chunks, {} steps",
         n as f64 / secs.max(1e-9),
         total.jobs,
@@ -70,7 +70,9 @@ fn main() -> ExitCode {
         total.launched,
         total.executors,
         total.refused,
+        total.lanes,
         total.faults,
+        total.lane_faults,
         total.backlogged,
         total.lies,
         total.delivered.0,

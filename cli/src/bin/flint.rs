@@ -409,7 +409,8 @@ struct ExecutorArgs {
     /// The driver's address.
     #[arg(long)]
     driver: SocketAddr,
-    /// Task threads (1 to 256).
+    /// Task threads (1 to 1024), and as many lanes: connections to the driver, each with its
+    /// own event-loop thread (at most 16; more cores share them).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=EXECUTOR_CORES_MAX))]
     cores: u32,
     /// This executor's id (default: exec-PID): 1 to 128 letters, digits, '.', '_', '-', ':'.

@@ -30,6 +30,19 @@
 //! An executor that reads its launches but runs them late (a busy pool) counts them in its
 //! heartbeats and is never taken for one.
 //!
+//! Lanes: an executor of several cores registers on its lane 0 with `lanes` (1 to
+//! [`LANES_MAX`], no more than its cores) and is given a random lane key; its other lanes
+//! connect, pass the same handshake and join with `JoinLane` (executor id, lane, key), refused
+//! with the reason for an unknown executor, a wrong key, a lane out of range or one joined
+//! already, without touching the executor. The scheduler sees one executor; each launch goes to
+//! the joined lane holding the fewest attempts (launches start as soon as lane 0 is
+//! registered), a kill to the lane holding the attempt, and status updates are taken from any
+//! lane of the executor (the scheduler ignores those about attempts it did not send there).
+//! Each lane heartbeats on its own connection, is expired on its own deadline and is checked
+//! against what it holds (the rule above, per lane). Fate-sharing: any lane lost (closed,
+//! expired, not reading) loses the whole executor, the reason naming the lane, and its other
+//! lanes are closed. Every lane counts against `connections_max` like any connection.
+//!
 //! Peers have small tables of their own: at most [`HANDSHAKES_MAX`] unauthenticated ones and
 //! [`CLIENTS_MAX`] status clients (the oldest goes when another arrives), so executors always
 //! find room under `connections_max`.
@@ -930,6 +943,8 @@ impl DriverCore {
             let id = self.executor_ids.get(&executor.executor_id);
             if let Some(Link::Remote(remote)) = id.and_then(|id| self.links.get(id)) {
                 executor.lane_launches = remote.lanes.iter().map(|l| l.launched).collect();
+                executor.lanes_joined =
+                    remote.lanes.iter().filter(|l| l.peer.is_some()).count() as u32;
             }
         }
         view.stats = scheduler.stats().clone();
@@ -1769,6 +1784,7 @@ mod tests {
         assert_eq!((sent.len(), on_lane1.len()), (1, 1), "{sent:?}");
         let view = core.observe(4 * MS);
         assert_eq!(view.executors[0].lane_launches, [1, 1]);
+        assert_eq!(view.executors[0].lanes_joined, 2);
         // A report is taken from any lane of the executor (here lane 0, for lane 1's attempt).
         let (task_id, attempt) = on_lane1[0];
         assert!(send_bytes(

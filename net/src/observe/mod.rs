@@ -204,6 +204,8 @@ pub struct ExecutorView {
     /// While registered, a remote executor's attempts launched on each of its lanes (one entry
     /// per lane it registered, 0 for a lane not joined); empty otherwise.
     pub lane_launches: Vec<u64>,
+    /// While registered, a remote executor's lanes joined, lane 0 included; 0 otherwise.
+    pub lanes_joined: u32,
 }
 
 /// A task attempt's failure.
@@ -504,6 +506,7 @@ impl LoopTelemetry {
                     removed: String::new(),
                     lost: false,
                     lane_launches: Vec::new(),
+                    lanes_joined: 0,
                 },
             },
         );
