@@ -245,6 +245,10 @@ fn start_lanes(
     deadline: Instant,
 ) {
     for lane in 1..config.lanes() {
+        if shared.exit.is_set() {
+            // A lane has ended already: the executor is going.
+            return;
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         let stream = match connect(config.driver, remaining) {
             Ok(stream) => stream,
