@@ -75,7 +75,7 @@ fn help_documents_the_ranges() {
     for (command, range) in [
         ("local", "(1 to 64)"),
         ("driver", "(1 to 86,400)"),
-        ("executor", "(1 to 256)"),
+        ("executor", "(1 to 1024)"),
     ] {
         let output = flint(&[command, "--help"]);
         let help = String::from_utf8_lossy(&output.stdout);
