@@ -224,13 +224,16 @@ impl Endpoint for ExecutorEndpoint {
     }
 }
 
-/// However the lane stops (its core ended, the runtime shut down, a handler panicked), `run`
-/// hears it: the exit (if no lane set one before), no key, and what the lane ran.
+/// However a started lane stops (its core ended, the runtime shut down, a handler panicked),
+/// `run` hears it: the exit (if no lane set one before), no key, and what the lane ran. One
+/// never started (its spawn failed) leaves the exit to the caller, who knows why.
 impl Drop for ExecutorEndpoint {
     fn drop(&mut self) {
-        self.exit.set(Err(ExecutorError::DriverGone(
-            "the executor's loop stopped".into(),
-        )));
+        if self.pool.is_none() {
+            self.exit.set(Err(ExecutorError::DriverGone(
+                "the executor's loop stopped".into(),
+            )));
+        }
         if let Some(slot) = self.key.take() {
             slot.set(None);
         }
