@@ -225,3 +225,38 @@ fn a_driver_full_of_lanes_refuses_a_newcomer_saying_why() {
     );
     assert_eq!(driver.executors_lost(), 0);
 }
+
+/// A lane the full driver has no room for is left out: the executor runs on lane 0 (its two
+/// cores still busy through the pool) rather than leave and come back in a loop.
+#[test]
+fn a_lane_a_full_driver_has_no_room_for_is_left_out_and_the_executor_runs_on() {
+    let driver = Driver::builder()
+        .config(DriverConfig {
+            connections_max: 1,
+            ..DriverConfig::default()
+        })
+        .start()
+        .expect("driver");
+    let addr = driver.local_addr().expect("address");
+    let laned = ["executor", "--driver", &addr.to_string(), "--id", "laned"];
+    let mut laned = Proc::start(&[&laned[..], &["--cores", "2"]].concat());
+    wait_until("lane 1 to be left out", || {
+        laned.stderr().contains("lane left out")
+    });
+    let job = flint_net::job::Job::new("echo", vec![bytes::Bytes::from("x"); 100]);
+    let handle = driver.submit(job).expect("submitted");
+    let outcome = handle.wait_timeout(DEADLINE).expect("the job ends");
+    assert!(
+        matches!(outcome, flint_net::job::JobOutcome::Succeeded(ref r) if r.len() == 100),
+        "{outcome:?}"
+    );
+    let view = driver.observer().view(DEADLINE).expect("view");
+    assert_eq!(view.executors.len(), 1, "{:?}", view.executors);
+    assert_eq!(view.executors[0].lanes_joined, 1);
+    assert_eq!(
+        view.executors[0].lane_launches[1], 0,
+        "nothing for the lane left out"
+    );
+    assert_eq!((view.executors_registered, driver.executors_lost()), (1, 0));
+    assert!(laned.exited().is_none(), "{}", laned.stderr());
+}

@@ -45,6 +45,8 @@ pub(super) struct ExecutorEndpoint {
     key: Option<Arc<KeySlot>>,
     /// Shared by every lane: the attempts they ran, added as each stops.
     task_attempts: Arc<AtomicU64>,
+    /// A lane the driver had no room for: it stopped without ending the executor.
+    left_out: bool,
     /// Where the core's clock starts.
     epoch: Instant,
     /// The armed timer and the core's deadline it is for.
@@ -68,6 +70,7 @@ impl ExecutorEndpoint {
             exit: shared.exit.clone(),
             key: shared.key.clone(),
             task_attempts: shared.task_attempts.clone(),
+            left_out: false,
             epoch: Instant::now(),
             timer: None,
         }
@@ -88,7 +91,17 @@ impl ExecutorEndpoint {
             self.run_actions();
         }
         if let Some(reason) = self.core.poll_exit() {
-            self.exit.set(reason);
+            if super::lane_left_out(self.core.lane(), &reason) {
+                tracing::warn!(
+                    executor_id = %self.core.executor_id(),
+                    lane = self.core.lane(),
+                    "lane left out (the driver's connection table is full): the executor runs on \
+                     its other lanes"
+                );
+                self.left_out = true;
+            } else {
+                self.exit.set(reason);
+            }
             ctx.stop();
             return;
         }
@@ -226,10 +239,11 @@ impl Endpoint for ExecutorEndpoint {
 
 /// However a started lane stops (its core ended, the runtime shut down, a handler panicked),
 /// `run` hears it: the exit (if no lane set one before), no key, and what the lane ran. One
-/// never started (its spawn failed) leaves the exit to the caller, who knows why.
+/// never started (its spawn failed) leaves the exit to the caller, who knows why; one left out
+/// leaves the executor running.
 impl Drop for ExecutorEndpoint {
     fn drop(&mut self) {
-        if self.pool.is_none() {
+        if self.pool.is_none() && !self.left_out {
             self.exit.set(Err(ExecutorError::DriverGone(
                 "the executor's loop stopped".into(),
             )));

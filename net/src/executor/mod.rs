@@ -15,7 +15,10 @@
 //!
 //! It exits cleanly on `StopExecutor` (on any lane); it exits with an error when registration
 //! is refused or the driver goes away, on any lane (Spark's fate-sharing: one lane lost, the
-//! executor ends): [`run`] returns the first lane's reason.
+//! executor ends): [`run`] returns the first lane's reason. One exception: a lane that a full
+//! driver refuses before it joins (`TABLE_FULL`) is left out, logged, and the executor runs on
+//! the lanes it has (all its cores still work through the pool), rather than leave and come
+//! back in a loop.
 //!
 //! The parts: this file holds [`run`] (connect with backoff, the pool, the lanes), the
 //! configuration, errors and summary; `core.rs` one lane's protocol as a sans-IO state machine
@@ -135,6 +138,12 @@ type ExitSlot = Exit<Result<ExecutorSummary, ExecutorError>>;
 
 /// Where lane 0 leaves the key the other lanes join with (`None`: it ended first).
 type KeySlot = Exit<Option<[u8; 32]>>;
+
+/// Whether a lane's `exit` leaves it out rather than ending the executor: a lane past 0 that a
+/// full driver refused before it joined (see the module docs).
+pub(crate) fn lane_left_out<T>(lane: u32, exit: &Result<T, ExecutorError>) -> bool {
+    matches!(exit, Err(ExecutorError::Refused(why)) if lane > 0 && why.contains(crate::conn::TABLE_FULL))
+}
 
 /// What an executor's lanes share.
 struct LaneShared {

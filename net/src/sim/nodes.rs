@@ -517,7 +517,15 @@ impl ExecNode {
         let mut step = ExecStep::default();
         let mut ended = None;
         for lane in &mut self.lanes {
-            if let Some(exit) = step_lane(lane, &self.name, rng, net, ledger, now_us, &mut step)? {
+            let Some(exit) = step_lane(lane, &self.name, rng, net, ledger, now_us, &mut step)?
+            else {
+                continue;
+            };
+            if crate::executor::lane_left_out(lane.core.lane(), &exit) {
+                // The driver had no room for it: the others run on (as `executor::run` does).
+                net.close(rng, lane.conn, End::Peer, now_us);
+                lane.liveness = Liveness::Dead;
+            } else {
                 ended.get_or_insert(exit);
             }
         }
