@@ -620,8 +620,8 @@ impl DriverCore {
                 format!("duplicate executor id {executor_id:?}"),
             );
         }
-        // An executor of one lane has no lane to admit: no key (zeros never join, see
-        // `join_lane`).
+        // An executor of one lane has no lane to admit: no key (no lane of it joins, see
+        // `Remote::admit`).
         let lane_key = if lanes > 1 {
             match crate::handshake::random_nonce() {
                 Ok(key) => key,

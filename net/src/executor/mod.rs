@@ -58,7 +58,8 @@ pub struct ExecutorConfig {
     pub executor_id: String,
     /// The host name it reports.
     pub host: String,
-    /// Tasks it runs at once (pool workers).
+    /// Tasks it runs at once (pool workers), and its lanes (one per core, at most
+    /// [`crate::driver::LANES_MAX`]: see the module docs).
     pub cores: u32,
     /// The shared secret, if the driver requires one.
     pub secret: Option<Secret>,
@@ -215,25 +216,16 @@ fn run_once(
         key: (lanes > 1).then(|| Arc::new(KeySlot::default())),
         task_attempts: Arc::new(AtomicU64::new(0)),
     };
-    let lane0 = |nonce| ExecutorCore::new(&config, nonce);
-    spawn_lane(
-        &config,
-        &runtime,
-        (&pool, &registry),
-        &shared,
-        0,
-        stream,
-        lane0,
-    );
+    let starter = LaneStarter {
+        config: &config,
+        runtime: &runtime,
+        pool: &pool,
+        registry: &registry,
+        shared: &shared,
+    };
+    starter.spawn(0, stream, |nonce| ExecutorCore::new(&config, nonce));
     if let Some(key) = shared.key.as_ref().and_then(|slot| slot.wait()) {
-        start_lanes(
-            &config,
-            &runtime,
-            (&pool, &registry),
-            &shared,
-            key,
-            deadline,
-        );
+        starter.start_others(key, deadline);
     }
     let reason = shared.exit.wait();
     pool.shutdown(ShutdownMode::Cancel);
@@ -243,66 +235,69 @@ fn run_once(
     reason.map(|_| ExecutorSummary { task_attempts })
 }
 
-/// Lanes 1.. once lane 0 is registered: each connects (by `deadline`) and joins with `key`.
-/// A lane that cannot connect ends the executor.
-fn start_lanes(
-    config: &ExecutorConfig,
-    runtime: &Runtime,
-    tasks: (&TaskPool, &Registry),
-    shared: &LaneShared,
-    key: [u8; 32],
-    deadline: Instant,
-) {
-    for lane in 1..config.lanes() {
-        if shared.exit.is_set() {
-            // A lane has ended already: the executor is going.
-            return;
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let stream = match connect(config.driver, remaining) {
-            Ok(stream) => stream,
-            Err(error) => return shared.exit.set(Err(error)),
-        };
-        let core = |nonce| ExecutorCore::new_lane(config, nonce, lane, key);
-        spawn_lane(config, runtime, tasks, shared, lane, stream, core);
-    }
+/// What starting a lane takes: the executor's config, the loops, the pool and registry the
+/// lanes share, and what they report through.
+struct LaneStarter<'a> {
+    config: &'a ExecutorConfig,
+    runtime: &'a Runtime,
+    pool: &'a TaskPool,
+    registry: &'a Registry,
+    shared: &'a LaneShared,
 }
 
-/// Starts lane `lane` on its loop over `stream`, its core made by `core` from a fresh nonce.
-/// A failure to start ends the executor.
-fn spawn_lane(
-    config: &ExecutorConfig,
-    runtime: &Runtime,
-    (pool, registry): (&TaskPool, &Registry),
-    shared: &LaneShared,
-    lane: u32,
-    stream: TcpStream,
-    core: impl FnOnce([u8; 32]) -> ExecutorCore,
-) {
-    let started = random_nonce()
-        .map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))
-        .and_then(|nonce| {
-            let lane_shared = LaneShared {
-                exit: shared.exit.clone(),
-                key: shared.key.clone().filter(|_| lane == 0),
-                task_attempts: shared.task_attempts.clone(),
+impl LaneStarter<'_> {
+    /// Lanes 1.. once lane 0 is registered: each connects (by `deadline`) and joins with
+    /// `key`. A lane that cannot connect ends the executor.
+    fn start_others(&self, key: [u8; 32], deadline: Instant) {
+        let config = self.config;
+        for lane in 1..config.lanes() {
+            if self.shared.exit.is_set() {
+                // A lane has ended already: the executor is going.
+                return;
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let stream = match connect(config.driver, remaining) {
+                Ok(stream) => stream,
+                Err(error) => return self.shared.exit.set(Err(error)),
             };
-            let endpoint = ExecutorEndpoint::new(
-                core(nonce),
-                Connection::new(stream, config.frame_size_max, usize::MAX / 2),
-                (pool.handle(), registry.clone()),
-                config.in_flight_max(),
-                &lane_shared,
-            );
-            let name = format!("executor-lane-{lane}");
-            (runtime.handle().spawn_on(lane as usize, &name, endpoint))
-                .map_err(|e| ExecutorError::Start(format!("executor lane {lane}: {e}")))
-        });
-    if let Err(error) = started {
-        if let Some(key) = &shared.key {
-            key.set(None);
+            self.spawn(lane, stream, |nonce| {
+                ExecutorCore::new_lane(config, nonce, lane, key)
+            });
         }
-        shared.exit.set(Err(error));
+    }
+
+    /// Starts lane `lane` on its loop over `stream`, its core made by `core` from a fresh
+    /// nonce. A failure to start ends the executor.
+    fn spawn(&self, lane: u32, stream: TcpStream, core: impl FnOnce([u8; 32]) -> ExecutorCore) {
+        let shared = self.shared;
+        let started = random_nonce()
+            .map_err(|e| ExecutorError::Start(format!("no random nonce: {e}")))
+            .and_then(|nonce| {
+                let lane_shared = LaneShared {
+                    exit: shared.exit.clone(),
+                    key: shared.key.clone().filter(|_| lane == 0),
+                    task_attempts: shared.task_attempts.clone(),
+                };
+                let endpoint = ExecutorEndpoint::new(
+                    core(nonce),
+                    Connection::new(stream, self.config.frame_size_max, usize::MAX / 2),
+                    (self.pool.handle(), self.registry.clone()),
+                    self.config.in_flight_max(),
+                    &lane_shared,
+                );
+                let name = format!("executor-lane-{lane}");
+                (self
+                    .runtime
+                    .handle()
+                    .spawn_on(lane as usize, &name, endpoint))
+                .map_err(|e| ExecutorError::Start(format!("executor lane {lane}: {e}")))
+            });
+        if let Err(error) = started {
+            if let Some(key) = &shared.key {
+                key.set(None);
+            }
+            shared.exit.set(Err(error));
+        }
     }
 }
 
