@@ -11,7 +11,9 @@
 //! delays, cut into random chunks, through per-seed socket windows; connections break (both
 //! ends told); executors crash (the driver hears a reset later, or nothing: heartbeat expiry),
 //! go deaf (they heartbeat but read nothing: their bytes pile up) or freeze, join late, reuse a
-//! name, restart under their old one; hostile peers (`hostile.rs`) send garbage, a wrong
+//! name, restart under their old one; an executor of 2 or 3 cores runs that many lanes (each
+//! its own connection and core, joining once lane 0 is registered, one fate for all), and a
+//! break or deafness may hit any one of its lanes; hostile peers (`hostile.rs`) send garbage, a wrong
 //! handshake, or, registered, status updates for attempts they were never given, with the very
 //! bytes an honest run would return. Each executor runs its launches on a fake runner
 //! (`runner.rs`). Jobs go through the driver's submit path with real

@@ -1,5 +1,5 @@
 //! The IO sides of the simulated processes: what the driver's endpoint and an executor's
-//! endpoint do around their sans-IO cores, with the [`Network`] for sockets and a
+//! endpoints (one per lane) do around their sans-IO cores, with the [`Network`] for sockets and a
 //! [`FakeRunner`] for the task pool. Each node turns network deliveries into the core's inputs
 //! and the core's outputs into sends, closes and task actions, as the real IO side does (frame
 //! decoding, the not-reading check, closing after the last frames).
@@ -460,7 +460,8 @@ impl ExecNode {
     pub fn lane_to_start(&self) -> Option<[u8; 32]> {
         let wanted = self.lanes.len() < self.config.lanes() as usize;
         let key = self.lanes[0].core.lane_key();
-        key.filter(|_| wanted && self.is_alive())
+        // A frozen process starts nothing.
+        key.filter(|_| wanted && self.lanes[0].is_running())
     }
 
     /// Starts the next lane on `conn`, joining with `key`.
