@@ -14,9 +14,15 @@
 //!   longer than that maximum. When [`MISSES_MAX`] spins in a row end in a park anyway, it stops
 //!   spinning for a number of idle periods that doubles with each further miss, up to
 //!   [`SKIP_MAX`], then tries again.
+//! - Preemption: a spinning thread that finds more than [`PREEMPTED_GAP`] between two of its
+//!   own idle rounds was taken off its core (another thread, or another process, wanted it):
+//!   its spin was taking a core someone else needed. It parks at once and counts the spin as a
+//!   miss that starts the skipping at once, so under a competing load spinning turns itself
+//!   off within a few idle periods and comes back only when spins pay again.
 //!
-//! `FLINT_SPIN=0` (or `off`) turns every spin off; `FLINT_SPIN=1` (or `on`) turns it on below
-//! [`SPIN_CORES_MIN`] cores, where it is off by default (BENCHMARKS.md, "Adaptive spinning").
+//! Spinning is on by default on machines with at least [`SPIN_CORES_MIN`] cores (2: a
+//! one-core machine never spins). `FLINT_SPIN=0` (or `off`) turns every spin off;
+//! `FLINT_SPIN=1` (or `on`) turns it on even on one core (BENCHMARKS.md, "Adaptive spinning").
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -24,7 +30,11 @@ use std::time::{Duration, Instant};
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 
 /// Cores a machine needs before waiting threads spin by default.
-pub const SPIN_CORES_MIN: usize = 4;
+pub const SPIN_CORES_MIN: usize = 2;
+/// A gap between two idle rounds of a spinning thread longer than this means the thread was
+/// preempted while it spun (a round is a poll or a few dozen pause instructions: about a
+/// microsecond).
+pub const PREEMPTED_GAP: Duration = Duration::from_micros(30);
 /// The environment variable that turns spinning on (`1`, `on`) or off (`0`, `off`).
 pub const SPIN_ENV: &str = "FLINT_SPIN";
 /// Consecutive spins that did not pay before a thread stops spinning for a while.
@@ -169,6 +179,8 @@ pub struct AdaptiveSpin {
     idle_since: Option<Instant>,
     /// This idle period's spin: until when, under which permit.
     spin: Option<(Instant, SpinPermit<'static>)>,
+    /// The latest idle round of this period (to notice a preemption).
+    last_round: Option<Instant>,
     /// Whether this idle period began with a spin (to judge it when it ends).
     spun: bool,
     misses: u32,
@@ -192,6 +204,7 @@ impl AdaptiveSpin {
             gap_ns: spin_max_ns / 2,
             idle_since: None,
             spin: None,
+            last_round: None,
             spun: false,
             misses: 0,
             skip: 0,
@@ -207,6 +220,11 @@ impl AdaptiveSpin {
             self.spin = self.plan(now);
             self.spun = self.spin.is_some();
         }
+        let last_round = self.last_round.replace(now);
+        if self.spin.is_some() && last_round.is_some_and(|at| preempted(at, now)) {
+            self.preempted();
+            return false;
+        }
         match &self.spin {
             Some((until, _)) if now < *until => true,
             _ => {
@@ -214,6 +232,16 @@ impl AdaptiveSpin {
                 false
             }
         }
+    }
+
+    /// The thread was taken off its core while it spun: the spin ends and counts as enough
+    /// misses to start skipping (see the module docs).
+    fn preempted(&mut self) {
+        self.spin = None;
+        self.misses = self.misses.max(MISSES_MAX - 1);
+        self.missed();
+        // `work` must not count this period's spin a second time.
+        self.spun = false;
     }
 
     /// Whether this idle period spins, and until when.
@@ -243,6 +271,7 @@ impl AdaptiveSpin {
     /// Work arrived at `now` (while spinning or after a park).
     pub fn work(&mut self, now: Instant) {
         self.budget.set_busy(&mut self.counted_busy, true);
+        self.last_round = None;
         let Some(since) = self.idle_since.take() else {
             return;
         };
@@ -260,6 +289,7 @@ impl AdaptiveSpin {
     /// The thread parks now: a spin in this idle period did not pay.
     pub fn parking(&mut self) {
         self.spin = None;
+        self.last_round = None;
     }
 
     fn missed(&mut self) {
@@ -302,16 +332,24 @@ fn spin_until_in(budget: &SpinBudget, spin_max: Duration, mut done: impl FnMut()
         return done();
     };
     let started = Instant::now();
+    let mut last_round = started;
     let backoff = crossbeam_utils::Backoff::new();
     loop {
         if done() {
             return true;
         }
-        if started.elapsed() >= spin_max {
+        let now = Instant::now();
+        if now.saturating_duration_since(started) >= spin_max || preempted(last_round, now) {
             return false;
         }
+        last_round = now;
         backoff.spin();
     }
+}
+
+/// Whether a spinning thread whose previous round was at `last_round` was preempted since.
+fn preempted(last_round: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(last_round) > PREEMPTED_GAP
 }
 
 #[cfg(all(test, not(loom)))]
@@ -372,8 +410,12 @@ mod tests {
     /// An idle period that spins, then parks, then gets work after the spin ran out.
     fn idle_period_that_misses(spin: &mut AdaptiveSpin, start: Instant, gap: Duration) -> bool {
         let spun = spin.idle(start);
-        // Past any spin: the idle round says park.
-        assert!(!spin.idle(start + Duration::from_millis(10)));
+        // Rounds a microsecond apart until the spin runs out and the idle round says park.
+        let mut round = start;
+        while spin.idle(round) {
+            round += Duration::from_micros(1);
+            assert!(round < start + Duration::from_millis(1), "a spin ends");
+        }
         spin.parking();
         spin.work(start + gap);
         spun
@@ -468,6 +510,63 @@ mod tests {
             false
         }));
         assert_eq!(looks, 1, "no permit: one look, no spin");
+    }
+
+    /// A spin whose rounds are far apart was preempted: it ends at once, gives its permit
+    /// back and the next idle periods skip spinning; spins that pay afterwards bring it back.
+    #[test]
+    fn a_preempted_spin_parks_at_once_and_skips_the_next_spins() {
+        let budget = leaked(1);
+        let mut spin = AdaptiveSpin::with_budget(Duration::from_micros(50), budget);
+        let now = Instant::now();
+        assert!(spin.idle(now), "the first spin starts");
+        assert!(
+            spin.idle(now + Duration::from_micros(1)),
+            "rounds close together go on"
+        );
+        let late = now + Duration::from_micros(1) + PREEMPTED_GAP + Duration::from_micros(1);
+        assert!(!spin.idle(late), "a round long after the last means park");
+        assert_eq!(budget.spinning(), 0, "the permit is given back");
+        spin.parking();
+        spin.work(late + Duration::from_micros(5));
+        let mut at = late + Duration::from_millis(1);
+        assert!(
+            !spin.idle(at),
+            "the period after a preemption does not spin"
+        );
+        spin.parking();
+        // Once the skips run out, spins that pay (work 5 us into the idle period) go on.
+        let mut spun = 0;
+        for _ in 0..8 {
+            spin.work(at + Duration::from_micros(5));
+            at += Duration::from_millis(1);
+            if spin.idle(at) {
+                spun += 1;
+            } else {
+                spin.parking();
+            }
+        }
+        assert!(spun >= 6, "spinning came back: {spun} of 8");
+    }
+
+    #[test]
+    fn spin_until_gives_up_when_preempted() {
+        let budget = SpinBudget::new(1);
+        let started = Instant::now();
+        let mut looks = 0;
+        assert!(!spin_until_in(&budget, Duration::from_secs(5), || {
+            looks += 1;
+            // The second look comes long after the first, as after a preemption.
+            if looks == 2 {
+                std::thread::sleep(PREEMPTED_GAP * 4);
+            }
+            false
+        }));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "not the whole 5 s"
+        );
+        assert_eq!(budget.spinning(), 0);
     }
 
     #[test]

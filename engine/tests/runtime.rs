@@ -429,3 +429,60 @@ fn ask_from_a_handler_on_the_same_loop_is_refused_and_works_across_loops() {
     assert_eq!(same.ask(|r| r, DEADLINE).unwrap(), Err(AskError::SameLoop));
     assert_eq!(other.ask(|r| r, DEADLINE).unwrap(), Ok(1));
 }
+
+/// Counts the messages it handled before each `on_batch_end`.
+struct Batcher {
+    seen: usize,
+    batch_ends: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Endpoint for Batcher {
+    type Msg = ();
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        // Queued on this loop's inbox, behind the spawn being handled: the same round drains
+        // them.
+        for _ in 0..5 {
+            ctx.myself().send(()).expect("room");
+        }
+    }
+    fn on_message(&mut self, _msg: (), _ctx: &mut Ctx<'_, Self>) {
+        self.seen += 1;
+    }
+    fn on_batch_end(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        self.batch_ends.lock().unwrap().push(self.seen);
+    }
+}
+
+#[test]
+fn a_round_of_messages_ends_with_one_batch_end() {
+    let rt = runtime(1);
+    let batch_ends = Arc::new(Mutex::new(Vec::new()));
+    let me = rt
+        .handle()
+        .spawn(
+            "batcher",
+            Batcher {
+                seen: 0,
+                batch_ends: batch_ends.clone(),
+            },
+        )
+        .expect("spawn");
+    wait_until("the first batch end", || {
+        !batch_ends.lock().unwrap().is_empty()
+    });
+    assert_eq!(
+        batch_ends.lock().unwrap()[0],
+        5,
+        "the start and its five messages were one round, with one batch end after them"
+    );
+    me.send(()).expect("room");
+    wait_until("a batch end after the sixth message", || {
+        batch_ends.lock().unwrap().last() == Some(&6)
+    });
+    let ends = batch_ends.lock().unwrap().clone();
+    assert!(
+        ends.windows(2).all(|w| w[0] < w[1]),
+        "no batch end without a handler call before it: {ends:?}"
+    );
+    drop(rt);
+}

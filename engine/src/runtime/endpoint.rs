@@ -42,6 +42,15 @@ pub trait Endpoint: Send + Sized + 'static {
         let _ = (timer, ctx);
     }
 
+    /// Runs once after each round in which the loop called this endpoint's handlers (its
+    /// messages, readiness events and timers of that round), before the loop waits again. An
+    /// endpoint that defers work until a burst of inputs is handled (one write for many
+    /// messages, say) does it here. A round handles a bounded number of inputs, so the
+    /// deferred work is bounded too.
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let _ = ctx;
+    }
+
     /// Runs once after the last message: on [`EndpointRef::stop`], [`Ctx::stop`] or runtime
     /// shutdown. The endpoint (and any sources it owns) is dropped right after.
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {

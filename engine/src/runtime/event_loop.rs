@@ -208,6 +208,7 @@ pub(crate) trait ErasedEndpoint: Send {
     fn message(&mut self, msg: Box<dyn Any + Send>, inner: &mut LoopInner) -> Outcome;
     fn readiness(&mut self, token: Token, event: &Event, inner: &mut LoopInner) -> Outcome;
     fn timer(&mut self, timer: TimerId, inner: &mut LoopInner) -> Outcome;
+    fn batch_end(&mut self, inner: &mut LoopInner) -> Outcome;
     fn stop(&mut self, inner: &mut LoopInner);
     fn mark_dead(&self);
 }
@@ -275,6 +276,10 @@ impl<E: Endpoint> ErasedEndpoint for Holder<E> {
         self.call(inner, "on_timer", |ep, ctx| ep.on_timer(timer, ctx))
     }
 
+    fn batch_end(&mut self, inner: &mut LoopInner) -> Outcome {
+        self.call(inner, "on_batch_end", |ep, ctx| ep.on_batch_end(ctx))
+    }
+
     fn stop(&mut self, inner: &mut LoopInner) {
         self.mark_dead();
         let _ = self.call(inner, "on_stop", |ep, ctx| ep.on_stop(ctx));
@@ -292,6 +297,8 @@ pub(crate) struct EventLoop {
     index: usize,
     inner: LoopInner,
     endpoints: IdMap<Box<dyn ErasedEndpoint>>,
+    /// Endpoints whose handlers ran in this round: their `on_batch_end` is due.
+    touched: Vec<u64>,
     shared: Arc<RuntimeShared>,
     batch_max: usize,
     events_capacity: usize,
@@ -314,6 +321,7 @@ impl EventLoop {
                 next_token: 0,
             },
             endpoints: IdMap::default(),
+            touched: Vec::new(),
             shared,
             batch_max: config.batch_max.max(1),
             events_capacity: config.events_capacity.max(16),
@@ -335,6 +343,7 @@ impl EventLoop {
         while let Some(handled) = self.drain_inbox(me) {
             let now = Instant::now();
             self.fire_timers(now);
+            self.end_batch();
             let has_sources = !self.inner.tokens.is_empty();
             let mut timeout = Some(Duration::ZERO);
             let mut parked = false;
@@ -377,7 +386,10 @@ impl EventLoop {
                 spin.work(Instant::now());
             }
             self.dispatch(&events);
+            self.end_batch();
         }
+        // What was handled before the pill still gets its batch end.
+        self.end_batch();
         self.stop_all();
     }
 
@@ -447,9 +459,26 @@ impl EventLoop {
         }
     }
 
+    /// Runs `on_batch_end` of each endpoint whose handlers ran since the last call (once each).
+    fn end_batch(&mut self) {
+        while let Some(id) = self.touched.pop() {
+            if let Some(ep) = self.endpoints.get_mut(&id) {
+                let outcome = ep.batch_end(&mut self.inner);
+                if !matches!(outcome, Outcome::Continue) {
+                    self.apply(id, outcome);
+                }
+            }
+        }
+    }
+
     fn apply(&mut self, id: u64, outcome: Outcome) {
         let run_on_stop = match outcome {
-            Outcome::Continue => return,
+            Outcome::Continue => {
+                if !self.touched.contains(&id) {
+                    self.touched.push(id);
+                }
+                return;
+            }
             Outcome::Stop => true,
             Outcome::Panicked => false,
         };

@@ -2,10 +2,12 @@
 //! connections, as for every listening role) and the local mode's task runner around a
 //! [`DriverCore`], which decides everything else (the handshake and the table limits too).
 //!
-//! After every event (readiness, message, timer) the endpoint drains the core: the local
-//! executor's launches and kills go to the [`TaskRunner`], encoded frames to their connections,
-//! closes are carried out after what was queued for them, and each touched connection is
-//! flushed once, so a write carries every frame produced by that event. One timer is armed for
+//! Each event (readiness, message, timer) goes into the core; once the loop has handled its
+//! round of events (`on_batch_end`: a burst of submissions, say, or completions from several
+//! executors) the endpoint drains the core: the local executor's launches and kills go to the
+//! [`TaskRunner`], encoded frames to their connections, closes are carried out after what was
+//! queued for them, and each touched connection is flushed once, so one write carries every
+//! frame the round produced. One timer is armed for
 //! the earliest of the core's [`DriverCore::poll_timeout`] and this layer's own deadline: a
 //! registered executor with bytes queued and none written for `heartbeat_timeout` is not
 //! reading, and the core hears it is lost. Idle, no timer is armed.
@@ -281,10 +283,9 @@ impl Endpoint for DriverEndpoint {
         self.after_event(ctx);
     }
 
-    fn on_message(&mut self, msg: DriverMsg, ctx: &mut Ctx<'_, Self>) {
+    fn on_message(&mut self, msg: DriverMsg, _ctx: &mut Ctx<'_, Self>) {
         self.admission.room_made();
         self.on_msg(msg);
-        self.after_event(ctx);
     }
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
@@ -293,16 +294,18 @@ impl Endpoint for DriverEndpoint {
         } else {
             self.on_peer_event(token, event);
         }
-        self.after_event(ctx);
     }
 
-    fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+    fn on_timer(&mut self, timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
         if self.timer.is_some_and(|(armed, _)| armed == timer) {
             self.timer = None;
         }
         let now_us = self.now_us();
         self.expire_stuck(now_us);
         self.core.handle_timeout(now_us);
+    }
+
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.after_event(ctx);
     }
 

@@ -1,8 +1,9 @@
 //! One executor lane's IO side on its event loop: the lane's socket to the driver, one timer,
-//! and the lane's task runner around its [`ExecutorCore`]. Frames read go into the core; after
-//! every input the endpoint carries out the core's actions on the runner, writes what the core
-//! transmits, re-arms the timer for the core's next timeout, and stops once the core has ended.
-//! Lane 0 also hands `run` the key the other lanes join with, once registered.
+//! and the lane's task runner around its [`ExecutorCore`]. Frames read go into the core; once
+//! the loop has handled its round of inputs (`on_batch_end`) the endpoint carries out the core's
+//! actions on the runner, writes what the core transmits, re-arms the timer for the core's next
+//! timeout, and stops once the core has ended. Lane 0 also hands `run` the key the other lanes
+//! join with, once registered.
 //!
 //! Tasks run on the pool's threads (or inline for at most a short, bounded while: see
 //! `flint_engine::runner`), so a long task never delays a heartbeat or a kill request.
@@ -200,14 +201,13 @@ impl Endpoint for ExecutorEndpoint {
         self.drive(ctx);
     }
 
-    fn on_message(&mut self, msg: ExecutorMsg, ctx: &mut Ctx<'_, Self>) {
+    fn on_message(&mut self, msg: ExecutorMsg, _ctx: &mut Ctx<'_, Self>) {
         match msg {
             ExecutorMsg::Kick => self.drain(),
         }
-        self.drive(ctx);
     }
 
-    fn on_readiness(&mut self, _token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
+    fn on_readiness(&mut self, _token: Token, event: &Event, _ctx: &mut Ctx<'_, Self>) {
         if event.is_readable() || event.is_read_closed() || event.is_error() {
             let mut frames = Vec::new();
             let read = self.conn.read_frames(|_, frame| {
@@ -225,14 +225,16 @@ impl Endpoint for ExecutorEndpoint {
                 });
             }
         }
-        self.drive(ctx);
     }
 
-    fn on_timer(&mut self, timer: TimerId, ctx: &mut Ctx<'_, Self>) {
+    fn on_timer(&mut self, timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
         if self.timer.is_some_and(|(armed, _)| armed == timer) {
             self.timer = None;
         }
         self.core.handle_timeout(self.now_us());
+    }
+
+    fn on_batch_end(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.drive(ctx);
     }
 }
