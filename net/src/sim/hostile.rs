@@ -1,7 +1,9 @@
 //! A hostile peer of the simulated driver: it speaks to the driver on a connection of its own
-//! and lies. Its modes: bytes that are no protocol at all, a wrong handshake, and an insider
+//! and lies. Its modes: bytes that are no protocol at all, a wrong handshake, an insider
 //! that handshakes and registers properly (it knows the secret) and then claims to have run
-//! tasks it was never given, with the exact bytes an honest run would return. The driver must
+//! tasks it was never given, with the exact bytes an honest run would return, and an
+//! interloper that handshakes properly and asks to join an honest executor as one of its lanes
+//! with a guessed key. The driver must
 //! refuse or close it, and nothing it says may change a job's result (the simulator's ledger
 //! knows which runs really happened).
 
@@ -28,6 +30,9 @@ pub enum Mode {
     WrongHandshake,
     /// A proper executor (by its handshake and registration) that reports tasks it never ran.
     Liar,
+    /// A proper handshake, then `JoinLane` for another executor with a guessed key: it must
+    /// be refused.
+    Interloper,
 }
 
 /// One hostile peer's state.
@@ -40,6 +45,8 @@ pub struct Hostile {
     decoder: FrameDecoder,
     handshake: Option<Handshake>,
     registered: bool,
+    /// An interloper the driver let in as a lane (a violation the simulator reports).
+    joined: bool,
     /// Attempts the driver gave it (it runs none of them, and lies about none of them: a
     /// registered executor's word on its own tasks is all a driver has).
     given: BTreeSet<(u64, u32)>,
@@ -58,7 +65,7 @@ impl Hostile {
                 out.extend((0..n).map(|_| rng.next_u64() as u8));
             }
             Mode::WrongHandshake => wrong_handshake(rng, &secret, &mut out),
-            Mode::Liar => {
+            Mode::Liar | Mode::Interloper => {
                 let nonce = nonce(rng);
                 let h = Handshake::start(Role::Executor, secret, nonce, &[Role::Driver], &mut out);
                 handshake = Some(h);
@@ -71,6 +78,7 @@ impl Hostile {
             decoder: FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT),
             handshake,
             registered: false,
+            joined: false,
             given: BTreeSet::new(),
             lies: 0,
         }
@@ -86,10 +94,15 @@ impl Hostile {
         self.registered
     }
 
+    /// Whether the driver let an interloper in as a lane of another executor.
+    pub fn has_joined(&self) -> bool {
+        self.joined
+    }
+
     /// Bytes from the driver: a liar follows the handshake and registration; the rest ignore
     /// what they hear.
     pub fn handle_bytes(&mut self, bytes: &[u8]) {
-        if self.mode != Mode::Liar {
+        if !matches!(self.mode, Mode::Liar | Mode::Interloper) {
             return;
         }
         self.decoder.extend_from_slice(bytes);
@@ -98,12 +111,20 @@ impl Hostile {
                 match h.on_frame(frame.kind(), frame.body(), &mut self.out) {
                     Ok(Some(_)) => {
                         self.handshake = None;
-                        let register = Message::RegisterExecutor {
-                            executor_id: &self.name,
-                            host: "hostile",
-                            cores: 1,
-                            lanes: 1,
-                            attributes: List::empty(),
+                        let register = match self.mode {
+                            // Lane 1 of the executor it names, with a key of its own making.
+                            Mode::Interloper => Message::JoinLane {
+                                executor_id: &self.name,
+                                lane: 1,
+                                lane_key: [0x5a; 32],
+                            },
+                            _ => Message::RegisterExecutor {
+                                executor_id: &self.name,
+                                host: "hostile",
+                                cores: 1,
+                                lanes: 1,
+                                attributes: List::empty(),
+                            },
                         };
                         encode(&register, &mut self.out);
                     }
@@ -114,6 +135,7 @@ impl Hostile {
             }
             match frame.message() {
                 Ok(Message::RegisteredExecutor { .. }) => self.registered = true,
+                Ok(Message::LaneJoined { .. }) => self.joined = true,
                 Ok(Message::LaunchTasks { tasks }) => {
                     self.given
                         .extend(tasks.iter().map(|t| (t.task_id, t.attempt)));

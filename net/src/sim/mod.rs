@@ -445,8 +445,11 @@ impl Sim {
             return;
         };
         let conn = self.net.open(&mut self.rng);
-        // A liar takes an honest executor's name now and then (not executor 0's).
-        let name = if self.rng.chance(0.3) {
+        // A liar takes an honest executor's name now and then (not executor 0's); an
+        // interloper asks to join executor 0 or 1 (lanes if they have several cores).
+        let name = if mode == hostile::Mode::Interloper {
+            format!("exec-{}", self.rng.range(0, 1))
+        } else if self.rng.chance(0.3) {
             "exec-1".to_owned()
         } else {
             format!("hostile-{h}")
@@ -518,6 +521,10 @@ impl Sim {
                 };
                 let was = hostile.is_registered();
                 hostile.handle_bytes(bytes);
+                if hostile.has_joined() {
+                    let name = hostile.name().to_owned();
+                    return self.fail(format!("an interloper joined {name} as a lane"));
+                }
                 if !was && hostile.is_registered() {
                     let name = hostile.name().to_owned();
                     return self.check_names(&name, conn);

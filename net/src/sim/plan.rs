@@ -212,8 +212,14 @@ fn plan_faults(rng: &mut Rng, plan: &mut Plan, i: usize, join_us: u64) {
 fn plan_hostiles(rng: &mut Rng, plan: &mut Plan) {
     let n = [0, 0, 1, 1, 2][rng.range(0, 4) as usize];
     for h in 0..n {
-        let mode =
-            [Mode::Garbage, Mode::WrongHandshake, Mode::Liar, Mode::Liar][rng.range(0, 3) as usize];
+        let modes = [
+            Mode::Garbage,
+            Mode::WrongHandshake,
+            Mode::Liar,
+            Mode::Liar,
+            Mode::Interloper,
+        ];
+        let mode = modes[rng.range(0, modes.len() as u64 - 1) as usize];
         plan.hostiles.push(mode);
         let t = rng.range(0, 600_000);
         plan.events.push((t, Ev::Hostile(h)));
