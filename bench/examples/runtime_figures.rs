@@ -79,8 +79,8 @@ impl Endpoint for Idle {
 }
 
 fn main() {
-    // Spinning is off by default on machines with fewer than 4 cores (see
-    // `flint_engine::runtime::spinning_pays`); this measures the spinning path explicitly.
+    // Spinning is on by default from 2 cores (see `flint_engine::runtime::spinning_pays`); this
+    // measures the spinning path with an explicit cap (`FLINT_SPIN=0` would turn it off).
     let pool = TaskPool::new(PoolConfig {
         workers: 2,
         spin_before_park: Duration::from_micros(100),

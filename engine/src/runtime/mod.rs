@@ -65,12 +65,12 @@ pub fn deadline_after(timeout: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// Whether waiting threads should spin before they block: only on a machine with cores to spare
-/// (see [`crate::spin::enabled`]; `FLINT_SPIN` overrides it). On 2 cores shared by a driver,
-/// executors and their pools, a blind spinning thread took the core from the thread it was
-/// waiting for; turning the spins off there measured 2-3x more tasks per second and cut a task's
-/// round trip from 210 to 84 us (BENCHMARKS.md, "without spinning"). Spins now adapt and stay
-/// within a budget of spare cores ([`crate::spin`]).
+/// Whether waiting threads should spin before they block: on a machine with at least two cores
+/// (see [`crate::spin::enabled`]; `FLINT_SPIN` overrides it). Blind spinning on 2 cores took the
+/// core from the thread it was waiting for and cost 2-3x the throughput (BENCHMARKS.md, "without
+/// spinning"); spins now adapt to the recent gaps, stay within a budget of spare cores and stop
+/// when preempted ([`crate::spin`]), and on a quiet 2-core machine they cut a loopback round
+/// trip from 75 to 25 us (BENCHMARKS.md, "third turn").
 pub fn spinning_pays() -> bool {
     crate::spin::enabled()
 }
