@@ -857,14 +857,14 @@ fn executor(args: ExecutorArgs) -> Result<ExitCode, String> {
     };
     match executor::run(config, Registry::with_builtins()) {
         Ok(summary) => {
-            eprintln!(
+            say_whole_line(&format!(
                 "flint executor {id}: ran {} task attempts",
                 summary.task_attempts
-            );
+            ));
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("flint executor {id}: {error}");
+            say_whole_line(&format!("flint executor {id}: {error}"));
             Ok(ExitCode::from(match error {
                 ExecutorError::Refused(_) => 3,
                 _ => 1,
@@ -1377,4 +1377,11 @@ fn print_status_tables(
             e.state.to_string().to_uppercase()
         );
     }
+}
+
+/// Writes `line` and a newline to stderr in one write, so the lines of executors sharing a
+/// terminal (`flint local`) do not interleave mid-line as `eprintln!`'s several writes can.
+fn say_whole_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
