@@ -738,6 +738,73 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
     assert_eq!(s.executor_cores(ExecutorId(1)), Some((4, 4)));
 }
 
+/// A speculative copy that fails while the original still runs (the original on a deaf
+/// executor, say) leaves a straggler: it is copied again, not left for ever. The cluster
+/// simulator found this (seed 19653, before lanes changed its plans); this is the direct test.
+#[test]
+fn a_failed_copy_beside_a_running_original_lets_the_straggler_be_copied_again() {
+    let mut s = Scheduler::new(Config {
+        speculation: Some(SpeculationConfig {
+            multiplier: 2.0,
+            quantile: 0.5,
+            min_runtime_us: 0,
+            interval_us: 10,
+            ..SpeculationConfig::default()
+        }),
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 4);
+    for (e, l) in &ls[..3] {
+        update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
+        drain(&mut s);
+    }
+    s.register_executor(100, exec(2, "h2", 1)).unwrap();
+    s.tick(250);
+    let copy = launches(&drain(&mut s));
+    assert_eq!(copy.len(), 1, "the straggler is copied");
+    assert_eq!((copy[0].0, copy[0].1.task), (ExecutorId(2), ls[3].1.task));
+    // The copy fails; the original (attempt 0) still runs and never reports.
+    update(
+        &mut s,
+        260,
+        copy[0].0,
+        &copy[0].1,
+        TaskState::Failed,
+        b"copy failed",
+    );
+    drain(&mut s);
+    s.register_executor(300, exec(3, "h3", 1)).unwrap();
+    let mut again = Vec::new();
+    for now_us in (400..2_000).step_by(100) {
+        s.tick(now_us);
+        again.extend(launches(&drain(&mut s)));
+        if !again.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(again.len(), 1, "the straggling original is copied again");
+    assert_eq!(again[0].1.task, ls[3].1.task);
+    assert!(
+        again[0].1.attempt >= 2,
+        "a new attempt: {}",
+        again[0].1.attempt
+    );
+    update(
+        &mut s,
+        2_100,
+        again[0].0,
+        &again[0].1,
+        TaskState::Finished,
+        b"second copy",
+    );
+    let outs = drain(&mut s);
+    assert_eq!(outcomes(&outs).len(), 1);
+    assert_eq!(outcomes(&outs)[0].0, job);
+}
+
 #[test]
 fn speculation_is_on_by_default_with_sparks_thresholds() {
     let mut s = Scheduler::new(Config {

@@ -762,7 +762,10 @@ mod tests {
     /// copies it once and the copy fails or is lost (sent to an executor that died). The
     /// scheduler once never copied it again (`speculated` stayed set), so the job waited for
     /// good; now a failed attempt beside a running one clears the mark. Seeds 19653 and 39901
-    /// showed it (`SIM_VERBOSE=1 ci/sim --cluster --seed 19653`).
+    /// showed it before lanes changed every plan; they no longer do (with the fix undone,
+    /// seeds 0..200,000 pass), so the direct test is the engine's
+    /// `a_failed_copy_beside_a_running_original_lets_the_straggler_be_copied_again` and this
+    /// seed stays as a plain regression run.
     #[test]
     fn a_failed_copy_of_a_deaf_executors_task_is_copied_again() {
         if let Err(e) = run_seed(19653) {
@@ -773,8 +776,10 @@ mod tests {
     /// A deaf executor (heartbeating, not reading) with speculation off once held its
     /// launches for good while they fit in the socket windows, so its jobs never ended; now
     /// its heartbeats, counting fewer attempts than it was sent, get it removed and its tasks
-    /// run elsewhere. Seeds 1585 and 1891 failed without that (`SIM_VERBOSE=1 ci/sim --cluster
-    /// --seed 1585`).
+    /// run elsewhere. Seeds 1585 and 1891 failed without that before lanes changed every plan
+    /// (they may no longer show it); the direct tests are `driver::core`'s
+    /// `an_executor_that_does_not_read_its_launches_is_lost_and_its_task_runs_elsewhere` and
+    /// its pair.
     #[test]
     fn a_deaf_executor_without_speculation_loses_its_tasks_to_others() {
         for seed in [1585, 1891] {
