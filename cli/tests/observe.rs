@@ -190,12 +190,16 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     let (status, _) = get(metrics, &format!("/metrics?token={SECRET}"), None);
     assert_eq!(status, 200, "the token in the query works too");
 
+    // obs-1 has 2 cores, so it runs 2 lanes (connections).
     let executors: Vec<Proc> = (0..2)
         .map(|i| {
+            let (id, cores) = (format!("obs-{i}"), (i + 1).to_string());
             Proc::start(
                 &dir,
                 &format!("exec-{i}"),
-                &["executor", "--driver", &listen, "--id", &format!("obs-{i}")],
+                &[
+                    "executor", "--driver", &listen, "--id", &id, "--cores", &cores,
+                ],
                 &[],
             )
         })
@@ -238,6 +242,15 @@ fn driver_metrics_match_the_job_and_need_the_token() {
         "flint_executor_tasks_finished_total{executor=\"obs-0\"}"
     )
     .is_some());
+    assert_eq!(
+        sample(&text, "flint_executor_lanes{executor=\"obs-0\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "flint_executor_lanes{executor=\"obs-1\"}"),
+        Some(2.0),
+        "a 2-core executor runs 2 lanes"
+    );
     // One task in 16 is timed (job id plus index divisible by 16; this is job 1): 187 of the
     // 3000 (the queue time of attempt 0 only).
     let sampled = f64::from((0..tasks).filter(|i| (1 + i) % 16 == 0).count() as u32);
@@ -589,6 +602,10 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
         let execs = rows(&page, "executors");
         assert_eq!(execs.len(), 2);
         assert!(execs.iter().all(|r| attr(r, "data-state") == Some("ALIVE")));
+        assert!(
+            execs.iter().all(|r| attr(r, "data-lanes") == Some("1")),
+            "1-core executors run one lane each"
+        );
         screenshot(browser, &profile, &driver_url, "driver-running.png");
     } else {
         let (status, page) = get(driver_ui, "/", Some(SECRET));

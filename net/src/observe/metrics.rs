@@ -11,7 +11,7 @@
 //!
 //! | role | metrics |
 //! | --- | --- |
-//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
+//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}`, `executor_lanes{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
 //! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_mb{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
 //! | worker | `worker_cores{state}`, `worker_memory_mb{state}`, `executors_by_state{state}` |
 //! | every process | `up` (1 when the role answered), `net_frames_received`, `net_bytes_received`, `net_bytes_sent`, `net_writes` |
@@ -212,6 +212,14 @@ fn encode_executors(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         MetricType::Gauge,
         "executor",
         &rows(&|e| i64::from(e.tasks_running)),
+    )?;
+    family(
+        enc,
+        "executor_lanes",
+        "Connections (lanes) each registered executor runs its tasks over: one per core, at most 16.",
+        MetricType::Gauge,
+        "executor",
+        &rows(&|e| i64::from(e.lanes_joined)),
     )?;
     family(
         enc,

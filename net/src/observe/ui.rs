@@ -164,7 +164,8 @@ fn jobs_table(b: &mut String, v: &DriverView) {
 fn driver_executors_table(b: &mut String, v: &DriverView) {
     b.push_str(
         "<h2>Executors</h2><table id=\"executors\"><tr><th>id</th><th>host</th>\
-        <th>cores</th><th>running</th><th>finished</th><th>failed</th><th>state</th></tr>",
+        <th>cores</th><th>lanes</th><th>running</th><th>finished</th><th>failed</th>\
+        <th>state</th></tr>",
     );
     for e in &v.executors {
         let state = if e.removed.is_empty() {
@@ -177,12 +178,14 @@ fn driver_executors_table(b: &mut String, v: &DriverView) {
         let _ = write!(
             b,
             "<tr data-executor=\"{n}\" data-state=\"{state}\" data-running=\"{r}\" \
-             data-finished=\"{fi}\" data-failed=\"{fa}\"><td>{n}</td><td>{h}</td>\
-             <td class=\"num\">{c}</td><td class=\"num\">{r}</td><td class=\"num\">{fi}</td>\
+             data-finished=\"{fi}\" data-failed=\"{fa}\" data-lanes=\"{l}\"><td>{n}</td>\
+             <td>{h}</td><td class=\"num\">{c}</td><td class=\"num\">{l}</td>\
+             <td class=\"num\">{r}</td><td class=\"num\">{fi}</td>\
              <td class=\"num\">{fa}</td><td class=\"s-{state}\">{state} <span class=\"reason\">{why}</span></td></tr>",
             n = escape(&e.executor_id),
             h = escape(&e.host),
             c = e.cores,
+            l = e.lanes_joined,
             r = e.tasks_running,
             fi = e.tasks_finished,
             fa = e.tasks_failed,
