@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 
 pub use flint_engine::scheduler::{ExclusionConfig, JobOutcome, JobSetting, SpeculationConfig};
-use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec};
+use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec, Tasks};
 
 /// Called on the driver's loop with each task's index and result, as results arrive.
 pub type ResultObserver = Box<dyn FnMut(u32, Result<&Bytes, &str>) + Send>;
@@ -223,8 +223,46 @@ pub(crate) fn job_spec(
         ));
     }
     let function: std::sync::Arc<str> = function.into();
+    let tasks = if locality.is_empty() {
+        // The common job: one function, no preferences; the payloads go over as they are.
+        Tasks::Same {
+            function,
+            cores,
+            payloads,
+        }
+    } else {
+        Tasks::Each(tasks_with_locality(
+            &function,
+            cores,
+            payloads,
+            locality,
+            executor_id,
+        ))
+    };
+    Ok(JobSpec {
+        pool,
+        weight,
+        priority,
+        keep_results,
+        result_bytes_max,
+        max_failures,
+        speculation,
+        exclusion,
+        ..JobSpec::new(tasks)
+    })
+}
+
+/// One task per payload, the first `locality.len()` with their preferences (executor ids on
+/// the wire mapped by `executor_id`; unknown ones are left out).
+fn tasks_with_locality(
+    function: &std::sync::Arc<str>,
+    cores: u32,
+    payloads: Vec<Bytes>,
+    locality: Vec<TaskLocality>,
+    executor_id: impl Fn(&str) -> Option<ExecutorId>,
+) -> Vec<TaskSpec> {
     let mut locality = locality.into_iter();
-    let tasks = payloads
+    payloads
         .into_iter()
         .map(|payload| {
             let mut task = TaskSpec {
@@ -247,18 +285,7 @@ pub(crate) fn job_spec(
             }
             task
         })
-        .collect();
-    Ok(JobSpec {
-        pool,
-        weight,
-        priority,
-        keep_results,
-        result_bytes_max,
-        max_failures,
-        speculation,
-        exclusion,
-        ..JobSpec::new(tasks)
-    })
+        .collect()
 }
 
 /// One task's result as the handle hands it out: its index in the job, then its bytes or why it
@@ -606,9 +633,35 @@ mod tests {
             spec.exclusion,
             JobSetting::Custom(ExclusionConfig::default())
         );
-        assert_eq!(spec.tasks[0].preferred_executors, vec![ExecutorId(5)]);
-        assert_eq!(spec.tasks[0].preferred_hosts, vec!["h1".to_string()]);
-        assert!(spec.tasks[1].preferred_executors.is_empty());
+        let Tasks::Each(tasks) = &spec.tasks else {
+            panic!("a job with locality lists its tasks one by one");
+        };
+        assert_eq!(tasks[0].preferred_executors, vec![ExecutorId(5)]);
+        assert_eq!(tasks[0].preferred_hosts, vec!["h1".to_string()]);
+        assert!(tasks[1].preferred_executors.is_empty());
+        // Without locality the payloads go over as they are.
+        let plain = Job::new("noop", vec![Bytes::from_static(b"a"), Bytes::new()]).cores(2);
+        let spec = job_spec(
+            plain.function,
+            plain.payloads,
+            plain.cores,
+            true,
+            None,
+            *plain.scheduling,
+            |_| None,
+        )
+        .unwrap();
+        match &spec.tasks {
+            Tasks::Same {
+                function,
+                cores,
+                payloads,
+            } => {
+                assert_eq!((&**function, *cores), ("noop", 2));
+                assert_eq!(payloads, &vec![Bytes::from_static(b"a"), Bytes::new()]);
+            }
+            Tasks::Each(_) => panic!("a plain job's tasks are one function over its payloads"),
+        }
         let too_many = Job::new("noop", vec![Bytes::new()])
             .locality(vec![TaskLocality::default(), TaskLocality::default()]);
         assert!(job_spec(

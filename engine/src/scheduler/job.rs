@@ -102,6 +102,22 @@ pub(crate) struct TaskExclusion {
 }
 
 impl TaskRec {
+    /// A pending task that has run no attempt.
+    pub fn new(function: Arc<str>, payload: Bytes, cores: u32, prefs: Option<Box<Prefs>>) -> Self {
+        TaskRec {
+            function,
+            payload,
+            prefs,
+            cores,
+            status: Status::Pending,
+            next_attempt: 0,
+            failures: 0,
+            attempts: [None, None],
+            speculated: false,
+            exclusion: None,
+        }
+    }
+
     pub fn running_attempts(&self) -> usize {
         self.attempts.iter().flatten().count()
     }

@@ -223,7 +223,7 @@ pub use types::{
     AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobInfo, JobOutcome,
     JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Sharing,
     SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo, TaskLaunch, TaskSpec,
-    TaskState, TaskStatus,
+    TaskState, TaskStatus, Tasks,
 };
 
 use crate::hash::FxHashMap;
@@ -958,11 +958,7 @@ impl Scheduler {
         };
         pool_rec.jobs += 1;
         self.idle_pools.remove(&pool);
-        let oversized = spec
-            .tasks
-            .iter()
-            .position(|t| t.payload.len() > self.config.payload_max_bytes)
-            .map(|i| (i, spec.tasks.get(i).map_or(0, |t| t.payload.len())));
+        let oversized = spec.tasks.first_payload_over(self.config.payload_max_bytes);
         let priority = spec.priority;
         let job = self.build_job(now_us, id, pool, spec);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
@@ -1014,7 +1010,7 @@ impl Scheduler {
                 limit: self.config.pending_tasks_max,
             });
         }
-        if let Some(i) = spec.tasks.iter().position(|t| t.cores == 0) {
+        if let Some(i) = spec.tasks.first_without_cores() {
             return Err(SubmitError::ZeroCores(i as u32));
         }
         Ok(())
@@ -1055,7 +1051,21 @@ impl Scheduler {
 
     /// The task records of a new job (host preferences interned in the book), and whether any
     /// task prefers executors, and any prefers hosts or executors.
-    fn build_tasks(book: &mut Book, specs: Vec<TaskSpec>) -> (Vec<TaskRec>, bool, bool) {
+    fn build_tasks(book: &mut Book, specs: Tasks) -> (Vec<TaskRec>, bool, bool) {
+        let specs = match specs {
+            Tasks::Each(specs) => specs,
+            Tasks::Same {
+                function,
+                cores,
+                payloads,
+            } => {
+                let tasks = payloads
+                    .into_iter()
+                    .map(|payload| TaskRec::new(function.clone(), payload, cores, None))
+                    .collect();
+                return (tasks, false, false);
+            }
+        };
         let mut has_exec_prefs = false;
         let mut has_host_prefs = false;
         let mut tasks = Vec::with_capacity(specs.len());
@@ -1075,18 +1085,7 @@ impl Scheduler {
                     hosts,
                 }))
             };
-            tasks.push(TaskRec {
-                function: t.function,
-                payload: t.payload,
-                prefs,
-                cores: t.cores,
-                status: Status::Pending,
-                next_attempt: 0,
-                failures: 0,
-                attempts: [None, None],
-                speculated: false,
-                exclusion: None,
-            });
+            tasks.push(TaskRec::new(t.function, t.payload, t.cores, prefs));
         }
         (tasks, has_exec_prefs, has_host_prefs)
     }

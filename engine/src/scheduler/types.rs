@@ -151,11 +151,84 @@ impl TaskSpec {
     }
 }
 
+/// A job's tasks: each described on its own, or many of one function and core count that
+/// differ only in their payloads. The second form is what a driver's job is, and it costs no
+/// memory beyond the payloads themselves (a million `TaskSpec`s are about 100 MB to fault in
+/// before the scheduler copies them into its own records).
+#[derive(Clone, Debug)]
+pub enum Tasks {
+    /// Each task on its own.
+    Each(Vec<TaskSpec>),
+    /// One task per payload, each running `function` on `cores` cores, without locality
+    /// preferences.
+    Same {
+        /// The registered function every task runs.
+        function: Arc<str>,
+        /// Cores each task occupies while it runs (at least 1).
+        cores: u32,
+        /// The tasks' inputs, in task order.
+        payloads: Vec<Bytes>,
+    },
+}
+
+impl Tasks {
+    /// How many tasks.
+    pub fn len(&self) -> usize {
+        match self {
+            Tasks::Each(tasks) => tasks.len(),
+            Tasks::Same { payloads, .. } => payloads.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The function of the first task, if any.
+    pub fn first_function(&self) -> Option<&Arc<str>> {
+        match self {
+            Tasks::Each(tasks) => tasks.first().map(|t| &t.function),
+            Tasks::Same {
+                function, payloads, ..
+            } => payloads.first().map(|_| function),
+        }
+    }
+
+    /// The first task asking for zero cores, if any.
+    pub fn first_without_cores(&self) -> Option<usize> {
+        match self {
+            Tasks::Each(tasks) => tasks.iter().position(|t| t.cores == 0),
+            Tasks::Same {
+                cores: 0, payloads, ..
+            } if !payloads.is_empty() => Some(0),
+            Tasks::Same { .. } => None,
+        }
+    }
+
+    /// The first task whose payload is over `bytes_max`, with its payload's size.
+    pub fn first_payload_over(&self, bytes_max: usize) -> Option<(usize, usize)> {
+        let over = |(i, payload): (usize, &Bytes)| {
+            (payload.len() > bytes_max).then_some((i, payload.len()))
+        };
+        match self {
+            Tasks::Each(tasks) => tasks.iter().map(|t| &t.payload).enumerate().find_map(over),
+            Tasks::Same { payloads, .. } => payloads.iter().enumerate().find_map(over),
+        }
+    }
+}
+
+impl From<Vec<TaskSpec>> for Tasks {
+    fn from(tasks: Vec<TaskSpec>) -> Tasks {
+        Tasks::Each(tasks)
+    }
+}
+
 /// A job: a set of tasks and how it shares the cluster with other jobs.
 #[derive(Clone, Debug)]
 pub struct JobSpec {
     /// The tasks; a task's index here is its [`TaskId::index`].
-    pub tasks: Vec<TaskSpec>,
+    pub tasks: Tasks,
     /// The FAIR pool it belongs to (ignored under FIFO).
     pub pool: String,
     /// Its weight inside its pool under FAIR (at least 1).
@@ -209,9 +282,9 @@ impl<T: Clone> JobSetting<T> {
 
 impl JobSpec {
     /// A job in the default pool with weight 1 and priority 0 that keeps its results.
-    pub fn new(tasks: Vec<TaskSpec>) -> JobSpec {
+    pub fn new(tasks: impl Into<Tasks>) -> JobSpec {
         JobSpec {
-            tasks,
+            tasks: tasks.into(),
             pool: String::from("default"),
             weight: 1,
             priority: 0,

@@ -803,8 +803,8 @@ impl DriverCore {
         }
         let now_us = self.now_us;
         // The function's name, shared with the job's tasks (a job of no tasks has none to show).
-        let function: Arc<str> = match spec.tasks.first() {
-            Some(task) => task.function.clone(),
+        let function: Arc<str> = match spec.tasks.first_function() {
+            Some(function) => function.clone(),
             None => Arc::from(""),
         };
         self.telemetry.job_submitted(now_us, id, &function, n);
