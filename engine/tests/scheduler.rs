@@ -683,8 +683,9 @@ fn exclusion_per_job_then_global_with_expiry() {
     assert_eq!(s.register_executor(1_004, exec(2, "bad", 1)), Ok(()));
 }
 
-#[test]
-fn speculation_copies_a_straggler_and_the_first_result_wins() {
+/// A scheduler that copies a task running over twice the median (checked every 10 us), with
+/// a 4-core executor running the 4 tasks of one job: the scheduler, the job and the launches.
+fn four_tasks_speculating() -> (Scheduler, JobId, Vec<(ExecutorId, TaskLaunch)>) {
     let mut s = Scheduler::new(Config {
         speculation: Some(SpeculationConfig {
             multiplier: 2.0,
@@ -698,6 +699,12 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
     s.register_executor(0, exec(1, "h", 4)).unwrap();
     let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
     let ls = launches(&drain(&mut s));
+    (s, job, ls)
+}
+
+#[test]
+fn speculation_copies_a_straggler_and_the_first_result_wins() {
+    let (mut s, job, ls) = four_tasks_speculating();
     assert_eq!(ls.len(), 4);
     let mut outs = Vec::new();
     for (e, l) in &ls[..3] {
@@ -743,19 +750,7 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
 /// simulator found this (seed 19653, before lanes changed its plans); this is the direct test.
 #[test]
 fn a_failed_copy_beside_a_running_original_lets_the_straggler_be_copied_again() {
-    let mut s = Scheduler::new(Config {
-        speculation: Some(SpeculationConfig {
-            multiplier: 2.0,
-            quantile: 0.5,
-            min_runtime_us: 0,
-            interval_us: 10,
-            ..SpeculationConfig::default()
-        }),
-        ..config()
-    });
-    s.register_executor(0, exec(1, "h", 4)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
-    let ls = launches(&drain(&mut s));
+    let (mut s, job, ls) = four_tasks_speculating();
     assert_eq!(ls.len(), 4);
     for (e, l) in &ls[..3] {
         update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
