@@ -138,16 +138,22 @@ fn silent_clients_do_not_keep_executors_out_of_a_driver() {
     drop(flood);
 }
 
-#[test]
-fn an_executor_refused_by_a_full_driver_says_why_and_retries_with_backoff() {
+/// A driver whose connection table holds `connections_max` connections, and its address.
+fn driver_with_table(connections_max: usize) -> (Driver, SocketAddr) {
     let driver = Driver::builder()
         .config(DriverConfig {
-            connections_max: 1,
+            connections_max,
             ..DriverConfig::default()
         })
         .start()
         .expect("driver");
     let addr = driver.local_addr().expect("address");
+    (driver, addr)
+}
+
+#[test]
+fn an_executor_refused_by_a_full_driver_says_why_and_retries_with_backoff() {
+    let (driver, addr) = driver_with_table(1);
     let mut first = Proc::start(&["executor", "--driver", &addr.to_string(), "--id", "first"]);
     driver
         .wait_for_executors(1, DEADLINE)
@@ -188,14 +194,7 @@ fn an_executor_refused_by_a_full_driver_says_why_and_retries_with_backoff() {
 /// (it retries), and keeps the laned executor whole.
 #[test]
 fn a_driver_full_of_lanes_refuses_a_newcomer_saying_why() {
-    let driver = Driver::builder()
-        .config(DriverConfig {
-            connections_max: 2,
-            ..DriverConfig::default()
-        })
-        .start()
-        .expect("driver");
-    let addr = driver.local_addr().expect("address");
+    let (driver, addr) = driver_with_table(2);
     let laned = ["executor", "--driver", &addr.to_string(), "--id", "laned"];
     let _laned = Proc::start(&[&laned[..], &["--cores", "2"]].concat());
     let observer = driver.observer();
@@ -230,14 +229,7 @@ fn a_driver_full_of_lanes_refuses_a_newcomer_saying_why() {
 /// cores still busy through the pool) rather than leave and come back in a loop.
 #[test]
 fn a_lane_a_full_driver_has_no_room_for_is_left_out_and_the_executor_runs_on() {
-    let driver = Driver::builder()
-        .config(DriverConfig {
-            connections_max: 1,
-            ..DriverConfig::default()
-        })
-        .start()
-        .expect("driver");
-    let addr = driver.local_addr().expect("address");
+    let (driver, addr) = driver_with_table(1);
     let laned = ["executor", "--driver", &addr.to_string(), "--id", "laned"];
     let mut laned = Proc::start(&[&laned[..], &["--cores", "2"]].concat());
     wait_until("lane 1 to be left out", || {
