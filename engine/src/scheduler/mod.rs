@@ -1873,13 +1873,7 @@ impl Scheduler {
     /// pool. False if it was taken off already (killed): nothing more to do.
     #[inline]
     fn release_attempt(&mut self, job_slot: u32, task: TaskId, attempt: u32) -> bool {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
-            unreachable!("job slot {job_slot} of an active job is empty");
-        };
+        let job = live_job(&mut self.jobs, job_slot);
         let Some(t) = job.tasks.get_mut(task.index() as usize) else {
             unreachable!("an executor held {task}, beyond its job");
         };
@@ -1914,13 +1908,7 @@ impl Scheduler {
         data: Bytes,
     ) {
         let index = task.index();
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
-            unreachable!("job slot {job_slot} of an active job is empty");
-        };
+        let job = live_job(&mut self.jobs, job_slot);
         let Some(t) = job.tasks.get_mut(index as usize) else {
             unreachable!("an executor held {task}, beyond its job");
         };
@@ -1993,13 +1981,7 @@ impl Scheduler {
     ) {
         let index = task.index();
         self.stats.attempts_failed += 1;
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
-            unreachable!("job slot {job_slot} of an active job is empty");
-        };
+        let job = live_job(&mut self.jobs, job_slot);
         let Some(t) = job.tasks.get_mut(index as usize) else {
             unreachable!("an executor held {task}, beyond its job");
         };
@@ -2281,4 +2263,12 @@ impl Scheduler {
 fn lossy(data: &Bytes) -> String {
     let end = data.len().min(REASON_MAX_BYTES);
     String::from_utf8_lossy(data.get(..end).unwrap_or_default()).into_owned()
+}
+
+/// The job in `job_slot`, which an attempt being ended or released shows is live.
+fn live_job(jobs: &mut [Option<Job>], job_slot: u32) -> &mut Job {
+    match jobs.get_mut(job_slot as usize).and_then(Option::as_mut) {
+        Some(job) => job,
+        None => unreachable!("job slot {job_slot} of an active job is empty"),
+    }
 }
