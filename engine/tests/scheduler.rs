@@ -6,7 +6,7 @@ use flint_engine::scheduler::{
     Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
     LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
     SpeculationConfig, StatusUpdate, SubmitError, TaskId, TaskLaunch, TaskSpec, TaskState,
-    TaskStatus,
+    TaskStatus, Tasks,
 };
 
 /// The defaults without exclusion and speculation (on by default; these tests look at other
@@ -529,6 +529,51 @@ fn killing_a_running_task_asks_its_executor() {
     update(&mut s, 2, ls[0].0, &ls[0].1, TaskState::Finished, b"late");
     assert!(drain(&mut s).is_empty());
     assert_eq!(s.executor_cores(ExecutorId(1)), Some((1, 1)));
+}
+
+/// The same limits hold for a job given as one function over its payloads (`Tasks::Same`, what
+/// the driver sends): zero cores is refused, an oversized payload fails the job naming the
+/// task, and the tasks run that function with those cores.
+#[test]
+fn a_job_of_one_function_over_payloads_keeps_the_limits_and_runs_each_payload() {
+    let same = |cores, payloads: Vec<&'static [u8]>| {
+        JobSpec::new(Tasks::Same {
+            function: "f".into(),
+            cores,
+            payloads: payloads.into_iter().map(Bytes::from_static).collect(),
+        })
+    };
+    let mut s = Scheduler::new(Config {
+        payload_max_bytes: 4,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    assert_eq!(
+        s.submit_job(0, same(0, vec![b"a"])).unwrap_err(),
+        SubmitError::ZeroCores(0)
+    );
+    let job = s.submit_job(0, same(1, vec![b"a", b"12345"])).unwrap();
+    match &outcomes(&drain(&mut s))[..] {
+        [(j, JobOutcome::Failed(r))] => {
+            assert_eq!(*j, job);
+            assert!(r[0].contains("task 1 payload is 5 bytes, over payload_max_bytes = 4"));
+        }
+        other => panic!("{other:?}"),
+    }
+    s.submit_job(0, same(2, vec![b"x", b"y"])).unwrap();
+    let ls = launches(&drain(&mut s));
+    let mut seen: Vec<_> = ls
+        .iter()
+        .map(|(_, l)| (l.task.index(), &*l.function, l.cores, l.payload.clone()))
+        .collect();
+    seen.sort_by_key(|t| t.0);
+    assert_eq!(
+        seen,
+        vec![
+            (0, "f", 2, Bytes::from_static(b"x")),
+            (1, "f", 2, Bytes::from_static(b"y"))
+        ]
+    );
 }
 
 #[test]
