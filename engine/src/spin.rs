@@ -320,11 +320,17 @@ impl Drop for AdaptiveSpin {
 /// Spins until `done` or `spin_max` passes, under the process's budget; returns whether `done`
 /// held. For a caller about to block on something nearly finished.
 pub fn spin_until(spin_max: Duration, done: impl FnMut() -> bool) -> bool {
-    spin_until_in(SpinBudget::global(), spin_max, done)
+    spin_until_in(SpinBudget::global(), spin_max, PREEMPTED_GAP, done)
 }
 
-/// [`spin_until`] under `budget`: without a permit, only one look at `done`.
-fn spin_until_in(budget: &SpinBudget, spin_max: Duration, mut done: impl FnMut() -> bool) -> bool {
+/// [`spin_until`] under `budget`, giving up after a gap over `preempted_gap` between two looks
+/// (the process's spins use [`PREEMPTED_GAP`]): without a permit, only one look at `done`.
+fn spin_until_in(
+    budget: &SpinBudget,
+    spin_max: Duration,
+    preempted_gap: Duration,
+    mut done: impl FnMut() -> bool,
+) -> bool {
     if spin_max.is_zero() {
         return done();
     }
@@ -339,7 +345,8 @@ fn spin_until_in(budget: &SpinBudget, spin_max: Duration, mut done: impl FnMut()
             return true;
         }
         let now = Instant::now();
-        if now.saturating_duration_since(started) >= spin_max || preempted(last_round, now) {
+        let preempted = now.saturating_duration_since(last_round) > preempted_gap;
+        if now.saturating_duration_since(started) >= spin_max || preempted {
             return false;
         }
         last_round = now;
@@ -351,6 +358,10 @@ fn spin_until_in(budget: &SpinBudget, spin_max: Duration, mut done: impl FnMut()
 fn preempted(last_round: Instant, now: Instant) -> bool {
     now.saturating_duration_since(last_round) > PREEMPTED_GAP
 }
+
+/// A gap no spin sees: for tests that time a whole spin on a machine that may preempt it.
+#[cfg(test)]
+const NEVER_PREEMPTED: Duration = Duration::MAX;
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -493,22 +504,35 @@ mod tests {
     fn spin_until_stops_when_done_or_out_of_time_or_budget() {
         let budget = SpinBudget::new(1);
         let mut looks = 0;
-        assert!(spin_until_in(&budget, Duration::from_secs(5), || {
-            looks += 1;
-            looks == 3
-        }));
+        assert!(spin_until_in(
+            &budget,
+            Duration::from_secs(5),
+            NEVER_PREEMPTED,
+            || {
+                looks += 1;
+                looks == 3
+            }
+        ));
         let started = Instant::now();
-        assert!(!spin_until_in(&budget, Duration::from_micros(200), || {
-            false
-        }));
+        assert!(!spin_until_in(
+            &budget,
+            Duration::from_micros(200),
+            NEVER_PREEMPTED,
+            || { false }
+        ));
         assert!(started.elapsed() >= Duration::from_micros(200));
         assert_eq!(budget.spinning(), 0, "the permit is given back");
         let _held = budget.try_acquire().expect("the only place");
         let mut looks = 0;
-        assert!(!spin_until_in(&budget, Duration::from_secs(5), || {
-            looks += 1;
-            false
-        }));
+        assert!(!spin_until_in(
+            &budget,
+            Duration::from_secs(5),
+            NEVER_PREEMPTED,
+            || {
+                looks += 1;
+                false
+            }
+        ));
         assert_eq!(looks, 1, "no permit: one look, no spin");
     }
 
@@ -554,14 +578,19 @@ mod tests {
         let budget = SpinBudget::new(1);
         let started = Instant::now();
         let mut looks = 0;
-        assert!(!spin_until_in(&budget, Duration::from_secs(5), || {
-            looks += 1;
-            // The second look comes long after the first, as after a preemption.
-            if looks == 2 {
-                std::thread::sleep(PREEMPTED_GAP * 4);
+        assert!(!spin_until_in(
+            &budget,
+            Duration::from_secs(5),
+            PREEMPTED_GAP,
+            || {
+                looks += 1;
+                // The second look comes long after the first, as after a preemption.
+                if looks == 2 {
+                    std::thread::sleep(PREEMPTED_GAP * 4);
+                }
+                false
             }
-            false
-        }));
+        ));
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "not the whole 5 s"
