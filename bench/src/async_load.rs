@@ -237,7 +237,7 @@ async fn call(work: &Work, task: &str, payload: &Bytes, batch: u32) -> Result<bo
             matches!(handle.await, JobOutcome::Succeeded(_))
         }
         Work::Inline(resolved) => {
-            let ctx = TaskContext::new(0, 0, resolved.argument.clone());
+            let ctx = TaskContext::new(0, 0, resolved.argument.as_deref());
             let ok = (0..batch).all(|_| (resolved.function)(&ctx, payload.clone()).is_ok());
             tokio::task::yield_now().await;
             ok

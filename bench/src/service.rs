@@ -262,7 +262,7 @@ async fn flint_handler(State(service): State<Arc<Service>>) -> StatusCode {
 /// The same work in the handler.
 async fn inline_handler(State(service): State<Arc<Service>>) -> StatusCode {
     let resolved = &service.resolved;
-    let ctx = TaskContext::new(0, 0, resolved.argument.clone());
+    let ctx = TaskContext::new(0, 0, resolved.argument.as_deref());
     let ok = service
         .payloads
         .iter()

@@ -26,46 +26,63 @@ impl TaskError {
     }
 }
 
-/// What a running task knows about itself.
-#[derive(Debug, Clone)]
-pub struct TaskContext {
+/// What a running task knows about itself. It borrows from the runner that runs the attempt
+/// (the argument from the resolved name, the kill flag from the attempt's record), so making
+/// one costs no allocation.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskContext<'a> {
     /// The task's id.
     pub task_id: u64,
     /// Which attempt this is, from 0.
     pub attempt: u32,
-    argument: Option<Arc<str>>,
-    killed: Arc<AtomicBool>,
+    argument: Option<&'a str>,
+    killed: &'a AtomicBool,
 }
 
-impl TaskContext {
-    /// A context for one attempt; `argument` is what followed the colon in the function name.
-    pub fn new(task_id: u64, attempt: u32, argument: Option<Arc<str>>) -> Self {
+/// The kill flag of an attempt nobody can kill (it runs to its end on the thread that asked).
+static NEVER_KILLED: AtomicBool = AtomicBool::new(false);
+
+impl<'a> TaskContext<'a> {
+    /// A context for one attempt that cannot be killed; `argument` is what followed the colon
+    /// in the function name.
+    pub fn new(task_id: u64, attempt: u32, argument: Option<&'a str>) -> Self {
         TaskContext {
             task_id,
             attempt,
             argument,
-            killed: Arc::new(AtomicBool::new(false)),
+            killed: &NEVER_KILLED,
+        }
+    }
+
+    /// A context whose attempt is killed once `killed` is set (the runner sets it on
+    /// `KillTask`).
+    pub fn killable(
+        task_id: u64,
+        attempt: u32,
+        argument: Option<&'a str>,
+        killed: &'a AtomicBool,
+    ) -> Self {
+        TaskContext {
+            task_id,
+            attempt,
+            argument,
+            killed,
         }
     }
 
     /// The text after the colon in the function's name (`"5"` in `sleep:5`), if any.
-    pub fn argument(&self) -> Option<&str> {
-        self.argument.as_deref()
+    pub fn argument(&self) -> Option<&'a str> {
+        self.argument
     }
 
     /// True once the driver asked to kill this attempt. Long functions should check it.
     pub fn is_killed(&self) -> bool {
         self.killed.load(Ordering::Relaxed)
     }
-
-    /// Asks the task to stop (the executor calls this on `KillTask`).
-    pub fn kill(&self) {
-        self.killed.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A task function.
-pub type TaskFn = Arc<dyn Fn(&TaskContext, Bytes) -> Result<Bytes, TaskError> + Send + Sync>;
+pub type TaskFn = Arc<dyn Fn(&TaskContext<'_>, Bytes) -> Result<Bytes, TaskError> + Send + Sync>;
 
 /// A resolved function name: the function and its argument.
 #[derive(Clone)]
@@ -165,7 +182,7 @@ impl Registry {
     pub fn register(
         &mut self,
         name: &str,
-        function: impl Fn(&TaskContext, Bytes) -> Result<Bytes, TaskError> + Send + Sync + 'static,
+        function: impl Fn(&TaskContext<'_>, Bytes) -> Result<Bytes, TaskError> + Send + Sync + 'static,
     ) {
         self.functions.insert(name.to_owned(), Arc::new(function));
     }
@@ -244,7 +261,7 @@ fn probability_argument(text: Option<&str>, usage: &str) -> Result<f64, TaskErro
 
 /// Waits for `duration`, calling `step` with the time left, unless the task is killed first.
 fn wait_unless_killed(
-    ctx: &TaskContext,
+    ctx: &TaskContext<'_>,
     duration: Duration,
     step: impl Fn(Duration),
 ) -> Result<(), TaskError> {
@@ -263,7 +280,7 @@ fn wait_unless_killed(
 
 /// A number in [0, 1) fixed by the task, the attempt and `salt`: the dice of `fail:P` and
 /// `crash:P`, the same on every machine, different on every retry.
-fn chance(ctx: &TaskContext, salt: u64) -> f64 {
+fn chance(ctx: &TaskContext<'_>, salt: u64) -> f64 {
     let mut z =
         ctx.task_id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (u64::from(ctx.attempt) << 32) ^ salt;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -278,7 +295,7 @@ mod tests {
 
     fn run(registry: &Registry, name: &str, payload: &[u8]) -> Result<Bytes, TaskError> {
         let resolved = registry.resolve(name)?;
-        let ctx = TaskContext::new(7, 0, resolved.argument.clone());
+        let ctx = TaskContext::new(7, 0, resolved.argument.as_deref());
         (resolved.function)(&ctx, Bytes::copy_from_slice(payload))
     }
 
@@ -347,8 +364,8 @@ mod tests {
     fn a_killed_sleep_stops_early() {
         let registry = Registry::with_builtins();
         let resolved = registry.resolve("sleep:60000").expect("resolves");
-        let ctx = TaskContext::new(1, 0, resolved.argument.clone());
-        ctx.kill();
+        let killed = AtomicBool::new(true);
+        let ctx = TaskContext::killable(1, 0, resolved.argument.as_deref(), &killed);
         assert_eq!(
             (resolved.function)(&ctx, Bytes::new()),
             Err(TaskError::new("killed"))

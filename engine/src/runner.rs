@@ -1,41 +1,44 @@
-//! Runs launched tasks on the pinned task pool and collects their completions for the event
-//! loop, batched. Executors use it for tasks from the wire; local mode uses it in the driver's
-//! own process.
-//!
-//! Completion protocol: a pool worker pushes its [`TaskReport`] into a bounded lock-free queue,
-//! then sets the `kick_pending` flag; only the worker that flips it from false to true calls the
-//! `kick` callback (which sends one message to the loop). The loop clears the flag *before* it
-//! drains the queue, so a completion pushed during the drain either is drained or flips the flag
-//! and kicks again: none is stranded, and while the loop is busy, completions pile up and leave
-//! in one batch (one `StatusUpdates` frame, one write).
+//! Runs launched tasks and collects their completions for the event loop, batched. Executors
+//! use it for tasks from the wire (one runner per lane); local mode uses it in the driver's own
+//! process.
 //!
 //! Run to completion: a launch of a function whose runs are known to be short (an average under
-//! [`INLINE_RUN_MAX`] over at least [`INLINE_RUNS_MIN`] runs) runs on the loop's own thread when
-//! the pool has nothing in flight, at most [`INLINE_BATCH_MAX`] of such work per drain, so a lone
-//! short task costs no hand-off to a pool thread and back. Its completion goes to the `spill`
-//! list below, as if it had failed at once. A run that turns out long (over
-//! [`INLINE_RUN_GIVE_UP`]) stops that function from running inline again, so heartbeats and
-//! kill requests are held up at most that once. Panics are caught as on the pool.
+//! [`INLINE_RUN_MAX`] over at least [`INLINE_RUNS_MIN`] runs) waits in the runner for the
+//! loop's own thread, which runs it at its next [`TaskRunner::drain`]: no hand-off to a pool
+//! thread and back, no allocation, no atomic read-modify-write. A drain runs such work for at
+//! most its round ([`TaskRunner::set_inline_round`]), then returns; what is left waits for the
+//! next round ([`TaskRunner::has_waiting`]: the caller comes back after one turn of its loop),
+//! so reads, heartbeats and kills are held up at most a round. Whether a function runs inline
+//! is decided by what its runs took, never by how busy the loop is, so the same launches take
+//! the same path on a fast machine, a loaded one, or under valgrind (`ci/cost` counts on it).
+//! An inline run that takes over [`INLINE_RUN_GIVE_UP`] (a function that is not short after all,
+//! or a thread preempted mid-run) sends that function to the pool for its next
+//! [`SIT_OUT_RUNS`] runs, twice as many after each such run in a row, so one preemption costs a
+//! few hand-offs and a function that blocks now and then ends up on the pool.
 //!
-//! No thread waits on a queue only it drains. Pool workers wait (backpressure) while the queue is
-//! full, since the loop drains it. The loop itself completes attempts too: an unknown function,
-//! or a task the pool refused (its completion runs as the loop drops it). Those completions go to
-//! a separate list the loop owns (`spill`), never into the bounded queue and never with a kick
-//! (the loop's own inbox may be full): [`TaskRunner::launch`] returns true when it left one
-//! there, and the caller drains after its batch of launches.
+//! Everything else runs on the pinned task pool. Completion protocol there: a pool worker pushes
+//! its [`TaskReport`] into a bounded lock-free queue, then sets the `kick_pending` flag; only the
+//! worker that flips it from false to true calls the `kick` callback (which sends one message to
+//! the loop). The loop clears the flag *before* it drains the queue, so a completion pushed
+//! during the drain either is drained or flips the flag and kicks again: none is stranded, and
+//! while the loop is busy, completions pile up and leave in one batch (one `StatusUpdates`
+//! frame, one write). The queue holds two reports for every attempt the runner may hold, so a
+//! worker never waits for room in practice; if it must, it yields (backpressure), since only
+//! the loop drains. The loop never pushes into that queue: what it completes itself (inline
+//! runs, an unknown function, a launch the pool refused) goes to a list it owns.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::functions::{Registry, Resolved, TaskContext, TaskError, TaskFn};
-use crate::hash::{FxHashMap, FxHashSet};
+use crate::hash::FxHashMap;
 use crate::pool::{PoolHandle, Task, TaskOutcome};
 use crate::runtime::Inbox;
-use crate::scheduler::{ExecutorId, StatusUpdate, TaskId, TaskState};
+use crate::scheduler::{ExecutorId, StatusUpdate, TaskId, TaskLaunch, TaskState};
 
 /// An attempt's report: what an executor tells the driver about one run of a task. The
 /// scheduler's [`StatusUpdate`] is this report with the executor that sent it.
@@ -45,7 +48,7 @@ pub struct TaskReport {
     pub task: TaskId,
     /// The attempt.
     pub attempt: u32,
-    /// `Running` when it starts; then `Finished`, `Failed` or `Killed`.
+    /// `Running` when it starts (on the pool); then `Finished`, `Failed` or `Killed`.
     pub state: TaskState,
     /// The result, or the error text.
     pub data: Bytes,
@@ -62,6 +65,15 @@ impl TaskReport {
             data: self.data,
         }
     }
+
+    fn failed(launch: &TaskLaunch, why: String) -> TaskReport {
+        TaskReport {
+            task: launch.task,
+            attempt: launch.attempt,
+            state: TaskState::Failed,
+            data: Bytes::from(why),
+        }
+    }
 }
 
 /// Called (from a pool worker) when completions are waiting and the loop was not yet told.
@@ -71,18 +83,30 @@ pub type Kick = Arc<dyn Fn() + Send + Sync>;
 pub const INLINE_RUN_MAX: Duration = Duration::from_micros(20);
 /// Runs a function needs on record before it may run inline.
 pub const INLINE_RUNS_MIN: u64 = 8;
-/// Inline work the loop does between two drains, at most (judged by the averages).
-pub const INLINE_BATCH_MAX: Duration = Duration::from_micros(100);
-/// An inline run longer than this stops its function from running inline again.
+/// How long one drain runs inline work at most, unless set otherwise
+/// ([`TaskRunner::set_inline_round`]).
+pub const INLINE_ROUND_DEFAULT: Duration = Duration::from_micros(100);
+/// An inline run longer than this sends its function to the pool for a while (see the module
+/// docs).
 pub const INLINE_RUN_GIVE_UP: Duration = Duration::from_millis(2);
+/// Pool runs a function sits out after one inline run over [`INLINE_RUN_GIVE_UP`]; each such run
+/// in a row doubles it, up to 2^[`STRIKES_MAX`] times.
+pub const SIT_OUT_RUNS: u64 = 16;
+/// Doublings of [`SIT_OUT_RUNS`] at most.
+const STRIKES_MAX: u32 = 12;
+/// Function names a runner keeps resolved and timed; another name replaces the oldest.
+pub const FUNCTIONS_MAX: usize = 64;
 
 /// How long a function's runs take: an average weighted toward recent runs (1/8 per run).
+/// Pool workers and the loop both record into it.
 #[derive(Debug, Default)]
 struct Timing {
     average_ns: AtomicU64,
     runs: AtomicU64,
-    /// Never inline again (a run was much longer than its average).
-    long: AtomicBool,
+    /// No inline run before `runs` reaches this (it sits out a long inline run).
+    inline_after: AtomicU64,
+    /// Long inline runs in a row.
+    strikes: AtomicU32,
 }
 
 impl Timing {
@@ -98,45 +122,97 @@ impl Timing {
         self.average_ns.store(next, Ordering::Relaxed);
     }
 
-    fn is_short(&self) -> bool {
-        !self.long.load(Ordering::Relaxed)
-            && self.runs.load(Ordering::Relaxed) >= INLINE_RUNS_MIN
-            && self.average_ns.load(Ordering::Relaxed) < INLINE_RUN_MAX.as_nanos() as u64
+    /// An inline run (on the loop's thread, the only one that calls this). A long one is not
+    /// averaged in (it may be a preemption) but sends the function to the pool for a while;
+    /// returns the runs it sits out then.
+    fn record_inline(&self, took: Duration) -> Option<u64> {
+        if took <= INLINE_RUN_GIVE_UP {
+            self.strikes.store(0, Ordering::Relaxed);
+            self.record(took);
+            return None;
+        }
+        let strikes = self.strikes.load(Ordering::Relaxed);
+        self.strikes
+            .store(strikes.saturating_add(1), Ordering::Relaxed);
+        let sit_out = SIT_OUT_RUNS << strikes.min(STRIKES_MAX);
+        let runs = self.runs.load(Ordering::Relaxed);
+        self.inline_after
+            .store(runs.saturating_add(sit_out), Ordering::Relaxed);
+        Some(sit_out)
     }
 
-    fn average(&self) -> Duration {
-        Duration::from_nanos(self.average_ns.load(Ordering::Relaxed))
+    fn is_short(&self) -> bool {
+        let runs = self.runs.load(Ordering::Relaxed);
+        runs >= INLINE_RUNS_MIN
+            && runs >= self.inline_after.load(Ordering::Relaxed)
+            && self.average_ns.load(Ordering::Relaxed) < INLINE_RUN_MAX.as_nanos() as u64
     }
 }
 
-thread_local! {
-    /// Set while [`TaskRunner::launch`] runs on this thread: completions made here (by the loop
-    /// that drains the queue) must not wait for the queue or kick the loop.
-    static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
+/// A function name resolved once, with its timing.
+struct Function {
+    name: Arc<str>,
+    resolved: Resolved,
+    timing: Arc<Timing>,
+}
+
+/// The functions a runner has resolved: at most [`FUNCTIONS_MAX`], the one found last checked
+/// first (a batch's launches usually share one, often the very same `Arc`).
+#[derive(Default)]
+struct Functions {
+    entries: Vec<Function>,
+    last: usize,
+    /// The entry the next new name replaces once full (the oldest).
+    next_out: usize,
+}
+
+impl Functions {
+    /// The index of `name`'s entry, resolved in `registry` if new.
+    fn find(&mut self, registry: &Registry, name: &Arc<str>) -> Result<usize, TaskError> {
+        let same = |f: &Function| Arc::ptr_eq(&f.name, name) || *f.name == **name;
+        if self.entries.get(self.last).is_some_and(same) {
+            return Ok(self.last);
+        }
+        if let Some(i) = self.entries.iter().position(same) {
+            self.last = i;
+            return Ok(i);
+        }
+        let function = Function {
+            name: name.clone(),
+            resolved: registry.resolve(name)?,
+            timing: Arc::new(Timing::default()),
+        };
+        let i = if self.entries.len() < FUNCTIONS_MAX {
+            self.entries.push(function);
+            self.entries.len() - 1
+        } else {
+            let i = self.next_out;
+            self.next_out = (i + 1) % FUNCTIONS_MAX;
+            self.entries[i] = function;
+            i
+        };
+        self.last = i;
+        Ok(i)
+    }
+}
+
+/// An attempt on the pool, shared with its pool task.
+#[derive(Default)]
+struct PoolAttempt {
+    killed: AtomicBool,
+    /// The runner reported it itself (the pool refused it): its completion says nothing.
+    disarmed: AtomicBool,
 }
 
 struct Shared {
     done: Inbox<TaskReport>,
-    /// Completions made on the draining thread itself, during `launch` (see the module docs).
-    /// Only the loop pushes here, and it drains after each batch of launches, so it holds at
-    /// most one batch.
-    spill: Mutex<Vec<TaskReport>>,
     kick_pending: AtomicBool,
     kick: Kick,
 }
 
 impl Shared {
+    /// A pool worker's completion (never the loop's: see the module docs).
     fn complete(&self, mut completion: TaskReport) {
-        if IN_LAUNCH.with(Cell::get) {
-            self.spill
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(completion);
-            return;
-        }
-        // The queue holds as many completions as tasks may be in flight; if the loop is behind,
-        // the worker waits here (backpressure) rather than dropping a result. Only pool workers
-        // get here: the loop never waits on the queue it drains.
         loop {
             match self.done.push(completion) {
                 Ok(_) => break,
@@ -152,55 +228,59 @@ impl Shared {
     }
 }
 
-/// Launches tasks on a pool and hands back their completions.
+/// Launches tasks inline or on a pool and hands back their completions.
 pub struct TaskRunner {
     pool: PoolHandle,
     registry: Registry,
-    resolved: FxHashMap<Box<str>, (Resolved, Arc<Timing>)>,
-    running: FxHashMap<(u64, u32), TaskContext>,
+    functions: Functions,
+    /// Launches of short functions waiting for the loop's thread, in launch order.
+    waiting: VecDeque<TaskLaunch>,
+    /// Attempts on the pool, for kills and to match their reports.
+    on_pool: FxHashMap<(u64, u32), Arc<PoolAttempt>>,
+    in_flight_max: usize,
     /// Whether short tasks may run on the loop's thread (see the module docs).
     inline: bool,
-    /// Inline work done since the last drain (by the averages).
-    inline_spent: Duration,
+    inline_round: Duration,
+    /// Completions made on the loop's thread, reported at the next drain.
+    done: Vec<TaskReport>,
     shared: Arc<Shared>,
-    report_running: bool,
+    /// Scratch: the pool's completions of one drain.
     batch: Vec<TaskReport>,
-    finals: FxHashSet<(u64, u32)>,
-    completed: u64,
-    /// The executor's id, for each attempt's span.
+    /// The executor's id, for each pool attempt's span.
     executor: Arc<str>,
 }
 
 impl std::fmt::Debug for TaskRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskRunner")
-            .field("running", &self.running.len())
+            .field("waiting", &self.waiting.len())
+            .field("on_pool", &self.on_pool.len())
             .finish_non_exhaustive()
     }
 }
 
 impl TaskRunner {
-    /// A runner over `pool` for up to `in_flight_max` attempts at once. Each attempt
-    /// reports `Running` when it starts, then its final state.
+    /// A runner over `pool` for up to `in_flight_max` attempts at once. An attempt on the pool
+    /// reports `Running` when it starts, then its final state; one run inline its final state.
     pub fn new(pool: PoolHandle, registry: Registry, in_flight_max: usize, kick: Kick) -> Self {
+        let in_flight_max = in_flight_max.max(1);
         let shared = Arc::new(Shared {
-            done: Inbox::new(2 * in_flight_max.max(1)),
-            spill: Mutex::new(Vec::new()),
+            done: Inbox::new(2 * in_flight_max),
             kick_pending: AtomicBool::new(false),
             kick,
         });
         TaskRunner {
             pool,
             registry,
-            resolved: FxHashMap::default(),
-            running: FxHashMap::default(),
+            functions: Functions::default(),
+            waiting: VecDeque::new(),
+            on_pool: FxHashMap::default(),
+            in_flight_max,
             inline: true,
-            inline_spent: Duration::ZERO,
+            inline_round: INLINE_ROUND_DEFAULT,
+            done: Vec::new(),
             shared,
-            report_running: true,
             batch: Vec::new(),
-            finals: FxHashSet::default(),
-            completed: 0,
             executor: Arc::from("local"),
         }
     }
@@ -217,210 +297,167 @@ impl TaskRunner {
         self.inline = inline;
     }
 
-    /// Attempts that have reached a final state so far.
-    pub fn completed(&self) -> u64 {
-        self.completed
+    /// How long one drain runs short tasks at most (default [`INLINE_ROUND_DEFAULT`]): what
+    /// the loop's other work may wait for them.
+    pub fn set_inline_round(&mut self, round: Duration) {
+        self.inline_round = round;
     }
 
     /// Attempts launched and not yet drained as completions.
     pub fn running(&self) -> usize {
-        self.running.len()
+        self.waiting.len() + self.on_pool.len()
     }
 
-    /// Starts one attempt. An unknown function or a full pool completes it at once as failed;
-    /// then it returns true, and the caller must [`TaskRunner::drain`] after its batch of
-    /// launches (no kick comes for those completions).
-    pub fn launch(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) -> bool {
-        /// Marks this thread as launching until dropped (also on a panic).
-        struct Launching;
-        impl Drop for Launching {
-            fn drop(&mut self) {
-                IN_LAUNCH.with(|f| f.set(false));
-            }
-        }
-        IN_LAUNCH.with(|f| f.set(true));
-        let _launching = Launching;
-        self.launch_inner(task_id, attempt, function, payload);
-        !self
-            .shared
-            .spill
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+    /// Whether short tasks wait for the next drain (the last one's round ran out): the caller
+    /// drains again after its loop's next turn.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
     }
 
-    fn launch_inner(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) {
-        let resolved = self.resolve_cached(function);
-        let key = (task_id, attempt);
-        let Ok((resolved, timing)) = resolved.map_err(|error| {
-            self.shared.complete(TaskReport {
-                task: TaskId(task_id),
-                attempt,
-                state: TaskState::Failed,
-                data: Bytes::from(error.0),
-            })
-        }) else {
-            return;
-        };
-        if self.running.contains_key(&key) {
-            tracing::warn!(task_id, attempt, "duplicate launch ignored");
-            return;
-        }
-        let ctx = TaskContext::new(task_id, attempt, resolved.argument.clone());
-        if self.inline
-            && self.running.is_empty()
-            && timing.is_short()
-            && self.inline_spent + timing.average() <= INLINE_BATCH_MAX
-        {
-            self.inline_spent += timing.average();
-            return self.run_inline(&ctx, &resolved, &timing, payload);
-        }
-        self.running.insert(key, ctx.clone());
-        let task = self.pool_task(ctx, resolved.function, timing, payload);
-        if let Err(rejected) = self.pool.try_submit(task) {
-            // Dropping the rejected task reports it through its completion as cancelled.
-            tracing::warn!(
-                task_id,
-                attempt,
-                "task pool refused a task: {}",
-                rejected.error
+    /// Starts one attempt; its completions come from [`TaskRunner::drain`], which the caller
+    /// calls after its batch of launches. The caller never launches an attempt it holds
+    /// already (the executor's core drops duplicates, the scheduler makes none). An unknown
+    /// function, a launch past the in-flight limit or one the pool refuses fails at once.
+    pub fn launch(&mut self, launch: TaskLaunch) {
+        if self.running() >= self.in_flight_max {
+            let why = format!(
+                "not run: the runner already holds its maximum of {} attempts",
+                self.in_flight_max
             );
+            return self.done.push(TaskReport::failed(&launch, why));
+        }
+        let index = match self.functions.find(&self.registry, &launch.function) {
+            Ok(index) => index,
+            Err(error) => return self.done.push(TaskReport::failed(&launch, error.0)),
+        };
+        let Some(function) = self.functions.entries.get(index) else {
+            unreachable!("function {index} was just found");
+        };
+        if self.inline && function.timing.is_short() {
+            self.waiting.push_back(launch);
+        } else {
+            self.submit(index, launch);
         }
     }
 
-    /// The pool task running attempt `ctx` of `function` (timed into `timing`) on `payload`:
-    /// it reports running (if asked) and its end; its completion reports a panic or a refusal.
-    fn pool_task(
-        &self,
-        ctx: TaskContext,
-        function: TaskFn,
-        timing: Arc<Timing>,
-        payload: Bytes,
-    ) -> Task {
-        let (task_id, attempt) = (ctx.task_id, ctx.attempt);
-        let report_running = self.report_running;
-        let run_shared = self.shared.clone();
-        let done_shared = self.shared.clone();
-        let executor = self.executor.clone();
-        Task::with_completion(
-            move || {
-                // A span per attempt (debug: off unless asked, then it costs nothing).
-                let span = tracing::debug_span!(
-                    "task_attempt",
-                    job = task_id >> 32,
-                    task = task_id as u32,
-                    attempt,
-                    executor = &*executor
+    /// Hands `launch` of function `index` to the pool.
+    fn submit(&mut self, index: usize, launch: TaskLaunch) {
+        let key = (launch.task.0, launch.attempt);
+        let Some(function) = self.functions.entries.get(index) else {
+            unreachable!("function {index} was just found");
+        };
+        let attempt = Arc::new(PoolAttempt::default());
+        let task = PoolRun {
+            task: launch.task,
+            attempt: launch.attempt,
+            function: function.resolved.function.clone(),
+            argument: function.resolved.argument.clone(),
+            timing: function.timing.clone(),
+            cell: attempt.clone(),
+            shared: self.shared.clone(),
+            executor: self.executor.clone(),
+        }
+        .into_task(launch.payload.clone());
+        match self.pool.try_submit(task) {
+            Ok(_) => {
+                self.on_pool.insert(key, attempt);
+            }
+            Err(rejected) => {
+                attempt.disarmed.store(true, Ordering::Relaxed);
+                let why = format!(
+                    "not run: the task pool refused it (full or shutting down): {}",
+                    rejected.error
                 );
-                let _entered = span.enter();
-                if report_running {
-                    run_shared.complete(TaskReport {
-                        task: TaskId(task_id),
-                        attempt,
-                        state: TaskState::Running,
-                        data: Bytes::new(),
-                    });
-                }
-                let (state, data) = run_on_pool(&ctx, &function, &timing, payload);
-                run_shared.complete(TaskReport {
-                    task: TaskId(task_id),
-                    attempt,
-                    state,
-                    data,
-                });
-            },
-            move |outcome| {
-                let Some(text) = pool_failure_text(outcome) else {
-                    return;
-                };
-                done_shared.complete(TaskReport {
-                    task: TaskId(task_id),
-                    attempt,
-                    state: TaskState::Failed,
-                    data: Bytes::from(text),
-                });
-            },
-        )
-    }
-
-    /// The function named `function` with its timing, resolved once and then cached.
-    fn resolve_cached(&mut self, function: &str) -> Result<(Resolved, Arc<Timing>), TaskError> {
-        match self.resolved.get(function) {
-            Some(resolved) => Ok(resolved.clone()),
-            None => self.registry.resolve(function).map(|resolved| {
-                let entry = (resolved, Arc::new(Timing::default()));
-                self.resolved.insert(function.into(), entry.clone());
-                entry
-            }),
-        }
-    }
-
-    /// Runs a short attempt here, on the loop's thread; its completion goes to the spill list
-    /// (this runs inside `launch`).
-    fn run_inline(
-        &mut self,
-        ctx: &TaskContext,
-        resolved: &Resolved,
-        timing: &Timing,
-        payload: Bytes,
-    ) {
-        let function = resolved.function.clone();
-        let started = Instant::now();
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| function(ctx, payload)));
-        let took = started.elapsed();
-        timing.record(took);
-        if took > INLINE_RUN_GIVE_UP {
-            timing.long.store(true, Ordering::Relaxed);
-            tracing::info!(
-                task_id = ctx.task_id,
-                took_us = took.as_micros() as u64,
-                "a task expected to be short ran long inline; its function now runs on the pool"
-            );
-        }
-        let (state, data) = match result {
-            Ok(Ok(result)) => (TaskState::Finished, result),
-            Ok(Err(error)) => (TaskState::Failed, Bytes::from(error.0)),
-            Err(panic) => (
-                TaskState::Failed,
-                Bytes::from(format!("task panicked: {}", panic_text(panic.as_ref()))),
-            ),
-        };
-        self.shared.complete(TaskReport {
-            task: TaskId(ctx.task_id),
-            attempt: ctx.attempt,
-            state,
-            data,
-        });
-    }
-
-    /// Asks a running attempt to stop; it completes as killed.
-    pub fn kill(&mut self, task_id: u64, attempt: u32) -> bool {
-        match self.running.get(&(task_id, attempt)) {
-            Some(ctx) => {
-                ctx.kill();
-                true
+                tracing::warn!(task_id = key.0, attempt = key.1, "{why}");
+                drop(rejected);
+                self.done.push(TaskReport::failed(&launch, why));
             }
-            None => false,
         }
     }
 
-    /// Asks every running attempt to stop.
-    pub fn kill_all(&mut self) {
-        self.running.values().for_each(TaskContext::kill);
+    /// Runs waiting short attempts on this thread until none is left or the round is over;
+    /// their completions join the loop's list.
+    fn run_waiting(&mut self) {
+        let start = Instant::now();
+        let mut last = start;
+        while let Some(launch) = self.waiting.pop_front() {
+            let report = match self.functions.find(&self.registry, &launch.function) {
+                Ok(index) => {
+                    let Some(function) = self.functions.entries.get(index) else {
+                        unreachable!("function {index} was just found");
+                    };
+                    let (state, data) = run_inline(function, &launch);
+                    let now = Instant::now();
+                    if let Some(sit_out) = function.timing.record_inline(now - last) {
+                        tracing::info!(
+                            task_id = launch.task.0,
+                            took_us = (now - last).as_micros() as u64,
+                            sit_out,
+                            "a task expected to be short ran long inline; its function runs on \
+                             the pool for a while"
+                        );
+                    }
+                    last = now;
+                    TaskReport {
+                        task: launch.task,
+                        attempt: launch.attempt,
+                        state,
+                        data,
+                    }
+                }
+                // Its entry was replaced since, and the registry changed: not expected.
+                Err(error) => TaskReport::failed(&launch, error.0),
+            };
+            self.done.push(report);
+            if last - start >= self.inline_round {
+                break;
+            }
+        }
     }
 
-    /// Hands every waiting completion to `each`, in completion order. A `Running` report whose
-    /// final state is in the same batch is left out: the final state says more. Call it on the
-    /// loop when the `kick` callback's message arrives.
+    /// Asks an attempt to stop: one on the pool completes as killed; one waiting to run inline
+    /// is killed before it starts. Returns whether the runner held it.
+    pub fn kill(&mut self, task_id: u64, attempt: u32) -> bool {
+        if let Some(cell) = self.on_pool.get(&(task_id, attempt)) {
+            cell.killed.store(true, Ordering::Relaxed);
+            return true;
+        }
+        let at = self
+            .waiting
+            .iter()
+            .position(|l| l.task.0 == task_id && l.attempt == attempt);
+        let Some(launch) = at.and_then(|i| self.waiting.remove(i)) else {
+            return false;
+        };
+        self.done.push(killed_before_start(&launch));
+        true
+    }
+
+    /// Asks every attempt to stop.
+    pub fn kill_all(&mut self) {
+        for cell in self.on_pool.values() {
+            cell.killed.store(true, Ordering::Relaxed);
+        }
+        while let Some(launch) = self.waiting.pop_front() {
+            self.done.push(killed_before_start(&launch));
+        }
+    }
+
+    /// Runs waiting short attempts (for a round at most), then hands every completion to
+    /// `each`: the loop's own first, then the pool's in completion order. A pool attempt's
+    /// `Running` report whose final state is in the same batch is left out: the final state
+    /// says more. Call it after a batch of launches and when the `kick` callback's message
+    /// arrives; if [`TaskRunner::has_waiting`] then, call it again after the loop's next turn.
     pub fn drain(&mut self, mut each: impl FnMut(TaskReport)) {
-        self.inline_spent = Duration::ZERO;
+        self.run_waiting();
+        self.done.drain(..).for_each(&mut each);
+        if self.on_pool.is_empty() {
+            return;
+        }
         self.shared.kick_pending.store(false, Ordering::SeqCst);
-        self.batch
-            .append(&mut self.shared.spill.lock().unwrap_or_else(|p| p.into_inner()));
         // At most one queue's worth per call, so a flood of completions cannot starve the loop;
         // if some are left, the loop is kicked again to come back for them.
-        let batch_max = self.shared.done.capacity() + self.batch.len();
+        let batch_max = self.shared.done.capacity();
         while self.batch.len() < batch_max {
             let Some(completion) = self.shared.done.pop() else {
                 break;
@@ -430,19 +467,132 @@ impl TaskRunner {
         if !self.shared.done.is_empty() && !self.shared.kick_pending.swap(true, Ordering::SeqCst) {
             (self.shared.kick)();
         }
-        self.finals.clear();
         for completion in &self.batch {
             if completion.state != TaskState::Running {
-                self.finals.insert((completion.task.0, completion.attempt));
-                self.completed += 1;
-                self.running
+                self.on_pool
                     .remove(&(completion.task.0, completion.attempt));
             }
         }
         for completion in self.batch.drain(..) {
             let key = (completion.task.0, completion.attempt);
-            if completion.state != TaskState::Running || !self.finals.contains(&key) {
+            if completion.state != TaskState::Running || self.on_pool.contains_key(&key) {
                 each(completion);
+            }
+        }
+    }
+}
+
+/// The report of a waiting attempt killed before it ran.
+fn killed_before_start(launch: &TaskLaunch) -> TaskReport {
+    TaskReport {
+        task: launch.task,
+        attempt: launch.attempt,
+        state: TaskState::Killed,
+        data: Bytes::from_static(b"killed before it started"),
+    }
+}
+
+/// Runs a short attempt here, on the loop's thread: its state and data (a panic fails it).
+fn run_inline(function: &Function, launch: &TaskLaunch) -> (TaskState, Bytes) {
+    let ctx = TaskContext::new(
+        launch.task.0,
+        launch.attempt,
+        function.resolved.argument.as_deref(),
+    );
+    let run = &function.resolved.function;
+    let payload = launch.payload.clone();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx, payload))) {
+        Ok(Ok(result)) => (TaskState::Finished, result),
+        Ok(Err(error)) => (TaskState::Failed, Bytes::from(error.0)),
+        Err(panic) => (
+            TaskState::Failed,
+            Bytes::from(format!("task panicked: {}", panic_text(panic.as_ref()))),
+        ),
+    }
+}
+
+/// What a pool task carries to run one attempt and report it.
+struct PoolRun {
+    task: TaskId,
+    attempt: u32,
+    function: TaskFn,
+    argument: Option<Arc<str>>,
+    timing: Arc<Timing>,
+    cell: Arc<PoolAttempt>,
+    shared: Arc<Shared>,
+    executor: Arc<str>,
+}
+
+impl PoolRun {
+    /// The pool task: it reports running, runs (unless killed first), times the run and
+    /// reports its end; its completion reports a panic or a drop unrun, unless disarmed.
+    fn into_task(self, payload: Bytes) -> Task {
+        let (task, attempt) = (self.task, self.attempt);
+        let (shared, cell) = (self.shared.clone(), self.cell.clone());
+        Task::with_completion(
+            move || self.run(payload),
+            move |outcome| {
+                let Some(text) = pool_failure_text(outcome) else {
+                    return;
+                };
+                if !cell.disarmed.load(Ordering::Relaxed) {
+                    shared.complete(TaskReport {
+                        task,
+                        attempt,
+                        state: TaskState::Failed,
+                        data: Bytes::from(text),
+                    });
+                }
+            },
+        )
+    }
+
+    fn run(self, payload: Bytes) {
+        // A span per attempt (debug: off unless asked, then it costs nothing).
+        let span = tracing::debug_span!(
+            "task_attempt",
+            job = self.task.0 >> 32,
+            task = self.task.0 as u32,
+            attempt = self.attempt,
+            executor = &*self.executor
+        );
+        let _entered = span.enter();
+        let report = |state, data| TaskReport {
+            task: self.task,
+            attempt: self.attempt,
+            state,
+            data,
+        };
+        self.shared
+            .complete(report(TaskState::Running, Bytes::new()));
+        let (state, data) = self.run_attempt(payload);
+        self.shared.complete(report(state, data));
+    }
+
+    /// Runs the attempt (unless killed before it started), timing it; returns the state and
+    /// data it reports.
+    fn run_attempt(&self, payload: Bytes) -> (TaskState, Bytes) {
+        let ctx = TaskContext::killable(
+            self.task.0,
+            self.attempt,
+            self.argument.as_deref(),
+            &self.cell.killed,
+        );
+        if ctx.is_killed() {
+            return (
+                TaskState::Killed,
+                Bytes::from_static(b"killed before it started"),
+            );
+        }
+        let started = Instant::now();
+        let result = (self.function)(&ctx, payload);
+        self.timing.record(started.elapsed());
+        match result {
+            Ok(result) => (TaskState::Finished, result),
+            Err(_) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
+            Err(error) => {
+                tracing::debug!(reason = %error.0, "task attempt failed");
+                (TaskState::Failed, Bytes::from(error.0))
             }
         }
     }
@@ -459,41 +609,14 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs an attempt on the pool (unless killed before it started), timing it; returns the state
-/// and data it reports.
-fn run_on_pool(
-    ctx: &TaskContext,
-    function: &TaskFn,
-    timing: &Timing,
-    payload: Bytes,
-) -> (TaskState, Bytes) {
-    if ctx.is_killed() {
-        return (
-            TaskState::Killed,
-            Bytes::from_static(b"killed before it started"),
-        );
-    }
-    let started = Instant::now();
-    let result = function(ctx, payload);
-    timing.record(started.elapsed());
-    match result {
-        Ok(result) => (TaskState::Finished, result),
-        Err(_) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
-        Err(error) => {
-            tracing::debug!(reason = %error.0, "task attempt failed");
-            (TaskState::Failed, Bytes::from(error.0))
-        }
-    }
-}
-
-/// Why the pool did not finish an attempt (it panicked, or was refused or dropped), or None
-/// if it finished (and reported itself).
+/// Why the pool did not finish an attempt (it panicked, or was dropped unrun), or None if it
+/// finished (and reported itself).
 fn pool_failure_text(outcome: TaskOutcome) -> Option<String> {
     match outcome {
         TaskOutcome::Finished => None,
         TaskOutcome::Failed(panic) => Some(format!("task panicked: {panic}")),
         TaskOutcome::Cancelled => {
-            Some("not run: the task pool refused or dropped it (full or shutting down)".to_owned())
+            Some("not run: the task pool dropped it (shutting down)".to_owned())
         }
     }
 }
@@ -504,7 +627,8 @@ mod tests {
     use crate::pool::{PoolConfig, ShutdownMode, TaskPool};
     use std::sync::atomic::AtomicUsize;
 
-    /// A runner over a one-worker pool, and how many kicks it made.
+    /// A runner over a one-worker pool, and how many kicks it made. `slow_once` sleeps 3 ms
+    /// when its payload is `b"slow"`, else returns at once; `boom` panics.
     fn runner(pool: &TaskPool) -> (TaskRunner, Arc<AtomicUsize>) {
         let kicks = Arc::new(AtomicUsize::new(0));
         let counter = kicks.clone();
@@ -513,75 +637,192 @@ mod tests {
         });
         let mut registry = Registry::with_builtins();
         registry.register("boom", |_, _| panic!("boom"));
+        registry.register("slow_once", |_, payload| {
+            if payload == b"slow"[..] {
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            Ok(Bytes::new())
+        });
         (TaskRunner::new(pool.handle(), registry, 64, kick), kicks)
     }
 
-    /// Drains until `n` final completions came (the pool's finish asynchronously).
-    fn finals(runner: &mut TaskRunner, n: usize) -> Vec<TaskReport> {
+    fn pool() -> TaskPool {
+        TaskPool::new(PoolConfig {
+            workers: 1,
+            ..PoolConfig::default()
+        })
+        .expect("pool")
+    }
+
+    fn launch(task: u64, function: &str, payload: &'static [u8]) -> TaskLaunch {
+        TaskLaunch {
+            task: TaskId(task),
+            attempt: 0,
+            function: Arc::from(function),
+            payload: Bytes::from_static(payload),
+            cores: 1,
+        }
+    }
+
+    /// Drains until `n` final completions came (the pool's finish asynchronously); returns
+    /// them, and whether any `Running` report came (only pool runs send one).
+    fn finals(runner: &mut TaskRunner, n: usize) -> (Vec<TaskReport>, bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut done = Vec::new();
+        let (mut done, mut running) = (Vec::new(), false);
         while done.len() < n {
             assert!(
                 Instant::now() < deadline,
                 "only {} of {n} completions",
                 done.len()
             );
-            runner.drain(|c| {
-                if c.state != TaskState::Running {
-                    done.push(c);
-                }
+            runner.drain(|c| match c.state {
+                TaskState::Running => running = true,
+                _ => done.push(c),
             });
             std::thread::yield_now();
         }
-        done
+        (done, running)
+    }
+
+    /// Whether one launch of `function` runs inline (it waits for the loop's drain, not on the
+    /// pool); waits for its end, which an inline run reaches in that very drain.
+    fn ran_inline(
+        runner: &mut TaskRunner,
+        task: u64,
+        function: &str,
+        payload: &'static [u8],
+    ) -> bool {
+        runner.launch(launch(task, function, payload));
+        let inline = runner.has_waiting();
+        let (done, running) = finals(runner, 1);
+        assert_eq!(done.len(), 1);
+        assert!(!(inline && running), "an inline run reports no Running");
+        inline
     }
 
     #[test]
     fn a_known_short_function_runs_inline_and_a_slow_one_on_the_pool() {
-        let mut pool = TaskPool::new(PoolConfig {
-            workers: 1,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
-        let (mut runner, _kicks) = runner(&pool);
+        let mut pool = pool();
+        let (mut runner, kicks) = runner(&pool);
         // Unknown timing: the first runs go to the pool.
         for i in 0..INLINE_RUNS_MIN {
             assert!(
-                !runner.launch(i, 0, "noop", Bytes::new()),
+                !ran_inline(&mut runner, i, "noop", b""),
                 "run {i} is not inline"
             );
-            finals(&mut runner, 1);
         }
-        // Now known to be short: it completes inside `launch`, on this thread.
-        assert!(runner.launch(100, 0, "noop", Bytes::new()), "inline");
-        let done = finals(&mut runner, 1);
-        assert_eq!((done[0].task.0, done[0].state), (100, TaskState::Finished));
+        // Now known to be short: it completes in the next drain, on this thread, unkicked.
+        let before = kicks.load(Ordering::SeqCst);
+        assert!(ran_inline(&mut runner, 100, "noop", b""));
+        assert_eq!(
+            kicks.load(Ordering::SeqCst),
+            before,
+            "no kick for an inline run"
+        );
         // A slow function never qualifies.
         for i in 0..INLINE_RUNS_MIN + 1 {
-            assert!(!runner.launch(200 + i, 0, "sleep:1", Bytes::new()));
-            finals(&mut runner, 1);
+            assert!(!ran_inline(&mut runner, 200 + i, "sleep:1", b""));
         }
         pool.shutdown(ShutdownMode::Drain);
     }
 
     #[test]
     fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
-        let mut pool = TaskPool::new(PoolConfig {
-            workers: 1,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
+        let mut pool = pool();
         let (mut runner, _kicks) = runner(&pool);
-        let timing = Arc::new(Timing::default());
+        let index = runner
+            .functions
+            .find(&runner.registry, &Arc::from("boom"))
+            .expect("registered");
         for _ in 0..INLINE_RUNS_MIN {
-            timing.record(Duration::from_micros(1));
+            runner.functions.entries[index]
+                .timing
+                .record(Duration::from_micros(1));
         }
-        let resolved = runner.registry.resolve("boom").expect("registered");
-        runner.resolved.insert("boom".into(), (resolved, timing));
-        assert!(runner.launch(7, 1, "boom", Bytes::new()), "inline");
-        let done = finals(&mut runner, 1);
+        runner.launch(launch(7, "boom", b""));
+        let mut done = Vec::new();
+        runner.drain(|c| done.push(c));
+        assert_eq!(done.len(), 1, "inline: done in the same drain");
         assert_eq!(done[0].state, TaskState::Failed);
         assert_eq!(&done[0].data[..], b"task panicked: boom");
         pool.shutdown(ShutdownMode::Drain);
+    }
+
+    #[test]
+    fn a_long_inline_run_sends_its_function_to_the_pool_for_a_while_then_it_comes_back() {
+        let mut pool = pool();
+        let (mut runner, _kicks) = runner(&pool);
+        for i in 0..INLINE_RUNS_MIN {
+            assert!(!ran_inline(&mut runner, i, "slow_once", b""));
+        }
+        assert!(ran_inline(&mut runner, 10, "slow_once", b""));
+        // Over INLINE_RUN_GIVE_UP inline (a preempted run looks the same).
+        assert!(ran_inline(&mut runner, 11, "slow_once", b"slow"));
+        for i in 0..SIT_OUT_RUNS {
+            assert!(
+                !ran_inline(&mut runner, 100 + i, "slow_once", b""),
+                "sits out run {i}"
+            );
+        }
+        assert!(
+            ran_inline(&mut runner, 200, "slow_once", b""),
+            "back inline"
+        );
+        pool.shutdown(ShutdownMode::Drain);
+    }
+
+    #[test]
+    fn a_drain_runs_inline_work_for_its_round_and_the_rest_waits_for_the_next() {
+        let mut pool = pool();
+        let (mut runner, _kicks) = runner(&pool);
+        for i in 0..INLINE_RUNS_MIN {
+            assert!(!ran_inline(&mut runner, i, "noop", b""));
+        }
+        // A round of zero: one run per drain.
+        runner.set_inline_round(Duration::ZERO);
+        for i in 0..3 {
+            runner.launch(launch(100 + i, "noop", b""));
+        }
+        for left in [2, 1, 0] {
+            let mut done = Vec::new();
+            runner.drain(|c| done.push(c.task.0));
+            assert_eq!(done.len(), 1);
+            assert_eq!(runner.has_waiting(), left > 0);
+        }
+        pool.shutdown(ShutdownMode::Drain);
+    }
+
+    #[test]
+    fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
+        let mut pool = pool();
+        let (mut runner, _kicks) = runner(&pool);
+        let index = runner
+            .functions
+            .find(&runner.registry, &Arc::from("boom"))
+            .expect("registered");
+        for _ in 0..INLINE_RUNS_MIN {
+            runner.functions.entries[index]
+                .timing
+                .record(Duration::from_micros(1));
+        }
+        runner.launch(launch(7, "boom", b""));
+        assert!(runner.kill(7, 0));
+        let mut done = Vec::new();
+        runner.drain(|c| done.push(c));
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (done[0].state, &done[0].data[..]),
+            (TaskState::Killed, &b"killed before it started"[..])
+        );
+        // A pool that is shut down refuses: the attempt fails in the next drain.
+        pool.shutdown(ShutdownMode::Drain);
+        runner.launch(launch(8, "sleep:1", b""));
+        let mut done = Vec::new();
+        runner.drain(|c| done.push(c));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].state, TaskState::Failed);
+        assert!(
+            String::from_utf8_lossy(&done[0].data).starts_with("not run: the task pool refused it")
+        );
     }
 }

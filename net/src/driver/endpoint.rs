@@ -40,12 +40,11 @@ pub(crate) struct DriverEndpoint {
     local: Option<(PoolHandle, Registry)>,
     local_cores: Option<u32>,
     runner: Option<TaskRunner>,
-    /// The local runner completed attempts on this thread while launching: drain it (no kick
-    /// comes for those).
-    local_spilled: bool,
     completions: Vec<TaskReport>,
     /// The armed timer and its deadline (micros on the core's clock).
     timer: Option<(TimerId, u64)>,
+    /// The zero timer that brings the loop back while the local runner's short tasks wait.
+    resume: Option<TimerId>,
     admission: Arc<Admission>,
 }
 
@@ -87,9 +86,9 @@ impl DriverEndpoint {
             local,
             local_cores: config.local_cores,
             runner: None,
-            local_spilled: false,
             completions: Vec::new(),
             timer: None,
+            resume: None,
             admission,
         }
     }
@@ -127,14 +126,13 @@ impl DriverEndpoint {
     }
 
     /// Carries out what the core decided, then flushes each touched connection once; repeats
-    /// while that makes the core decide more (a local attempt ended at once, a write failed).
+    /// while that makes the core decide more (a write failed). The local runner gets one round
+    /// of short tasks per call; the launches their ends made wait in it for the next round.
     fn drain(&mut self) {
         loop {
             self.run_local();
-            if std::mem::take(&mut self.local_spilled) {
-                self.drain_local();
-                continue;
-            }
+            self.drain_local();
+            self.run_local();
             while let Some((peer, frames)) = self.core.poll_transmit() {
                 self.sockets.append(token_of(peer), frames);
             }
@@ -161,11 +159,7 @@ impl DriverEndpoint {
                 continue;
             };
             match command {
-                LocalCommand::Launch(task) => {
-                    // An attempt that fails at once comes with no kick: drained in `drain`.
-                    self.local_spilled |=
-                        runner.launch(task.task.0, task.attempt, &task.function, task.payload);
-                }
+                LocalCommand::Launch(task) => runner.launch(task),
                 LocalCommand::Kill { task, attempt } => {
                     runner.kill(task.0, attempt);
                 }
@@ -199,6 +193,7 @@ impl DriverEndpoint {
     /// armed then); none is armed while nothing is pending.
     fn after_event(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.drain();
+        self.resume_if_waiting(ctx);
         self.sockets.release(ctx);
         let stuck = self.sockets.stuck_deadline_us();
         let deadline = [self.core.poll_timeout(), stuck]
@@ -225,6 +220,18 @@ impl DriverEndpoint {
                     }
                 };
             }
+        }
+    }
+
+    /// Brings the loop back at once while the local runner's short tasks wait.
+    fn resume_if_waiting(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let waiting = self.runner.as_ref().is_some_and(TaskRunner::has_waiting);
+        if !waiting || self.resume.is_some() {
+            return;
+        }
+        match ctx.timer_once(Duration::ZERO) {
+            Ok(timer) => self.resume = Some(timer),
+            Err(error) => tracing::error!("no timer to resume local tasks: {error}"),
         }
     }
 
@@ -297,6 +304,11 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn on_timer(&mut self, timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+        if self.resume == Some(timer) {
+            // The round's end runs what waits.
+            self.resume = None;
+            return;
+        }
         if self.timer.is_some_and(|(armed, _)| armed == timer) {
             self.timer = None;
         }

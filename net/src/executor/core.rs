@@ -20,6 +20,8 @@
 
 use std::collections::VecDeque;
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use flint_engine::hash::FxHashSet;
 
@@ -28,7 +30,7 @@ use crate::transport::link::{move_bytes, LinkCore, LinkRules, Received};
 use crate::transport::{encode, unexpected};
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
-use flint_engine::scheduler::TaskId;
+use flint_engine::scheduler::{TaskId, TaskLaunch};
 
 /// The heartbeat interval until the driver's `RegisteredExecutor` sets it, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;
@@ -40,18 +42,10 @@ pub const HEARTBEAT_INTERVAL_MS_MAX: u64 = 60_000;
 /// What the executor must do to its tasks, from [`ExecutorCore::poll_action`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Run attempt `attempt` of task `task_id`: the registered `function` on `payload` (which
-    /// shares the driver's frame). Its completions go to [`ExecutorCore::handle_completion`].
-    Launch {
-        /// The task.
-        task_id: u64,
-        /// The attempt.
-        attempt: u32,
-        /// The registered function to run (`name` or `name:ARG`).
-        function: String,
-        /// The function's input.
-        payload: Bytes,
-    },
+    /// Run this attempt: the registered function (`name` or `name:ARG`, shared by every launch
+    /// that names it) on its payload (which shares the driver's frame). Its completions go to
+    /// [`ExecutorCore::handle_completion`].
+    Launch(TaskLaunch),
     /// Ask a running attempt to stop; it completes as killed.
     Kill {
         /// The task.
@@ -96,6 +90,8 @@ pub struct ExecutorCore {
     updates: Vec<TaskReport>,
     /// Attempts launched and not yet completed.
     in_flight: FxHashSet<(u64, u32)>,
+    /// The function names launches carried, each once (see [`Names`]).
+    names: Names,
     heartbeat_interval_us: u64,
     heartbeat_next_us: Option<u64>,
     /// Attempts that reached a final state here.
@@ -174,6 +170,7 @@ impl ExecutorCore {
             actions: VecDeque::new(),
             updates: Vec::new(),
             in_flight: FxHashSet::default(),
+            names: Names::default(),
             heartbeat_interval_us: HEARTBEAT_INTERVAL_MS_DEFAULT * 1000,
             heartbeat_next_us: None,
             task_attempts: 0,
@@ -374,8 +371,14 @@ impl ExecutorCore {
             }
             Message::LaunchTasks { tasks } => {
                 for task in tasks {
-                    let payload = frame.share(task.payload);
-                    self.launch(task.task_id, task.attempt, task.function, payload);
+                    let launch = TaskLaunch {
+                        task: TaskId(task.task_id),
+                        attempt: task.attempt,
+                        function: self.names.get(task.function),
+                        payload: frame.share(task.payload),
+                        cores: task.cores,
+                    };
+                    self.launch(launch);
                 }
             }
             Message::KillTask {
@@ -400,7 +403,8 @@ impl ExecutorCore {
 
     /// One launch: a duplicate of an attempt in flight is ignored; one past the in-flight
     /// limit fails at once (a driver keeps within `tasks_per_core`, which is at most that).
-    fn launch(&mut self, task_id: u64, attempt: u32, function: &str, payload: Bytes) {
+    fn launch(&mut self, launch: TaskLaunch) {
+        let (task_id, attempt) = (launch.task.0, launch.attempt);
         let key = (task_id, attempt);
         if self.in_flight.contains(&key) {
             tracing::warn!(task_id, attempt, "duplicate launch ignored");
@@ -413,7 +417,7 @@ impl ExecutorCore {
             );
             self.task_attempts += 1;
             self.updates.push(TaskReport {
-                task: TaskId(task_id),
+                task: launch.task,
                 attempt,
                 state: TaskState::Failed,
                 data: Bytes::from(reason),
@@ -421,12 +425,7 @@ impl ExecutorCore {
             return;
         }
         self.in_flight.insert(key);
-        self.actions.push_back(Action::Launch {
-            task_id,
-            attempt,
-            function: function.to_owned(),
-            payload,
-        });
+        self.actions.push_back(Action::Launch(launch));
     }
 
     /// A heartbeat with the attempts in flight. The completions fed in before go out ahead of
@@ -487,6 +486,41 @@ impl ExecutorCore {
         self.exit = Some(reason.map(|()| ExecutorSummary {
             task_attempts: completed,
         }));
+    }
+}
+
+/// Function names as launches carry them, each kept once as a shared `Arc<str>`, so a launch
+/// costs no allocation for its name: at most [`NAMES_MAX`] (another name replaces the oldest),
+/// the one asked last checked first.
+#[derive(Debug, Default)]
+struct Names {
+    names: Vec<Arc<str>>,
+    last: usize,
+    next_out: usize,
+}
+
+/// Function names an executor lane keeps (see [`Names`]).
+const NAMES_MAX: usize = 64;
+
+impl Names {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(found) = self.names.get(self.last).filter(|n| ***n == *name) {
+            return found.clone();
+        }
+        if let Some(i) = self.names.iter().position(|n| **n == *name) {
+            self.last = i;
+            return self.names[i].clone();
+        }
+        let shared: Arc<str> = Arc::from(name);
+        if self.names.len() < NAMES_MAX {
+            self.last = self.names.len();
+            self.names.push(shared.clone());
+        } else {
+            self.last = self.next_out;
+            self.names[self.next_out] = shared.clone();
+            self.next_out = (self.next_out + 1) % NAMES_MAX;
+        }
+        shared
     }
 }
 
@@ -605,6 +639,17 @@ mod tests {
         let mut out = BytesMut::new();
         batch::encode_launches(&launches, &mut out, FRAME_SIZE_MAX).expect("encodes");
         core.handle_bytes(&out, now_us);
+    }
+
+    /// The action a one-core launch of attempt `attempt` of `task_id` becomes.
+    fn launched(task_id: u64, attempt: u32, function: &str, payload: Bytes) -> Action {
+        Action::Launch(flint_engine::scheduler::TaskLaunch {
+            task: TaskId(task_id),
+            attempt,
+            function: Arc::from(function),
+            payload,
+            cores: 1,
+        })
     }
 
     fn actions(core: &mut ExecutorCore) -> Vec<Action> {
@@ -825,18 +870,8 @@ mod tests {
         let mut core = registered(500, 0);
         launch(&mut core, &[(1, "echo", b"one"), (2, "sleep:5", b"")], 10);
         let expected = [
-            Action::Launch {
-                task_id: 1,
-                attempt: 0,
-                function: "echo".into(),
-                payload: Bytes::from_static(b"one"),
-            },
-            Action::Launch {
-                task_id: 2,
-                attempt: 0,
-                function: "sleep:5".into(),
-                payload: Bytes::new(),
-            },
+            launched(1, 0, "echo", Bytes::from_static(b"one")),
+            launched(2, 0, "sleep:5", Bytes::new()),
         ];
         assert_eq!(actions(&mut core), expected);
         assert_eq!(core.in_flight(), 2);
@@ -954,12 +989,7 @@ mod tests {
         }
         assert_eq!(
             actions(&mut core),
-            [Action::Launch {
-                task_id: 5,
-                attempt: 2,
-                function: "echo".into(),
-                payload: Bytes::from_static(b"split"),
-            }]
+            [launched(5, 2, "echo", Bytes::from_static(b"split"))]
         );
     }
 

@@ -5,8 +5,10 @@
 //! timeout, and stops once the core has ended. Lane 0 also hands `run` the key the other lanes
 //! join with, once registered.
 //!
-//! Tasks run on the pool's threads (or inline for at most a short, bounded while: see
-//! `flint_engine::runner`), so a long task never delays a heartbeat or a kill request.
+//! Short tasks run on the lane's own thread, for at most [`INLINE_ROUND`] per turn of its loop
+//! (what is left waits for the next turn, which a zero timer brings at once); the rest run on
+//! the pool's threads (see `flint_engine::runner`), so a long task never delays a heartbeat or
+//! a kill request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,9 +29,14 @@ use flint_engine::runner::TaskRunner;
 /// Messages to the executor's endpoint.
 #[derive(Debug)]
 pub enum ExecutorMsg {
-    /// Task completions are waiting.
+    /// Task completions are waiting (the round's end drains them).
     Kick,
 }
+
+/// How long a lane runs short tasks in one turn of its loop at most: the longest its reads,
+/// heartbeats and kills wait for them. A lane holds at most `tasks_per_core` attempts, so a
+/// turn usually runs every short one it read.
+pub const INLINE_ROUND: Duration = Duration::from_millis(1);
 
 /// The endpoint on the executor's loop (see the module docs).
 pub(super) struct ExecutorEndpoint {
@@ -52,6 +59,8 @@ pub(super) struct ExecutorEndpoint {
     epoch: Instant,
     /// The armed timer and the core's deadline it is for.
     timer: Option<(TimerId, u64)>,
+    /// The zero timer that brings the loop back for short tasks still waiting, if armed.
+    resume: Option<TimerId>,
 }
 
 impl ExecutorEndpoint {
@@ -74,6 +83,7 @@ impl ExecutorEndpoint {
             left_out: false,
             epoch: Instant::now(),
             timer: None,
+            resume: None,
         }
     }
 
@@ -112,40 +122,41 @@ impl ExecutorEndpoint {
             }
         }
         self.arm_timer(ctx);
+        self.resume_if_waiting(ctx);
     }
 
-    /// Carries out the core's actions on the runner. Attempts that failed at once (unknown
-    /// function, full pool) come with no kick, so their completions are drained here.
+    /// Carries out the core's actions on the runner, then hands the runner's completions to
+    /// the core (the short tasks among them run here, for a round at most).
     fn run_actions(&mut self) {
+        let now_us = self.now_us();
         let Some(runner) = self.runner.as_mut() else {
             return;
         };
-        let mut completed_at_once = false;
         while let Some(action) = self.core.poll_action() {
             match action {
-                Action::Launch {
-                    task_id,
-                    attempt,
-                    function,
-                    payload,
-                } => completed_at_once |= runner.launch(task_id, attempt, &function, payload),
+                Action::Launch(launch) => runner.launch(launch),
                 Action::Kill { task_id, attempt } => {
                     runner.kill(task_id, attempt);
                 }
                 Action::KillAll => runner.kill_all(),
             }
         }
-        if completed_at_once {
-            self.drain();
-        }
+        let core = &mut self.core;
+        runner.drain(|completion| core.handle_completion(completion, now_us));
     }
 
-    /// Hands the runner's waiting completions to the core.
-    fn drain(&mut self) {
-        let now_us = self.now_us();
-        let core = &mut self.core;
-        if let Some(runner) = self.runner.as_mut() {
-            runner.drain(|completion| core.handle_completion(completion, now_us));
+    /// Brings the loop back at once while short tasks wait for the next round.
+    fn resume_if_waiting(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let waiting = self.runner.as_ref().is_some_and(TaskRunner::has_waiting);
+        if !waiting || self.resume.is_some() {
+            return;
+        }
+        match ctx.timer_once(Duration::ZERO) {
+            Ok(timer) => self.resume = Some(timer),
+            Err(error) => tracing::error!(
+                executor_id = %self.core.executor_id(),
+                "no timer to resume short tasks: {error}"
+            ),
         }
     }
 
@@ -192,10 +203,10 @@ impl Endpoint for ExecutorEndpoint {
         if let Some((pool, registry)) = self.pool.take() {
             let me = ctx.myself();
             let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
-            self.runner = Some(
-                TaskRunner::new(pool, registry, self.in_flight_max, kick)
-                    .with_executor(self.core.executor_id()),
-            );
+            let mut runner = TaskRunner::new(pool, registry, self.in_flight_max, kick)
+                .with_executor(self.core.executor_id());
+            runner.set_inline_round(INLINE_ROUND);
+            self.runner = Some(runner);
         }
         // The core's `Hello` goes out.
         self.drive(ctx);
@@ -203,7 +214,8 @@ impl Endpoint for ExecutorEndpoint {
 
     fn on_message(&mut self, msg: ExecutorMsg, _ctx: &mut Ctx<'_, Self>) {
         match msg {
-            ExecutorMsg::Kick => self.drain(),
+            // The round's end (`drive`) drains.
+            ExecutorMsg::Kick => {}
         }
     }
 
@@ -228,6 +240,11 @@ impl Endpoint for ExecutorEndpoint {
     }
 
     fn on_timer(&mut self, timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+        if self.resume == Some(timer) {
+            // The round's end runs what waits.
+            self.resume = None;
+            return;
+        }
         if self.timer.is_some_and(|(armed, _)| armed == timer) {
             self.timer = None;
         }

@@ -575,15 +575,12 @@ fn step_lane(
     }
     while let Some(action) = lane.core.poll_action() {
         match action {
-            Action::Launch {
-                task_id,
-                attempt,
-                function,
-                payload,
-            } => {
-                if function != super::FUNCTION {
+            Action::Launch(launch) => {
+                let (task_id, attempt, payload) = (launch.task.0, launch.attempt, launch.payload);
+                if *launch.function != *super::FUNCTION {
                     return Err(format!(
-                        "launch of task {task_id:#x} with function {function:?}"
+                        "launch of task {task_id:#x} with function {:?}",
+                        launch.function
                     ));
                 }
                 tracing::debug!(target: "flint_net::sim", now_us, executor = %name, lane = lane.core.lane(), "launch {task_id:#x}.{attempt}");
