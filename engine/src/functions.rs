@@ -428,11 +428,13 @@ mod tests {
         let name = format!("gate:{}", gate.display());
         assert!(check_builtin(&name).is_ok());
         let resolved = registry.resolve(&name).expect("resolves");
-        let ctx = TaskContext::new(1, 0, resolved.argument.clone());
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let waiter = {
-            let (ctx, function) = (ctx.clone(), resolved.function.clone());
-            std::thread::spawn(move || done_tx.send(function(&ctx, Bytes::from_static(b"abc"))))
+            let (argument, function) = (resolved.argument.clone(), resolved.function.clone());
+            std::thread::spawn(move || {
+                let ctx = TaskContext::new(1, 0, argument.as_deref());
+                done_tx.send(function(&ctx, Bytes::from_static(b"abc")))
+            })
         };
         // Shut: still waiting after many checks.
         let shut = done_rx.recv_timeout(GATE_CHECK_EVERY * 25);
@@ -448,8 +450,8 @@ mod tests {
         waiter.join().expect("joins").expect("sent");
 
         std::fs::remove_file(&gate).expect("shut the gate");
-        let killed = TaskContext::new(2, 0, resolved.argument.clone());
-        killed.kill();
+        let flag = AtomicBool::new(true);
+        let killed = TaskContext::killable(2, 0, resolved.argument.as_deref(), &flag);
         assert_eq!(
             (resolved.function)(&killed, Bytes::new()),
             Err(TaskError::new("killed"))
