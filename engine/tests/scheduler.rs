@@ -2123,3 +2123,66 @@ fn valid_levels_follow_the_executors_and_hosts_a_job_prefers_as_they_come_and_go
     assert_eq!(levels(&s, job), [Executor, Host, Any], "executor 2 is back");
     assert_eq!(levels(&s, other), [Any], "executor 9 never came");
 }
+
+#[test]
+fn a_job_that_keeps_launching_is_checked_once_per_timeout_and_never_failed() {
+    // Launches move the unschedulable clock without re-filing it: the filed time comes due
+    // early, once, and the tick files the job's real progress.
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        ..config()
+    });
+    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(3))).unwrap();
+    let first = launches(&drain(&mut s));
+    assert_eq!(first.len(), 1);
+    update(
+        &mut s,
+        800,
+        ExecutorId(1),
+        &first[0].1,
+        TaskState::Finished,
+        b"",
+    );
+    assert_eq!(launches(&drain(&mut s)).len(), 1, "the second task at 800");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(1_000),
+        "filed at submission: due early"
+    );
+    s.tick(1_000);
+    assert!(outcomes(&drain(&mut s)).is_empty(), "it progressed at 800");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(1_800),
+        "re-filed at its real progress"
+    );
+    assert!(s.job_info(job).is_some());
+}
+
+#[test]
+fn a_batch_of_updates_fills_the_slots_it_frees_in_one_launch_per_executor() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    s.submit_job(0, JobSpec::new(tasks(8))).unwrap();
+    let first = launches(&drain(&mut s));
+    assert_eq!(first.len(), 4);
+    let ended = first.iter().map(|(e, l)| StatusUpdate {
+        executor: *e,
+        task: l.task,
+        attempt: l.attempt,
+        state: TaskState::Finished,
+        data: Bytes::new(),
+    });
+    s.status_updates(10, ended);
+    let outs = drain(&mut s);
+    let batches: Vec<usize> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Launch { tasks, .. } => Some(tasks.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(batches, [4], "one Launch with the four freed slots");
+    assert_eq!(results(&outs).len(), 4);
+}

@@ -128,3 +128,21 @@ fn a_job_handle_can_be_awaited() {
         JobOutcome::Succeeded(vec![Bytes::from_static(b"hi"); 3])
     );
 }
+
+#[test]
+fn one_short_job_after_another_each_ends_at_once_when_its_task_runs_inline() {
+    // Once `noop` is known short, a one-task job runs on the driver's own loop; the outcome
+    // its completion makes in that round must reach the handle in the same round, with
+    // nothing else to wake the loop (a regression hung the closed loop here).
+    let driver = local_driver(Registry::with_builtins());
+    for i in 0..64 {
+        let outcome = driver
+            .submit(Job::new("noop", vec![Bytes::new()]))
+            .expect("submitted")
+            .wait_timeout(Duration::from_secs(2));
+        assert!(
+            matches!(outcome, Ok(JobOutcome::Succeeded(_))),
+            "job {i}: {outcome:?}"
+        );
+    }
+}

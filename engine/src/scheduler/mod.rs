@@ -711,19 +711,21 @@ impl Scheduler {
     fn poll_timeout_scan(&self) -> Option<u64> {
         let waits = self.waits();
         let mut t = u64::MAX;
-        for job in self
+        for (slot, job) in self
             .active
             .values()
-            .filter_map(|&s| self.jobs.get(s as usize)?.as_ref())
+            .filter_map(|&s| Some((s, self.jobs.get(s as usize)?.as_ref()?)))
         {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
             if job.pending > 0 && self.book.len() > 0 {
-                t = t.min(
-                    job.last_progress_us
-                        .saturating_add(self.config.unschedulable_timeout_us),
-                );
+                // Filed at or before the job's real progress (it may come due early).
+                let Some(filed) = self.timers.filed_progress(slot) else {
+                    unreachable!("a job with tasks queued has a progress entry");
+                };
+                assert!(filed <= job.last_progress_us, "filed after its progress");
+                t = t.min(filed.saturating_add(self.config.unschedulable_timeout_us));
             }
         }
         if self.spec_jobs > 0 {
@@ -1245,9 +1247,29 @@ impl Scheduler {
     /// Handles a status report from an executor. Unknown, stale and duplicate reports are
     /// ignored (and counted).
     pub fn status_update(&mut self, now_us: u64, update: StatusUpdate) {
+        self.status_updates(now_us, std::iter::once(update));
+    }
+
+    /// Handles a batch of status reports (an executor's frame of them, say), then makes offers
+    /// once: the slots they free are filled in one pass, so their launches leave as one
+    /// `Launch` per executor. Unknown, stale and duplicate reports are ignored (and counted).
+    pub fn status_updates(&mut self, now_us: u64, updates: impl IntoIterator<Item = StatusUpdate>) {
+        let mut ended = false;
+        for update in updates {
+            ended |= self.apply_update(now_us, update);
+        }
+        if ended {
+            self.offer(now_us);
+            self.flush();
+        }
+    }
+
+    /// One status report, without the offers it makes room for: whether an attempt ended
+    /// (or an executor went), so offers are due.
+    fn apply_update(&mut self, now_us: u64, update: StatusUpdate) -> bool {
         let Some(slot) = self.book.slot_of(update.executor) else {
             self.stats.ignored_updates += 1;
-            return;
+            return false;
         };
         let key = (update.task.0, update.attempt);
         let Some(exec) = self.book.get_mut(slot) else {
@@ -1262,12 +1284,12 @@ impl Scheduler {
                     Some(run) => run.reported_running = true,
                     None => self.stats.ignored_updates += 1,
                 }
-                return;
+                return false;
             }
             TaskState::Lost => {
                 if !exec.running.contains_key(&key) {
                     self.stats.ignored_updates += 1;
-                    return;
+                    return false;
                 }
                 let reason = RemovalReason::Lost(format!(
                     "reported task {} attempt {} lost",
@@ -1278,7 +1300,7 @@ impl Scheduler {
             TaskState::Finished | TaskState::Failed | TaskState::Killed => {
                 let Some(run) = exec.running.remove(&key) else {
                     self.stats.ignored_updates += 1;
-                    return;
+                    return false;
                 };
                 exec.free += run.cores;
                 exec.progress_us = now_us;
@@ -1309,8 +1331,7 @@ impl Scheduler {
                 self.attempt_ended(now_us, (id, host), attempt, end);
             }
         }
-        self.offer(now_us);
-        self.flush();
+        true
     }
 
     /// Time passed: widens locality levels, ends exclusions, looks for stragglers, fails
@@ -1387,6 +1408,14 @@ impl Scheduler {
         };
         overdue.sort_unstable_by_key(|&s| fifo_key(s));
         for slot in overdue {
+            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+                unreachable!("job slot {slot} with a timer is empty");
+            };
+            if now_us.saturating_sub(job.last_progress_us) < timeout {
+                // Filed early (progress moves on without re-filing): its real clock.
+                self.timers.refile_progress(slot, job.last_progress_us);
+                continue;
+            }
             self.prune_avoiding(slot);
             match self.stuck_reason(now_us, slot, timeout) {
                 None => {
@@ -1395,6 +1424,7 @@ impl Scheduler {
                         unreachable!("runnable job slot {slot} is empty");
                     };
                     job.last_progress_us = now_us;
+                    self.timers.refile_progress(slot, now_us);
                     self.sync_job(slot);
                 }
                 Some(reason) => self.fail_stuck(slot, reason),

@@ -11,7 +11,7 @@
 //! inserted with.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{btree_map, btree_set, BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
@@ -100,6 +100,55 @@ pub(crate) enum Cursor {
     Fair((PoolKey, u32), (JobKey, u32)),
 }
 
+/// A walk over the runnable jobs' slots in sharing order ([`Order::iter_after`]): a plain
+/// type rather than a chain of adapters, so starting one is a few instructions (every offer
+/// starts one).
+pub(crate) enum Walk<'a> {
+    /// FIFO from the start.
+    Fifo(btree_map::Values<'a, FifoKey, u32>),
+    /// FIFO after a key.
+    FifoAfter(btree_map::Range<'a, FifoKey, u32>),
+    /// FAIR: the rest of the pool the walk resumes in, then the pools after it, each pool's
+    /// jobs in turn.
+    Fair {
+        order: &'a Order,
+        in_pool: Option<btree_set::Range<'a, (JobKey, u32)>>,
+        pools: btree_set::Range<'a, (PoolKey, u32)>,
+        jobs: Option<btree_set::Iter<'a, (JobKey, u32)>>,
+    },
+}
+
+impl Iterator for Walk<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        match self {
+            Walk::Fifo(values) => values.next().copied(),
+            Walk::FifoAfter(range) => range.next().map(|(_, slot)| *slot),
+            Walk::Fair {
+                order,
+                in_pool,
+                pools,
+                jobs,
+            } => {
+                if let Some(rest) = in_pool {
+                    if let Some((_, slot)) = rest.next() {
+                        return Some(*slot);
+                    }
+                    *in_pool = None;
+                }
+                loop {
+                    if let Some((_, slot)) = jobs.as_mut().and_then(Iterator::next) {
+                        return Some(*slot);
+                    }
+                    let (_, pool) = pools.next()?;
+                    *jobs = order.entries.get(*pool as usize).map(|e| e.jobs.iter());
+                }
+            }
+        }
+    }
+}
+
 /// One pool's side of the FAIR order.
 #[derive(Debug)]
 struct PoolEntry {
@@ -157,32 +206,35 @@ impl Order {
     }
 
     /// The runnable jobs' slots in sharing order (FIFO, or FAIR: pools, then jobs per pool),
-    /// from the start or after `from`. Finding the first costs O(log n). Under FAIR, a walk
-    /// resumed in a pool that was re-sorted since goes on after that pool's new place (it may
-    /// see a job twice or miss one until the next walk from the start; [`Order::moves`] tells).
-    pub fn iter_after(&self, from: Option<&Cursor>) -> impl Iterator<Item = u32> + '_ {
-        let (fifo_from, pool_from, in_pool) = match from {
-            None => (Unbounded, Unbounded, None),
-            Some(Cursor::Fifo(key)) => (Excluded(*key), Unbounded, None),
-            Some(Cursor::Fair(pool, job)) => {
-                (Unbounded, Excluded(pool.clone()), Some((pool.1, *job)))
+    /// from the start or after `from`. Finding the first costs O(log n) (from the start under
+    /// FIFO, the leftmost leaf). Under FAIR, a walk resumed in a pool that was re-sorted since
+    /// goes on after that pool's new place (it may see a job twice or miss one until the next
+    /// walk from the start; [`Order::moves`] tells).
+    pub fn iter_after(&self, from: Option<&Cursor>) -> Walk<'_> {
+        match (self.fair, from) {
+            (false, Some(Cursor::Fifo(key))) => {
+                Walk::FifoAfter(self.fifo.range((Excluded(*key), Unbounded)))
             }
-        };
-        let fifo = (!self.fair).then(|| self.fifo.range((fifo_from, Unbounded)).map(|(_, s)| *s));
-        let rest_of_pool = in_pool.and_then(|(pool, job)| {
-            let e = self.entries.get(pool as usize)?;
-            Some(e.jobs.range((Excluded(job), Unbounded)).map(|(_, s)| *s))
-        });
-        let fair = self.fair.then(|| {
-            self.pools
-                .range((pool_from, Unbounded))
-                .filter_map(|(_, p)| self.entries.get(*p as usize))
-                .flat_map(|e| e.jobs.iter().map(|(_, slot)| *slot))
-        });
-        fifo.into_iter()
-            .flatten()
-            .chain(rest_of_pool.into_iter().flatten())
-            .chain(fair.into_iter().flatten())
+            (false, _) => Walk::Fifo(self.fifo.values()),
+            (true, from) => {
+                let (pool_from, in_pool) = match from {
+                    Some(Cursor::Fair(pool, job)) => {
+                        let rest = self
+                            .entries
+                            .get(pool.1 as usize)
+                            .map(|e| e.jobs.range((Excluded(*job), Unbounded)));
+                        (Excluded(pool.clone()), rest)
+                    }
+                    _ => (Unbounded, None),
+                };
+                Walk::Fair {
+                    order: self,
+                    in_pool,
+                    pools: self.pools.range((pool_from, Unbounded)),
+                    jobs: None,
+                }
+            }
+        }
     }
 
     /// Where the listed job `slot` (FIFO key `fifo`) is now, to resume a walk after it.

@@ -42,7 +42,11 @@ pub(crate) struct Timers {
 }
 
 impl Timers {
-    /// Sets job `slot`'s keys (inserting, moving or removing its entries as they changed).
+    /// Sets job `slot`'s keys (inserting, moving or removing its entries as they changed). A
+    /// progress later than the one filed leaves the entry where it is: progress only moves on
+    /// (every launch moves it), so the entry stays put and may come due early, when the tick
+    /// finds the job's real progress and files that ([`Timers::refile_progress`]). So a launch
+    /// costs no re-sort.
     pub fn set(&mut self, slot: u32, keys: Keys) {
         let i = slot as usize;
         if self.keys.len() <= i {
@@ -52,12 +56,38 @@ impl Timers {
         let Some(old) = self.keys.get_mut(i) else {
             unreachable!("keys of slot {slot} were just made");
         };
-        if *old == keys {
+        let progress_us = match (old.progress_us, keys.progress_us) {
+            (Some(filed), Some(new)) if new >= filed => Some(filed),
+            (_, new) => new,
+        };
+        if old.level_us == keys.level_us && old.progress_us == progress_us {
             return;
         }
         rekey(&mut self.level, slot, old.level_us, keys.level_us);
-        rekey(&mut self.progress, slot, old.progress_us, keys.progress_us);
-        *old = keys;
+        rekey(&mut self.progress, slot, old.progress_us, progress_us);
+        *old = Keys {
+            level_us: keys.level_us,
+            progress_us,
+        };
+    }
+
+    /// Files job `slot`'s progress entry at `progress_us` (its real progress, later than the
+    /// one filed, which came due). A job without an entry gets none.
+    pub fn refile_progress(&mut self, slot: u32, progress_us: u64) {
+        let Some(old) = self.keys.get_mut(slot as usize) else {
+            return;
+        };
+        if old.progress_us.is_some() {
+            rekey(&mut self.progress, slot, old.progress_us, Some(progress_us));
+            old.progress_us = Some(progress_us);
+        }
+    }
+
+    /// The progress job `slot` is filed under (at or before its real progress), if any (the
+    /// debug builds' check of `poll_timeout`, and tests).
+    #[cfg(any(debug_assertions, test))]
+    pub fn filed_progress(&self, slot: u32) -> Option<u64> {
+        self.keys.get(slot as usize).and_then(|k| k.progress_us)
     }
 
     /// Job `slot` ended: its entries go (a stale skip entry stays until the next drain).
@@ -171,8 +201,20 @@ mod tests {
         t.set(3, keys(Some(50), Some(40)));
         assert_eq!(
             t.progress_first_us(),
+            Some(10),
+            "a later progress leaves slot 3 filed where it was"
+        );
+        t.refile_progress(3, 40);
+        assert_eq!(
+            t.progress_first_us(),
             Some(30),
-            "slot 3 moved behind slot 1"
+            "refiled: slot 3 moved behind slot 1"
+        );
+        t.set(3, keys(Some(50), Some(35)));
+        assert_eq!(
+            t.filed_progress(3),
+            Some(35),
+            "an earlier progress moves it"
         );
         t.remove(3);
         t.remove(3);

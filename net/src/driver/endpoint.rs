@@ -149,10 +149,10 @@ impl DriverEndpoint {
             self.core.cancel(job, self.now_us());
         }
         loop {
-            self.deliver();
             self.run_local();
             self.drain_local();
             self.run_local();
+            self.deliver();
             while let Some((peer, frames)) = self.core.poll_transmit() {
                 self.sockets.append(token_of(peer), frames);
             }

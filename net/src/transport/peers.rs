@@ -21,11 +21,12 @@
 //! the connect, a client silent for `client_idle_timeout`, a member silent for
 //! `member_timeout` (if set) are closed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use flint_engine::hash::FxHashMap;
 
 use crate::conn::{ConnError, Inbound, TABLE_FULL};
 use crate::handshake::Handshake;
@@ -108,7 +109,8 @@ struct Peer<S> {
 /// A peer table keyed by `K`; `S` is the role's state for each open peer.
 pub struct Peers<K, S> {
     config: PeersConfig,
-    peers: HashMap<K, Peer<S>>,
+    /// By key (the IO layer's connection numbers, never a peer's bytes: a fast hash is safe).
+    peers: FxHashMap<K, Peer<S>>,
     /// Peers with frames to poll, in the order they got them.
     transmit: VecDeque<K>,
     /// Closed peers' last frames (a refusal, say), polled before anything else.
@@ -133,7 +135,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     pub fn new(config: PeersConfig) -> Self {
         Peers {
             config,
-            peers: HashMap::new(),
+            peers: FxHashMap::default(),
             transmit: VecDeque::new(),
             farewells: VecDeque::new(),
             closes: VecDeque::new(),

@@ -353,15 +353,16 @@ impl DriverCore {
     ) {
         let now = self.now_us;
         let mut remote = self.executors.remote_mut(executor);
-        for update in updates {
+        let telemetry = &mut self.telemetry;
+        // One batch for the scheduler: the slots it frees are filled in one pass.
+        let updates = updates.into_iter().map(|update| {
             let task = TaskId(update.task_id);
             let (attempt, state) = (update.attempt, update.state);
             if let Some(remote) = remote.as_deref_mut() {
                 remote.reported((task, attempt), state);
             }
-            self.telemetry
-                .status_update(now, executor, task, attempt, state, update.data);
-            let update = scheduler::StatusUpdate {
+            telemetry.status_update(now, executor, task, attempt, state, update.data);
+            scheduler::StatusUpdate {
                 executor,
                 task,
                 attempt,
@@ -369,9 +370,9 @@ impl DriverCore {
                 // A result outlives its frame: a small one is copied out so it does not keep
                 // the whole frame alive.
                 data: frame.retain(update.data),
-            };
-            self.scheduler.status_update(now, update);
-        }
+            }
+        });
+        self.scheduler.status_updates(now, updates);
     }
 
     /// Registers an executor on `peer` (its lane 0), or refuses it with the reason (told to
@@ -498,13 +499,13 @@ impl DriverCore {
     pub fn handle_local_completions(&mut self, reports: &mut Vec<TaskReport>, now_us: u64) {
         self.advance(now_us);
         let now = self.now_us;
-        for report in reports.drain(..) {
+        let telemetry = &mut self.telemetry;
+        let updates = reports.drain(..).map(|report| {
             let (task, attempt, state) = (report.task, report.attempt, report.state);
-            self.telemetry
-                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
-            let update = report.into_update(LOCAL_EXECUTOR);
-            self.scheduler.status_update(now, update);
-        }
+            telemetry.status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
+            report.into_update(LOCAL_EXECUTOR)
+        });
+        self.scheduler.status_updates(now, updates);
         self.pump();
         debug_assert!(reports.is_empty());
     }
