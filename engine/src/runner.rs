@@ -11,10 +11,14 @@
 //! so reads, heartbeats and kills are held up at most a round. Whether a function runs inline
 //! is decided by what its runs took, never by how busy the loop is, so the same launches take
 //! the same path on a fast machine, a loaded one, or under valgrind (`ci/cost` counts on it).
-//! An inline run that takes over [`INLINE_RUN_GIVE_UP`] (a function that is not short after all,
-//! or a thread preempted mid-run) sends that function to the pool for its next
-//! [`SIT_OUT_RUNS`] runs, twice as many after each such run in a row, so one preemption costs a
-//! few hand-offs and a function that blocks now and then ends up on the pool.
+//! Preemption is not the function's fault, and a loaded machine preempts often: an inline run
+//! adds at most twice the threshold to its function's average (a stretched run cannot make a
+//! short function look long by itself; one that became slow crosses it within a few runs), and
+//! a run over [`INLINE_RUN_GIVE_UP`] sends its function to the pool only when the one before it
+//! was long too (a preempted run is rarely followed by another: the thread just got a fresh
+//! slice). Then the function sits out [`SIT_OUT_RUNS`] runs on the pool, twice as many each
+//! time again, so a function that blocks ends up on the pool and holds the loop up at most
+//! twice per sit-out.
 //!
 //! Everything else runs on the pinned task pool. Completion protocol there: a pool worker pushes
 //! its [`TaskReport`] into a bounded lock-free queue, then sets the `kick_pending` flag; only the
@@ -28,7 +32,7 @@
 //! runs, an unknown function, a launch the pool refused) goes to a list it owns.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -86,14 +90,19 @@ pub const INLINE_RUNS_MIN: u64 = 8;
 /// How long one drain runs inline work at most, unless set otherwise
 /// ([`TaskRunner::set_inline_round`]).
 pub const INLINE_ROUND_DEFAULT: Duration = Duration::from_micros(100);
-/// An inline run longer than this sends its function to the pool for a while (see the module
-/// docs).
+/// An inline run longer than this counts as long (see the module docs).
 pub const INLINE_RUN_GIVE_UP: Duration = Duration::from_millis(2);
-/// Pool runs a function sits out after one inline run over [`INLINE_RUN_GIVE_UP`]; each such run
-/// in a row doubles it, up to 2^[`STRIKES_MAX`] times.
+/// Pool runs a function sits out after two long inline runs in a row; each time again doubles
+/// it, up to 2^[`STRIKES_MAX`] times, until [`STRIKES_FORGOTTEN`] short inline runs in a row.
 pub const SIT_OUT_RUNS: u64 = 16;
 /// Doublings of [`SIT_OUT_RUNS`] at most.
 const STRIKES_MAX: u32 = 12;
+/// Short inline runs in a row after which a function's strikes are forgotten.
+const STRIKES_FORGOTTEN: u32 = 4096;
+/// The most one inline run adds to its function's average: twice the threshold, so a run
+/// that a preemption stretched cannot make a short function look long by itself, while a
+/// function that became slow crosses the threshold within a few runs.
+const INLINE_RUN_COUNTED_MAX: Duration = Duration::from_micros(40);
 /// Function names a runner keeps resolved and timed; another name replaces the oldest.
 pub const FUNCTIONS_MAX: usize = 64;
 
@@ -103,10 +112,6 @@ pub const FUNCTIONS_MAX: usize = 64;
 struct Timing {
     average_ns: AtomicU64,
     runs: AtomicU64,
-    /// No inline run before `runs` reaches this (it sits out a long inline run).
-    inline_after: AtomicU64,
-    /// Long inline runs in a row.
-    strikes: AtomicU32,
 }
 
 impl Timing {
@@ -121,32 +126,20 @@ impl Timing {
         };
         self.average_ns.store(next, Ordering::Relaxed);
     }
+}
 
-    /// An inline run (on the loop's thread, the only one that calls this). A long one is not
-    /// averaged in (it may be a preemption) but sends the function to the pool for a while;
-    /// returns the runs it sits out then.
-    fn record_inline(&self, took: Duration) -> Option<u64> {
-        if took <= INLINE_RUN_GIVE_UP {
-            self.strikes.store(0, Ordering::Relaxed);
-            self.record(took);
-            return None;
-        }
-        let strikes = self.strikes.load(Ordering::Relaxed);
-        self.strikes
-            .store(strikes.saturating_add(1), Ordering::Relaxed);
-        let sit_out = SIT_OUT_RUNS << strikes.min(STRIKES_MAX);
-        let runs = self.runs.load(Ordering::Relaxed);
-        self.inline_after
-            .store(runs.saturating_add(sit_out), Ordering::Relaxed);
-        Some(sit_out)
-    }
-
-    fn is_short(&self) -> bool {
-        let runs = self.runs.load(Ordering::Relaxed);
-        runs >= INLINE_RUNS_MIN
-            && runs >= self.inline_after.load(Ordering::Relaxed)
-            && self.average_ns.load(Ordering::Relaxed) < INLINE_RUN_MAX.as_nanos() as u64
-    }
+/// What a function's inline runs have shown: the loop's own record (only the loop's thread
+/// runs them, so no atomics).
+#[derive(Debug, Default)]
+struct InlineRecord {
+    /// No inline run before the function's runs reach this (it sits out two long runs).
+    after_runs: u64,
+    /// The last inline run was long.
+    long_before: bool,
+    /// Times it was sent to sit out since it last ran short [`STRIKES_FORGOTTEN`] times.
+    strikes: u32,
+    /// Short inline runs in a row.
+    short_streak: u32,
 }
 
 /// A function name resolved once, with its timing.
@@ -154,6 +147,44 @@ struct Function {
     name: Arc<str>,
     resolved: Resolved,
     timing: Arc<Timing>,
+    inline: InlineRecord,
+}
+
+impl Function {
+    /// Whether a launch of it runs inline: its runs are known, short on average, and it is not
+    /// sitting out.
+    fn is_short(&self) -> bool {
+        let runs = self.timing.runs.load(Ordering::Relaxed);
+        runs >= INLINE_RUNS_MIN
+            && runs >= self.inline.after_runs
+            && self.timing.average_ns.load(Ordering::Relaxed) < INLINE_RUN_MAX.as_nanos() as u64
+    }
+
+    /// An inline run that took `took`. A long one is not averaged in: a run preempted midway
+    /// looks the same, and the run after it rarely is, so only the second long run in a row
+    /// sends the function to the pool for a while; returns the runs it sits out then.
+    fn ran_inline(&mut self, took: Duration) -> Option<u64> {
+        let record = &mut self.inline;
+        if took <= INLINE_RUN_GIVE_UP {
+            record.long_before = false;
+            record.short_streak = record.short_streak.saturating_add(1);
+            if record.short_streak >= STRIKES_FORGOTTEN {
+                record.strikes = 0;
+            }
+            self.timing.record(took.min(INLINE_RUN_COUNTED_MAX));
+            return None;
+        }
+        record.short_streak = 0;
+        if !std::mem::replace(&mut record.long_before, true) {
+            return None;
+        }
+        record.long_before = false;
+        let sit_out = SIT_OUT_RUNS << record.strikes.min(STRIKES_MAX);
+        record.strikes = record.strikes.saturating_add(1);
+        let runs = self.timing.runs.load(Ordering::Relaxed);
+        record.after_runs = runs.saturating_add(sit_out);
+        Some(sit_out)
+    }
 }
 
 /// The functions a runner has resolved: at most [`FUNCTIONS_MAX`], the one found last checked
@@ -181,6 +212,7 @@ impl Functions {
             name: name.clone(),
             resolved: registry.resolve(name)?,
             timing: Arc::new(Timing::default()),
+            inline: InlineRecord::default(),
         };
         let i = if self.entries.len() < FUNCTIONS_MAX {
             self.entries.push(function);
@@ -333,7 +365,7 @@ impl TaskRunner {
         let Some(function) = self.functions.entries.get(index) else {
             unreachable!("function {index} was just found");
         };
-        if self.inline && function.timing.is_short() {
+        if self.inline && function.is_short() {
             self.waiting.push_back(launch);
         } else {
             self.submit(index, launch);
@@ -378,26 +410,30 @@ impl TaskRunner {
     /// Runs waiting short attempts on this thread until none is left or the round is over;
     /// their completions join the loop's list.
     fn run_waiting(&mut self) {
-        let start = Instant::now();
-        let mut last = start;
+        if self.waiting.is_empty() {
+            return;
+        }
+        let mut last = Instant::now();
+        let round_end = last + self.inline_round;
         while let Some(launch) = self.waiting.pop_front() {
             let report = match self.functions.find(&self.registry, &launch.function) {
                 Ok(index) => {
-                    let Some(function) = self.functions.entries.get(index) else {
+                    let Some(function) = self.functions.entries.get_mut(index) else {
                         unreachable!("function {index} was just found");
                     };
                     let (state, data) = run_inline(function, &launch);
                     let now = Instant::now();
-                    if let Some(sit_out) = function.timing.record_inline(now - last) {
+                    let took = now.duration_since(last);
+                    last = now;
+                    if let Some(sit_out) = function.ran_inline(took) {
                         tracing::info!(
                             task_id = launch.task.0,
-                            took_us = (now - last).as_micros() as u64,
+                            took_us = took.as_micros() as u64,
                             sit_out,
-                            "a task expected to be short ran long inline; its function runs on \
-                             the pool for a while"
+                            "a task expected to be short ran long inline twice in a row; its \
+                             function runs on the pool for a while"
                         );
                     }
-                    last = now;
                     TaskReport {
                         task: launch.task,
                         attempt: launch.attempt,
@@ -409,7 +445,7 @@ impl TaskRunner {
                 Err(error) => TaskReport::failed(&launch, error.0),
             };
             self.done.push(report);
-            if last - start >= self.inline_round {
+            if last >= round_end {
                 break;
             }
         }
@@ -735,9 +771,7 @@ mod tests {
             .find(&runner.registry, &Arc::from("boom"))
             .expect("registered");
         for _ in 0..INLINE_RUNS_MIN {
-            runner.functions.entries[index]
-                .timing
-                .record(Duration::from_micros(1));
+            runner.functions.entries[index].ran_inline(Duration::from_micros(1));
         }
         runner.launch(launch(7, "boom", b""));
         let mut done = Vec::new();
@@ -749,25 +783,62 @@ mod tests {
     }
 
     #[test]
-    fn a_long_inline_run_sends_its_function_to_the_pool_for_a_while_then_it_comes_back() {
+    fn two_long_inline_runs_in_a_row_send_the_function_to_the_pool_for_a_while() {
         let mut pool = pool();
         let (mut runner, _kicks) = runner(&pool);
         for i in 0..INLINE_RUNS_MIN {
             assert!(!ran_inline(&mut runner, i, "slow_once", b""));
         }
         assert!(ran_inline(&mut runner, 10, "slow_once", b""));
-        // Over INLINE_RUN_GIVE_UP inline (a preempted run looks the same).
+        // One run over INLINE_RUN_GIVE_UP (a preempted run looks the same): still inline.
         assert!(ran_inline(&mut runner, 11, "slow_once", b"slow"));
+        assert!(
+            ran_inline(&mut runner, 12, "slow_once", b""),
+            "one long run is forgiven"
+        );
+        // Two in a row: it sits out SIT_OUT_RUNS runs on the pool, then comes back.
+        assert!(ran_inline(&mut runner, 13, "slow_once", b"slow"));
+        assert!(ran_inline(&mut runner, 14, "slow_once", b"slow"));
         for i in 0..SIT_OUT_RUNS {
-            assert!(
-                !ran_inline(&mut runner, 100 + i, "slow_once", b""),
-                "sits out run {i}"
-            );
+            let inline = ran_inline(&mut runner, 100 + i, "slow_once", b"");
+            assert!(!inline, "sits out run {i}");
         }
         assert!(
             ran_inline(&mut runner, 200, "slow_once", b""),
             "back inline"
         );
+        // The second time, twice as long.
+        assert!(ran_inline(&mut runner, 201, "slow_once", b"slow"));
+        assert!(ran_inline(&mut runner, 202, "slow_once", b"slow"));
+        for i in 0..2 * SIT_OUT_RUNS {
+            let inline = ran_inline(&mut runner, 300 + i, "slow_once", b"");
+            assert!(!inline, "sits out run {i} of twice as many");
+        }
+        assert!(
+            ran_inline(&mut runner, 400, "slow_once", b""),
+            "back inline"
+        );
+        pool.shutdown(ShutdownMode::Drain);
+    }
+
+    #[test]
+    fn a_stretched_inline_run_does_not_make_a_short_function_look_long() {
+        let mut pool = pool();
+        let (mut runner, _kicks) = runner(&pool);
+        for i in 0..INLINE_RUNS_MIN {
+            assert!(!ran_inline(&mut runner, i, "slow_once", b""));
+        }
+        let index = runner
+            .functions
+            .find(&runner.registry, &Arc::from("slow_once"))
+            .expect("registered");
+        // A run of 1.5 ms (under the give-up, over the threshold: a preemption, say) would
+        // take the average over 20 us if counted whole.
+        assert_eq!(
+            runner.functions.entries[index].ran_inline(Duration::from_micros(1_500)),
+            None
+        );
+        assert!(ran_inline(&mut runner, 10, "slow_once", b""), "still short");
         pool.shutdown(ShutdownMode::Drain);
     }
 
@@ -801,9 +872,7 @@ mod tests {
             .find(&runner.registry, &Arc::from("boom"))
             .expect("registered");
         for _ in 0..INLINE_RUNS_MIN {
-            runner.functions.entries[index]
-                .timing
-                .record(Duration::from_micros(1));
+            runner.functions.entries[index].ran_inline(Duration::from_micros(1));
         }
         runner.launch(launch(7, "boom", b""));
         assert!(runner.kill(7, 0));

@@ -1826,9 +1826,11 @@ impl Scheduler {
                 unreachable!("batched launches for empty executor slot {slot}");
             };
             if !e.batch.is_empty() {
+                // The next batch starts at this one's size: one allocation a batch, no growth.
+                let next = Vec::with_capacity(e.batch.len());
                 self.outputs.push_back(Output::Launch {
                     executor: e.id,
-                    tasks: std::mem::take(&mut e.batch),
+                    tasks: std::mem::replace(&mut e.batch, next),
                 });
             }
         }

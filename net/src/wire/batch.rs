@@ -47,26 +47,33 @@ fn is_char_start(byte: Option<u8>) -> bool {
     byte.is_none_or(|b| b & 0xC0 != 0x80)
 }
 
-/// Splits items of the given variable sizes into consecutive runs that each fit in one frame:
-/// the end index of each run, in order (none for no items).
-fn frame_ends(sizes: impl Iterator<Item = usize>, frame_size_max: usize) -> Vec<usize> {
+/// The end of the run that starts at item `start` and fits in one frame (at least one item):
+/// `size(i)` is item `i`'s variable part, `len` the items in all.
+fn run_end(
+    start: usize,
+    len: usize,
+    frame_size_max: usize,
+    size: impl Fn(usize) -> usize,
+) -> usize {
     let budget = frame_size_max.saturating_sub(FRAME_OVERHEAD_BYTES);
-    let mut ends = Vec::new();
     let mut used = 0usize;
-    let mut len = 0usize;
-    for size in sizes {
-        let cost = size.saturating_add(ITEM_OVERHEAD_BYTES);
-        if used > 0 && used.saturating_add(cost) > budget {
-            ends.push(len);
-            used = 0;
+    let mut end = start;
+    while end < len {
+        let cost = size(end).saturating_add(ITEM_OVERHEAD_BYTES);
+        if end > start && used.saturating_add(cost) > budget {
+            break;
         }
         used = used.saturating_add(cost);
-        len += 1;
+        end += 1;
     }
-    if used > 0 {
-        ends.push(len);
-    }
-    ends
+    end
+}
+
+/// Reserves room in `out` for items of these variable sizes, so a batch grows its buffer once.
+fn reserve(out: &mut BytesMut, sizes: impl Iterator<Item = usize>, frame_size_max: usize) {
+    let items: usize = sizes.map(|s| s.saturating_add(ITEM_OVERHEAD_BYTES)).sum();
+    let frames = items / frame_size_max.max(1) + 1;
+    out.reserve(items.saturating_add(frames * (FRAME_OVERHEAD_BYTES + super::HEADER_LEN)));
 }
 
 /// Appends `tasks` as `LaunchTasks` frames. Fails (leaving what it appended so far) only when
@@ -76,9 +83,15 @@ pub fn encode_launches(
     out: &mut BytesMut,
     frame_size_max: usize,
 ) -> Result<(), WireError> {
-    let sizes = tasks.iter().map(|t| t.payload.len() + t.function.len());
+    let size = |i: usize| {
+        tasks
+            .get(i)
+            .map_or(0, |t| t.payload.len() + t.function.len())
+    };
+    reserve(out, (0..tasks.len()).map(size), frame_size_max);
     let mut start = 0;
-    for end in frame_ends(sizes, frame_size_max) {
+    while start < tasks.len() {
+        let end = run_end(start, tasks.len(), frame_size_max, size);
         let run = tasks.get(start..end).unwrap_or_default();
         Message::LaunchTasks {
             tasks: List::from_items(run),
@@ -96,8 +109,11 @@ pub fn encode_status_updates(
     out: &mut BytesMut,
     frame_size_max: usize,
 ) -> Result<(), WireError> {
+    let size = |i: usize| updates.get(i).map_or(0, |u| u.data.len());
+    reserve(out, (0..updates.len()).map(size), frame_size_max);
     let mut start = 0;
-    for end in frame_ends(updates.iter().map(|u| u.data.len()), frame_size_max) {
+    while start < updates.len() {
+        let end = run_end(start, updates.len(), frame_size_max, size);
         let run = updates.get(start..end).unwrap_or_default();
         Message::StatusUpdates {
             updates: List::from_items(run),
@@ -113,13 +129,24 @@ mod tests {
     use super::*;
     use crate::wire::{FrameDecoder, TaskState};
 
+    /// The ends of the runs items of these sizes are split into.
+    fn frame_ends(sizes: &[usize], frame_size_max: usize) -> Vec<usize> {
+        let mut ends = Vec::new();
+        let mut start = 0;
+        while start < sizes.len() {
+            start = run_end(start, sizes.len(), frame_size_max, |i| sizes[i]);
+            ends.push(start);
+        }
+        ends
+    }
+
     #[test]
     fn runs_fit_their_frames_and_cover_every_item() {
-        assert!(frame_ends([].into_iter(), 1000).is_empty());
-        assert_eq!(frame_ends([10, 10, 10].into_iter(), 1000), vec![3]);
+        assert!(frame_ends(&[], 1000).is_empty());
+        assert_eq!(frame_ends(&[10, 10, 10], 1000), vec![3]);
         // Each item alone nearly fills the frame: one frame each.
         let big = item_bytes_max(1000);
-        assert_eq!(frame_ends([big, big, 1].into_iter(), 1000), vec![1, 2, 3]);
+        assert_eq!(frame_ends(&[big, big, 1], 1000), vec![1, 2, 3]);
     }
 
     #[test]

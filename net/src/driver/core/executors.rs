@@ -120,8 +120,15 @@ impl Remote {
         tasks: &'a [TaskLaunch],
         now_us: u64,
     ) -> Vec<(Option<PeerId>, Vec<wire::TaskLaunch<'a>>)> {
-        let mut batches: Vec<Vec<wire::TaskLaunch<'a>>> =
-            (0..self.lanes.len()).map(|_| Vec::new()).collect();
+        // One lane (the usual case) takes them all: sized once.
+        let each = if self.lanes.len() == 1 {
+            tasks.len()
+        } else {
+            0
+        };
+        let mut batches: Vec<Vec<wire::TaskLaunch<'a>>> = (0..self.lanes.len())
+            .map(|_| Vec::with_capacity(each))
+            .collect();
         for task in tasks {
             let lane = self.route();
             self.launched((task.task, task.attempt), lane, now_us);
