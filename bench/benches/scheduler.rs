@@ -342,7 +342,7 @@ fn one_task_job(sharing: Sharing, pools: u64, submitted: u64) -> JobSpec {
     match sharing {
         Sharing::Fifo => spec,
         Sharing::Fair => JobSpec {
-            pool: format!("pool{}", submitted % pools),
+            pool: format!("pool{}", submitted % pools).into(),
             ..spec
         },
     }

@@ -85,7 +85,7 @@ pub struct LoadSpec {
     /// Closed or open loop.
     pub mode: Mode,
     /// The function each task runs (`noop`, `spin:US`, `sleep:MS`, `echo`, `hash`, ...).
-    pub task: String,
+    pub task: std::sync::Arc<str>,
     /// Payload bytes per task.
     pub payload_bytes: usize,
     /// When to stop sending.

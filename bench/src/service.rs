@@ -201,7 +201,7 @@ pub fn run(spec: &ServiceSpec) -> Result<ServiceResult, String> {
     let cluster = start_cluster(spec)?;
     let service = Arc::new(Service {
         driver: cluster.driver.clone(),
-        task: spec.task.clone(),
+        task: spec.task.as_str().into(),
         resolved,
         payloads: vec![Bytes::from(vec![7u8; spec.payload_bytes]); spec.tasks_per_request as usize],
     });
@@ -240,7 +240,7 @@ fn start_cluster(spec: &ServiceSpec) -> Result<Cluster, String> {
 /// The handlers' state.
 struct Service {
     driver: Arc<Driver>,
-    task: String,
+    task: std::sync::Arc<str>,
     resolved: Resolved,
     payloads: Vec<Bytes>,
 }

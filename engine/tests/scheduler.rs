@@ -1754,7 +1754,7 @@ fn pools_made_for_jobs_are_reused_once_idle() {
     s.register_executor(0, exec(1, "h", 1)).unwrap();
     for i in 0..50u64 {
         let mut spec = JobSpec::new(tasks(1));
-        spec.pool = format!("pool-{i}");
+        spec.pool = format!("pool-{i}").into();
         let job = s.submit_job(i, spec).unwrap();
         let ls = launches(&drain(&mut s));
         assert_eq!(s.job_info(job).unwrap().pool, format!("pool-{i}"));
@@ -1874,7 +1874,7 @@ fn too_small_for_many_jobs_ahead(sharing: Sharing) {
     });
     for i in 0..200 {
         let spec = JobSpec {
-            pool: format!("p{}", i % 10),
+            pool: format!("p{}", i % 10).into(),
             ..JobSpec::new(vec![TaskSpec {
                 cores: 2,
                 ..TaskSpec::new("f", Bytes::new())

@@ -4,6 +4,7 @@
 //! cancels its job unless it was [detached](JobHandle::detach); a job may carry a
 //! [deadline](Job::deadline).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +17,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 
 pub use flint_engine::scheduler::{ExclusionConfig, JobOutcome, JobSetting, SpeculationConfig};
-use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec, Tasks};
+use flint_engine::scheduler::{ExecutorId, JobId, JobSpec, TaskSpec, Tasks};
 
 /// Called on the driver's loop with each task's index and result, as results arrive.
 pub type ResultObserver = Box<dyn FnMut(u32, Result<&Bytes, &str>) + Send>;
@@ -35,7 +36,8 @@ pub struct TaskLocality {
 
 /// A job to submit: one function over many payloads.
 pub struct Job {
-    pub(crate) function: String,
+    /// Shared: a caller that submits many jobs of one function hands each the same name.
+    pub(crate) function: Arc<str>,
     pub(crate) payloads: Vec<Bytes>,
     pub(crate) cores: u32,
     pub(crate) observer: Option<ResultObserver>,
@@ -43,15 +45,16 @@ pub struct Job {
     pub(crate) result_bytes_max: Option<u64>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) stream: bool,
-    /// Boxed: most jobs keep the defaults, and a `Job` travels in the driver's messages.
-    pub(crate) scheduling: Box<JobScheduling>,
+    /// `None` while every setting is the default (most jobs: no allocation); boxed once one
+    /// is set, since a `Job` travels in the driver's messages.
+    pub(crate) scheduling: Option<Box<JobScheduling>>,
 }
 
 /// How a job shares the cluster and handles failures; every field has the scheduler's
 /// default until a [`Job`] builder method sets it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct JobScheduling {
-    pub pool: String,
+    pub pool: Cow<'static, str>,
     pub weight: u32,
     pub priority: i32,
     pub locality: Vec<TaskLocality>,
@@ -63,7 +66,7 @@ pub(crate) struct JobScheduling {
 impl Default for JobScheduling {
     fn default() -> Self {
         JobScheduling {
-            pool: String::from("default"),
+            pool: Cow::Borrowed("default"),
             weight: 1,
             priority: 0,
             locality: Vec::new(),
@@ -84,8 +87,10 @@ impl std::fmt::Debug for Job {
 }
 
 impl Job {
-    /// A job of `payloads.len()` tasks, each running `function` on its payload.
-    pub fn new(function: impl Into<String>, payloads: Vec<Bytes>) -> Self {
+    /// A job of `payloads.len()` tasks, each running `function` on its payload. A caller
+    /// that submits many jobs of one function can keep it as an `Arc<str>` and hand each a
+    /// clone.
+    pub fn new(function: impl Into<Arc<str>>, payloads: Vec<Bytes>) -> Self {
         Job {
             function: function.into(),
             payloads,
@@ -95,55 +100,60 @@ impl Job {
             result_bytes_max: None,
             deadline: None,
             stream: false,
-            scheduling: Box::default(),
+            scheduling: None,
         }
+    }
+
+    /// The job's scheduling settings, made (with the defaults) when the first is set.
+    fn scheduling(&mut self) -> &mut JobScheduling {
+        self.scheduling.get_or_insert_with(Box::default)
     }
 
     /// The FAIR pool the job runs in (default `"default"`; ignored under FIFO sharing). Pools
     /// come from the driver's configuration (`flint ... --pools FILE`); an unknown name makes a
     /// pool with the defaults (FAIR inside, weight 1, no minimum share).
     pub fn pool(mut self, name: impl Into<String>) -> Self {
-        self.scheduling.pool = name.into();
+        self.scheduling().pool = Cow::Owned(name.into());
         self
     }
 
     /// The job's weight inside its pool when the pool is FAIR (default 1, at least 1).
     pub fn weight(mut self, weight: u32) -> Self {
-        self.scheduling.weight = weight.max(1);
+        self.scheduling().weight = weight.max(1);
         self
     }
 
     /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break
     /// (default 0).
     pub fn priority(mut self, priority: i32) -> Self {
-        self.scheduling.priority = priority;
+        self.scheduling().priority = priority;
         self
     }
 
     /// Per-task locality preferences, in task order: entry `i` is task `i`'s (tasks beyond
     /// the list have none). More entries than tasks is a submission error.
     pub fn locality(mut self, per_task: Vec<TaskLocality>) -> Self {
-        self.scheduling.locality = per_task;
+        self.scheduling().locality = per_task;
         self
     }
 
     /// Counted failures a task may have before the job fails (default: the driver's
     /// `scheduler.max_failures`, 4; at least 1).
     pub fn max_failures(mut self, max_failures: u32) -> Self {
-        self.scheduling.max_failures = Some(max_failures.max(1));
+        self.scheduling().max_failures = Some(max_failures.max(1));
         self
     }
 
     /// Speculation for this job: inherit the driver's (default), off, or its own thresholds.
     pub fn speculation(mut self, setting: JobSetting<SpeculationConfig>) -> Self {
-        self.scheduling.speculation = setting;
+        self.scheduling().speculation = setting;
         self
     }
 
     /// Exclusion for this job (its per-job and per-task limits; global exclusion stays the
     /// driver's): inherit (default), off, or its own limits.
     pub fn exclusion(mut self, setting: JobSetting<ExclusionConfig>) -> Self {
-        self.scheduling.exclusion = setting;
+        self.scheduling().exclusion = setting;
         self
     }
 
@@ -198,12 +208,12 @@ impl Job {
 /// The scheduler's view of a job's tasks and settings: `executor_id` maps an executor's id on
 /// the wire to the scheduler's, if it is registered. Errors name what is wrong.
 pub(crate) fn job_spec(
-    function: String,
+    function: Arc<str>,
     payloads: Vec<Bytes>,
     cores: u32,
     keep_results: bool,
     result_bytes_max: Option<u64>,
-    scheduling: JobScheduling,
+    scheduling: Option<Box<JobScheduling>>,
     executor_id: impl Fn(&str) -> Option<ExecutorId>,
 ) -> Result<JobSpec, String> {
     let JobScheduling {
@@ -214,7 +224,7 @@ pub(crate) fn job_spec(
         max_failures,
         speculation,
         exclusion,
-    } = scheduling;
+    } = scheduling.map(|s| *s).unwrap_or_default();
     if locality.len() > payloads.len() {
         return Err(format!(
             "{} locality entries for {} tasks",
@@ -222,7 +232,6 @@ pub(crate) fn job_spec(
             payloads.len()
         ));
     }
-    let function: std::sync::Arc<str> = function.into();
     let tasks = if locality.is_empty() {
         // The common job: one function, no preferences; the payloads go over as they are.
         Tasks::Same {
@@ -302,6 +311,8 @@ struct State {
     results: VecDeque<TaskResult>,
     /// The task awaiting the outcome or the next result.
     waker: Option<Waker>,
+    /// Threads blocked on `changed`: without any, a change wakes nobody (no system call).
+    blocked: u32,
 }
 
 /// The part of a job shared by its handle and the driver.
@@ -342,33 +353,57 @@ impl JobShared {
             return;
         }
         let result = result.cloned().map_err(str::to_owned);
-        let waker = {
-            let mut state = self.lock();
-            state.results.push_back((index, result));
-            state.waker.take()
-        };
-        self.changed.notify_all();
+        let mut state = self.lock();
+        state.results.push_back((index, result));
+        self.wake(state);
+    }
+
+    /// Records the outcome (the first one wins) and wakes every waiter.
+    pub(crate) fn finish(&self, outcome: JobOutcome) {
+        let mut state = self.lock();
+        if state.ended {
+            return;
+        }
+        state.ended = true;
+        state.outcome = Some(outcome);
+        self.ended.store(true, Ordering::Release);
+        self.wake(state);
+    }
+
+    /// Wakes whoever waits for a change just made under `state`: the blocked threads (only if
+    /// there are any) and the task awaiting it.
+    fn wake(&self, mut state: MutexGuard<'_, State>) {
+        let waker = state.waker.take();
+        let blocked = state.blocked > 0;
+        drop(state);
+        if blocked {
+            self.changed.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
     }
 
-    /// Records the outcome (the first one wins) and wakes every waiter.
-    pub(crate) fn finish(&self, outcome: JobOutcome) {
-        let waker = {
-            let mut state = self.lock();
-            if state.ended {
-                return;
-            }
-            state.ended = true;
-            state.outcome = Some(outcome);
-            self.ended.store(true, Ordering::Release);
-            state.waker.take()
+    /// Blocks on `changed` (up to `left`, if given), counted as blocked meanwhile.
+    fn block<'a>(
+        &self,
+        mut state: MutexGuard<'a, State>,
+        left: Option<Duration>,
+    ) -> MutexGuard<'a, State> {
+        state.blocked += 1;
+        let mut state = match left {
+            None => self
+                .changed
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            Some(left) => self
+                .changed
+                .wait_timeout(state, left)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner().0),
         };
-        self.changed.notify_all();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        state.blocked -= 1;
+        state
     }
 
     /// Marks the job cancelled (the driver's loop also learns it by message, or by looking).
@@ -381,7 +416,7 @@ impl JobShared {
     }
 
     fn is_ended(&self) -> bool {
-        self.lock().ended
+        self.ended.load(Ordering::Acquire)
     }
 
     /// The next streamed result, waiting up to `timeout`; `None` once the job has ended and
@@ -397,19 +432,13 @@ impl JobShared {
                 return None;
             }
             state = match deadline {
-                None => self
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                None => self.block(state, None),
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         return None;
                     }
-                    self.changed
-                        .wait_timeout(state, left)
-                        .map(|(guard, _)| guard)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner().0)
+                    self.block(state, Some(left))
                 }
             };
         }
@@ -433,13 +462,20 @@ pub const WAIT_SPIN_MAX: Duration = Duration::from_micros(20);
 /// A waiting caller spins only when at most this many of its job's tasks are left.
 pub const WAIT_SPIN_TASKS_LEFT: u64 = 1;
 
+/// Where a handle's cancel goes: the driver's side of its jobs, one per driver and shared by
+/// every handle (so a handle costs no allocation for it).
+pub(crate) trait Canceller: Send + Sync {
+    /// Job `id` was cancelled by its handle (its shared state says so already).
+    fn cancel(&self, id: JobId);
+}
+
 /// A submitted job. Dropping it cancels the job unless it has ended or was
 /// [detached](JobHandle::detach).
 pub struct JobHandle {
     pub(crate) id: u64,
     pub(crate) tasks: u64,
     pub(crate) shared: Arc<JobShared>,
-    pub(crate) cancel: Box<dyn Fn() + Send + Sync>,
+    pub(crate) canceller: Arc<dyn Canceller>,
     pub(crate) detached: bool,
 }
 
@@ -476,7 +512,8 @@ impl JobHandle {
     /// Cancels the job: running tasks are killed, pending ones dropped; the outcome becomes
     /// `Cancelled` unless it was already decided.
     pub fn cancel(&self) {
-        (self.cancel)();
+        self.shared.cancel();
+        self.canceller.cancel(JobId(self.id));
     }
 
     /// Lets the job run to its end without this handle: dropping a handle otherwise cancels
@@ -505,11 +542,7 @@ impl JobHandle {
             if let Some(outcome) = state.outcome.take() {
                 return outcome;
             }
-            state = self
-                .shared
-                .changed
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = self.shared.block(state, None);
         }
     }
 
@@ -527,12 +560,7 @@ impl JobHandle {
                 if left.is_zero() {
                     break;
                 }
-                state = self
-                    .shared
-                    .changed
-                    .wait_timeout(state, left)
-                    .map(|(guard, _)| guard)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+                state = self.shared.block(state, Some(left));
             }
         }
         Err(self)
@@ -561,7 +589,7 @@ impl JobHandle {
 impl Drop for JobHandle {
     fn drop(&mut self) {
         if !self.detached && !self.shared.is_ended() {
-            (self.cancel)();
+            self.cancel();
         }
     }
 }
@@ -619,14 +647,11 @@ mod tests {
             job.cores,
             job.keep_results,
             job.result_bytes_max,
-            *job.scheduling,
+            job.scheduling,
             |name| (name == "e1").then_some(ExecutorId(5)),
         )
         .unwrap();
-        assert_eq!(
-            (spec.pool.as_str(), spec.weight, spec.priority),
-            ("prod", 3, -2)
-        );
+        assert_eq!((&*spec.pool, spec.weight, spec.priority), ("prod", 3, -2));
         assert_eq!(spec.max_failures, Some(7));
         assert_eq!(spec.speculation, JobSetting::Off);
         assert_eq!(
@@ -647,7 +672,7 @@ mod tests {
             plain.cores,
             true,
             None,
-            *plain.scheduling,
+            plain.scheduling,
             |_| None,
         )
         .unwrap();
@@ -670,7 +695,7 @@ mod tests {
             1,
             true,
             None,
-            *too_many.scheduling,
+            too_many.scheduling,
             |_| None
         )
         .is_err());

@@ -165,7 +165,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let source_name = source_name(&cluster_spec.source);
     let spec = LoadSpec {
         mode,
-        task: args.task.clone(),
+        task: args.task.as_str().into(),
         payload_bytes: args.payload,
         limit,
         warmup,

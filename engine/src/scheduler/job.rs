@@ -161,6 +161,10 @@ pub(crate) struct Queues {
     pub cores: u32,
     pub by_exec: FxHashMap<ExecutorId, VecDeque<u32>>,
     pub by_host: FxHashMap<u32, VecDeque<u32>>,
+    /// Tasks without preferences never queued yet, in index order, ahead of `no_pref`: a new
+    /// job of one function over payloads queues all its tasks at once as this range (no push
+    /// per task, no allocation).
+    pub fresh: std::ops::Range<u32>,
     pub no_pref: VecDeque<u32>,
     /// Tasks with preferences, for the "any" level.
     pub any: VecDeque<u32>,
@@ -299,7 +303,36 @@ fn pop_pending(
     None
 }
 
+/// Takes the first task of `fresh` that is still pending (one killed since is passed over) if
+/// it fits in `free` cores; never-run tasks avoid no executor.
+fn pop_fresh(fresh: &mut std::ops::Range<u32>, tasks: &[TaskRec], free: u32) -> Option<u32> {
+    while let Some(i) = fresh.clone().next() {
+        match tasks.get(i as usize) {
+            Some(t) if t.status == Status::Pending => {
+                if t.cores > free {
+                    return None;
+                }
+                fresh.start += 1;
+                return Some(i);
+            }
+            _ => fresh.start += 1,
+        }
+    }
+    None
+}
+
 impl Job {
+    /// Queues tasks `0..n` of a new job whose tasks all need `cores` cores and prefer nothing
+    /// (one function over payloads): one class, its tasks fresh in index order.
+    pub fn enqueue_fresh(&mut self, n: u32, cores: u32) {
+        debug_assert!(self.classes.is_empty(), "only a new job queues fresh tasks");
+        self.classes.push(Queues {
+            cores,
+            fresh: 0..n,
+            ..Queues::default()
+        });
+    }
+
     /// Whether the job has something to launch: pending tasks or stragglers to copy.
     pub fn has_work(&self) -> bool {
         self.pending > 0 || !self.speculatable.is_empty()
@@ -544,7 +577,9 @@ impl Job {
         }
         let Job { classes, tasks, .. } = &mut *self;
         for q in classes.iter_mut().filter(|q| q.cores <= free) {
-            if let Some(i) = pop_pending(&mut q.no_pref, tasks, free, exec, host) {
+            let found = pop_fresh(&mut q.fresh, tasks, free)
+                .or_else(|| pop_pending(&mut q.no_pref, tasks, free, exec, host));
+            if let Some(i) = found {
                 return Some(Found::Pending(i, None));
             }
         }

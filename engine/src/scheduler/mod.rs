@@ -229,7 +229,7 @@ pub use types::{
 use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
-use order::{Cursor, FifoKey, Order, PoolKey, Ratio};
+use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use timers::{Keys, Timers};
 
@@ -387,8 +387,8 @@ pub struct Scheduler {
     job_free_slots: Vec<u32>,
     /// Job id → slot.
     job_slots: FxHashMap<u64, u32>,
-    /// Active job slots by FIFO key (priority, then id).
-    active: BTreeMap<FifoKey, u32>,
+    /// Jobs accepted and without an outcome yet.
+    active: usize,
     /// The active jobs that have something to launch, in sharing order: offers look only at
     /// these.
     runnable: Order,
@@ -466,7 +466,7 @@ impl Scheduler {
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
             job_slots: FxHashMap::default(),
-            active: BTreeMap::new(),
+            active: 0,
             runnable,
             touched: Vec::new(),
             pools,
@@ -528,7 +528,7 @@ impl Scheduler {
 
     /// Jobs accepted and without an outcome yet.
     pub fn active_jobs(&self) -> usize {
-        self.active.len()
+        self.active
     }
 
     /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
@@ -695,7 +695,7 @@ impl Scheduler {
         // Checked against a walk of the jobs in debug builds, while that walk is short (tests
         // with many thousands of jobs would otherwise go quadratic).
         #[cfg(debug_assertions)]
-        if self.active.len() <= POLL_TIMEOUT_CHECK_JOBS_MAX {
+        if self.active <= POLL_TIMEOUT_CHECK_JOBS_MAX {
             assert_eq!(
                 t,
                 self.poll_timeout_scan(),
@@ -711,10 +711,8 @@ impl Scheduler {
     fn poll_timeout_scan(&self) -> Option<u64> {
         let waits = self.waits();
         let mut t = u64::MAX;
-        for (slot, job) in self
-            .active
-            .values()
-            .filter_map(|&s| Some((s, self.jobs.get(s as usize)?.as_ref()?)))
+        for (slot, job) in
+            (self.jobs.iter().enumerate()).filter_map(|(s, job)| Some((s as u32, job.as_ref()?)))
         {
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
@@ -961,7 +959,6 @@ impl Scheduler {
         pool_rec.jobs += 1;
         self.idle_pools.remove(&pool);
         let oversized = spec.tasks.first_payload_over(self.config.payload_max_bytes);
-        let priority = spec.priority;
         let job = self.build_job(now_us, id, pool, spec);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
         if let Some(sc) = &job.speculation {
@@ -973,7 +970,7 @@ impl Scheduler {
         if has_prefs {
             self.pref_jobs += 1;
         }
-        self.active.insert((-(i64::from(priority)), id.0), slot);
+        self.active += 1;
         self.sync_job(slot);
         self.pending_total += n;
         self.unfinished_total += n;
@@ -1002,7 +999,7 @@ impl Scheduler {
         if u32::try_from(n).is_err() {
             return Err(SubmitError::TooManyTasks);
         }
-        if self.active.len() >= self.config.jobs_max {
+        if self.active >= self.config.jobs_max {
             return Err(SubmitError::TooManyJobs(self.config.jobs_max));
         }
         if self.unfinished_total.saturating_add(n) > self.config.pending_tasks_max {
@@ -1096,6 +1093,11 @@ impl Scheduler {
     /// defaults, every task queued and its locality level chosen.
     fn build_job(&mut self, now_us: u64, id: JobId, pool: u32, spec: JobSpec) -> Job {
         let n = spec.tasks.len();
+        // One function over payloads: every task the same size, none with preferences.
+        let uniform = match &spec.tasks {
+            Tasks::Same { cores, .. } => Some(*cores),
+            Tasks::Each(_) => None,
+        };
         let (tasks, has_exec_prefs, has_host_prefs) = Self::build_tasks(&mut self.book, spec.tasks);
         let speculation = spec
             .speculation
@@ -1149,8 +1151,13 @@ impl Scheduler {
         };
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
-        for i in 0..n as u32 {
-            job.enqueue(i, host_of, |h| book.host_live(h));
+        match uniform {
+            Some(cores) => job.enqueue_fresh(n as u32, cores),
+            None => {
+                for i in 0..n as u32 {
+                    job.enqueue(i, host_of, |h| book.host_live(h));
+                }
+            }
         }
         job.level = job.start_level();
         job
@@ -2270,13 +2277,10 @@ impl Scheduler {
                 None => unreachable!("a job's speculation timeout is counted"),
             }
         }
-        self.job_slots.remove(&job.id.0);
-        let removed = self.active.remove(&key);
-        assert_eq!(
-            removed,
-            Some(job_slot),
-            "an active job is listed under its FIFO key"
-        );
+        let removed = self.job_slots.remove(&job.id.0);
+        assert_eq!(removed, Some(job_slot), "an active job is listed by its id");
+        assert!(self.active > 0, "an active job is counted");
+        self.active -= 1;
         self.job_free_slots.push(job_slot);
     }
 

@@ -2,6 +2,7 @@
 //! configuration and errors. Everything here is plain data that the driver can build from (or put
 //! on) the wire.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -229,8 +230,9 @@ impl From<Vec<TaskSpec>> for Tasks {
 pub struct JobSpec {
     /// The tasks; a task's index here is its [`TaskId::index`].
     pub tasks: Tasks,
-    /// The FAIR pool it belongs to (ignored under FIFO).
-    pub pool: String,
+    /// The FAIR pool it belongs to (ignored under FIFO); the default pool's name is static,
+    /// so a job in it costs no allocation for it.
+    pub pool: Cow<'static, str>,
     /// Its weight inside its pool under FAIR (at least 1).
     pub weight: u32,
     /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break.
@@ -285,7 +287,7 @@ impl JobSpec {
     pub fn new(tasks: impl Into<Tasks>) -> JobSpec {
         JobSpec {
             tasks: tasks.into(),
-            pool: String::from("default"),
+            pool: Cow::Borrowed("default"),
             weight: 1,
             priority: 0,
             keep_results: true,

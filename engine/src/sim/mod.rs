@@ -494,7 +494,7 @@ impl Sim {
     fn random_settings(&mut self, spec: &mut JobSpec, j: usize, n_tasks: u64) {
         spec.pool = match self.rng.range(0, 9) {
             // An unconfigured pool (FAIR inside, weight 1), now and then.
-            0 => format!("job-{j}"),
+            0 => format!("job-{j}").into(),
             1..=4 => "a".into(),
             _ => "b".into(),
         };

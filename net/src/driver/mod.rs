@@ -61,7 +61,7 @@ use self::endpoint::DriverEndpoint;
 use crate::admission::Admission;
 pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
 use crate::handshake::Secret;
-use crate::job::{Job, JobHandle, JobShared};
+use crate::job::{Canceller, Job, JobHandle, JobShared};
 use crate::observe::{DriverView, LoopTelemetry};
 use crate::wire::{batch, FRAME_SIZE_MAX_DEFAULT};
 use flint_engine::functions::Registry;
@@ -233,6 +233,25 @@ pub struct Driver {
     stats: Arc<PublishedStats>,
     /// The endpoint's clock origin.
     epoch: Instant,
+    /// Where every handle's cancel goes.
+    canceller: Arc<dyn Canceller>,
+}
+
+/// A handle's cancel, told to the loop: a message, or (its inbox full) a flag the loop looks
+/// at after its next round.
+struct DriverCanceller {
+    endpoint: EndpointRef<DriverEndpoint>,
+    admission: Arc<Admission>,
+}
+
+impl Canceller for DriverCanceller {
+    fn cancel(&self, id: JobId) {
+        if self.endpoint.send(DriverMsg::Cancel(id)).is_err() {
+            self.admission
+                .cancels_pending
+                .store(true, Ordering::Release);
+        }
+    }
 }
 
 /// The scheduler's [`Stats`], published by the loop after every event so callers read them
@@ -423,6 +442,10 @@ impl Driver {
             .handle()
             .spawn("driver", endpoint)
             .map_err(|e| DriverError::Start(format!("driver endpoint: {e}")))?;
+        let canceller = Arc::new(DriverCanceller {
+            endpoint: endpoint.clone(),
+            admission: admission.clone(),
+        });
         Ok(Driver {
             runtime: Some(runtime),
             pool,
@@ -432,6 +455,7 @@ impl Driver {
             admission,
             stats,
             epoch,
+            canceller,
         })
     }
 
@@ -536,21 +560,11 @@ impl Driver {
                 job: Box::new(job),
             });
         }
-        let endpoint = self.endpoint.clone();
-        let admission = self.admission.clone();
-        let cancelled = shared.clone();
-        let cancel = Box::new(move || {
-            cancelled.cancel();
-            if endpoint.send(DriverMsg::Cancel(id)).is_err() {
-                // The loop is behind: it looks for cancelled jobs at its next tick.
-                admission.cancels_pending.store(true, Ordering::Release);
-            }
-        });
         Ok(JobHandle {
             id: id.0,
             tasks: tasks as u64,
             shared,
-            cancel,
+            canceller: self.canceller.clone(),
             detached: false,
         })
     }

@@ -19,12 +19,22 @@ use crate::driver::handles::Handles;
 use crate::driver::DriverConfig;
 use crate::executor::core::{Action, ExecutorCore};
 use crate::executor::{ExecutorConfig, ExecutorError};
-use crate::job::{Job, JobHandle, JobShared};
+use crate::job::{Canceller, Job, JobHandle, JobShared};
 use crate::observe::LoopTelemetry;
 use crate::sim::ledger::Ledger;
 use crate::sim::network::{ConnId, Delivery, End, Network};
 use crate::sim::runner::FakeRunner;
 use crate::wire::{FrameDecoder, TaskState};
+
+/// The cancels handles posted, for the next pump (the real loop takes them off its inbox).
+#[derive(Default)]
+pub(crate) struct Cancels(Mutex<Vec<JobId>>);
+
+impl Canceller for Cancels {
+    fn cancel(&self, id: JobId) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+    }
+}
 
 /// Micros in a `Duration` (saturating).
 pub fn us(d: Duration) -> u64 {
@@ -59,7 +69,7 @@ pub struct DriverNode {
     handles: Handles,
     /// Jobs whose handles cancelled them since the last pump (the handle's cancel closure
     /// posts here, as the real one posts to the loop's inbox).
-    cancels: Arc<Mutex<Vec<JobId>>>,
+    cancels: Arc<Cancels>,
     /// Connections open in the driver's view.
     conns: BTreeMap<ConnId, DriverConn>,
     frame_size_max: usize,
@@ -96,7 +106,7 @@ impl DriverNode {
             core: DriverCore::new(config, telemetry, [7; 32]),
             handles: Handles::new(admission.clone()),
             admission,
-            cancels: Arc::new(Mutex::new(Vec::new())),
+            cancels: Arc::new(Cancels::default()),
             conns: BTreeMap::new(),
             wakeups: 0,
             frames: 0,
@@ -130,17 +140,11 @@ impl DriverNode {
             self.core.submit(id, job, now_us);
         }
         self.hand_events();
-        let cancels = self.cancels.clone();
-        let cancelled = shared.clone();
-        let cancel = Box::new(move || {
-            cancelled.cancel();
-            cancels.lock().unwrap_or_else(|p| p.into_inner()).push(id);
-        });
         Ok(JobHandle {
             id: id.0,
             tasks,
             shared,
-            cancel,
+            canceller: self.cancels.clone(),
             detached: false,
         })
     }
@@ -245,7 +249,8 @@ impl DriverNode {
 
     /// Hands the core the cancels handles posted (the real loop takes them off its inbox).
     pub fn apply_cancels(&mut self, now_us: u64) {
-        let cancels = std::mem::take(&mut *self.cancels.lock().unwrap_or_else(|p| p.into_inner()));
+        let cancels =
+            std::mem::take(&mut *self.cancels.0.lock().unwrap_or_else(|p| p.into_inner()));
         for job in cancels {
             self.core.cancel(job, now_us);
         }

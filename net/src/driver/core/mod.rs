@@ -542,7 +542,7 @@ impl DriverCore {
             cores,
             keep_results,
             result_bytes_max,
-            *scheduling,
+            scheduling,
             |executor_id| executors.id_of(executor_id),
         );
         let refused = |jobs: &mut Jobs, error: String| {
