@@ -4,9 +4,7 @@
 
 mod common;
 
-use common::{
-    free_port, metrics, running_per_executor, sample, unique, wait_until, Gate, DEADLINE,
-};
+use common::{free_port, metrics, sample, unique, wait_until, wait_until_held, Gate, DEADLINE};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -141,19 +139,6 @@ fn metrics_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
-/// Waits until each of `executors` holds running attempts in the driver's metrics at `addr`.
-fn wait_until_held(addr: SocketAddr, executors: &[&str]) {
-    wait_until(
-        &format!("{executors:?} holding attempts at the gate"),
-        || {
-            let running = running_per_executor(&metrics(addr, None));
-            executors
-                .iter()
-                .all(|id| running.iter().any(|(e, n)| e == id && *n > 0.0))
-        },
-    );
-}
-
 fn expected_checksum(tasks: u64, payload: usize) -> u64 {
     (0..tasks).fold(0u64, |sum, i| {
         sum.wrapping_add(fnv1a64(&indexed_payload(i, payload)))
@@ -196,10 +181,7 @@ fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
         &listen,
     ]);
     // Grown to the maximum while the backlog is held, each executor holding its one attempt.
-    wait_until("4 executors registered", || {
-        sample(&metrics(addr, None), "flint_executors") == Some(4.0)
-    });
-    wait_until_held(addr, &["local-0", "local-1", "local-2", "local-3"]);
+    wait_until_held(addr, None, 4);
     gate.open();
     let (status, stdout, stderr) = run.finish();
     assert!(status.success(), "stdout {stdout} stderr {stderr}");
@@ -257,7 +239,7 @@ fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
     let second = run.pid_of("local-1");
     // Both killed while they provably hold attempts (at the gate, so none finished); the gate
     // opens once both replacements registered.
-    wait_until_held(addr, &["local-0", "local-1"]);
+    wait_until_held(addr, None, 2);
     kill_9(first);
     run.wait_for_line("executor local-0 exited: failed (code 137");
     run.wait_for_line("executor local-2 registered");

@@ -5,9 +5,7 @@
 
 mod common;
 
-use common::{
-    free_port, metrics, running_per_executor, sample, unique, wait_until, Gate, DEADLINE,
-};
+use common::{free_port, metrics, sample, unique, wait_until, wait_until_held, Gate, DEADLINE};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,17 +19,6 @@ use flint_engine::functions::fnv1a64;
 /// The cluster's shared secret (every process gets it as $FLINT_SECRET; the driver's metrics
 /// take it as their token).
 const SECRET: &str = "lifecycle-standalone-secret";
-
-/// Waits until the driver whose metrics are at `addr` has `executors` registered, each holding
-/// running attempts.
-fn wait_until_held(addr: SocketAddr, executors: usize) {
-    wait_until(&format!("{executors} executors holding attempts"), || {
-        let text = metrics(addr, Some(SECRET));
-        let running = running_per_executor(&text);
-        sample(&text, "flint_executors") == Some(executors as f64)
-            && running.iter().filter(|(_, n)| *n > 0.0).count() == executors
-    });
-}
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
 struct Proc {
@@ -205,7 +192,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
             && stderr.contains("executor 0 running")
             && stderr.contains("executor 1 running")
     });
-    wait_until_held(metrics_addr, 2);
+    wait_until_held(metrics_addr, Some(SECRET), 2);
     let pids = executor_pids(&work);
     let victim = pids.first().expect("an executor pid").clone();
     let killed = Command::new("kill")
@@ -340,7 +327,7 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
             &metrics_listen,
         ],
     );
-    wait_until_held(metrics_addr, 3);
+    wait_until_held(metrics_addr, Some(SECRET), 3);
     gate.open();
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();

@@ -128,3 +128,17 @@ pub fn running_per_executor(text: &str) -> Vec<(String, f64)> {
         })
         .collect()
 }
+
+/// Waits until the driver whose metrics are at `addr` (read with `token`) has `executors`
+/// registered, each holding running attempts: with a job of a [`Gate`]'s tasks, they hold them
+/// until the gate opens.
+pub fn wait_until_held(addr: SocketAddr, token: Option<&str>, executors: usize) {
+    wait_until(&format!("{executors} executors holding attempts"), || {
+        let text = metrics(addr, token);
+        let holding = running_per_executor(&text)
+            .iter()
+            .filter(|(_, running)| *running > 0.0)
+            .count();
+        sample(&text, "flint_executors") == Some(executors as f64) && holding == executors
+    });
+}
