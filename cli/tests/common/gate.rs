@@ -9,9 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A shut gate at a path of its own (under the temp dir, outside any scratch dir a test
-/// removes). Opened when dropped, so nothing waits on it after its test ends or fails; the
-/// empty file stays behind for the same reason (a process still polling it must see it).
+/// A shut gate at a path of its own, in Cargo's scratch dir for integration tests
+/// (`target/tmp`, outside any scratch dir a test removes). Opened when dropped, so nothing
+/// waits on it after its test ends or fails; the empty file stays behind for the same reason (a
+/// process still polling it must see it).
 pub struct Gate {
     path: PathBuf,
 }
@@ -19,11 +20,12 @@ pub struct Gate {
 impl Gate {
     pub fn new() -> Gate {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "flint-gate-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        let _ = std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR"));
         let _ = std::fs::remove_file(&path);
         Gate { path }
     }

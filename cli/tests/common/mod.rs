@@ -129,16 +129,20 @@ pub fn running_per_executor(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Waits until the driver whose metrics are at `addr` (read with `token`) has `executors`
-/// registered, each holding running attempts: with a job of a [`Gate`]'s tasks, they hold them
-/// until the gate opens.
+/// Whether a driver's metrics text shows `executors` registered, each holding running attempts
+/// (with a job of a [`Gate`]'s tasks, they hold them until the gate opens).
+pub fn holding(text: &str, executors: usize) -> bool {
+    let holding = running_per_executor(text)
+        .iter()
+        .filter(|(_, running)| *running > 0.0)
+        .count();
+    sample(text, "flint_executors") == Some(executors as f64) && holding == executors
+}
+
+/// Waits until the driver whose metrics are at `addr` (read with `token`) is [`holding`] with
+/// `executors`.
 pub fn wait_until_held(addr: SocketAddr, token: Option<&str>, executors: usize) {
     wait_until(&format!("{executors} executors holding attempts"), || {
-        let text = metrics(addr, token);
-        let holding = running_per_executor(&text)
-            .iter()
-            .filter(|(_, running)| *running > 0.0)
-            .count();
-        sample(&text, "flint_executors") == Some(executors as f64) && holding == executors
+        holding(&metrics(addr, token), executors)
     });
 }
