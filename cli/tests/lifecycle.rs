@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, metrics, sample, unique, wait_until, wait_until_held, Gate, DEADLINE};
+use common::{free_port, open_held, unique, wait_until, wait_until_held, Gate, DEADLINE};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -182,7 +182,7 @@ fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
     ]);
     // Grown to the maximum while the backlog is held, each executor holding its one attempt.
     wait_until_held(addr, None, 4);
-    gate.open();
+    open_held(&gate, addr, None);
     let (status, stdout, stderr) = run.finish();
     assert!(status.success(), "stdout {stdout} stderr {stderr}");
     assert_eq!(field(&stdout, "succeeded"), 300, "{stdout}");
@@ -246,13 +246,7 @@ fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
     kill_9(second);
     run.wait_for_line("executor local-1 exited: failed (code 137");
     run.wait_for_line("executor local-3 registered");
-    let text = metrics(addr, None);
-    assert_eq!(
-        sample(&text, "flint_tasks_succeeded_total"),
-        Some(0.0),
-        "{text}"
-    );
-    gate.open();
+    open_held(&gate, addr, None);
     let (status, stdout, stderr) = run.finish();
     assert!(status.success(), "stdout {stdout} stderr {stderr}");
     assert_eq!(field(&stdout, "succeeded"), tasks, "{stdout}");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, metrics, sample, unique, wait_until, wait_until_held, Gate, DEADLINE};
+use common::{free_port, open_held, unique, wait_until, wait_until_held, Gate, DEADLINE};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -215,13 +215,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
     wait_until("the replacement running", || {
         submit.stderr().contains("executor 2 running")
     });
-    let text = metrics(metrics_addr, Some(SECRET));
-    assert_eq!(
-        sample(&text, "flint_tasks_succeeded_total"),
-        Some(0.0),
-        "{text}"
-    );
-    gate.open();
+    open_held(&gate, metrics_addr, Some(SECRET));
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
     assert!(
@@ -328,7 +322,7 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
         ],
     );
     wait_until_held(metrics_addr, Some(SECRET), 3);
-    gate.open();
+    open_held(&gate, metrics_addr, Some(SECRET));
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
     assert!(

@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    free_port, holding, metrics, sample, unique, wait_until, wait_until_held, Gate, DEADLINE,
+    free_port, holding, metrics, open_held, sample, unique, wait_until, wait_until_held, Gate,
+    DEADLINE,
 };
 
 use std::net::SocketAddr;
@@ -738,7 +739,7 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
             "flint_executors_lost_total",
         ) >= Some(1.0)
     });
-    gate.open();
+    open_held(&gate, driver_metrics, Some(SECRET));
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
@@ -865,13 +866,7 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
                 && s.executors.iter().filter(|e| e.3 == "RUNNING").count() == 2
         },
     );
-    let text = metrics(driver_metrics, Some(SECRET));
-    assert_eq!(
-        sample(&text, "flint_tasks_succeeded_total"),
-        Some(0.0),
-        "{text}"
-    );
-    gate.open();
+    open_held(&gate, driver_metrics, Some(SECRET));
     let json = submit_succeeds(&mut job, tasks);
     // The restarted master adopted the two running executors instead of placing new ones.
     assert_eq!(json_u64(&json, "executors_placed"), Some(2), "{json}");
@@ -1214,6 +1209,12 @@ fn multihost() {
     wait_until("the driver to lose w1's executor", || {
         sample(&scrape(), "flint_executors_lost_total") >= Some(1.0)
     });
+    let text = scrape();
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "{text}"
+    );
     gate.open();
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");

@@ -146,3 +146,15 @@ pub fn wait_until_held(addr: SocketAddr, token: Option<&str>, executors: usize) 
         holding(&metrics(addr, token), executors)
     });
 }
+
+/// Opens `gate` after checking, in the driver's metrics at `addr` (read with `token`), that no
+/// task finished while it was shut.
+pub fn open_held(gate: &Gate, addr: SocketAddr, token: Option<&str>) {
+    let text = metrics(addr, token);
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "nothing finishes while the gate is shut: {text}"
+    );
+    gate.open();
+}
