@@ -178,6 +178,18 @@ impl Hedging {
         self.checks.first().map(|&(at, _, _)| at)
     }
 
+    /// Executor `e` (in `slot`) runs nothing now: nothing of it to watch, no check to wake
+    /// for (an idle driver sleeps).
+    pub fn idle(&mut self, e: &mut super::book::Exec, slot: u32) {
+        debug_assert!(e.running.is_empty());
+        let h = &mut e.hedge;
+        h.watches.clear();
+        if let Some(at) = h.check_at.take() {
+            self.checks.remove(&(at, slot, e.id));
+        }
+        self.count_overdue(h, false);
+    }
+
     /// An executor left: it no longer counts as overdue (its entries in the check set are
     /// dropped when they come up).
     pub fn executor_left(&mut self, h: &ExecHedge) {

@@ -1309,6 +1309,9 @@ impl Scheduler {
                     self.stats.ignored_updates += 1;
                     return;
                 };
+                if exec.running.is_empty() {
+                    self.hedge.idle(exec, slot);
+                }
                 exec.free += run.cores;
                 exec.progress_us = now_us;
                 exec.stalled = false;
