@@ -1406,6 +1406,15 @@ impl Scheduler {
             .collect()
     }
 
+    /// The executors on probation: much slower than their peers, so they run one attempt at a
+    /// time until they are not (see `hedge.rs`).
+    pub fn executors_on_probation(&self) -> Vec<ExecutorId> {
+        (self.book.iter())
+            .filter(|e| e.hedge.probation)
+            .map(|e| e.id)
+            .collect()
+    }
+
     /// Runs the hedging checks due at `now_us` (see `hedge.rs`); whether it queued a copy.
     fn check_hedges(&mut self, now_us: u64) -> bool {
         let sweep = (self.hedge).check(
