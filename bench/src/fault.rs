@@ -7,7 +7,8 @@
 //!   SIGCONT in a 10 ms cycle: a noisy neighbour, a throttled container);
 //! - `cut:AFTER:FOR`: the executor's connections pass through a relay in this process, which
 //!   stops forwarding AFTER seconds in, for FOR seconds, without closing anything (a network
-//!   path that drops packets: the executor is silent but connected).
+//!   path that drops packets: the executor is silent but connected);
+//! - `kill:AFTER`: SIGKILL the executor AFTER seconds in (it is not replaced).
 //!
 //! Every fault is undone when the period ends (or the harness stops), whatever happened.
 
@@ -38,6 +39,11 @@ pub enum Fault {
         /// How many times slower (2 to 100).
         factor: u32,
     },
+    /// Killed (SIGKILL) `after` into the period.
+    Kill {
+        /// When, from the period's start.
+        after: Duration,
+    },
     /// Its connections stop forwarding `after` into the period, for `lasting`.
     Cut {
         /// When, from the period's start.
@@ -51,7 +57,8 @@ impl std::str::FromStr for Fault {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Fault, String> {
-        let usage = "use freeze:AFTER_S:FOR_S, slow:FACTOR (2 to 100) or cut:AFTER_S:FOR_S";
+        let usage =
+            "use freeze:AFTER_S:FOR_S, slow:FACTOR (2 to 100), cut:AFTER_S:FOR_S or kill:AFTER_S";
         let seconds = |s: &str| -> Result<Duration, String> {
             match s.parse::<f64>() {
                 Ok(v) if (0.0..=SECONDS_MAX).contains(&v) => Ok(Duration::from_secs_f64(v)),
@@ -67,6 +74,9 @@ impl std::str::FromStr for Fault {
             ["cut", after, lasting] => Ok(Fault::Cut {
                 after: seconds(after)?,
                 lasting: seconds(lasting)?,
+            }),
+            ["kill", after] => Ok(Fault::Kill {
+                after: seconds(after)?,
             }),
             ["slow", factor] => match factor.parse::<u32>() {
                 Ok(factor) if (2..=100).contains(&factor) => Ok(Fault::Slow { factor }),
@@ -89,6 +99,7 @@ impl std::fmt::Display for Fault {
                 )
             }
             Fault::Slow { factor } => write!(f, "slow:{factor}"),
+            Fault::Kill { after } => write!(f, "kill:{}", after.as_secs_f64()),
             Fault::Cut { after, lasting } => {
                 write!(f, "cut:{}:{}", after.as_secs_f64(), lasting.as_secs_f64())
             }
@@ -120,8 +131,9 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts `fault` on `target` now (the measured period's start).
-    pub fn start(fault: Fault, target: Target) -> Result<Running, String> {
+    /// Starts `fault` on `target`, its times counted from `delay` from now (the measured
+    /// period's start).
+    pub fn start(fault: Fault, target: Target, delay: Duration) -> Result<Running, String> {
         if fault.needs_relay() && target.relay.is_none() {
             return Err("a cut needs the executor to connect through a relay".into());
         }
@@ -129,7 +141,11 @@ impl Running {
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("fault".into())
-            .spawn(move || apply(fault, &target, &stopping))
+            .spawn(move || {
+                if !sleep_until(Instant::now() + delay, &stopping) {
+                    apply(fault, &target, &stopping);
+                }
+            })
             .map_err(|e| format!("cannot start the fault's thread: {e}"))?;
         Ok(Running {
             stop,
@@ -207,6 +223,11 @@ fn apply(fault: Fault, target: &Target, stop: &AtomicBool) {
                 signal(target.pid, libc::SIGCONT);
             }
             signal(target.pid, libc::SIGCONT);
+        }
+        Fault::Kill { after } => {
+            if !sleep_until(start + after, stop) {
+                signal(target.pid, libc::SIGKILL);
+            }
         }
         Fault::Cut { after, lasting } => {
             let Some(relay) = &target.relay else {
@@ -292,7 +313,7 @@ mod tests {
 
     #[test]
     fn faults_parse_and_print_back() {
-        for text in ["freeze:2:5", "slow:10", "cut:1.5:3"] {
+        for text in ["freeze:2:5", "slow:10", "cut:1.5:3", "kill:2"] {
             let fault: Fault = text.parse().expect("parses");
             assert_eq!(fault.to_string(), text);
         }

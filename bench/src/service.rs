@@ -440,7 +440,7 @@ async fn client_period(
     shared.measuring.store(true, Ordering::Relaxed);
     let fault = flint.as_ref().and_then(|f| f.fault.clone());
     let running = fault
-        .map(|(f, target)| Running::start(f, target))
+        .map(|(f, target)| Running::start(f, target, Duration::ZERO))
         .transpose()?;
     tokio::time::sleep(spec.duration).await;
     shared.measuring.store(false, Ordering::Relaxed);
