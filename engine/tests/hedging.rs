@@ -328,8 +328,8 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     }
     outputs(&mut s);
     let mut ran_on_slow = 0;
-    for _ in 0..20 {
-        now += 2 * MS;
+    for _ in 0..50 {
+        now += 10 * MS;
         s.submit_job(now, job(3)).expect("submitted");
         for (e, l) in launches(&outputs(&mut s)) {
             ran_on_slow += u32::from(e == slow);

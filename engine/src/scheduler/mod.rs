@@ -467,6 +467,7 @@ impl Scheduler {
         }
         Scheduler {
             book: Book::new(config.seed),
+            hedge: Hedging::new(config.hedging.as_ref()),
             config,
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
@@ -498,7 +499,6 @@ impl Scheduler {
             idle_pools: BTreeSet::new(),
             scratch: Vec::new(),
             removing: None,
-            hedge: Hedging::default(),
         }
     }
 
@@ -1323,7 +1323,13 @@ impl Scheduler {
                         let Some(exec) = self.book.get_mut(slot) else {
                             unreachable!("slot {slot} emptied while reporting");
                         };
-                        (self.hedge).finished(exec, run.record, took_us, executors);
+                        (self.hedge).finished(
+                            exec,
+                            run.record,
+                            (now_us, took_us),
+                            executors,
+                            &mut self.stats,
+                        );
                     }
                 }
                 let Some(exec) = self.book.get_mut(slot) else {

@@ -304,6 +304,7 @@ fn random_config(rng: &mut Rng, seed: u64) -> Config {
             min_samples: rng.range(3, 20) as u32,
             copy_ratio: 0.05 + rng.range(0, 5) as f64 * 0.1,
             burst: rng.range(2, 64) as u32,
+            silence_min_us: rng.range(0, 20_000),
         }),
         slow_start_slots: if rng.chance(0.5) {
             u32::MAX

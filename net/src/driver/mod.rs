@@ -255,6 +255,7 @@ pub(crate) struct PublishedStats {
     hedges: AtomicU64,
     hedges_withheld: AtomicU64,
     suspicions: AtomicU64,
+    probations: AtomicU64,
 }
 
 impl PublishedStats {
@@ -271,6 +272,7 @@ impl PublishedStats {
             hedges,
             hedges_withheld,
             suspicions,
+            probations,
         } = *stats;
         self.launched.store(launched, Ordering::Relaxed);
         self.succeeded.store(succeeded, Ordering::Relaxed);
@@ -288,6 +290,7 @@ impl PublishedStats {
         self.hedges.store(hedges, Ordering::Relaxed);
         (self.hedges_withheld).store(hedges_withheld, Ordering::Relaxed);
         self.suspicions.store(suspicions, Ordering::Relaxed);
+        self.probations.store(probations, Ordering::Relaxed);
     }
 
     fn read(&self) -> Stats {
@@ -303,6 +306,7 @@ impl PublishedStats {
             hedges: self.hedges.load(Ordering::Relaxed),
             hedges_withheld: self.hedges_withheld.load(Ordering::Relaxed),
             suspicions: self.suspicions.load(Ordering::Relaxed),
+            probations: self.probations.load(Ordering::Relaxed),
         }
     }
 }
