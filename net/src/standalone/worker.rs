@@ -64,6 +64,8 @@ pub struct WorkerConfig {
     pub work_dir: PathBuf,
     /// The shared secret for the master.
     pub secret: Option<Secret>,
+    /// Without a secret: let the status listener bind a non-loopback address.
+    pub allow_insecure_bind: bool,
     /// The program for executors of applications that name none (`flint executor`).
     pub executor_program: PathBuf,
     /// Other programs applications may name as their executor command (compared as given and
@@ -93,6 +95,7 @@ impl WorkerConfig {
             cores,
             memory_mb,
             secret: None,
+            allow_insecure_bind: false,
             executor_program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("flint")),
             allowed_commands: Vec::new(),
             kill_timeout: Duration::from_secs(5),
@@ -177,7 +180,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
 
 /// Binds the status listener (`--listen`); the advertised host and port become the bound ones.
 fn bind_status(addr: SocketAddr, config: &mut WorkerConfig) -> Result<Server<()>, WorkerError> {
-    if !addr.ip().is_loopback() && config.secret.is_none() {
+    if !addr.ip().is_loopback() && config.secret.is_none() && !config.allow_insecure_bind {
         return Err(WorkerError::Start(format!(
             "refusing to listen on non-loopback {addr} without a shared secret"
         )));
