@@ -3,6 +3,8 @@
 //! binary uses some of them. `net/tests/common` has the same first three for flint-net's tests.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

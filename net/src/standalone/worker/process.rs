@@ -260,18 +260,23 @@ fn spawn_executor(
     let stderr = std::fs::File::create(dir.join("stderr"))
         .map_err(|e| format!("cannot create stderr: {e}"))?;
     let mut command = executor_command(config, app, launch.executor_id, launch.cores)?;
+    let (passed, dropped) = application_env(app);
+    if !dropped.is_empty() {
+        tracing::warn!(
+            "worker {}: executor {}/{}: not passing the application's environment variables \
+             {dropped:?} (passed: {APP_ENV_ALLOWED:?} and names starting with {APP_ENV_PREFIX})",
+            config.id,
+            launch.app_id,
+            launch.executor_id
+        );
+    }
     command
         .args(app.args.iter())
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        .envs(
-            app.env
-                .iter()
-                .filter(|kv| kv.key != SECRET_ENV)
-                .map(|kv| (kv.key, kv.value)),
-        )
+        .envs(passed)
         .env("FLINT_DRIVER_ADDR", app.driver_addr)
         .env("FLINT_APP_ID", launch.app_id)
         .env("FLINT_EXECUTOR_ID", launch.executor_id)
@@ -299,6 +304,42 @@ fn spawn_executor(
         .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
     let _ = std::fs::write(dir.join("pid"), format!("{}\n", child.id()));
     Ok(child)
+}
+
+/// The application's environment variables a worker passes to its executors: what an executor
+/// needs to log and tune itself. Anything else (the dynamic loader's `LD_*`, `GCONV_PATH`,
+/// `LOCPATH`, interpreters' startup variables, ...) could make the executor's program run code
+/// the application chose, past `--allow-command`.
+pub(super) const APP_ENV_ALLOWED: &[&str] = &[
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "RUST_LIB_BACKTRACE",
+    "FLINT_LOG_FORMAT",
+    "FLINT_SPIN",
+];
+
+/// The prefix of the application's own variables, passed as they are (the worker's
+/// `FLINT_APP_ID` is set after them, so it wins).
+pub(super) const APP_ENV_PREFIX: &str = "FLINT_APP_";
+
+/// An application's environment split into what is passed (name, value) and the names dropped.
+fn application_env<'a>(app: &wire::AppDescription<'a>) -> (Vec<(&'a str, &'a str)>, Vec<String>) {
+    let (mut passed, mut dropped) = (Vec::new(), Vec::new());
+    for kv in app.env.iter() {
+        let plain = kv
+            .key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let allowed = APP_ENV_ALLOWED.contains(&kv.key)
+            || (kv.key.starts_with(APP_ENV_PREFIX) && kv.key.len() > APP_ENV_PREFIX.len());
+        if plain && allowed && kv.key != SECRET_ENV {
+            passed.push((kv.key, kv.value));
+        } else {
+            // Names only: a value may be a credential.
+            dropped.push(kv.key.chars().take(64).collect());
+        }
+    }
+    (passed, dropped)
 }
 
 /// The program an application's executor runs: `flint executor` (no extra arguments), or
