@@ -8,10 +8,20 @@ mod common;
 use common::cluster::*;
 use common::{free_port, wait_until, DEADLINE};
 
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use bytes::BytesMut;
 use flint_engine::standalone::AppSpec;
+use flint_net::standalone::with_description;
+use flint_net::wire::{
+    AuthMethod, Frame, FrameDecoder, Kind, List, Message, Role, WorkerState, WorkerStatus,
+    FLAG_SEALED, PROTOCOL_VERSION,
+};
 
 /// Builds a shared library whose constructor creates `marker`; `None` (and a SKIPPED line)
 /// without a C compiler.
@@ -96,5 +106,339 @@ fn an_applications_loader_variables_never_reach_its_executors() {
         assert!(worker.stderr().contains(name), "{}", worker.stderr());
     }
     client.stop(DEADLINE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Encodes one message as a frame.
+fn frame_bytes(message: &Message<'_>) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    message.encode(&mut out, 1 << 20).expect("encodes");
+    out.to_vec()
+}
+
+/// Reads frames from `stream` until it closes (or fails): the frames, in order.
+fn frames_until_closed(stream: &mut TcpStream) -> Vec<Frame> {
+    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let mut decoder = FrameDecoder::new(1 << 24);
+    let mut frames = Vec::new();
+    loop {
+        match decoder.next_frame() {
+            Ok(Some(frame)) => frames.push(frame),
+            Ok(None) => match decoder.read_from(stream) {
+                Ok(0) | Err(_) => return frames,
+                Ok(_) => {}
+            },
+            Err(_) => return frames,
+        }
+    }
+}
+
+/// What a relay sees from one side: the frames it sent after the handshake, whether its
+/// handshake frames have passed, whether it has closed.
+#[derive(Default)]
+struct Heard {
+    frames: Mutex<Vec<Frame>>,
+    handshaken: AtomicBool,
+    closed: AtomicBool,
+}
+
+impl Heard {
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    fn frames(&self) -> Vec<Frame> {
+        self.frames.lock().expect("lock").clone()
+    }
+}
+
+/// One direction of a relay: forwards the first `handshake_frames` frames from `from` to `to`
+/// as they came, then reads on (forwarding nothing) until `from` closes.
+fn relay_direction(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    handshake_frames: usize,
+    heard: Arc<Heard>,
+) {
+    std::thread::spawn(move || {
+        let mut decoder = FrameDecoder::new(1 << 24);
+        let mut forwarded = 0;
+        loop {
+            let frame = match decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => match decoder.read_from(&mut from) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                },
+                Err(_) => break,
+            };
+            if forwarded == handshake_frames {
+                heard.frames.lock().expect("lock").push(frame);
+                continue;
+            }
+            if to.write_all(&raw_frame(&frame)).is_err() {
+                break;
+            }
+            forwarded += 1;
+            heard
+                .handshaken
+                .store(forwarded == handshake_frames, Ordering::SeqCst);
+        }
+        heard.closed.store(true, Ordering::SeqCst);
+    });
+}
+
+/// A frame's bytes as they came (the header with its sealed flag, the body).
+fn raw_frame(frame: &Frame) -> Vec<u8> {
+    let flags: u16 = if frame.is_sealed() { FLAG_SEALED } else { 0 };
+    let mut out = Vec::with_capacity(8 + frame.body().len());
+    out.extend_from_slice(&(frame.body().len() as u32).to_le_bytes());
+    out.extend_from_slice(&frame.kind().to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(frame.body());
+    out
+}
+
+/// A process without the secret in the middle: it accepts one connection from a victim on
+/// its own port, connects to the real peer, relays the whole handshake both ways (each side's
+/// `Hello` and proof, as a transparent proxy would), then stops relaying and injects what it
+/// likes.
+struct Relay {
+    addr: SocketAddr,
+    /// The victim's connection and what it sent; the real peer's likewise.
+    victim: Option<(TcpStream, Arc<Heard>)>,
+    real: Option<(TcpStream, Arc<Heard>)>,
+    accepting: Option<std::thread::JoinHandle<(TcpStream, TcpStream)>>,
+}
+
+impl Relay {
+    fn start(real: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepting = std::thread::spawn(move || {
+            let (victim, _) = listener.accept().expect("a victim");
+            let upstream = TcpStream::connect(real).expect("the real peer");
+            (victim, upstream)
+        });
+        Relay {
+            addr,
+            victim: None,
+            real: None,
+            accepting: Some(accepting),
+        }
+    }
+
+    /// Waits for the victim and for the handshake to pass through both ways.
+    fn handshake_relayed(&mut self) {
+        let accepting = self.accepting.take().expect("not yet");
+        let (victim, real) = accepting.join().expect("relay");
+        let clone = |s: &TcpStream| s.try_clone().expect("clone");
+        let (from_victim, from_real) = (Arc::<Heard>::default(), Arc::<Heard>::default());
+        relay_direction(clone(&victim), clone(&real), 2, from_victim.clone());
+        relay_direction(clone(&real), clone(&victim), 2, from_real.clone());
+        wait_until("the relayed handshake", || {
+            [&from_victim, &from_real]
+                .iter()
+                .all(|h| h.handshaken.load(Ordering::SeqCst) || h.closed())
+        });
+        self.victim = Some((victim, from_victim));
+        self.real = Some((real, from_real));
+    }
+
+    fn inject_to_victim(&mut self, frames: &[u8]) {
+        let _ = self.victim.as_mut().expect("victim").0.write_all(frames);
+    }
+
+    fn inject_to_real(&mut self, frames: &[u8]) {
+        let _ = self.real.as_mut().expect("real").0.write_all(frames);
+    }
+
+    fn heard_from_victim(&self) -> &Heard {
+        &self.victim.as_ref().expect("victim").1
+    }
+
+    fn heard_from_real(&self) -> &Heard {
+        &self.real.as_ref().expect("real").1
+    }
+}
+
+/// Issue 25, item 2: a process without the secret that makes a worker connect to it and relays
+/// that connection to the real master, the whole handshake both ways included, can be neither
+/// the worker's master (the worker runs nothing it injects: the frames it injects break the
+/// connection's seal and the worker drops it) nor a worker of the master's (the master
+/// registers nothing it injects). On 66efba5 the relayed proofs opened both connections and the
+/// worker ran the injected executor.
+#[test]
+fn a_relay_without_the_secret_can_be_neither_master_nor_worker() {
+    let dir = scratch("relay");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut relay = Relay::start(SocketAddr::from(([127, 0, 0, 1], port)));
+    let marker = dir.join("injected-ran");
+    let relay_port = relay.addr.port();
+    let _victim = start_worker_allowing(&dir, relay_port, "victim", "127.0.0.2", 1, &["/bin/sh"]);
+    relay.handshake_relayed();
+    // As the master, to the worker: registered, and start this.
+    let spec = AppSpec {
+        name: "evil".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        command: "/bin/sh".into(),
+        args: vec!["-c".into(), format!("touch {}", marker.display())],
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let mut to_worker = frame_bytes(&Message::RegisteredWorker {
+        heartbeat_interval_ms: 1000,
+    });
+    to_worker.extend(with_description(&spec, |app| {
+        frame_bytes(&Message::LaunchExecutor {
+            app_id: "app-evil",
+            executor_id: "0",
+            app,
+            cores: 1,
+            memory_mb: 0,
+        })
+    }));
+    relay.inject_to_victim(&to_worker);
+    // As a worker, to the master.
+    relay.inject_to_real(&frame_bytes(&Message::RegisterWorker {
+        worker_id: "evil",
+        host: "127.0.0.9",
+        port: 1,
+        cores: 64,
+        memory_mb: 1 << 20,
+    }));
+    wait_until("the worker to run the injection or drop the relay", || {
+        marker.exists() || relay.heard_from_victim().closed()
+    });
+    assert!(!marker.exists(), "the worker ran what the relay injected");
+    wait_until(
+        "the master to register the injection or drop the relay",
+        || {
+            status(port).is_some_and(|s| s.worker_state("evil").is_some())
+                || relay.heard_from_real().closed()
+        },
+    );
+    let snapshot = status_now(port);
+    assert!(snapshot.worker_state("evil").is_none(), "{snapshot:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25, item 2: `flint status` pointed at a relay prints nothing the relay made up (it
+/// fails on the broken seal), and the master answers no request the relay injects. On 66efba5
+/// `flint status` printed the relay's workers.
+#[test]
+fn a_relay_without_the_secret_can_be_no_status_client_and_fool_none() {
+    let dir = scratch("relay-status");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut relay = Relay::start(SocketAddr::from(([127, 0, 0, 1], port)));
+    let relay_addr = relay.addr.to_string();
+    let status_run = std::thread::spawn(move || {
+        flint_output(
+            &[
+                "status",
+                "--master",
+                &relay_addr,
+                "--json",
+                "--timeout-ms",
+                "20000",
+            ],
+            &[("FLINT_SECRET", SECRET)],
+        )
+    });
+    relay.handshake_relayed();
+    let fake = [WorkerStatus {
+        worker_id: "made-up-by-the-relay",
+        host: "127.0.0.9",
+        port: 1,
+        state: WorkerState::Alive,
+        cores: 1000,
+        cores_used: 0,
+        memory_mb: 1,
+        memory_used_mb: 0,
+    }];
+    relay.inject_to_victim(&frame_bytes(&Message::StatusResponse {
+        workers: List::from_items(&fake),
+        applications: List::empty(),
+        executors: List::empty(),
+    }));
+    relay.inject_to_real(&frame_bytes(&Message::StatusRequest {}));
+    let (code, stdout, stderr) = status_run.join().expect("flint status");
+    assert!(!stdout.contains("made-up-by-the-relay"), "{stdout}");
+    assert_ne!(code, Some(0), "{stdout} {stderr}");
+    wait_until("the master to answer or drop the relay", || {
+        relay.heard_from_real().closed() || !relay.heard_from_real().frames().is_empty()
+    });
+    let answered = relay.heard_from_real().frames();
+    assert!(
+        answered.is_empty(),
+        "the master answered the relay: {answered:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25, item 2: a master proves nothing to a peer that has not proved itself first: a
+/// `Hello` and a made-up proof get its `Hello` and a refusal, never its proof. On 66efba5 the
+/// master sent its proof over the caller's nonce right after its `Hello`.
+#[test]
+fn the_master_proves_nothing_to_a_peer_that_has_not_proved_itself() {
+    let dir = scratch("no-proof");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut out = frame_bytes(&Message::hello(
+        Role::Worker,
+        AuthMethod::HmacSha256,
+        [7; 32],
+    ));
+    out.extend(frame_bytes(&Message::AuthProof { proof: [9; 32] }));
+    stream.write_all(&out).expect("write");
+    let frames = frames_until_closed(&mut stream);
+    let kinds: Vec<u16> = frames.iter().map(Frame::kind).collect();
+    assert!(
+        !kinds.contains(&(Kind::AuthProof as u16)),
+        "the master proved itself to a stranger: {kinds:?}"
+    );
+    let refusal = frames.iter().find_map(|f| match f.message() {
+        Ok(Message::HandshakeRefused { reason }) => Some(reason.to_owned()),
+        _ => None,
+    });
+    assert!(
+        refusal
+            .as_deref()
+            .is_some_and(|r| r.contains("wrong shared secret")),
+        "{refusal:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25, item 2: a peer of the previous protocol version (2) is refused with a reason that
+/// names both versions.
+#[test]
+fn an_old_peer_is_refused_naming_both_versions() {
+    let dir = scratch("old-peer");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut hello = frame_bytes(&Message::hello(
+        Role::Worker,
+        AuthMethod::HmacSha256,
+        [7; 32],
+    ));
+    // Header (8), magic (4), then the version.
+    hello[12..14].copy_from_slice(&2u16.to_le_bytes());
+    stream.write_all(&hello).expect("write");
+    let frames = frames_until_closed(&mut stream);
+    let refusal = frames.iter().find_map(|f| match f.message() {
+        Ok(Message::HandshakeRefused { reason }) => Some(reason.to_owned()),
+        _ => None,
+    });
+    let expected = format!("we speak {PROTOCOL_VERSION}, the peer speaks 2");
+    assert!(
+        PROTOCOL_VERSION != 2 && refusal.as_deref().is_some_and(|r| r.contains(&expected)),
+        "{refusal:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -153,6 +153,8 @@ pub mod observe;
 #[doc(hidden)]
 pub mod handshake;
 #[doc(hidden)]
+pub mod seal;
+#[doc(hidden)]
 pub mod sim;
 #[doc(hidden)]
 pub mod wire;

@@ -1482,7 +1482,7 @@ mod tests {
             .expect("room for the peer");
         let mut out = BytesMut::new();
         let mut handshake =
-            Handshake::start(Role::Executor, None, [2; 32], &[Role::Driver], &mut out);
+            Handshake::connect(Role::Executor, None, [2; 32], &[Role::Driver], &mut out);
         let mut done = false;
         for frame in sent_to(core, peer) {
             done |= handshake
