@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use flint_engine::standalone::AppSpec;
+use flint_net::standalone::journal::{Journal, Record};
 use flint_net::standalone::with_description;
 use flint_net::wire::{
     AuthMethod, Frame, FrameDecoder, Kind, List, Message, Role, WorkerState, WorkerStatus,
@@ -440,5 +441,215 @@ fn an_old_peer_is_refused_naming_both_versions() {
         PROTOCOL_VERSION != 2 && refusal.as_deref().is_some_and(|r| r.contains(&expected)),
         "{refusal:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A master on `port` with its journal in `state`, waiting 60 s for journaled drivers (so
+/// recovered applications stay listed); started once it listens.
+fn master_on(dir: &Path, state: &Path, port: u16) -> Proc {
+    let (listen, state) = (format!("127.0.0.1:{port}"), state.to_string_lossy());
+    let master = Proc::start(
+        dir,
+        "master",
+        &[
+            "master",
+            "--listen",
+            &listen,
+            "--state-dir",
+            &state,
+            "--recovery-timeout-ms",
+            "60000",
+        ],
+    );
+    wait_until("the master to listen", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    master
+}
+
+/// The application ids a master on `port` lists.
+fn app_ids(port: u16) -> Vec<String> {
+    let mut ids: Vec<String> = status_now(port)
+        .apps
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Writes a journal in `state` holding applications `app-1` .. `app-5` (named `job-N`).
+fn five_applications(state: &Path) {
+    let (mut journal, _) = Journal::open(state).expect("journal");
+    for n in 1..=5 {
+        let spec = AppSpec {
+            name: format!("job-{n}"),
+            driver_addr: "127.0.0.1:1".into(),
+            cores_per_executor: 1,
+            max_cores: 1,
+            ..AppSpec::default()
+        };
+        journal.record(&Record::AppRegistered(format!("app-{n}"), spec));
+    }
+    journal.flush();
+}
+
+/// Where `needle` starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> usize {
+    (haystack.windows(needle.len()).position(|w| w == needle)).expect("found")
+}
+
+/// Issue 25, item 3: journals damaged in the middle (garbage inserted, a length field smashed),
+/// cut mid-record and with garbage appended: the master keeps every application whose records
+/// survive, names each one lost, says where the damage was (the offset), and keeps the damaged
+/// file beside the new one. On 66efba5 the replay stopped at the first damage (app-3 .. app-5
+/// were gone with a bad record in the middle), said nothing and kept nothing.
+#[test]
+fn a_damaged_journal_keeps_every_valid_record_names_what_it_lost_and_is_kept_aside() {
+    let dir = scratch("journal-damage");
+    let all: Vec<String> = (1..=5).map(|n| format!("app-{n}")).collect();
+    let without =
+        |lost: &str| -> Vec<String> { all.iter().filter(|id| *id != lost).cloned().collect() };
+    type Damage = fn(&mut Vec<u8>);
+    let cases: [(&str, Damage, Vec<String>, Option<&str>); 4] = [
+        (
+            "garbage inserted in app-3's description",
+            |bytes| {
+                let at = find(bytes, b"job-3");
+                bytes.splice(at..at, [0xEE; 64]);
+            },
+            without("app-3"),
+            Some("app-3"),
+        ),
+        (
+            "a length field smashed in app-3's description",
+            |bytes| {
+                let at = find(bytes, b"job-3") - 2;
+                bytes[at..at + 2].copy_from_slice(&[0xFF, 0xFF]);
+            },
+            without("app-3"),
+            Some("app-3"),
+        ),
+        (
+            "cut in the middle of app-5's description",
+            |bytes| {
+                let at = find(bytes, b"job-5");
+                bytes.truncate(at);
+            },
+            without("app-5"),
+            Some("app-5"),
+        ),
+        (
+            "garbage appended",
+            |bytes| bytes.extend_from_slice(&[0xAB; 50]),
+            all.clone(),
+            None,
+        ),
+    ];
+    for (what, damage, expected, lost) in cases {
+        let state = dir.join(what.replace(' ', "-"));
+        five_applications(&state);
+        let journal = state.join("master.journal");
+        let mut bytes = std::fs::read(&journal).expect("journal");
+        let intact_len = bytes.len();
+        damage(&mut bytes);
+        std::fs::write(&journal, &bytes).expect("damage");
+        let port = free_port();
+        let mut master = master_on(&dir, &state, port);
+        assert_eq!(app_ids(port), expected, "{what}: {}", master.stderr());
+        let stderr = master.stderr();
+        if let Some(lost) = lost {
+            assert!(
+                stderr.contains(lost),
+                "{what}: the log does not name {lost}: {stderr}"
+            );
+        } else {
+            let offset = intact_len.to_string();
+            assert!(
+                stderr.contains(&offset),
+                "{what}: no offset {offset}: {stderr}"
+            );
+        }
+        let kept: Vec<Vec<u8>> = std::fs::read_dir(&state)
+            .expect("state dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("damaged"))
+            .map(|e| std::fs::read(e.path()).expect("kept"))
+            .collect();
+        assert_eq!(
+            kept,
+            [bytes],
+            "{what}: the damaged journal is not kept as it was"
+        );
+        master.kill9();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25, item 3: a second master on a state directory in use refuses before it touches
+/// anything (even on another port), and what the first one journals afterwards survives its
+/// restart. On 66efba5 the second master rewrote the journal under the first one, and an
+/// application registered afterwards was gone after a restart.
+#[test]
+fn a_second_master_on_the_same_state_dir_refuses_and_touches_nothing() {
+    let dir = scratch("journal-lock");
+    let state = dir.join("state");
+    five_applications(&state);
+    let first_port = free_port();
+    let mut first = master_on(&dir, &state, first_port);
+    let files = |state: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(state)
+            .expect("state dir")
+            .flatten()
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = files(&state);
+    let second_port = free_port();
+    let (listen, state_arg) = (format!("127.0.0.1:{second_port}"), state.to_string_lossy());
+    let mut second = Proc::start(
+        &dir,
+        "second",
+        &["master", "--listen", &listen, "--state-dir", &state_arg],
+    );
+    wait_until("the second master to exit or listen", || {
+        second.child.try_wait().ok().flatten().is_some()
+            || TcpStream::connect(("127.0.0.1", second_port)).is_ok()
+    });
+    let exit = second.child.try_wait().expect("try_wait");
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "a second master runs on the same state dir: {}",
+        second.stderr()
+    );
+    assert_eq!(
+        files(&state),
+        before,
+        "the second master touched the state dir"
+    );
+    // The first master journals on; a restart recovers it all.
+    let late = AppSpec {
+        name: "late".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    let client = app_client(first_port, late, 0);
+    let late_id = client.wait_registered(DEADLINE).expect("registered");
+    first.kill9();
+    drop(client);
+    let port = free_port();
+    let _restarted = master_on(&dir, &state, port);
+    let ids = app_ids(port);
+    assert!(ids.contains(&late_id), "{late_id} lost: {ids:?}");
+    assert_eq!(ids.len(), 6, "{ids:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
