@@ -653,3 +653,117 @@ fn a_second_master_on_the_same_state_dir_refuses_and_touches_nothing() {
     assert_eq!(ids.len(), 6, "{ids:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `flint ARGS` under a 4 GB address-space limit (so a regression that reads `/dev/zero`
+/// fails instead of taking the machine's memory); its exit code and stderr.
+fn flint_bounded(args: &[&str]) -> (Option<i32>, String) {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_flint"))
+        .args(args);
+    let dir = std::env::temp_dir();
+    let mut proc = Proc::start_with(command, &dir, "bounded", &[]);
+    let status = proc.wait();
+    let stderr = proc.stderr();
+    (status.code(), stderr)
+}
+
+/// Issue 25, item 7: a secret file or a pool file that is `/dev/zero`, a FIFO, a directory or
+/// larger than its cap is refused at once with the reason (exit 2), reading nothing past the
+/// cap. On 66efba5 `/dev/zero` was read until memory ran out and a FIFO hung the process.
+#[test]
+fn secret_and_pool_files_must_be_small_regular_files() {
+    let dir = scratch("files");
+    let fifo = dir.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let huge = dir.join("huge");
+    std::fs::write(&huge, vec![b'a'; 2 << 20]).expect("huge");
+    let bad = [
+        ("/dev/zero".to_owned(), "a character device"),
+        (fifo.to_string_lossy().into_owned(), "a FIFO"),
+        (dir.to_string_lossy().into_owned(), "a directory"),
+        (huge.to_string_lossy().into_owned(), "at most"),
+    ];
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    for (path, why) in &bad {
+        let runs: [Vec<&str>; 4] = [
+            vec!["status", "--master", "127.0.0.1:1", "--secret-file", path],
+            vec!["master", "--listen", &listen, "--secret-file", path],
+            vec!["executor", "--driver", "127.0.0.1:1", "--secret-file", path],
+            vec!["driver", "--executors", "1", "--pools", path],
+        ];
+        for args in runs {
+            let (code, stderr) = flint_bounded(&args);
+            assert_eq!(code, Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(why), "{args:?}: {stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25, item 7: every role that reads a secret file warns when other users may read it
+/// (naming the file). On 66efba5 only the master did.
+#[test]
+fn every_role_warns_about_a_secret_file_open_to_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("open-secret");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, SECRET).expect("secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let path = secret.to_string_lossy().into_owned();
+    let (port, work) = (free_port(), dir.join("work").to_string_lossy().into_owned());
+    let listen = format!("127.0.0.1:{port}");
+    let roles: [Vec<&str>; 6] = [
+        vec!["master", "--listen", &listen],
+        vec![
+            "worker",
+            "--master",
+            "127.0.0.1:1",
+            "--cores",
+            "1",
+            "--memory-mb",
+            "1",
+            "--work-dir",
+            &work,
+        ],
+        vec![
+            "driver",
+            "--listen",
+            "127.0.0.1:0",
+            "--executors",
+            "1",
+            "--wait-s",
+            "1",
+        ],
+        vec![
+            "executor",
+            "--driver",
+            "127.0.0.1:1",
+            "--connect-timeout-s",
+            "1",
+        ],
+        vec![
+            "submit",
+            "--master",
+            "127.0.0.1:1",
+            "--executors",
+            "1",
+            "--wait-s",
+            "1",
+        ],
+        vec!["status", "--master", "127.0.0.1:1"],
+    ];
+    for mut args in roles {
+        args.extend(["--secret-file", &path]);
+        let role = args[0];
+        let proc = Proc::start(&dir, role, &args);
+        wait_until(&format!("flint {role} to warn about {path}"), || {
+            let stderr = proc.stderr();
+            stderr.contains(&path) && stderr.contains("chmod 600")
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

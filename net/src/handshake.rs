@@ -42,6 +42,9 @@ use crate::wire::{AuthMethod, Message, Role, WireError};
 /// The environment variable that carries the shared secret.
 pub const SECRET_ENV: &str = "FLINT_SECRET";
 
+/// The largest secret file read, in bytes.
+pub const SECRET_FILE_BYTES_MAX: u64 = 4096;
+
 /// Why a [`Secret`] could not be made, read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -94,12 +97,25 @@ impl Secret {
         Ok(Secret(bytes))
     }
 
-    /// Reads a secret from a file (a trailing newline is dropped).
+    /// Reads a secret from a file (a trailing newline is dropped): a regular file of at most
+    /// [`SECRET_FILE_BYTES_MAX`] bytes (not a FIFO, a device or a directory). A file other
+    /// users may read or write is used, with a warning.
     pub fn from_file(path: &Path) -> Result<Secret, SecretError> {
-        let text = std::fs::read(path).map_err(|source| SecretError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        use std::os::unix::fs::PermissionsExt;
+        let (text, meta) =
+            crate::files::read_small(path, SECRET_FILE_BYTES_MAX).map_err(|source| {
+                SecretError::Read {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                "secret file {} is open to other users (mode {:o}); chmod 600 it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            );
+        }
         let trimmed = text.strip_suffix(b"\n").unwrap_or(&text);
         Secret::new(trimmed.to_vec())
     }

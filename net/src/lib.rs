@@ -127,6 +127,8 @@
 
 mod admission;
 mod conn;
+#[doc(hidden)]
+pub mod files;
 
 // Internals being reworked (the one transport): hidden rather than private until they settle,
 // so their test-only accessors do not warn as dead code.

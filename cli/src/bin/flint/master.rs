@@ -137,15 +137,7 @@ fn master_secret(args: &MasterArgs) -> Result<Option<(Secret, String)>, String> 
         }
     };
     if path.exists() {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(meta) = std::fs::metadata(&path) {
-            if meta.permissions().mode() & 0o077 != 0 {
-                tracing::warn!(
-                    "secret file {} is readable by other users; chmod 600 it",
-                    path.display()
-                );
-            }
-        }
+        // (Secret::from_file warns about a file other users may read.)
         let secret = Secret::from_file(&path).map_err(|e| e.to_string())?;
         return Ok(Some((secret, path.display().to_string())));
     }

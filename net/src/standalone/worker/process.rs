@@ -443,9 +443,13 @@ pub(super) fn reap_stale_executors(work_dir: &Path, worker_id: &str) {
             continue;
         };
         for executor in executors.flatten() {
-            let Ok(text) = std::fs::read_to_string(executor.path().join("pid")) else {
+            // The executor could have made it anything (a FIFO, a huge file): 64 bytes of a
+            // regular file at most.
+            let pid_file = executor.path().join("pid");
+            let Ok((text, _)) = crate::files::read_small(&pid_file, 64) else {
                 continue;
             };
+            let text = String::from_utf8_lossy(&text);
             let Ok(pid) = text.trim().parse::<u32>() else {
                 continue;
             };
