@@ -209,12 +209,15 @@ impl Supervisor {
         self.kill_timers
             .retain(|_, (a, e)| (a.as_str(), e.as_str()) != (&app, &executor));
         let finished = self.finished_apps.contains(&app);
+        // A signal's death as the shell shows it (128 + the signal), so the application's
+        // client can tell a crash (SIGABRT, SIGSEGV, ...) from a kill.
+        let exit_code = code.or(signal.map(|signal| 128 + signal));
         session.report(Report {
             app: app.clone(),
             executor,
             state,
             message,
-            exit_code: code,
+            exit_code,
         });
         if finished {
             self.clean_up(&app, config);
