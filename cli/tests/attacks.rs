@@ -767,3 +767,45 @@ fn every_role_warns_about_a_secret_file_open_to_others() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 25, item 8: a task that aborts every executor it runs on (`crash:1`, SIGABRT) under
+/// `flint submit` is charged each crash (the worker's exit code reaches the scheduler through
+/// the master and the application client), so its job fails after `--max-failures` crashes,
+/// long before the master would give up on the application (10 crashes in a row). On 66efba5
+/// each crash came through as exit code -1, not the application's fault, and the task was
+/// retried until the master removed the application.
+#[test]
+fn a_poison_task_under_submit_fails_its_job_after_max_failures() {
+    let dir = scratch("poison");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let args = [
+        "--executors",
+        "1",
+        "--tasks",
+        "1",
+        "--task",
+        "crash:1",
+        "--max-failures",
+        "2",
+        "--wait-s",
+        "30",
+        "--json",
+    ];
+    let mut job = submit_with(&dir, port, &args);
+    let status = job.wait();
+    let (stdout, stderr) = (job.stdout(), job.stderr());
+    assert!(!status.success(), "{stdout} {stderr}");
+    assert!(stdout.contains("\"failed\":1"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("task 0 failed 2 times (max_failures = 2)"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("the master removed the application"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

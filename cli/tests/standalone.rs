@@ -492,22 +492,16 @@ fn submit_stops_with_the_masters_reason_when_its_executors_keep_crashing() {
     let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
     // Every task aborts its executor: the worker reports each exit as FAILED (signal 6).
-    let mut job = Proc::start(
-        &dir,
-        "submit",
-        &[
-            "submit",
-            "--master",
-            &format!("127.0.0.1:{port}"),
-            "--executors",
-            "1",
-            "--tasks",
-            "10",
-            "--task",
-            "crash:1",
-            "--json",
-        ],
-    );
+    let args = [
+        "--executors",
+        "1",
+        "--tasks",
+        "10",
+        "--task",
+        "crash:1",
+        "--json",
+    ];
+    let mut job = submit_with(&dir, port, &args);
     let status = job.wait();
     assert!(!status.success());
     let stderr = job.stderr();

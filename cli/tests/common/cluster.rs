@@ -295,19 +295,17 @@ pub fn expected_checksum(tasks: u64, payload: usize) -> u64 {
 }
 
 pub fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -> Proc {
-    Proc::start(
+    let (executors, tasks) = (executors.to_string(), tasks.to_string());
+    submit_with(
         dir,
-        "submit",
+        master,
         &[
-            "submit",
-            "--master",
-            &format!("127.0.0.1:{master}"),
             "--executors",
-            &executors.to_string(),
+            &executors,
             "--cores",
             "1",
             "--tasks",
-            &tasks.to_string(),
+            &tasks,
             "--task",
             task,
             "--payload",
@@ -319,6 +317,14 @@ pub fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -
             "--json",
         ],
     )
+}
+
+/// `flint submit --master 127.0.0.1:MASTER ARGS`.
+pub fn submit_with(dir: &Path, master: u16, args: &[&str]) -> Proc {
+    let master = format!("127.0.0.1:{master}");
+    let mut all = vec!["submit", "--master", &master];
+    all.extend_from_slice(args);
+    Proc::start(dir, "submit", &all)
 }
 
 /// Waits for `flint submit` to exit 0 and checks its checksum; returns its JSON line.
