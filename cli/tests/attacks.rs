@@ -499,19 +499,22 @@ fn find(haystack: &[u8], needle: &[u8]) -> usize {
     (haystack.windows(needle.len()).position(|w| w == needle)).expect("found")
 }
 
-/// Issue 25, item 3: journals damaged in the middle (garbage inserted, a length field smashed),
-/// cut mid-record and with garbage appended: the master keeps every application whose records
-/// survive, names each one lost, says where the damage was (the offset), and keeps the damaged
-/// file beside the new one. On 66efba5 the replay stopped at the first damage (app-3 .. app-5
-/// were gone with a bad record in the middle), said nothing and kept nothing.
-#[test]
-fn a_damaged_journal_keeps_every_valid_record_names_what_it_lost_and_is_kept_aside() {
-    let dir = scratch("journal-damage");
+/// A damage to a journal of [`five_applications`]: what it is, what it does to the bytes,
+/// the applications that survive it, the one it loses (named in the log).
+type JournalDamage = (
+    &'static str,
+    fn(&mut Vec<u8>),
+    Vec<String>,
+    Option<&'static str>,
+);
+
+/// Garbage inserted and a length smashed in app-3's description, a cut in app-5's, garbage
+/// appended.
+fn journal_damages() -> [JournalDamage; 4] {
     let all: Vec<String> = (1..=5).map(|n| format!("app-{n}")).collect();
     let without =
         |lost: &str| -> Vec<String> { all.iter().filter(|id| *id != lost).cloned().collect() };
-    type Damage = fn(&mut Vec<u8>);
-    let cases: [(&str, Damage, Vec<String>, Option<&str>); 4] = [
+    [
         (
             "garbage inserted in app-3's description",
             |bytes| {
@@ -545,8 +548,18 @@ fn a_damaged_journal_keeps_every_valid_record_names_what_it_lost_and_is_kept_asi
             all.clone(),
             None,
         ),
-    ];
-    for (what, damage, expected, lost) in cases {
+    ]
+}
+
+/// Issue 25, item 3: journals damaged in the middle (garbage inserted, a length field smashed),
+/// cut mid-record and with garbage appended: the master keeps every application whose records
+/// survive, names each one lost, says where the damage was (the offset), and keeps the damaged
+/// file beside the new one. On 66efba5 the replay stopped at the first damage (app-3 .. app-5
+/// were gone with a bad record in the middle), said nothing and kept nothing.
+#[test]
+fn a_damaged_journal_keeps_every_valid_record_names_what_it_lost_and_is_kept_aside() {
+    let dir = scratch("journal-damage");
+    for (what, damage, expected, lost) in journal_damages() {
         let state = dir.join(what.replace(' ', "-"));
         five_applications(&state);
         let journal = state.join("master.journal");
