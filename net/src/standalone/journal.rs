@@ -19,7 +19,7 @@
 //!
 //! One master per state directory: [`Journal::open`] first takes an exclusive lock on
 //! `master.lock` there (held while the journal is open), so a second master refuses before it
-//! reads or writes anything. Then it replays ([`replay`], linear in the records) every record
+//! reads or writes anything. Then it replays (`replay`, linear in the records) every record
 //! that checks out, damage anywhere costing only the records it touches; it logs each damaged
 //! range (offset, bytes) and every application whose registration was lost, and keeps the
 //! damaged file beside the new one (`master.journal.damaged-SECONDS`). Last it compacts: the
