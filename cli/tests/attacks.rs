@@ -794,20 +794,7 @@ fn a_poison_task_under_submit_fails_its_job_after_max_failures() {
     let _master = start_master(&dir, port, &[]);
     let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
-    let args = [
-        "--executors",
-        "1",
-        "--tasks",
-        "1",
-        "--task",
-        "crash:1",
-        "--max-failures",
-        "2",
-        "--wait-s",
-        "30",
-        "--json",
-    ];
-    let mut job = submit_with(&dir, port, &args);
+    let mut job = submit_with(&dir, port, 1, 1, "crash:1", &["--max-failures", "2"]);
     let status = job.wait();
     let (stdout, stderr) = (job.stdout(), job.stderr());
     assert!(!status.success(), "{stdout} {stderr}");

@@ -15,7 +15,7 @@ use flint_net::standalone::app_client::{AppClient, AppClientConfig};
 use flint_net::standalone::BlockingClient;
 use flint_net::wire::{Message, Role};
 
-use super::{free_port, unique, wait_until, DEADLINE};
+use super::{free_port, unique, wait_until, Gate, DEADLINE};
 
 pub const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 
@@ -295,36 +295,50 @@ pub fn expected_checksum(tasks: u64, payload: usize) -> u64 {
 }
 
 pub fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -> Proc {
-    let (executors, tasks) = (executors.to_string(), tasks.to_string());
-    submit_with(
-        dir,
-        master,
-        &[
-            "--executors",
-            &executors,
-            "--cores",
-            "1",
-            "--tasks",
-            &tasks,
-            "--task",
-            task,
-            "--payload",
-            "8",
-            "--tasks-per-core",
-            "4",
-            "--wait-s",
-            "30",
-            "--json",
-        ],
-    )
+    submit_with(dir, master, executors, tasks, task, &[])
 }
 
-/// `flint submit --master 127.0.0.1:MASTER ARGS`.
-pub fn submit_with(dir: &Path, master: u16, args: &[&str]) -> Proc {
-    let master = format!("127.0.0.1:{master}");
-    let mut all = vec!["submit", "--master", &master];
-    all.extend_from_slice(args);
-    Proc::start(dir, "submit", &all)
+/// [`submit`] with `extra` arguments.
+pub fn submit_with(
+    dir: &Path,
+    master: u16,
+    executors: u32,
+    tasks: u64,
+    task: &str,
+    extra: &[&str],
+) -> Proc {
+    let (master, executors, tasks) = (
+        format!("127.0.0.1:{master}"),
+        executors.to_string(),
+        tasks.to_string(),
+    );
+    let args = [
+        "submit",
+        "--master",
+        &master,
+        "--executors",
+        &executors,
+        "--cores",
+        "1",
+        "--tasks",
+        &tasks,
+        "--task",
+        task,
+        "--payload",
+        "8",
+        "--tasks-per-core",
+        "4",
+        "--wait-s",
+        "30",
+        "--json",
+    ];
+    Proc::start(dir, "submit", &[&args[..], extra].concat())
+}
+
+/// A free loopback address for a `flint submit`'s `--metrics-listen`; its metrics take the
+/// cluster's secret as their token.
+pub fn metrics_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
 /// Waits for `flint submit` to exit 0 and checks its checksum; returns its JSON line.
@@ -370,6 +384,15 @@ pub fn executor_pids(work: &Path) -> Vec<String> {
         }
     }
     pids
+}
+
+/// A shell loop (for an executor command `sh -c`) that ends once `gate` opens: the executor
+/// stays up for exactly as long as the test needs it, and no longer.
+pub fn until_open(gate: &Gate) -> String {
+    format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done",
+        gate.path().display()
+    )
 }
 
 pub fn status_now(port: u16) -> Snapshot {
