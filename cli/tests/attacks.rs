@@ -679,6 +679,8 @@ fn flint_bounded(args: &[&str]) -> (Option<i32>, String) {
     let mut proc = Proc::start_with(command, &dir, "bounded", &[]);
     let status = proc.wait();
     let stderr = proc.stderr();
+    let _ = std::fs::remove_file(&proc.stdout);
+    let _ = std::fs::remove_file(&proc.stderr);
     (status.code(), stderr)
 }
 
