@@ -1309,12 +1309,26 @@ impl Scheduler {
                     self.stats.ignored_updates += 1;
                     return;
                 };
+                if exec.running.is_empty() {
+                    self.hedge.idle(exec, slot);
+                }
                 exec.free += run.cores;
                 exec.progress_us = now_us;
                 exec.stalled = false;
                 if update.state == TaskState::Finished {
                     exec.window = exec.window.saturating_add(1).min(exec.cores);
+                    if run.record != book::NO_RECORD {
+                        let took_us = now_us.saturating_sub(run.started_us);
+                        let executors = self.book.len();
+                        let Some(exec) = self.book.get_mut(slot) else {
+                            unreachable!("slot {slot} emptied while reporting");
+                        };
+                        (self.hedge).finished(exec, run.record, took_us, executors);
+                    }
                 }
+                let Some(exec) = self.book.get_mut(slot) else {
+                    unreachable!("slot {slot} emptied while reporting");
+                };
                 self.last_finish_us = now_us;
                 let (id, host) = (exec.id, exec.host);
                 self.book.make_offerable(slot);
@@ -1825,6 +1839,7 @@ impl Scheduler {
                 launched_us: now_us,
                 threshold_us: self.hedge.threshold_us(config, record),
                 withheld: false,
+                record,
             }
         });
         if speculative {
@@ -1878,6 +1893,7 @@ impl Scheduler {
                 cores,
                 started_us: now_us,
                 reported_running: false,
+                record: watch.map_or(book::NO_RECORD, |w| w.record),
             },
         );
         if let Some(watch) = watch {
