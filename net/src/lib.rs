@@ -127,6 +127,8 @@
 
 mod admission;
 mod conn;
+#[doc(hidden)]
+pub mod files;
 
 // Internals being reworked (the one transport): hidden rather than private until they settle,
 // so their test-only accessors do not warn as dead code.
@@ -152,6 +154,8 @@ pub mod observe;
 // the wire protocol, and the cluster simulator over the real driver and executor cores.
 #[doc(hidden)]
 pub mod handshake;
+#[doc(hidden)]
+pub mod seal;
 #[doc(hidden)]
 pub mod sim;
 #[doc(hidden)]

@@ -5,6 +5,7 @@
 //! tests.
 #![allow(dead_code)]
 
+pub mod cluster;
 mod gate;
 #[allow(unused_imports)]
 pub use gate::Gate;

@@ -556,7 +556,7 @@ mod tests {
     /// Plays the driver's side of the handshake; returns the core's frames after it.
     fn handshake(core: &mut ExecutorCore, secret: Option<Secret>) -> Vec<Frame> {
         let mut to_core = BytesMut::new();
-        let mut driver = Handshake::start(Role::Driver, secret, [9; 32], DRIVER, &mut to_core);
+        let mut driver = Handshake::accept(Role::Driver, secret, [9; 32], DRIVER, &mut to_core);
         let mut authenticated = false;
         for _ in 0..4 {
             core.handle_bytes(&to_core.split(), 0);
@@ -770,19 +770,24 @@ mod tests {
         let mut core = ExecutorCore::new(&config(Some(Secret::new("a").expect("a"))), [1; 32]);
         let mut to_core = BytesMut::new();
         let wrong = Some(Secret::new("b").expect("b"));
-        let mut driver = Handshake::start(Role::Driver, wrong, [9; 32], DRIVER, &mut to_core);
+        let mut driver = Handshake::accept(Role::Driver, wrong, [9; 32], DRIVER, &mut to_core);
         for frame in sent(&mut core) {
             driver
                 .on_frame(frame.kind(), frame.body(), &mut to_core)
                 .expect("the Hello is fine");
         }
+        core.handle_bytes(&to_core.split(), 0);
+        // The executor proves itself first; the driver checks, refuses and says why.
+        for frame in sent(&mut core) {
+            let _ = driver.on_frame(frame.kind(), frame.body(), &mut to_core);
+        }
+        assert!(kinds(&crate::transport::frames_of(&to_core)).contains(&Kind::HandshakeRefused));
         core.handle_bytes(&to_core, 0);
         let exit = core.poll_exit().expect("ended");
         assert!(
             matches!(&exit, Err(ExecutorError::Refused(r)) if r.contains("wrong shared secret")),
             "{exit:?}"
         );
-        assert!(kinds(&sent(&mut core)).contains(&Kind::HandshakeRefused));
         assert_eq!(actions(&mut core), [Action::KillAll]);
     }
 

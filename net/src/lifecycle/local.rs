@@ -501,20 +501,23 @@ pub fn exit_state(status: ExitStatus) -> ExecutorState {
         return ExecutorState::Succeeded;
     }
     if let Some(code) = status.code() {
-        return ExecutorState::Failed {
-            code,
-            caused_by_app: code == 101,
-        };
+        return failed_with(code);
     }
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
         if let Some(signal) = status.signal() {
-            return ExecutorState::Failed {
-                code: 128 + signal,
-                caused_by_app: matches!(signal, 4 | 6 | 7 | 8 | 11),
-            };
+            return failed_with(128 + signal);
         }
     }
     ExecutorState::Unknown
+}
+
+/// A failed executor's state from its exit code (128 + the signal for one a signal ended):
+/// caused by the application for a panic's 101 and SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV.
+pub fn failed_with(code: i32) -> ExecutorState {
+    ExecutorState::Failed {
+        code,
+        caused_by_app: code == 101 || matches!(code - 128, 4 | 6 | 7 | 8 | 11),
+    }
 }

@@ -3,9 +3,13 @@
 //! (poll), read through the [`AppClient`]; and [`MasterScaler`], dynamic allocation through
 //! the master.
 //!
-//! The client keeps only executors that are not over, so an executor that ends is reported as
-//! failed with an unknown exit code (-1), not caused by the application: its running tasks go
-//! back to pending without counting against them.
+//! An executor that ends is reported as its worker saw it (the client keeps the last exits):
+//! exited normally, killed (deleted), or failed with its exit code, caused by the application
+//! when the code says a task brought the process down (a panic's 101, SIGABRT, SIGSEGV, ...:
+//! [`failed_with`]), so a poison task is charged its crashes and fails its job after
+//! `max_failures`. One whose exit the client no longer holds, or that never ran (its launch
+//! failed, its worker was lost), failed with an unknown code (-1), not caused by it: its running
+//! tasks go back to pending without counting against them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -17,8 +21,9 @@ use flint_engine::lifecycle::{dynamic_target, DynamicConfig, ExecutorState};
 
 use super::Background;
 use crate::driver::Driver;
+use crate::lifecycle::local::failed_with;
 use crate::lifecycle::mirror::ExecutorSource;
-use crate::standalone::app_client::AppClient;
+use crate::standalone::app_client::{AppClient, ExecutorExit};
 use crate::wire;
 
 /// The master's view of one application's executors.
@@ -70,6 +75,23 @@ fn state_of(state: wire::ExecutorState) -> ExecutorState {
     }
 }
 
+/// An executor's end as the lifecycle sees it; `None`: not known how it ended.
+fn ended_state(exit: Option<&ExecutorExit>) -> ExecutorState {
+    let unknown = ExecutorState::Failed {
+        code: -1,
+        caused_by_app: false,
+    };
+    let Some(exit) = exit else {
+        return unknown;
+    };
+    match (exit.state, exit.exit_code) {
+        (wire::ExecutorState::Exited, _) => ExecutorState::Succeeded,
+        (wire::ExecutorState::Killed, _) => ExecutorState::Deleted,
+        (wire::ExecutorState::Failed, Some(code)) => failed_with(code),
+        _ => unknown,
+    }
+}
+
 impl ExecutorSource for MasterSource {
     fn changes(&mut self) -> Vec<(String, ExecutorState)> {
         let now = self.current();
@@ -79,13 +101,16 @@ impl ExecutorSource for MasterSource {
                 changes.push((id.clone(), state.clone()));
             }
         }
-        for id in self.known.keys() {
-            if !now.contains_key(id) {
-                let ended = ExecutorState::Failed {
-                    code: -1,
-                    caused_by_app: false,
-                };
-                changes.push((id.clone(), ended));
+        let gone: Vec<&String> = self
+            .known
+            .keys()
+            .filter(|id| !now.contains_key(*id))
+            .collect();
+        if !gone.is_empty() {
+            let exits = self.client.info().exits;
+            for id in gone {
+                let exit = exits.iter().rev().find(|exit| exit.id == *id);
+                changes.push((id.clone(), ended_state(exit)));
             }
         }
         self.known = now;
