@@ -2141,7 +2141,11 @@ fn a_draining_executor_gets_no_new_work_and_its_running_attempts_finish() {
     for (i, (e, l)) in ls.iter().enumerate() {
         update(&mut s, 1 + i as u64, *e, l, TaskState::Finished, b"r");
         for (at, _) in launches(&drain(&mut s)) {
-            assert_eq!(at, ExecutorId(2), "nothing launched on the draining executor");
+            assert_eq!(
+                at,
+                ExecutorId(2),
+                "nothing launched on the draining executor"
+            );
             on_two += 1;
         }
     }

@@ -678,7 +678,13 @@ mod tests {
             vec![AllocatorOutput::Delete(vec!["0".into(), "1".into()])],
             "the total lowered first, then idle ones past the timeout"
         );
-        report(&mut store, &mut a, 110 * MS, &ids[..2], ExecutorState::Deleted);
+        report(
+            &mut store,
+            &mut a,
+            110 * MS,
+            &ids[..2],
+            ExecutorState::Deleted,
+        );
         assert_eq!(a.stats().failures, 0);
         assert_eq!(a.live(), 1);
     }

@@ -29,7 +29,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::allocator::{Allocator, AllocatorConfig, AllocatorOutput, AllocatorStats, DynamicConfig};
+use super::allocator::{
+    Allocator, AllocatorConfig, AllocatorOutput, AllocatorStats, DynamicConfig,
+};
 use super::snapshot::{ExecutorState, SnapshotStore, SubscriberId};
 use super::Removals;
 use crate::scheduler::RemovalReason;
@@ -257,7 +259,11 @@ impl Lifecycle {
             allocator.on_load(now_us, pending_tasks, running_tasks, load);
         }
         let drained: Vec<String> = (self.draining.keys())
-            .filter(|name| self.registered.get(*name).is_none_or(|running| *running == 0))
+            .filter(|name| {
+                self.registered
+                    .get(*name)
+                    .is_none_or(|running| *running == 0)
+            })
             .cloned()
             .collect();
         for name in drained {
@@ -305,7 +311,8 @@ impl Lifecycle {
                 for (name, reason) in self.removals.on_snapshot(snapshot) {
                     self.draining.remove(&name);
                     self.stats.removed += 1;
-                    self.outputs.push_back(LifecycleOutput::Remove(name, reason));
+                    self.outputs
+                        .push_back(LifecycleOutput::Remove(name, reason));
                 }
             }
             self.store.delivered(self.subscriber);
@@ -509,8 +516,7 @@ mod tests {
         l.handle_timeout(100 * MS);
         let out = drain(&mut l);
         assert!(
-            out.iter()
-                .all(|o| !matches!(o, LifecycleOutput::Create(_))),
+            out.iter().all(|o| !matches!(o, LifecycleOutput::Create(_))),
             "no replacement: {out:?}"
         );
         assert!(out.iter().any(|o| matches!(o, LifecycleOutput::Remove(..))));

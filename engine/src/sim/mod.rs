@@ -746,7 +746,8 @@ impl Sim {
             e.alive = false;
             e.running.clear();
         }
-        c.lifecycle.handle_update(&name, ExecutorState::Deleted, now);
+        c.lifecycle
+            .handle_update(&name, ExecutorState::Deleted, now);
         Ok(())
     }
 

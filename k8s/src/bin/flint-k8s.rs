@@ -249,7 +249,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         "flint-k8s: application {app_id} in namespace {namespace}, driver on {driver_addr}, waiting for {min} executors"
     );
     let result = run_with_pods(&args, &runtime, &driver, &pods);
-    let registered_end = pods.stats().registered;
+    let registered_end = pods.stats().executors.registered;
     let (stats, cleaned) = stop_and_clean(&runtime, client, &settings, api_timeout, pods, driver);
     let summary = result?;
     cleaned.map_err(|e| e.to_string())?;
@@ -452,7 +452,7 @@ fn run_with_pods(
     .and_then(|()| run_job(driver, &args.job, &failed));
     if result.is_ok() && args.max_executors.is_some() && args.idle_wait_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
-        while Instant::now() < deadline && pods.stats().registered > u64::from(min) {
+        while Instant::now() < deadline && pods.stats().executors.registered > u64::from(min) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -472,12 +472,15 @@ fn summary_extra(
         ("app_id", json_or_plain(&args.job, app_id)),
         ("namespace", json_or_plain(&args.job, namespace)),
         ("cores", args.cores.to_string()),
-        ("pods_created", stats.created.to_string()),
-        ("executors_peak", stats.peak.to_string()),
+        ("pods_created", stats.executors.started.to_string()),
+        ("executors_peak", stats.executors.peak.to_string()),
         ("executors_end", registered_end.to_string()),
-        ("executors_deleted", stats.deleted.to_string()),
-        ("executors_failed", stats.failed.to_string()),
-        ("pending_timeouts", stats.pending_timeouts.to_string()),
+        ("executors_deleted", stats.executors.deleted.to_string()),
+        ("executors_failed", stats.executors.failed.to_string()),
+        (
+            "pending_timeouts",
+            stats.executors.pending_timeouts.to_string(),
+        ),
         ("watch_lists", stats.watch_lists.to_string()),
     ];
     match args.max_executors {
