@@ -1244,6 +1244,10 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
         return Ok(true);
     }
     let segments: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+    if let Some(document) = discovery(&segments) {
+        respond(stream, 200, &document, "")?;
+        return Ok(true);
+    }
     let (namespace, kind, name) = match segments.as_slice() {
         ["api", "v1", "namespaces", ns, kind] if is_served(kind) => (*ns, *kind, None),
         ["api", "v1", "namespaces", ns, kind, name] if is_served(kind) => (*ns, *kind, Some(*name)),
@@ -1282,6 +1286,32 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
         Err(e) => error_response(stream, e)?,
     }
     Ok(true)
+}
+
+/// The Kubernetes version the double answers as (`/version`): the one k8s-openapi's feature
+/// names (`v1_30`).
+pub const SERVED_VERSION: (&str, &str) = ("1", "30");
+
+/// The discovery documents a client such as kubectl reads before anything else: `/version`,
+/// `/api` (core v1 only), `/apis` (no groups) and `/api/v1` (pods and secrets).
+fn discovery(segments: &[&str]) -> Option<Value> {
+    let resource = |name: &str, kind: &str, verbs: &[&str], short: &[&str]| {
+        json!({"name": name, "singularName": kind.to_lowercase(), "namespaced": true,
+               "kind": kind, "verbs": verbs, "shortNames": short})
+    };
+    let (major, minor) = SERVED_VERSION;
+    Some(match segments {
+        ["version"] => json!({"major": major, "minor": minor,
+            "gitVersion": format!("v{major}.{minor}.0-flint-double"), "platform": "linux/amd64"}),
+        ["api"] => json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}),
+        ["apis"] => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        ["api", "v1"] => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            resource("pods", "Pod", &["create", "delete", "get", "list", "watch"], &["po"]),
+            resource("secrets", "Secret", &["create", "delete", "get", "list"], &[]),
+        ]}),
+        _ => return None,
+    })
 }
 
 /// The kinds the double serves.

@@ -77,10 +77,20 @@ fn the_driver_service_is_headless_and_selects_the_driver_pod() {
     let spec = service.spec.expect("spec");
     assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
     let job: Job = typed("driver-job.yaml");
-    let labels = job.spec.expect("spec").template.metadata.expect("meta").labels;
+    let labels = job
+        .spec
+        .expect("spec")
+        .template
+        .metadata
+        .expect("meta")
+        .labels;
     let labels = labels.expect("labels");
     for (key, value) in spec.selector.expect("selector") {
-        assert_eq!(labels.get(&key), Some(&value), "the Job's pod has {key}={value}");
+        assert_eq!(
+            labels.get(&key),
+            Some(&value),
+            "the Job's pod has {key}={value}"
+        );
     }
 }
 
@@ -99,7 +109,9 @@ fn the_driver_job_runs_flint_k8s_as_the_drivers_account_non_root_read_only() {
     assert_eq!(command.last().map(String::as_str), Some("flint-k8s"));
     let args = driver.args.clone().expect("args");
     assert_eq!(args[0], "submit");
-    assert!(args.windows(2).any(|w| w[0] == "--master" && w[1] == "k8s://"));
+    assert!(args
+        .windows(2)
+        .any(|w| w[0] == "--master" && w[1] == "k8s://"));
     let security = driver.security_context.clone().expect("securityContext");
     assert_eq!(security.read_only_root_filesystem, Some(true));
     assert_eq!(security.allow_privilege_escalation, Some(false));
@@ -112,6 +124,9 @@ fn the_executor_template_is_a_pod_with_an_executor_container() {
     let pod: Pod = typed("executor-template.json");
     let spec = pod.spec.expect("spec");
     assert_eq!(spec.containers[0].name, "executor");
-    let security = spec.containers[0].security_context.clone().expect("security");
+    let security = spec.containers[0]
+        .security_context
+        .clone()
+        .expect("security");
     assert_eq!(security.read_only_root_filesystem, Some(true));
 }

@@ -828,3 +828,105 @@ fn pod_setting_termination_grace_period_and_the_templates_volumes() {
     assert_eq!(spec["volumes"][0]["name"], "scratch");
     assert_eq!(spec["restartPolicy"], "Never", "Flint's own field");
 }
+
+/// `kubectl` against the double, with no kubeconfig; None (the test prints SKIPPED) when
+/// there is no kubectl.
+fn kubectl(double: &ApiDouble) -> Option<impl Fn(&[&str]) -> Command + '_> {
+    let exe = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let found = Command::new(&exe)
+        .args(["version", "--client"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var_os("FLINT_KUBECTL_REQUIRED").is_some() {
+            panic!("kubectl is required (FLINT_KUBECTL_REQUIRED) and {exe} does not run");
+        }
+        return None;
+    }
+    Some(move |args: &[&str]| {
+        let mut command = Command::new(&exe);
+        command
+            .args(["--server", &double.url(), "--namespace", NS])
+            .args(["--request-timeout", "20s"])
+            .args(args)
+            .env("KUBECONFIG", "/dev/null")
+            .env("HOME", std::env::temp_dir())
+            .stdin(Stdio::null());
+        command
+    })
+}
+
+fn output(mut command: Command) -> String {
+    let out = command.output().expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn kubectl_lists_watches_and_deletes_the_doubles_pods_and_reads_its_secrets() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    let Some(kubectl) = kubectl(&double) else {
+        println!("SKIPPED kubectl: no kubectl on PATH (install Debian's kubernetes-client)");
+        return;
+    };
+    let pod = |name: &str, app: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "i", "command": ["sleep", "30"]}]}})
+    };
+    double
+        .insert("pods", NS, pod("mine", "flint"))
+        .expect("a pod");
+    double
+        .insert("pods", NS, pod("other", "else"))
+        .expect("a pod");
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s"}, "data": {"FLINT_SECRET": "c2VjcmV0"}});
+    double.insert("secrets", NS, secret).expect("a secret");
+    let listed = output(kubectl(&["get", "pods", "-l", "app=flint", "-o", "name"]));
+    assert_eq!(listed, "pod/mine", "the label selector");
+    let read = output(kubectl(&[
+        "get",
+        "secret",
+        "s",
+        "-o",
+        "jsonpath={.data.FLINT_SECRET}",
+    ]));
+    assert_eq!(read, "c2VjcmV0");
+    // A watch with a label selector sees the pod, then its deletion by kubectl.
+    let watch_out = dir.join("watch");
+    let mut watch = kubectl(&["get", "pods", "-l", "app=flint", "--watch", "-o", "json"])
+        .stdout(std::fs::File::create(&watch_out).expect("watch file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl watch");
+    let seen = |what: &str| {
+        std::fs::read_to_string(&watch_out)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    wait_until("the watch to list the pod", || seen("\"name\": \"mine\""));
+    output(kubectl(&["delete", "pod", "mine", "--wait=false"]));
+    wait_until("the watch to see the deletion", || {
+        seen("deletionTimestamp")
+    });
+    wait_until("the pod to go", || {
+        double.pods(NS).iter().all(|p| p.name != "mine")
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let left = output(kubectl(&["get", "pods", "-o", "name"]));
+    assert_eq!(left, "pod/other");
+    assert!(
+        !seen("\"other\""),
+        "the watch's selector keeps other pods out"
+    );
+}
