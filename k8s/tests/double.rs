@@ -930,3 +930,28 @@ fn kubectl_lists_watches_and_deletes_the_doubles_pods_and_reads_its_secrets() {
         "the watch's selector keeps other pods out"
     );
 }
+
+#[test]
+fn an_older_api_server_shape_fails_with_the_missing_field_named_and_no_panic() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    double.answer_as("1", "19", Some("items"));
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &["--executors", "1", "--tasks", "1", "--task", "hash"],
+    );
+    let status = submit.wait();
+    let stderr = submit.stderr();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("Kubernetes 1.19"),
+        "the version named: {stderr}"
+    );
+    assert!(
+        stderr.contains("missing field `items`"),
+        "the field named: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -14,6 +14,7 @@ use flint_cli::run::{
     driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
 };
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
+use flint_k8s::api::{version_warning, with_retry};
 use flint_k8s::executors::{self, K8sConfig, K8sExecutors, K8sStats};
 use flint_k8s::pods::PodSettings;
 use flint_net::driver::{Driver, DriverConfig};
@@ -268,6 +269,11 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let (template, app_id) = check_submit(&args)?;
     let runtime = api_runtime()?;
     let client = runtime.block_on(client_for(&args.master))?;
+    check_version(
+        &runtime,
+        &client,
+        Duration::from_millis(args.api_timeout_ms),
+    );
     let namespace = args
         .namespace
         .clone()
@@ -329,6 +335,24 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
     print_summary(&summary, &args.job, &extra);
     Ok(exit_code(&summary))
+}
+
+/// Warns (on stderr) when the API server's version is outside the supported ones, or cannot
+/// be read.
+fn check_version(runtime: &tokio::runtime::Runtime, client: &kube::Client, budget: Duration) {
+    let answer = runtime.block_on(with_retry("get /version", budget, || {
+        client.apiserver_version()
+    }));
+    match answer {
+        Ok(info) => {
+            if let Some(warning) = version_warning(&info.major, &info.minor) {
+                eprintln!("flint-k8s: warning: {warning}");
+            }
+        }
+        Err(error) => {
+            eprintln!("flint-k8s: warning: cannot read the API server's version: {error}")
+        }
+    }
 }
 
 /// The one-thread runtime the Kubernetes API calls run on.
