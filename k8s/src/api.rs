@@ -106,9 +106,15 @@ mod tests {
         assert_eq!(version_warning("1", "30"), None);
         assert_eq!(version_warning("1", "34+"), None);
         let old = version_warning("1", "19").expect("a warning");
-        assert!(old.contains("Kubernetes 1.19") && old.contains("1.26-1.34"), "{old}");
+        assert!(
+            old.contains("Kubernetes 1.19") && old.contains("1.26-1.34"),
+            "{old}"
+        );
         assert!(version_warning("1", "35").is_some());
         assert!(version_warning("2", "0").is_some());
-        assert!(version_warning("1", "").is_some(), "unreadable is not supported");
+        assert!(
+            version_warning("1", "").is_some(),
+            "unreadable is not supported"
+        );
     }
 }

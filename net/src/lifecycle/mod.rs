@@ -8,8 +8,9 @@
 //! observed (its watch source's changes and the listings it was asked for) goes into the core,
 //! then the driver's load ([`Driver::executors_view`]), then the core's timeout; its outputs
 //! become backend calls (`create`, `request_total`, `delete`, `list`) and driver calls
-//! (`remove_executor` with the exit reason; `stop_executor` before a registered executor is
-//! deleted), and event lines.
+//! (`drain_executor` when the allocator wants a registered executor gone: it gets no new work,
+//! and is deleted once a load shows it running nothing; `stop_executor` before a registered
+//! executor is deleted; `remove_executor` with the exit reason), and event lines.
 
 pub mod local;
 pub mod master;
@@ -297,6 +298,9 @@ impl<B: ExecutorBackend> Runner<B> {
             LifecycleOutput::Drain(names) => {
                 for name in names {
                     self.event(|| format!("executor {name} draining"));
+                    if let Err(error) = self.driver.drain_executor(&name) {
+                        tracing::warn!(executor = %name, "cannot drain: {error}");
+                    }
                 }
             }
             LifecycleOutput::Delete { name, registered } => self.delete(&name, registered),

@@ -600,6 +600,19 @@ impl DriverCore {
         true
     }
 
+    /// Drains a remote executor (by its id on the wire): the scheduler offers it nothing from
+    /// now on while its running attempts go on (Spark's decommissioning; the lifecycle stops it
+    /// once they end). Draining is its own state, apart from the suspicion of sick executors:
+    /// it never ends. Whether it was registered.
+    pub fn drain_executor(&mut self, executor_id: &str) -> bool {
+        let Some((id, _)) = self.executors.remote_by_name(executor_id) else {
+            return false;
+        };
+        let drained = self.scheduler.drain_executor(id);
+        debug_assert!(drained, "a registered remote executor is in the scheduler");
+        drained
+    }
+
     /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;
     /// one removed lately still has an application-caused reason charged (see
     /// [`super::Driver::remove_executor`]).
