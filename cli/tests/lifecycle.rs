@@ -380,7 +380,12 @@ struct ExecutorProcess(Child);
 
 impl ExecutorProcess {
     fn start(driver: std::net::SocketAddr, id: &str) -> ExecutorProcess {
+        ExecutorProcess::start_with(driver, id, &[])
+    }
+
+    fn start_with(driver: std::net::SocketAddr, id: &str, env: &[(&str, &str)]) -> ExecutorProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .envs(env.iter().copied())
             .args([
                 "executor",
                 "--driver",
@@ -539,4 +544,94 @@ fn a_surplus_executor_the_allocator_deletes_is_drained_and_loses_no_running_atte
     assert_eq!(driver.executors_lost(), 0);
     assert_eq!(executors.stats().failed, 0, "deleted on purpose");
     executors.shutdown(Duration::ZERO);
+}
+
+/// A driver with two task slots per core and an executor `a` draining for `drain_ms` on
+/// SIGTERM beside a plain executor `b`; `tasks` sleeps of `sleep_ms` run until `a` holds some,
+/// then `a` gets SIGTERM. The job's outcome, the driver's counters and `a`'s exit.
+fn sigterm_mid_job(
+    drain_ms: &str,
+    tasks: u64,
+    sleep_ms: u64,
+) -> (
+    flint_net::job::JobOutcome,
+    flint_engine::scheduler::Stats,
+    ExitStatus,
+) {
+    use flint_net::job::Job;
+
+    let driver = flint_net::driver::Driver::builder()
+        .config(flint_net::driver::DriverConfig {
+            tasks_per_core: 2,
+            ..Default::default()
+        })
+        .start()
+        .expect("driver starts");
+    let addr = driver.local_addr().expect("listening");
+    let mut a = ExecutorProcess::start_with(addr, "a", &[("FLINT_DRAIN_TIMEOUT_MS", drain_ms)]);
+    driver.wait_for_executors(1, DEADLINE).expect("a");
+    let _b = ExecutorProcess::start(addr, "b");
+    driver.wait_for_executors(2, DEADLINE).expect("b");
+    let payloads = (0..tasks)
+        .map(|i| bytes::Bytes::from(vec![i as u8]))
+        .collect();
+    let handle = driver
+        .submit(Job::new(format!("sleep:{sleep_ms}"), payloads))
+        .expect("submitted");
+    wait_until("a running tasks", || {
+        driver.executors_view().is_ok_and(|view| {
+            view.executors
+                .iter()
+                .any(|(name, running)| name == "a" && *running > 0)
+        })
+    });
+    let term = Command::new("kill")
+        .args(["-TERM", &a.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let outcome = handle.wait_timeout(DEADLINE).expect("job finishes");
+    let mut exit = None;
+    wait_until("a exits", || {
+        exit = a.0.try_wait().expect("try_wait");
+        exit.is_some()
+    });
+    (outcome, driver.stats(), exit.expect("exited"))
+}
+
+#[test]
+fn an_executor_given_sigterm_lets_its_running_attempts_finish_and_takes_no_new_ones() {
+    let tasks = 8;
+    let (outcome, stats, exit) = sigterm_mid_job("10000", tasks, 300);
+    assert!(
+        matches!(outcome, flint_net::job::JobOutcome::Succeeded(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        stats.launched - stats.speculative_launched,
+        tasks,
+        "no attempt ran twice: a's finished there ({stats:?})"
+    );
+    assert_eq!(stats.attempts_killed, 0, "{stats:?}");
+    assert!(exit.success(), "a leaves cleanly: {exit}");
+}
+
+#[test]
+fn an_executor_given_sigterm_reports_attempts_still_running_at_the_drain_timeout_killed() {
+    let tasks = 4;
+    let (outcome, stats, exit) = sigterm_mid_job("200", tasks, 2_000);
+    assert!(
+        matches!(outcome, flint_net::job::JobOutcome::Succeeded(_)),
+        "their copies ran on b: {outcome:?}"
+    );
+    assert!(
+        stats.attempts_killed >= 1,
+        "reported back killed, not lost: {stats:?}"
+    );
+    assert_eq!(
+        stats.launched - stats.speculative_launched,
+        tasks + stats.attempts_killed,
+        "each killed attempt ran again once ({stats:?})"
+    );
+    assert!(exit.success(), "a leaves cleanly: {exit}");
 }

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use flint_engine::lifecycle::ExecutorState;
+use flint_net::executor::DRAIN_TIMEOUT_ENV;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, LocalObjectReference, Pod, PodSpec, ResourceRequirements,
     Secret, SecretKeySelector, Toleration,
@@ -203,15 +204,31 @@ fn set_metadata(meta: &mut ObjectMeta, settings: &PodSettings, name: &str) {
     }
 }
 
+/// How long an executor drains on SIGTERM: its grace period (30 s, the server's default, when
+/// not set) less 2 s to report what is left and exit, at least 1 s.
+pub fn drain_timeout_ms(settings: &PodSettings) -> u64 {
+    let grace_s = if settings.grace_s > 0 {
+        settings.grace_s
+    } else {
+        30
+    };
+    (u64::from(grace_s) * 1000).saturating_sub(2000).max(1000)
+}
+
 /// The executor container's Flint variables (replacing the template's): the secret from the
-/// app's Secret, the executor's and the app's ids.
+/// app's Secret, the executor's and the app's ids, the drain timeout on SIGTERM.
 fn set_env(container: &mut Container, settings: &PodSettings, name: &str) {
     let env = container.env.get_or_insert_with(Vec::new);
     env.retain(|e| {
         !matches!(
             e.name.as_str(),
-            SECRET_KEY | "FLINT_EXECUTOR_ID" | "FLINT_APP_ID"
+            SECRET_KEY | "FLINT_EXECUTOR_ID" | "FLINT_APP_ID" | DRAIN_TIMEOUT_ENV
         )
+    });
+    env.push(EnvVar {
+        name: DRAIN_TIMEOUT_ENV.into(),
+        value: Some(drain_timeout_ms(settings).to_string()),
+        ..EnvVar::default()
     });
     env.push(EnvVar {
         name: SECRET_KEY.into(),

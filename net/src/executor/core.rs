@@ -100,6 +100,8 @@ pub struct ExecutorCore {
     heartbeat_next_us: Option<u64>,
     /// Attempts that reached a final state here.
     task_attempts: u64,
+    /// Going away (SIGTERM): the driver was told, launches come back killed.
+    draining: bool,
     exit: Option<Result<ExecutorSummary, ExecutorError>>,
     /// For [`ExecutorCore::handle_bytes`] only.
     decoder: FrameDecoder,
@@ -177,6 +179,7 @@ impl ExecutorCore {
             heartbeat_interval_us: HEARTBEAT_INTERVAL_MS_DEFAULT * 1000,
             heartbeat_next_us: None,
             task_attempts: 0,
+            draining: false,
             exit: None,
             decoder: FrameDecoder::new(config.frame_size_max),
         }
@@ -257,13 +260,58 @@ impl ExecutorCore {
         if self.is_ended() {
             return;
         }
+        let key = (completion.task.0, completion.attempt);
+        if self.draining && !self.in_flight.contains(&key) {
+            // Reported killed when the executor left.
+            return;
+        }
         if completion.state != TaskState::Running {
-            self.in_flight
-                .remove(&(completion.task.0, completion.attempt));
+            self.in_flight.remove(&key);
             self.task_attempts += 1;
         }
         bound_report(&mut completion, self.frame_size_max);
         self.updates.push(completion);
+    }
+
+    /// The executor is going away (SIGTERM): the driver is told (`ExecutorDraining`) and
+    /// gives it no new task; the attempts in flight go on; a launch that crossed the message
+    /// comes back killed (re-queued, not counted).
+    pub fn handle_drain(&mut self, _now_us: u64) {
+        if self.draining || self.is_ended() {
+            return;
+        }
+        self.draining = true;
+        tracing::info!(executor_id = %self.executor_id, lane = self.lane, "draining");
+        if matches!(self.phase, Phase::Running) {
+            self.send_draining();
+        }
+    }
+
+    /// Tells the driver this lane's executor is going away (a lane registered after the drain
+    /// began tells it when it is accepted).
+    fn send_draining(&mut self) {
+        self.encode_updates();
+        let draining = Message::ExecutorDraining {};
+        encode(&draining, &mut self.transmit, self.frame_size_max);
+    }
+
+    /// The drain's time is up: every attempt still in flight is reported killed, so the driver
+    /// runs it elsewhere at once instead of losing it with the executor. How many.
+    pub fn handle_leave(&mut self, _now_us: u64) -> usize {
+        debug_assert!(self.draining, "leave follows drain");
+        let left: Vec<(u64, u32)> = self.in_flight.drain().collect();
+        for &(task_id, attempt) in &left {
+            self.task_attempts += 1;
+            self.updates.push(TaskReport {
+                task: TaskId(task_id),
+                attempt,
+                state: TaskState::Killed,
+                data: Bytes::from_static(b"the executor is shutting down (SIGTERM)"),
+            });
+        }
+        self.encode_updates();
+        debug_assert!(self.in_flight.is_empty());
+        left.len()
     }
 
     /// Time has passed: sends a heartbeat when one is due (see
@@ -350,6 +398,9 @@ impl ExecutorCore {
         self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
         self.phase = Phase::Running;
         tracing::info!(executor_id = %self.executor_id, lane = self.lane, "registered with the driver");
+        if self.draining {
+            self.send_draining();
+        }
     }
 
     /// One message after the handshake.
@@ -404,6 +455,16 @@ impl ExecutorCore {
         let key = (task_id, attempt);
         if self.in_flight.contains(&key) {
             tracing::warn!(task_id, attempt, "duplicate launch ignored");
+            return;
+        }
+        if self.draining {
+            self.task_attempts += 1;
+            self.updates.push(TaskReport {
+                task: TaskId(task_id),
+                attempt,
+                state: TaskState::Killed,
+                data: Bytes::from_static(b"the executor is draining (going away)"),
+            });
             return;
         }
         if self.in_flight.len() >= self.in_flight_max {

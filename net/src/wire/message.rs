@@ -442,6 +442,9 @@ messages! {
         /// How often the lane must heartbeat, in milliseconds.
         heartbeat_interval_ms: u32,
     },
+    /// An executor is going away (it got SIGTERM): the driver gives it no new task; the ones
+    /// it runs end or come back as killed (Spark's executor decommissioning).
+    ExecutorDraining = 28 {},
 
     // ---- standalone: worker <-> master ----
     /// A worker asks to join the master.

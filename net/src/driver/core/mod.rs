@@ -319,6 +319,11 @@ impl DriverCore {
             (Phase::Executor(executor, lane), Message::Heartbeat { running_tasks, .. }) => {
                 self.heartbeat(peer, executor, lane, running_tasks)
             }
+            (Phase::Executor(executor, lane), Message::ExecutorDraining {}) => {
+                tracing::info!(?executor, lane, "the executor is draining (going away)");
+                self.scheduler.drain_executor(executor);
+                Ok(())
+            }
             (Phase::Executor(..) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
             (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
