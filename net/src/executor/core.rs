@@ -1025,6 +1025,48 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_tells_the_driver_kills_new_launches_and_the_leave_reports_the_rest_killed() {
+        let mut core = registered(500, 0);
+        launch(&mut core, &[(1, "a", b""), (2, "b", b"")], 10);
+        assert_eq!(actions(&mut core).len(), 2);
+        sent(&mut core);
+        core.handle_drain(20);
+        assert_eq!(kinds(&sent(&mut core)), [Kind::ExecutorDraining]);
+        core.handle_drain(21);
+        assert!(sent(&mut core).is_empty(), "told once");
+        // A launch that crossed the message comes back killed; task 1 finishes.
+        launch(&mut core, &[(3, "c", b"")], 30);
+        assert!(actions(&mut core).is_empty(), "not run");
+        core.handle_completion(done(1, TaskState::Finished, b"r"), 40);
+        assert_eq!(core.in_flight(), 1);
+        assert_eq!(core.handle_leave(50), 1, "task 2 still runs");
+        assert_eq!(core.in_flight(), 0);
+        let frames = sent(&mut core);
+        let updates: Vec<StatusUpdateOwned> = frames
+            .iter()
+            .filter_map(|f| match f.message() {
+                Ok(Message::StatusUpdates { updates }) => {
+                    Some(updates.iter().map(owned).collect::<Vec<_>>())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let states: Vec<(u64, TaskState)> = updates.iter().map(|u| (u.0, u.1)).collect();
+        assert_eq!(
+            states,
+            [
+                (3, TaskState::Killed),
+                (1, TaskState::Finished),
+                (2, TaskState::Killed)
+            ]
+        );
+        // Task 2's late completion is not reported twice.
+        core.handle_completion(done(2, TaskState::Finished, b"late"), 60);
+        assert!(sent(&mut core).is_empty());
+    }
+
+    #[test]
     fn kill_task_becomes_a_kill_for_an_attempt_in_flight() {
         let mut core = registered(500, 0);
         launch(&mut core, &[(7, "sleep:1000", b"")], 10);
