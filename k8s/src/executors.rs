@@ -22,7 +22,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flint_engine::lifecycle::{Allocation, AllocatorConfig, ExecutorState, LifecycleConfig};
+use flint_engine::lifecycle::{Allocation, AllocatorConfig, ExecutorState};
 use flint_net::driver::Driver;
 use flint_net::lifecycle::{
     ExecutorBackend, ExecutorStats, LifecycleThread, Observed, RunnerConfig,
@@ -126,19 +126,13 @@ impl K8sExecutors {
             tx.clone(),
             watch_lists.clone(),
         ));
-        let lifecycle = LifecycleConfig {
-            tick_us: config.tick.as_micros() as u64,
-            sync_interval_us: config.poll_interval.as_micros() as u64,
-            sync_grace_us: config.sync_grace.as_micros() as u64,
-            ..LifecycleConfig::new(Allocation::Create(config.allocator.clone()))
-        };
-        let runner = RunnerConfig {
-            lifecycle,
-            events: Some(EventSink::new(
-                |line| tracing::info!(target: EVENTS_TARGET, "{line}"),
-            )),
-            thread_name: "flint-k8s-executors".into(),
-        };
+        let events = EventSink::new(|line| tracing::info!(target: EVENTS_TARGET, "{line}"));
+        let runner = RunnerConfig::new(
+            Allocation::Create(config.allocator.clone()),
+            [config.tick, config.poll_interval, config.sync_grace],
+            Some(events),
+            "flint-k8s-executors",
+        );
         let backend = PodBackend {
             config,
             creating: BTreeSet::new(),

@@ -301,13 +301,8 @@ impl ExecutorCore {
         debug_assert!(self.draining, "leave follows drain");
         let left: Vec<(u64, u32)> = self.in_flight.drain().collect();
         for &(task_id, attempt) in &left {
-            self.task_attempts += 1;
-            self.updates.push(TaskReport {
-                task: TaskId(task_id),
-                attempt,
-                state: TaskState::Killed,
-                data: Bytes::from_static(b"the executor is shutting down (SIGTERM)"),
-            });
+            let why = Bytes::from_static(b"the executor is shutting down (SIGTERM)");
+            self.report_ended(task_id, attempt, TaskState::Killed, why);
         }
         self.encode_updates();
         debug_assert!(self.in_flight.is_empty());
@@ -458,28 +453,15 @@ impl ExecutorCore {
             return;
         }
         if self.draining {
-            self.task_attempts += 1;
-            self.updates.push(TaskReport {
-                task: TaskId(task_id),
-                attempt,
-                state: TaskState::Killed,
-                data: Bytes::from_static(b"the executor is draining (going away)"),
-            });
-            return;
+            let why = Bytes::from_static(b"the executor is draining (going away)");
+            return self.report_ended(task_id, attempt, TaskState::Killed, why);
         }
         if self.in_flight.len() >= self.in_flight_max {
             let reason = format!(
                 "not run: the executor already holds its maximum of {} attempts",
                 self.in_flight_max
             );
-            self.task_attempts += 1;
-            self.updates.push(TaskReport {
-                task: TaskId(task_id),
-                attempt,
-                state: TaskState::Failed,
-                data: Bytes::from(reason),
-            });
-            return;
+            return self.report_ended(task_id, attempt, TaskState::Failed, Bytes::from(reason));
         }
         self.in_flight.insert(key);
         self.actions.push_back(Action::Launch {
@@ -487,6 +469,19 @@ impl ExecutorCore {
             attempt,
             function: function.to_owned(),
             payload,
+        });
+    }
+
+    /// An attempt that ends here without running (or without running further): its final
+    /// report, queued with the completions.
+    fn report_ended(&mut self, task_id: u64, attempt: u32, state: TaskState, data: Bytes) {
+        debug_assert!(state != TaskState::Running && state != TaskState::Finished);
+        self.task_attempts += 1;
+        self.updates.push(TaskReport {
+            task: TaskId(task_id),
+            attempt,
+            state,
+            data,
         });
     }
 

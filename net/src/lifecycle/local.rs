@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::affinity::Pinning;
-use flint_engine::lifecycle::{Allocation, AllocatorConfig, ExecutorState, LifecycleConfig};
+use flint_engine::lifecycle::{Allocation, AllocatorConfig, ExecutorState};
 
 use super::{ExecutorBackend, ExecutorStats, LifecycleThread, Observed, RunnerConfig};
 use crate::driver::Driver;
@@ -94,17 +94,16 @@ impl LocalExecutors {
         let events = config.events.then(|| {
             (config.on_event.clone()).unwrap_or_else(|| EventSink::new(|l| tracing::info!("{l}")))
         });
-        let lifecycle = LifecycleConfig {
-            tick_us: config.watch_interval.as_micros() as u64,
-            sync_interval_us: config.sync_interval.as_micros() as u64,
-            sync_grace_us: config.sync_grace.as_micros() as u64,
-            ..LifecycleConfig::new(Allocation::Create(config.allocator.clone()))
-        };
-        let runner = RunnerConfig {
-            lifecycle,
-            events: events.clone(),
-            thread_name: "flint-local-executors".into(),
-        };
+        let runner = RunnerConfig::new(
+            Allocation::Create(config.allocator.clone()),
+            [
+                config.watch_interval,
+                config.sync_interval,
+                config.sync_grace,
+            ],
+            events.clone(),
+            "flint-local-executors",
+        );
         let backend = LocalBackend {
             config,
             events,

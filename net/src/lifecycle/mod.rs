@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flint_engine::lifecycle::{
-    ExecutorState, Lifecycle, LifecycleConfig, LifecycleOutput, LifecycleStats,
+    Allocation, ExecutorState, Lifecycle, LifecycleConfig, LifecycleOutput, LifecycleStats,
 };
 
 use crate::driver::Driver;
@@ -73,6 +73,29 @@ pub struct RunnerConfig {
     pub events: Option<EventSink>,
     /// The thread's name.
     pub thread_name: String,
+}
+
+impl RunnerConfig {
+    /// The loop for `allocation` with these timings (see [`LifecycleConfig`]; the drain
+    /// timeout its default), its events to `events`, on a thread named `thread_name`.
+    pub fn new(
+        allocation: Allocation,
+        [tick, sync_interval, sync_grace]: [Duration; 3],
+        events: Option<EventSink>,
+        thread_name: &str,
+    ) -> RunnerConfig {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        RunnerConfig {
+            lifecycle: LifecycleConfig {
+                tick_us: us(tick),
+                sync_interval_us: us(sync_interval),
+                sync_grace_us: us(sync_grace),
+                ..LifecycleConfig::new(allocation)
+            },
+            events,
+            thread_name: thread_name.to_owned(),
+        }
+    }
 }
 
 /// What the lifecycle did.
@@ -348,7 +371,6 @@ impl<B: ExecutorBackend> Runner<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flint_engine::lifecycle::Allocation;
     use flint_engine::scheduler::RemovalReason;
     use std::sync::mpsc::{channel, Receiver, Sender};
 
