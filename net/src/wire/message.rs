@@ -442,9 +442,6 @@ messages! {
         /// How often the lane must heartbeat, in milliseconds.
         heartbeat_interval_ms: u32,
     },
-    /// An executor is going away (it got SIGTERM): the driver gives it no new task; the ones
-    /// it runs end or come back as killed (Spark's executor decommissioning).
-    ExecutorDraining = 28 {},
 
     // ---- standalone: worker <-> master ----
     /// A worker asks to join the master.
@@ -588,6 +585,11 @@ messages! {
         /// Executors.
         executors: List<'a, ExecutorStatus<'a>>,
     },
+
+    // ---- later additions (last in the table, so the fuzz corpus's kind indices stay) ----
+    /// An executor is going away (it got SIGTERM): the driver gives it no new task; the ones
+    /// it runs end or come back as killed (Spark's executor decommissioning).
+    ExecutorDraining = 28 {},
 }
 
 impl<'a> Message<'a> {
