@@ -527,6 +527,33 @@ mod tests {
     }
 
     #[test]
+    fn the_executor_drains_on_sigterm_for_its_grace_period_less_two_seconds() {
+        let env_of = |grace_s| {
+            let pod = executor_pod(
+                &PodSettings {
+                    grace_s,
+                    ..settings()
+                },
+                "e1",
+            );
+            let spec = pod.spec.unwrap();
+            let env = spec.containers[0].env.clone().unwrap();
+            let drain = env.iter().find(|e| e.name == DRAIN_TIMEOUT_ENV).unwrap();
+            (
+                drain.value.clone().unwrap(),
+                spec.termination_grace_period_seconds,
+            )
+        };
+        assert_eq!(env_of(45), ("43000".to_string(), Some(45)));
+        assert_eq!(env_of(0), ("28000".to_string(), None), "the server's 30 s");
+        assert_eq!(
+            env_of(2),
+            ("1000".to_string(), Some(2)),
+            "at least a second"
+        );
+    }
+
+    #[test]
     fn without_settings_the_templates_values_stay() {
         let template: Pod = serde_json::from_value(serde_json::json!({
             "spec": {"serviceAccountName": "template-sa", "terminationGracePeriodSeconds": 99,
