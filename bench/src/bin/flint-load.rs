@@ -318,6 +318,7 @@ fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> 
         cores: args.cores,
         source,
         driver,
+        relay_first: false,
     })
 }
 

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::hedge::ExecHedge;
 use super::order::Cursor;
 use super::types::{ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
@@ -28,7 +29,13 @@ pub(crate) struct Run {
     /// Its executor reported it RUNNING (before that it is launching: Spark's
     /// `TaskInfo.launching`, SPARK-39955).
     pub reported_running: bool,
+    /// The run-time record of its function when its job hedges (`hedge.rs`), else
+    /// [`NO_RECORD`].
+    pub record: u32,
 }
+
+/// [`Run::record`] of an attempt whose job does not hedge.
+pub(crate) const NO_RECORD: u32 = u32::MAX;
 
 /// Which offer set an executor is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,8 +71,11 @@ pub(crate) struct Exec {
     pub stalled: bool,
     /// Its last assignment stopped at the cap on jobs asked: where the next one goes on.
     pub resume: Option<Resume>,
-    /// Draining (the lifecycle is about to delete it): never offered again; its running
-    /// attempts go on (Spark's decommissioning).
+    /// What hedging watches of it (`hedge.rs`).
+    pub hedge: ExecHedge,
+    /// Draining (the lifecycle is about to delete it, or it got SIGTERM): never offered again;
+    /// its running attempts go on (Spark's decommissioning). Its own state, apart from
+    /// hedging's suspicion: it never ends.
     pub draining: bool,
     membership: Membership,
 }
@@ -73,12 +83,16 @@ pub(crate) struct Exec {
 impl Exec {
     /// Slots an offer may fill now: free slots within the slow-start window (an idle executor
     /// may always take one task that fits its cores, so a task larger than the window runs),
-    /// none while stalled or draining.
+    /// none while stalled, suspected or draining, one at a time while on probation.
     pub fn usable(&self) -> u32 {
-        if self.stalled || self.draining {
+        if self.stalled || self.hedge.suspected || self.draining {
             return 0;
         }
         let used = self.cores - self.free;
+        if self.hedge.probation {
+            // One attempt at a time while it is much slower than its peers (`hedge.rs`).
+            return if used == 0 { self.free.min(1) } else { 0 };
+        }
         if used == 0 {
             self.free
         } else {
@@ -211,6 +225,7 @@ impl Book {
             progress_us: now_us,
             stalled: false,
             resume: None,
+            hedge: ExecHedge::new(now_us),
             membership: Membership::Unlisted,
             draining: false,
         };

@@ -60,7 +60,7 @@ pub use self::jobs::Event;
 use self::jobs::Jobs;
 pub(crate) use self::table::inbound;
 use self::table::peers_config;
-use super::{DriverConfig, ExecutorsView, TASKS_PER_CORE_MAX};
+use super::{DriverConfig, ExecutorHealth, ExecutorsView, TASKS_PER_CORE_MAX};
 use crate::conn::ConnError;
 use crate::job::Job;
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
@@ -345,6 +345,7 @@ impl DriverCore {
                 return Err(ConnError::Protocol(why));
             }
         }
+        self.scheduler.executor_heard(now, executor);
         self.send(peer, &Message::HeartbeatAck {});
         Ok(())
     }
@@ -657,9 +658,9 @@ impl DriverCore {
         views::executors(&self.scheduler, &self.executors)
     }
 
-    /// The stalled executors' ids on the wire.
-    pub fn stalled(&self) -> Vec<String> {
-        views::stalled(&self.scheduler, &self.executors)
+    /// The executors that get less work or none (stalled, suspected, on probation).
+    pub fn executor_health(&self) -> ExecutorHealth {
+        views::health(&self.scheduler, &self.executors)
     }
 
     /// What the driver shows at `now_us` (metrics, web UI).
