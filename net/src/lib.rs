@@ -43,11 +43,12 @@
 //! - Started by hand, or by your own deployment, pointed at the driver's address.
 //! - [`lifecycle::local::LocalExecutors`]: `flint executor` child processes kept at a target count,
 //!   with dynamic allocation (the executor lifecycle).
-//! - [`lifecycle::mirror::SourceMirror`]: executors something else creates (a cluster manager), mirrored
-//!   so the driver drops the ones that are gone.
+//! - [`lifecycle::LifecycleThread`] over your own [`lifecycle::ExecutorBackend`]: executors a
+//!   cluster manager creates, deletes, lists and watches, kept at a target or followed so the
+//!   driver drops the ones that are gone.
 //! - The standalone cluster (Spark's): a [`standalone::master`] and [`standalone::worker`]s on the hosts; the driver's
 //!   [`AppClient`] registers the application and asks for executors, which the workers start;
-//!   [`lifecycle::master_source`] follows them and scales them with the backlog.
+//!   [`lifecycle::master::MasterExecutors`] follows them and scales them with the backlog.
 //! - Kubernetes: the `flint-k8s` crate runs executors as pods.
 //!
 //! # Watching it

@@ -23,6 +23,9 @@
 //!   a slow executor (a noisy neighbour, a throttled container) takes little of the work and
 //!   what it takes is hedged, instead of a third of every job waiting on it (Envoy's outlier
 //!   detection is the model). Under 2 it is off probation.
+//! - An executor holding an overdue attempt that has finished nothing since it was launched
+//!   (wedged, though it may still heartbeat) is *stalled*, as speculation's rule says, only
+//!   sooner: no new work until it reports a final state.
 //! - No copy storms: a load spike slows every attempt, and the percentile follows it (it moves
 //!   once a hundredth of the recent successes are slower); until it has, while more than half
 //!   of the executors hold overdue attempts the cluster is slow (a load spike, not a sick
@@ -325,7 +328,7 @@ impl Hedging {
             let found = self.check_executor(now_us, e, executors, (job_slots, jobs), stats);
             // Only attempts of active jobs count.
             self.count_overdue(&mut e.hedge, found.overdue > 0);
-            if found.suspected {
+            if found.suspected || found.stalled {
                 sweep.suspected.push(slot);
             }
             sweep.copies += found.copies.len();
@@ -362,8 +365,13 @@ impl Hedging {
         (job_slots, jobs): (&FxHashMap<u64, u32>, &mut [Option<Job>]),
         stats: &mut Stats,
     ) -> Overdue {
-        let running = &e.running;
-        let h = &mut e.hedge;
+        let super::book::Exec {
+            running,
+            hedge: h,
+            progress_us,
+            stalled,
+            ..
+        } = e;
         // The cluster is slow when more than half of the executors hold overdue attempts.
         let slow_cluster = self.overdue_execs * 2 > executors;
         let silent_us = now_us.saturating_sub(h.heard_us);
@@ -391,6 +399,11 @@ impl Hedging {
                 continue; // an ended job's attempt: its kill was sent, nothing to copy
             };
             found.overdue += 1;
+            // It has finished nothing since this attempt was launched (a wedged executor that
+            // still heartbeats): stalled, no new work until it reports a final state.
+            if *progress_us <= w.launched_us && !std::mem::replace(stalled, true) {
+                found.stalled = true;
+            }
             let Some(t) = job.tasks.get(task.index() as usize) else {
                 unreachable!("an executor holds {task}, beyond its job");
             };
@@ -425,6 +438,9 @@ struct Overdue {
     next_due_us: Option<u64>,
     /// It was suspected by this check.
     suspected: bool,
+    /// It was found stalled by this check (holds an overdue attempt, finished nothing since
+    /// it was launched).
+    stalled: bool,
     /// It holds an overdue attempt and is not suspected (yet): look again.
     unsettled: bool,
 }

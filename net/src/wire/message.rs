@@ -587,6 +587,11 @@ messages! {
         /// Executors.
         executors: List<'a, ExecutorStatus<'a>>,
     },
+
+    // ---- later additions (last in the table, so the fuzz corpus's kind indices stay) ----
+    /// An executor is going away (it got SIGTERM): the driver gives it no new task; the ones
+    /// it runs end or come back as killed (Spark's executor decommissioning).
+    ExecutorDraining = 28 {},
 }
 
 impl<'a> Message<'a> {

@@ -50,6 +50,7 @@ pub fn run(args: ExecutorArgs) -> Result<ExitCode, String> {
         secret: args.secret.optional()?,
         connect_timeout: Duration::from_secs(args.connect_timeout_s),
         pin: args.pin_cores,
+        drain_on_sigterm: executor::drain_timeout_from_env()?,
         ..ExecutorConfig::new(args.driver, id.clone())
     };
     match executor::run(config, Registry::with_builtins()) {

@@ -10,7 +10,8 @@ use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::handshake::{Secret, SECRET_ENV};
-use flint_net::lifecycle::local::{LocalConfig, LocalExecutors, LocalStats};
+use flint_net::lifecycle::local::{LocalConfig, LocalExecutors};
+use flint_net::lifecycle::ExecutorStats;
 use flint_net::observe::EventSink;
 
 use crate::common::{pinning, wait_for_release, EXECUTOR_CORES_MAX, WAIT_MAX_S};
@@ -168,7 +169,7 @@ fn local_allocation(args: &LocalArgs) -> Result<(u32, Option<DynamicConfig>), St
 }
 
 /// The summary's fields for `flint local` beyond the job's.
-fn local_fields(args: &LocalArgs, stats: &LocalStats) -> Vec<(&'static str, String)> {
+fn local_fields(args: &LocalArgs, stats: &ExecutorStats) -> Vec<(&'static str, String)> {
     let mut fields = vec![
         ("cores", args.cores.to_string()),
         ("executors_started", stats.started.to_string()),

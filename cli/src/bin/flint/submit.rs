@@ -13,8 +13,7 @@ use flint_cli::run::{
 use flint_engine::lifecycle::DynamicConfig;
 use flint_engine::standalone::{AppSpec, NO_WORKER_FITS};
 use flint_net::driver::{Driver, DriverConfig};
-use flint_net::lifecycle::master_source::{MasterScaler, MasterSource};
-use flint_net::lifecycle::mirror::{MirrorConfig, SourceMirror};
+use flint_net::lifecycle::master::{MasterExecutors, MasterExecutorsConfig};
 use flint_net::observe::EventSink;
 use flint_net::standalone::app_client::{AppClient, AppClientConfig, AppInfo};
 
@@ -101,23 +100,16 @@ pub fn run(args: SubmitArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?,
     );
     let driver = Arc::new(driver);
-    let mirror = start_mirror(&args, &client, &driver)?;
-    let scaler = start_scaler(&args, &client, &driver)?;
+    let executors = start_executors(&args, &client, &driver)?;
     let result = run_submitted(&args, &client, &driver, driver_addr);
     linger(&args.observe);
-    if scaler.is_some() && result.is_ok() {
+    if args.max_executors.is_some() && result.is_ok() {
         wait_for_release(args.idle_wait_ms, || {
             driver.executors() > args.executors as usize
         });
     }
     let executors_end = driver.executors();
-    let scaled = scaler.map(|scaler| {
-        let stats = scaler.stats();
-        scaler.stop();
-        stats
-    });
-    let executors_removed = mirror.removed();
-    mirror.stop();
+    let scaled = executors.stop();
     let info = release_application(client, driver);
     let (app_id, summary) = result?;
     let fields = [
@@ -126,16 +118,10 @@ pub fn run(args: SubmitArgs) -> Result<ExitCode, String> {
         ("cores", args.cores.to_string()),
         ("executors_placed", info.executors_added.to_string()),
         ("workers_lost", info.workers_removed.to_string()),
-        ("executors_removed", executors_removed.to_string()),
+        ("executors_removed", scaled.removed.to_string()),
         ("executors_end", executors_end.to_string()),
-        (
-            "executors_peak",
-            scaled.as_ref().map_or(0, |s| s.peak).to_string(),
-        ),
-        (
-            "executors_released",
-            scaled.as_ref().map_or(0, |s| s.released).to_string(),
-        ),
+        ("executors_peak", scaled.peak.to_string()),
+        ("executors_released", scaled.deleted.to_string()),
     ];
     print_summary(&summary, &args.job, &fields);
     Ok(exit_code(&summary))
@@ -158,51 +144,29 @@ fn app_spec(args: &SubmitArgs, driver_addr: SocketAddr) -> AppSpec {
     }
 }
 
-/// The lifecycle handler: executors the master reports gone leave the scheduler with their
-/// reason (usually the driver has already seen their connection close).
-fn start_mirror(
+/// The executors' lifecycle: executors the master reports gone leave the scheduler with their
+/// reason (usually the driver has already seen their connection close); with
+/// `--max-executors`, dynamic allocation through the master.
+fn start_executors(
     args: &SubmitArgs,
     client: &Arc<AppClient>,
     driver: &Arc<Driver>,
-) -> Result<SourceMirror, String> {
-    let remover = driver.clone();
-    SourceMirror::start(
-        MirrorConfig {
-            events_prefix: args.executor_events.then(|| "flint submit".to_string()),
-            on_event: Some(EventSink::new(|line| eprintln!("{line}"))),
-            ..MirrorConfig::default()
-        },
-        MasterSource::new(client.clone(), Duration::from_secs(2)),
-        move |name: &str, reason| {
-            let _ = remover.remove_executor(name, reason);
-        },
-    )
-    .map_err(|e| format!("cannot start the executor source: {e}"))
-}
-
-/// Dynamic allocation through the master, with `--max-executors`.
-fn start_scaler(
-    args: &SubmitArgs,
-    client: &Arc<AppClient>,
-    driver: &Arc<Driver>,
-) -> Result<Option<MasterScaler>, String> {
-    let Some(max) = args.max_executors else {
-        return Ok(None);
-    };
-    let dynamic = DynamicConfig {
+) -> Result<MasterExecutors, String> {
+    let dynamic = args.max_executors.map(|max| DynamicConfig {
         min: args.executors,
         max,
         tasks_per_executor: args.cores.saturating_mul(args.job.tasks_per_core),
         idle_timeout_us: args.idle_timeout_ms.saturating_mul(1000),
-    };
-    MasterScaler::start(
+    });
+    let config = MasterExecutorsConfig {
         dynamic,
-        client.clone(),
-        driver.clone(),
-        Duration::from_millis(50),
-    )
-    .map(Some)
-    .map_err(|e| format!("cannot start dynamic allocation: {e}"))
+        sync_timeout: Duration::from_secs(2),
+        events: args
+            .executor_events
+            .then(|| EventSink::new(|line| eprintln!("flint submit: {line}"))),
+    };
+    MasterExecutors::start(config, client.clone(), driver.clone())
+        .map_err(|e| format!("cannot start the executors' lifecycle: {e}"))
 }
 
 /// Waits for the master to register the application and for `--executors` to register with
