@@ -5,367 +5,22 @@
 
 mod common;
 
-use common::{free_port, unique, wait_until, DEADLINE};
+use common::cluster::*;
+use common::{
+    free_port, holding, metrics, open_held, sample, wait_until, wait_until_held, Gate, DEADLINE,
+};
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 
 use std::time::{Duration, Instant};
 
-use flint_cli::summary::indexed_payload;
-use flint_engine::functions::fnv1a64;
 use flint_engine::standalone::AppSpec;
 use flint_net::handshake::HandshakeError;
 use flint_net::handshake::Secret;
 use flint_net::standalone::app_client::{AppClient, AppClientConfig};
 use flint_net::standalone::{BlockingClient, ClientError};
 use flint_net::wire::{Message, Role};
-
-const FLINT: &str = env!("CARGO_BIN_EXE_flint");
-
-/// The shared secret of the test clusters: every `flint` process gets it as $FLINT_SECRET.
-const SECRET: &str = "standalone-test-secret";
-
-fn secret() -> Option<Secret> {
-    Some(Secret::new(SECRET).expect("non-empty"))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "flint-sa-{}-{name}-{}",
-        std::process::id(),
-        unique()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-/// A `flint` process with stdout and stderr in files; killed on drop.
-struct Proc {
-    name: String,
-    /// Where it listens, for workers.
-    listen: Option<SocketAddr>,
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Proc {
-    fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
-        let mut command = Command::new(FLINT);
-        command.env("FLINT_SECRET", SECRET);
-        Proc::start_with(command, dir, name, args)
-    }
-
-    fn start_with(mut command: Command, dir: &Path, name: &str, args: &[&str]) -> Proc {
-        let stdout = dir.join(format!("{name}-{}.out", unique()));
-        let stderr = dir.join(format!("{name}-{}.err", unique()));
-        let child = command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("spawn flint");
-        Proc {
-            name: name.into(),
-            listen: None,
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap_or_default()
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + DEADLINE * 2;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit; stderr: {}",
-                self.name,
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill9(&mut self) {
-        kill("-KILL", &self.child.id().to_string());
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn kill(signal: &str, target: &str) -> bool {
-    Command::new("kill")
-        .args([signal, "--", target])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A master on 127.0.0.1 with fast timeouts.
-fn start_master(dir: &Path, port: u16, extra: &[&str]) -> Proc {
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec![
-        "master",
-        "--listen",
-        &listen,
-        "--worker-timeout-ms",
-        "2000",
-        "--heartbeat-interval-ms",
-        "200",
-        "--recovery-timeout-ms",
-        "5000",
-    ];
-    args.extend_from_slice(extra);
-    let master = Proc::start(dir, "master", &args);
-    let addr: SocketAddr = listen.parse().expect("addr");
-    wait_until("the master to listen", || {
-        std::net::TcpStream::connect(addr).is_ok()
-    });
-    master
-}
-
-/// A worker listening (for status) on `host` and a free port, with its work dir under `dir`.
-fn start_worker(dir: &Path, master: u16, id: &str, host: &str, cores: u32) -> Proc {
-    start_worker_allowing(dir, master, id, host, cores, &[])
-}
-
-/// A worker that also lets applications run `commands` as executors.
-fn start_worker_allowing(
-    dir: &Path,
-    master: u16,
-    id: &str,
-    host: &str,
-    cores: u32,
-    commands: &[&str],
-) -> Proc {
-    let work = dir.join(format!("work-{id}"));
-    let listen: SocketAddr = format!("{host}:{}", free_port()).parse().expect("addr");
-    let mut args: Vec<&str> = Vec::new();
-    for command in commands {
-        args.extend(["--allow-command", command]);
-    }
-    let (master, cores, work) = (
-        format!("127.0.0.1:{master}"),
-        cores.to_string(),
-        work.to_string_lossy().into_owned(),
-    );
-    let listen_arg = listen.to_string();
-    let mut all = vec![
-        "worker",
-        "--master",
-        &master,
-        "--id",
-        id,
-        "--cores",
-        &cores,
-        "--memory-mb",
-        "4096",
-        "--listen",
-        &listen_arg,
-        "--work-dir",
-        &work,
-        "--kill-timeout-ms",
-        "1000",
-    ];
-    all.extend(args);
-    let mut worker = Proc::start(dir, id, &all);
-    worker.listen = Some(listen);
-    worker
-}
-
-#[derive(Debug, Default)]
-struct Snapshot {
-    /// (id, state)
-    workers: Vec<(String, String)>,
-    /// (id, state)
-    apps: Vec<(String, String)>,
-    /// (app, executor, worker, state)
-    executors: Vec<(String, String, String, String)>,
-}
-
-impl Snapshot {
-    fn worker_state(&self, id: &str) -> Option<&str> {
-        self.workers
-            .iter()
-            .find(|(w, _)| w == id)
-            .map(|(_, s)| s.as_str())
-    }
-
-    fn alive_workers(&self) -> usize {
-        self.workers.iter().filter(|(_, s)| s == "ALIVE").count()
-    }
-
-    fn running_on(&self, worker: &str) -> usize {
-        self.executors
-            .iter()
-            .filter(|(_, _, w, s)| w == worker && s == "RUNNING")
-            .count()
-    }
-}
-
-fn status(port: u16) -> Option<Snapshot> {
-    status_of(SocketAddr::from(([127, 0, 0, 1], port)))
-}
-
-/// The status a master (or a worker) answers.
-fn status_of(addr: SocketAddr) -> Option<Snapshot> {
-    status_with(addr, secret())
-}
-
-/// The status a master (or a worker) answers to a client proving `secret`.
-fn status_with(addr: SocketAddr, secret: Option<Secret>) -> Option<Snapshot> {
-    let mut client =
-        BlockingClient::connect(addr, Role::Client, secret, Duration::from_secs(5)).ok()?;
-    client.send(&Message::StatusRequest {}).ok()?;
-    let frame = client.next_frame().ok()?;
-    let Ok(Message::StatusResponse {
-        workers,
-        applications,
-        executors,
-    }) = frame.message()
-    else {
-        return None;
-    };
-    Some(Snapshot {
-        workers: workers
-            .iter()
-            .map(|w| (w.worker_id.to_owned(), w.state.to_string().to_uppercase()))
-            .collect(),
-        apps: applications
-            .iter()
-            .map(|a| (a.app_id.to_owned(), a.state.to_string().to_uppercase()))
-            .collect(),
-        executors: executors
-            .iter()
-            .map(|e| {
-                (
-                    e.app_id.to_owned(),
-                    e.executor_id.to_owned(),
-                    e.worker_id.to_owned(),
-                    e.state.to_string().to_uppercase(),
-                )
-            })
-            .collect(),
-    })
-}
-
-fn wait_status(port: u16, what: &str, mut condition: impl FnMut(&Snapshot) -> bool) -> Snapshot {
-    let mut last = None;
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(snapshot) = status(port) {
-            if condition(&snapshot) {
-                return snapshot;
-            }
-            last = Some(snapshot);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; last status: {last:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn expected_checksum(tasks: u64, payload: usize) -> u64 {
-    (0..tasks).fold(0u64, |sum, i| {
-        sum.wrapping_add(fnv1a64(&indexed_payload(i, payload)))
-    })
-}
-
-fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -> Proc {
-    Proc::start(
-        dir,
-        "submit",
-        &[
-            "submit",
-            "--master",
-            &format!("127.0.0.1:{master}"),
-            "--executors",
-            &executors.to_string(),
-            "--cores",
-            "1",
-            "--tasks",
-            &tasks.to_string(),
-            "--task",
-            task,
-            "--payload",
-            "8",
-            "--tasks-per-core",
-            "4",
-            "--wait-s",
-            "30",
-            "--json",
-        ],
-    )
-}
-
-/// Waits for `flint submit` to exit 0 and checks its checksum; returns its JSON line.
-fn submit_succeeds(submit: &mut Proc, tasks: u64) -> String {
-    let status = submit.wait();
-    let stdout = submit.stdout();
-    assert!(
-        status.success(),
-        "submit failed: stdout {stdout} stderr {}",
-        submit.stderr()
-    );
-    assert!(
-        stdout.contains(&format!("\"checksum\":{}", expected_checksum(tasks, 8))),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains(&format!("\"succeeded\":{tasks}")),
-        "{stdout}"
-    );
-    stdout
-}
-
-fn json_u64(json: &str, key: &str) -> Option<u64> {
-    let rest = json.split(&format!("\"{key}\":")).nth(1)?;
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Pids of the executors a worker started (from the `pid` files in its work dir).
-fn executor_pids(work: &Path) -> Vec<String> {
-    let mut pids = Vec::new();
-    for app in std::fs::read_dir(work).into_iter().flatten().flatten() {
-        for executor in std::fs::read_dir(app.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if let Ok(pid) = std::fs::read_to_string(executor.path().join("pid")) {
-                pids.push(pid.trim().to_owned());
-            }
-        }
-    }
-    pids
-}
 
 #[test]
 fn submit_runs_a_job_on_three_workers_spread_out_with_the_right_checksum() {
@@ -500,20 +155,22 @@ fn a_waiting_application_gets_executors_first_come_first_served_as_cores_free_up
     let _master = start_master(&dir, port, &[]);
     let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
-    let mut first = submit(&dir, port, 1, 300, "hash:5");
+    // The first job holds the only core until the test opens its gate.
+    let gate = Gate::new();
+    let mut first = submit(&dir, port, 1, 300, &gate.task());
     wait_until("the first job to start", || {
         first.stderr().contains("running the job")
     });
     let mut second = submit(&dir, port, 1, 100, "hash");
     // The only core is taken: the second application waits.
     let snapshot = wait_status(port, "a second, waiting application", |s| s.apps.len() == 2);
-    if first.child.try_wait().ok().flatten().is_none() {
-        assert_eq!(
-            snapshot.apps.get(1).map(|a| a.1.as_str()),
-            Some("WAITING"),
-            "{snapshot:?}"
-        );
-    }
+    assert_eq!(
+        snapshot.apps.get(1).map(|a| a.1.as_str()),
+        Some("WAITING"),
+        "{snapshot:?}"
+    );
+    assert!(first.child.try_wait().ok().flatten().is_none(), "held");
+    gate.open();
     submit_succeeds(&mut first, 300);
     submit_succeeds(&mut second, 100);
     let _ = std::fs::remove_dir_all(&dir);
@@ -653,10 +310,6 @@ fn garbage_and_misbehaving_peers_do_not_disturb_the_master() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn status_now(port: u16) -> Snapshot {
-    status(port).expect("status answers")
-}
-
 #[test]
 fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker_comes_back() {
     let dir = scratch("kill");
@@ -672,10 +325,17 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     .collect();
     wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
     let tasks = 1500;
-    let mut job = submit(&dir, port, 3, tasks, "hash:5");
+    let gate = Gate::new();
+    let driver_metrics = metrics_addr();
+    let listen = driver_metrics.to_string();
+    let extra = ["--metrics-listen", listen.as_str()];
+    let mut job = submit_with(&dir, port, 3, tasks, &gate.task(), &extra);
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
+    // Killed while its executor provably holds attempts (at the gate, so none finished); the
+    // gate opens once the driver has lost it and the master has placed its replacement.
+    wait_until_held(driver_metrics, Some(SECRET), 3);
     let snapshot = wait_status(port, "an executor running on w1", |s| {
         s.running_on("w1") == 1
     });
@@ -689,6 +349,16 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     }
     let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
     assert_eq!(snapshot.running_on("w1"), 0);
+    wait_status(port, "the replacement running", |s| {
+        s.executors.iter().filter(|e| e.3 == "RUNNING").count() == 3
+    });
+    wait_until("the driver to lose w1's executor", || {
+        sample(
+            &metrics(driver_metrics, Some(SECRET)),
+            "flint_executors_lost_total",
+        ) >= Some(1.0)
+    });
+    open_held(&gate, driver_metrics, Some(SECRET));
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
@@ -707,13 +377,16 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
     let dir = scratch("orphans");
     let port = free_port();
     let _master = start_master(&dir, port, &[]);
-    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sleep"]);
+    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sh"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // The orphan runs until the restarted worker kills it (or the test ends and opens the
+    // gate), never out of time on its own.
+    let gate = Gate::new();
     let spec = AppSpec {
         name: "orphaned".into(),
         driver_addr: "127.0.0.1:1".into(),
-        command: "sleep".into(),
-        args: vec!["60".into()],
+        command: "sh".into(),
+        args: vec!["-c".into(), until_open(&gate)],
         cores_per_executor: 1,
         max_cores: 1,
         ..AppSpec::default()
@@ -728,7 +401,7 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
     let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
     assert!(snapshot.executors.is_empty(), "{snapshot:?}");
     assert!(group_alive(&pids[0]), "the orphan outlives its worker");
-    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sleep"]);
+    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sh"]);
     wait_until("the orphan to be killed", || !group_alive(&pids[0]));
     // The application still wants its executor: it gets a new one on the restarted worker.
     wait_status(port, "a new executor", |s| {
@@ -745,11 +418,17 @@ fn a_flint_executor_exits_when_its_worker_is_killed() {
     let _master = start_master(&dir, port, &[]);
     let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
-    // The default executor (`flint executor`) for a driver that is not there: it keeps trying
-    // to connect, so it is alive when its worker dies.
+    // The default executor (`flint executor`) for a driver in this test: once registered it
+    // stays up (the driver never stops it, and it has no connect timeout to run out of) until
+    // its worker dies.
+    let driver = flint_net::driver::Driver::builder()
+        .secret(secret())
+        .start()
+        .expect("the driver starts");
+    let driver_addr = driver.local_addr().expect("listening").to_string();
     let spec = AppSpec {
         name: "watched".into(),
-        driver_addr: "127.0.0.1:1".into(),
+        driver_addr,
         cores_per_executor: 1,
         max_cores: 1,
         ..AppSpec::default()
@@ -760,9 +439,13 @@ fn a_flint_executor_exits_when_its_worker_is_killed() {
         executor_pids(&dir.join("work-w1")).len() == 1
     });
     let pids = executor_pids(&dir.join("work-w1"));
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("the executor registers");
     assert!(group_alive(&pids[0]));
     worker.kill9();
     wait_until("the executor to exit by itself", || !group_alive(&pids[0]));
+    wait_until("its driver to see it gone", || driver.executors_lost() == 1);
     client.stop(DEADLINE);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -780,12 +463,29 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
         .collect();
     wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
     let tasks = 800;
-    let mut job = submit(&dir, port, 2, tasks, "hash:5");
+    let gate = Gate::new();
+    let driver_metrics = metrics_addr();
+    let listen = driver_metrics.to_string();
+    let extra = ["--metrics-listen", listen.as_str()];
+    let mut job = submit_with(&dir, port, 2, tasks, &gate.task(), &extra);
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
+    // The master restarts while both executors provably hold attempts (at the gate); the gate
+    // opens once it has taken the workers, the application and its executors back.
+    wait_until_held(driver_metrics, Some(SECRET), 2);
     master.kill9();
     let mut master = start_master(&dir, port, &["--state-dir", &state_arg]);
+    wait_status(
+        port,
+        "the workers, the application and its executors back",
+        |s| {
+            s.alive_workers() == 2
+                && s.apps.iter().any(|(_, state)| state == "RUNNING")
+                && s.executors.iter().filter(|e| e.3 == "RUNNING").count() == 2
+        },
+    );
+    open_held(&gate, driver_metrics, Some(SECRET));
     let json = submit_succeeds(&mut job, tasks);
     // The restarted master adopted the two running executors instead of placing new ones.
     assert_eq!(json_u64(&json, "executors_placed"), Some(2), "{json}");
@@ -803,19 +503,6 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
     );
     master.kill9();
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn app_client(port: u16, spec: AppSpec, executors: u32) -> AppClient {
-    let client = AppClient::start(AppClientConfig {
-        master: SocketAddr::from(([127, 0, 0, 1], port)),
-        secret: secret(),
-        spec,
-        executors: Some(executors),
-        reconnect_max: Duration::from_millis(500),
-    })
-    .expect("app client");
-    client.wait_registered(DEADLINE).expect("registered");
-    client
 }
 
 #[test]
@@ -930,14 +617,19 @@ fn killed_executors_lose_their_whole_process_tree_even_when_they_ignore_sigterm(
     let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 2, &["sh"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
     // Each executor is a shell that ignores SIGTERM (as do its children) with a child of its
-    // own: the worker must fall back to SIGKILL for the whole group.
+    // own: the worker must fall back to SIGKILL for the whole group. They run until killed (or
+    // the test ends and opens the gate), never out of time on their own.
+    let gate = Gate::new();
     let spec = AppSpec {
         name: "stubborn".into(),
         driver_addr: "127.0.0.1:1".into(),
         command: "sh".into(),
         args: vec![
             "-c".into(),
-            "trap '' TERM; echo \"$FLINT_EXECUTOR_ID $FLINT_DRIVER_ADDR\"; sleep 60 & wait".into(),
+            format!(
+                "trap '' TERM; echo \"$FLINT_EXECUTOR_ID $FLINT_DRIVER_ADDR\"; ({}) & wait",
+                until_open(&gate)
+            ),
         ],
         cores_per_executor: 1,
         max_cores: 2,
@@ -1071,6 +763,12 @@ fn multihost() {
         "{status_text}"
     );
     let tasks = 1500u64;
+    let gate = Gate::new();
+    let task = gate.task();
+    let driver_metrics: SocketAddr = format!("{}:9464", net.ip("driver")).parse().expect("addr");
+    let metrics_listen = driver_metrics.to_string();
+    // The driver's metrics, read from inside its namespace.
+    let scrape = || net.run_in("driver", move || metrics(driver_metrics, Some(secret)));
     let mut driver_cmd = net.command("driver");
     driver_cmd.env("FLINT_SECRET", secret);
     let mut job = Proc::start_with(
@@ -1090,7 +788,7 @@ fn multihost() {
             "--tasks",
             &tasks.to_string(),
             "--task",
-            "hash:5",
+            &task,
             "--payload",
             "8",
             "--tasks-per-core",
@@ -1098,23 +796,37 @@ fn multihost() {
             "--heartbeat-timeout-ms",
             "2000",
             "--json",
+            "--metrics-listen",
+            &metrics_listen,
         ],
     );
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
-    // Cut w1's link: the master times it out, the driver times out its executor, and the job
-    // finishes on w2 (which gets a second executor).
+    // Cut w1's link while both executors provably hold attempts (at the gate): the master times
+    // w1 out and the driver loses its executor, all before the gate opens; then the job
+    // finishes on w2.
+    wait_until("both executors holding attempts", || holding(&scrape(), 2));
     net.cut("w1");
+    let w1_dead = "{\"id\":\"w1\",\"host\":\"10.77.0.11\",\"port\":0,\"state\":\"DEAD\"";
+    wait_until("the master to declare w1 dead", || {
+        status_in_ns().contains(w1_dead)
+    });
+    wait_until("the driver to lose w1's executor", || {
+        sample(&scrape(), "flint_executors_lost_total") >= Some(1.0)
+    });
+    let text = scrape();
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "{text}"
+    );
+    gate.open();
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
     let status_text = status_in_ns();
-    assert!(
-        status_text
-            .contains("{\"id\":\"w1\",\"host\":\"10.77.0.11\",\"port\":0,\"state\":\"DEAD\""),
-        "{status_text}"
-    );
+    assert!(status_text.contains(w1_dead), "{status_text}");
     // The link comes back: w1's next heartbeat reaches a master that declared it dead, which
     // drops the connection; w1 reconnects and registers again.
     net.restore("w1");
@@ -1240,6 +952,34 @@ mod netns {
             self.set_link(name, "down");
         }
 
+        /// Runs `f` on a thread of its own inside `name`'s network namespace (the sockets it
+        /// opens are that namespace's): how the test reaches what listens there.
+        pub fn run_in<T: Send + 'static>(
+            &self,
+            name: &str,
+            f: impl FnOnce() -> T + Send + 'static,
+        ) -> T {
+            use std::os::fd::AsRawFd;
+            use std::os::raw::c_int;
+            extern "C" {
+                fn setns(fd: c_int, nstype: c_int) -> c_int;
+            }
+            const CLONE_NEWNET: c_int = 0x4000_0000;
+            let path = format!("/var/run/netns/{}", self.ns(name));
+            std::thread::spawn(move || {
+                let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+                // SAFETY: `ns` is an open descriptor of a network namespace for the whole call,
+                // and setns(2) with CLONE_NEWNET moves only the calling thread: this one, ours,
+                // which ends with `f`.
+                let moved = unsafe { setns(ns.as_raw_fd(), CLONE_NEWNET) };
+                let error = std::io::Error::last_os_error();
+                assert_eq!(moved, 0, "setns {path}: {error}");
+                f()
+            })
+            .join()
+            .expect("no panic inside the namespace")
+        }
+
         /// Brings `name`'s link back up.
         pub fn restore(&self, name: &str) {
             self.set_link(name, "up");
@@ -1263,34 +1003,6 @@ mod netns {
             let _ = ip(&["link", "del", &self.bridge]);
         }
     }
-}
-
-/// Runs `flint ARGS` to its end with `env` (and no inherited secret); its exit code, stdout and
-/// stderr. A process still running after the deadline is killed and fails the test.
-fn flint_output(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let dir = std::env::temp_dir();
-    let mut command = Command::new(FLINT);
-    command.env_remove("FLINT_SECRET");
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut proc = Proc::start_with(command, &dir, "flint-output", args);
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = proc.child.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "flint {args:?} did not exit; stderr: {}",
-            proc.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let output = (status.code(), proc.stdout(), proc.stderr());
-    let _ = std::fs::remove_file(&proc.stdout);
-    let _ = std::fs::remove_file(&proc.stderr);
-    output
 }
 
 /// Issue 12, item 1: a master started with no secret configured is authenticated anyway (it
@@ -1483,17 +1195,19 @@ fn an_application_without_a_maximum_cannot_take_the_whole_cluster() {
     let _master = start_master(&dir, port, &["--default-cores", "2"]);
     let _workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3")]
         .iter()
-        .map(|(id, host)| start_worker_allowing(&dir, port, id, host, 2, &["sleep"]))
+        .map(|(id, host)| start_worker_allowing(&dir, port, id, host, 2, &["sh"]))
         .collect();
     wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    // The greedy application's executors hold their cores until it stops.
+    let gate = Gate::new();
     let greedy = AppClient::start(AppClientConfig {
         master: SocketAddr::from(([127, 0, 0, 1], port)),
         secret: secret(),
         spec: AppSpec {
             name: "greedy".into(),
             driver_addr: "127.0.0.1:1".into(),
-            command: "sleep".into(),
-            args: vec!["60".into()],
+            command: "sh".into(),
+            args: vec!["-c".into(), until_open(&gate)],
             cores_per_executor: 1,
             max_cores: 0,
             ..AppSpec::default()

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::hedge::ExecHedge;
 use super::order::Cursor;
 use super::types::{ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
@@ -28,7 +29,13 @@ pub(crate) struct Run {
     /// Its executor reported it RUNNING (before that it is launching: Spark's
     /// `TaskInfo.launching`, SPARK-39955).
     pub reported_running: bool,
+    /// The run-time record of its function when its job hedges (`hedge.rs`), else
+    /// [`NO_RECORD`].
+    pub record: u32,
 }
+
+/// [`Run::record`] of an attempt whose job does not hedge.
+pub(crate) const NO_RECORD: u32 = u32::MAX;
 
 /// Which offer set an executor is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,18 +71,28 @@ pub(crate) struct Exec {
     pub stalled: bool,
     /// Its last assignment stopped at the cap on jobs asked: where the next one goes on.
     pub resume: Option<Resume>,
+    /// What hedging watches of it (`hedge.rs`).
+    pub hedge: ExecHedge,
+    /// Draining (the lifecycle is about to delete it, or it got SIGTERM): never offered again;
+    /// its running attempts go on (Spark's decommissioning). Its own state, apart from
+    /// hedging's suspicion: it never ends.
+    pub draining: bool,
     membership: Membership,
 }
 
 impl Exec {
     /// Slots an offer may fill now: free slots within the slow-start window (an idle executor
     /// may always take one task that fits its cores, so a task larger than the window runs),
-    /// none while stalled.
+    /// none while stalled, suspected or draining, one at a time while on probation.
     pub fn usable(&self) -> u32 {
-        if self.stalled {
+        if self.stalled || self.hedge.suspected || self.draining {
             return 0;
         }
         let used = self.cores - self.free;
+        if self.hedge.probation {
+            // One attempt at a time while it is much slower than its peers (`hedge.rs`).
+            return if used == 0 { self.free.min(1) } else { 0 };
+        }
         if used == 0 {
             self.free
         } else {
@@ -208,7 +225,9 @@ impl Book {
             progress_us: now_us,
             stalled: false,
             resume: None,
+            hedge: ExecHedge::new(now_us),
             membership: Membership::Unlisted,
+            draining: false,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -281,10 +300,18 @@ impl Book {
         self.set_membership(slot, Membership::Unlisted);
     }
 
-    /// Lists the executor as offerable (its cores came back, or it is new).
+    /// Marks the executor draining and takes it out of both offer sets for good.
+    pub fn drain(&mut self, slot: u32) {
+        self.unlist(slot);
+        if let Some(e) = self.get_mut(slot) {
+            e.draining = true;
+        }
+    }
+
+    /// Lists the executor as offerable (its cores came back, or it is new), unless it drains.
     pub fn make_offerable(&mut self, slot: u32) {
-        match self.get(slot).map(|e| e.membership) {
-            Some(Membership::Offerable(_)) | None => {}
+        match self.get(slot).map(|e| (e.membership, e.draining)) {
+            Some((Membership::Offerable(_), _) | (_, true)) | None => {}
             Some(_) => {
                 self.unlist(slot);
                 self.offerable.push(slot);
@@ -296,8 +323,8 @@ impl Book {
 
     /// Moves the executor to the blocked set (nothing to offer it for now).
     pub fn block(&mut self, slot: u32) {
-        match self.get(slot).map(|e| e.membership) {
-            Some(Membership::Blocked(_)) | None => {}
+        match self.get(slot).map(|e| (e.membership, e.draining)) {
+            Some((Membership::Blocked(_), _) | (_, true)) | None => {}
             Some(_) => {
                 self.unlist(slot);
                 self.blocked.push(slot);
@@ -332,6 +359,12 @@ impl Book {
             self.cursor %= self.offerable.len();
         }
         self.offerable.get(self.cursor).copied()
+    }
+
+    /// Whether the executor in `slot` is in the offerable set.
+    pub fn offerable_contains(&self, slot: u32) -> bool {
+        self.get(slot)
+            .is_some_and(|e| matches!(e.membership, Membership::Offerable(_)))
     }
 
     /// Appends the offerable executors to `out`, from the cursor on (the round-robin order).

@@ -307,11 +307,14 @@ impl DriverEndpoint {
             DriverMsg::Observe(reply) => {
                 let _ = reply.send(Box::new(core.observe(now_us)));
             }
-            DriverMsg::Stalled(reply) => {
-                let _ = reply.send(core.stalled());
+            DriverMsg::Health(reply) => {
+                let _ = reply.send(core.executor_health());
             }
             DriverMsg::StopExecutor { executor_id, reply } => {
                 let _ = reply.send(core.stop_executor(&executor_id));
+            }
+            DriverMsg::DrainExecutor { executor_id, reply } => {
+                let _ = reply.send(core.drain_executor(&executor_id));
             }
             DriverMsg::RemoveExecutor {
                 executor_id,

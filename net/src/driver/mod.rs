@@ -53,7 +53,9 @@ use std::time::{Duration, Instant};
 use flint_engine::affinity::Pinning;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{AskError, EndpointRef, Reply, Runtime, RuntimeConfig, SendError};
-use flint_engine::scheduler::{Config as SchedulerConfig, JobId, RemovalReason, Stats};
+use flint_engine::scheduler::{
+    Config as SchedulerConfig, HedgeConfig, JobId, RemovalReason, Stats,
+};
 use mio::net::TcpListener;
 
 use self::core::DriverCore;
@@ -131,8 +133,11 @@ impl Default for DriverConfig {
             pin: Pinning::None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
+            // Hedging is on: a service's tail should not wait for a sick executor's heartbeat
+            // timeout.
             scheduler: SchedulerConfig {
                 exclusion: None,
+                hedging: Some(HedgeConfig::default()),
                 ..SchedulerConfig::default()
             },
         }
@@ -266,6 +271,10 @@ pub(crate) struct PublishedStats {
     executors_excluded: AtomicU64,
     attempts_killed: AtomicU64,
     late_failures: AtomicU64,
+    hedges: AtomicU64,
+    hedges_withheld: AtomicU64,
+    suspicions: AtomicU64,
+    probations: AtomicU64,
 }
 
 impl PublishedStats {
@@ -279,6 +288,10 @@ impl PublishedStats {
             executors_excluded,
             attempts_killed,
             late_failures,
+            hedges,
+            hedges_withheld,
+            suspicions,
+            probations,
         } = *stats;
         self.launched.store(launched, Ordering::Relaxed);
         self.succeeded.store(succeeded, Ordering::Relaxed);
@@ -293,6 +306,10 @@ impl PublishedStats {
         self.attempts_killed
             .store(attempts_killed, Ordering::Relaxed);
         self.late_failures.store(late_failures, Ordering::Relaxed);
+        self.hedges.store(hedges, Ordering::Relaxed);
+        (self.hedges_withheld).store(hedges_withheld, Ordering::Relaxed);
+        self.suspicions.store(suspicions, Ordering::Relaxed);
+        self.probations.store(probations, Ordering::Relaxed);
     }
 
     fn read(&self) -> Stats {
@@ -305,6 +322,10 @@ impl PublishedStats {
             executors_excluded: self.executors_excluded.load(Ordering::Relaxed),
             attempts_killed: self.attempts_killed.load(Ordering::Relaxed),
             late_failures: self.late_failures.load(Ordering::Relaxed),
+            hedges: self.hedges.load(Ordering::Relaxed),
+            hedges_withheld: self.hedges_withheld.load(Ordering::Relaxed),
+            suspicions: self.suspicions.load(Ordering::Relaxed),
+            probations: self.probations.load(Ordering::Relaxed),
         }
     }
 }
@@ -668,8 +689,13 @@ impl Driver {
     /// finished nothing since it was launched, so they get no new work (and are named in a
     /// warning every [`WARN_INTERVAL`]) until they report a task.
     pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
+        self.executor_health().map(|health| health.stalled)
+    }
+
+    /// The executors that get less work or none for now (see [`ExecutorHealth`]).
+    pub fn executor_health(&self) -> Result<ExecutorHealth, DriverError> {
         self.endpoint
-            .ask(DriverMsg::Stalled, Duration::from_secs(10))
+            .ask(DriverMsg::Health, Duration::from_secs(10))
             .map_err(DriverError::from)
     }
 
@@ -680,6 +706,20 @@ impl Driver {
         self.endpoint
             .ask(
                 |reply| DriverMsg::StopExecutor { executor_id, reply },
+                Duration::from_secs(10),
+            )
+            .map_err(DriverError::from)
+    }
+
+    /// Drains one remote executor (by its id on the wire): it is given no new task from now
+    /// on, while the ones it runs go on to their end (Spark's decommissioning; what the
+    /// lifecycle does before it deletes a registered executor). Answers whether it was
+    /// registered.
+    pub fn drain_executor(&self, executor_id: &str) -> Result<bool, DriverError> {
+        let executor_id = executor_id.to_owned();
+        self.endpoint
+            .ask(
+                |reply| DriverMsg::DrainExecutor { executor_id, reply },
                 Duration::from_secs(10),
             )
             .map_err(DriverError::from)
@@ -763,6 +803,20 @@ pub struct ExecutorsView {
     pub executors: Vec<(String, u32)>,
 }
 
+/// The executors that get less work or none for now, by their ids on the wire
+/// ([`Driver::executor_health`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutorHealth {
+    /// Hold a straggler and have finished nothing since it was launched: no new work until
+    /// they report a task (Spark-style speculation's rule).
+    pub stalled: Vec<String>,
+    /// Hold an attempt past its hedging threshold and have sent nothing for as long: no new
+    /// work until they send anything; their overdue attempts are copied elsewhere.
+    pub suspected: Vec<String>,
+    /// Much slower than their peers lately: one attempt at a time until they are not.
+    pub on_probation: Vec<String>,
+}
+
 /// Watches a [`Driver`] from any thread: [`Driver::observer`].
 #[derive(Clone)]
 pub struct DriverObserver {
@@ -812,12 +866,19 @@ pub(crate) enum DriverMsg {
     LocalKick,
     /// The backlog and the executors.
     Executors(Reply<ExecutorsView>),
-    /// The stalled executors' ids on the wire.
-    Stalled(Reply<Vec<String>>),
+    /// The executors that get less work or none.
+    Health(Reply<ExecutorHealth>),
     /// What the driver shows (metrics, web UI).
     Observe(Reply<Box<DriverView>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
+        /// Its id on the wire.
+        executor_id: String,
+        /// Whether it was registered.
+        reply: Reply<bool>,
+    },
+    /// Stop offering one executor work; replies whether it is registered.
+    DrainExecutor {
         /// Its id on the wire.
         executor_id: String,
         /// Whether it was registered.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::pool::PoolHandle;
-use flint_engine::runtime::{Ctx, Endpoint, TimerId};
+use flint_engine::runtime::{Ctx, Endpoint, Reply, TimerId};
 use mio::event::Event;
 use mio::{Interest, Token};
 
@@ -31,6 +31,13 @@ use flint_engine::runner::TaskRunner;
 pub enum ExecutorMsg {
     /// Task completions are waiting (the round's end drains them).
     Kick,
+    /// The executor is going away (SIGTERM): tell the driver, take no new task.
+    Drain,
+    /// How many attempts this lane has in flight.
+    InFlight(Reply<usize>),
+    /// The drain's time is up: report the attempts in flight killed and send it now; replies
+    /// how many.
+    Leave(Reply<usize>),
 }
 
 /// How long a lane runs short tasks in one turn of its loop at most: the longest its reads,
@@ -212,10 +219,21 @@ impl Endpoint for ExecutorEndpoint {
         self.drive(ctx);
     }
 
-    fn on_message(&mut self, msg: ExecutorMsg, _ctx: &mut Ctx<'_, Self>) {
+    fn on_message(&mut self, msg: ExecutorMsg, ctx: &mut Ctx<'_, Self>) {
         match msg {
             // The round's end (`drive`) drains.
             ExecutorMsg::Kick => {}
+            ExecutorMsg::Drain => self.core.handle_drain(self.now_us()),
+            ExecutorMsg::InFlight(reply) => {
+                self.run_actions();
+                let _ = reply.send(self.core.in_flight());
+            }
+            ExecutorMsg::Leave(reply) => {
+                self.run_actions();
+                let left = self.core.handle_leave(self.now_us());
+                self.drive(ctx);
+                let _ = reply.send(left);
+            }
         }
     }
 

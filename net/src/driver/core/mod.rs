@@ -60,7 +60,7 @@ pub use self::jobs::Event;
 use self::jobs::Jobs;
 pub(crate) use self::table::inbound;
 use self::table::peers_config;
-use super::{DriverConfig, ExecutorsView, TASKS_PER_CORE_MAX};
+use super::{DriverConfig, ExecutorHealth, ExecutorsView, TASKS_PER_CORE_MAX};
 use crate::conn::ConnError;
 use crate::job::Job;
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
@@ -319,6 +319,11 @@ impl DriverCore {
             (Phase::Executor(executor, lane), Message::Heartbeat { running_tasks, .. }) => {
                 self.heartbeat(peer, executor, lane, running_tasks)
             }
+            (Phase::Executor(executor, lane), Message::ExecutorDraining {}) => {
+                tracing::info!(?executor, lane, "the executor is draining (going away)");
+                self.scheduler.drain_executor(executor);
+                Ok(())
+            }
             (Phase::Executor(..) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
             (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
@@ -340,6 +345,7 @@ impl DriverCore {
                 return Err(ConnError::Protocol(why));
             }
         }
+        self.scheduler.executor_heard(now, executor);
         self.send(peer, &Message::HeartbeatAck {});
         Ok(())
     }
@@ -601,6 +607,19 @@ impl DriverCore {
         true
     }
 
+    /// Drains a remote executor (by its id on the wire): the scheduler offers it nothing from
+    /// now on while its running attempts go on (Spark's decommissioning; the lifecycle stops it
+    /// once they end). Draining is its own state, apart from the suspicion of sick executors:
+    /// it never ends. Whether it was registered.
+    pub fn drain_executor(&mut self, executor_id: &str) -> bool {
+        let Some((id, _)) = self.executors.remote_by_name(executor_id) else {
+            return false;
+        };
+        let drained = self.scheduler.drain_executor(id);
+        debug_assert!(drained, "a registered remote executor is in the scheduler");
+        drained
+    }
+
     /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;
     /// one removed lately still has an application-caused reason charged (see
     /// [`super::Driver::remove_executor`]).
@@ -640,9 +659,9 @@ impl DriverCore {
         views::executors(&self.scheduler, &self.executors)
     }
 
-    /// The stalled executors' ids on the wire.
-    pub fn stalled(&self) -> Vec<String> {
-        views::stalled(&self.scheduler, &self.executors)
+    /// The executors that get less work or none (stalled, suspected, on probation).
+    pub fn executor_health(&self) -> ExecutorHealth {
+        views::health(&self.scheduler, &self.executors)
     }
 
     /// What the driver shows at `now_us` (metrics, web UI).
