@@ -195,6 +195,8 @@ struct Functions {
     last: usize,
     /// The entry the next new name replaces once full (the oldest).
     next_out: usize,
+    /// Counts the entries replaced: an index taken before is still good while it is the same.
+    generation: u32,
 }
 
 impl Functions {
@@ -221,6 +223,7 @@ impl Functions {
             let i = self.next_out;
             self.next_out = (i + 1) % FUNCTIONS_MAX;
             self.entries[i] = function;
+            self.generation = self.generation.wrapping_add(1);
             i
         };
         self.last = i;
@@ -265,8 +268,9 @@ pub struct TaskRunner {
     pool: PoolHandle,
     registry: Registry,
     functions: Functions,
-    /// Launches of short functions waiting for the loop's thread, in launch order.
-    waiting: VecDeque<TaskLaunch>,
+    /// Launches of short functions waiting for the loop's thread, in launch order, each with
+    /// its function's entry (and the generation that index belongs to).
+    waiting: VecDeque<(TaskLaunch, usize, u32)>,
     /// Attempts on the pool, for kills and to match their reports.
     on_pool: FxHashMap<(u64, u32), Arc<PoolAttempt>>,
     in_flight_max: usize,
@@ -366,7 +370,8 @@ impl TaskRunner {
             unreachable!("function {index} was just found");
         };
         if self.inline && function.is_short() {
-            self.waiting.push_back(launch);
+            self.waiting
+                .push_back((launch, index, self.functions.generation));
         } else {
             self.submit(index, launch);
         }
@@ -415,8 +420,13 @@ impl TaskRunner {
         }
         let mut last = Instant::now();
         let round_end = last + self.inline_round;
-        while let Some(launch) = self.waiting.pop_front() {
-            let report = match self.functions.find(&self.registry, &launch.function) {
+        while let Some((launch, index, generation)) = self.waiting.pop_front() {
+            let found = if generation == self.functions.generation {
+                Ok(index)
+            } else {
+                self.functions.find(&self.registry, &launch.function)
+            };
+            let report = match found {
                 Ok(index) => {
                     let Some(function) = self.functions.entries.get_mut(index) else {
                         unreachable!("function {index} was just found");
@@ -461,8 +471,8 @@ impl TaskRunner {
         let at = self
             .waiting
             .iter()
-            .position(|l| l.task.0 == task_id && l.attempt == attempt);
-        let Some(launch) = at.and_then(|i| self.waiting.remove(i)) else {
+            .position(|(l, _, _)| l.task.0 == task_id && l.attempt == attempt);
+        let Some((launch, _, _)) = at.and_then(|i| self.waiting.remove(i)) else {
             return false;
         };
         self.done.push(killed_before_start(&launch));
@@ -474,7 +484,7 @@ impl TaskRunner {
         for cell in self.on_pool.values() {
             cell.killed.store(true, Ordering::Relaxed);
         }
-        while let Some(launch) = self.waiting.pop_front() {
+        while let Some((launch, _, _)) = self.waiting.pop_front() {
             self.done.push(killed_before_start(&launch));
         }
     }

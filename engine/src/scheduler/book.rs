@@ -350,6 +350,11 @@ impl Book {
         }
     }
 
+    /// Executors offerable now.
+    pub fn offerable_len(&self) -> usize {
+        self.offerable.len()
+    }
+
     /// The next executor in round-robin order, if any is offerable.
     pub fn next_offerable(&mut self) -> Option<u32> {
         if self.offerable.is_empty() {

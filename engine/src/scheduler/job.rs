@@ -559,7 +559,7 @@ impl Job {
     /// allows first; with `local_only`, only one preferring the executor or its host. Notes a
     /// task held back by the wait (`delay_rejected`).
     #[inline]
-    fn find_pending(
+    pub fn find_pending(
         &mut self,
         now_us: u64,
         waits_us: [u64; 2],

@@ -586,6 +586,22 @@ impl Scheduler {
         Some(self.book.get(self.book.slot_of(id)?)?.usable())
     }
 
+    /// What a registered executor's attempts show at `now_us`: how many it reported RUNNING,
+    /// and how many it never reported that were launched at least `age_us` ago (the driver's
+    /// check of executors that do not read their launches). O(its attempts).
+    pub fn attempts_heard(&self, id: ExecutorId, now_us: u64, age_us: u64) -> Option<(u64, u64)> {
+        let e = self.book.get(self.book.slot_of(id)?)?;
+        let (mut reported, mut unread) = (0u64, 0u64);
+        for run in e.running.values() {
+            if run.reported_running {
+                reported += 1;
+            } else if run.started_us.saturating_add(age_us) <= now_us {
+                unread += 1;
+            }
+        }
+        Some((reported, unread))
+    }
+
     /// Stalled executors (holding a straggler, nothing finished since it was launched; they get
     /// no new work until they report a final state), each with the attempts it holds.
     pub fn stalled_executors(&self) -> Vec<(ExecutorId, usize)> {
@@ -1714,7 +1730,11 @@ impl Scheduler {
         );
         let mut assigned = Assigned::Nothing;
         if let Some((job_slot, found)) = launched {
-            self.launch(now_us, job_slot, slot, found);
+            self.start(now_us, job_slot, slot, found);
+            if !local_only && self.may_fill() {
+                self.fill(now_us, job_slot, slot, (id, host));
+            }
+            self.settle(job_slot);
             assigned = Assigned::Launched;
         } else if let Some(last) = capped_at.filter(|_| !local_only) {
             self.defer_walk(slot, last, work_seq, usable, moves);
@@ -1890,7 +1910,35 @@ impl Scheduler {
         }
     }
 
-    fn launch(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
+    /// Whether an executor just given a task may take more from the same job at once
+    /// ([`Scheduler::fill`]): under FIFO (where that job stays first as long as it has work)
+    /// and when it is the only executor offered (so no other waits its round-robin turn).
+    fn may_fill(&self) -> bool {
+        !self.runnable.fair() && self.book.offerable_len() == 1
+    }
+
+    /// Gives the executor in `exec_slot` (`id` on `host`) more tasks of the job in `job_slot`,
+    /// which just gave it one, while it has usable slots and the job, which prefers no
+    /// executor, has queued tasks that fit: what one assignment after another would do, with
+    /// the walk, the timers and the sharing order looked at once for them all (`settle`).
+    fn fill(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, (id, host): (ExecutorId, u32)) {
+        let waits = self.waits();
+        loop {
+            let free = self.book.get(exec_slot).map_or(0, |e| e.usable());
+            let job = live_job(&mut self.jobs, job_slot);
+            if free == 0 || job.pending == 0 || job.has_exec_prefs || job.has_host_prefs {
+                return;
+            }
+            let Some(found) = job.find_pending(now_us, waits, (id, host), free, false) else {
+                return;
+            };
+            self.start(now_us, job_slot, exec_slot, found);
+        }
+    }
+
+    /// Starts an attempt of job `job_slot`'s task `found` on executor `exec_slot`: booked and
+    /// batched; the job's entries (timers, sharing order) wait for [`Scheduler::settle`].
+    fn start(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
         let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
@@ -1929,6 +1977,11 @@ impl Scheduler {
         p.running_cores += u64::from(cores);
         self.batch_launch(now_us, exec_slot, launch, watch);
         self.stats.launched += 1;
+    }
+
+    /// Files job `job_slot` again after launches: its timers and runnable listing, then its
+    /// place in the FAIR order.
+    fn settle(&mut self, job_slot: u32) {
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
         self.sync_job(job_slot);
         let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {

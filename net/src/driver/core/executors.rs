@@ -144,8 +144,13 @@ impl Remote {
         peers.zip(batches).collect()
     }
 
-    /// Attempt `key` goes to `lane` at `now_us`.
+    /// Attempt `key` goes to `lane` at `now_us`. An executor of one lane keeps no record per
+    /// attempt here: the scheduler's book holds what its heartbeats are checked against.
     fn launched(&mut self, key: AttemptKey, lane: u32, now_us: u64) {
+        if !self.is_laned() {
+            self.lanes[0].launched += 1;
+            return;
+        }
         if let Some(old) = self.sent.attempts.insert(key, (now_us, false, lane)) {
             // Relaunched while held (the scheduler does not): count it once.
             self.lane_mut(old.2).held -= 1;
@@ -157,6 +162,9 @@ impl Remote {
 
     /// An executor's report on one of its attempts, from any of its lanes.
     pub(super) fn reported(&mut self, key: AttemptKey, state: wire::TaskState) {
+        if !self.is_laned() {
+            return;
+        }
         if let Some(lane) = self.sent.reported(key, state) {
             let lane = self.lane_mut(lane);
             assert!(
@@ -169,23 +177,35 @@ impl Remote {
 
     /// The connection holding attempt `key` (lane 0's if the attempt is not known).
     pub(super) fn peer_of(&self, key: AttemptKey) -> Option<PeerId> {
-        let lane = self.sent.attempts.get(&key).map_or(0, |a| a.2);
+        let lane = if self.is_laned() {
+            self.sent.attempts.get(&key).map_or(0, |a| a.2)
+        } else {
+            0
+        };
         self.lanes.get(lane as usize).and_then(|l| l.peer)
     }
 
     /// Lane `lane`'s heartbeat saying it runs `running` attempts at `now_us`: why it does not
     /// read its launches, when this is the second heartbeat in a row to show it (see the
     /// module docs of [`super`]).
+    /// `book`: for an executor of one lane, what the scheduler's book says it holds (reported
+    /// RUNNING, and never reported though launched at least `timeout_us` ago); a laned one's
+    /// lanes are counted here.
     pub(super) fn heartbeat(
         &mut self,
         lane: u32,
         running: u32,
-        now_us: u64,
-        timeout_us: u64,
+        (now_us, timeout_us): (u64, u64),
+        book: Option<(u64, u64)>,
     ) -> Option<String> {
+        let laned = self.is_laned();
         let Remote { lanes, sent, .. } = self;
         let suspect = &mut lanes.get_mut(lane as usize)?.suspect;
-        sent.heartbeat(lane, suspect, running, now_us, timeout_us)
+        let (reported, unread) = match book {
+            Some(counts) if !laned => counts,
+            _ => sent.counts(lane, now_us, timeout_us),
+        };
+        unread_verdict(suspect, running, (reported, unread), timeout_us)
     }
 
     /// Lets `peer` in as lane `lane` if it shows the key and the lane is free; why not
@@ -230,8 +250,10 @@ impl Remote {
     }
 }
 
-/// What the driver launched on a remote executor's lanes and has not heard end: to tell a
-/// lane that does not read its launches (see the module docs of [`super`]).
+/// What the driver launched on a laned executor's lanes and has not heard end: to route
+/// launches, send kills to the lane holding the attempt, and tell a lane that does not read
+/// its launches (see the module docs of [`super`]). An executor of one lane needs none of it:
+/// the scheduler's book holds its attempts.
 #[derive(Default)]
 struct Sent {
     /// Attempts launched and not reported final: when each was launched, whether the
@@ -241,17 +263,9 @@ struct Sent {
 }
 
 impl Sent {
-    /// Lane `lane`'s heartbeat saying it runs `running` attempts at `now_us` (`suspect`: the
-    /// lane's last heartbeat showed too few): why it does not read its launches, when this is
-    /// the second heartbeat in a row to show it.
-    fn heartbeat(
-        &self,
-        lane: u32,
-        suspect: &mut bool,
-        running: u32,
-        now_us: u64,
-        timeout_us: u64,
-    ) -> Option<String> {
+    /// What lane `lane` must know of at `now_us`: the attempts it reported RUNNING, and those
+    /// never reported that were launched at least `timeout_us` ago.
+    fn counts(&self, lane: u32, now_us: u64, timeout_us: u64) -> (u64, u64) {
         let (mut reported, mut unread) = (0u64, 0u64);
         for &(launched_us, running_reported, on) in self.attempts.values() {
             if on != lane {
@@ -263,16 +277,7 @@ impl Sent {
                 unread += 1;
             }
         }
-        let known = reported + unread;
-        let now_suspect = unread > 0 && u64::from(running) < known;
-        if !std::mem::replace(suspect, now_suspect) || !now_suspect {
-            return None;
-        }
-        let timeout_s = Duration::from_micros(timeout_us).as_secs_f64();
-        Some(format!(
-            "executor does not read its launches: {unread} attempts sent over {timeout_s} s ago, \
-             it reports {running} running (it must hold at least {known})"
-        ))
+        (reported, unread)
     }
 
     /// A report on one attempt: the lane that held it, when it is final and was held.
@@ -286,6 +291,27 @@ impl Sent {
             self.attempts.remove(&key).map(|(_, _, lane)| lane)
         }
     }
+}
+
+/// A lane's heartbeat saying it runs `running` attempts, against the `(reported, unread)`
+/// attempts it must know of (`suspect`: its last heartbeat showed too few): why it does not
+/// read its launches, when this is the second heartbeat in a row to show it.
+fn unread_verdict(
+    suspect: &mut bool,
+    running: u32,
+    (reported, unread): (u64, u64),
+    timeout_us: u64,
+) -> Option<String> {
+    let known = reported + unread;
+    let now_suspect = unread > 0 && u64::from(running) < known;
+    if !std::mem::replace(suspect, now_suspect) || !now_suspect {
+        return None;
+    }
+    let timeout_s = Duration::from_micros(timeout_us).as_secs_f64();
+    Some(format!(
+        "executor does not read its launches: {unread} attempts sent over {timeout_s} s ago, \
+         it reports {running} running (it must hold at least {known})"
+    ))
 }
 
 /// Lane keys: HMAC-SHA256 of a counter under a seed the IO layer drew from the operating

@@ -340,8 +340,10 @@ impl DriverCore {
     ) -> Result<(), ConnError> {
         let timeout_us = us(self.config.heartbeat_timeout);
         let now = self.now_us;
+        // An executor of one lane is checked against the scheduler's book of its attempts.
+        let book = self.scheduler.attempts_heard(executor, now, timeout_us);
         if let Some(remote) = self.executors.remote_mut(executor) {
-            if let Some(why) = remote.heartbeat(lane, running, now, timeout_us) {
+            if let Some(why) = remote.heartbeat(lane, running, (now, timeout_us), book) {
                 return Err(ConnError::Protocol(why));
             }
         }
