@@ -245,14 +245,14 @@ pub(crate) struct Job {
     /// Counted failures a task may have before the job fails.
     pub max_failures: u32,
     /// Speculation in effect for this job.
-    pub speculation: Option<Box<SpeculationConfig>>,
+    pub speculation: Option<Arc<SpeculationConfig>>,
     /// Hedging in effect for this job (`hedge.rs`).
-    pub hedge: Option<Box<HedgeConfig>>,
+    pub hedge: Option<Arc<HedgeConfig>>,
     /// The run-time record of the one function all its tasks run, if they share one (else each
     /// launch looks its task's up).
     pub latency: Option<RecordId>,
     /// Exclusion in effect for this job (its per-job and per-task limits).
-    pub exclusion_config: Option<Box<ExclusionConfig>>,
+    pub exclusion_config: Option<Arc<ExclusionConfig>>,
     /// Pending tasks that avoid some executor or host: the candidates for "can run nowhere".
     pub avoiding: Vec<u32>,
     /// Preference queue keys made since the scheduler last filed the job under them

@@ -385,6 +385,8 @@ enum End {
 #[derive(Debug)]
 pub struct Scheduler {
     config: Config,
+    /// The configuration's per-job settings, shared with every job that inherits them.
+    defaults: Defaults,
     book: Book,
     jobs: Vec<Option<Job>>,
     job_free_slots: Vec<u32>,
@@ -448,6 +450,14 @@ pub struct Scheduler {
     hedge: Hedging,
 }
 
+/// The scheduler's per-job settings, shared (a job inheriting one holds a reference).
+#[derive(Debug)]
+struct Defaults {
+    speculation: Option<Arc<SpeculationConfig>>,
+    hedging: Option<Arc<HedgeConfig>>,
+    exclusion: Option<Arc<ExclusionConfig>>,
+}
+
 /// Active jobs up to which debug builds check `poll_timeout` against a walk of every job.
 #[cfg(debug_assertions)]
 const POLL_TIMEOUT_CHECK_JOBS_MAX: usize = 1024;
@@ -467,6 +477,11 @@ impl Scheduler {
         }
         Scheduler {
             book: Book::new(config.seed),
+            defaults: Defaults {
+                speculation: config.speculation.clone().map(Arc::new),
+                hedging: config.hedging.clone().map(Arc::new),
+                exclusion: config.exclusion.clone().map(Arc::new),
+            },
             hedge: Hedging::new(config.hedging.as_ref()),
             config,
             jobs: Vec::new(),
@@ -1145,15 +1160,10 @@ impl Scheduler {
             Tasks::Each(_) => None,
         };
         let (tasks, has_exec_prefs, has_host_prefs) = Self::build_tasks(&mut self.book, spec.tasks);
-        let speculation = spec
-            .speculation
-            .resolve(self.config.speculation.as_ref())
-            .map(Box::new);
-        let exclusion_config = spec
-            .exclusion
-            .resolve(self.config.exclusion.as_ref())
-            .map(Box::new);
-        let hedge = spec.hedging.resolve(self.config.hedging.as_ref());
+        let defaults = &self.defaults;
+        let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
+        let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
+        let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
         // One record for the whole job when its tasks share one function (by pointer: a job
         // of one function over payloads shares one name).
         let shared = tasks
@@ -1200,7 +1210,7 @@ impl Scheduler {
             in_runnable: false,
             max_failures: spec.max_failures.unwrap_or(self.config.max_failures).max(1),
             speculation,
-            hedge: hedge.map(Box::new),
+            hedge,
             latency,
             exclusion_config,
             avoiding: Vec::new(),

@@ -283,6 +283,16 @@ impl<T: Clone> JobSetting<T> {
             JobSetting::Custom(t) => Some(t.clone()),
         }
     }
+
+    /// The setting in effect given the scheduler's, shared with it when inherited (a job
+    /// that keeps the defaults allocates nothing for them).
+    pub fn resolve_shared(self, scheduler: Option<&Arc<T>>) -> Option<Arc<T>> {
+        match self {
+            JobSetting::Inherit => scheduler.cloned(),
+            JobSetting::Off => None,
+            JobSetting::Custom(t) => Some(Arc::new(t)),
+        }
+    }
 }
 
 impl JobSpec {
