@@ -22,7 +22,8 @@ use flint_net::handshake::Secret;
 use flint_net::lifecycle::local::{LocalConfig, LocalExecutors, LocalStats};
 use flint_net::lifecycle::master_source::{MasterScaler, MasterSource};
 use flint_net::lifecycle::mirror::{MirrorConfig, SourceMirror};
-use flint_net::observe::http::HttpServer;
+use flint_net::observe::http::{Access, HttpServer};
+use flint_net::observe::token::ObserveToken;
 use flint_net::observe::metrics::ClusterRole;
 use flint_net::observe::ui::{self, Serve};
 use flint_net::observe::EventSink;
@@ -482,8 +483,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// Who may read the metrics and pages: with a cluster secret, holders of an observe token of
+/// their own (never the secret), made in a new private file whose path is printed; without
+/// one, anyone on loopback.
+fn observe_access(secret: Option<&Secret>, who: &str) -> Result<Access, String> {
+    if secret.is_none() {
+        return Ok(Access::Open);
+    }
+    let (token, path) = ObserveToken::create_in_temp_dir().map_err(|e| e.to_string())?;
+    eprintln!(
+        "{who}: observe token in {} (Authorization: Bearer TOKEN, or paste it into the page)",
+        path.display()
+    );
+    Ok(Access::Token(token))
+}
+
 /// Starts the metrics and UI servers `args` asks for, watching `driver`; `who` names it in
-/// what is printed. The token (if `secret`) is never printed.
+/// what is printed. The token is never printed.
 fn serve_driver(
     driver: &Driver,
     args: &ObserveArgs,
@@ -491,14 +507,18 @@ fn serve_driver(
     who: &str,
 ) -> Result<Vec<HttpServer>, String> {
     let mut servers = Vec::new();
+    if args.metrics_listen.is_none() && args.ui_listen.is_none() {
+        return Ok(servers);
+    }
+    let access = observe_access(secret.as_ref(), who)?;
     for (addr, serve, what) in [
         (args.metrics_listen, Serve::Metrics, "metrics"),
         (args.ui_listen, Serve::UiAndMetrics, "web UI"),
     ] {
         if let Some(addr) = addr {
-            let server = ui::serve_driver(addr, driver.observer(), secret.clone(), serve)
+            let server = ui::serve_driver(addr, driver.observer(), access.clone(), serve)
                 .map_err(|e| format!("{what}: {e}"))?;
-            announce(who, what, &server, secret.is_some());
+            announce(who, what, &server);
             servers.push(server);
         }
     }
@@ -515,31 +535,28 @@ fn serve_cluster(
     who: &str,
 ) -> Result<Vec<HttpServer>, String> {
     let mut servers = Vec::new();
+    if metrics_listen.is_none() && ui_listen.is_none() {
+        return Ok(servers);
+    }
+    let access = observe_access(secret.as_ref(), who)?;
     for (addr, serve, what) in [
         (metrics_listen, Serve::Metrics, "metrics"),
         (ui_listen, Serve::UiAndMetrics, "web UI"),
     ] {
         if let Some(addr) = addr {
-            let server = ui::serve_cluster(addr, status, secret.clone(), role, serve)
-                .map_err(|e| format!("{what}: {e}"))?;
-            announce(who, what, &server, secret.is_some());
+            let server =
+                ui::serve_cluster(addr, status, secret.clone(), access.clone(), role, serve)
+                    .map_err(|e| format!("{what}: {e}"))?;
+            announce(who, what, &server);
             servers.push(server);
         }
     }
     Ok(servers)
 }
 
-fn announce(who: &str, what: &str, server: &HttpServer, token: bool) {
+fn announce(who: &str, what: &str, server: &HttpServer) {
     let path = if what == "metrics" { "metrics" } else { "" };
-    let token = if token {
-        " (token: the shared secret, as ?token= or Authorization: Bearer)"
-    } else {
-        ""
-    };
-    eprintln!(
-        "{who}: {what} on http://{}/{path}{token}",
-        server.local_addr()
-    );
+    eprintln!("{who}: {what} on http://{}/{path}", server.local_addr());
 }
 
 /// Keeps serving after the job when asked (see `--observe-linger-ms`).

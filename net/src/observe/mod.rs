@@ -20,6 +20,7 @@
 
 pub mod http;
 pub mod metrics;
+pub mod token;
 pub mod ui;
 
 use std::collections::VecDeque;

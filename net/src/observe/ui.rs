@@ -13,11 +13,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::http::{Handler, HttpError, HttpLimits, HttpServer, Request, Response};
+use super::http::{Access, Handler, HttpError, HttpLimits, HttpServer, Request, Response, Site};
 use super::metrics::{self, ClusterCollector, ClusterRole, DriverCollector, SCRAPE_TIMEOUT};
 use crate::driver::DriverObserver;
 use crate::handshake::Secret;
 use crate::observe::{ClusterView, DriverView};
+
+/// The pages' script (login, live parts, charts): served at [`SCRIPT_PATH`] to anyone.
+pub const SCRIPT: &str = include_str!("assets/flint.js");
+/// Where [`SCRIPT`] is served.
+pub const SCRIPT_PATH: &str = "/assets/flint.js";
 
 /// Seconds between the page's refreshes.
 pub const REFRESH_SECONDS: u32 = 2;
@@ -81,12 +86,43 @@ progress{width:10em}.reason{font-family:monospace;font-size:12px;color:#555}";
 fn page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
-         <title>{}</title><style>{STYLE}</style></head><body>{body}\
-         <p class=\"reason\">Read-only; refreshes every {REFRESH_SECONDS} s. \
-         Prometheus metrics at /metrics.</p></body></html>",
+         <link rel=\"icon\" href=\"data:,\"><title>{}</title><style>{STYLE}</style>\
+         <script src=\"{SCRIPT_PATH}\" defer></script></head><body>{body}\
+         <p class=\"reason\">Read-only; updates every {REFRESH_SECONDS} s (last \
+         <span id=\"updated\">at load</span>). Prometheus metrics at /metrics, JSON at \
+         /api/v1/.</p></body></html>",
         escape(title)
     )
+}
+
+/// The page a browser without the token gets: a form for the token (sent in a `POST` body,
+/// answered with a cookie), which the script fills from the address's `#token=` fragment
+/// (never sent to the server, never in a `Referer`).
+pub fn login_page() -> String {
+    page(
+        "Flint: log in",
+        "<h1>Flint</h1><p>This page needs the observe token (the file given with \
+         <code>--observe-token-file</code>, or the one the process printed the path of).</p>\
+         <form id=\"login\" method=\"post\" action=\"/login\">\
+         <input type=\"hidden\" name=\"next\" value=\"/\">\
+         <input type=\"password\" name=\"token\" autocomplete=\"off\" size=\"70\" \
+         placeholder=\"observe token\" autofocus> <button>Log in</button></form>\
+         <p id=\"login-error\" class=\"reason\"></p>",
+    )
+}
+
+/// A site: `handler` for requests with the token, the script and the login page for anyone.
+fn site(handler: Handler) -> Site {
+    let mut login = Response::ok("text/html; charset=utf-8", login_page());
+    login.status = 401;
+    Site {
+        handler,
+        public: vec![(
+            SCRIPT_PATH,
+            Response::ok("text/javascript; charset=utf-8", SCRIPT),
+        )],
+        login: Some(login),
+    }
 }
 
 fn stat(out: &mut String, id: &str, label: &str, value: impl std::fmt::Display) {
@@ -335,7 +371,7 @@ fn unavailable(what: &str, error: &str) -> Response {
 pub fn serve_driver(
     addr: SocketAddr,
     observer: DriverObserver,
-    secret: Option<Secret>,
+    access: Access,
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
     let registry = metrics::registry_with(Box::new(DriverCollector::new(observer.clone())));
@@ -347,7 +383,7 @@ pub fn serve_driver(
         },
         _ => Response::text(404, "not found\n"),
     });
-    HttpServer::start(addr, secret, false, HttpLimits::default(), handler)
+    HttpServer::start(addr, access, HttpLimits::default(), site(handler))
 }
 
 /// Serves the master (or worker) answering status requests at `status_addr` (with
@@ -356,6 +392,7 @@ pub fn serve_cluster(
     addr: SocketAddr,
     status_addr: SocketAddr,
     secret: Option<Secret>,
+    access: Access,
     role: ClusterRole,
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
@@ -369,7 +406,7 @@ pub fn serve_cluster(
         },
         _ => Response::text(404, "not found\n"),
     });
-    HttpServer::start(addr, secret, false, HttpLimits::default(), handler)
+    HttpServer::start(addr, access, HttpLimits::default(), site(handler))
 }
 
 #[cfg(test)]
