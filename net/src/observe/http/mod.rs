@@ -29,6 +29,8 @@
 //! the login cookie `POST /login` sets (see [`super::token`]); tokens in URLs are not accepted.
 //! [`Access::Open`] serves loopback addresses only.
 
+#[doc(hidden)]
+pub mod flood;
 pub mod head;
 pub mod pace;
 mod server;
