@@ -8,7 +8,8 @@
 
 mod common;
 
-use common::{free_port, unique, wait_until, DEADLINE};
+use common::proc::{scratch, Proc};
+use common::{free_port, wait_until, DEADLINE};
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -21,81 +22,6 @@ use flint_net::observe::{cluster_view, ClusterView};
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 const SECRET: &str = "observe-test-secret";
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "flint-obs-{}-{name}-{}",
-        std::process::id(),
-        unique()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-/// A `flint` process with its output in files; killed on drop.
-struct Proc {
-    name: String,
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Proc {
-    fn start(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let stdout = dir.join(format!("{name}.out"));
-        let stderr = dir.join(format!("{name}.err"));
-        let mut command = Command::new(FLINT);
-        command.env("FLINT_SECRET", SECRET);
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let child = command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("spawn flint");
-        Proc {
-            name: name.into(),
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap_or_default()
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit: {}",
-                self.name,
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One GET; the status code and the body ("" and 0 when nothing answers).
 fn get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, String) {
@@ -160,6 +86,7 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     let mut driver = Proc::start(
         &dir,
         "driver",
+        SECRET,
         &[
             "driver",
             "--listen",
@@ -197,6 +124,7 @@ fn driver_metrics_match_the_job_and_need_the_token() {
             Proc::start(
                 &dir,
                 &format!("exec-{i}"),
+                SECRET,
                 &[
                     "executor", "--driver", &listen, "--id", &id, "--cores", &cores,
                 ],
@@ -286,6 +214,7 @@ fn json_logs_carry_the_job_span() {
     let mut local = Proc::start(
         &dir,
         "local",
+        SECRET,
         &[
             "--log-format",
             "json",
@@ -440,6 +369,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
     let _master = Proc::start(
         &dir,
         "master",
+        SECRET,
         &[
             "master",
             "--listen",
@@ -461,6 +391,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
             Proc::start(
                 &dir,
                 &format!("worker-{i}"),
+                SECRET,
                 &[
                     "worker",
                     "--master",
@@ -506,6 +437,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
     let mut submit = Proc::start(
         &dir,
         "submit",
+        SECRET,
         &[
             "submit",
             "--master",

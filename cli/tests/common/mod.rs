@@ -3,6 +3,8 @@
 //! binary uses some of them. `net/tests/common` has the same first three for flint-net's tests.
 #![allow(dead_code)]
 
+pub mod proc;
+
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -54,4 +56,23 @@ pub fn run_flint(args: &[&str]) -> std::process::Output {
         std::thread::sleep(Duration::from_millis(5));
     }
     child.wait_with_output().expect("output")
+}
+
+/// Raises this process's soft limit on open files to `wanted` (as far as the hard limit
+/// allows), for tests that hold thousands of connections; the soft limit it has then.
+pub fn raise_descriptor_limit(wanted: u64) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit for the call's duration.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 0;
+    }
+    if limit.rlim_cur < wanted {
+        limit.rlim_cur = wanted.min(limit.rlim_max);
+        // SAFETY: `limit` is a valid rlimit; raising the soft limit up to the hard one is allowed.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+    limit.rlim_cur
 }
