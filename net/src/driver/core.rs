@@ -807,7 +807,8 @@ impl DriverCore {
             Some(function) => function.clone(),
             None => Arc::from(""),
         };
-        self.telemetry.job_submitted(now_us, id, &function, n);
+        self.telemetry
+            .job_submitted(now_us, id, &function, n, &spec.pool);
         if self.jobs.is_empty() && self.health.starved_since_us.is_none() {
             // The first stall check one interval after work arrives.
             self.health.next_check_us = now_us.saturating_add(HEALTH_INTERVAL_US);
@@ -938,7 +939,10 @@ impl DriverCore {
     /// What the driver shows at `now_us` (metrics, web UI).
     pub fn observe(&self, now_us: u64) -> DriverView {
         let scheduler = &self.scheduler;
-        let mut view = self.telemetry.view(|id| self.running_on(id), now_us);
+        let job_info = |job| scheduler.job_info(job);
+        let mut view = self
+            .telemetry
+            .view(|id| self.running_on(id), job_info, now_us);
         for executor in view.executors.iter_mut() {
             let id = self.executor_ids.get(&executor.executor_id);
             if let Some(Link::Remote(remote)) = id.and_then(|id| self.links.get(id)) {
@@ -1061,6 +1065,12 @@ impl DriverCore {
         self.scheduler.drain_outputs(&mut self.outputs);
         // Before the outputs reach anyone: a caller that sees a job end sees its counts.
         self.stats.publish(self.scheduler.stats());
+        if self.telemetry.point_due(self.now_us) {
+            let (pending, running) = (self.scheduler.pending_tasks(), self.scheduler.unfinished_tasks());
+            let running = running.saturating_sub(pending) as u64;
+            let stats = self.scheduler.stats();
+            self.telemetry.take_point(self.now_us, stats, pending as u64, running);
+        }
         let mut outputs = std::mem::take(&mut self.outputs);
         for output in outputs.drain(..) {
             self.carry_out(output);
@@ -1082,7 +1092,7 @@ impl DriverCore {
                     let Some(peer) = remote.peer_of((task, attempt)) else {
                         return;
                     };
-                    self.telemetry.kill_sent();
+                    self.telemetry.kill_sent(self.now_us, task, attempt);
                     let kill = Message::KillTask {
                         task_id: task.0,
                         attempt,
@@ -1123,8 +1133,8 @@ impl DriverCore {
                 let mut batches: Vec<Vec<wire::TaskLaunch>> =
                     (0..remote.lanes.len()).map(|_| Vec::new()).collect();
                 for task in &tasks {
-                    self.telemetry.launched(now, task.task, task.attempt);
                     let lane = remote.route();
+                    self.telemetry.launched(now, task, executor, lane);
                     remote.launched((task.task, task.attempt), lane, now);
                     batches[lane as usize].push(wire::TaskLaunch {
                         task_id: task.task.0,
@@ -1148,7 +1158,7 @@ impl DriverCore {
             }
             Some(Link::Local) => {
                 for task in tasks {
-                    self.telemetry.launched(now, task.task, task.attempt);
+                    self.telemetry.launched(now, &task, executor, 0);
                     self.local.push_back(LocalCommand::Launch(task));
                 }
             }
@@ -1226,15 +1236,17 @@ impl DriverCore {
         let (reason, lost) = if let Some((reason, lost)) = self.retiring.remove(&id) {
             tracing::info!(%executor_id, "executor removed: {reason}");
             self.telemetry
-                .executor_removed(id, &reason.to_string(), lost);
+                .executor_removed(self.now_us, id, &reason.to_string(), lost);
             (reason, lost)
         } else if self.stopping {
             tracing::info!(%executor_id, "executor stopped");
-            self.telemetry.executor_removed(id, "stopped", false);
+            self.telemetry
+                .executor_removed(self.now_us, id, "stopped", false);
             (RemovalReason::Killed, false)
         } else {
             tracing::warn!(%executor_id, "executor lost: {why}");
-            self.telemetry.executor_removed(id, &why.to_string(), true);
+            self.telemetry
+                .executor_removed(self.now_us, id, &why.to_string(), true);
             (RemovalReason::Lost(why.to_string()), true)
         };
         if lost {
