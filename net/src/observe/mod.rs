@@ -18,6 +18,7 @@
 //! - Bytes and frames read and bytes written by every connection of this
 //!   process ([`NET`]).
 
+pub mod api;
 pub mod http;
 pub mod metrics;
 pub mod quantiles;
@@ -825,7 +826,7 @@ impl LoopTelemetry {
 }
 
 /// A worker as the master reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkerRow {
     /// Its id.
     pub id: String,
@@ -844,7 +845,7 @@ pub struct WorkerRow {
 }
 
 /// An application as the master reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AppRow {
     /// Its id.
     pub id: String,
@@ -861,7 +862,7 @@ pub struct AppRow {
 }
 
 /// An executor as the master (or a worker) reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterExecutorRow {
     /// Its application.
     pub app: String,
@@ -876,11 +877,12 @@ pub struct ClusterExecutorRow {
 }
 
 /// What a master (or a worker, about itself) answers to a status request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ClusterView {
     /// Workers, alive first.
     pub workers: Vec<WorkerRow>,
     /// Applications.
+    #[serde(rename = "applications")]
     pub apps: Vec<AppRow>,
     /// Executors.
     pub executors: Vec<ClusterExecutorRow>,

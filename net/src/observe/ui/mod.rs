@@ -1,0 +1,276 @@
+//! The web UI: server-rendered HTML pages for the driver (jobs, executors, recent failures)
+//! and the master (workers, applications, executors), refreshed by the browser every
+//! [`REFRESH_SECONDS`], read-only, no scripts and no front-end build. Served with the metrics
+//! by [`serve_driver`] and [`serve_cluster`] over [`super::http`]: `/` is the page, `/metrics`
+//! the Prometheus text. With a secret, both need the token (see [`super::http`]); pages never
+//! contain it.
+//!
+//! Every table row carries `data-` attributes with its key values, so tests (and scripts) can
+//! read the page's DOM without parsing prose.
+
+mod cluster;
+mod driver;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::api;
+use super::http::{Access, Handler, HttpError, HttpLimits, HttpServer, Request, Response, Site};
+use super::metrics::{self, ClusterCollector, ClusterRole, SCRAPE_TIMEOUT};
+use crate::driver::DriverObserver;
+use crate::handshake::Secret;
+use crate::observe::{ClusterView, DriverView};
+
+pub use cluster::page as cluster_page;
+pub use driver::{job_page, page as driver_page};
+
+/// The pages' script (login, live parts, charts): served at [`SCRIPT_PATH`] to anyone.
+pub const SCRIPT: &str = include_str!("assets/flint.js");
+/// Where [`SCRIPT`] is served.
+pub const SCRIPT_PATH: &str = "/assets/flint.js";
+
+/// Seconds between the page's refreshes.
+pub const REFRESH_SECONDS: u32 = 2;
+
+/// What a server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// `/metrics` only.
+    Metrics,
+    /// The page at `/` and `/metrics`.
+    UiAndMetrics,
+}
+
+/// Escapes text for HTML content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m {:02}s", ms / 60_000, (ms / 1000) % 60)
+    }
+}
+
+fn clock_text(unix_ms: u64) -> String {
+    let s = unix_ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        (s / 3600) % 24,
+        (s / 60) % 60,
+        s % 60
+    )
+}
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.2em 2em;color:#222}\
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.1em;margin-top:1.4em;border-bottom:1px solid #ccc}\
+table{border-collapse:collapse;min-width:40em}th,td{padding:3px 10px;text-align:left;\
+border-bottom:1px solid #eee;vertical-align:top}th{background:#f4f4f4}\
+td.num{text-align:right;font-variant-numeric:tabular-nums}\
+.s-RUNNING,.s-ALIVE,.s-SUCCEEDED{color:#1a7f37}.s-FAILED,.s-DEAD,.s-LOST{color:#cf222e}\
+.s-WAITING,.s-LAUNCHING,.s-UNKNOWN{color:#9a6700}dl{display:flex;flex-wrap:wrap;gap:0 2em}\
+dt{color:#666}dd{margin:0 0 .4em 0;font-weight:600;font-size:1.2em}\
+progress{width:10em}.reason{font-family:monospace;font-size:12px;color:#555}";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <link rel=\"icon\" href=\"data:,\"><title>{}</title><style>{STYLE}</style>\
+         <script src=\"{SCRIPT_PATH}\" defer></script></head><body>{body}\
+         <p class=\"reason\">Read-only; updates every {REFRESH_SECONDS} s (last \
+         <span id=\"updated\">at load</span>). Prometheus metrics at /metrics, JSON at \
+         /api/v1/.</p></body></html>",
+        escape(title)
+    )
+}
+
+/// The page a browser without the token gets: a form for the token (sent in a `POST` body,
+/// answered with a cookie), which the script fills from the address's `#token=` fragment
+/// (never sent to the server, never in a `Referer`).
+pub fn login_page() -> String {
+    page(
+        "Flint: log in",
+        "<h1>Flint</h1><p>This page needs the observe token (the file given with \
+         <code>--observe-token-file</code>, or the one the process printed the path of).</p>\
+         <form id=\"login\" method=\"post\" action=\"/login\">\
+         <input type=\"hidden\" name=\"next\" value=\"/\">\
+         <input type=\"password\" name=\"token\" autocomplete=\"off\" size=\"70\" \
+         placeholder=\"observe token\" autofocus> <button>Log in</button></form>\
+         <p id=\"login-error\" class=\"reason\"></p>",
+    )
+}
+
+/// A site: `handler` for requests with the token, the script and the login page for anyone.
+fn site(handler: Handler) -> Site {
+    let mut login = Response::ok("text/html; charset=utf-8", login_page());
+    login.status = 401;
+    Site {
+        handler,
+        public: vec![(
+            SCRIPT_PATH,
+            Response::ok("text/javascript; charset=utf-8", SCRIPT),
+        )],
+        login: Some(login),
+    }
+}
+
+fn stat(out: &mut String, id: &str, label: &str, value: impl std::fmt::Display) {
+    let _ = write!(
+        out,
+        "<div><dt>{label}</dt><dd id=\"{id}\">{value}</dd></div>"
+    );
+}
+
+fn unavailable(what: &str, error: &str) -> Response {
+    Response::text(503, format!("{what} did not answer: {error}\n"))
+}
+
+fn html(body: String) -> Response {
+    Response::ok("text/html; charset=utf-8", body)
+}
+
+/// How long one answer of a role serves every request (pages, API, metrics): however many
+/// clients ask, the role is asked at most this often.
+pub const VIEW_MAX_AGE: Duration = Duration::from_millis(250);
+
+/// One view shared by the requests of [`VIEW_MAX_AGE`]; one request asks for a new one while
+/// the others wait for it (so a crowd of requests costs the role one question).
+pub struct ViewCache<T> {
+    last: Mutex<Option<(Instant, Arc<T>)>>,
+}
+
+impl<T> Default for ViewCache<T> {
+    fn default() -> Self {
+        ViewCache {
+            last: Mutex::new(None),
+        }
+    }
+}
+
+impl<T> ViewCache<T> {
+    /// The view, from the cache or from `fetch`.
+    pub fn get<E>(&self, fetch: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, view)) = last.as_ref() {
+            if at.elapsed() < VIEW_MAX_AGE {
+                return Ok(view.clone());
+            }
+        }
+        let view = Arc::new(fetch()?);
+        *last = Some((Instant::now(), view.clone()));
+        Ok(view)
+    }
+}
+
+/// The answer to a driver's request, from its view.
+fn driver_answer(request: &Request, view: &Arc<DriverView>, serve: Serve) -> Response {
+    let path = request.path.as_str();
+    if path == "/metrics" {
+        return metrics::driver_response(view, request.accept.as_deref());
+    }
+    if serve == Serve::Metrics {
+        return Response::text(404, "not found: this address serves /metrics only\n");
+    }
+    if let Some(answer) = api::driver(path, view) {
+        return answer;
+    }
+    match path {
+        "/" => html(driver::page(view)),
+        "/job" => {
+            let id = request.param("id").and_then(|id| id.parse().ok());
+            match id.and_then(|id| driver::job_page(view, id)) {
+                Some(page) => html(page),
+                None => Response::text(404, "no such job among the active and recent ones\n"),
+            }
+        }
+        _ => Response::text(404, "not found\n"),
+    }
+}
+
+/// Serves the driver `observer` watches at `addr` to those `access` lets in: `/metrics`, and
+/// when `serve` says so the pages (`/`, `/job?id=N`) and the JSON API ([`api`]).
+pub fn serve_driver(
+    addr: SocketAddr,
+    observer: DriverObserver,
+    access: Access,
+    serve: Serve,
+) -> Result<HttpServer, HttpError> {
+    let cache = ViewCache::<DriverView>::default();
+    let handler: Handler = Arc::new(move |request: &Request| {
+        match cache.get(|| observer.view(SCRAPE_TIMEOUT)) {
+            Ok(view) => driver_answer(request, &view, serve),
+            Err(error) if request.path == "/metrics" => metrics::driver_down(
+                request.accept.as_deref(),
+                &error.to_string(),
+            ),
+            Err(error) => unavailable("the driver", &error.to_string()),
+        }
+    });
+    HttpServer::start(addr, access, HttpLimits::default(), site(handler))
+}
+
+/// The answer to a master's or worker's request, from its view.
+fn cluster_answer(request: &Request, view: &ClusterView, role: ClusterRole, serve: Serve) -> Response {
+    let path = request.path.as_str();
+    if path == "/metrics" {
+        return metrics::cluster_response(role, view, request.accept.as_deref());
+    }
+    if serve == Serve::Metrics {
+        return Response::text(404, "not found: this address serves /metrics only\n");
+    }
+    if let Some(answer) = api::cluster(path, view) {
+        return answer;
+    }
+    match path {
+        "/" => html(cluster::page(role, view)),
+        _ => Response::text(404, "not found\n"),
+    }
+}
+
+/// Serves the master (or worker) answering status requests at `status_addr` (with `secret`,
+/// the cluster's) at `addr` to those `access` lets in: `/metrics`, and when `serve` says so the
+/// page at `/` and the JSON API ([`api`]).
+pub fn serve_cluster(
+    addr: SocketAddr,
+    status_addr: SocketAddr,
+    secret: Option<Secret>,
+    access: Access,
+    role: ClusterRole,
+    serve: Serve,
+) -> Result<HttpServer, HttpError> {
+    let collector = ClusterCollector::new(status_addr, secret, role);
+    let cache = ViewCache::<ClusterView>::default();
+    let handler: Handler = Arc::new(move |request: &Request| {
+        match cache.get(|| collector.view()) {
+            Ok(view) => cluster_answer(request, &view, role, serve),
+            Err(error) if request.path == "/metrics" => metrics::cluster_down(
+                role,
+                request.accept.as_deref(),
+                &error.to_string(),
+            ),
+            Err(error) => unavailable("the status request", &error.to_string()),
+        }
+    });
+    HttpServer::start(addr, access, HttpLimits::default(), site(handler))
+}
