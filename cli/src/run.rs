@@ -23,7 +23,8 @@ pub struct JobArgs {
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=TASKS_MAX))]
     pub tasks: u64,
     /// Function each task runs: noop, echo, hash, hash:MS, sleep:MS, spin:US (MS up to
-    /// 3,600,000, US up to 3,600,000,000), fail:P, crash:P (P from 0 to 1).
+    /// 3,600,000, US up to 3,600,000,000), fail:P, crash:P (P from 0 to 1), gate:PATH (waits
+    /// until the file at the absolute PATH exists, then hashes: a job held open for a test).
     #[arg(long, default_value = "noop", value_parser = task_name)]
     pub task: String,
     /// Payload bytes per task (0 to 16,773,120): task i's payload is i as u64 LE, repeated and

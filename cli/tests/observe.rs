@@ -82,6 +82,9 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     let (driver_port, metrics_port) = (free_port(), free_port());
     let listen = format!("127.0.0.1:{driver_port}");
     let metrics = addr(metrics_port);
+    // The tasks wait on a gate the test opens once it has seen the job running.
+    let gate = dir.join("gate");
+    let task = format!("gate:{}", gate.display());
     let tasks: u32 = 3000;
     let mut driver = Proc::start(
         &dir,
@@ -96,7 +99,7 @@ fn driver_metrics_match_the_job_and_need_the_token() {
             "--tasks",
             &tasks.to_string(),
             "--task",
-            "sleep:1",
+            &task,
             "--json",
             "--metrics-listen",
             &metrics.to_string(),
@@ -132,19 +135,27 @@ fn driver_metrics_match_the_job_and_need_the_token() {
             )
         })
         .collect();
-    // While it runs: the job is active and tasks are counted as they finish.
-    let mut seen_running = false;
+    // While it runs (held at the gate): the job is active, its tasks running, none finished.
+    wait_until("the job running on both executors", || {
+        let text = scrape(metrics);
+        sample(&text, "flint_executors") == Some(2.0)
+            && sample(&text, "flint_jobs_active") == Some(1.0)
+            && sample(&text, "flint_tasks_running").unwrap_or(0.0) > 0.0
+    });
+    let text = scrape(metrics);
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "{text}"
+    );
+    // Held a few milliseconds more, so the attempts launched so far take over 1 ms.
+    std::thread::sleep(Duration::from_millis(5));
+    std::fs::write(&gate, b"").expect("open the gate");
     wait_until("all tasks succeeded in the metrics", || {
         let text = scrape(metrics);
-        if sample(&text, "flint_jobs_active") == Some(1.0)
-            && sample(&text, "flint_tasks_running").unwrap_or(0.0) > 0.0
-        {
-            seen_running = true;
-        }
         sample(&text, "flint_tasks_succeeded_total") == Some(f64::from(tasks))
             && sample(&text, "flint_jobs_finished_total{outcome=\"succeeded\"}") == Some(1.0)
     });
-    assert!(seen_running, "a scrape saw the job running");
     let text = scrape(metrics);
     assert!(!text.contains(SECRET));
     assert_eq!(sample(&text, "flint_jobs_active"), Some(0.0));
@@ -192,10 +203,13 @@ fn driver_metrics_match_the_job_and_need_the_token() {
         sample(&text, "flint_task_round_trip_seconds_bucket{le=\"+Inf\"}"),
         Some(round_trips)
     );
-    // sleep:1 takes at least a millisecond, so no round trip is under 1 ms.
+    // The first 16 tasks of each executor (slow start) were held at the gate over 1 ms, task 15
+    // among them (timed), and none took a minute: the histogram counts seconds.
+    let under_1ms = sample(&text, "flint_task_round_trip_seconds_bucket{le=\"0.001\"}");
+    assert!(under_1ms.expect("1 ms bucket") < round_trips, "{text}");
     assert_eq!(
-        sample(&text, "flint_task_round_trip_seconds_bucket{le=\"0.001\"}"),
-        Some(0.0)
+        sample(&text, "flint_task_round_trip_seconds_bucket{le=\"60.0\"}"),
+        Some(round_trips)
     );
     assert!(sample(&text, "flint_net_frames_received_total").unwrap_or(0.0) > 0.0);
     // The driver's own summary agrees.
@@ -432,6 +446,10 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
         "the page needs the token"
     );
 
+    // The job's tasks wait on a gate the test opens once it has looked at the running job, so
+    // the job is RUNNING for as long as the test needs, however fast the machine.
+    let gate = dir.join("gate");
+    let task = format!("gate:{}", gate.display());
     let tasks: u32 = 4000;
     let driver_ui = addr(free_port());
     let mut submit = Proc::start(
@@ -449,7 +467,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
             "--tasks",
             &tasks.to_string(),
             "--task",
-            "sleep:2",
+            &task,
             "--max-failures",
             "1000",
             "--json",
@@ -472,7 +490,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
             .count()
             == 2
             && sample(&text, "flint_executors") == Some(2.0)
-            && sample(&text, "flint_tasks_succeeded_total").unwrap_or(0.0) > 0.0
+            && sample(&text, "flint_tasks_running").unwrap_or(0.0) >= 2.0
             && sample(&text, "flint_jobs_active") == Some(1.0)
     });
     let master_text = scrape(addr(master_metrics));
@@ -544,6 +562,15 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
         assert_eq!(status, 200);
         assert!(page.contains("data-state=\"RUNNING\""));
     }
+
+    // Nothing ends while the gate is shut.
+    let text = scrape(driver_ui);
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "{text}"
+    );
+    std::fs::write(&gate, b"").expect("open the gate");
 
     // After the job: the page shows it succeeded with every task, counted on its executors.
     wait_until("the job succeeded", || {

@@ -108,7 +108,9 @@ impl Registry {
 
     /// A registry with the built-in functions: `noop`, `sleep:MS`, `spin:US`, `echo`, `hash`
     /// (FNV-1a 64 of the payload as 8 bytes LE; `hash:MS` first sleeps MS milliseconds, so a
-    /// checksummed job can be made to take time), `fail:P`, `crash:P`.
+    /// checksummed job can be made to take time), `gate:PATH` (waits until the file at the
+    /// absolute `PATH` exists, then returns what `hash` returns: a test holds a job running
+    /// while it looks at it and releases it by creating the file), `fail:P`, `crash:P`.
     pub fn with_builtins() -> Self {
         let mut registry = Registry::new();
         registry.register("noop", |_, _| Ok(Bytes::new()));
@@ -129,6 +131,11 @@ impl Registry {
                 std::thread::sleep(remaining.min(Duration::from_millis(10)))
             })?;
             Ok(Bytes::new())
+        });
+        registry.register("gate", |ctx, payload| {
+            let gate = gate_argument(ctx.argument())?;
+            wait_for_gate(ctx, gate)?;
+            Ok(Bytes::copy_from_slice(&fnv1a64(&payload).to_le_bytes()))
         });
         registry.register("spin", |ctx, _| {
             let spin = wait_argument(ctx.argument(), "spin:US", 1)?;
@@ -213,6 +220,7 @@ pub fn check_builtin(name: &str) -> Result<(), TaskError> {
         "hash" if argument.is_some() => wait_argument(argument, "hash:MS", 1000).map(drop),
         "sleep" => wait_argument(argument, "sleep:MS", 1000).map(drop),
         "spin" => wait_argument(argument, "spin:US", 1).map(drop),
+        "gate" => gate_argument(argument).map(drop),
         "fail" => probability_argument(argument, "fail:P").map(drop),
         "crash" => probability_argument(argument, "crash:P").map(drop),
         _ => Ok(()),
@@ -229,6 +237,44 @@ fn wait_argument(text: Option<&str>, usage: &str, unit_us: u64) -> Result<Durati
             "bad argument {text:?}: use {usage} with a whole number from 0 to {max}"
         ))),
     }
+}
+
+/// The longest path `gate:PATH` takes.
+const GATE_PATH_MAX: usize = 4096;
+/// How often a waiting `gate:PATH` looks for its file.
+const GATE_CHECK_EVERY: Duration = Duration::from_millis(2);
+
+/// `gate:PATH`'s path: absolute, at most [`GATE_PATH_MAX`] bytes.
+fn gate_argument(text: Option<&str>) -> Result<&std::path::Path, TaskError> {
+    let usage = "use gate:PATH with an absolute path";
+    let text = text.ok_or_else(|| TaskError::new(format!("missing argument: {usage}")))?;
+    let path = std::path::Path::new(text);
+    if !path.is_absolute() || text.len() > GATE_PATH_MAX {
+        return Err(TaskError::new(format!(
+            "bad argument {text:?}: {usage} of at most {GATE_PATH_MAX} bytes"
+        )));
+    }
+    Ok(path)
+}
+
+/// Waits until `gate` exists, at most [`BUILTIN_WAIT_MAX`]; a killed attempt or a gate that
+/// stays shut that long fails.
+fn wait_for_gate(ctx: &TaskContext, gate: &std::path::Path) -> Result<(), TaskError> {
+    let deadline = crate::runtime::deadline_after(BUILTIN_WAIT_MAX);
+    while !gate.exists() {
+        if ctx.is_killed() {
+            return Err(TaskError::new("killed"));
+        }
+        if Instant::now() >= deadline {
+            return Err(TaskError::new(format!(
+                "gate {} stayed shut for {} s",
+                gate.display(),
+                BUILTIN_WAIT_MAX.as_secs()
+            )));
+        }
+        std::thread::sleep(GATE_CHECK_EVERY);
+    }
+    Ok(())
 }
 
 /// A probability: a number from 0 to 1.
@@ -353,6 +399,49 @@ mod tests {
             (resolved.function)(&ctx, Bytes::new()),
             Err(TaskError::new("killed"))
         );
+    }
+
+    #[test]
+    fn a_gate_holds_its_task_until_the_file_exists_and_a_killed_one_stops() {
+        let registry = Registry::with_builtins();
+        let dir = std::env::temp_dir().join(format!("flint-gate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let gate = dir.join("open");
+        let _ = std::fs::remove_file(&gate);
+        let name = format!("gate:{}", gate.display());
+        assert!(check_builtin(&name).is_ok());
+        let resolved = registry.resolve(&name).expect("resolves");
+        let ctx = TaskContext::new(1, 0, resolved.argument.clone());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let (ctx, function) = (ctx.clone(), resolved.function.clone());
+            std::thread::spawn(move || done_tx.send(function(&ctx, Bytes::from_static(b"abc"))))
+        };
+        // Shut: still waiting after many checks.
+        let shut = done_rx.recv_timeout(GATE_CHECK_EVERY * 25);
+        assert!(shut.is_err(), "a shut gate let its task end: {shut:?}");
+        std::fs::write(&gate, b"").expect("open the gate");
+        let result = done_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("released");
+        assert_eq!(
+            result,
+            Ok(Bytes::copy_from_slice(&fnv1a64(b"abc").to_le_bytes()))
+        );
+        waiter.join().expect("joins").expect("sent");
+
+        std::fs::remove_file(&gate).expect("shut the gate");
+        let killed = TaskContext::new(2, 0, resolved.argument.clone());
+        killed.kill();
+        assert_eq!(
+            (resolved.function)(&killed, Bytes::new()),
+            Err(TaskError::new("killed"))
+        );
+        for bad in ["gate", "gate:", "gate:relative/path"] {
+            assert!(check_builtin(bad).is_err(), "{bad}");
+            assert!(run(&registry, bad, b"").is_err(), "{bad}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //!
 //! Each event (readiness, message, timer) goes into the core; once the loop has handled its
 //! round of events (`on_batch_end`: a burst of submissions, say, or completions from several
-//! executors) the endpoint drains the core: the local executor's launches and kills go to the
-//! [`TaskRunner`], encoded frames to their connections, closes are carried out after what was
-//! queued for them, and each touched connection is flushed once, so one write carries every
-//! frame the round produced. One timer is armed for
+//! executors) the endpoint drains the core: the counts callers read are published, task results
+//! and job outcomes go to the callers' side ([`Handles`]: the jobs' handles and result
+//! observers), the local executor's launches and kills go to the [`TaskRunner`], encoded
+//! frames to their connections, closes are carried out after what was queued for them, and
+//! each touched connection is flushed once, so one write carries every frame the round
+//! produced. One timer is armed for
 //! the earliest of the core's [`DriverCore::poll_timeout`] and this layer's own deadline: a
 //! registered executor with bytes queued and none written for `heartbeat_timeout` is not
 //! reading, and the core hears it is lost. Idle, no timer is armed.
@@ -22,7 +24,8 @@ use mio::net::TcpListener;
 use mio::Token;
 
 use super::core::{us, DriverCore, LocalCommand, PeerId};
-use super::{DriverConfig, DriverMsg};
+use super::handles::Handles;
+use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
 use crate::admission::Admission;
 use crate::conn::ConnError;
 use crate::transport::send_retrying;
@@ -47,6 +50,11 @@ pub(crate) struct DriverEndpoint {
     /// The armed timer and its deadline (micros on the core's clock).
     timer: Option<(TimerId, u64)>,
     admission: Arc<Admission>,
+    /// The jobs' handles and observers, and the callers waiting for executors.
+    handles: Handles,
+    /// What callers read without asking the loop, published after every round.
+    counters: Arc<Counters>,
+    stats: Arc<PublishedStats>,
 }
 
 impl Admit for DriverCore {
@@ -81,6 +89,9 @@ impl DriverEndpoint {
     ) -> DriverEndpoint {
         let inbound = super::core::inbound(config);
         DriverEndpoint {
+            handles: Handles::new(admission.clone()),
+            counters: Arc::default(),
+            stats: Arc::default(),
             core,
             epoch,
             sockets: Sockets::new(listener, inbound, Some(config.heartbeat_timeout)),
@@ -92,6 +103,11 @@ impl DriverEndpoint {
             timer: None,
             admission,
         }
+    }
+
+    /// The counters and stats this endpoint publishes, for the [`super::Driver`].
+    pub(crate) fn published(&self) -> (Arc<Counters>, Arc<PublishedStats>) {
+        (self.counters.clone(), self.stats.clone())
     }
 
     fn now_us(&self) -> u64 {
@@ -129,7 +145,11 @@ impl DriverEndpoint {
     /// Carries out what the core decided, then flushes each touched connection once; repeats
     /// while that makes the core decide more (a local attempt ended at once, a write failed).
     fn drain(&mut self) {
+        for job in self.handles.cancelled() {
+            self.core.cancel(job, self.now_us());
+        }
         loop {
+            self.deliver();
             self.run_local();
             if std::mem::take(&mut self.local_spilled) {
                 self.drain_local();
@@ -152,6 +172,18 @@ impl DriverEndpoint {
                 self.core.handle_closed(peer_of(token), &error, now_us);
             }
         }
+    }
+
+    /// Publishes the counts callers read, then hands results and outcomes to the callers'
+    /// side (stats first: a caller that sees a job end sees its counts).
+    fn deliver(&mut self) {
+        let counts = self.core.counts();
+        self.stats.publish(self.core.stats());
+        self.counters.publish(&counts);
+        while let Some(event) = self.core.poll_event() {
+            self.handles.deliver(event);
+        }
+        self.handles.executors_registered(counts.executors);
     }
 
     /// Hands the local executor's launches and kills to the runner.
@@ -243,9 +275,21 @@ impl DriverEndpoint {
         let now_us = self.now_us();
         let core = &mut self.core;
         match msg {
-            DriverMsg::Submit { id, job, shared } => core.submit(id, job, shared, now_us),
+            DriverMsg::Submit {
+                id,
+                mut job,
+                shared,
+            } => {
+                let observer = job.observer.take();
+                if self.handles.open(id, shared, observer, job.payloads.len()) {
+                    core.submit(id, job, now_us);
+                }
+            }
             DriverMsg::Cancel(job) => core.cancel(job, now_us),
-            DriverMsg::WhenExecutors { count, reply } => core.when_executors(count, reply),
+            DriverMsg::WhenExecutors { count, reply } => {
+                let registered = core.counts().executors;
+                self.handles.when_executors(count, reply, registered);
+            }
             DriverMsg::StopExecutors(reply) => {
                 let _ = reply.send(core.stop_executors());
             }
@@ -311,6 +355,7 @@ impl Endpoint for DriverEndpoint {
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
         self.core.shutdown();
+        self.deliver();
         while let Some((peer, frames)) = self.core.poll_transmit() {
             self.sockets.append(token_of(peer), frames);
         }

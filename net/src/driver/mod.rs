@@ -1,14 +1,16 @@
 //! The driver role: accepts executors over TCP (or runs an in-process executor in local mode),
 //! runs the scheduler state machine on an event loop, and turns its outputs into batched frames.
 //!
-//! # Three parts
+//! # Four parts
 //!
 //! - this module: the caller's side ([`Driver`], [`DriverBuilder`], [`DriverConfig`],
 //!   [`DriverError`], [`ExecutorsView`], [`DriverObserver`]) and the counters the loop
 //!   publishes for it;
-//! - `core.rs`: `DriverCore`, the protocol state without IO (handshake, registration,
+//! - `core/`: `DriverCore`, the protocol state without IO (handshake, registration,
 //!   heartbeats and expiry, the scheduler and its outputs, jobs, deadlines, stall warnings),
-//!   every input carrying the time;
+//!   every input carrying the time, results and outcomes polled out as events;
+//! - `handles.rs`: the callers' side on the loop (the jobs' handles and observers, the callers
+//!   waiting for executors), which the core's events are delivered to;
 //! - `endpoint.rs`: `DriverEndpoint`, the IO on a runtime loop: the listener and connections
 //!   (read until would-block, feed the core, flush each touched connection once per event),
 //!   the local mode's task runner, and one timer armed from the core's `poll_timeout`.
@@ -41,6 +43,7 @@
 
 pub(crate) mod core;
 mod endpoint;
+pub(crate) mod handles;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -193,7 +196,8 @@ impl<M> From<SendError<M>> for DriverError {
     }
 }
 
-/// Counters the driver keeps for whoever embeds it.
+/// Counters the driver keeps for whoever embeds it (the core's [`core::Counts`], published
+/// by the loop after every round).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     executors: AtomicUsize,
@@ -202,6 +206,18 @@ pub(crate) struct Counters {
     /// Since when (micros after the driver's start, plus one) tasks have waited with no
     /// executor able to run them; 0 while that is not so.
     starved_since_us: AtomicU64,
+}
+
+impl Counters {
+    fn publish(&self, counts: &core::Counts) {
+        let starved = counts
+            .starved_since_us
+            .map_or(0, |since| since.saturating_add(1));
+        self.executors.store(counts.executors, Ordering::SeqCst);
+        (self.executors_registered).store(counts.executors_registered, Ordering::SeqCst);
+        (self.executors_lost).store(counts.executors_lost, Ordering::SeqCst);
+        self.starved_since_us.store(starved, Ordering::SeqCst);
+    }
 }
 
 /// A running driver.
@@ -396,12 +412,13 @@ impl Driver {
         ));
         let epoch = Instant::now();
         let telemetry = Box::new(LoopTelemetry::new(epoch));
-        let core = DriverCore::new(config.clone(), telemetry, admission.clone());
-        let counters = core.counters();
-        let stats = core.published_stats();
+        let seed = crate::handshake::random_nonce()
+            .map_err(|e| DriverError::Start(format!("no seed for lane keys: {e}")))?;
+        let core = DriverCore::new(config.clone(), telemetry, seed);
         let local = pool.as_ref().map(|pool| (pool.handle(), registry));
         let endpoint =
             DriverEndpoint::new(core, &config, listener, epoch, admission.clone(), local);
+        let (counters, stats) = endpoint.published();
         let endpoint = runtime
             .handle()
             .spawn("driver", endpoint)

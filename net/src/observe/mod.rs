@@ -551,14 +551,20 @@ impl LoopTelemetry {
         self.recent_jobs.push_front(view);
     }
 
-    /// An attempt is being launched on `executor`'s `lane` (sampled ones and copies are
-    /// tracked: their times, the timeline).
+    /// An attempt is being launched on `executor`, to the lane `lane` gives (asked only for
+    /// the attempts tracked: sampled ones and copies, for their times and the timeline).
     #[inline]
-    pub fn launched(&mut self, now_us: u64, launch: &TaskLaunch, executor: ExecutorId, lane: u32) {
+    pub fn launched(
+        &mut self,
+        now_us: u64,
+        launch: &TaskLaunch,
+        executor: ExecutorId,
+        lane: impl FnOnce() -> u32,
+    ) {
         if !sampled(launch.task) && !launch.speculative {
             return;
         }
-        self.track_launch(now_us, launch, executor, lane);
+        self.track_launch(now_us, launch, executor, lane());
     }
 
     #[cold]
@@ -990,10 +996,10 @@ mod tests {
         // Tasks 0, 16, 32, 48 are sampled (16 + index divisible by 16).
         for index in 0..64 {
             let task = TaskId::new(job, index);
-            t.launched(1_000, &launch(task, 0, false), ExecutorId(1), index % 2);
+            t.launched(1_000, &launch(task, 0, false), ExecutorId(1), || index % 2);
         }
         let straggler = TaskId::new(job, 5); // not sampled: its copy is tracked anyway
-        t.launched(2_000, &launch(straggler, 1, true), ExecutorId(1), 1);
+        t.launched(2_000, &launch(straggler, 1, true), ExecutorId(1), || 1);
         t.kill_sent(3_000, straggler, 0);
         for index in 0..64 {
             let task = TaskId::new(job, index);
@@ -1026,7 +1032,7 @@ mod tests {
         t.job_submitted(0, job, &std::sync::Arc::from("hash"), 2, "default");
         t.executor_registered(ExecutorId(1), "e1", "h", 2);
         let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
-        t.launched(50, &launch(task, 0, false), ExecutorId(1), 0);
+        t.launched(50, &launch(task, 0, false), ExecutorId(1), || 0);
         t.status_update(100, ExecutorId(1), task, 0, TaskState::Failed, b"boom");
         t.status_update(
             200,

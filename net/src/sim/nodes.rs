@@ -15,6 +15,7 @@ use flint_engine::sim::Rng;
 use crate::admission::Admission;
 use crate::conn::ConnError;
 use crate::driver::core::{DriverCore, PeerId};
+use crate::driver::handles::Handles;
 use crate::driver::DriverConfig;
 use crate::executor::core::{Action, ExecutorCore};
 use crate::executor::{ExecutorConfig, ExecutorError};
@@ -54,6 +55,8 @@ pub struct DriverNode {
     /// The core under test.
     pub core: DriverCore,
     admission: Arc<Admission>,
+    /// The jobs' handles, as the endpoint holds them: the core's events go here.
+    handles: Handles,
     /// Jobs whose handles cancelled them since the last pump (the handle's cancel closure
     /// posts here, as the real one posts to the loop's inbox).
     cancels: Arc<Mutex<Vec<JobId>>>,
@@ -90,7 +93,8 @@ impl DriverNode {
             frame_size_max: config.frame_size_max,
             heartbeat_timeout_us: us(config.heartbeat_timeout),
             outbound_max: config.outbound_max,
-            core: DriverCore::new(config, telemetry, admission.clone()),
+            core: DriverCore::new(config, telemetry, [7; 32]),
+            handles: Handles::new(admission.clone()),
             admission,
             cancels: Arc::new(Mutex::new(Vec::new())),
             conns: BTreeMap::new(),
@@ -117,11 +121,15 @@ impl DriverNode {
 
     /// Submits `job` as `Driver::try_submit` does: admission on the caller's side, then the
     /// core's submit; the handle's cancel reaches the core at the next pump.
-    pub fn submit(&mut self, job: Job, now_us: u64) -> Result<JobHandle, String> {
+    pub fn submit(&mut self, mut job: Job, now_us: u64) -> Result<JobHandle, String> {
         let id = self.admission.admit(&job).map_err(|e| e.to_string())?;
         let tasks = job.payloads.len() as u64;
         let shared = Arc::new(JobShared::new(job.stream));
-        self.core.submit(id, job, shared.clone(), now_us);
+        let observer = job.observer.take();
+        if (self.handles).open(id, shared.clone(), observer, tasks as usize) {
+            self.core.submit(id, job, now_us);
+        }
+        self.hand_events();
         let cancels = self.cancels.clone();
         let cancelled = shared.clone();
         let cancel = Box::new(move || {
@@ -243,11 +251,20 @@ impl DriverNode {
         }
     }
 
-    /// Carries out the core's outputs: cancels from handles in, frames out, closes, and drops
-    /// connections that do not read (as the endpoint does).
+    /// Hands the core's events to the jobs' handles, as the endpoint does.
+    fn hand_events(&mut self) {
+        while let Some(event) = self.core.poll_event() {
+            self.handles.deliver(event);
+        }
+    }
+
+    /// Carries out the core's outputs: cancels from handles in, results and outcomes to the
+    /// handles, frames out, closes, and drops connections that do not read (as the endpoint
+    /// does).
     pub fn pump(&mut self, rng: &mut Rng, net: &mut Network, now_us: u64) {
         self.apply_cancels(now_us);
         loop {
+            self.hand_events();
             while let Some((peer, bytes)) = self.core.poll_transmit() {
                 if let Some(c) = self.conns.get_mut(&(peer.0 as usize)) {
                     c.unsent.extend_from_slice(&bytes);

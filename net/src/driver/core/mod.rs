@@ -1,0 +1,903 @@
+//! The driver's protocol state, sans IO (in the style of quinn-proto): every peer's phase,
+//! the [`Scheduler`] and what it decides. No sockets, no threads, no clock, no entropy, no
+//! shared state and no user callbacks: every input carries `now_us` (micros on a clock the
+//! caller chooses, never going back), randomness comes in (a nonce per connection, a seed for
+//! lane keys), and the outputs wait to be polled.
+//!
+//! Inputs: [`DriverCore::handle_connected`], [`DriverCore::handle_frame`],
+//! [`DriverCore::handle_closed`], [`DriverCore::handle_local_completions`],
+//! [`DriverCore::handle_timeout`], [`DriverCore::submit`], [`DriverCore::cancel`] and the
+//! requests of [`super::DriverMsg`]. Outputs: [`DriverCore::poll_transmit`] (encoded frames for
+//! a peer), [`DriverCore::poll_close`] (a peer to close once its frames are written: drain
+//! `poll_transmit` first), [`DriverCore::poll_local`] (what the in-process executor is to run
+//! or kill), [`DriverCore::poll_event`] (task results and job outcomes, which the endpoint
+//! delivers to the jobs' handles and observers) and [`DriverCore::poll_timeout`] (when to call
+//! `handle_timeout`; `None` while nothing is pending, so an idle driver never wakes). Counts a
+//! caller reads without asking the loop ([`DriverCore::counts`], [`DriverCore::stats`]) are
+//! published by the endpoint.
+//!
+//! Sub-states live in their own files, each a type that owns its data (quinn-proto's
+//! `Connection` and its `StreamsState` are the model): `executors.rs` (ids, lanes, what each
+//! lane holds, lane keys, retiring and recently gone executors), `jobs.rs` (active jobs,
+//! deadlines, the events owed to the callers' side), `health.rs` (the stall warnings); beside
+//! them `views.rs` (what the core shows) and `table.rs` (the peer table's settings).
+//!
+//! A peer's life. The handshake, the table's limits (`table.rs`) and the peers' deadlines run
+//! in the transport's sans-IO peer table ([`Peers`], which the master shares), so a simulation
+//! covers authentication, registration, heartbeats and expiry with the real driver's code:
+//!
+//! ```text
+//!  connected --Hello/proofs--> Registering --RegisterExecutor--> Executor(id, lane 0)
+//!                                  |   \--JoinLane(key)--------> Executor(id, lane n)
+//!                                  \--(role Client)-----------> Client
+//!  any phase --closed / expired / refused / malformed--> gone (an executor's lane gone: the
+//!                                                      whole executor leaves the scheduler)
+//! ```
+//!
+//! Lanes, and the executors that heartbeat but do not read their launches: see `executors.rs`.
+
+mod executors;
+mod health;
+mod jobs;
+mod table;
+#[cfg(test)]
+mod tests;
+mod views;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use flint_engine::runner::TaskReport;
+use flint_engine::scheduler::{
+    self, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, Stats, TaskId,
+    TaskLaunch,
+};
+
+pub use self::executors::LOCAL_EXECUTOR;
+use self::executors::{Departure, Executors, How, Link, Registration};
+use self::health::Health;
+pub use self::jobs::Event;
+use self::jobs::Jobs;
+pub(crate) use self::table::inbound;
+use self::table::peers_config;
+use super::{DriverConfig, ExecutorsView, TASKS_PER_CORE_MAX};
+use crate::conn::ConnError;
+use crate::job::Job;
+use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
+use crate::transport::peers::{Arrival, Peers, Standing};
+use crate::transport::unexpected;
+use crate::wire::{self, batch, Frame, List, Message, Role};
+
+/// A peer connection as the IO layer names it: any number it does not reuse while the core
+/// knows the peer (from `handle_connected` until `handle_closed` or `poll_close`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u64);
+
+/// What the in-process executor (local mode) is to do: the IO layer hands it to its runner.
+#[derive(Debug)]
+pub enum LocalCommand {
+    /// Run this attempt.
+    Launch(TaskLaunch),
+    /// Kill this attempt if it still runs.
+    Kill {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+    },
+}
+
+/// Counts a caller reads without asking the driver's loop; the endpoint publishes them after
+/// every round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Executors registered now (the local one included).
+    pub executors: usize,
+    /// Remote executors registered in all.
+    pub executors_registered: u64,
+    /// Executors lost in all.
+    pub executors_lost: u64,
+    /// Since when tasks have waited with no executor able to run them, if they do.
+    pub starved_since_us: Option<u64>,
+}
+
+/// The least time between two scheduler ticks, whatever the scheduler asks.
+const TICK_GAP_MIN_US: u64 = 1_000;
+
+/// Where a peer past the handshake is in the driver's protocol.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Registering,
+    /// One lane of a registered executor (lane 0 registered it).
+    Executor(ExecutorId, u32),
+    Client,
+}
+
+/// The scheduler's own timeout, asked again after inputs came (O(log jobs) each time).
+#[derive(Default)]
+struct SchedulerTimeout {
+    deadline_us: Option<u64>,
+    /// Inputs arrived since it was asked.
+    stale: bool,
+}
+
+/// The driver's state machine (see the module docs).
+pub struct DriverCore {
+    config: DriverConfig,
+    scheduler: Scheduler,
+    peers: Peers<PeerId, Phase>,
+    executors: Executors,
+    jobs: Jobs,
+    health: Health,
+    /// Told every executor to stop: registrations are refused.
+    stopping: bool,
+    /// What the driver shows ([`crate::observe`]).
+    telemetry: Box<LoopTelemetry>,
+    outputs: Vec<Output>,
+    local: std::collections::VecDeque<LocalCommand>,
+    /// The latest input's time.
+    now_us: u64,
+    scheduler_timeout: SchedulerTimeout,
+    last_tick_us: u64,
+}
+
+impl DriverCore {
+    /// A driver with no peers and no jobs; `telemetry` is what it shows, `seed` (32 bytes
+    /// from the operating system's random source, or fixed in a simulation) keys its lane keys.
+    pub fn new(config: DriverConfig, telemetry: Box<LoopTelemetry>, seed: [u8; 32]) -> DriverCore {
+        DriverCore {
+            scheduler: Scheduler::new(config.scheduler.clone()),
+            peers: Peers::new(peers_config(&config)),
+            config,
+            executors: Executors::new(seed),
+            jobs: Jobs::default(),
+            health: Health::default(),
+            stopping: false,
+            telemetry,
+            outputs: Vec::new(),
+            local: std::collections::VecDeque::new(),
+            now_us: 0,
+            scheduler_timeout: SchedulerTimeout::default(),
+            last_tick_us: 0,
+        }
+    }
+
+    /// The counts a [`super::Driver`] reads (the endpoint publishes them).
+    pub fn counts(&self) -> Counts {
+        let (executors_registered, executors_lost) = self.executors.totals();
+        Counts {
+            executors: self.executors.live(),
+            executors_registered,
+            executors_lost,
+            starved_since_us: self.health.starved_since_us(),
+        }
+    }
+
+    /// The scheduler's counters (the endpoint publishes them before delivering events, so a
+    /// caller that sees a job end sees its counts).
+    pub fn stats(&self) -> &Stats {
+        self.scheduler.stats()
+    }
+
+    /// Whether `peer` is a registered executor.
+    pub fn is_executor(&self, peer: PeerId) -> bool {
+        matches!(self.peers.state(peer), Some(Phase::Executor(..)))
+    }
+
+    fn advance(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        self.scheduler_timeout.stale = true;
+    }
+
+    // ----- inputs: peers -----
+
+    /// A connection was accepted; `nonce` is fresh for it. Our `Hello` is queued at once.
+    /// A full table refuses it with the reason (the IO layer tells the peer and drops it);
+    /// making room may close older connections (see [`DriverCore::poll_close`]).
+    pub fn handle_connected(
+        &mut self,
+        peer: PeerId,
+        nonce: [u8; 32],
+        now_us: u64,
+    ) -> Result<(), String> {
+        self.advance(now_us);
+        let result = self.peers.handle_connected(peer, nonce, self.now_us);
+        if result.is_err() {
+            self.telemetry.refused(Refusal::TableFull);
+        }
+        self.forget_gone();
+        debug_assert!(result.is_err() || self.peers.contains(peer));
+        result
+    }
+
+    /// Why a connection arriving now would be refused (the table is full of executors), if it
+    /// would: the IO layer tells the newcomer before setting it up. Counted as a refusal.
+    pub fn refusal(&mut self) -> Option<String> {
+        let refusal = self.peers.refusal();
+        if refusal.is_some() {
+            self.telemetry.refused(Refusal::TableFull);
+        }
+        refusal
+    }
+
+    /// A frame from a peer. False once the core has closed the peer (it is in
+    /// [`DriverCore::poll_close`]): the IO layer stops reading it.
+    pub fn handle_frame(&mut self, peer: PeerId, frame: &Frame, now_us: u64) -> bool {
+        self.advance(now_us);
+        let now = self.now_us;
+        let alive = match self.peers.handle_frame(peer, frame, now) {
+            Arrival::Unknown => return false,
+            Arrival::Failed => {
+                self.telemetry.refused(Refusal::Handshake);
+                false
+            }
+            Arrival::Handshaking => true,
+            Arrival::Opened(Role::Client) => {
+                self.peers.open(peer, Phase::Client, Standing::Client);
+                true
+            }
+            Arrival::Opened(_) => {
+                self.peers
+                    .open(peer, Phase::Registering, Standing::Registering);
+                true
+            }
+            Arrival::Open => match self.on_frame(peer, frame) {
+                Ok(()) => true,
+                Err(why) => {
+                    self.close(peer, why);
+                    false
+                }
+            },
+        };
+        self.forget_gone();
+        self.pump();
+        debug_assert!(
+            !alive || self.peers.contains(peer),
+            "alive but not in the table"
+        );
+        alive
+    }
+
+    /// The IO layer lost a peer (closed, failed, malformed bytes, not reading). Nothing more
+    /// goes to it; an executor's running tasks go back to pending.
+    pub fn handle_closed(&mut self, peer: PeerId, why: &ConnError, now_us: u64) {
+        self.advance(now_us);
+        if self.peers.contains(peer) {
+            let phase = self.peers.remove(peer);
+            self.forget(phase, why);
+        }
+        self.pump();
+        debug_assert!(!self.peers.contains(peer));
+    }
+
+    /// One frame from a peer past the handshake, by its phase.
+    fn on_frame(&mut self, peer: PeerId, frame: &Frame) -> Result<(), ConnError> {
+        let Some(&phase) = self.peers.state(peer) else {
+            return Ok(());
+        };
+        match (phase, frame.message()?) {
+            (
+                Phase::Registering,
+                Message::RegisterExecutor {
+                    executor_id,
+                    host,
+                    cores,
+                    lanes,
+                    attributes,
+                },
+            ) => {
+                let registration = Registration {
+                    executor_id,
+                    host,
+                    cores,
+                    lanes,
+                };
+                let executor = self
+                    .register(peer, registration, attributes)
+                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
+                self.open_lane(peer, executor, 0);
+                Ok(())
+            }
+            (
+                Phase::Registering,
+                Message::JoinLane {
+                    executor_id,
+                    lane,
+                    lane_key,
+                },
+            ) => {
+                let executor = self
+                    .join_lane(peer, executor_id, lane, &lane_key)
+                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
+                self.open_lane(peer, executor, lane);
+                Ok(())
+            }
+            (Phase::Executor(executor, _), Message::StatusUpdates { updates }) => {
+                self.status_updates(executor, updates, frame);
+                Ok(())
+            }
+            (Phase::Executor(executor, lane), Message::Heartbeat { running_tasks, .. }) => {
+                self.heartbeat(peer, executor, lane, running_tasks)
+            }
+            (Phase::Executor(..) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
+            (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
+        }
+    }
+
+    /// Lane `lane` of `executor` says it runs `running` attempts: acked, unless it is the
+    /// second heartbeat in a row to show it does not read its launches.
+    fn heartbeat(
+        &mut self,
+        peer: PeerId,
+        executor: ExecutorId,
+        lane: u32,
+        running: u32,
+    ) -> Result<(), ConnError> {
+        let timeout_us = us(self.config.heartbeat_timeout);
+        let now = self.now_us;
+        if let Some(remote) = self.executors.remote_mut(executor) {
+            if let Some(why) = remote.heartbeat(lane, running, now, timeout_us) {
+                return Err(ConnError::Protocol(why));
+            }
+        }
+        self.send(peer, &Message::HeartbeatAck {});
+        Ok(())
+    }
+
+    /// An executor's batch of status updates, to the scheduler.
+    fn status_updates(
+        &mut self,
+        executor: ExecutorId,
+        updates: List<'_, wire::StatusUpdate<'_>>,
+        frame: &Frame,
+    ) {
+        let now = self.now_us;
+        let mut remote = self.executors.remote_mut(executor);
+        for update in updates {
+            let task = TaskId(update.task_id);
+            let (attempt, state) = (update.attempt, update.state);
+            if let Some(remote) = remote.as_deref_mut() {
+                remote.reported((task, attempt), state);
+            }
+            self.telemetry
+                .status_update(now, executor, task, attempt, state, update.data);
+            let update = scheduler::StatusUpdate {
+                executor,
+                task,
+                attempt,
+                state,
+                // A result outlives its frame: a small one is copied out so it does not keep
+                // the whole frame alive.
+                data: frame.retain(update.data),
+            };
+            self.scheduler.status_update(now, update);
+        }
+    }
+
+    /// Registers an executor on `peer` (its lane 0), or refuses it with the reason (told to
+    /// the peer, whose connection closes).
+    fn register(
+        &mut self,
+        peer: PeerId,
+        r: Registration<'_>,
+        attributes: List<'_, wire::KeyValue<'_>>,
+    ) -> Result<ExecutorId, ConnError> {
+        let mut refusal = self.executors.refusal(&r);
+        if self.stopping {
+            refusal = Some("the driver is stopping".into());
+        }
+        if refusal.is_none() {
+            let info = ExecutorInfo {
+                id: self.executors.next_id(),
+                host: r.host.to_owned(),
+                cores: r.cores.saturating_mul(self.tasks_per_core()),
+                attributes: attributes
+                    .iter()
+                    .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
+                    .collect(),
+            };
+            refusal = (self.scheduler.register_executor(self.now_us, info).err())
+                .map(|refused| refused.to_string());
+        }
+        if let Some(reason) = refusal {
+            tracing::warn!(
+                executor_id = r.executor_id,
+                "registration refused: {reason}"
+            );
+            (self.peers).send(peer, &Message::RegisterExecutorFailed { reason: &reason });
+            return Err(ConnError::Protocol(format!(
+                "registration refused: {reason}"
+            )));
+        }
+        let id = self.executors.next_id();
+        let lane_key = self.executors.add_remote(&r, peer);
+        let registered = Message::RegisteredExecutor {
+            heartbeat_interval_ms: self.heartbeat_interval_ms(),
+            lane_key,
+        };
+        self.send(peer, &registered);
+        let Registration {
+            executor_id,
+            host,
+            cores,
+            lanes,
+        } = r;
+        tracing::info!(executor_id, host, cores, lanes, "executor registered");
+        self.telemetry
+            .executor_registered(id, executor_id, host, cores);
+        debug_assert_eq!(self.executors.id_of(executor_id), Some(id));
+        Ok(id)
+    }
+
+    /// A lane of a registered executor asks to join (see the module docs): its executor, or
+    /// the refusal (told to the peer, whose connection closes).
+    fn join_lane(
+        &mut self,
+        peer: PeerId,
+        executor_id: &str,
+        lane: u32,
+        lane_key: &[u8; 32],
+    ) -> Result<ExecutorId, ConnError> {
+        let id = match self.executors.join_lane(peer, executor_id, lane, lane_key) {
+            Ok(id) => id,
+            Err(reason) => {
+                tracing::warn!(executor_id, lane, "lane refused: {reason}");
+                (self.peers).send(peer, &Message::RegisterExecutorFailed { reason: &reason });
+                return Err(ConnError::Protocol(format!("lane refused: {reason}")));
+            }
+        };
+        let joined = Message::LaneJoined {
+            heartbeat_interval_ms: self.heartbeat_interval_ms(),
+        };
+        self.send(peer, &joined);
+        tracing::info!(executor_id, lane, "executor lane joined");
+        Ok(id)
+    }
+
+    /// A registered lane: a member of the peer table, its heartbeats due.
+    fn open_lane(&mut self, peer: PeerId, executor: ExecutorId, lane: u32) {
+        if let Some((phase, _)) = self.peers.open_mut(peer) {
+            *phase = Phase::Executor(executor, lane);
+        }
+        self.peers.set_standing(peer, Standing::Member);
+        debug_assert!(self.is_executor(peer));
+    }
+
+    fn heartbeat_interval_ms(&self) -> u32 {
+        u32::try_from(self.config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX)
+    }
+
+    fn tasks_per_core(&self) -> u32 {
+        self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX)
+    }
+
+    /// Registers the in-process executor (local mode) with `cores`; the slots its runner
+    /// must hold.
+    pub fn add_local_executor(&mut self, cores: u32, now_us: u64) -> u32 {
+        self.advance(now_us);
+        let slots = cores.saturating_mul(self.tasks_per_core());
+        let info = ExecutorInfo {
+            id: LOCAL_EXECUTOR,
+            host: "localhost".into(),
+            cores: slots,
+            attributes: Vec::new(),
+        };
+        match self.scheduler.register_executor(self.now_us, info) {
+            Ok(()) => {
+                self.executors.add_local();
+                self.telemetry
+                    .executor_registered(LOCAL_EXECUTOR, "local", "localhost", cores);
+            }
+            Err(refusal) => tracing::error!("local executor refused: {refusal}"),
+        }
+        self.pump();
+        slots
+    }
+
+    /// Attempts the in-process executor ended (drained from `reports`).
+    pub fn handle_local_completions(&mut self, reports: &mut Vec<TaskReport>, now_us: u64) {
+        self.advance(now_us);
+        let now = self.now_us;
+        for report in reports.drain(..) {
+            let (task, attempt, state) = (report.task, report.attempt, report.state);
+            self.telemetry
+                .status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
+            let update = report.into_update(LOCAL_EXECUTOR);
+            self.scheduler.status_update(now, update);
+        }
+        self.pump();
+        debug_assert!(reports.is_empty());
+    }
+
+    // ----- inputs: jobs and requests -----
+
+    /// A job the caller admitted under `id` (its result observer, if any, stays with the
+    /// caller's side): into the scheduler, with its deadline noted. A job refused here (a
+    /// malformed one) ends at once: its outcome is in [`DriverCore::poll_event`].
+    pub fn submit(&mut self, id: JobId, job: Job, now_us: u64) {
+        self.advance(now_us);
+        self.submit_inner(id, job);
+        self.pump();
+    }
+
+    fn submit_inner(&mut self, id: JobId, job: Job) {
+        debug_assert!(job.observer.is_none(), "an observer reached the core");
+        let Job {
+            function,
+            payloads,
+            cores,
+            observer: _,
+            keep_results,
+            result_bytes_max,
+            deadline,
+            stream: _,
+            scheduling,
+        } = job;
+        let n = payloads.len();
+        let executors = &self.executors;
+        let spec = crate::job::job_spec(
+            function,
+            payloads,
+            cores,
+            keep_results,
+            result_bytes_max,
+            *scheduling,
+            |executor_id| executors.id_of(executor_id),
+        );
+        let refused = |jobs: &mut Jobs, error: String| {
+            let reason = format!("job refused: {error}");
+            jobs.end(id, scheduler::JobOutcome::Failed(vec![reason]));
+        };
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(error) => return refused(&mut self.jobs, error.to_string()),
+        };
+        let now_us = self.now_us;
+        // The function's name, shared with the job's tasks (a job of no tasks has none to show).
+        let function: std::sync::Arc<str> = match spec.tasks.first_function() {
+            Some(function) => function.clone(),
+            None => std::sync::Arc::from(""),
+        };
+        (self.telemetry).job_submitted(now_us, id, &function, n, &spec.pool);
+        if self.jobs.is_empty() {
+            // The first stall check one interval after work arrives.
+            self.health.work_arrived(now_us);
+        }
+        // The job starts first: the scheduler may end it (no tasks, a payload over the limit)
+        // within the call.
+        let deadline_us = deadline.map(|d| now_us.saturating_add(us(d)));
+        self.jobs.start(id, deadline_us);
+        if let Err(error) = self.scheduler.submit_job_with_id(now_us, id, spec) {
+            refused(&mut self.jobs, error.to_string());
+        }
+    }
+
+    /// A caller cancelled a job.
+    pub fn cancel(&mut self, job: JobId, now_us: u64) {
+        self.advance(now_us);
+        self.scheduler.cancel_job(self.now_us, job);
+        self.pump();
+    }
+
+    /// Tells every remote executor to exit and refuses new registrations; how many were told.
+    pub fn stop_executors(&mut self) -> usize {
+        self.stopping = true;
+        let peers: Vec<PeerId> = self.executors.lane0s().collect();
+        for &peer in &peers {
+            self.send(peer, &Message::StopExecutor {});
+        }
+        peers.len()
+    }
+
+    /// Tells one remote executor (by its id on the wire) to exit, its removal not counted as a
+    /// loss; whether it was registered.
+    pub fn stop_executor(&mut self, executor_id: &str) -> bool {
+        let Some((id, peer)) = self.executors.remote_by_name(executor_id) else {
+            return false;
+        };
+        self.executors.retire(id, RemovalReason::Killed, false);
+        self.send(peer, &Message::StopExecutor {});
+        true
+    }
+
+    /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;
+    /// one removed lately still has an application-caused reason charged (see
+    /// [`super::Driver::remove_executor`]).
+    pub fn remove_executor(&mut self, executor_id: &str, reason: RemovalReason, now_us: u64) {
+        self.advance(now_us);
+        if let Some((id, peer)) = self.executors.remote_by_name(executor_id) {
+            self.executors.retire(id, reason, true);
+            self.close(peer, ConnError::Closed);
+        } else if let Some(id) = self.executors.gone(executor_id) {
+            // Already removed (its connection closed first): the scheduler charges a reason
+            // that blames the application to the attempts it held then.
+            tracing::info!(%executor_id, "late exit reason: {reason}");
+            self.scheduler.remove_executor(self.now_us, id, reason);
+        }
+        self.pump();
+    }
+
+    /// The driver stops: every peer is told (`Shutdown`, to poll and flush) and every job
+    /// fails with that reason (outcomes in [`DriverCore::poll_event`]).
+    pub fn shutdown(&mut self) {
+        let peers: Vec<PeerId> = self.peers.keys().collect();
+        for peer in peers {
+            self.send(peer, &Message::Shutdown {});
+        }
+        for id in self.jobs.drain() {
+            let reason = "the driver stopped".to_owned();
+            self.jobs
+                .end(id, scheduler::JobOutcome::Failed(vec![reason]));
+        }
+        debug_assert!(self.jobs.is_empty());
+    }
+
+    // ----- views -----
+
+    /// The backlog and the remote executors.
+    pub fn executors_view(&self) -> ExecutorsView {
+        views::executors(&self.scheduler, &self.executors)
+    }
+
+    /// The stalled executors' ids on the wire.
+    pub fn stalled(&self) -> Vec<String> {
+        views::stalled(&self.scheduler, &self.executors)
+    }
+
+    /// What the driver shows at `now_us` (metrics, web UI).
+    pub fn observe(&self, now_us: u64) -> DriverView {
+        views::driver(&self.scheduler, &self.executors, &self.telemetry, now_us)
+    }
+
+    // ----- outputs -----
+
+    /// The next peer with frames to send, and the frames (append them to its connection).
+    pub fn poll_transmit(&mut self) -> Option<(PeerId, BytesMut)> {
+        self.peers.poll_transmit()
+    }
+
+    /// The next peer to close, and why: the IO layer writes what it has for it (drain
+    /// [`DriverCore::poll_transmit`] first), then drops it. The core has forgotten it.
+    pub fn poll_close(&mut self) -> Option<(PeerId, ConnError)> {
+        self.peers.poll_close()
+    }
+
+    /// The next thing the in-process executor is to do.
+    pub fn poll_local(&mut self) -> Option<LocalCommand> {
+        self.local.pop_front()
+    }
+
+    /// The next task result or job outcome for the callers' side, in the order they happened.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.jobs.poll_event()
+    }
+
+    /// When [`DriverCore::handle_timeout`] is next due (on the callers' clock): the earliest of
+    /// the scheduler's own timeout, the peers' deadlines (heartbeat, handshake, client idle),
+    /// the jobs' deadlines and, while jobs are active, the stall checks. `None` while nothing
+    /// is pending.
+    pub fn poll_timeout(&mut self) -> Option<u64> {
+        let jobs_active = !self.jobs.is_empty();
+        [
+            self.scheduler_deadline(),
+            self.peers.poll_timeout(),
+            self.jobs.next_deadline(),
+            self.health.poll_timeout(jobs_active),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The scheduler's timeout, asked again after inputs came (O(log jobs)), no earlier than
+    /// [`TICK_GAP_MIN_US`] after the last tick.
+    fn scheduler_deadline(&mut self) -> Option<u64> {
+        let timeout = &mut self.scheduler_timeout;
+        if timeout.stale {
+            let gap_us = self.last_tick_us.saturating_add(TICK_GAP_MIN_US);
+            timeout.deadline_us = self.scheduler.poll_timeout().map(|t| t.max(gap_us));
+            timeout.stale = false;
+        }
+        timeout.deadline_us
+    }
+
+    /// Time passed: ticks the scheduler when it asked, fails jobs past their deadline, drops
+    /// peers past theirs, checks for stalls.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        self.advance(now_us);
+        let now = self.now_us;
+        if self.scheduler.poll_timeout().is_some_and(|t| t <= now) {
+            self.scheduler.tick(now);
+            self.last_tick_us = now;
+        }
+        while let Some(id) = self.jobs.due(now) {
+            let reason = format!("job {} failed: its deadline passed", id.0);
+            self.scheduler.fail_job(now, id, &reason);
+        }
+        self.peers.handle_timeout(now);
+        self.forget_gone();
+        let (executors, jobs_active) = (&self.executors, !self.jobs.is_empty());
+        self.health
+            .handle_timeout(now, jobs_active, &self.scheduler, |id| {
+                executors.name_of(id)
+            });
+        self.pump();
+        debug_assert!(self.jobs.next_deadline().is_none_or(|at| at > now));
+    }
+
+    // ----- internals -----
+
+    /// Carries out everything the scheduler decided: launches and kills to their executors,
+    /// results and outcomes to the events for the callers' side.
+    fn pump(&mut self) {
+        self.scheduler.drain_outputs(&mut self.outputs);
+        if self.telemetry.point_due(self.now_us) {
+            views::take_point(&self.scheduler, &mut self.telemetry, self.now_us);
+        }
+        let mut outputs = std::mem::take(&mut self.outputs);
+        for output in outputs.drain(..) {
+            self.carry_out(output);
+        }
+        self.outputs = outputs;
+    }
+
+    fn carry_out(&mut self, output: Output) {
+        match output {
+            Output::Launch { executor, tasks } => self.launch(executor, tasks),
+            Output::Kill {
+                executor,
+                task,
+                attempt,
+                reason,
+            } => self.kill(executor, (task, attempt), &reason),
+            Output::TaskResult { task, result } => {
+                self.telemetry.task_done(task.job());
+                self.jobs.result(task, result);
+            }
+            Output::JobOutcome { job, outcome } => {
+                self.telemetry
+                    .job_over(self.now_us, job, Ended::of(&outcome));
+                self.jobs.end(job, outcome);
+            }
+        }
+    }
+
+    /// A kill of `attempt` to the lane of `executor` that holds it (or the local runner).
+    fn kill(&mut self, executor: ExecutorId, attempt: (TaskId, u32), reason: &str) {
+        match self.executors.link(executor) {
+            Some(Link::Remote(remote)) => {
+                let Some(peer) = remote.peer_of(attempt) else {
+                    return;
+                };
+                self.telemetry.kill_sent(self.now_us, attempt.0, attempt.1);
+                let kill = Message::KillTask {
+                    task_id: attempt.0 .0,
+                    attempt: attempt.1,
+                    reason,
+                };
+                self.send(peer, &kill);
+            }
+            Some(Link::Local) => self.local.push_back(LocalCommand::Kill {
+                task: attempt.0,
+                attempt: attempt.1,
+            }),
+            None => {}
+        }
+    }
+
+    fn launch(&mut self, executor: ExecutorId, tasks: Vec<TaskLaunch>) {
+        let now = self.now_us;
+        match self.executors.link_mut(executor) {
+            Some(Link::Remote(remote)) => {
+                let batches = remote.route_all(&tasks, now);
+                for task in &tasks {
+                    let lane = || remote.lane_of((task.task, task.attempt));
+                    self.telemetry.launched(now, task, executor, lane);
+                }
+                for (peer, batch) in batches {
+                    let out = peer.and_then(|peer| self.peers.outbound(peer));
+                    let (Some(out), false) = (out, batch.is_empty()) else {
+                        continue;
+                    };
+                    // Payloads are bounded below a frame (`Driver::start`), so this fits.
+                    let frame_size_max = self.config.frame_size_max;
+                    if let Err(error) = batch::encode_launches(&batch, out, frame_size_max) {
+                        tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    }
+                }
+            }
+            Some(Link::Local) => {
+                for task in tasks {
+                    self.telemetry.launched(now, &task, executor, || 0);
+                    self.local.push_back(LocalCommand::Launch(task));
+                }
+            }
+            None => tracing::error!(
+                executor = executor.0,
+                "launch for an unknown executor dropped"
+            ),
+        }
+    }
+
+    /// Encodes a message for a peer.
+    fn send(&mut self, peer: PeerId, message: &Message<'_>) {
+        self.peers.send(peer, message);
+    }
+
+    /// Closes a peer: its last frames go out, then the IO layer drops it.
+    fn close(&mut self, peer: PeerId, why: ConnError) {
+        if self.peers.contains(peer) {
+            let phase = self.peers.state(peer).copied();
+            self.forget(phase, &why);
+            self.peers.close(peer, why);
+        }
+    }
+
+    /// Forgets the peers the table closed itself (evicted, expired).
+    fn forget_gone(&mut self) {
+        while let Some((_, phase, why)) = self.peers.poll_gone() {
+            self.forget(Some(phase), &why);
+        }
+    }
+
+    /// A peer removed from the table (`None`: in the handshake): an executor leaves the
+    /// scheduler.
+    fn forget(&mut self, phase: Option<Phase>, why: &ConnError) {
+        if let Some(Phase::Executor(id, lane)) = phase {
+            self.lose_lane(id, lane, why);
+        } else if !matches!(why, ConnError::Closed) {
+            tracing::warn!("dropped a connection: {why}");
+        }
+    }
+
+    /// Lane `lane` of executor `id` is gone: the executor goes with it (fate-sharing), its
+    /// other lanes closed, the reason naming the lane when it has more than one.
+    fn lose_lane(&mut self, id: ExecutorId, lane: u32, why: &ConnError) {
+        let Some(remote) = self.executors.take_remote(id) else {
+            // Its removal already closed this lane.
+            return;
+        };
+        let named = (remote.is_laned()).then(|| ConnError::Protocol(format!("lane {lane}: {why}")));
+        let why = named.as_ref().unwrap_or(why);
+        for (other, slot) in remote.lanes.iter().enumerate() {
+            if let Some(peer) = slot.peer.filter(|_| other != lane as usize) {
+                let reason = format!("its executor is lost: {why}");
+                self.peers.close(peer, ConnError::Protocol(reason));
+            }
+        }
+        self.depart(id, why);
+    }
+
+    /// Executor `id` leaves the scheduler (its lanes are closed already).
+    fn depart(&mut self, id: ExecutorId, why: &ConnError) {
+        let why = why.to_string();
+        let Departure {
+            executor_id,
+            reason,
+            how,
+            lost,
+        } = self.executors.depart(id, &why, self.stopping);
+        let shown = match how {
+            How::Retired => {
+                tracing::info!(%executor_id, "executor removed: {reason}");
+                reason.to_string()
+            }
+            How::Stopped => {
+                tracing::info!(%executor_id, "executor stopped");
+                "stopped".to_owned()
+            }
+            How::Lost => {
+                tracing::warn!(%executor_id, "executor lost: {why}");
+                why
+            }
+        };
+        (self.telemetry).executor_removed(self.now_us, id, &shown, lost);
+        self.scheduler.remove_executor(self.now_us, id, reason);
+        debug_assert!(self.executors.link(id).is_none());
+    }
+}
+
+/// Micros in a duration, saturating.
+pub(crate) fn us(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,67 @@
+//! What the driver core shows: the views its callers ask the loop for (an allocator's
+//! backlog, the stalled executors, everything the metrics and the web UI show), read from the
+//! scheduler, the executors and the telemetry without changing them.
+
+use flint_engine::scheduler::{ExecutorId, Scheduler};
+
+use super::executors::{Executors, Link};
+use crate::driver::ExecutorsView;
+use crate::observe::{DriverView, LoopTelemetry};
+
+/// The backlog and the remote executors with the tasks running on each.
+pub(super) fn executors(scheduler: &Scheduler, executors: &Executors) -> ExecutorsView {
+    let pending_tasks = scheduler.pending_tasks();
+    let running_tasks = scheduler.unfinished_tasks().saturating_sub(pending_tasks);
+    let executors = (executors.remotes())
+        .map(|(executor_id, id)| (executor_id.to_owned(), running_on(scheduler, id)))
+        .collect();
+    ExecutorsView {
+        pending_tasks,
+        running_tasks,
+        executors,
+    }
+}
+
+/// The stalled executors' ids on the wire.
+pub(super) fn stalled(scheduler: &Scheduler, executors: &Executors) -> Vec<String> {
+    (scheduler.stalled_executors().into_iter())
+        .map(|(id, _)| executors.name_of(id))
+        .collect()
+}
+
+/// What the driver shows at `now_us` (metrics, web UI).
+pub(super) fn driver(
+    scheduler: &Scheduler,
+    executors: &Executors,
+    telemetry: &LoopTelemetry,
+    now_us: u64,
+) -> DriverView {
+    let scheduling = |job| scheduler.job_info(job);
+    let mut view = telemetry.view(|id| running_on(scheduler, id), scheduling, now_us);
+    for executor in view.executors.iter_mut() {
+        let id = executors.id_of(&executor.executor_id);
+        if let Some(Link::Remote(remote)) = id.and_then(|id| executors.link(id)) {
+            executor.lane_launches = remote.lanes.iter().map(|l| l.launched).collect();
+            executor.lanes_joined = remote.lanes_joined();
+        }
+    }
+    view.stats = scheduler.stats().clone();
+    view.pending_tasks = scheduler.pending_tasks() as u64;
+    view.running_tasks =
+        (scheduler.unfinished_tasks()).saturating_sub(scheduler.pending_tasks()) as u64;
+    (view.executors_registered, view.executors_lost) = executors.totals();
+    view
+}
+
+/// A point of the live charts ([`crate::observe::series`]), taken when one is due.
+#[cold]
+pub(super) fn take_point(scheduler: &Scheduler, telemetry: &mut LoopTelemetry, now_us: u64) {
+    let pending = scheduler.pending_tasks();
+    let running = scheduler.unfinished_tasks().saturating_sub(pending);
+    telemetry.take_point(now_us, scheduler.stats(), pending as u64, running as u64);
+}
+
+/// The slots in use on executor `id`.
+fn running_on(scheduler: &Scheduler, id: ExecutorId) -> u32 {
+    (scheduler.executor_cores(id)).map_or(0, |(slots, free)| slots.saturating_sub(free))
+}

@@ -1,0 +1,135 @@
+//! The callers' side of the driver's loop: each active job's shared state (what its
+//! [`crate::job::JobHandle`] reads) and result observer, the room each job holds under the
+//! admission limits, and the callers waiting for executors. The endpoint (and the cluster
+//! simulator) hands every [`Event`] the core polls out to [`Handles::deliver`]; this is where
+//! user code (a result observer) runs, never inside the core.
+
+use std::sync::Arc;
+
+use flint_engine::hash::FxHashMap;
+use flint_engine::runtime::Reply;
+use flint_engine::scheduler::{JobId, JobOutcome};
+
+use super::core::Event;
+use crate::admission::Admission;
+use crate::job::{JobShared, ResultObserver};
+
+/// Callers waiting for executors at once, at most.
+const EXECUTOR_WAITERS_MAX: usize = 4096;
+
+/// One active job, as its caller sees it.
+struct Entry {
+    shared: Arc<JobShared>,
+    observer: Option<ResultObserver>,
+    /// Tasks in the job, given back to admission when it ends.
+    tasks: usize,
+}
+
+/// The callers' side (see the module docs).
+pub(crate) struct Handles {
+    jobs: FxHashMap<JobId, Entry>,
+    /// Callers waiting for a number of executors.
+    waiters: Vec<(usize, Reply<()>)>,
+    admission: Arc<Admission>,
+}
+
+impl Handles {
+    pub(crate) fn new(admission: Arc<Admission>) -> Handles {
+        Handles {
+            jobs: FxHashMap::default(),
+            waiters: Vec::new(),
+            admission,
+        }
+    }
+
+    /// A job on its way to the core, admitted under `id` with `tasks` tasks: whether it goes
+    /// there. One its handle cancelled already ends here as cancelled.
+    pub(crate) fn open(
+        &mut self,
+        id: JobId,
+        shared: Arc<JobShared>,
+        observer: Option<ResultObserver>,
+        tasks: usize,
+    ) -> bool {
+        if shared.is_cancelled() {
+            self.admission.release(tasks);
+            shared.finish(JobOutcome::Cancelled);
+            return false;
+        }
+        let entry = Entry {
+            shared,
+            observer,
+            tasks,
+        };
+        let before = self.jobs.insert(id, entry);
+        assert!(before.is_none(), "job {} opened twice", id.0);
+        true
+    }
+
+    /// Hands one of the core's events to its job: a result to the handle and the observer, an
+    /// outcome to the handle (giving its room back).
+    pub(crate) fn deliver(&mut self, event: Event) {
+        match event {
+            Event::TaskResult { task, result } => {
+                let Some(entry) = self.jobs.get_mut(&task.job()) else {
+                    return;
+                };
+                let result = result.as_ref().map_err(String::as_str);
+                entry.shared.task_done(task.index(), result);
+                if let Some(observer) = entry.observer.as_mut() {
+                    observer(task.index(), result);
+                }
+            }
+            Event::JobOutcome { job, outcome } => {
+                if let Some(entry) = self.jobs.remove(&job) {
+                    self.admission.release(entry.tasks);
+                    entry.shared.finish(outcome);
+                }
+            }
+        }
+    }
+
+    /// The jobs whose handles cancelled them while the driver's inbox was full (so no
+    /// message came), once per such round.
+    pub(crate) fn cancelled(&self) -> Vec<JobId> {
+        if !self
+            .admission
+            .cancels_pending
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Vec::new();
+        }
+        (self.jobs.iter())
+            .filter(|(_, entry)| entry.shared.is_cancelled())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Answers `reply` once at least `count` executors are registered (at once if
+    /// `registered` are). Waiters that gave up are forgotten; past [`EXECUTOR_WAITERS_MAX`]
+    /// the asker hears `Stopped` at once (its reply is dropped).
+    pub(crate) fn when_executors(&mut self, count: usize, reply: Reply<()>, registered: usize) {
+        if registered >= count {
+            let _ = reply.send(());
+            return;
+        }
+        self.waiters.retain(|(_, r)| !r.is_abandoned());
+        if self.waiters.len() < EXECUTOR_WAITERS_MAX {
+            self.waiters.push((count, reply));
+        }
+    }
+
+    /// Answers the callers waiting for no more than `registered` executors.
+    pub(crate) fn executors_registered(&mut self, registered: usize) {
+        if self.waiters.iter().all(|(count, _)| *count > registered) {
+            return;
+        }
+        for (count, reply) in std::mem::take(&mut self.waiters) {
+            if count <= registered {
+                let _ = reply.send(());
+            } else {
+                self.waiters.push((count, reply));
+            }
+        }
+    }
+}
