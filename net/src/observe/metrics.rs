@@ -20,8 +20,8 @@
 //! | role | metrics |
 //! | --- | --- |
 //! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}`, `executor_lanes{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
-//! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_mb{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
-//! | worker | `worker_cores{state}`, `worker_memory_mb{state}`, `executors_by_state{state}` |
+//! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_bytes{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
+//! | worker | `worker_cores{state}`, `worker_memory_bytes{state}`, `executors_by_state{state}` |
 //! | every process | `up` (1 when the role answered), `net_frames_received`, `net_bytes_received`, `net_bytes_sent`, `net_writes` |
 
 use std::net::SocketAddr;
@@ -504,7 +504,7 @@ pub fn cluster_down(role: ClusterRole, accept: Option<&str>, error: &str) -> Res
 /// A family's rows: each label value with its value.
 type Rows = Vec<(String, i64)>;
 
-/// Cores and memory (MiB) of the alive workers, each as `used` and `free` rows.
+/// Cores and memory (bytes) of the alive workers, each as `used` and `free` rows.
 fn alive_resources(view: &ClusterView) -> (Rows, Rows) {
     let alive: Vec<_> = view.workers.iter().filter(|w| w.state == "ALIVE").collect();
     let used: u64 = alive.iter().map(|w| u64::from(w.cores_used)).sum();
@@ -517,7 +517,8 @@ fn alive_resources(view: &ClusterView) -> (Rows, Rows) {
             ("free".to_owned(), total.saturating_sub(used) as i64),
         ]
     };
-    (split(used, total), split(mem_used, mem_total))
+    let mib = |mb: u64| mb.saturating_mul(1 << 20);
+    (split(used, total), split(mib(mem_used), mib(mem_total)))
 }
 
 /// The view's executors counted by state.
@@ -552,8 +553,8 @@ fn encode_master(enc: &mut DescriptorEncoder, view: &ClusterView) -> Result {
     )?;
     family(
         enc,
-        "memory_mb",
-        "Memory (MiB) of alive workers, used and free.",
+        "memory_bytes",
+        "Memory of alive workers, used and free.",
         MetricType::Gauge,
         "state",
         &memory,
@@ -592,8 +593,8 @@ fn encode_worker(enc: &mut DescriptorEncoder, view: &ClusterView) -> Result {
     )?;
     family(
         enc,
-        "worker_memory_mb",
-        "This worker's memory (MiB), used and free.",
+        "worker_memory_bytes",
+        "This worker's memory, used and free.",
         MetricType::Gauge,
         "state",
         &memory,

@@ -26,7 +26,8 @@ pub const TOKEN_FILE_BYTES_MAX: u64 = 4096;
 pub const TOKEN_CHARS_MIN: usize = 16;
 /// The most characters a token may have.
 pub const TOKEN_CHARS_MAX: usize = 1024;
-/// The name of the login cookie.
+/// The login cookie's name, followed by `_PORT` (cookies are per host, not per port, so each
+/// server on a host keeps its own).
 pub const COOKIE_NAME: &str = "flint_observe";
 
 /// Why a token could not be had.

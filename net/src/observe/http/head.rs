@@ -6,7 +6,6 @@
 //! [`BODY_BYTES_MAX`], more than [`HEADERS_MAX`] headers.
 
 use super::{Request, Response};
-use crate::observe::token::COOKIE_NAME;
 
 /// Headers a request may have.
 pub const HEADERS_MAX: usize = 32;
@@ -56,8 +55,9 @@ pub enum Parsed {
     Bad(u16, &'static str),
 }
 
-/// Parses the head at the start of `buf`, which may hold at most `head_max` bytes of it.
-pub fn parse(buf: &[u8], head_max: usize) -> Parsed {
+/// Parses the head at the start of `buf`, which may hold at most `head_max` bytes of it;
+/// `cookie` names the login cookie.
+pub fn parse(buf: &[u8], head_max: usize, cookie: &str) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -89,7 +89,7 @@ pub fn parse(buf: &[u8], head_max: usize) -> Parsed {
         head_len,
         body_len: 0,
     };
-    match headers_into(req.headers, &mut head) {
+    match headers_into(req.headers, &mut head, cookie) {
         Ok(()) => Parsed::Complete(head),
         Err((status, text)) => Parsed::Bad(status, text),
     }
@@ -117,6 +117,7 @@ fn request(target: &str) -> Request {
 fn headers_into(
     headers: &[httparse::Header<'_>],
     head: &mut Head,
+    cookie_name: &str,
 ) -> Result<(), (u16, &'static str)> {
     let mut length: Option<usize> = None;
     for header in headers {
@@ -125,7 +126,7 @@ fn headers_into(
         if name.eq_ignore_ascii_case("authorization") && head.bearer.is_none() {
             head.bearer = bearer(value).map(<[u8]>::to_vec);
         } else if name.eq_ignore_ascii_case("cookie") && head.cookie.is_none() {
-            head.cookie = cookie(value).map(<[u8]>::to_vec);
+            head.cookie = cookie(value, cookie_name).map(<[u8]>::to_vec);
         } else if name.eq_ignore_ascii_case("accept") {
             let accept = String::from_utf8_lossy(value).into_owned();
             head.wants_html = accept.contains("text/html");
@@ -158,10 +159,10 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
         .then(|| rest.trim_ascii())
 }
 
-fn cookie(value: &[u8]) -> Option<&[u8]> {
+fn cookie<'a>(value: &'a [u8], name: &str) -> Option<&'a [u8]> {
     value.split(|&b| b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
-        let rest = pair.strip_prefix(COOKIE_NAME.as_bytes())?;
+        let rest = pair.strip_prefix(name.as_bytes())?;
         rest.strip_prefix(b"=")
     })
 }
@@ -253,14 +254,14 @@ mod tests {
     use super::*;
 
     fn complete(raw: &str) -> Head {
-        match parse(raw.as_bytes(), 8192) {
+        match parse(raw.as_bytes(), 8192, "flint_observe") {
             Parsed::Complete(head) => head,
             other => panic!("{raw:?}: {other:?}"),
         }
     }
 
     fn bad(raw: &str) -> u16 {
-        match parse(raw.as_bytes(), 256) {
+        match parse(raw.as_bytes(), 256, "flint_observe") {
             Parsed::Bad(status, _) => status,
             other => panic!("{raw:?}: {other:?}"),
         }
@@ -282,7 +283,7 @@ mod tests {
         let post = complete("POST /login HTTP/1.0\r\nContent-Length: 12\r\n\r\ntoken=a%2Bb+");
         assert_eq!((post.method, post.body_len), (Method::Post, 12));
         assert!(matches!(
-            parse(b"GET / HTTP/1.1\r\nHost: x\r\n", 8192),
+            parse(b"GET / HTTP/1.1\r\nHost: x\r\n", 8192, "c"),
             Parsed::Partial
         ));
     }
@@ -304,7 +305,7 @@ mod tests {
         assert_eq!(bad("GET / HTTP/1.1\r\nBad Header\r\n\r\n"), 400);
         let many: String = (0..40).map(|i| format!("H{i}: v\r\n")).collect();
         assert_eq!(
-            match parse(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes(), 8192) {
+            match parse(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes(), 8192, "c") {
                 Parsed::Bad(status, _) => status,
                 _ => 0,
             },

@@ -102,6 +102,8 @@ pub(super) struct Server {
     next_sweep_us: u64,
     drops: Drops,
     next_log_us: u64,
+    /// The login cookie's name: with the port, so servers on one host keep their own.
+    cookie_name: String,
 }
 
 fn unauthorized() -> Response {
@@ -131,6 +133,7 @@ impl Server {
             waker: waker.clone(),
         });
         let work = start_workers(&limits, site.handler.clone(), &answers)?;
+        let cookie_name = format!("{COOKIE_NAME}_{}", listener.local_addr()?.port());
         let prepared = Prepared {
             public: site
                 .public
@@ -157,6 +160,7 @@ impl Server {
             next_sweep_us: 0,
             drops: Drops::default(),
             next_log_us: LOG_EVERY.as_micros() as u64,
+            cookie_name,
         };
         Ok((server, waker))
     }
@@ -291,7 +295,7 @@ impl Server {
         };
         let key = entry.key;
         let buf = &entry.conn.buf;
-        match head::parse(buf, head_max) {
+        match head::parse(buf, head_max, &self.cookie_name) {
             Parsed::Partial => {}
             Parsed::Bad(status, text) => {
                 let bytes = Bytes::from(encode(&Response::text(status, text), false));
@@ -314,9 +318,17 @@ impl Server {
             let bytes = self.login(&head, body);
             return self.refuse(slot, key, bytes, now);
         }
-        if !self.shows_token(&head) {
-            let bytes = self.refusal(&head);
-            return self.refuse(slot, key, bytes, now);
+        let shows_token = self.shows_token(&head);
+        let public = self.prepared.public.iter().find(|(p, _)| *p == head.request.path);
+        match public {
+            Some((_, bytes)) if head.method == Method::Get && shows_token => {
+                return self.answer(slot, bytes.clone(), now);
+            }
+            _ if !shows_token => {
+                let bytes = self.refusal(&head);
+                return self.refuse(slot, key, bytes, now);
+            }
+            _ => {}
         }
         if !matches!(head.method, Method::Get | Method::Head) {
             let answer = Response::text(405, "GET only: this server is read-only\n");
@@ -368,7 +380,8 @@ impl Server {
         let mut answer = Response::text(303, "logged in\n");
         answer.headers.push(("Location", next));
         if !cookie.is_empty() {
-            let set = format!("{COOKIE_NAME}={cookie}; Path=/; HttpOnly; SameSite=Strict");
+            let name = &self.cookie_name;
+            let set = format!("{name}={cookie}; Path=/; HttpOnly; SameSite=Strict");
             answer.headers.push(("Set-Cookie", set));
         }
         Bytes::from(encode(&answer, false))

@@ -1,12 +1,18 @@
-//! The web UI: server-rendered HTML pages for the driver (jobs, executors, recent failures)
-//! and the master (workers, applications, executors), refreshed by the browser every
-//! [`REFRESH_SECONDS`], read-only, no scripts and no front-end build. Served with the metrics
-//! by [`serve_driver`] and [`serve_cluster`] over [`super::http`]: `/` is the page, `/metrics`
-//! the Prometheus text. With a secret, both need the token (see [`super::http`]); pages never
-//! contain it.
+//! The web UI: pages for the driver ([`driver`]: summary, live charts, task timeline, jobs,
+//! executors, failures; a page per job) and the master or a worker ([`cluster`]), read-only,
+//! with the metrics and the JSON API ([`super::api`]) beside them, served by [`serve_driver`]
+//! and [`serve_cluster`] over [`super::http`]. Tables are rendered on the server (readable
+//! without JavaScript); one small script of Flint's own ([`SCRIPT`], no CDN, no build) logs the
+//! browser in, swaps in fresh tables every [`REFRESH_SECONDS`] and draws the charts and the
+//! timeline as SVG from the API. With a token, every request needs it (see [`super::token`]):
+//! the login page takes it in a form (or from the address's `#token=` fragment) and a cookie
+//! carries it after; pages never contain it and addresses never do.
 //!
-//! Every table row carries `data-` attributes with its key values, so tests (and scripts) can
-//! read the page's DOM without parsing prose.
+//! The role is asked for its view at most every [`VIEW_MAX_AGE`], however many clients ask
+//! ([`ViewCache`]): the pages, the API and the metrics all render the same view.
+//!
+//! Every table row and drawn element carries `data-` attributes with its key values, so tests
+//! (and scripts) can read the page's DOM without parsing prose.
 
 mod cluster;
 mod driver;
@@ -88,7 +94,12 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}\
 .s-RUNNING,.s-ALIVE,.s-SUCCEEDED{color:#1a7f37}.s-FAILED,.s-DEAD,.s-LOST{color:#cf222e}\
 .s-WAITING,.s-LAUNCHING,.s-UNKNOWN{color:#9a6700}dl{display:flex;flex-wrap:wrap;gap:0 2em}\
 dt{color:#666}dd{margin:0 0 .4em 0;font-weight:600;font-size:1.2em}\
-progress{width:10em}.reason{font-family:monospace;font-size:12px;color:#555}";
+progress{width:10em}.reason{font-family:monospace;font-size:12px;color:#555}\
+.charts{display:flex;flex-wrap:wrap;gap:.8em}figure{margin:0;border:1px solid #ddd;padding:4px}\
+figcaption{font-weight:600;font-size:12px}svg.chart{width:420px;height:170px}\
+.grid{stroke:#eee}.tick{font-size:10px;fill:#666}.line{fill:none;stroke-width:1.5}\
+.legend{font-size:11px}#timeline{width:100%;max-width:1200px}.lane{font-size:11px;fill:#444}\
+.bar.copy{stroke:#111;stroke-dasharray:3 2;stroke-width:1}.kill{stroke:#cf222e;stroke-width:2}";
 
 fn page(title: &str, body: &str) -> String {
     format!(
