@@ -216,8 +216,7 @@ impl HttpServer {
             return Err(HttpError::InsecureBind(addr));
         }
         assert!(limits.workers > 0 && limits.queue_max > 0);
-        let listener = mio::net::TcpListener::bind(addr)
-            .map_err(|source| HttpError::Listen { addr, source })?;
+        let listener = listen(addr).map_err(|source| HttpError::Listen { addr, source })?;
         let addr = listener.local_addr().map_err(HttpError::Start)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (server, waker) = server::Server::new(listener, access, limits, site, stop.clone())
@@ -251,6 +250,22 @@ impl HttpServer {
             let _ = thread.join();
         }
     }
+}
+
+/// Connections the kernel keeps waiting for an accept (Linux caps it at `somaxconn`, 4096 by
+/// default): a burst of connections beyond it has its SYNs dropped, and a client waits a
+/// second to send its SYN again.
+pub const BACKLOG: i32 = 4096;
+
+/// A non-blocking listener on `addr` with [`BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<mio::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(mio::net::TcpListener::from_std(socket.into()))
 }
 
 impl Drop for HttpServer {

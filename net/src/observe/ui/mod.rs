@@ -161,35 +161,54 @@ fn html(body: String) -> Response {
 /// How long one answer of a role serves every request (pages, API, metrics): however many
 /// clients ask, the role is asked at most this often.
 pub const VIEW_MAX_AGE: Duration = Duration::from_millis(250);
+/// How old a view may be and still be served while a fresher one is being asked for.
+pub const VIEW_STALE_MAX: Duration = Duration::from_secs(5);
 
-/// One view shared by the requests of [`VIEW_MAX_AGE`]; one request asks for a new one while
-/// the others wait for it (so a crowd of requests costs the role one question).
+/// One view shared by the requests of [`VIEW_MAX_AGE`]. One request at a time asks the role for
+/// a new one; meanwhile the others get the last one if it is under [`VIEW_STALE_MAX`] old (so a
+/// busy role slows one request, not all), or wait for their turn to ask.
 pub struct ViewCache<T> {
     last: Mutex<Option<(Instant, Arc<T>)>>,
+    asking: Mutex<()>,
 }
 
 impl<T> Default for ViewCache<T> {
     fn default() -> Self {
         ViewCache {
             last: Mutex::new(None),
+            asking: Mutex::new(()),
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<T> ViewCache<T> {
     /// The view, from the cache or from `fetch`.
     pub fn get<E>(&self, fetch: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
-        let mut last = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((at, view)) = last.as_ref() {
-            if at.elapsed() < VIEW_MAX_AGE {
+        let last = lock(&self.last).clone();
+        let fresh = |at: &Instant, age: Duration| at.elapsed() < age;
+        if let Some((at, view)) = &last {
+            if fresh(at, VIEW_MAX_AGE) {
+                return Ok(view.clone());
+            }
+        }
+        let asking = match (self.asking.try_lock(), &last) {
+            (Ok(guard), _) => guard,
+            (Err(_), Some((at, view))) if fresh(at, VIEW_STALE_MAX) => return Ok(view.clone()),
+            (Err(_), _) => lock(&self.asking),
+        };
+        // Another request may have asked while this one waited for its turn.
+        if let Some((at, view)) = lock(&self.last).as_ref() {
+            if fresh(at, VIEW_MAX_AGE) {
                 return Ok(view.clone());
             }
         }
         let view = Arc::new(fetch()?);
-        *last = Some((Instant::now(), view.clone()));
+        *lock(&self.last) = Some((Instant::now(), view.clone()));
+        drop(asking);
         Ok(view)
     }
 }
@@ -284,4 +303,35 @@ pub fn serve_cluster(
         }
     });
     HttpServer::start(addr, access, HttpLimits::default(), site(handler))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_role_holds_up_the_request_that_asks_not_the_others() {
+        let cache = Arc::new(ViewCache::<u32>::default());
+        assert_eq!(*cache.get(|| Ok::<_, ()>(1)).unwrap(), 1);
+        assert_eq!(*cache.get(|| Ok::<_, ()>(9)).unwrap(), 1, "fresh: not asked again");
+        std::thread::sleep(VIEW_MAX_AGE);
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (asked, asking) = std::sync::mpsc::channel::<()>();
+        let slow = {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                cache.get(|| {
+                    asked.send(()).unwrap();
+                    held.recv().unwrap();
+                    Ok::<_, ()>(2)
+                })
+            })
+        };
+        asking.recv().unwrap();
+        // While the role has not answered, others get the last view without waiting.
+        assert_eq!(*cache.get(|| Ok::<_, ()>(3)).unwrap(), 1);
+        release.send(()).unwrap();
+        assert_eq!(*slow.join().unwrap().unwrap(), 2);
+        assert_eq!(*cache.get(|| Ok::<_, ()>(4)).unwrap(), 2);
+    }
 }
