@@ -19,7 +19,7 @@ mod driver;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::api;
@@ -161,55 +161,116 @@ fn html(body: String) -> Response {
 /// How long one answer of a role serves every request (pages, API, metrics): however many
 /// clients ask, the role is asked at most this often.
 pub const VIEW_MAX_AGE: Duration = Duration::from_millis(250);
-/// How old a view may be and still be served while a fresher one is being asked for.
-pub const VIEW_STALE_MAX: Duration = Duration::from_secs(5);
+/// How long a request waits for a fresh view before it takes the last one.
+pub const VIEW_WAIT: Duration = Duration::from_millis(300);
+/// How old the last view may be to be served when no fresh one came in [`VIEW_WAIT`].
+pub const VIEW_STALE_MAX: Duration = Duration::from_secs(10);
 
-/// One view shared by the requests of [`VIEW_MAX_AGE`]. One request at a time asks the role for
-/// a new one; meanwhile the others get the last one if it is under [`VIEW_STALE_MAX`] old (so a
-/// busy role slows one request, not all), or wait for their turn to ask.
+/// The views a server's requests share (see the module docs). A thread of its own asks the role
+/// when a request wants a view fresher than [`VIEW_MAX_AGE`]; the request waits at most
+/// [`VIEW_WAIT`] for it and then takes the last one, so a role too busy to answer at once (a
+/// driver's loop in a million-task job) slows no request past that, and is never asked by two
+/// at once.
 pub struct ViewCache<T> {
-    last: Mutex<Option<(Instant, Arc<T>)>>,
-    asking: Mutex<()>,
+    shared: Arc<CacheShared<T>>,
 }
 
-impl<T> Default for ViewCache<T> {
-    fn default() -> Self {
-        ViewCache {
-            last: Mutex::new(None),
-            asking: Mutex::new(()),
-        }
-    }
+struct CacheShared<T> {
+    state: Mutex<CacheState<T>>,
+    changed: Condvar,
+}
+
+struct CacheState<T> {
+    last: Option<(Instant, Arc<T>)>,
+    /// The last failure to get one, and when.
+    error: Option<(Instant, String)>,
+    wanted: bool,
+    stopped: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl<T> ViewCache<T> {
-    /// The view, from the cache or from `fetch`.
-    pub fn get<E>(&self, fetch: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
-        let last = lock(&self.last).clone();
-        let fresh = |at: &Instant, age: Duration| at.elapsed() < age;
-        if let Some((at, view)) = &last {
-            if fresh(at, VIEW_MAX_AGE) {
-                return Ok(view.clone());
-            }
+impl<T: Send + Sync + 'static> ViewCache<T> {
+    /// A cache whose thread gets views with `fetch`.
+    pub fn start(fetch: impl Fn() -> Result<T, String> + Send + 'static) -> ViewCache<T> {
+        let shared = Arc::new(CacheShared {
+            state: Mutex::new(CacheState {
+                last: None,
+                error: None,
+                wanted: false,
+                stopped: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let inner = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("flint-http-view".into())
+            .spawn(move || refresh(&inner, fetch));
+        if let Err(error) = spawned {
+            lock(&shared.state).error = Some((Instant::now(), error.to_string()));
         }
-        let asking = match (self.asking.try_lock(), &last) {
-            (Ok(guard), _) => guard,
-            (Err(_), Some((at, view))) if fresh(at, VIEW_STALE_MAX) => return Ok(view.clone()),
-            (Err(_), _) => lock(&self.asking),
-        };
-        // Another request may have asked while this one waited for its turn.
-        if let Some((at, view)) = lock(&self.last).as_ref() {
-            if fresh(at, VIEW_MAX_AGE) {
-                return Ok(view.clone());
+        ViewCache { shared }
+    }
+
+    /// A view: fresh, or the last one if none came in [`VIEW_WAIT`] (see the type's docs).
+    pub fn get(&self) -> Result<Arc<T>, String> {
+        let asked = Instant::now();
+        let mut state = lock(&self.shared.state);
+        loop {
+            if let Some((at, view)) = &state.last {
+                let waited = asked.elapsed() >= VIEW_WAIT;
+                if at.elapsed() < VIEW_MAX_AGE || (waited && at.elapsed() < VIEW_STALE_MAX) {
+                    return Ok(view.clone());
+                }
             }
+            if let Some((at, error)) = &state.error {
+                if *at >= asked {
+                    return Err(error.clone());
+                }
+            }
+            if asked.elapsed() > SCRAPE_TIMEOUT + VIEW_WAIT || state.stopped {
+                return Err("no view in time".into());
+            }
+            state.wanted = true;
+            self.shared.changed.notify_all();
+            let (next, _) = (self.shared.changed)
+                .wait_timeout(state, Duration::from_millis(50))
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state = next;
         }
-        let view = Arc::new(fetch()?);
-        *lock(&self.last) = Some((Instant::now(), view.clone()));
-        drop(asking);
-        Ok(view)
+    }
+}
+
+impl<T> Drop for ViewCache<T> {
+    fn drop(&mut self) {
+        lock(&self.shared.state).stopped = true;
+        self.shared.changed.notify_all();
+    }
+}
+
+/// The cache's thread: asks for a view whenever one is wanted, until the cache is dropped.
+fn refresh<T>(shared: &CacheShared<T>, fetch: impl Fn() -> Result<T, String>) {
+    loop {
+        {
+            let mut state = lock(&shared.state);
+            while !state.wanted && !state.stopped {
+                state = (shared.changed.wait(state))
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            if state.stopped {
+                return;
+            }
+            state.wanted = false;
+        }
+        let fetched = fetch();
+        let mut state = lock(&shared.state);
+        match fetched {
+            Ok(view) => state.last = Some((Instant::now(), Arc::new(view))),
+            Err(error) => state.error = Some((Instant::now(), error)),
+        }
+        shared.changed.notify_all();
     }
 }
 
@@ -246,9 +307,9 @@ pub fn serve_driver(
     access: Access,
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
-    let cache = ViewCache::<DriverView>::default();
+    let cache = ViewCache::start(move || observer.view(SCRAPE_TIMEOUT).map_err(|e| e.to_string()));
     let handler: Handler = Arc::new(move |request: &Request| {
-        match cache.get(|| observer.view(SCRAPE_TIMEOUT)) {
+        match cache.get() {
             Ok(view) => driver_answer(request, &view, serve),
             Err(error) if request.path == "/metrics" => metrics::driver_down(
                 request.accept.as_deref(),
@@ -290,9 +351,9 @@ pub fn serve_cluster(
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
     let collector = ClusterCollector::new(status_addr, secret, role);
-    let cache = ViewCache::<ClusterView>::default();
+    let cache = ViewCache::start(move || collector.view().map_err(|e| e.to_string()));
     let handler: Handler = Arc::new(move |request: &Request| {
-        match cache.get(|| collector.view()) {
+        match cache.get() {
             Ok(view) => cluster_answer(request, &view, role, serve),
             Err(error) if request.path == "/metrics" => metrics::cluster_down(
                 role,
@@ -308,30 +369,31 @@ pub fn serve_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc::channel;
+
+    /// A cache whose views are the numbers sent to `release`, one per fetch.
+    fn cache() -> (ViewCache<u32>, std::sync::mpsc::Sender<u32>) {
+        let (release, views) = channel::<u32>();
+        let views = Mutex::new(views);
+        let fetch = move || lock(&views).recv().map_err(|e| e.to_string());
+        (ViewCache::start(fetch), release)
+    }
 
     #[test]
-    fn a_busy_role_holds_up_the_request_that_asks_not_the_others() {
-        let cache = Arc::new(ViewCache::<u32>::default());
-        assert_eq!(*cache.get(|| Ok::<_, ()>(1)).unwrap(), 1);
-        assert_eq!(*cache.get(|| Ok::<_, ()>(9)).unwrap(), 1, "fresh: not asked again");
+    fn a_busy_role_delays_requests_by_the_wait_at_most() {
+        let (cache, release) = cache();
+        release.send(1).unwrap();
+        assert_eq!(*cache.get().unwrap(), 1, "the first request waits for the first view");
+        assert_eq!(*cache.get().unwrap(), 1, "fresh: not asked again");
         std::thread::sleep(VIEW_MAX_AGE);
-        let (release, held) = std::sync::mpsc::channel::<()>();
-        let (asked, asking) = std::sync::mpsc::channel::<()>();
-        let slow = {
-            let cache = cache.clone();
-            std::thread::spawn(move || {
-                cache.get(|| {
-                    asked.send(()).unwrap();
-                    held.recv().unwrap();
-                    Ok::<_, ()>(2)
-                })
-            })
-        };
-        asking.recv().unwrap();
-        // While the role has not answered, others get the last view without waiting.
-        assert_eq!(*cache.get(|| Ok::<_, ()>(3)).unwrap(), 1);
-        release.send(()).unwrap();
-        assert_eq!(*slow.join().unwrap().unwrap(), 2);
-        assert_eq!(*cache.get(|| Ok::<_, ()>(4)).unwrap(), 2);
+        // The role does not answer: the request takes the last view after the wait.
+        let started = Instant::now();
+        assert_eq!(*cache.get().unwrap(), 1);
+        assert!(started.elapsed() >= VIEW_WAIT, "{:?}", started.elapsed());
+        release.send(2).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while *cache.get().unwrap() != 2 {
+            assert!(Instant::now() < deadline, "the answer, once in, is served");
+        }
     }
 }

@@ -146,7 +146,8 @@
       const d = pts.map((p, j) => (j ? "L" : "M") + x(p.t).toFixed(1) + "," + y(p[l.key]).toFixed(1)).join("");
       const last = pts.length ? pts[pts.length - 1][l.key] : 0;
       add(svg, "path", { d: d, stroke: l.color, class: "line", "data-series": l.key, "data-last": last });
-      add(svg, "text", { x: left + 4 + i * 90, y: 12, fill: l.color, class: "legend" }, l.name + " " + short(last));
+      const step = (right - left) / lines.length;
+      add(svg, "text", { x: left + 4 + i * step, y: 12, fill: l.color, class: "legend" }, l.name + " " + short(last));
     });
     svg.setAttribute("data-points", data.length);
   }
