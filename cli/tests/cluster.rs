@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{unique, wait_until, DEADLINE};
+use common::{unique, wait_until, Gate, DEADLINE};
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flint_cli::summary::{checksum_of, indexed_payload};
 use flint_engine::functions::fnv1a64;
-use flint_net::driver::{Driver, DriverConfig};
+use flint_net::driver::{Driver, DriverConfig, ExecutorsView};
 use flint_net::handshake::Secret;
-use flint_net::job::{Job, JobOutcome};
+use flint_net::job::{Job, JobHandle, JobOutcome};
 use flint_net::wire::{AuthMethod, Message, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// An executor process whose stderr goes to a file the test can read.
@@ -107,7 +107,8 @@ fn addr(driver: &Driver) -> SocketAddr {
     driver.local_addr().expect("listening")
 }
 
-/// A `hash` job (optionally slowed down with `hash:MS`) whose checksum the test computes itself.
+/// A `hash` job (or one of a gate's tasks, which return the same) whose checksum the test
+/// computes itself.
 struct HashJob {
     function: String,
     tasks: u64,
@@ -127,16 +128,43 @@ impl HashJob {
         })
     }
 
-    /// Runs the job; `during` is called once at least `after` tasks are done. Returns the
-    /// checksum of the results.
-    fn run(&self, driver: &Driver, after: u64, during: impl FnOnce()) -> u64 {
+    /// Runs the job to its end; the checksum of the results.
+    fn run(&self, driver: &Driver) -> u64 {
         let handle = driver
             .submit(Job::new(self.function.clone(), self.payloads()))
             .expect("submitted");
-        wait_until("progress", || {
-            handle.tasks_done() >= after || handle.is_finished()
+        self.checksum(handle)
+    }
+
+    /// Runs a job of `gate`'s tasks (`function` is `gate.task()`): once `held` is true of the
+    /// executors' running attempts, which the gate holds so that it stays true, calls `during`
+    /// (the mid-job action), checks that nothing finished meanwhile, then opens the gate.
+    /// Returns the checksum of the results.
+    fn run_held(
+        &self,
+        driver: &Driver,
+        gate: &Gate,
+        mut held: impl FnMut(&ExecutorsView) -> bool,
+        during: impl FnOnce(),
+    ) -> u64 {
+        assert_eq!(self.function, gate.task(), "a job of the gate's tasks");
+        let handle = driver
+            .submit(Job::new(self.function.clone(), self.payloads()))
+            .expect("submitted");
+        wait_until("executors holding attempts at the gate", || {
+            driver.executors_view().is_ok_and(|view| held(&view))
         });
         during();
+        assert_eq!(
+            handle.tasks_done(),
+            0,
+            "nothing finished while the gate was shut"
+        );
+        gate.open();
+        self.checksum(handle)
+    }
+
+    fn checksum(&self, handle: JobHandle) -> u64 {
         match handle.wait_timeout(DEADLINE).expect("job finishes") {
             JobOutcome::Succeeded(results) => {
                 assert_eq!(results.len() as u64, self.tasks);
@@ -147,6 +175,21 @@ impl HashJob {
             other => panic!("job did not succeed: {other:?}"),
         }
     }
+}
+
+/// The attempts `executor` is running in `view` (0 when it is not registered).
+fn running(view: &ExecutorsView, executor: &str) -> u32 {
+    (view.executors.iter())
+        .find(|(id, _)| id == executor)
+        .map_or(0, |(_, running)| *running)
+}
+
+/// Waits until the driver has launched at least `attempts` attempts (its published counters
+/// may trail the job's end by a moment).
+fn wait_for_launched(driver: &Driver, attempts: u64) {
+    wait_until(&format!("{attempts} attempts launched"), || {
+        driver.stats().launched >= attempts
+    });
 }
 
 #[test]
@@ -164,7 +207,7 @@ fn jobs_across_two_and_three_executor_processes_have_the_right_checksum() {
             tasks: 3000,
             payload: 24,
         };
-        assert_eq!(job.run(&driver, 0, || {}), job.expected_checksum());
+        assert_eq!(job.run(&driver), job.expected_checksum());
         driver.stop_executors(DEADLINE).expect("executors stop");
         for child in &mut children {
             assert!(
@@ -185,14 +228,27 @@ fn an_executor_killed_with_sigkill_mid_job_loses_no_task() {
     driver
         .wait_for_executors(2, DEADLINE)
         .expect("executors register");
+    let gate = Gate::new();
     let job = HashJob {
-        function: "hash:5".into(),
+        function: gate.task(),
         tasks: 600,
         payload: 8,
     };
-    let checksum = job.run(&driver, 50, || victim.signal("-KILL"));
+    let mut lost_with_it = 0;
+    let held = |view: &ExecutorsView| {
+        lost_with_it = running(view, "victim");
+        lost_with_it > 0 && running(view, "survivor") > 0
+    };
+    // Killed while it provably holds attempts (at the gate, so they cannot finish first); the
+    // gate opens once the driver has declared it lost.
+    let checksum = job.run_held(&driver, &gate, held, || {
+        victim.signal("-KILL");
+        wait_until("the victim declared lost", || driver.executors_lost() >= 1);
+    });
     assert_eq!(checksum, job.expected_checksum());
-    assert!(driver.executors_lost() >= 1);
+    assert_eq!(driver.executors_lost(), 1);
+    // The attempts the victim held ran again elsewhere.
+    wait_for_launched(&driver, job.tasks + u64::from(lost_with_it));
 }
 
 #[test]
@@ -207,13 +263,22 @@ fn an_executor_that_joins_mid_job_gets_work() {
         .wait_for_executors(1, DEADLINE)
         .expect("first registers");
     let mut late = None;
+    let gate = Gate::new();
     let job = HashJob {
-        function: "hash:10".into(),
+        function: gate.task(),
         tasks: 300,
         payload: 8,
     };
-    let checksum = job.run(&driver, 10, || {
+    // The late executor starts while the first one's attempts are held at the gate (with 298
+    // tasks queued behind them), and gets some of them before the gate opens.
+    let held = |view: &ExecutorsView| running(view, "first") > 0;
+    let checksum = job.run_held(&driver, &gate, held, || {
         late = Some(Executor::start(addr(&driver), "late", None));
+        wait_until("the late executor to hold attempts", || {
+            driver
+                .executors_view()
+                .is_ok_and(|view| running(&view, "late") > 0)
+        });
     });
     assert_eq!(checksum, job.expected_checksum());
     driver.stop_executors(DEADLINE).expect("executors stop");
@@ -244,18 +309,28 @@ fn a_stopped_executor_is_declared_lost_and_its_tasks_finish_elsewhere() {
     driver
         .wait_for_executors(2, DEADLINE)
         .expect("executors register");
+    let gate = Gate::new();
     let job = HashJob {
-        function: "hash:5".into(),
+        function: gate.task(),
         tasks: 400,
         payload: 8,
     };
-    let checksum = job.run(&driver, 40, || frozen.signal("-STOP"));
-    assert_eq!(checksum, job.expected_checksum());
-    // Speculation (on by default) may finish the job before the heartbeat timeout; the
-    // stopped executor is declared lost all the same.
-    wait_until("the stopped executor to be declared lost", || {
-        driver.executors_lost() >= 1
+    let mut lost_with_it = 0;
+    let held = |view: &ExecutorsView| {
+        lost_with_it = running(view, "frozen");
+        lost_with_it > 0 && running(view, "other") > 0
+    };
+    // Stopped while it provably holds attempts; the gate stays shut (nothing finishes, so
+    // speculation has nothing to go on) until the heartbeat timeout has declared it lost.
+    let checksum = job.run_held(&driver, &gate, held, || {
+        frozen.signal("-STOP");
+        wait_until("the stopped executor to be declared lost", || {
+            driver.executors_lost() >= 1
+        });
     });
+    assert_eq!(checksum, job.expected_checksum());
+    assert_eq!(driver.executors_lost(), 1);
+    wait_for_launched(&driver, job.tasks + u64::from(lost_with_it));
     frozen.signal("-KILL");
 }
 
@@ -325,15 +400,18 @@ fn garbage_oversize_and_truncated_frames_from_raw_sockets_do_not_disturb_a_job()
     driver
         .wait_for_executors(2, DEADLINE)
         .expect("executors register");
+    let gate = Gate::new();
     let job = HashJob {
-        function: "hash:1".into(),
+        function: gate.task(),
         tasks: 1000,
         payload: 16,
     };
     let closed = Arc::new(AtomicU64::new(0));
     let attacker_closed = closed.clone();
     let target = addr(&driver);
-    let checksum = job.run(&driver, 20, move || {
+    // The attack comes while both executors hold attempts at the gate.
+    let held = |view: &ExecutorsView| running(view, "a") > 0 && running(view, "b") > 0;
+    let checksum = job.run_held(&driver, &gate, held, move || {
         let mut hello = bytes::BytesMut::new();
         Message::hello(Role::Executor, AuthMethod::None, [9; 32])
             .encode(&mut hello, FRAME_SIZE_MAX_DEFAULT)
@@ -487,7 +565,7 @@ fn a_two_core_executor_runs_a_job_over_two_lanes_as_one_executor() {
         tasks: 3000,
         payload: 24,
     };
-    assert_eq!(job.run(&driver, 0, || {}), job.expected_checksum());
+    assert_eq!(job.run(&driver), job.expected_checksum());
     let view = driver.observer().view(DEADLINE).expect("the driver's view");
     assert_eq!(
         view.executors.len(),
@@ -535,15 +613,33 @@ fn a_lane_whose_connection_breaks_loses_its_executor_and_the_job_finishes_elsewh
     driver
         .wait_for_executors(2, DEADLINE)
         .expect("the survivor registers");
+    let gate = Gate::new();
     let job = HashJob {
-        function: "hash:5".into(),
+        function: gate.task(),
         tasks: 400,
         payload: 8,
     };
+    // Lane 1 breaks while it provably holds attempts (launched to it and held at the gate).
+    let observer = driver.observer();
+    let mut lost_with_it = 0;
+    let held = |view: &ExecutorsView| {
+        lost_with_it = running(view, "laned");
+        let lane_1_holds = observer.view(DEADLINE).is_ok_and(|full| {
+            (full.executors.iter())
+                .any(|e| e.executor_id == "laned" && e.lane_launches.get(1).is_some_and(|&n| n > 0))
+        });
+        lane_1_holds && running(view, "survivor") > 0
+    };
     // Lane 0 connected first; lane 1 is the second connection.
-    let checksum = job.run(&driver, 40, || relay.break_connection(1));
+    let checksum = job.run_held(&driver, &gate, held, || {
+        relay.break_connection(1);
+        wait_until("the laned executor declared lost", || {
+            driver.executors_lost() >= 1
+        });
+    });
     assert_eq!(checksum, job.expected_checksum());
     assert_eq!(driver.executors_lost(), 1);
+    wait_for_launched(&driver, job.tasks + u64::from(lost_with_it));
     let view = driver.observer().view(DEADLINE).expect("the driver's view");
     let removed = (view.executors.iter())
         .find(|e| e.executor_id == "laned")

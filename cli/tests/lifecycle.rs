@@ -4,8 +4,9 @@
 
 mod common;
 
-use common::{unique, wait_until, DEADLINE};
+use common::{free_port, open_held, unique, wait_until, wait_until_held, Gate, DEADLINE};
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 
@@ -133,6 +134,11 @@ fn kill_9(pid: u32) {
     assert!(status.success(), "kill -9 {pid} failed");
 }
 
+/// A metrics address for `flint local --metrics-listen` (it serves loopback without a token).
+fn metrics_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
 fn expected_checksum(tasks: u64, payload: usize) -> u64 {
     (0..tasks).fold(0u64, |sum, i| {
         sum.wrapping_add(fnv1a64(&indexed_payload(i, payload)))
@@ -141,9 +147,14 @@ fn expected_checksum(tasks: u64, payload: usize) -> u64 {
 
 #[test]
 fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
-    // One task slot per executor: 300 tasks of 20 ms are a backlog of 300 executors' worth,
-    // so the target goes to the maximum; once the job is done, all but the minimum go idle and
-    // are released after 300 ms.
+    // One task slot per executor: 300 tasks held at a gate are a backlog of 300 executors'
+    // worth for as long as the test keeps it shut, so the target goes to the maximum; once the
+    // gate opens and the job is done, all but the minimum go idle and are released after
+    // 300 ms.
+    let gate = Gate::new();
+    let task = gate.task();
+    let addr = metrics_addr();
+    let listen = addr.to_string();
     let mut run = FlintLocal::start(&[
         "--dynamic",
         "--min-executors",
@@ -163,20 +174,29 @@ fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
         "--tasks",
         "300",
         "--task",
-        "sleep:20",
+        &task,
+        "--payload",
+        "8",
+        "--metrics-listen",
+        &listen,
     ]);
+    // Grown to the maximum while the backlog is held, each executor holding its one attempt.
+    wait_until_held(addr, None, 4);
+    open_held(&gate, addr, None);
     let (status, stdout, stderr) = run.finish();
     assert!(status.success(), "stdout {stdout} stderr {stderr}");
     assert_eq!(field(&stdout, "succeeded"), 300, "{stdout}");
-    assert!(
-        field(&stdout, "executors_peak") >= 2,
-        "did not grow: {stdout}"
+    assert_eq!(
+        field(&stdout, "checksum"),
+        expected_checksum(300, 8),
+        "{stdout}"
     );
-    assert!(
-        field(&stdout, "executors_peak") <= 4,
-        "above the maximum: {stdout}"
+    assert_eq!(
+        field(&stdout, "executors_peak"),
+        4,
+        "grew to the maximum, no further: {stdout}"
     );
-    assert!(field(&stdout, "executors_started") >= 2, "{stdout}");
+    assert!(field(&stdout, "executors_started") >= 4, "{stdout}");
     assert_eq!(
         field(&stdout, "executors_end"),
         1,
@@ -197,6 +217,10 @@ fn dynamic_allocation_grows_under_a_backlog_and_shrinks_when_idle() {
 #[test]
 fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
     let tasks = 1200;
+    let gate = Gate::new();
+    let task = gate.task();
+    let addr = metrics_addr();
+    let listen = addr.to_string();
     let mut run = FlintLocal::start(&[
         "--executors",
         "2",
@@ -205,20 +229,24 @@ fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
         "--tasks",
         "1200",
         "--task",
-        "hash:10",
+        &task,
         "--payload",
         "8",
+        "--metrics-listen",
+        &listen,
     ]);
     let first = run.pid_of("local-0");
     let second = run.pid_of("local-1");
-    run.wait_for_line("executor local-0 registered");
-    run.wait_for_line("executor local-1 registered");
+    // Both killed while they provably hold attempts (at the gate, so none finished); the gate
+    // opens once both replacements registered.
+    wait_until_held(addr, None, 2);
     kill_9(first);
     run.wait_for_line("executor local-0 exited: failed (code 137");
     run.wait_for_line("executor local-2 registered");
     kill_9(second);
     run.wait_for_line("executor local-1 exited: failed (code 137");
     run.wait_for_line("executor local-3 registered");
+    open_held(&gate, addr, None);
     let (status, stdout, stderr) = run.finish();
     assert!(status.success(), "stdout {stdout} stderr {stderr}");
     assert_eq!(field(&stdout, "succeeded"), tasks, "{stdout}");
@@ -229,6 +257,7 @@ fn executors_killed_mid_job_are_replaced_and_the_checksum_is_right() {
     );
     assert_eq!(field(&stdout, "executors_started"), 4, "{stdout}\n{stderr}");
     assert_eq!(field(&stdout, "executors_failed"), 2, "{stdout}");
+    assert_eq!(field(&stdout, "executors_lost"), 2, "{stdout}");
     assert_eq!(
         field(&stdout, "executors_end"),
         2,
@@ -424,14 +453,23 @@ fn the_driver_removes_an_executor_for_a_given_reason_and_its_tasks_run_elsewhere
     let payloads = (0..tasks)
         .map(|i| bytes::Bytes::from(indexed_payload(i, 8)))
         .collect();
+    let gate = Gate::new();
     let handle = driver
-        .submit(Job::new("hash:5", payloads))
+        .submit(Job::new(gate.task(), payloads))
         .expect("submitted");
-    wait_until("tasks running on a", || {
+    // a and b are removed and stopped while they provably hold attempts (at the gate); the
+    // gate opens once c holds the tasks they gave back.
+    let mut held = 0;
+    wait_until("tasks running on a and b", || {
         driver.executors_view().is_ok_and(|view| {
-            view.executors
-                .iter()
-                .any(|(name, running)| name == "a" && *running > 0)
+            let on = |id: &str| {
+                view.executors
+                    .iter()
+                    .find(|(e, _)| e == id)
+                    .map_or(0, |e| e.1)
+            };
+            held = u64::from(on("a")) + u64::from(on("b"));
+            on("a") > 0 && on("b") > 0
         })
     });
     driver
@@ -457,6 +495,17 @@ fn the_driver_removes_an_executor_for_a_given_reason_and_its_tasks_run_elsewhere
     assert!(driver.stop_executor("b").is_ok_and(|known| known));
     assert!(!driver.stop_executor("a").unwrap_or(true), "a is gone");
     let _c = ExecutorProcess::start(addr, "c");
+    wait_until("c holding attempts", || {
+        driver
+            .executors_view()
+            .is_ok_and(|view| view.executors.iter().any(|(e, n)| e == "c" && *n > 0))
+    });
+    assert_eq!(
+        handle.tasks_done(),
+        0,
+        "nothing finished while the gate was shut"
+    );
+    gate.open();
     match handle.wait_timeout(DEADLINE).expect("job finishes") {
         JobOutcome::Succeeded(results) => {
             let checksum = results.iter().fold(0u64, |sum, r| {
@@ -467,6 +516,10 @@ fn the_driver_removes_an_executor_for_a_given_reason_and_its_tasks_run_elsewhere
         other => panic!("job did not succeed: {other:?}"),
     }
     assert_eq!(driver.executors_lost(), 1, "a stop is not a loss");
+    // The attempts a and b held ran again on c.
+    wait_until("the held attempts launched again", || {
+        driver.stats().launched >= tasks + held
+    });
     let stats = driver.stats();
     assert_eq!(stats.succeeded, tasks);
 }

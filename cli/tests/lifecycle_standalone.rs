@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, unique, wait_until, DEADLINE};
+use common::{free_port, open_held, unique, wait_until, wait_until_held, Gate, DEADLINE};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 
 use flint_cli::summary::indexed_payload;
 use flint_engine::functions::fnv1a64;
+
+/// The cluster's shared secret (every process gets it as $FLINT_SECRET; the driver's metrics
+/// take the observe token it prints the file of).
+const SECRET: &str = "lifecycle-standalone-secret";
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
 struct Proc {
@@ -32,7 +36,7 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).expect("stdout file"))
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .env("FLINT_SECRET", "lifecycle-standalone-secret")
+            .env("FLINT_SECRET", SECRET)
             .spawn()
             .expect("spawn flint");
         Proc {
@@ -148,6 +152,10 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
         ],
     );
     let tasks = 1200u64;
+    let gate = Gate::new();
+    let task = gate.task();
+    let metrics_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let metrics_listen = metrics_addr.to_string();
     let mut submit = Proc::start(
         &dir,
         "submit",
@@ -162,7 +170,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
             "--tasks",
             &tasks.to_string(),
             "--task",
-            "hash:10",
+            &task,
             "--payload",
             "8",
             "--tasks-per-core",
@@ -171,15 +179,21 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
             "30",
             "--json",
             "--executor-events",
+            "--metrics-listen",
+            &metrics_listen,
         ],
     );
-    // Both executors seen running by the lifecycle handler.
+    // Both executors seen running by the lifecycle handler, and holding attempts at the gate:
+    // the victim is killed mid-job by construction, and the gate opens once its replacement
+    // runs.
     wait_until("the job to start", || {
         let stderr = submit.stderr();
         stderr.contains("running the job")
             && stderr.contains("executor 0 running")
             && stderr.contains("executor 1 running")
     });
+    let token = common::wait_observe_token(|| submit.stderr());
+    wait_until_held(metrics_addr, Some(&token), 2);
     let pids = executor_pids(&work);
     let victim = pids.first().expect("an executor pid").clone();
     let killed = Command::new("kill")
@@ -199,6 +213,10 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    wait_until("the replacement running", || {
+        submit.stderr().contains("executor 2 running")
+    });
+    open_held(&gate, metrics_addr, Some(&token));
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
     assert!(
@@ -265,7 +283,12 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
             &dir.join("work").to_string_lossy(),
         ],
     );
-    // One task slot per executor: 300 tasks of 20 ms ask for the maximum of 3.
+    // One task slot per executor: 300 tasks held at a gate ask for the maximum of 3, for as
+    // long as the test keeps it shut.
+    let gate = Gate::new();
+    let task = gate.task();
+    let metrics_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let metrics_listen = metrics_addr.to_string();
     let mut submit = Proc::start(
         &dir,
         "submit",
@@ -286,15 +309,22 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
             "--tasks",
             "300",
             "--task",
-            "sleep:20",
+            &task,
+            "--payload",
+            "8",
             "--tasks-per-core",
             "1",
             "--wait-s",
             "30",
             "--json",
             "--executor-events",
+            "--metrics-listen",
+            &metrics_listen,
         ],
     );
+    let token = common::wait_observe_token(|| submit.stderr());
+    wait_until_held(metrics_addr, Some(&token), 3);
+    open_held(&gate, metrics_addr, Some(&token));
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
     assert!(
@@ -303,11 +333,15 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
         submit.stderr()
     );
     assert_eq!(field(&stdout, "succeeded"), 300, "{stdout}");
-    assert!(
-        field(&stdout, "executors_peak") >= 2,
-        "did not grow: {stdout}"
+    let expected = (0..300).fold(0u64, |sum, i| {
+        sum.wrapping_add(fnv1a64(&indexed_payload(i, 8)))
+    });
+    assert_eq!(field(&stdout, "checksum"), expected, "{stdout}");
+    assert_eq!(
+        field(&stdout, "executors_peak"),
+        3,
+        "grew to the maximum, no further: {stdout}"
     );
-    assert!(field(&stdout, "executors_peak") <= 3, "{stdout}");
     assert!(field(&stdout, "executors_released") >= 1, "{stdout}");
     assert_eq!(
         field(&stdout, "executors_end"),

@@ -13,51 +13,19 @@
 mod common;
 
 use common::proc::{scratch, Proc};
-use common::{free_port, wait_until, DEADLINE};
+use common::{free_port, http_get as get, sample, wait_until, DEADLINE};
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use flint_net::handshake::Secret;
 use flint_net::observe::{cluster_view, ClusterView};
 
-const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 const SECRET: &str = "observe-test-secret";
 
-/// One GET; the status code and the body ("" and 0 when nothing answers).
-fn get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
-        return (0, String::new());
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{auth}\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut raw = String::new();
-    let _ = stream.read_to_string(&mut raw);
-    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
-        return (0, String::new());
-    };
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_owned())
-}
-
-/// The value of one sample (`name{labels}` exactly as printed) in Prometheus text.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let (name, value) = line.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok())?
-    })
-}
 
 /// The sum of every sample of a metric (any labels).
 fn sum_of(text: &str, metric: &str) -> f64 {
@@ -68,12 +36,7 @@ fn sum_of(text: &str, metric: &str) -> f64 {
 }
 
 fn scrape(addr: SocketAddr, token: &str) -> String {
-    let (status, body) = get(addr, "/metrics", Some(token));
-    if status == 200 {
-        body
-    } else {
-        String::new()
-    }
+    common::metrics(addr, Some(token))
 }
 
 /// `/metrics` with an `Accept` header.

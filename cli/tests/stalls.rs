@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{wait_until, DEADLINE};
+use common::{wait_until, Gate, DEADLINE};
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -419,12 +419,18 @@ fn the_driver_says_how_long_tasks_have_waited_with_no_executor() {
     assert_eq!(driver.no_executor_for(), None, "nothing waits");
     let mut first = Proc::executor(addr, "first");
     driver.wait_for_executors(1, DEADLINE).expect("registered");
-    let (payloads, _) = hash_payloads(400, 8);
-    let payloads: Vec<Bytes> = payloads;
+    let (payloads, expected) = hash_payloads(400, 8);
+    let gate = Gate::new();
     let handle = driver
-        .submit(Job::new("hash:20", payloads))
+        .submit(Job::new(gate.task(), payloads))
         .expect("submitted");
-    wait_until("progress", || handle.tasks_done() >= 5);
+    // Killed while it provably holds attempts (at the gate): the job cannot end before the test
+    // opens the gate, so its tasks wait with no executor for as long as the test looks.
+    wait_until("the first executor holding attempts", || {
+        driver
+            .executors_view()
+            .is_ok_and(|view| view.running_tasks > 0)
+    });
     first.kill();
     wait_until("the driver to notice", || {
         driver
@@ -432,8 +438,30 @@ fn the_driver_says_how_long_tasks_have_waited_with_no_executor() {
             .is_some_and(|d| d >= Duration::from_millis(300))
     });
     let _second = Proc::executor(addr, "second");
+    wait_until("the second executor holding attempts", || {
+        driver.executors_view().is_ok_and(|view| {
+            (view.executors.iter()).any(|(id, running)| id == "second" && *running > 0)
+        })
+    });
+    // Checked every 100 ms: cleared once the check sees an executor that can run them.
+    wait_until("the driver to see an executor again", || {
+        driver.no_executor_for().is_none()
+    });
+    assert_eq!(
+        handle.tasks_done(),
+        0,
+        "nothing finished while the gate was shut"
+    );
+    gate.open();
     let outcome = handle.wait_timeout(DEADLINE).expect("finishes");
-    assert!(matches!(outcome, JobOutcome::Succeeded(ref r) if r.len() == 400));
+    let JobOutcome::Succeeded(results) = outcome else {
+        panic!("the job failed: {outcome:?}");
+    };
+    assert_eq!(results.len(), 400);
+    let checksum = results
+        .iter()
+        .fold(0u64, |sum, r| sum.wrapping_add(checksum_of(r)));
+    assert_eq!(checksum, expected);
     assert_eq!(driver.no_executor_for(), None);
 }
 

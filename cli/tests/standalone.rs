@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{free_port, unique, wait_until, DEADLINE};
+use common::{
+    free_port, holding, metrics, open_held, sample, unique, wait_until, wait_until_held, Gate,
+    DEADLINE,
+};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -296,30 +299,50 @@ fn expected_checksum(tasks: u64, payload: usize) -> u64 {
 }
 
 fn submit(dir: &Path, master: u16, executors: u32, tasks: u64, task: &str) -> Proc {
-    Proc::start(
-        dir,
+    submit_with(dir, master, executors, tasks, task, &[])
+}
+
+/// [`submit`] with `extra` arguments.
+fn submit_with(
+    dir: &Path,
+    master: u16,
+    executors: u32,
+    tasks: u64,
+    task: &str,
+    extra: &[&str],
+) -> Proc {
+    let (master, executors, tasks) = (
+        format!("127.0.0.1:{master}"),
+        executors.to_string(),
+        tasks.to_string(),
+    );
+    let args = [
         "submit",
-        &[
-            "submit",
-            "--master",
-            &format!("127.0.0.1:{master}"),
-            "--executors",
-            &executors.to_string(),
-            "--cores",
-            "1",
-            "--tasks",
-            &tasks.to_string(),
-            "--task",
-            task,
-            "--payload",
-            "8",
-            "--tasks-per-core",
-            "4",
-            "--wait-s",
-            "30",
-            "--json",
-        ],
-    )
+        "--master",
+        &master,
+        "--executors",
+        &executors,
+        "--cores",
+        "1",
+        "--tasks",
+        &tasks,
+        "--task",
+        task,
+        "--payload",
+        "8",
+        "--tasks-per-core",
+        "4",
+        "--wait-s",
+        "30",
+        "--json",
+    ];
+    Proc::start(dir, "submit", &[&args[..], extra].concat())
+}
+
+/// A free loopback address for a `flint submit`'s `--metrics-listen`; its metrics take the
+/// observe token it prints the file of (`common::wait_observe_token`).
+fn metrics_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
 /// Waits for `flint submit` to exit 0 and checks its checksum; returns its JSON line.
@@ -365,6 +388,15 @@ fn executor_pids(work: &Path) -> Vec<String> {
         }
     }
     pids
+}
+
+/// A shell loop (for an executor command `sh -c`) that ends once `gate` opens: the executor
+/// stays up for exactly as long as the test needs it, and no longer.
+fn until_open(gate: &Gate) -> String {
+    format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done",
+        gate.path().display()
+    )
 }
 
 #[test]
@@ -500,20 +532,22 @@ fn a_waiting_application_gets_executors_first_come_first_served_as_cores_free_up
     let _master = start_master(&dir, port, &[]);
     let _worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
-    let mut first = submit(&dir, port, 1, 300, "hash:5");
+    // The first job holds the only core until the test opens its gate.
+    let gate = Gate::new();
+    let mut first = submit(&dir, port, 1, 300, &gate.task());
     wait_until("the first job to start", || {
         first.stderr().contains("running the job")
     });
     let mut second = submit(&dir, port, 1, 100, "hash");
     // The only core is taken: the second application waits.
     let snapshot = wait_status(port, "a second, waiting application", |s| s.apps.len() == 2);
-    if first.child.try_wait().ok().flatten().is_none() {
-        assert_eq!(
-            snapshot.apps.get(1).map(|a| a.1.as_str()),
-            Some("WAITING"),
-            "{snapshot:?}"
-        );
-    }
+    assert_eq!(
+        snapshot.apps.get(1).map(|a| a.1.as_str()),
+        Some("WAITING"),
+        "{snapshot:?}"
+    );
+    assert!(first.child.try_wait().ok().flatten().is_none(), "held");
+    gate.open();
     submit_succeeds(&mut first, 300);
     submit_succeeds(&mut second, 100);
     let _ = std::fs::remove_dir_all(&dir);
@@ -672,10 +706,18 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     .collect();
     wait_status(port, "3 alive workers", |s| s.alive_workers() == 3);
     let tasks = 1500;
-    let mut job = submit(&dir, port, 3, tasks, "hash:5");
+    let gate = Gate::new();
+    let driver_metrics = metrics_addr();
+    let listen = driver_metrics.to_string();
+    let extra = ["--metrics-listen", listen.as_str()];
+    let mut job = submit_with(&dir, port, 3, tasks, &gate.task(), &extra);
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
+    // Killed while its executor provably holds attempts (at the gate, so none finished); the
+    // gate opens once the driver has lost it and the master has placed its replacement.
+    let token = common::wait_observe_token(|| job.stderr());
+    wait_until_held(driver_metrics, Some(&token), 3);
     let snapshot = wait_status(port, "an executor running on w1", |s| {
         s.running_on("w1") == 1
     });
@@ -689,6 +731,16 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     }
     let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
     assert_eq!(snapshot.running_on("w1"), 0);
+    wait_status(port, "the replacement running", |s| {
+        s.executors.iter().filter(|e| e.3 == "RUNNING").count() == 3
+    });
+    wait_until("the driver to lose w1's executor", || {
+        sample(
+            &metrics(driver_metrics, Some(&token)),
+            "flint_executors_lost_total",
+        ) >= Some(1.0)
+    });
+    open_held(&gate, driver_metrics, Some(&token));
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
@@ -707,13 +759,16 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
     let dir = scratch("orphans");
     let port = free_port();
     let _master = start_master(&dir, port, &[]);
-    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sleep"]);
+    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sh"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    // The orphan runs until the restarted worker kills it (or the test ends and opens the
+    // gate), never out of time on its own.
+    let gate = Gate::new();
     let spec = AppSpec {
         name: "orphaned".into(),
         driver_addr: "127.0.0.1:1".into(),
-        command: "sleep".into(),
-        args: vec!["60".into()],
+        command: "sh".into(),
+        args: vec!["-c".into(), until_open(&gate)],
         cores_per_executor: 1,
         max_cores: 1,
         ..AppSpec::default()
@@ -728,7 +783,7 @@ fn a_restarted_worker_kills_the_executors_its_previous_run_left_behind() {
     let snapshot = wait_status(port, "w1 dead", |s| s.worker_state("w1") == Some("DEAD"));
     assert!(snapshot.executors.is_empty(), "{snapshot:?}");
     assert!(group_alive(&pids[0]), "the orphan outlives its worker");
-    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sleep"]);
+    let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sh"]);
     wait_until("the orphan to be killed", || !group_alive(&pids[0]));
     // The application still wants its executor: it gets a new one on the restarted worker.
     wait_status(port, "a new executor", |s| {
@@ -745,11 +800,17 @@ fn a_flint_executor_exits_when_its_worker_is_killed() {
     let _master = start_master(&dir, port, &[]);
     let mut worker = start_worker(&dir, port, "w1", "127.0.0.2", 1);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
-    // The default executor (`flint executor`) for a driver that is not there: it keeps trying
-    // to connect, so it is alive when its worker dies.
+    // The default executor (`flint executor`) for a driver in this test: once registered it
+    // stays up (the driver never stops it, and it has no connect timeout to run out of) until
+    // its worker dies.
+    let driver = flint_net::driver::Driver::builder()
+        .secret(secret())
+        .start()
+        .expect("the driver starts");
+    let driver_addr = driver.local_addr().expect("listening").to_string();
     let spec = AppSpec {
         name: "watched".into(),
-        driver_addr: "127.0.0.1:1".into(),
+        driver_addr,
         cores_per_executor: 1,
         max_cores: 1,
         ..AppSpec::default()
@@ -760,9 +821,13 @@ fn a_flint_executor_exits_when_its_worker_is_killed() {
         executor_pids(&dir.join("work-w1")).len() == 1
     });
     let pids = executor_pids(&dir.join("work-w1"));
+    driver
+        .wait_for_executors(1, DEADLINE)
+        .expect("the executor registers");
     assert!(group_alive(&pids[0]));
     worker.kill9();
     wait_until("the executor to exit by itself", || !group_alive(&pids[0]));
+    wait_until("its driver to see it gone", || driver.executors_lost() == 1);
     client.stop(DEADLINE);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -780,12 +845,30 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
         .collect();
     wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
     let tasks = 800;
-    let mut job = submit(&dir, port, 2, tasks, "hash:5");
+    let gate = Gate::new();
+    let driver_metrics = metrics_addr();
+    let listen = driver_metrics.to_string();
+    let extra = ["--metrics-listen", listen.as_str()];
+    let mut job = submit_with(&dir, port, 2, tasks, &gate.task(), &extra);
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
+    // The master restarts while both executors provably hold attempts (at the gate); the gate
+    // opens once it has taken the workers, the application and its executors back.
+    let token = common::wait_observe_token(|| job.stderr());
+    wait_until_held(driver_metrics, Some(&token), 2);
     master.kill9();
     let mut master = start_master(&dir, port, &["--state-dir", &state_arg]);
+    wait_status(
+        port,
+        "the workers, the application and its executors back",
+        |s| {
+            s.alive_workers() == 2
+                && s.apps.iter().any(|(_, state)| state == "RUNNING")
+                && s.executors.iter().filter(|e| e.3 == "RUNNING").count() == 2
+        },
+    );
+    open_held(&gate, driver_metrics, Some(&token));
     let json = submit_succeeds(&mut job, tasks);
     // The restarted master adopted the two running executors instead of placing new ones.
     assert_eq!(json_u64(&json, "executors_placed"), Some(2), "{json}");
@@ -930,14 +1013,19 @@ fn killed_executors_lose_their_whole_process_tree_even_when_they_ignore_sigterm(
     let _worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 2, &["sh"]);
     wait_status(port, "the worker", |s| s.alive_workers() == 1);
     // Each executor is a shell that ignores SIGTERM (as do its children) with a child of its
-    // own: the worker must fall back to SIGKILL for the whole group.
+    // own: the worker must fall back to SIGKILL for the whole group. They run until killed (or
+    // the test ends and opens the gate), never out of time on their own.
+    let gate = Gate::new();
     let spec = AppSpec {
         name: "stubborn".into(),
         driver_addr: "127.0.0.1:1".into(),
         command: "sh".into(),
         args: vec![
             "-c".into(),
-            "trap '' TERM; echo \"$FLINT_EXECUTOR_ID $FLINT_DRIVER_ADDR\"; sleep 60 & wait".into(),
+            format!(
+                "trap '' TERM; echo \"$FLINT_EXECUTOR_ID $FLINT_DRIVER_ADDR\"; ({}) & wait",
+                until_open(&gate)
+            ),
         ],
         cores_per_executor: 1,
         max_cores: 2,
@@ -1071,6 +1159,10 @@ fn multihost() {
         "{status_text}"
     );
     let tasks = 1500u64;
+    let gate = Gate::new();
+    let task = gate.task();
+    let driver_metrics: SocketAddr = format!("{}:9464", net.ip("driver")).parse().expect("addr");
+    let metrics_listen = driver_metrics.to_string();
     let mut driver_cmd = net.command("driver");
     driver_cmd.env("FLINT_SECRET", secret);
     let mut job = Proc::start_with(
@@ -1090,7 +1182,7 @@ fn multihost() {
             "--tasks",
             &tasks.to_string(),
             "--task",
-            "hash:5",
+            &task,
             "--payload",
             "8",
             "--tasks-per-core",
@@ -1098,23 +1190,43 @@ fn multihost() {
             "--heartbeat-timeout-ms",
             "2000",
             "--json",
+            "--metrics-listen",
+            &metrics_listen,
         ],
     );
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
-    // Cut w1's link: the master times it out, the driver times out its executor, and the job
-    // finishes on w2 (which gets a second executor).
+    // The driver's metrics, read from inside its namespace with its observe token.
+    let token = common::wait_observe_token(|| job.stderr());
+    let scrape = || {
+        let token = token.clone();
+        net.run_in("driver", move || metrics(driver_metrics, Some(&token)))
+    };
+    // Cut w1's link while both executors provably hold attempts (at the gate): the master times
+    // w1 out and the driver loses its executor, all before the gate opens; then the job
+    // finishes on w2.
+    wait_until("both executors holding attempts", || holding(&scrape(), 2));
     net.cut("w1");
+    let w1_dead = "{\"id\":\"w1\",\"host\":\"10.77.0.11\",\"port\":0,\"state\":\"DEAD\"";
+    wait_until("the master to declare w1 dead", || {
+        status_in_ns().contains(w1_dead)
+    });
+    wait_until("the driver to lose w1's executor", || {
+        sample(&scrape(), "flint_executors_lost_total") >= Some(1.0)
+    });
+    let text = scrape();
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "{text}"
+    );
+    gate.open();
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
     let status_text = status_in_ns();
-    assert!(
-        status_text
-            .contains("{\"id\":\"w1\",\"host\":\"10.77.0.11\",\"port\":0,\"state\":\"DEAD\""),
-        "{status_text}"
-    );
+    assert!(status_text.contains(w1_dead), "{status_text}");
     // The link comes back: w1's next heartbeat reaches a master that declared it dead, which
     // drops the connection; w1 reconnects and registers again.
     net.restore("w1");
@@ -1238,6 +1350,34 @@ mod netns {
         /// Takes `name`'s link down (its processes keep running, cut off).
         pub fn cut(&self, name: &str) {
             self.set_link(name, "down");
+        }
+
+        /// Runs `f` on a thread of its own inside `name`'s network namespace (the sockets it
+        /// opens are that namespace's): how the test reaches what listens there.
+        pub fn run_in<T: Send + 'static>(
+            &self,
+            name: &str,
+            f: impl FnOnce() -> T + Send + 'static,
+        ) -> T {
+            use std::os::fd::AsRawFd;
+            use std::os::raw::c_int;
+            extern "C" {
+                fn setns(fd: c_int, nstype: c_int) -> c_int;
+            }
+            const CLONE_NEWNET: c_int = 0x4000_0000;
+            let path = format!("/var/run/netns/{}", self.ns(name));
+            std::thread::spawn(move || {
+                let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+                // SAFETY: `ns` is an open descriptor of a network namespace for the whole call,
+                // and setns(2) with CLONE_NEWNET moves only the calling thread: this one, ours,
+                // which ends with `f`.
+                let moved = unsafe { setns(ns.as_raw_fd(), CLONE_NEWNET) };
+                let error = std::io::Error::last_os_error();
+                assert_eq!(moved, 0, "setns {path}: {error}");
+                f()
+            })
+            .join()
+            .expect("no panic inside the namespace")
         }
 
         /// Brings `name`'s link back up.
@@ -1483,17 +1623,19 @@ fn an_application_without_a_maximum_cannot_take_the_whole_cluster() {
     let _master = start_master(&dir, port, &["--default-cores", "2"]);
     let _workers: Vec<Proc> = [("w1", "127.0.0.2"), ("w2", "127.0.0.3")]
         .iter()
-        .map(|(id, host)| start_worker_allowing(&dir, port, id, host, 2, &["sleep"]))
+        .map(|(id, host)| start_worker_allowing(&dir, port, id, host, 2, &["sh"]))
         .collect();
     wait_status(port, "2 alive workers", |s| s.alive_workers() == 2);
+    // The greedy application's executors hold their cores until it stops.
+    let gate = Gate::new();
     let greedy = AppClient::start(AppClientConfig {
         master: SocketAddr::from(([127, 0, 0, 1], port)),
         secret: secret(),
         spec: AppSpec {
             name: "greedy".into(),
             driver_addr: "127.0.0.1:1".into(),
-            command: "sleep".into(),
-            args: vec!["60".into()],
+            command: "sh".into(),
+            args: vec!["-c".into(), until_open(&gate)],
             cores_per_executor: 1,
             max_cores: 0,
             ..AppSpec::default()

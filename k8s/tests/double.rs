@@ -12,6 +12,10 @@ use flint_engine::functions::fnv1a64;
 use flint_k8s::double::ApiDouble;
 use serde_json::Value;
 
+#[path = "../../cli/tests/common/gate.rs"]
+mod gate;
+use gate::Gate;
+
 const NS: &str = "flint-test";
 /// How long any one condition may take; generous for small shared CI machines.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -175,6 +179,31 @@ fn running_pods(double: &ApiDouble) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// A pod template whose executor container logs at info, so its pod's log says when it has
+/// registered with the driver (`registered_pods`); its path, for `--pod-template`.
+fn logging_template(dir: &Path) -> String {
+    let template = dir.join("template.json");
+    std::fs::write(
+        &template,
+        r#"{"spec": {"containers": [{"name": "executor", "env": [{"name": "RUST_LOG", "value": "info"}]}]}}"#,
+    )
+    .expect("a template");
+    template.to_str().expect("UTF-8").to_owned()
+}
+
+/// The running pods whose executor has registered with the driver (their log says so: pods
+/// made with `logging_template`), with their pids. With a job of a gate's tasks and one task
+/// slot each, an executor that registered holds an attempt until the gate opens.
+fn registered_pods(double: &ApiDouble, dir: &Path) -> Vec<(String, u32)> {
+    running_pods(double)
+        .into_iter()
+        .filter(|(name, _)| {
+            std::fs::read_to_string(dir.join("pods").join(format!("{name}.log")))
+                .is_ok_and(|log| log.contains("registered with the driver"))
+        })
+        .collect()
+}
+
 fn kill9(pid: u32) {
     let status = Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -255,6 +284,8 @@ fn flint_submit_k8s_runs_a_hash_job_to_the_right_checksum_and_leaves_no_pods_or_
 fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
     let dir = scratch();
     let double = start_double(&dir);
+    let gate = Gate::new();
+    let (task, template) = (gate.task(), logging_template(&dir));
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -265,13 +296,19 @@ fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
             "--tasks",
             "300",
             "--task",
-            "hash:25",
+            &task,
             "--tasks-per-core",
             "1",
+            "--pod-template",
+            &template,
         ],
     );
-    wait_until("two running executors", || running_pods(&double).len() >= 2);
-    let (victim, pid) = running_pods(&double)[0].clone();
+    // Killed once registered (so holding one of the 300 tasks held at the gate): the job
+    // cannot end before the gate opens, once the replacement exists.
+    wait_until("two registered executors", || {
+        registered_pods(&double, &dir).len() >= 2
+    });
+    let (victim, pid) = registered_pods(&double, &dir)[0].clone();
     kill9(pid);
     wait_until("the killed pod failed with 137", || {
         double.pods(NS).iter().any(|p| {
@@ -282,6 +319,7 @@ fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
         })
     });
     wait_until("a replacement pod", || double.counters().pods_created >= 3);
+    gate.open();
     let summary = submit.succeeds();
     assert_eq!(num(&summary, "checksum"), expected_checksum(300, 8));
     assert!(num(&summary, "executors_failed") >= 1, "{summary}");
@@ -293,7 +331,11 @@ fn kill_9_of_an_executor_fails_its_pod_and_the_allocator_replaces_it() {
 fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
     let dir = scratch();
     let double = start_double(&dir);
-    // No polling during the job: only the watch can tell the allocator a pod failed.
+    // No polling during the job: only the watch can tell the allocator a pod failed. Both kills
+    // come while the job's tasks are held at the gate, which opens after the second
+    // replacement.
+    let gate = Gate::new();
+    let (task, template) = (gate.task(), logging_template(&dir));
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -304,18 +346,22 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
             "--tasks",
             "500",
             "--task",
-            "hash:25",
+            &task,
             "--tasks-per-core",
             "1",
             "--poll-interval-ms",
             "600000",
+            "--pod-template",
+            &template,
         ],
     );
-    wait_until("two running executors", || running_pods(&double).len() >= 2);
+    wait_until("two registered executors", || {
+        registered_pods(&double, &dir).len() >= 2
+    });
     // 1. The history is compacted: the open watch gets 410 at the next change.
     let before = double.counters();
     double.compact();
-    let (_, pid) = running_pods(&double)[0].clone();
+    let (_, pid) = registered_pods(&double, &dir)[0].clone();
     kill9(pid);
     wait_until("a 410 and a re-list", || {
         let c = double.counters();
@@ -324,8 +370,8 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
     wait_until("the first replacement", || {
         double.counters().pods_created >= 3
     });
-    wait_until("two running executors again", || {
-        running_pods(&double).len() >= 2
+    wait_until("two registered executors again", || {
+        registered_pods(&double, &dir).len() >= 2
     });
     // 2. The stream is cut mid-job: the client re-lists and watches again.
     let before = double.counters();
@@ -334,11 +380,12 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
         let c = double.counters();
         c.pod_lists > before.pod_lists && c.watches > before.watches
     });
-    let (_, pid) = running_pods(&double)[0].clone();
+    let (_, pid) = registered_pods(&double, &dir)[0].clone();
     kill9(pid);
     wait_until("the second replacement", || {
         double.counters().pods_created >= 4
     });
+    gate.open();
     let summary = submit.succeeds();
     assert_eq!(num(&summary, "checksum"), expected_checksum(500, 8));
     assert!(num(&summary, "watch_lists") >= 3, "{summary}");
@@ -349,6 +396,8 @@ fn a_410_and_a_cut_watch_stream_are_recovered_by_relisting() {
 fn five_seconds_of_500s_are_survived() {
     let dir = scratch();
     let double = start_double(&dir);
+    let gate = Gate::new();
+    let (task, template) = (gate.task(), logging_template(&dir));
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -359,20 +408,29 @@ fn five_seconds_of_500s_are_survived() {
             "--tasks",
             "300",
             "--task",
-            "hash:25",
+            &task,
             "--tasks-per-core",
             "1",
             "--poll-interval-ms",
             "300",
             "--api-timeout-ms",
             "20000",
+            "--pod-template",
+            &template,
         ],
     );
-    wait_until("two running executors", || running_pods(&double).len() >= 2);
+    wait_until("two registered executors", || {
+        registered_pods(&double, &dir).len() >= 2
+    });
     double.fail_for(500, Duration::from_secs(5));
-    // A failure during the outage: its replacement's create is retried until the API is back.
-    let (_, pid) = running_pods(&double)[0].clone();
+    // A failure during the outage: its replacement's create is retried until the API is back,
+    // and the job (held at the gate) waits for it.
+    let (_, pid) = registered_pods(&double, &dir)[0].clone();
     kill9(pid);
+    wait_until("the replacement created", || {
+        double.counters().pods_created >= 3
+    });
+    gate.open();
     let summary = submit.succeeds();
     assert_eq!(num(&summary, "checksum"), expected_checksum(300, 8));
     assert!(double.counters().injected > 0);
@@ -416,6 +474,10 @@ fn a_pod_stuck_pending_past_the_timeout_is_deleted_and_replaced() {
 fn dynamic_allocation_grows_and_shrinks_the_pods() {
     let dir = scratch();
     let double = start_double(&dir);
+    // 300 tasks held at the gate, one slot per executor: a backlog that lasts until the test
+    // has seen the maximum of 3 executors registered.
+    let gate = Gate::new();
+    let (task, template) = (gate.task(), logging_template(&dir));
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -432,14 +494,24 @@ fn dynamic_allocation_grows_and_shrinks_the_pods() {
             "--tasks",
             "300",
             "--task",
-            "hash:20",
+            &task,
             "--tasks-per-core",
             "1",
+            "--pod-template",
+            &template,
         ],
     );
+    wait_until("three registered executors", || {
+        registered_pods(&double, &dir).len() == 3
+    });
+    gate.open();
     let summary = submit.succeeds();
     assert_eq!(num(&summary, "checksum"), expected_checksum(300, 8));
-    assert!(num(&summary, "executors_peak") >= 2, "grew: {summary}");
+    assert_eq!(
+        num(&summary, "executors_peak"),
+        3,
+        "grew to the maximum: {summary}"
+    );
     assert_eq!(num(&summary, "executors_end"), 1, "shrank: {summary}");
     assert!(num(&summary, "executors_deleted") >= 1, "{summary}");
     nothing_left(&double);
@@ -449,6 +521,10 @@ fn dynamic_allocation_grows_and_shrinks_the_pods() {
 fn a_dead_api_server_fails_the_app_within_the_api_timeout() {
     let dir = scratch();
     let double = start_double(&dir);
+    // The job's tasks are held at a gate this test never opens (until it ends): the job
+    // cannot end on its own, whatever the machine's speed.
+    let gate = Gate::new();
+    let task = gate.task();
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -459,7 +535,7 @@ fn a_dead_api_server_fails_the_app_within_the_api_timeout() {
             "--tasks",
             "1000",
             "--task",
-            "sleep:100",
+            &task,
             "--tasks-per-core",
             "1",
             "--poll-interval-ms",
@@ -473,7 +549,7 @@ fn a_dead_api_server_fails_the_app_within_the_api_timeout() {
     let started = Instant::now();
     let status = submit.wait();
     assert_eq!(status.code(), Some(2), "stderr:\n{}", submit.stderr());
-    // Failing takes the API timeout plus cleanup's own bounded retries, not the job's 100 s.
+    // Failing takes the API timeout plus cleanup's own bounded retries.
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
@@ -544,6 +620,10 @@ fn pods_left_by_a_previous_driver_are_deleted_first_and_pods_are_owned_by_the_dr
 fn sigterm_cancels_the_job_and_deletes_the_pods_and_the_secret() {
     let dir = scratch();
     let double = start_double(&dir);
+    // The job's tasks are held at a gate this test never opens (until it ends): the job
+    // cannot end on its own, whatever the machine's speed.
+    let gate = Gate::new();
+    let task = gate.task();
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -554,7 +634,7 @@ fn sigterm_cancels_the_job_and_deletes_the_pods_and_the_secret() {
             "--tasks",
             "1000",
             "--task",
-            "sleep:100",
+            &task,
             "--tasks-per-core",
             "1",
         ],
@@ -651,6 +731,10 @@ fn too_many_requests_at_the_start_are_retried() {
 fn a_hung_api_server_fails_the_app_within_the_api_timeout() {
     let dir = scratch();
     let double = start_double(&dir);
+    // The job's tasks are held at a gate this test never opens (until it ends): the job
+    // cannot end on its own, whatever the machine's speed.
+    let gate = Gate::new();
+    let task = gate.task();
     let mut submit = Submit::start(
         &double,
         &dir,
@@ -661,7 +745,7 @@ fn a_hung_api_server_fails_the_app_within_the_api_timeout() {
             "--tasks",
             "1000",
             "--task",
-            "sleep:100",
+            &task,
             "--tasks-per-core",
             "1",
             "--poll-interval-ms",

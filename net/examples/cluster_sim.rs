@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         "cluster: {n} seeds from {first} passed in {secs:.1} s ({:.0} seeds/s): {} jobs ({} \
          succeeded, {} failed, {} cancelled), {} tasks, {} attempts launched, {} executors ({} \
          refused, {} lanes past lane 0), {} faults ({} on one lane past 0), {} connections dropped as not reading, {} lies told, {} bytes in \
-         {} chunks, {} steps",
+         {} chunks, {} steps, {} hedged copies, {} suspicions",
         n as f64 / secs.max(1e-9),
         total.jobs,
         total.outcomes[0],
@@ -77,7 +77,9 @@ fn main() -> ExitCode {
         total.lies,
         total.delivered.0,
         total.delivered.1,
-        total.steps
+        total.steps,
+        total.hedges.0,
+        total.hedges.1
     );
     ExitCode::SUCCESS
 }

@@ -15,7 +15,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_core::Stream;
 
-pub use flint_engine::scheduler::{ExclusionConfig, JobOutcome, JobSetting, SpeculationConfig};
+pub use flint_engine::scheduler::{
+    ExclusionConfig, HedgeConfig, JobOutcome, JobSetting, SpeculationConfig,
+};
 use flint_engine::scheduler::{ExecutorId, JobSpec, TaskSpec, Tasks};
 
 /// Called on the driver's loop with each task's index and result, as results arrive.
@@ -58,6 +60,7 @@ pub(crate) struct JobScheduling {
     pub max_failures: Option<u32>,
     pub speculation: JobSetting<SpeculationConfig>,
     pub exclusion: JobSetting<ExclusionConfig>,
+    pub hedging: JobSetting<HedgeConfig>,
 }
 
 impl Default for JobScheduling {
@@ -70,6 +73,7 @@ impl Default for JobScheduling {
             max_failures: None,
             speculation: JobSetting::Inherit,
             exclusion: JobSetting::Inherit,
+            hedging: JobSetting::Inherit,
         }
     }
 }
@@ -147,6 +151,25 @@ impl Job {
         self
     }
 
+    /// Hedged attempts for this job: an attempt still running past `after` (or past its
+    /// function's recent 99th percentile run time times 2, if longer) gets one copy on another
+    /// executor; the first result wins and the other attempt is killed. The driver's default
+    /// floor is 1 ms ([`HedgeConfig`], `DriverConfig::scheduler.hedging`).
+    pub fn hedge_after(mut self, after: Duration) -> Self {
+        let floor_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+        self.scheduling.hedging = JobSetting::Custom(HedgeConfig {
+            floor_us,
+            ..HedgeConfig::default()
+        });
+        self
+    }
+
+    /// Hedging for this job: inherit the driver's (default, on), off, or its own settings.
+    pub fn hedging(mut self, setting: JobSetting<HedgeConfig>) -> Self {
+        self.scheduling.hedging = setting;
+        self
+    }
+
     /// Fails the job with a reason naming the deadline if it has not ended `deadline` after it
     /// reached the driver: running tasks are killed, pending ones dropped.
     pub fn deadline(mut self, deadline: Duration) -> Self {
@@ -214,6 +237,7 @@ pub(crate) fn job_spec(
         max_failures,
         speculation,
         exclusion,
+        hedging,
     } = scheduling;
     if locality.len() > payloads.len() {
         return Err(format!(
@@ -248,6 +272,7 @@ pub(crate) fn job_spec(
         max_failures,
         speculation,
         exclusion,
+        hedging,
         ..JobSpec::new(tasks)
     })
 }

@@ -1,11 +1,17 @@
 //! Helpers shared by the process tests (the ones that run the `flint` binary): waiting on a
-//! condition with a deadline, unique names, free ports, running `flint` to its end. Each test
-//! binary uses some of them. `net/tests/common` has the same first three for flint-net's tests.
+//! condition with a deadline, unique names, free ports, running `flint` to its end, a [`Gate`]
+//! that holds a job until the test releases it, and reading a role's Prometheus metrics. Each
+//! test binary uses some of them. `net/tests/common` has the same first three for flint-net's
+//! tests.
 #![allow(dead_code)]
 
+mod gate;
 pub mod proc;
+#[allow(unused_imports)]
+pub use gate::Gate;
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -58,6 +64,102 @@ pub fn run_flint(args: &[&str]) -> std::process::Output {
     child.wait_with_output().expect("output")
 }
 
+/// One GET to `addr` (with `Authorization: Bearer` when `bearer` is given): the status code and
+/// the body, or 0 and "" when nothing answers.
+pub fn http_get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, String) {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{auth}\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut raw = String::new();
+    let _ = stream.read_to_string(&mut raw);
+    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
+        return (0, String::new());
+    };
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_owned())
+}
+
+/// A role's Prometheus metrics (`/metrics` at `addr`, with `token` if it needs one), or "" when
+/// it does not answer 200.
+pub fn metrics(addr: SocketAddr, token: Option<&str>) -> String {
+    match http_get(addr, "/metrics", token) {
+        (200, body) => body,
+        _ => String::new(),
+    }
+}
+
+/// The value of one sample (`name{labels}` exactly as printed) in Prometheus text.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
+}
+
+/// Every sample of `metric` that has labels, as (the labels between the braces, value):
+/// `flint_executor_tasks_running` gives `("executor=\"local-0\"", 16.0)` and so on.
+pub fn samples(text: &str, metric: &str) -> Vec<(String, f64)> {
+    let prefix = format!("{metric}{{");
+    text.lines()
+        .filter_map(|line| {
+            let (series, value) = line.strip_prefix(&prefix)?.rsplit_once(' ')?;
+            Some((series.strip_suffix('}')?.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Running attempts per executor of a driver's metrics text (`flint_executor_tasks_running`),
+/// by executor id.
+pub fn running_per_executor(text: &str) -> Vec<(String, f64)> {
+    samples(text, "flint_executor_tasks_running")
+        .into_iter()
+        .filter_map(|(labels, value)| {
+            let id = labels.strip_prefix("executor=\"")?.strip_suffix('"')?;
+            Some((id.to_owned(), value))
+        })
+        .collect()
+}
+
+/// Whether a driver's metrics text shows `executors` registered, each holding running attempts
+/// (with a job of a [`Gate`]'s tasks, they hold them until the gate opens).
+pub fn holding(text: &str, executors: usize) -> bool {
+    let holding = running_per_executor(text)
+        .iter()
+        .filter(|(_, running)| *running > 0.0)
+        .count();
+    sample(text, "flint_executors") == Some(executors as f64) && holding == executors
+}
+
+/// Waits until the driver whose metrics are at `addr` (read with `token`) is [`holding`] with
+/// `executors`.
+pub fn wait_until_held(addr: SocketAddr, token: Option<&str>, executors: usize) {
+    wait_until(&format!("{executors} executors holding attempts"), || {
+        holding(&metrics(addr, token), executors)
+    });
+}
+
+/// Opens `gate` after checking, in the driver's metrics at `addr` (read with `token`), that no
+/// task finished while it was shut.
+pub fn open_held(gate: &Gate, addr: SocketAddr, token: Option<&str>) {
+    let text = metrics(addr, token);
+    assert_eq!(
+        sample(&text, "flint_tasks_succeeded_total"),
+        Some(0.0),
+        "nothing finishes while the gate is shut: {text}"
+    );
+    gate.open();
+}
+
 /// Raises this process's soft limit on open files to `wanted` (as far as the hard limit
 /// allows), for tests that hold thousands of connections; the soft limit it has then.
 pub fn raise_descriptor_limit(wanted: u64) -> u64 {
@@ -75,4 +177,22 @@ pub fn raise_descriptor_limit(wanted: u64) -> u64 {
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
     }
     limit.rlim_cur
+}
+
+/// The observe token a role printed the file of (`observe token in PATH`) in `stderr`, once it
+/// has: the token its metrics and pages take (never the cluster secret).
+pub fn wait_observe_token(stderr: impl Fn() -> String) -> String {
+    let mut path = None;
+    wait_until("the observe token's file to be printed", || {
+        path = stderr().lines().find_map(|line| {
+            let rest = line.split("observe token in ").nth(1)?;
+            Some(rest.split(' ').next()?.to_owned())
+        });
+        path.is_some()
+    });
+    let path = path.unwrap_or_default();
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("observe token file {path}: {e}"))
+        .trim()
+        .to_owned()
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{unique, wait_until, DEADLINE};
+use super::{unique, DEADLINE};
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 
@@ -94,26 +94,8 @@ impl Drop for Proc {
 
 
 impl Proc {
-    /// The rest of the first stderr line holding `marker`, waiting for it.
-    pub fn printed_after(&self, marker: &str) -> String {
-        let mut found = None;
-        wait_until(&format!("{} to print {marker:?}", self.name), || {
-            found = self.stderr().lines().find_map(|line| {
-                let at = line.find(marker)?;
-                Some(line[at + marker.len()..].to_owned())
-            });
-            found.is_some()
-        });
-        found.unwrap_or_default()
-    }
-
     /// The observe token the process printed the file of.
     pub fn observe_token(&self) -> String {
-        let rest = self.printed_after("observe token in ");
-        let path = rest.split(' ').next().unwrap_or_default();
-        std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("observe token file {path}: {e}"))
-            .trim()
-            .to_owned()
+        super::wait_observe_token(|| self.stderr())
     }
 }

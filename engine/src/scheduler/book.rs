@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::hedge::ExecHedge;
 use super::order::Cursor;
 use super::types::{ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
@@ -64,15 +65,17 @@ pub(crate) struct Exec {
     pub stalled: bool,
     /// Its last assignment stopped at the cap on jobs asked: where the next one goes on.
     pub resume: Option<Resume>,
+    /// What hedging watches of it (`hedge.rs`).
+    pub hedge: ExecHedge,
     membership: Membership,
 }
 
 impl Exec {
     /// Slots an offer may fill now: free slots within the slow-start window (an idle executor
     /// may always take one task that fits its cores, so a task larger than the window runs),
-    /// none while stalled.
+    /// none while stalled or suspected.
     pub fn usable(&self) -> u32 {
-        if self.stalled {
+        if self.stalled || self.hedge.suspected {
             return 0;
         }
         let used = self.cores - self.free;
@@ -208,6 +211,7 @@ impl Book {
             progress_us: now_us,
             stalled: false,
             resume: None,
+            hedge: ExecHedge::new(now_us),
             membership: Membership::Unlisted,
         };
         let slot = match self.free_slots.pop() {

@@ -13,9 +13,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::latency::RecordId;
 use super::prefs::PrefKey;
 use super::types::{
-    ExclusionConfig, ExecutorId, JobId, LocalityLevel, SpeculationConfig, TaskId, TaskLaunch,
+    ExclusionConfig, ExecutorId, HedgeConfig, JobId, LocalityLevel, SpeculationConfig, TaskId,
+    TaskLaunch,
 };
 use crate::hash::{FxHashMap, FxHashSet};
 
@@ -240,6 +242,11 @@ pub(crate) struct Job {
     pub max_failures: u32,
     /// Speculation in effect for this job.
     pub speculation: Option<Box<SpeculationConfig>>,
+    /// Hedging in effect for this job (`hedge.rs`).
+    pub hedge: Option<Box<HedgeConfig>>,
+    /// The run-time record of the one function all its tasks run, if they share one (else each
+    /// launch looks its task's up).
+    pub latency: Option<RecordId>,
     /// Exclusion in effect for this job (its per-job and per-task limits).
     pub exclusion_config: Option<Box<ExclusionConfig>>,
     /// Pending tasks that avoid some executor or host: the candidates for "can run nowhere".
@@ -863,6 +870,8 @@ mod tests {
             in_runnable: false,
             max_failures: 4,
             speculation: None,
+            hedge: None,
+            latency: None,
             exclusion_config: None,
             avoiding: Vec::new(),
             new_pref_keys: Vec::new(),

@@ -207,7 +207,9 @@
 
 mod book;
 mod exclusion;
+mod hedge;
 mod job;
+mod latency;
 mod order;
 mod prefs;
 mod speculation;
@@ -220,14 +222,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use types::{
-    AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobInfo, JobOutcome,
-    JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Sharing,
-    SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo, TaskLaunch, TaskSpec,
-    TaskState, TaskStatus, Tasks,
+    AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobInfo,
+    JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason,
+    Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo, TaskLaunch,
+    TaskSpec, TaskState, TaskStatus, Tasks,
 };
 
 use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
+use hedge::{Hedging, Watch};
 use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
 use order::{Cursor, FifoKey, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
@@ -441,6 +444,8 @@ pub struct Scheduler {
     scratch: Vec<u32>,
     /// The executor slot being removed (its attempts end one by one after it left the book).
     removing: Option<u32>,
+    /// Hedged tasks and suspicion (`hedge.rs`).
+    hedge: Hedging,
 }
 
 /// Active jobs up to which debug builds check `poll_timeout` against a walk of every job.
@@ -493,6 +498,7 @@ impl Scheduler {
             idle_pools: BTreeSet::new(),
             scratch: Vec::new(),
             removing: None,
+            hedge: Hedging::default(),
         }
     }
 
@@ -690,6 +696,7 @@ impl Scheduler {
         if self.spec_jobs > 0 {
             t = t.min(self.next_speculation_us);
         }
+        t = t.min(self.hedge.next_check_us().unwrap_or(u64::MAX));
         t = t.min(self.next_expiry_us).min(self.deferred_until_us);
         let t = (t != u64::MAX).then_some(t);
         // Checked against a walk of the jobs in debug builds, while that walk is short (tests
@@ -729,6 +736,7 @@ impl Scheduler {
         if self.spec_jobs > 0 {
             t = t.min(self.next_speculation_us);
         }
+        t = t.min(self.hedge.next_check_us().unwrap_or(u64::MAX));
         t = t.min(self.next_expiry_us).min(self.deferred_until_us);
         (t != u64::MAX).then_some(t)
     }
@@ -834,6 +842,7 @@ impl Scheduler {
         let Some((exec_slot, exec)) = self.book.remove(id) else {
             return false;
         };
+        self.hedge.executor_left(&exec.hedge);
         self.removing = Some(exec_slot);
         if exec.excluded_until_us > now_us {
             let Some(h) = self.book.hosts.get_mut(exec.host as usize) else {
@@ -1103,6 +1112,17 @@ impl Scheduler {
             .exclusion
             .resolve(self.config.exclusion.as_ref())
             .map(Box::new);
+        let hedge = spec.hedging.resolve(self.config.hedging.as_ref());
+        // One record for the whole job when its tasks share one function (by pointer: a job
+        // of one function over payloads shares one name).
+        let shared = tasks
+            .first()
+            .map(|t| &t.function)
+            .filter(|first| (tasks.iter()).all(|t| std::sync::Arc::ptr_eq(&t.function, first)));
+        let latency = match (&hedge, shared) {
+            (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
+            _ => None,
+        };
         let mut job = Job {
             id,
             pool,
@@ -1139,6 +1159,8 @@ impl Scheduler {
             in_runnable: false,
             max_failures: spec.max_failures.unwrap_or(self.config.max_failures).max(1),
             speculation,
+            hedge: hedge.map(Box::new),
+            latency,
             exclusion_config,
             avoiding: Vec::new(),
             new_pref_keys: Vec::new(),
@@ -1256,6 +1278,13 @@ impl Scheduler {
                 update.executor
             );
         };
+        if exec.hedge.heard(now_us) {
+            // Trusted again: it reported.
+            self.book.make_offerable(slot);
+        }
+        let Some(exec) = self.book.get_mut(slot) else {
+            unreachable!("slot {slot} emptied while reporting");
+        };
         match update.state {
             TaskState::Running => {
                 match exec.running.get_mut(&key) {
@@ -1280,6 +1309,9 @@ impl Scheduler {
                     self.stats.ignored_updates += 1;
                     return;
                 };
+                if exec.running.is_empty() {
+                    self.hedge.idle(exec, slot);
+                }
                 exec.free += run.cores;
                 exec.progress_us = now_us;
                 exec.stalled = false;
@@ -1328,6 +1360,9 @@ impl Scheduler {
         if self.spec_jobs > 0 && now_us >= self.next_speculation_us {
             new_work |= self.find_stragglers(now_us);
         }
+        if self.hedge.next_check_us().is_some_and(|t| t <= now_us) {
+            new_work |= self.check_hedges(now_us);
+        }
         if new_work {
             self.book.unblock_all();
         } else if wake {
@@ -1336,6 +1371,49 @@ impl Scheduler {
         self.offer(now_us);
         self.fail_unschedulable(now_us);
         self.flush();
+    }
+
+    /// Executor `id` sent something at `now_us` that is not a status update (a heartbeat):
+    /// a suspected executor is trusted again (see `hedge.rs`).
+    pub fn executor_heard(&mut self, now_us: u64, id: ExecutorId) {
+        let Some(slot) = self.book.slot_of(id) else {
+            return;
+        };
+        if (self.book.get_mut(slot)).is_some_and(|e| e.hedge.heard(now_us)) {
+            self.book.make_offerable(slot);
+            self.offer(now_us);
+            self.flush();
+        }
+    }
+
+    /// The suspected executors: they hold overdue attempts and have been silent as long, so
+    /// they get no new launches until they send something.
+    pub fn suspected_executors(&self) -> Vec<ExecutorId> {
+        (self.book.iter())
+            .filter(|e| e.hedge.suspected)
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Runs the hedging checks due at `now_us` (see `hedge.rs`); whether it queued a copy.
+    fn check_hedges(&mut self, now_us: u64) -> bool {
+        let sweep = (self.hedge).check(
+            now_us,
+            &mut self.book,
+            &self.job_slots,
+            &mut self.jobs,
+            &mut self.stats,
+        );
+        self.speculatable_total += sweep.copies;
+        for &slot in &sweep.suspected {
+            let id = self.book.get(slot).map(|e| e.id);
+            tracing::debug!(
+                ?id,
+                "executor suspected: it holds overdue attempts and is silent"
+            );
+        }
+        self.after_sweep_slots(sweep.suspected, sweep.runnable);
+        sweep.copies > 0
     }
 
     /// Widens the locality levels whose wait ended or that have nothing left to wait for (only
@@ -1736,6 +1814,22 @@ impl Scheduler {
             unreachable!("launch for empty job slot {job_slot}");
         };
         let (launch, speculative) = job.start_attempt(now_us, exec_slot, found);
+        let watch = job.hedge.as_deref().map(|config| {
+            if !speculative {
+                self.hedge.earn(config.copy_ratio, config.burst);
+            }
+            let record = match job.latency {
+                Some(record) => record,
+                None => self.hedge.record_of(&launch.function),
+            };
+            Watch {
+                task: launch.task.0,
+                attempt: launch.attempt,
+                launched_us: now_us,
+                threshold_us: self.hedge.threshold_us(config, record),
+                withheld: false,
+            }
+        });
         if speculative {
             self.stats.speculative_launched += 1;
         } else {
@@ -1747,7 +1841,7 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores += u64::from(cores);
-        self.batch_launch(now_us, exec_slot, launch);
+        self.batch_launch(now_us, exec_slot, launch, watch);
         self.stats.launched += 1;
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
         self.sync_job(job_slot);
@@ -1768,7 +1862,13 @@ impl Scheduler {
     /// Books `launch` on the executor in `exec_slot` (its cores taken, the run recorded from
     /// `now_us`) and batches it for the next [`flush`](Self::flush).
     #[inline]
-    fn batch_launch(&mut self, now_us: u64, exec_slot: u32, launch: TaskLaunch) {
+    fn batch_launch(
+        &mut self,
+        now_us: u64,
+        exec_slot: u32,
+        launch: TaskLaunch,
+        watch: Option<Watch>,
+    ) {
         let cores = launch.cores;
         let Some(e) = self.book.get_mut(exec_slot) else {
             unreachable!("launch on empty executor slot {exec_slot}");
@@ -1783,6 +1883,9 @@ impl Scheduler {
                 reported_running: false,
             },
         );
+        if let Some(watch) = watch {
+            self.hedge.launched(e, exec_slot, watch);
+        }
         if e.batch.is_empty() {
             self.batched.push(exec_slot);
         }
@@ -1935,6 +2038,13 @@ impl Scheduler {
         job.running -= 1;
         job.final_count += 1;
         job.counters.succeeded += 1;
+        if let Some(config) = job.hedge.as_deref() {
+            let record = match job.latency {
+                Some(record) => record,
+                None => self.hedge.record_of(&t.function),
+            };
+            (self.hedge).succeeded(config, record, now_us.saturating_sub(started_us));
+        }
         if job.speculation.is_some() {
             job.durations_us.push(now_us.saturating_sub(started_us));
             if !std::mem::replace(&mut job.durations_dirty, true) {

@@ -88,10 +88,16 @@ impl Scheduler {
     /// Unlists the executors the sweep found stalled and lists the jobs it gave a first copy
     /// to queue.
     fn after_sweep(&mut self, newly_stalled: Vec<ExecutorId>, newly_runnable: Vec<u32>) {
-        for id in newly_stalled {
-            if let Some(slot) = self.book.slot_of(id) {
-                self.book.unlist(slot);
-            }
+        let slots = (newly_stalled.into_iter()).filter_map(|id| self.book.slot_of(id));
+        let slots = slots.collect();
+        self.after_sweep_slots(slots, newly_runnable);
+    }
+
+    /// Unlists the executors in `set_aside` (slots: they get no new work) and lists the jobs
+    /// in `newly_runnable` (given a first copy to queue).
+    pub(super) fn after_sweep_slots(&mut self, set_aside: Vec<u32>, newly_runnable: Vec<u32>) {
+        for slot in set_aside {
+            self.book.unlist(slot);
         }
         for slot in newly_runnable {
             self.sync_job(slot);
@@ -152,7 +158,7 @@ fn job_of<'a>(
 /// Queues a copy of straggler `task` (of an active job) unless it has one or is no longer
 /// running a single attempt. Returns its job's slot and whether the job was listed as runnable.
 #[inline]
-fn queue_copy(
+pub(super) fn queue_copy(
     job_slots: &FxHashMap<u64, u32>,
     jobs: &mut [Option<Job>],
     task: TaskId,

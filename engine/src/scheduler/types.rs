@@ -255,6 +255,9 @@ pub struct JobSpec {
     /// and hosts for every job) is the scheduler's alone, and counts this job's failures
     /// unless the job turned exclusion off.
     pub exclusion: JobSetting<ExclusionConfig>,
+    /// Hedging for this job: the scheduler's ([`Config::hedging`]), off, or its own (a floor of
+    /// its own, say: `flint_net`'s `Job::hedge_after`).
+    pub hedging: JobSetting<HedgeConfig>,
 }
 
 /// A per-job setting: inherit the scheduler's, turn it off for this job, or use this value.
@@ -293,6 +296,7 @@ impl JobSpec {
             max_failures: None,
             speculation: JobSetting::Inherit,
             exclusion: JobSetting::Inherit,
+            hedging: JobSetting::Inherit,
         }
     }
 }
@@ -495,6 +499,46 @@ impl Default for SpeculationConfig {
     }
 }
 
+/// Hedged tasks ("The Tail at Scale", Dean and Barroso), see `hedge.rs`: an attempt that has
+/// run longer than its function's recent `percentile` run time times `factor` (at least
+/// `floor_us`; `cold_us` while the function has fewer than `min_samples` successes) gets one
+/// copy on another executor, and an executor that holds such an overdue attempt and has sent
+/// nothing for as long is suspected (no new launches until it reports). Copies take tokens
+/// from a bucket that `copy_ratio` of each first launch fills, up to `burst`, and are
+/// withheld while more than half the executors hold overdue attempts (the whole cluster is
+/// slow: copies would only add load).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HedgeConfig {
+    /// The percentile of a function's recent successful run times (launch to result).
+    pub percentile: f64,
+    /// An attempt is overdue past this times that percentile.
+    pub factor: f64,
+    /// ... and never before this (micros).
+    pub floor_us: u64,
+    /// The threshold while a function has fewer than `min_samples` successes (micros).
+    pub cold_us: u64,
+    /// Successes a function needs before its percentile is used.
+    pub min_samples: u32,
+    /// Copies allowed per first launch in steady state.
+    pub copy_ratio: f64,
+    /// Copies allowed at once beyond that (the bucket's size).
+    pub burst: u32,
+}
+
+impl Default for HedgeConfig {
+    fn default() -> Self {
+        HedgeConfig {
+            percentile: 0.99,
+            factor: 2.0,
+            floor_us: 1_000,
+            cold_us: 200_000,
+            min_samples: 20,
+            copy_ratio: 0.05,
+            burst: 256,
+        }
+    }
+}
+
 /// Exclusion settings (Spark's `spark.excludeOnFailure.*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExclusionConfig {
@@ -549,6 +593,9 @@ pub struct Config {
     /// Speculation; `None` turns it off. On by default (Spark's is off): an executor that
     /// heartbeats but never finishes its tasks would otherwise hold them forever.
     pub speculation: Option<SpeculationConfig>,
+    /// Hedged tasks and fast suspicion of sick executors; `None` (the default here, as Spark
+    /// has none) turns them off. `flint_net`'s driver turns them on.
+    pub hedging: Option<HedgeConfig>,
     /// Slow start: the slots a newly registered executor may fill at first; each attempt it
     /// finishes successfully adds one, up to its cores (like TCP's congestion window), so an
     /// executor that claims many cores and never finishes holds this many tasks, not a job.
@@ -582,6 +629,7 @@ impl Default for Config {
             locality_wait_host_us: 10_000,
             exclusion: Some(ExclusionConfig::default()),
             speculation: Some(SpeculationConfig::default()),
+            hedging: None,
             slow_start_slots: 16,
             pending_tasks_max: 10_000_000,
             result_bytes_max: 1 << 30,
@@ -614,6 +662,14 @@ pub struct Stats {
     /// Failures charged to attempts after their executor was already gone, when the reason
     /// it went (an exit the application caused) came later.
     pub late_failures: u64,
+    /// Copies queued by hedging (overdue attempts, suspected executors); each is also counted
+    /// in `speculative_launched` once it launches.
+    pub hedges: u64,
+    /// Overdue attempts not copied (no token left, or the whole cluster slow), counted once
+    /// per check that passed them over.
+    pub hedges_withheld: u64,
+    /// Times an executor was suspected (overdue attempts and silent).
+    pub suspicions: u64,
 }
 
 /// A locality level (Spark's `TaskLocality`, without rack).

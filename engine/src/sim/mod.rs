@@ -43,8 +43,8 @@ use crate::lifecycle::{
 };
 
 use crate::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
-    Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig,
+    Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobOutcome, JobSetting,
+    JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig,
     StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
@@ -295,6 +295,15 @@ fn random_config(rng: &mut Rng, seed: u64) -> Config {
             min_runtime_us: rng.range(0, 20_000),
             interval_us: rng.range(1_000, 50_000),
             timeout_us: rng.range(20_000, 2_000_000),
+        }),
+        hedging: rng.chance(0.5).then(|| HedgeConfig {
+            percentile: 0.9,
+            factor: 1.5 + rng.range(0, 3) as f64 * 0.5,
+            floor_us: rng.range(100, 5_000),
+            cold_us: rng.range(1_000, 100_000),
+            min_samples: rng.range(3, 20) as u32,
+            copy_ratio: 0.05 + rng.range(0, 5) as f64 * 0.1,
+            burst: rng.range(2, 64) as u32,
         }),
         slow_start_slots: if rng.chance(0.5) {
             u32::MAX

@@ -53,7 +53,9 @@ use std::time::{Duration, Instant};
 use flint_engine::affinity::Pinning;
 use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
 use flint_engine::runtime::{AskError, EndpointRef, Reply, Runtime, RuntimeConfig, SendError};
-use flint_engine::scheduler::{Config as SchedulerConfig, JobId, RemovalReason, Stats};
+use flint_engine::scheduler::{
+    Config as SchedulerConfig, HedgeConfig, JobId, RemovalReason, Stats,
+};
 use mio::net::TcpListener;
 
 use self::core::DriverCore;
@@ -131,8 +133,11 @@ impl Default for DriverConfig {
             pin: Pinning::None,
             // Exclusion is off by default, as in Spark: with few executors, excluding one for a
             // job's failures can leave the job nowhere to run until the unschedulable timeout.
+            // Hedging is on: a service's tail should not wait for a sick executor's heartbeat
+            // timeout.
             scheduler: SchedulerConfig {
                 exclusion: None,
+                hedging: Some(HedgeConfig::default()),
                 ..SchedulerConfig::default()
             },
         }
@@ -247,6 +252,9 @@ pub(crate) struct PublishedStats {
     executors_excluded: AtomicU64,
     attempts_killed: AtomicU64,
     late_failures: AtomicU64,
+    hedges: AtomicU64,
+    hedges_withheld: AtomicU64,
+    suspicions: AtomicU64,
 }
 
 impl PublishedStats {
@@ -260,6 +268,9 @@ impl PublishedStats {
             executors_excluded,
             attempts_killed,
             late_failures,
+            hedges,
+            hedges_withheld,
+            suspicions,
         } = *stats;
         self.launched.store(launched, Ordering::Relaxed);
         self.succeeded.store(succeeded, Ordering::Relaxed);
@@ -274,6 +285,9 @@ impl PublishedStats {
         self.attempts_killed
             .store(attempts_killed, Ordering::Relaxed);
         self.late_failures.store(late_failures, Ordering::Relaxed);
+        self.hedges.store(hedges, Ordering::Relaxed);
+        (self.hedges_withheld).store(hedges_withheld, Ordering::Relaxed);
+        self.suspicions.store(suspicions, Ordering::Relaxed);
     }
 
     fn read(&self) -> Stats {
@@ -286,6 +300,9 @@ impl PublishedStats {
             executors_excluded: self.executors_excluded.load(Ordering::Relaxed),
             attempts_killed: self.attempts_killed.load(Ordering::Relaxed),
             late_failures: self.late_failures.load(Ordering::Relaxed),
+            hedges: self.hedges.load(Ordering::Relaxed),
+            hedges_withheld: self.hedges_withheld.load(Ordering::Relaxed),
+            suspicions: self.suspicions.load(Ordering::Relaxed),
         }
     }
 }

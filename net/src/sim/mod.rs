@@ -32,7 +32,8 @@
 //!   failure, a deadline, no executor), never a lie; a job cancelled or dropped while open ends
 //!   cancelled, and only those do;
 //! - no attempt is launched twice, each with its own task's payload; no task runs on two
-//!   executors the driver both still holds unless speculation may have copied it; no two
+//!   executors the driver both still holds unless speculation or hedging may have copied it;
+//!   hedged copies within their bucket (`burst` plus `copy_ratio` of the first launches); no two
 //!   registered peers the driver holds share a name;
 //! - the driver's `handle_timeout(now)` leaves no deadline at or before `now` (its loop would
 //!   spin);
@@ -111,6 +112,8 @@ pub struct SimReport {
     pub lies: u64,
     /// Bytes and chunks the network delivered.
     pub delivered: (u64, u64),
+    /// Hedged copies queued, executors suspected (the driver's counts).
+    pub hedges: (u64, u64),
 }
 
 impl SimReport {
@@ -133,6 +136,8 @@ impl SimReport {
         self.lies += other.lies;
         self.delivered.0 += other.delivered.0;
         self.delivered.1 += other.delivered.1;
+        self.hedges.0 += other.hedges.0;
+        self.hedges.1 += other.hedges.1;
     }
 }
 
@@ -202,6 +207,8 @@ fn run(seed: u64, bursts: bool) -> Result<SimReport, SimError> {
     sim.run()?;
     sim.report.steps = sim.step;
     sim.report.end_us = sim.now_us;
+    let stats = sim.driver.core.stats();
+    sim.report.hedges = (stats.hedges, stats.suspicions);
     sim.report.outcomes = sim.ledger.outcomes;
     sim.report.backlogged = sim.driver.backlogged;
     sim.report.delivered = (sim.net.delivered_bytes, sim.net.delivered_chunks);
@@ -334,7 +341,26 @@ impl Sim {
         self.driver.handle_timeout(now).or_else(|m| self.fail(m))?;
         self.pump()?;
         self.ledger.check(now).or_else(|m| self.fail(m))?;
+        self.check_hedges()?;
         self.check_runs()
+    }
+
+    /// Hedged copies stay within their bucket: `burst` plus `copy_ratio` of each launch that
+    /// was not a copy.
+    fn check_hedges(&self) -> Result<(), SimError> {
+        let Some(config) = self.plan.config.scheduler.hedging.as_ref() else {
+            return Ok(());
+        };
+        let stats = self.driver.core.stats();
+        let firsts = stats.launched - stats.speculative_launched;
+        let bound = f64::from(config.burst) + config.copy_ratio * firsts as f64;
+        if stats.hedges as f64 > bound + 1.0 {
+            return self.fail(format!(
+                "{} hedged copies over their bound {bound:.1} ({firsts} first launches)",
+                stats.hedges
+            ));
+        }
+        Ok(())
     }
 
     fn handle(&mut self, ev: Ev) -> Result<(), SimError> {

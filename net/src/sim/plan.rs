@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_engine::scheduler::SpeculationConfig;
+use flint_engine::scheduler::{HedgeConfig, SpeculationConfig};
 use flint_engine::sim::Rng;
 
 use crate::driver::{DriverConfig, EXECUTOR_CORES_MAX};
@@ -70,7 +70,7 @@ pub struct Plan {
     pub jobs: Vec<PlannedJob>,
     /// What happens when, in time order.
     pub events: Vec<(u64, Ev)>,
-    /// Whether the scheduler may copy stragglers (two attempts of a task at once).
+    /// Whether the scheduler may copy stragglers or hedge (two attempts of a task at once).
     pub speculation: bool,
     /// Undelivered bytes a connection holds each way (small: a stalled peer's pile-up fills it).
     pub window_bytes_max: usize,
@@ -80,7 +80,7 @@ pub struct Plan {
 /// small jobs (see [`plan_jobs`]).
 pub fn plan(rng: &mut Rng, bursts: bool) -> Plan {
     let config = driver_config(rng);
-    let speculation = config.scheduler.speculation.is_some();
+    let speculation = config.scheduler.speculation.is_some() || config.scheduler.hedging.is_some();
     let mut plan = Plan {
         config,
         executors: Vec::new(),
@@ -129,6 +129,15 @@ fn driver_config(rng: &mut Rng) -> DriverConfig {
         min_runtime_us: rng.range(0, 20_000),
         interval_us: rng.range(1_000, 50_000),
         timeout_us: rng.range(20_000, 2_000_000),
+    });
+    // Hedging on in half the seeds, with floors from a tenth of a heartbeat to a few.
+    config.scheduler.hedging = rng.chance(0.5).then(|| HedgeConfig {
+        floor_us: rng.range(500, 1_000_000),
+        cold_us: rng.range(1_000, 2_000_000),
+        min_samples: rng.range(2, 20) as u32,
+        copy_ratio: [0.01, 0.05, 0.5][rng.range(0, 2) as usize],
+        burst: rng.range(1, 64) as u32,
+        ..HedgeConfig::default()
     });
     config
 }

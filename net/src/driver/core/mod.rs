@@ -340,6 +340,7 @@ impl DriverCore {
                 return Err(ConnError::Protocol(why));
             }
         }
+        self.scheduler.executor_heard(now, executor);
         self.send(peer, &Message::HeartbeatAck {});
         Ok(())
     }

@@ -1,0 +1,343 @@
+//! Hedged tasks and fast suspicion of sick executors ([`HedgeConfig`]; "The Tail at Scale",
+//! Dean and Barroso). Spark's speculation (`speculation.rs`) waits for a quantile of a job's
+//! tasks and 100 ms; a service's 4-task job that normally ends in 50 us never meets either, so
+//! one frozen executor holds its requests until the heartbeat timeout. Hedging works per
+//! attempt, for a job of any size:
+//!
+//! - Each launch is watched on its executor ([`Watch`], in launch order) with a threshold: the
+//!   recent `percentile` of its function's successful run times times `factor`, at least
+//!   `floor_us` (`cold_us` until the function has `min_samples` successes; `latency.rs` keeps
+//!   the run times). An attempt still running past it is *overdue*.
+//! - An overdue attempt gets one copy (queued as a speculative copy: the first result wins, the
+//!   other attempt is killed), while tokens last: each first launch adds `copy_ratio` of one,
+//!   up to `burst`, so copies stay a small fraction of attempts in steady state.
+//! - An executor holding an overdue attempt that has sent nothing (no status of any kind, no
+//!   heartbeat: [`ExecHedge::heard`]) for that attempt's threshold is *suspected*: it gets no new
+//!   launches and its overdue attempts are copied even while the cluster looks slow, until it
+//!   is heard again. Losing it for good still takes the heartbeat timeout (the driver's).
+//! - No copy storms: a load spike slows every attempt, and the percentile follows it (it moves
+//!   once a hundredth of the recent successes are slower); until it has, while more than half
+//!   of the executors hold overdue attempts the cluster is slow (a load spike, not a sick
+//!   executor), and copies of attempts on executors that are not suspected are withheld: they
+//!   would only add load.
+//!
+//! Cost: a launch pushes one [`Watch`] (no allocation in steady state) and, when its executor
+//! had nothing watched, one entry in the check set; a success records one sample. Checks run
+//! only at the earliest watched deadline: each looks at the executors whose check is due, drops
+//! their ended attempts from the front, and stops at the first attempt not yet overdue, so a
+//! check costs O(overdue attempts), and an executor whose attempts end in time is looked at
+//! about once per threshold. (An attempt launched behind one with a longer threshold is
+//! looked at no sooner than that one: threshold differ only between functions.)
+
+use std::collections::{BTreeSet, VecDeque};
+
+use super::book::{Book, Run};
+use super::job::Job;
+use super::latency::{Latencies, RecordId};
+use super::speculation::queue_copy;
+use super::types::{ExecutorId, HedgeConfig, Stats, TaskId};
+use crate::hash::FxHashMap;
+
+/// While an executor holds overdue attempts it is looked at again this often (micros).
+const RECHECK_US: u64 = 10_000;
+
+/// One launched attempt as hedging watches it, on its executor, in launch order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Watch {
+    /// The task's id (`TaskId.0`).
+    pub task: u64,
+    pub attempt: u32,
+    pub launched_us: u64,
+    /// Overdue after this long.
+    pub threshold_us: u64,
+    /// A check passed it over (counted once in [`Stats::hedges_withheld`]).
+    pub withheld: bool,
+}
+
+impl Watch {
+    fn due_us(&self) -> u64 {
+        self.launched_us.saturating_add(self.threshold_us)
+    }
+}
+
+/// What hedging keeps per executor.
+#[derive(Debug)]
+pub(crate) struct ExecHedge {
+    /// Its watched attempts in launch order (ended ones dropped lazily from the front).
+    watches: VecDeque<Watch>,
+    /// Its pending entry in [`Hedging::checks`], if any.
+    check_at: Option<u64>,
+    /// When it last sent anything the scheduler hears of (a status update, a heartbeat).
+    heard_us: u64,
+    /// Holds overdue attempts and was silent as long: no new launches (see the module docs).
+    pub suspected: bool,
+    /// Its last check found overdue attempts (counted in [`Hedging::overdue_execs`]).
+    overdue: bool,
+}
+
+impl ExecHedge {
+    /// An executor registered at `now_us`.
+    pub fn new(now_us: u64) -> ExecHedge {
+        ExecHedge {
+            watches: VecDeque::new(),
+            check_at: None,
+            heard_us: now_us,
+            suspected: false,
+            overdue: false,
+        }
+    }
+
+    /// Drops the ended attempts off the front; whether the first one running is overdue at
+    /// `now_us`.
+    fn first_overdue(&mut self, running: &FxHashMap<(u64, u32), Run>, now_us: u64) -> bool {
+        while (self.watches.front()).is_some_and(|w| !running.contains_key(&(w.task, w.attempt))) {
+            self.watches.pop_front();
+        }
+        self.watches.front().is_some_and(|w| w.due_us() <= now_us)
+    }
+
+    /// The executor sent something at `now_us`; whether that ended a suspicion.
+    pub fn heard(&mut self, now_us: u64) -> bool {
+        self.heard_us = self.heard_us.max(now_us);
+        std::mem::replace(&mut self.suspected, false)
+    }
+}
+
+/// What a check found: jobs given a first copy to queue (to list as runnable), executors newly
+/// suspected (to set aside), whether any copy was queued.
+#[derive(Debug, Default)]
+pub(super) struct Sweep {
+    pub runnable: Vec<u32>,
+    pub suspected: Vec<u32>,
+    pub copies: usize,
+}
+
+/// The scheduler's hedging state (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct Hedging {
+    /// Run times per function.
+    latencies: Latencies,
+    /// When executors' watches are next looked at, as (time, slot, id): kept lazily (an entry
+    /// whose executor left, or whose check moved, is dropped when it comes up).
+    checks: BTreeSet<(u64, u32, ExecutorId)>,
+    /// Copy tokens (see [`HedgeConfig::copy_ratio`]); the bucket starts full.
+    tokens: Option<f64>,
+    /// Executors whose last check found overdue attempts.
+    overdue_execs: usize,
+}
+
+impl Hedging {
+    /// The record of `function`'s run times.
+    pub fn record_of(&mut self, function: &std::sync::Arc<str>) -> RecordId {
+        self.latencies.id(function)
+    }
+
+    /// The threshold of an attempt of a function with record `record` under `config`.
+    pub fn threshold_us(&self, config: &HedgeConfig, record: RecordId) -> u64 {
+        match self.latencies.percentile_us(record) {
+            Some(p) => ((p as f64 * config.factor) as u64).max(config.floor_us),
+            None => config.cold_us.max(config.floor_us),
+        }
+    }
+
+    /// A successful attempt of record `record`'s function took `us`.
+    pub fn succeeded(&mut self, config: &HedgeConfig, record: RecordId, us: u64) {
+        (self.latencies).record(record, us, config.percentile, config.min_samples);
+    }
+
+    /// An attempt launched on executor `e` (in `slot`) is watched.
+    pub fn launched(&mut self, e: &mut super::book::Exec, slot: u32, watch: Watch) {
+        let h = &mut e.hedge;
+        h.watches.push_back(watch);
+        let at = watch.due_us();
+        match h.check_at {
+            Some(check) if check <= at => {}
+            // Its check is later than this attempt's threshold (a front that has ended, whose
+            // threshold was longer): moved earlier.
+            Some(check) => {
+                self.checks.remove(&(check, slot, e.id));
+                h.check_at = Some(at);
+                self.checks.insert((at, slot, e.id));
+            }
+            None => {
+                h.check_at = Some(at);
+                self.checks.insert((at, slot, e.id));
+            }
+        }
+    }
+
+    /// A launch that is not a copy adds `ratio` of a copy token, up to `burst`.
+    pub fn earn(&mut self, ratio: f64, burst: u32) {
+        let burst = f64::from(burst);
+        let tokens = self.tokens.get_or_insert(burst);
+        *tokens = (*tokens + ratio).min(burst);
+    }
+
+    /// When the next check is due.
+    pub fn next_check_us(&self) -> Option<u64> {
+        self.checks.first().map(|&(at, _, _)| at)
+    }
+
+    /// Executor `e` (in `slot`) runs nothing now: nothing of it to watch, no check to wake
+    /// for (an idle driver sleeps).
+    pub fn idle(&mut self, e: &mut super::book::Exec, slot: u32) {
+        debug_assert!(e.running.is_empty());
+        let h = &mut e.hedge;
+        h.watches.clear();
+        if let Some(at) = h.check_at.take() {
+            self.checks.remove(&(at, slot, e.id));
+        }
+        self.count_overdue(h, false);
+    }
+
+    /// An executor left: it no longer counts as overdue (its entries in the check set are
+    /// dropped when they come up).
+    pub fn executor_left(&mut self, h: &ExecHedge) {
+        if h.overdue {
+            self.overdue_execs -= 1;
+        }
+    }
+
+    /// Looks at the executors whose check is due at `now_us`: copies their overdue attempts
+    /// (within the tokens, unless the cluster is slow), suspects the silent ones. Which of them
+    /// hold overdue attempts is settled for all first, so the first one looked at at the onset
+    /// of a cluster-wide slowdown is not copied before the others count.
+    pub fn check(
+        &mut self,
+        now_us: u64,
+        book: &mut Book,
+        job_slots: &FxHashMap<u64, u32>,
+        jobs: &mut [Option<Job>],
+        stats: &mut Stats,
+    ) -> Sweep {
+        let mut due = Vec::new();
+        while let Some(&(at, slot, id)) = self.checks.first() {
+            if at > now_us {
+                break;
+            }
+            self.checks.pop_first();
+            let Some(e) = book.get_mut(slot) else {
+                continue;
+            };
+            if e.id != id || e.hedge.check_at != Some(at) {
+                continue; // it left (the slot is reused), or its check moved
+            }
+            e.hedge.check_at = None;
+            let overdue = e.hedge.first_overdue(&e.running, now_us);
+            self.count_overdue(&mut e.hedge, overdue);
+            due.push(slot);
+        }
+        let mut sweep = Sweep::default();
+        let executors = book.len();
+        for slot in due {
+            let Some(e) = book.get_mut(slot) else {
+                unreachable!("executor slot {slot} emptied during a check");
+            };
+            let found = self.check_executor(now_us, e, executors, (job_slots, jobs), stats);
+            // Only attempts of active jobs count.
+            self.count_overdue(&mut e.hedge, found.overdue > 0);
+            if found.suspected {
+                sweep.suspected.push(slot);
+            }
+            sweep.copies += found.copies.len();
+            sweep.runnable.extend(found.copies.into_iter().flatten());
+            // While it holds overdue attempts it is looked at again: tokens may have come back,
+            // a silence may have grown into suspicion, and it must stop counting as overdue
+            // once they end.
+            let recheck = (found.overdue > 0).then(|| now_us.saturating_add(RECHECK_US));
+            if let Some(next) = [found.next_due_us, recheck].into_iter().flatten().min() {
+                debug_assert!(next > now_us, "a check due in the past");
+                e.hedge.check_at = Some(next);
+                self.checks.insert((next, slot, e.id));
+            }
+        }
+        sweep
+    }
+
+    fn count_overdue(&mut self, h: &mut ExecHedge, overdue: bool) {
+        match (h.overdue, overdue) {
+            (false, true) => self.overdue_execs += 1,
+            (true, false) => self.overdue_execs -= 1,
+            _ => {}
+        }
+        h.overdue = overdue;
+    }
+
+    /// One executor's check (see [`Hedging::check`]).
+    fn check_executor(
+        &mut self,
+        now_us: u64,
+        e: &mut super::book::Exec,
+        executors: usize,
+        (job_slots, jobs): (&FxHashMap<u64, u32>, &mut [Option<Job>]),
+        stats: &mut Stats,
+    ) -> Overdue {
+        let running = &e.running;
+        let h = &mut e.hedge;
+        // The cluster is slow when more than half of the executors hold overdue attempts.
+        let slow_cluster = self.overdue_execs * 2 > executors;
+        let silent_us = now_us.saturating_sub(h.heard_us);
+        let mut found = Overdue::default();
+        for w in h.watches.iter_mut() {
+            if !running.contains_key(&(w.task, w.attempt)) {
+                continue;
+            }
+            if w.due_us() > now_us {
+                found.next_due_us = Some(w.due_us());
+                break;
+            }
+            let task = TaskId(w.task);
+            let Some(job) = job_of(job_slots, jobs, task) else {
+                continue; // an ended job's attempt: its kill was sent, nothing to copy
+            };
+            found.overdue += 1;
+            if !h.suspected && silent_us >= w.threshold_us {
+                h.suspected = true;
+                found.suspected = true;
+                stats.suspicions += 1;
+            }
+            let Some(t) = job.tasks.get(task.index() as usize) else {
+                unreachable!("an executor holds {task}, beyond its job");
+            };
+            if t.speculated || t.running_attempts() > 1 {
+                continue;
+            }
+            let tokens = self.tokens.get_or_insert(0.0);
+            if (slow_cluster && !h.suspected) || *tokens < 1.0 {
+                if !std::mem::replace(&mut w.withheld, true) {
+                    stats.hedges_withheld += 1;
+                }
+                continue;
+            }
+            if let Some((slot, listed)) = queue_copy(job_slots, jobs, task) {
+                *tokens -= 1.0;
+                stats.hedges += 1;
+                found.copies.push((!listed).then_some(slot));
+            }
+        }
+        found
+    }
+}
+
+/// What one executor's check found.
+#[derive(Debug, Default)]
+struct Overdue {
+    /// Overdue attempts still running.
+    overdue: usize,
+    /// Copies queued now, each with its job's slot if that job was not listed as runnable.
+    copies: Vec<Option<u32>>,
+    /// When its first attempt not yet overdue becomes so.
+    next_due_us: Option<u64>,
+    /// It was suspected by this check.
+    suspected: bool,
+}
+
+/// The job of `task`, if active.
+fn job_of<'a>(
+    job_slots: &FxHashMap<u64, u32>,
+    jobs: &'a mut [Option<Job>],
+    task: TaskId,
+) -> Option<&'a mut Job> {
+    let slot = *job_slots.get(&task.job().0)?;
+    jobs.get_mut(slot as usize)?.as_mut()
+}

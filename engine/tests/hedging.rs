@@ -1,0 +1,284 @@
+//! Hedged tasks and fast suspicion (the scheduler's `hedge.rs`), driven through the public API
+//! with simulated time, as the driver drives it: ticks at `poll_timeout`.
+
+use bytes::Bytes;
+use flint_engine::scheduler::{
+    Config, ExecutorId, ExecutorInfo, HedgeConfig, JobSetting, JobSpec, Output, Scheduler,
+    StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
+};
+
+const MS: u64 = 1_000;
+
+/// Hedging on (floor 1 ms, 50 ms while a function has fewer than 4 successes), speculation and
+/// exclusion off, no slow start.
+fn config(hedge: HedgeConfig) -> Config {
+    Config {
+        exclusion: None,
+        speculation: None,
+        hedging: Some(hedge),
+        slow_start_slots: u32::MAX,
+        ..Config::default()
+    }
+}
+
+fn hedge() -> HedgeConfig {
+    HedgeConfig {
+        floor_us: MS,
+        cold_us: 50 * MS,
+        min_samples: 4,
+        ..HedgeConfig::default()
+    }
+}
+
+/// A scheduler with executors 1..=n of one core each, registered at 0.
+fn cluster(n: u64, hedge: HedgeConfig) -> Scheduler {
+    let mut s = Scheduler::new(config(hedge));
+    for id in 1..=n {
+        let info = ExecutorInfo {
+            id: ExecutorId(id),
+            host: format!("h{id}"),
+            cores: 1,
+            attributes: Vec::new(),
+        };
+        s.register_executor(0, info).expect("registers");
+    }
+    s
+}
+
+fn job(n: usize) -> JobSpec {
+    let tasks: Vec<TaskSpec> = (0..n)
+        .map(|i| TaskSpec::new("f", Bytes::from(vec![i as u8])))
+        .collect();
+    JobSpec::new(tasks)
+}
+
+fn outputs(s: &mut Scheduler) -> Vec<Output> {
+    let mut out = Vec::new();
+    s.drain_outputs(&mut out);
+    out
+}
+
+fn launches(out: &[Output]) -> Vec<(ExecutorId, TaskLaunch)> {
+    let mut all = Vec::new();
+    for o in out {
+        if let Output::Launch { executor, tasks } = o {
+            all.extend(tasks.iter().map(|t| (*executor, t.clone())));
+        }
+    }
+    all
+}
+
+fn kills(out: &[Output]) -> Vec<(ExecutorId, TaskId, u32)> {
+    let kill = |o: &Output| match o {
+        Output::Kill {
+            executor,
+            task,
+            attempt,
+            ..
+        } => Some((*executor, *task, *attempt)),
+        _ => None,
+    };
+    out.iter().filter_map(kill).collect()
+}
+
+fn report(s: &mut Scheduler, now: u64, on: ExecutorId, l: &TaskLaunch, state: TaskState) {
+    let update = StatusUpdate {
+        executor: on,
+        task: l.task,
+        attempt: l.attempt,
+        state,
+        data: Bytes::from_static(b"r"),
+    };
+    s.status_update(now, update);
+}
+
+/// Ticks at every `poll_timeout` up to `until_us`; everything the ticks put out.
+fn run_until(s: &mut Scheduler, until_us: u64) -> Vec<Output> {
+    let mut out = Vec::new();
+    while let Some(t) = s.poll_timeout().filter(|&t| t <= until_us) {
+        s.tick(t);
+        out.extend(outputs(s));
+    }
+    out
+}
+
+/// Runs `jobs` one-task jobs, each finishing `took_us` after its launch on whichever executor
+/// got it; the time after the last.
+fn warm_up(s: &mut Scheduler, mut now: u64, jobs: usize, took_us: u64) -> u64 {
+    for _ in 0..jobs {
+        s.submit_job(now, job(1)).expect("submitted");
+        let launched = launches(&outputs(s));
+        assert_eq!(launched.len(), 1);
+        now += took_us;
+        report(s, now, launched[0].0, &launched[0].1, TaskState::Finished);
+        outputs(s);
+    }
+    now
+}
+
+#[test]
+fn a_frozen_executors_one_task_job_is_copied_the_copy_wins_and_the_loser_is_killed() {
+    let mut s = cluster(2, hedge());
+    let job_id = s.submit_job(0, job(1)).expect("submitted");
+    let first = launches(&outputs(&mut s));
+    assert_eq!(first.len(), 1);
+    let (frozen, original) = first[0].clone();
+    // The function is new (cold): the attempt is overdue after 50 ms, and not before.
+    assert_eq!(s.poll_timeout(), Some(50 * MS));
+    let out = run_until(&mut s, 50 * MS);
+    let copies = launches(&out);
+    assert_eq!(copies.len(), 1, "one copy: {out:?}");
+    let (other, copy) = copies[0].clone();
+    assert_ne!(other, frozen, "the copy runs elsewhere");
+    assert_eq!((copy.task, copy.attempt), (original.task, 1));
+    // Silent since it registered: suspected, so the next job goes to the other executor.
+    assert_eq!(s.suspected_executors(), vec![frozen]);
+    assert_eq!(s.stats().suspicions, 1);
+    report(&mut s, 51 * MS, other, &copy, TaskState::Finished);
+    let out = outputs(&mut s);
+    assert_eq!(
+        kills(&out),
+        vec![(frozen, original.task, 0)],
+        "the loser is killed"
+    );
+    assert!(out.iter().any(|o| matches!(o,
+        Output::JobOutcome { job, .. } if *job == job_id)));
+    s.submit_job(52 * MS, job(2)).expect("submitted");
+    let next = launches(&outputs(&mut s));
+    assert!(!next.is_empty());
+    assert!(next.iter().all(|(e, _)| *e == other), "{next:?}");
+    // A heartbeat: trusted again.
+    s.executor_heard(53 * MS, frozen);
+    assert!(s.suspected_executors().is_empty());
+    let (stats, _) = (s.stats(), ());
+    assert_eq!((stats.hedges, stats.speculative_launched), (1, 1));
+}
+
+#[test]
+fn a_known_function_is_copied_past_its_percentile_times_the_factor_and_not_before() {
+    let mut s = cluster(2, hedge());
+    // Twenty successes of 2 ms: the 99th percentile is within a quarter over 2 ms, so the
+    // threshold is 4 to 5 ms (well over the 1 ms floor, well under the 50 ms cold one).
+    let now = warm_up(&mut s, 0, 20, 2 * MS);
+    s.submit_job(now, job(1)).expect("submitted");
+    let launched = launches(&outputs(&mut s));
+    assert!(
+        launches(&run_until(&mut s, now + 4 * MS - 1)).is_empty(),
+        "nothing before"
+    );
+    // Its executor heartbeats: overdue, copied, not suspected.
+    s.executor_heard(now + 4 * MS - 1, launched[0].0);
+    let copy = launches(&run_until(&mut s, now + 5 * MS));
+    assert_eq!(copy.len(), 1);
+    assert_ne!(copy[0].0, launched[0].0);
+    assert!(s.suspected_executors().is_empty());
+}
+
+#[test]
+fn copies_stay_within_the_bucket_and_the_rest_are_withheld() {
+    let bounded = HedgeConfig {
+        burst: 2,
+        copy_ratio: 0.0,
+        ..hedge()
+    };
+    let mut s = Scheduler::new(config(bounded));
+    for (id, cores) in [(1, 5), (2, 4), (3, 4)] {
+        let info = ExecutorInfo {
+            id: ExecutorId(id),
+            host: format!("h{id}"),
+            cores,
+            attributes: Vec::new(),
+        };
+        s.register_executor(0, info).expect("registers");
+    }
+    // Five tasks over the three executors; executor 1 is frozen from the start and holds
+    // two of them... all five are overdue at the cold threshold, and none is reported.
+    s.submit_job(0, job(5)).expect("submitted");
+    assert_eq!(launches(&outputs(&mut s)).len(), 5);
+    for id in [2, 3] {
+        s.executor_heard(40 * MS, ExecutorId(id));
+    }
+    let out = run_until(&mut s, 60 * MS);
+    // Burst 2 and no refill: two copies, three withheld. (All three executors hold overdue
+    // attempts, but executor 1 is suspected, so its attempts are copied anyway.)
+    let copies = launches(&out);
+    assert!(copies.len() <= 2, "{out:?}");
+    assert_eq!(s.stats().hedges, copies.len() as u64);
+    assert_eq!(s.stats().hedges + s.stats().hedges_withheld, 5);
+}
+
+#[test]
+fn hedging_backs_off_while_most_executors_hold_overdue_attempts() {
+    let mut s = cluster(3, hedge());
+    // A task on each of two executors; the third stays idle.
+    s.submit_job(0, job(2)).expect("submitted");
+    let held = launches(&outputs(&mut s));
+    assert_eq!(held.len(), 2);
+    // Both keep talking (not suspected) while their attempts run long: two of three
+    // executors hold overdue attempts, so the cluster is slow and nothing is copied.
+    let mut t = 0;
+    while t < 100 * MS {
+        t += MS;
+        for (e, _) in &held {
+            s.executor_heard(t, *e);
+        }
+        let out = run_until(&mut s, t);
+        assert!(launches(&out).is_empty(), "copied at {t}: {out:?}");
+    }
+    assert_eq!((s.stats().hedges, s.stats().hedges_withheld), (0, 2));
+}
+
+#[test]
+fn after_a_load_spike_the_threshold_follows_and_copies_stop() {
+    let mut s = cluster(3, hedge());
+    let mut now = warm_up(&mut s, 0, 20, 2 * MS);
+    // A load spike: every success now takes 20 ms, ten times the record's 2 ms. The 99th
+    // percentile moves as soon as a hundredth of the record is that slow.
+    now = warm_up(&mut s, now, 5, 20 * MS);
+    let before = s.stats().hedges;
+    s.submit_job(now, job(1)).expect("submitted");
+    outputs(&mut s);
+    let out = run_until(&mut s, now + 30 * MS);
+    assert!(launches(&out).is_empty(), "copied during a spike: {out:?}");
+    assert_eq!(s.stats().hedges, before);
+}
+
+#[test]
+fn with_exclusion_off_a_copy_may_run_where_the_task_failed_before() {
+    let mut s = cluster(2, hedge());
+    let now = warm_up(&mut s, 0, 20, 2 * MS);
+    s.submit_job(now, job(1)).expect("submitted");
+    let first = launches(&outputs(&mut s));
+    let (failed_on, attempt0) = first[0].clone();
+    report(&mut s, now + 100, failed_on, &attempt0, TaskState::Failed);
+    let retry = launches(&outputs(&mut s));
+    assert_eq!(retry.len(), 1);
+    let (frozen, attempt1) = retry[0].clone();
+    let out = run_until(&mut s, now + 60 * MS);
+    let copies = launches(&out);
+    assert_eq!(copies.len(), 1, "{out:?}");
+    assert_eq!(copies[0].1.task, attempt1.task);
+    assert_ne!(copies[0].0, frozen, "elsewhere than the running attempt");
+    if frozen != failed_on {
+        assert_eq!(copies[0].0, failed_on, "where it failed: exclusion is off");
+    }
+}
+
+#[test]
+fn a_job_may_set_its_own_floor_or_turn_hedging_off() {
+    let mut s = cluster(2, hedge());
+    let mut spec = job(1);
+    spec.hedging = JobSetting::Custom(HedgeConfig {
+        cold_us: 5 * MS,
+        ..hedge()
+    });
+    s.submit_job(0, spec).expect("submitted");
+    outputs(&mut s);
+    assert_eq!(s.poll_timeout(), Some(5 * MS));
+    let mut off = job(1);
+    off.hedging = JobSetting::Off;
+    let mut s = cluster(2, hedge());
+    s.submit_job(0, off).expect("submitted");
+    outputs(&mut s);
+    assert_eq!(s.poll_timeout(), None, "nothing to watch");
+}
