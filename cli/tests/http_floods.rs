@@ -11,8 +11,8 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::proc::{scratch, Proc};
 use common::free_port;
+use common::proc::{scratch, Proc};
 use flint_net::observe::http::flood::{self, Flood};
 
 const SECRET: &str = "http-floods-test-secret";
@@ -42,8 +42,17 @@ fn target(name: &str) -> Target {
         "driver",
         SECRET,
         &[
-            "driver", "--listen", &listen, "--executors", "1", "--tasks", "1000000", "--task",
-            "sleep:1", "--ui-listen", &http.to_string(),
+            "driver",
+            "--listen",
+            &listen,
+            "--executors",
+            "1",
+            "--tasks",
+            "1000000",
+            "--task",
+            "sleep:1",
+            "--ui-listen",
+            &http.to_string(),
         ],
         &[],
     );
@@ -57,7 +66,8 @@ fn target(name: &str) -> Target {
     let token = driver.observe_token();
     common::wait_until("the job running", || {
         flood::get(ip(2), http, "/metrics", Some(&token), GOOD_MAX).is_ok_and(|a| {
-            a.status == 200 && a.text().contains("flint_tasks_succeeded_total")
+            a.status == 200
+                && a.text().contains("flint_tasks_succeeded_total")
                 && !a.text().contains("flint_tasks_succeeded_total 0")
         })
     });
@@ -80,7 +90,11 @@ fn good_requests(t: &Target, what: &str) -> Duration {
         let answer = flood::get(ip(2), t.http, path, Some(&t.token), GOOD_MAX * 2)
             .unwrap_or_else(|e| panic!("{what}: GET {path} failed: {e}"));
         assert_eq!(answer.status, 200, "{what}: GET {path}: {}", answer.head);
-        assert!(answer.took < GOOD_MAX, "{what}: GET {path} took {:?}", answer.took);
+        assert!(
+            answer.took < GOOD_MAX,
+            "{what}: GET {path} took {:?}",
+            answer.took
+        );
         slowest = slowest.max(answer.took);
         asked += 1;
         std::thread::sleep(Duration::from_millis(50));
@@ -108,10 +122,15 @@ fn held_connections_leave_good_requests_answered() {
     common::raise_descriptor_limit(12_000);
     let t = target("held");
     let attack: Flood = flood::held(attackers(), t.http, 10_000);
-    common::wait_until("10,000 connections opened", || attack.stats().connections >= 10_000);
+    common::wait_until("10,000 connections opened", || {
+        attack.stats().connections >= 10_000
+    });
     good_requests(&t, "10,000 held connections");
     let stats = attack.stop();
-    assert!(stats.closed > 0, "the server closed what it could not keep: {stats:?}");
+    assert!(
+        stats.closed > 0,
+        "the server closed what it could not keep: {stats:?}"
+    );
 }
 
 #[test]

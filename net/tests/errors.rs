@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flint_engine::standalone::AppSpec;
-use flint_net::observe::http::{Access, Handler, HttpError, HttpLimits, HttpServer, Response, Site};
+use flint_net::observe::http::{
+    Access, Handler, HttpError, HttpLimits, HttpServer, Response, Site,
+};
 use flint_net::pools::{self, PoolsError};
 use flint_net::{
     AppClient, AppClientConfig, AppClientError, JournalError, MasterConfig, MasterError,

@@ -53,11 +53,23 @@ fn post_login(to: SocketAddr, body: &str) -> flood::Answer {
 fn the_token_is_a_bearer_or_a_login_cookie_never_in_a_url() {
     let s = server(HttpLimits::default());
     let to = s.local_addr();
-    let html = request(ip(1), to, b"GET / HTTP/1.1\r\nAccept: text/html\r\n\r\n", WAIT).unwrap();
+    let html = request(
+        ip(1),
+        to,
+        b"GET / HTTP/1.1\r\nAccept: text/html\r\n\r\n",
+        WAIT,
+    )
+    .unwrap();
     assert_eq!(html.status, 401);
-    assert!(html.text().contains("id=\"login\""), "a browser gets the login");
+    assert!(
+        html.text().contains("id=\"login\""),
+        "a browser gets the login"
+    );
     let plain = get(ip(1), to, "/metrics", None, WAIT).unwrap();
-    assert_eq!((plain.status, plain.header("WWW-Authenticate")), (401, Some("Bearer")));
+    assert_eq!(
+        (plain.status, plain.header("WWW-Authenticate")),
+        (401, Some("Bearer"))
+    );
     let in_url = get(ip(1), to, &format!("/x?token={TOKEN}"), None, WAIT).unwrap();
     assert_eq!(in_url.status, 401, "a token in the URL is not accepted");
     let bearer = get(ip(1), to, "/x", Some(TOKEN), WAIT).unwrap();
@@ -69,14 +81,24 @@ fn the_token_is_a_bearer_or_a_login_cookie_never_in_a_url() {
     assert_eq!(logged.status, 303);
     assert_eq!(logged.header("Location"), Some("/jobs?id=3"));
     let cookie = logged.header("Set-Cookie").expect("a cookie").to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
     assert!(!cookie.contains(TOKEN), "the cookie is not the token");
     let pair = cookie.split(';').next().unwrap();
     let raw = format!("GET /y HTTP/1.1\r\nCookie: other=1; {pair}\r\n\r\n");
     let with_cookie = request(ip(1), to, raw.as_bytes(), WAIT).unwrap();
-    assert_eq!((with_cookie.status, with_cookie.text().as_str()), (200, "path /y"));
+    assert_eq!(
+        (with_cookie.status, with_cookie.text().as_str()),
+        (200, "path /y")
+    );
     let elsewhere = post_login(to, &format!("token={TOKEN}&next=//elsewhere.example/"));
-    assert_eq!(elsewhere.header("Location"), Some("/"), "no redirect off this server");
+    assert_eq!(
+        elsewhere.header("Location"),
+        Some("/"),
+        "no redirect off this server"
+    );
     let public = get(ip(1), to, "/public.js", None, WAIT).unwrap();
     assert_eq!((public.status, public.text().as_str()), (200, "1"));
 }
@@ -95,12 +117,16 @@ fn a_slow_head_is_cut_at_its_deadline_while_others_are_served() {
             break started.elapsed();
         }
         let mut byte = [0u8; 1];
-        slow.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        slow.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         if matches!(slow.read(&mut byte), Ok(0)) {
             break started.elapsed();
         }
         if good < 5 {
-            assert_eq!(get(ip(2), to, "/ok", Some(TOKEN), WAIT).unwrap().status, 200);
+            assert_eq!(
+                get(ip(2), to, "/ok", Some(TOKEN), WAIT).unwrap().status,
+                200
+            );
             good += 1;
         }
     };

@@ -11,7 +11,7 @@
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,7 +67,10 @@ fn cpu_seconds(pid: u32) -> Option<(f64, f64)> {
     };
     let (_, total) = ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
     let mut http = 0.0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
         let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
         if let Some((name, seconds)) = ticks(&stat) {
             if name.starts_with("flint-http") {
@@ -91,7 +94,12 @@ fn start_attack(attack: &str, to: SocketAddr) -> Result<Option<flood::Flood>, St
     let from: Vec<IpAddr> = (3..7).map(ip).collect();
     Ok(match attack {
         "none" | "poll" => None,
-        "slow" => Some(flood::slow_headers(from, to, 300, Duration::from_millis(100))),
+        "slow" => Some(flood::slow_headers(
+            from,
+            to,
+            300,
+            Duration::from_millis(100),
+        )),
         "held" if descriptor_limit() < 10_500 => {
             return Err("held needs a descriptor limit of 10,500 (ulimit -n)".into())
         }
@@ -108,9 +116,22 @@ struct Good {
     not_ok: Vec<u16>,
 }
 
-fn good_client(http: SocketAddr, token: String, args_every: Duration, poll: bool, done: &AtomicBool, good: &Mutex<Good>) {
+fn good_client(
+    http: SocketAddr,
+    token: String,
+    args_every: Duration,
+    poll: bool,
+    done: &AtomicBool,
+    good: &Mutex<Good>,
+) {
     let paths: &[&str] = if poll {
-        &["/", "/api/v1/series", "/api/v1/timeline", "/api/v1/jobs", "/metrics"]
+        &[
+            "/",
+            "/api/v1/series",
+            "/api/v1/timeline",
+            "/api/v1/jobs",
+            "/metrics",
+        ]
     } else {
         &["/metrics", "/"]
     };
@@ -151,13 +172,25 @@ struct Run {
     stderr: PathBuf,
 }
 
-fn start(args: &Args, flint: &PathBuf) -> Result<Run, String> {
+fn start(args: &Args, flint: &Path) -> Result<Run, String> {
     let (listen, http) = (free_addr(), free_addr());
     let stderr = std::env::temp_dir().join(format!("flint-flood-{}.err", std::process::id()));
     let driver = Command::new(flint)
         .env("FLINT_SECRET", SECRET)
-        .args(["driver", "--listen", &listen.to_string(), "--executors", "1"])
-        .args(["--tasks", &args.tasks.to_string(), "--task", &args.task, "--json"])
+        .args([
+            "driver",
+            "--listen",
+            &listen.to_string(),
+            "--executors",
+            "1",
+        ])
+        .args([
+            "--tasks",
+            &args.tasks.to_string(),
+            "--task",
+            &args.task,
+            "--json",
+        ])
         .args(["--ui-listen", &http.to_string()])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr).map_err(|e| e.to_string())?)
@@ -235,7 +268,14 @@ fn run(args: &Args) -> Result<(), String> {
         let _ = out.read_to_string(&mut summary);
     }
     let _ = std::fs::remove_file(&run.stderr);
-    report(args, &flint, &summary, cpu, &good.lock().expect("good"), attacker);
+    report(
+        args,
+        &flint,
+        &summary,
+        cpu,
+        &good.lock().expect("good"),
+        attacker,
+    );
     Ok(())
 }
 
@@ -246,7 +286,14 @@ fn field<'a>(json: &'a str, name: &str) -> &'a str {
         .unwrap_or("null")
 }
 
-fn report(args: &Args, flint: &PathBuf, summary: &str, cpu: (f64, f64), good: &Good, attacker: flood::FloodStats) {
+fn report(
+    args: &Args,
+    flint: &Path,
+    summary: &str,
+    cpu: (f64, f64),
+    good: &Good,
+    attacker: flood::FloodStats,
+) {
     let mut took = good.took_ms.clone();
     took.sort_by(f64::total_cmp);
     println!(

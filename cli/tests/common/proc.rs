@@ -92,7 +92,6 @@ impl Drop for Proc {
     }
 }
 
-
 impl Proc {
     /// The observe token the process printed the file of.
     pub fn observe_token(&self) -> String {

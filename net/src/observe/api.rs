@@ -88,7 +88,10 @@ pub fn driver(path: &str, v: &DriverView) -> Option<Response> {
             "every_us": POINT_EVERY_US,
             "points": v.series,
         })),
-        _ => match rest.strip_prefix("jobs/").and_then(|id| id.parse::<u64>().ok()) {
+        _ => match rest
+            .strip_prefix("jobs/")
+            .and_then(|id| id.parse::<u64>().ok())
+        {
             Some(id) => job(id, v),
             None => not_found("no such API path"),
         },
@@ -158,7 +161,10 @@ mod tests {
         let jobs = body(&driver("/api/v1/jobs", &v).unwrap());
         assert_eq!(jobs[0]["duration_ms"], 2.0);
         let one = driver("/api/v1/jobs/3", &v).unwrap();
-        assert_eq!((one.status, body(&one)["tasks_done"].clone()), (200, json!(4)));
+        assert_eq!(
+            (one.status, body(&one)["tasks_done"].clone()),
+            (200, json!(4))
+        );
         assert_eq!(driver("/api/v1/jobs/4", &v).unwrap().status, 404);
         assert_eq!(driver("/api/v1/nothing", &v).unwrap().status, 404);
         let series = body(&driver("/api/v1/series", &v).unwrap());
@@ -178,7 +184,10 @@ mod tests {
         });
         let all = body(&cluster("/api/v1/cluster", &v).unwrap());
         assert_eq!(all["applications"][0]["waiting"], "no alive worker");
-        assert_eq!(body(&cluster("/api/v1/applications", &v).unwrap())[0]["id"], "app-1");
+        assert_eq!(
+            body(&cluster("/api/v1/applications", &v).unwrap())[0]["id"],
+            "app-1"
+        );
         assert!(cluster("/", &v).is_none());
     }
 }

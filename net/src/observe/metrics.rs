@@ -648,7 +648,11 @@ pub fn openmetrics_to_text(open: &str) -> String {
         match meta {
             Some((prefix, rest)) => {
                 let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                let suffix = if counters.contains(name) { "_total" } else { "" };
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
                 out.push_str(&format!("{prefix}{name}{suffix} {tail}\n"));
             }
             None => {

@@ -675,7 +675,14 @@ impl LoopTelemetry {
     }
 
     #[cold]
-    fn tracked_ended(&mut self, now: u64, task: TaskId, attempt: u32, state: TaskState, is_sampled: bool) {
+    fn tracked_ended(
+        &mut self,
+        now: u64,
+        task: TaskId,
+        attempt: u32,
+        state: TaskState,
+        is_sampled: bool,
+    ) {
         let Some(at) = self.timeline.ended(now, task, attempt, state) else {
             return;
         };
@@ -1011,17 +1018,31 @@ mod tests {
         let j = &view.jobs[0];
         assert_eq!((&*j.pool, j.copies), ("pool-a", 1));
         let durations = j.task_durations.expect("sampled durations");
-        assert_eq!((durations.sampled, durations.min_us, durations.max_us), (4, 0, 4_800));
+        assert_eq!(
+            (durations.sampled, durations.min_us, durations.max_us),
+            (4, 0, 4_800)
+        );
         assert_eq!(j.scheduler_delays.map(|d| d.p50_us), Some(1_000));
         assert_eq!(view.timeline.len(), 5, "4 sampled attempts and the copy");
-        let copy = view.timeline.iter().find(|b| b.copy).expect("the copy's bar");
+        let copy = view
+            .timeline
+            .iter()
+            .find(|b| b.copy)
+            .expect("the copy's bar");
         assert_eq!((copy.task, copy.end_us, copy.lane), (5, None, 1));
         assert_eq!(view.series.len(), 1);
         let slowest = view.series[0].round_trip.map_or(0, |s| s.max_us);
-        assert!((4_400..=5_300).contains(&slowest), "{slowest} is within 9% of 4800");
+        assert!(
+            (4_400..=5_300).contains(&slowest),
+            "{slowest} is within 9% of 4800"
+        );
         t.executor_removed(11_000, ExecutorId(1), "gone", true);
         let view = t.view(|_| 0, |_| None, 12_000);
-        let copy = view.timeline.iter().find(|b| b.copy).expect("the copy's bar");
+        let copy = view
+            .timeline
+            .iter()
+            .find(|b| b.copy)
+            .expect("the copy's bar");
         assert_eq!(copy.outcome, timeline::Outcome::Lost);
     }
 

@@ -87,15 +87,36 @@ mod tests {
         let (mut jobs, trips) = (Fine::default(), Fine::default());
         assert!(series.due(0));
         jobs.observe(100);
-        series.take(Point { t_us: 0, ..Point::default() }, &jobs, &trips);
+        series.take(
+            Point {
+                t_us: 0,
+                ..Point::default()
+            },
+            &jobs,
+            &trips,
+        );
         assert!(!series.due(999_999) && series.due(1_000_000));
-        series.take(Point { t_us: 1_500_000, ..Point::default() }, &jobs, &trips);
+        series.take(
+            Point {
+                t_us: 1_500_000,
+                ..Point::default()
+            },
+            &jobs,
+            &trips,
+        );
         assert!(series.due(2_000_000));
         let points = series.points();
         assert_eq!(points[0].job_latency.map(|s| s.p50_us), Some(100));
         assert_eq!(points[1].job_latency, None, "no job ended in between");
         for i in 0..400 {
-            series.take(Point { t_us: 2_000_000 * i, ..Point::default() }, &jobs, &trips);
+            series.take(
+                Point {
+                    t_us: 2_000_000 * i,
+                    ..Point::default()
+                },
+                &jobs,
+                &trips,
+            );
         }
         assert_eq!(series.points().len(), POINTS_MAX);
     }

@@ -23,6 +23,8 @@ pub const BARS_MAX: usize = 2048;
 pub const WINDOW_US: u64 = 100_000;
 /// Bars started per window at most (copies always get theirs).
 pub const BARS_PER_WINDOW: u32 = 8;
+/// Running bars a view shows at most (the newest).
+pub const RUNNING_SHOWN_MAX: usize = 512;
 /// Attempts tracked at once (beyond this, the tracking starts over).
 const TRACKED_MAX: usize = 1 << 16;
 
@@ -150,14 +152,23 @@ impl Timeline {
 
     /// The driver asked for an attempt to be killed.
     pub fn kill_sent(&mut self, now_us: u64, task: TaskId, attempt: u32) {
-        let bar = self.tracked.get_mut(&(task.0, attempt)).and_then(|t| t.bar.as_mut());
+        let bar = self
+            .tracked
+            .get_mut(&(task.0, attempt))
+            .and_then(|t| t.bar.as_mut());
         if let Some(bar) = bar {
             bar.kill_us.get_or_insert(now_us);
         }
     }
 
     /// An attempt reported its final `state`: its launch time, if it was tracked.
-    pub fn ended(&mut self, now_us: u64, task: TaskId, attempt: u32, state: TaskState) -> Option<u64> {
+    pub fn ended(
+        &mut self,
+        now_us: u64,
+        task: TaskId,
+        attempt: u32,
+        state: TaskState,
+    ) -> Option<u64> {
         let tracked = self.tracked.remove(&(task.0, attempt))?;
         let outcome = match state {
             TaskState::Finished => Outcome::Succeeded,
@@ -195,13 +206,17 @@ impl Timeline {
         tracked.at_us
     }
 
-    /// The bars, oldest first, running ones last.
+    /// The bars, oldest first, then the newest [`RUNNING_SHOWN_MAX`] running ones.
     pub fn bars(&self) -> Vec<Bar> {
-        let running = self.tracked.values().filter_map(|t| t.bar.as_deref());
+        let mut running: Vec<&Bar> = self
+            .tracked
+            .values()
+            .filter_map(|t| t.bar.as_deref())
+            .collect();
+        running.sort_by_key(|b| b.start_us);
+        let skip = running.len().saturating_sub(RUNNING_SHOWN_MAX);
         let mut bars: Vec<Bar> = self.bars.iter().cloned().collect();
-        let first_running = bars.len();
-        bars.extend(running.cloned());
-        bars[first_running..].sort_by_key(|b| b.start_us);
+        bars.extend(running[skip..].iter().map(|b| (*b).clone()));
         bars
     }
 }
@@ -231,14 +246,25 @@ mod tests {
         t.launched(30, launch(&name, 0, 1, true), false);
         assert!(t.may_track(false), "a copy is tracked");
         t.kill_sent(40, TaskId::new(JobId(1), 0), 0);
-        assert_eq!(t.ended(50, TaskId::new(JobId(1), 0), 0, TaskState::Killed), Some(10));
-        assert_eq!(t.ended(60, TaskId::new(JobId(1), 1), 0, TaskState::Finished), None);
+        assert_eq!(
+            t.ended(50, TaskId::new(JobId(1), 0), 0, TaskState::Killed),
+            Some(10)
+        );
+        assert_eq!(
+            t.ended(60, TaskId::new(JobId(1), 1), 0, TaskState::Finished),
+            None
+        );
         t.executor_removed(70, ExecutorId(7));
         assert!(!t.may_track(false), "no copy left");
         let bars = t.bars();
         assert_eq!(bars.len(), 2);
         assert_eq!(
-            (bars[0].outcome, bars[0].kill_us, bars[0].copy, bars[0].end_us),
+            (
+                bars[0].outcome,
+                bars[0].kill_us,
+                bars[0].copy,
+                bars[0].end_us
+            ),
             (Outcome::Killed, Some(40), false, Some(50))
         );
         assert_eq!((bars[1].outcome, bars[1].copy), (Outcome::Lost, true));
@@ -257,7 +283,12 @@ mod tests {
             for k in 0..BARS_PER_WINDOW {
                 let index = 1000 + (i as u32) * 100 + k;
                 t.launched(now, launch(&name, index, 0, false), true);
-                t.ended(now + 1, TaskId::new(JobId(1), index), 0, TaskState::Finished);
+                t.ended(
+                    now + 1,
+                    TaskId::new(JobId(1), index),
+                    0,
+                    TaskState::Finished,
+                );
             }
         }
         assert!(t.bars.len() <= BARS_MAX);

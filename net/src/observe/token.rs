@@ -134,9 +134,7 @@ impl ObserveToken {
     /// exist; says whether it was created.
     pub fn load_or_create(path: &Path) -> Result<(ObserveToken, bool), TokenError> {
         match ObserveToken::from_file(path) {
-            Err(TokenError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
+            Err(TokenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 let token = ObserveToken::generate().map_err(|source| TokenError::Io {
                     path: path.to_owned(),
                     source,

@@ -121,7 +121,10 @@ pub struct Flood {
 }
 
 impl Flood {
-    fn start(threads: usize, body: impl Fn(usize, &AtomicBool, &Counts) + Send + Sync + 'static) -> Flood {
+    fn start(
+        threads: usize,
+        body: impl Fn(usize, &AtomicBool, &Counts) + Send + Sync + 'static,
+    ) -> Flood {
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Counts::default());
         let body = Arc::new(body);
@@ -210,7 +213,9 @@ fn keep_open(
                     .as_mut()
                     .is_some_and(|s| !closed(s) && (feed.is_empty() || s.write(feed).is_ok()));
                 if !alive {
-                    counts.closed.fetch_add(u64::from(slot.is_some()), Ordering::Relaxed);
+                    counts
+                        .closed
+                        .fetch_add(u64::from(slot.is_some()), Ordering::Relaxed);
                     *slot = open(i);
                 }
                 if stop.load(Ordering::Relaxed) {
@@ -225,7 +230,13 @@ fn keep_open(
 /// `count` connections sending a request head one byte every `every`, never finishing it.
 pub fn slow_headers(from: Vec<IpAddr>, to: SocketAddr, count: usize, every: Duration) -> Flood {
     // The head never ends: a header line, a byte at a time.
-    keep_open(from, to, count, every, (b"GET / HTTP/1.1\r\nX-Slow: ", b"a"))
+    keep_open(
+        from,
+        to,
+        count,
+        every,
+        (b"GET / HTTP/1.1\r\nX-Slow: ", b"a"),
+    )
 }
 
 /// `count` connections opened and held silent.

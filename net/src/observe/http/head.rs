@@ -290,7 +290,10 @@ mod tests {
 
     #[test]
     fn hostile_shapes_are_refused() {
-        assert_eq!(bad(&format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(300))), 431);
+        assert_eq!(
+            bad(&format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(300))),
+            431
+        );
         assert_eq!(bad("GET http://x/ HTTP/1.1\r\n\r\n"), 400);
         assert_eq!(bad("GET / HTTP/2.0\r\n\r\n"), 400);
         assert_eq!(
@@ -305,7 +308,11 @@ mod tests {
         assert_eq!(bad("GET / HTTP/1.1\r\nBad Header\r\n\r\n"), 400);
         let many: String = (0..40).map(|i| format!("H{i}: v\r\n")).collect();
         assert_eq!(
-            match parse(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes(), 8192, "c") {
+            match parse(
+                format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes(),
+                8192,
+                "c"
+            ) {
                 Parsed::Bad(status, _) => status,
                 _ => 0,
             },

@@ -68,7 +68,10 @@ struct Bucket {
 impl Bucket {
     /// When a refusal arriving at `now_us` may be answered, with this spacing and tolerance.
     fn when(self, now_us: u64, tolerance_us: u64) -> u64 {
-        self.tat_us.max(now_us).saturating_sub(tolerance_us).max(now_us)
+        self.tat_us
+            .max(now_us)
+            .saturating_sub(tolerance_us)
+            .max(now_us)
     }
 
     fn take(&mut self, now_us: u64, interval_us: u64) {
@@ -171,7 +174,10 @@ mod tests {
         // Another client is not held up by the first.
         assert_eq!(pace.refuse(key(2), 0), Verdict::AnswerAt(0));
         // After a quiet while the burst is back.
-        assert_eq!(pace.refuse(key(1), 10_000_000), Verdict::AnswerAt(10_000_000));
+        assert_eq!(
+            pace.refuse(key(1), 10_000_000),
+            Verdict::AnswerAt(10_000_000)
+        );
     }
 
     #[test]

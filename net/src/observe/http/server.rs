@@ -319,7 +319,11 @@ impl Server {
             return self.refuse(slot, key, bytes, now);
         }
         let shows_token = self.shows_token(&head);
-        let public = self.prepared.public.iter().find(|(p, _)| *p == head.request.path);
+        let public = self
+            .prepared
+            .public
+            .iter()
+            .find(|(p, _)| *p == head.request.path);
         match public {
             Some((_, bytes)) if head.method == Method::Get && shows_token => {
                 return self.answer(slot, bytes.clone(), now);
@@ -343,7 +347,10 @@ impl Server {
             Access::Open => true,
             Access::Token(token) => {
                 head.bearer.as_deref().is_some_and(|b| token.matches(b))
-                    || head.cookie.as_deref().is_some_and(|c| token.matches_cookie(c))
+                    || head
+                        .cookie
+                        .as_deref()
+                        .is_some_and(|c| token.matches_cookie(c))
             }
         }
     }
@@ -351,7 +358,11 @@ impl Server {
     /// What a request without the token gets: a public answer, the login page, or a `401`.
     fn refusal(&self, head: &Head) -> Bytes {
         let get = head.method == Method::Get;
-        let public = self.prepared.public.iter().find(|(p, _)| *p == head.request.path);
+        let public = self
+            .prepared
+            .public
+            .iter()
+            .find(|(p, _)| *p == head.request.path);
         match (public, &self.prepared.login) {
             (Some((_, bytes)), _) if get => bytes.clone(),
             (_, Some(login)) if get && head.wants_html => login.clone(),
@@ -566,11 +577,15 @@ fn local_path(next: &str) -> bool {
     next.starts_with('/')
         && !next.starts_with("//")
         && next.len() <= 512
-        && next.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'\\')
+        && next
+            .bytes()
+            .all(|b| (0x21..=0x7e).contains(&b) && b != b'\\')
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Starts the workers; their queue's sending side.
@@ -597,10 +612,9 @@ fn work(rx: &Mutex<Receiver<Work>>, handler: &Handler, answers: &Answers) {
         let Ok(work) = next else {
             return;
         };
-        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            handler(&work.request)
-        }))
-        .unwrap_or_else(|_| Response::text(500, "the handler failed\n"));
+        let answer =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&work.request)))
+                .unwrap_or_else(|_| Response::text(500, "the handler failed\n"));
         let bytes = Bytes::from(encode(&answer, work.head_only));
         lock(&answers.list).push((work.slot, work.seq, bytes));
         let _ = answers.waker.wake();

@@ -90,9 +90,15 @@ impl<C> Table<C> {
     /// Takes `conn` from client `key` in, evicting for it if a cap is reached.
     pub fn insert(&mut self, key: AddrKey, conn: C) -> Inserted<C> {
         let mut evicted = Vec::new();
-        let at_key_cap = self.keys.get(&key).is_some_and(|k| k.count >= self.per_key_max);
+        let at_key_cap = self
+            .keys
+            .get(&key)
+            .is_some_and(|k| k.count >= self.per_key_max);
         if at_key_cap {
-            let oldest = self.keys.get(&key).and_then(|k| k.evictable.front().copied());
+            let oldest = self
+                .keys
+                .get(&key)
+                .and_then(|k| k.evictable.front().copied());
             match oldest.and_then(|(_, slot)| self.remove(slot)) {
                 Some(old) => evicted.push(old),
                 None => return Inserted::Refused(conn),

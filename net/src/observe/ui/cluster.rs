@@ -116,7 +116,6 @@ fn cluster_executors_table(b: &mut String, v: &ClusterView) {
     b.push_str("</table>");
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,12 @@ fn summary(b: &mut String, v: &DriverView) {
     stat(b, "tasks-pending", "tasks pending", v.pending_tasks);
     stat(b, "tasks-running", "tasks running", v.running_tasks);
     stat(b, "tasks-succeeded", "tasks succeeded", v.stats.succeeded);
-    stat(b, "attempts-failed", "attempts failed", v.stats.attempts_failed);
+    stat(
+        b,
+        "attempts-failed",
+        "attempts failed",
+        v.stats.attempts_failed,
+    );
     stat(b, "copies", "copies", v.stats.speculative_launched);
     let live = v.executors.iter().filter(|e| e.removed.is_empty()).count();
     stat(b, "executors-live", "executors", live);
@@ -193,8 +198,18 @@ pub fn job_page(v: &DriverView, id: u64) -> Option<String> {
         "<h2>Task times</h2><table id=\"quantiles\" data-live><tr><th></th><th>min</th>\
          <th>25th</th><th>median</th><th>75th</th><th>max</th><th>sampled</th></tr>",
     );
-    quantile_row(&mut b, "q-duration", "duration (launch to result)", j.task_durations);
-    quantile_row(&mut b, "q-delay", "scheduler delay (submit to launch)", j.scheduler_delays);
+    quantile_row(
+        &mut b,
+        "q-duration",
+        "duration (launch to result)",
+        j.task_durations,
+    );
+    quantile_row(
+        &mut b,
+        "q-delay",
+        "scheduler delay (submit to launch)",
+        j.scheduler_delays,
+    );
     b.push_str(
         "</table><p class=\"reason\">One task in 16 is timed; a sample of at most 512 per job.\
          </p><h2>Failures</h2><ul id=\"job-failures\" data-live>",
@@ -217,7 +232,12 @@ fn job_summary(b: &mut String, j: &JobView) {
     stat(b, "job-state", "state", j.state);
     stat(b, "job-function", "function", escape(&j.function));
     stat(b, "job-pool", "pool", escape(&j.pool));
-    stat(b, "job-done", "tasks done", format!("{} / {}", j.tasks_done, j.tasks));
+    stat(
+        b,
+        "job-done",
+        "tasks done",
+        format!("{} / {}", j.tasks_done, j.tasks),
+    );
     stat(b, "job-failed", "attempts failed", j.attempts_failed);
     stat(b, "job-copies", "copies", j.copies);
     stat(b, "job-duration", "duration", duration_text(j.duration));

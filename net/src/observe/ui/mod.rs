@@ -189,7 +189,9 @@ struct CacheState<T> {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<T: Send + Sync + 'static> ViewCache<T> {
@@ -256,8 +258,8 @@ fn refresh<T>(shared: &CacheShared<T>, fetch: impl Fn() -> Result<T, String>) {
         {
             let mut state = lock(&shared.state);
             while !state.wanted && !state.stopped {
-                state = (shared.changed.wait(state))
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                state =
+                    (shared.changed.wait(state)).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
             if state.stopped {
                 return;
@@ -308,21 +310,23 @@ pub fn serve_driver(
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
     let cache = ViewCache::start(move || observer.view(SCRAPE_TIMEOUT).map_err(|e| e.to_string()));
-    let handler: Handler = Arc::new(move |request: &Request| {
-        match cache.get() {
-            Ok(view) => driver_answer(request, &view, serve),
-            Err(error) if request.path == "/metrics" => metrics::driver_down(
-                request.accept.as_deref(),
-                &error.to_string(),
-            ),
-            Err(error) => unavailable("the driver", &error.to_string()),
+    let handler: Handler = Arc::new(move |request: &Request| match cache.get() {
+        Ok(view) => driver_answer(request, &view, serve),
+        Err(error) if request.path == "/metrics" => {
+            metrics::driver_down(request.accept.as_deref(), &error.to_string())
         }
+        Err(error) => unavailable("the driver", &error.to_string()),
     });
     HttpServer::start(addr, access, HttpLimits::default(), site(handler))
 }
 
 /// The answer to a master's or worker's request, from its view.
-fn cluster_answer(request: &Request, view: &ClusterView, role: ClusterRole, serve: Serve) -> Response {
+fn cluster_answer(
+    request: &Request,
+    view: &ClusterView,
+    role: ClusterRole,
+    serve: Serve,
+) -> Response {
     let path = request.path.as_str();
     if path == "/metrics" {
         return metrics::cluster_response(role, view, request.accept.as_deref());
@@ -352,16 +356,12 @@ pub fn serve_cluster(
 ) -> Result<HttpServer, HttpError> {
     let collector = ClusterCollector::new(status_addr, secret, role);
     let cache = ViewCache::start(move || collector.view().map_err(|e| e.to_string()));
-    let handler: Handler = Arc::new(move |request: &Request| {
-        match cache.get() {
-            Ok(view) => cluster_answer(request, &view, role, serve),
-            Err(error) if request.path == "/metrics" => metrics::cluster_down(
-                role,
-                request.accept.as_deref(),
-                &error.to_string(),
-            ),
-            Err(error) => unavailable("the status request", &error.to_string()),
+    let handler: Handler = Arc::new(move |request: &Request| match cache.get() {
+        Ok(view) => cluster_answer(request, &view, role, serve),
+        Err(error) if request.path == "/metrics" => {
+            metrics::cluster_down(role, request.accept.as_deref(), &error.to_string())
         }
+        Err(error) => unavailable("the status request", &error.to_string()),
     });
     HttpServer::start(addr, access, HttpLimits::default(), site(handler))
 }
@@ -383,7 +383,11 @@ mod tests {
     fn a_busy_role_delays_requests_by_the_wait_at_most() {
         let (cache, release) = cache();
         release.send(1).unwrap();
-        assert_eq!(*cache.get().unwrap(), 1, "the first request waits for the first view");
+        assert_eq!(
+            *cache.get().unwrap(),
+            1,
+            "the first request waits for the first view"
+        );
         assert_eq!(*cache.get().unwrap(), 1, "fresh: not asked again");
         std::thread::sleep(VIEW_MAX_AGE);
         // The role does not answer: the request takes the last view after the wait.
