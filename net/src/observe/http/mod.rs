@@ -13,8 +13,11 @@
 //!   the connection is closed: a client sending a byte a second holds a slot that long at most;
 //! - at most `connections_max` connections, at most `per_address_max` from one client (an IPv4
 //!   address, an IPv6 /64); a newcomer over either cap evicts the oldest connection that has not
-//!   shown a request worth keeping (see [`table`]), so held connections cannot keep a newer one
-//!   out, and descriptors run out last;
+//!   shown a request worth keeping and is at least 100 ms old, else it is refused (see
+//!   [`table`]): held connections cannot keep a newer one out for long, a client reconnecting in
+//!   a loop costs an accept and a close each time, and descriptors run out last (clients behind
+//!   one address share its connections: under such a loop from their address, they are kept out
+//!   too);
 //! - requests without the token are refused without a thread, a buffer copy or a look at the
 //!   role, and at a pace ([`pace`]): a client's first few at once, then a few a second, the
 //!   rest held and closed unanswered, so a client looping on them waits instead of spinning;

@@ -28,6 +28,9 @@ const WAKER: Token = Token(1);
 const FIRST: usize = 2;
 /// How often deadlines are checked while connections are open.
 pub const SWEEP_US: u64 = 20_000;
+/// How long a connection has been in before a newcomer over a cap may evict it (younger ones
+/// make the newcomer be refused, which costs an accept and a close).
+const EVICT_AGE_US: u64 = 100_000;
 /// Connections accepted per round before the others get a turn.
 const ACCEPTS_PER_ROUND: usize = 256;
 
@@ -147,7 +150,7 @@ impl Server {
         let server = Server {
             poll,
             listener,
-            table: Table::new(limits.connections_max, limits.per_address_max),
+            table: Table::new(limits.connections_max, limits.per_address_max, EVICT_AGE_US),
             pace: super::pace::Pace::new(limits.pace.clone()),
             access,
             limits,
@@ -228,7 +231,7 @@ impl Server {
     }
 
     fn admit(&mut self, stream: TcpStream, ip: IpAddr, now: u64) {
-        let _ = stream.set_nodelay(true);
+        // (No TCP_NODELAY: every answer goes out in one write, then the connection closes.)
         let conn = Conn {
             stream,
             buf: Vec::new(),
@@ -237,7 +240,7 @@ impl Server {
             out: Bytes::new(),
             sent: 0,
         };
-        let slot = match self.table.insert(AddrKey::of(ip), conn) {
+        let slot = match self.table.insert(AddrKey::of(ip), conn, now) {
             Inserted::Refused(_) => {
                 self.drops.refused += 1;
                 return;

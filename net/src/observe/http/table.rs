@@ -2,9 +2,10 @@
 //! `per_key_max` from one client ([`AddrKey`]), and the order in which connections may be
 //! evicted. A connection is evictable while it has shown nothing worth keeping (reading its
 //! head, or held for a paced refusal); once a request is accepted it is not. A newcomer over a
-//! cap evicts the oldest evictable connection (of its client, then of all), so a client that
-//! holds connections open cannot keep a newer one out; when nothing is evictable the newcomer
-//! is refused.
+//! cap evicts the oldest evictable connection (of its client, then of all) that has been in
+//! the table at least `evict_age_us`, so a client that holds connections open cannot keep a
+//! newer one out; when none is that old the newcomer is refused (cheaper: it was never
+//! registered, and a client reconnecting in a loop churns through refusals, not evictions).
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -21,6 +22,8 @@ pub struct Entry<C> {
     pub key: AddrKey,
     /// Its sequence number: unique in the table's life, increasing with arrival.
     pub seq: u64,
+    /// When it came in.
+    since_us: u64,
     evictable: bool,
 }
 
@@ -59,11 +62,13 @@ pub struct Table<C> {
     next_seq: u64,
     max: usize,
     per_key_max: usize,
+    evict_age_us: u64,
 }
 
 impl<C> Table<C> {
-    /// An empty table with these caps (each at least 1).
-    pub fn new(max: usize, per_key_max: usize) -> Table<C> {
+    /// An empty table with these caps (each at least 1) and the age a connection must have to
+    /// be evicted for a newcomer.
+    pub fn new(max: usize, per_key_max: usize, evict_age_us: u64) -> Table<C> {
         assert!(max > 0 && per_key_max > 0);
         Table {
             slots: Vec::new(),
@@ -74,6 +79,7 @@ impl<C> Table<C> {
             next_seq: 0,
             max,
             per_key_max,
+            evict_age_us,
         }
     }
 
@@ -87,8 +93,8 @@ impl<C> Table<C> {
         self.len == 0
     }
 
-    /// Takes `conn` from client `key` in, evicting for it if a cap is reached.
-    pub fn insert(&mut self, key: AddrKey, conn: C) -> Inserted<C> {
+    /// Takes `conn` from client `key` in at `now_us`, evicting for it if a cap is reached.
+    pub fn insert(&mut self, key: AddrKey, conn: C, now_us: u64) -> Inserted<C> {
         let mut evicted = Vec::new();
         let at_key_cap = self
             .keys
@@ -99,13 +105,14 @@ impl<C> Table<C> {
                 .keys
                 .get(&key)
                 .and_then(|k| k.evictable.front().copied());
-            match oldest.and_then(|(_, slot)| self.remove(slot)) {
+            match oldest.and_then(|(_, slot)| self.remove_if_old(slot, now_us)) {
                 Some(old) => evicted.push(old),
                 None => return Inserted::Refused(conn),
             }
         }
         if self.len >= self.max {
-            match self.evict_oldest() {
+            let oldest = self.evictable.first().copied();
+            match oldest.and_then(|(_, slot)| self.remove_if_old(slot, now_us)) {
                 Some(old) => evicted.push(old),
                 None => return Inserted::Refused(conn),
             }
@@ -120,6 +127,7 @@ impl<C> Table<C> {
             conn,
             key,
             seq,
+            since_us: now_us,
             evictable: true,
         });
         self.len += 1;
@@ -130,7 +138,16 @@ impl<C> Table<C> {
         Inserted::At { slot, seq, evicted }
     }
 
-    /// Removes the oldest evictable connection, if any (to free a descriptor, say).
+    /// Removes the connection in `slot` if it came in at least `evict_age_us` before `now_us`.
+    fn remove_if_old(&mut self, slot: usize, now_us: u64) -> Option<C> {
+        let entry = self.slots.get(slot)?.as_ref()?;
+        if entry.since_us.saturating_add(self.evict_age_us) > now_us {
+            return None;
+        }
+        self.remove(slot)
+    }
+
+    /// Removes the oldest evictable connection, if any, whatever its age (to free a descriptor).
     pub fn evict_oldest(&mut self) -> Option<C> {
         let (_, slot) = self.evictable.first().copied()?;
         self.remove(slot)
@@ -211,12 +228,14 @@ mod tests {
 
     #[test]
     fn a_client_at_its_cap_evicts_its_own_oldest() {
-        let mut table = Table::new(100, 3);
-        slot_of(table.insert(key(1), 0));
-        slot_of(table.insert(key(1), 1));
-        slot_of(table.insert(key(2), 100));
-        slot_of(table.insert(key(1), 2));
-        assert_eq!(slot_of(table.insert(key(1), 3)).1, vec![0]);
+        let mut table = Table::new(100, 3, 50);
+        slot_of(table.insert(key(1), 0, 0));
+        slot_of(table.insert(key(1), 1, 10));
+        slot_of(table.insert(key(2), 100, 10));
+        slot_of(table.insert(key(1), 2, 20));
+        // Its oldest is too young to be evicted: the newcomer is refused.
+        assert!(matches!(table.insert(key(1), 9, 49), Inserted::Refused(9)));
+        assert_eq!(slot_of(table.insert(key(1), 3, 50)).1, vec![0]);
         // Kept connections are never evicted: with all three kept, a fourth is refused.
         let slots: Vec<usize> = table.slots().collect();
         for slot in slots {
@@ -224,18 +243,21 @@ mod tests {
                 table.keep(slot);
             }
         }
-        assert!(matches!(table.insert(key(1), 4), Inserted::Refused(4)));
+        assert!(matches!(
+            table.insert(key(1), 4, 1_000),
+            Inserted::Refused(4)
+        ));
         assert_eq!(table.len(), 4);
     }
 
     #[test]
     fn a_full_table_evicts_the_oldest_of_all() {
-        let mut table = Table::new(3, 3);
-        let (a, _) = slot_of(table.insert(key(1), 1));
-        slot_of(table.insert(key(2), 2));
-        slot_of(table.insert(key(3), 3));
+        let mut table = Table::new(3, 3, 0);
+        let (a, _) = slot_of(table.insert(key(1), 1, 0));
+        slot_of(table.insert(key(2), 2, 0));
+        slot_of(table.insert(key(3), 3, 0));
         table.keep(a);
-        assert_eq!(slot_of(table.insert(key(4), 4)).1, vec![2]);
+        assert_eq!(slot_of(table.insert(key(4), 4, 0)).1, vec![2]);
         assert_eq!(table.remove(a), Some(1));
         assert_eq!(table.len(), 2);
         assert_eq!(table.evict_oldest(), Some(3));
