@@ -39,6 +39,7 @@ fn cluster() -> Cluster {
         cores: 1,
         source: ExecutorSource::Threads,
         driver: DriverConfig::default(),
+        relay_first: false,
     })
     .expect("a loopback cluster starts")
 }

@@ -14,6 +14,8 @@ use flint_net::executor::{self, ExecutorConfig, ExecutorError, ExecutorSummary};
 use flint_net::handshake::{random_nonce, Secret};
 use flint_net::Registry;
 
+use crate::fault::{Relay, Target};
+
 /// The environment variable that carries the shared secret to executors (as `flint` reads it).
 pub const SECRET_ENV: &str = "FLINT_SECRET";
 
@@ -54,6 +56,8 @@ pub struct ClusterSpec {
     pub source: ExecutorSource,
     /// The driver's settings (its `listen` and `secret` are set here for local executors).
     pub driver: DriverConfig,
+    /// Executor process 0 connects through a [`Relay`] (a `cut` fault needs one).
+    pub relay_first: bool,
 }
 
 /// A running cluster; [`Cluster::stop`] stops the executors and the driver.
@@ -62,6 +66,8 @@ pub struct Cluster {
     pub driver: std::sync::Arc<Driver>,
     children: Vec<Child>,
     threads: Vec<JoinHandle<Result<ExecutorSummary, ExecutorError>>>,
+    /// Executor 0's relay, when it connects through one.
+    relay: Option<Relay>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -147,6 +153,7 @@ impl Cluster {
             driver: std::sync::Arc::new(driver),
             children: Vec::new(),
             threads: Vec::new(),
+            relay: None,
         };
         let wait = match &spec.source {
             ExecutorSource::Processes { binary, logs } => {
@@ -185,9 +192,16 @@ impl Cluster {
         addr: SocketAddr,
         secret_text: &str,
     ) -> Result<(), String> {
+        if spec.relay_first {
+            self.relay = Some(Relay::start(addr)?);
+        }
         for index in 0..spec.executors {
+            let to = match &self.relay {
+                Some(relay) if index == 0 => relay.addr,
+                _ => addr,
+            };
             let child = Command::new(binary)
-                .args(["executor", "--driver", &addr.to_string()])
+                .args(["executor", "--driver", &to.to_string()])
                 .args(["--cores", &spec.cores.to_string()])
                 .args(["--id", &format!("load-{index}")])
                 // Each process on its own CPUs, as `flint local` does.
@@ -276,6 +290,13 @@ impl Cluster {
     /// The executor processes' pids (none for threads, local mode or external executors).
     pub fn executor_pids(&self) -> Vec<u32> {
         self.children.iter().map(Child::id).collect()
+    }
+
+    /// Where a fault lands: executor process 0 (and its relay, if it has one).
+    pub fn fault_target(&self) -> Option<Target> {
+        let pid = self.children.first()?.id();
+        let relay = self.relay.clone();
+        Some(Target { pid, relay })
     }
 
     pub fn stop(mut self) {

@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 
 use crate::async_load::{cpu_executors_us, cpu_us};
 use crate::cluster::{self, Cluster, ClusterSpec, ExecutorSource};
+use crate::fault::{Fault, Running, Target};
 
 /// How long one request may take before the client gives up (a stuck server fails the run).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -59,6 +60,10 @@ pub struct ServiceSpec {
     pub server_threads: usize,
     /// The `flint` binary for executor processes (default: beside this one).
     pub flint_bin: Option<PathBuf>,
+    /// A fault on executor process 0 during the measured Flint period ([`crate::fault`]).
+    pub fault: Option<Fault>,
+    /// Hedged attempts and suspicion on (the driver's default).
+    pub hedging: bool,
 }
 
 /// What one measured period saw.
@@ -78,6 +83,9 @@ pub struct Period {
     pub cpu_executors_us: u64,
     /// CPU time of the load generator's thread, in microseconds.
     pub cpu_client_us: u64,
+    /// Task attempts the driver launched in the period, and of those the copies (hedged or
+    /// speculative): the extra attempts. Zero for the inline period.
+    pub attempts: (u64, u64),
 }
 
 impl Period {
@@ -95,7 +103,8 @@ impl Period {
         let h = &self.latency_us;
         format!(
             "\"{prefix}requests_per_s\":{:.1},\"{prefix}requests\":{},\"{prefix}failed\":{},\
-             \"{prefix}latency_us\":{{\"p50\":{},\"p99\":{},\"max\":{}}},\
+             \"{prefix}latency_us\":{{\"p50\":{},\"p99\":{},\"p999\":{},\"max\":{}}},\
+             \"{prefix}attempts\":{},\"{prefix}extra_attempts\":{},\
              \"{prefix}server_cpu_us_per_request\":{:.2},\
              \"{prefix}executor_cpu_us_per_request\":{:.2},\
              \"{prefix}client_cpu_us_per_request\":{:.2}",
@@ -104,7 +113,10 @@ impl Period {
             self.failed,
             h.value_at_quantile(0.5),
             h.value_at_quantile(0.99),
+            h.value_at_quantile(0.999),
             h.max(),
+            self.attempts.0,
+            self.attempts.1,
             self.per_request(self.cpu_server_us),
             self.per_request(self.cpu_executors_us),
             self.per_request(self.cpu_client_us),
@@ -137,11 +149,13 @@ impl ServiceResult {
     /// One JSON object.
     pub fn json(&self) -> String {
         let s = &self.spec;
+        let fault = s.fault.map_or_else(|| "none".to_owned(), |f| f.to_string());
         format!(
-            "{{\"mode\":\"{}\",\"executors\":{},\"cores\":{},\"task\":\"{}\",\
-             \"tasks_per_request\":{},\"connections\":{},\"server_threads\":{},{},{},\
-             \"ratio_to_inline\":{:.4}}}",
+            "{{\"mode\":\"{}\",\"fault\":\"{fault}\",\"hedging\":{},\"executors\":{},\"cores\":{},\
+             \"task\":\"{}\",\"tasks_per_request\":{},\"connections\":{},\
+             \"server_threads\":{},{},{},\"ratio_to_inline\":{:.4}}}",
             self.mode(),
+            s.hedging,
             s.executors,
             s.cores,
             s.task.escape_default(),
@@ -205,7 +219,12 @@ pub fn run(spec: &ServiceSpec) -> Result<ServiceResult, String> {
         resolved,
         payloads: vec![Bytes::from(vec![7u8; spec.payload_bytes]); spec.tasks_per_request as usize],
     });
-    let result = serve_and_measure(service, spec, &cluster.executor_pids());
+    if spec.fault.is_some() && spec.executors == 0 {
+        cluster.stop();
+        return Err("--fault needs executor processes (--executors 1 or more)".into());
+    }
+    let faulty = spec.fault.zip(cluster.fault_target());
+    let result = serve_and_measure(service, spec, &cluster.executor_pids(), faulty);
     cluster.stop();
     let (flint, inline) = result?;
     Ok(ServiceResult {
@@ -229,11 +248,15 @@ fn start_cluster(spec: &ServiceSpec) -> Result<Cluster, String> {
     let mut driver = DriverConfig::default();
     let jobs_max = spec.connections.saturating_add(64);
     driver.scheduler.jobs_max = driver.scheduler.jobs_max.max(jobs_max);
+    if !spec.hedging {
+        driver.scheduler.hedging = None;
+    }
     Cluster::start(ClusterSpec {
         executors,
         cores: spec.cores,
         source,
         driver,
+        relay_first: spec.fault.is_some_and(|f| f.needs_relay()),
     })
 }
 
@@ -279,7 +302,9 @@ fn serve_and_measure(
     service: Arc<Service>,
     spec: &ServiceSpec,
     executor_pids: &[u32],
+    fault: Option<(Fault, Target)>,
 ) -> Result<(Period, Period), String> {
+    let driver = service.driver.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(spec.server_threads.max(1))
         .thread_name("service-server")
@@ -308,10 +333,11 @@ fn serve_and_measure(
             })
             .await
     });
-    let flint = measure(addr, "/flint", spec, executor_pids);
+    let flint_side = Some(FlintSide { driver, fault });
+    let flint = measure(addr, "/flint", spec, executor_pids, flint_side);
     let inline = flint
         .is_ok()
-        .then(|| measure(addr, "/inline", spec, executor_pids));
+        .then(|| measure(addr, "/inline", spec, executor_pids, None));
     let _ = stop.send(());
     let served =
         runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), server).await });
@@ -341,6 +367,7 @@ fn measure(
     path: &'static str,
     spec: &ServiceSpec,
     executor_pids: &[u32],
+    flint: Option<FlintSide>,
 ) -> Result<Period, String> {
     let spec = spec.clone();
     let pids = executor_pids.to_vec();
@@ -352,7 +379,7 @@ fn measure(
                 .enable_all()
                 .build()
                 .map_err(|e| format!("tokio: {e}"))?
-                .block_on(client_period(addr, path, &spec, &pids, &thread))
+                .block_on(client_period(addr, path, &spec, &pids, &thread, flint))
         })
         .map_err(|e| format!("cannot start the client thread: {e}"))?
         .join()
@@ -375,12 +402,19 @@ fn cpu_now(thread: &str, pids: &[u32]) -> (u64, u64, u64) {
     (cpu_us("self"), cpu_us(thread), cpu_executors_us(pids))
 }
 
+/// The Flint route's extras: the driver (for its attempt counts) and the fault to inject.
+struct FlintSide {
+    driver: Arc<Driver>,
+    fault: Option<(Fault, Target)>,
+}
+
 async fn client_period(
     addr: SocketAddr,
     path: &'static str,
     spec: &ServiceSpec,
     pids: &[u32],
     thread: &str,
+    flint: Option<FlintSide>,
 ) -> Result<Period, String> {
     let shared = Arc::new(Shared::default());
     let latency = Arc::new(Mutex::new(histogram()?));
@@ -401,12 +435,26 @@ async fn client_period(
     }
     tokio::time::sleep(spec.warmup).await;
     let before = cpu_now(thread, pids);
+    let stats_before = flint.as_ref().map(|f| f.driver.stats());
     let started = Instant::now();
     shared.measuring.store(true, Ordering::Relaxed);
+    let fault = flint.as_ref().and_then(|f| f.fault.clone());
+    let running = fault
+        .map(|(f, target)| Running::start(f, target, Duration::ZERO))
+        .transpose()?;
     tokio::time::sleep(spec.duration).await;
     shared.measuring.store(false, Ordering::Relaxed);
+    drop(running);
     let elapsed = started.elapsed();
     let after = cpu_now(thread, pids);
+    let attempts = match (&flint, stats_before) {
+        (Some(f), Some(b)) => {
+            let a = f.driver.stats();
+            let extra = a.speculative_launched - b.speculative_launched;
+            (a.launched - b.launched, extra)
+        }
+        _ => (0, 0),
+    };
     shared.stop.store(true, Ordering::Relaxed);
     for connection in connections {
         connection
@@ -426,6 +474,7 @@ async fn client_period(
             .saturating_sub(cpu_client_us),
         cpu_executors_us: after.2.saturating_sub(before.2),
         cpu_client_us,
+        attempts,
     })
 }
 

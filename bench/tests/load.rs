@@ -15,6 +15,7 @@ fn cluster() -> Cluster {
         cores: 1,
         source: ExecutorSource::Threads,
         driver,
+        relay_first: false,
     })
     .expect("a loopback cluster starts")
 }

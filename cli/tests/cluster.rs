@@ -657,3 +657,58 @@ fn a_lane_whose_connection_breaks_loses_its_executor_and_the_job_finishes_elsewh
         laned.stderr()
     );
 }
+
+/// Hedging and suspicion (issue 23) with real processes: a SIGSTOPped executor's attempts are
+/// copied to the other executor long before its heartbeat timeout, it gets no new work while
+/// it is silent, and it is trusted again once it speaks.
+#[test]
+fn a_frozen_executors_attempts_are_copied_and_it_gets_no_work_until_it_speaks() {
+    // Loss takes a minute here: whatever ends before that was copied, not re-queued.
+    let config = DriverConfig {
+        heartbeat_interval: Duration::from_secs(10),
+        heartbeat_timeout: Duration::from_secs(60),
+        ..DriverConfig::default()
+    };
+    let driver = start_driver(config);
+    let frozen = Executor::start(addr(&driver), "frozen", None);
+    let _healthy = Executor::start(addr(&driver), "healthy", None);
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("executors register");
+    let job = |tasks| HashJob {
+        function: "hash".into(),
+        tasks,
+        payload: 8,
+    };
+    // Warm-up: the function's run times are known, so the threshold is milliseconds.
+    let warm = job(200);
+    assert_eq!(warm.run(&driver), warm.expected_checksum());
+    frozen.signal("-STOP");
+    // Eight tasks spread over both executors: the frozen one's can only end as copies.
+    let split = job(8);
+    let before = driver.stats();
+    assert_eq!(split.run(&driver), split.expected_checksum());
+    let after = driver.stats();
+    assert_eq!(
+        driver.executors_lost(),
+        0,
+        "finished by copies, not by a loss"
+    );
+    assert!(after.hedges > before.hedges, "{after:?}");
+    let health = driver.executor_health().expect("health");
+    assert_eq!(health.suspected, vec!["frozen".to_string()], "{health:?}");
+    // While it is silent, no new work goes to it: a launch there would need a copy again.
+    for _ in 0..20 {
+        let small = job(2);
+        assert_eq!(small.run(&driver), small.expected_checksum());
+    }
+    assert_eq!(driver.stats().hedges, after.hedges, "no launch went to it");
+    // Trusted again once it speaks (its reports on the attempts that lost the race).
+    frozen.signal("-CONT");
+    wait_until("the executor trusted again", || {
+        driver
+            .executor_health()
+            .is_ok_and(|h| h.suspected.is_empty())
+    });
+    assert_eq!(driver.executors_lost(), 0);
+}

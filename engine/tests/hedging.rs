@@ -282,3 +282,63 @@ fn a_job_may_set_its_own_floor_or_turn_hedging_off() {
     outputs(&mut s);
     assert_eq!(s.poll_timeout(), None, "nothing to watch");
 }
+
+#[test]
+fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is_not() {
+    let mut s = cluster(3, hedge());
+    for id in 1..=3 {
+        let info = ExecutorInfo {
+            id: ExecutorId(10 + id),
+            host: format!("big{id}"),
+            cores: 8,
+            attributes: Vec::new(),
+        };
+        s.register_executor(0, info).expect("registers");
+    }
+    for id in 1..=3 {
+        s.remove_executor(
+            0,
+            ExecutorId(id),
+            flint_engine::scheduler::RemovalReason::Killed,
+        );
+    }
+    let slow = ExecutorId(11);
+    // Rounds of three tasks, one on each executor: the slow one takes 10 ms, the others 1.
+    let mut now = 0;
+    for _ in 0..40 {
+        s.submit_job(now, job(3)).expect("submitted");
+        let launched = launches(&outputs(&mut s));
+        for (e, l) in &launched {
+            let took = if *e == slow { 10 * MS } else { MS };
+            report(&mut s, now + took, *e, l, TaskState::Finished);
+        }
+        outputs(&mut s);
+        now += 10 * MS;
+    }
+    assert_eq!(s.executors_on_probation(), vec![slow]);
+    // On probation it takes one attempt at a time: a job of 12 tasks (room for all on the
+    // others' 16 cores) gives it one.
+    s.submit_job(now, job(12)).expect("submitted");
+    let launched = launches(&outputs(&mut s));
+    let on_slow: Vec<_> = launched.iter().filter(|(e, _)| *e == slow).collect();
+    assert_eq!(on_slow.len(), 1, "{launched:?}");
+    // It recovers: fast successes take it off probation.
+    for (e, l) in &launched {
+        report(&mut s, now + 500, *e, l, TaskState::Finished);
+    }
+    outputs(&mut s);
+    let mut ran_on_slow = 0;
+    for _ in 0..20 {
+        now += 2 * MS;
+        s.submit_job(now, job(3)).expect("submitted");
+        for (e, l) in launches(&outputs(&mut s)) {
+            ran_on_slow += u32::from(e == slow);
+            report(&mut s, now + 500, e, &l, TaskState::Finished);
+        }
+        outputs(&mut s);
+    }
+    assert!(
+        s.executors_on_probation().is_empty(),
+        "{ran_on_slow} ran on it"
+    );
+}

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use clap::{ArgGroup, Parser};
 use flint_bench::async_load::{self, AsyncSpec};
 use flint_bench::cluster::{self, Cluster, ClusterSpec, ExecutorSource, SECRET_ENV};
+use flint_bench::fault::{Fault, Running};
 use flint_bench::load::{self, Limit, LoadSpec, Mode, RunResult};
 use flint_bench::memory;
 use flint_bench::report::{self, Section};
@@ -135,6 +136,16 @@ struct Args {
     /// Async mode: tokio worker threads (0: one current-thread runtime; at most 64).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=64))]
     async_threads: u64,
+    /// A fault on executor process 0, its times counted from the end of the warm-up:
+    /// freeze:AFTER_S:FOR_S (SIGSTOP, then SIGCONT), slow:FACTOR (runs 1/FACTOR of the time)
+    /// cut:AFTER_S:FOR_S (its connections stop forwarding, nothing closes) or kill:AFTER_S
+    /// (SIGKILL, not replaced). The JSON gains
+    /// `fault` and `copies` (hedged or speculative attempts).
+    #[arg(long, value_name = "FAULT")]
+    fault: Option<Fault>,
+    /// Turns hedged attempts and suspicion off (the driver's default is on), to compare.
+    #[arg(long)]
+    no_hedging: bool,
 }
 
 fn main() -> ExitCode {
@@ -183,17 +194,32 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Some(addr) => Some(serve_metrics(addr, args.driver_listen.is_some(), &cluster)?),
         None => None,
     };
+    let stats_before = cluster.driver.stats();
+    // A fault on executor process 0, its times counted from the end of the warm-up.
+    let fault = match (args.fault, cluster.fault_target()) {
+        (Some(fault), Some(target)) => Some(Running::start(fault, target, spec.warmup)?),
+        (Some(_), None) => return Err("--fault needs executor processes".into()),
+        (None, _) => None,
+    };
     let outcome = match &ramp {
         None => load::run(&cluster.driver, &spec).map(|run| vec![(name_of(&spec), run)]),
         Some(rates) => run_ramp(&cluster, &spec, rates, args.step_s),
     };
+    drop(fault);
+    let stats = cluster.driver.stats();
+    let copies = stats.speculative_launched - stats_before.speculative_launched;
     cluster.stop();
     let runs = outcome?;
     let ramped = ramp.is_some();
     let knee = ramp.as_ref().and_then(|_| knee(&runs));
     let summary = combined(&runs);
     if args.json {
-        let fields = summary_fields(args, &spec, ramped, source_name, &runs, knee);
+        let mut fields = summary_fields(args, &spec, ramped, source_name, &runs, knee);
+        let fault = args
+            .fault
+            .map_or_else(|| "none".to_owned(), |f| f.to_string());
+        fields.push(("fault", json_string(&fault)));
+        fields.push(("copies", copies.to_string()));
         println!("{}", summary.to_json(&fields));
     } else {
         print_tables(&spec, ramped, &runs, knee, &summary);
@@ -309,6 +335,9 @@ fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> 
         ..DriverConfig::default()
     };
     driver.scheduler.jobs_max = driver.scheduler.jobs_max.max(jobs_max + 64);
+    if args.no_hedging {
+        driver.scheduler.hedging = None;
+    }
     let source = match args.driver_listen {
         Some(listen) => {
             driver.listen = listen;
@@ -333,6 +362,7 @@ fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> 
         cores: args.cores,
         source,
         driver,
+        relay_first: args.fault.is_some_and(|f| f.needs_relay()),
     })
 }
 

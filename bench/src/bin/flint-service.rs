@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use flint_bench::fault::Fault;
 use flint_bench::service::{self, ServiceResult, ServiceSpec};
 
 #[derive(Parser, Debug)]
@@ -55,6 +56,15 @@ struct Args {
     /// One JSON object per run instead of a table.
     #[arg(long)]
     json: bool,
+    /// A fault on executor process 0 during the measured Flint period: freeze:AFTER_S:FOR_S
+    /// (SIGSTOP, then SIGCONT), slow:FACTOR (runs 1/FACTOR of the time) or cut:AFTER_S:FOR_S
+    /// (its connections stop forwarding, nothing closes). The JSON has p99.9, the slowest
+    /// request and the extra attempts.
+    #[arg(long, value_name = "FAULT")]
+    fault: Option<Fault>,
+    /// Turns hedged attempts and suspicion off (the driver's default is on), to compare.
+    #[arg(long)]
+    no_hedging: bool,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +109,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 |n| n as usize,
             ),
             flint_bin: args.flint_bin.clone(),
+            fault: args.fault,
+            hedging: !args.no_hedging,
         };
         let result = service::run(&spec)?;
         if args.json {

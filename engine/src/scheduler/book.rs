@@ -29,7 +29,13 @@ pub(crate) struct Run {
     /// Its executor reported it RUNNING (before that it is launching: Spark's
     /// `TaskInfo.launching`, SPARK-39955).
     pub reported_running: bool,
+    /// The run-time record of its function when its job hedges (`hedge.rs`), else
+    /// [`NO_RECORD`].
+    pub record: u32,
 }
+
+/// [`Run::record`] of an attempt whose job does not hedge.
+pub(crate) const NO_RECORD: u32 = u32::MAX;
 
 /// Which offer set an executor is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,12 +79,16 @@ pub(crate) struct Exec {
 impl Exec {
     /// Slots an offer may fill now: free slots within the slow-start window (an idle executor
     /// may always take one task that fits its cores, so a task larger than the window runs),
-    /// none while stalled or suspected.
+    /// none while stalled or suspected, one at a time while on probation.
     pub fn usable(&self) -> u32 {
         if self.stalled || self.hedge.suspected {
             return 0;
         }
         let used = self.cores - self.free;
+        if self.hedge.probation {
+            // One attempt at a time while it is much slower than its peers (`hedge.rs`).
+            return if used == 0 { self.free.min(1) } else { 0 };
+        }
         if used == 0 {
             self.free
         } else {

@@ -15,6 +15,12 @@
 //!   heartbeat: [`ExecHedge::heard`]) for that attempt's threshold is *suspected*: it gets no new
 //!   launches and its overdue attempts are copied even while the cluster looks slow, until it
 //!   is heard again. Losing it for good still takes the heartbeat timeout (the driver's).
+//! - Outliers: each executor has a score, the moving average of how many times slower than
+//!   their function's median its recent successes were. An executor scoring over 4 while its
+//!   peers do not (at most half of the executors) is on *probation*: one attempt at a time, so
+//!   a slow executor (a noisy neighbour, a throttled container) takes little of the work and
+//!   what it takes is hedged, instead of a third of every job waiting on it (Envoy's outlier
+//!   detection is the model). Under 2 it is off probation.
 //! - No copy storms: a load spike slows every attempt, and the percentile follows it (it moves
 //!   once a hundredth of the recent successes are slower); until it has, while more than half
 //!   of the executors hold overdue attempts the cluster is slow (a load spike, not a sick
@@ -38,6 +44,16 @@ use super::speculation::queue_copy;
 use super::types::{ExecutorId, HedgeConfig, Stats, TaskId};
 use crate::hash::FxHashMap;
 
+/// Successes an executor's score is averaged over.
+const SCORE_WINDOW: f64 = 8.0;
+/// Successes before a score counts.
+const SCORE_MIN: u32 = 8;
+/// One slow success moves a score at most this far (a ratio).
+const SCORE_RATIO_MAX: f64 = 100.0;
+/// A score over this (successes this many times slower than their functions' medians) puts
+/// an executor on probation; under [`PROBATION_BELOW`] takes it off.
+const PROBATION_ABOVE: f64 = 4.0;
+const PROBATION_BELOW: f64 = 2.0;
 /// While an executor holds overdue attempts it is looked at again this often (micros).
 const RECHECK_US: u64 = 10_000;
 
@@ -52,6 +68,8 @@ pub(crate) struct Watch {
     pub threshold_us: u64,
     /// A check passed it over (counted once in [`Stats::hedges_withheld`]).
     pub withheld: bool,
+    /// Its function's run-time record.
+    pub record: RecordId,
 }
 
 impl Watch {
@@ -73,6 +91,12 @@ pub(crate) struct ExecHedge {
     pub suspected: bool,
     /// Its last check found overdue attempts (counted in [`Hedging::overdue_execs`]).
     overdue: bool,
+    /// How much slower than their function's median its recent successes took (a moving
+    /// average of the ratio over about [`SCORE_WINDOW`] successes), and how many it has had.
+    score: f64,
+    scored: u32,
+    /// Much slower than its peers: one attempt at a time until it is not (see the module docs).
+    pub probation: bool,
 }
 
 impl ExecHedge {
@@ -84,6 +108,9 @@ impl ExecHedge {
             heard_us: now_us,
             suspected: false,
             overdue: false,
+            score: 1.0,
+            scored: 0,
+            probation: false,
         }
     }
 
@@ -124,6 +151,8 @@ pub(super) struct Hedging {
     tokens: Option<f64>,
     /// Executors whose last check found overdue attempts.
     overdue_execs: usize,
+    /// Executors on probation.
+    probation_execs: usize,
 }
 
 impl Hedging {
@@ -190,11 +219,39 @@ impl Hedging {
         self.count_overdue(h, false);
     }
 
-    /// An executor left: it no longer counts as overdue (its entries in the check set are
-    /// dropped when they come up).
+    /// An executor left: it no longer counts as overdue or on probation (its entries in the
+    /// check set are dropped when they come up).
     pub fn executor_left(&mut self, h: &ExecHedge) {
-        if h.overdue {
-            self.overdue_execs -= 1;
+        self.overdue_execs -= usize::from(h.overdue);
+        self.probation_execs -= usize::from(h.probation);
+    }
+
+    /// An attempt of record `record`'s function succeeded on `e` after `took_us`, with
+    /// `executors` registered: its score moves, and it goes on probation (or off it).
+    pub fn finished(
+        &mut self,
+        e: &mut super::book::Exec,
+        record: RecordId,
+        took_us: u64,
+        executors: usize,
+    ) {
+        let Some(median_us) = self.latencies.median_us(record) else {
+            return;
+        };
+        let h = &mut e.hedge;
+        let ratio = took_us as f64 / median_us.max(1) as f64;
+        h.score += (ratio.min(SCORE_RATIO_MAX) - h.score) / SCORE_WINDOW;
+        h.scored = h.scored.saturating_add(1);
+        if !h.probation && h.scored >= SCORE_MIN && h.score > PROBATION_ABOVE {
+            // At most half of the executors: a cluster that is slow everywhere has no outlier.
+            if (self.probation_execs + 1) * 2 <= executors {
+                h.probation = true;
+                self.probation_execs += 1;
+                tracing::debug!(executor = ?e.id, score = h.score, "executor on probation");
+            }
+        } else if h.probation && h.score < PROBATION_BELOW {
+            h.probation = false;
+            self.probation_execs -= 1;
         }
     }
 

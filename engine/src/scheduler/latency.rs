@@ -33,6 +33,8 @@ struct Record {
     since_cached: u32,
     /// The cached percentile's bucket bound in micros, once `total` reached the minimum.
     cached_us: Option<u64>,
+    /// The cached median, alongside.
+    median_us: u64,
 }
 
 impl Default for Record {
@@ -42,6 +44,7 @@ impl Default for Record {
             total: 0,
             since_cached: 0,
             cached_us: None,
+            median_us: 0,
         }
     }
 }
@@ -110,12 +113,19 @@ impl Latencies {
         if due && r.total >= min_samples {
             r.since_cached = 0;
             r.cached_us = Some(percentile_us(&r.counts, r.total, percentile));
+            r.median_us = percentile_us(&r.counts, r.total, 0.5);
         }
     }
 
     /// The cached `percentile` of `id`'s run times, once it has enough samples.
     pub(super) fn percentile_us(&self, id: RecordId) -> Option<u64> {
         self.records.get(id as usize)?.cached_us
+    }
+
+    /// The cached median of `id`'s run times, once it has enough samples.
+    pub(super) fn median_us(&self, id: RecordId) -> Option<u64> {
+        let r = self.records.get(id as usize)?;
+        r.cached_us.map(|_| r.median_us)
     }
 }
 

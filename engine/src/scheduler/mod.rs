@@ -1317,7 +1317,18 @@ impl Scheduler {
                 exec.stalled = false;
                 if update.state == TaskState::Finished {
                     exec.window = exec.window.saturating_add(1).min(exec.cores);
+                    if run.record != book::NO_RECORD {
+                        let took_us = now_us.saturating_sub(run.started_us);
+                        let executors = self.book.len();
+                        let Some(exec) = self.book.get_mut(slot) else {
+                            unreachable!("slot {slot} emptied while reporting");
+                        };
+                        (self.hedge).finished(exec, run.record, took_us, executors);
+                    }
                 }
+                let Some(exec) = self.book.get_mut(slot) else {
+                    unreachable!("slot {slot} emptied while reporting");
+                };
                 self.last_finish_us = now_us;
                 let (id, host) = (exec.id, exec.host);
                 self.book.make_offerable(slot);
@@ -1391,6 +1402,15 @@ impl Scheduler {
     pub fn suspected_executors(&self) -> Vec<ExecutorId> {
         (self.book.iter())
             .filter(|e| e.hedge.suspected)
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// The executors on probation: much slower than their peers, so they run one attempt at a
+    /// time until they are not (see `hedge.rs`).
+    pub fn executors_on_probation(&self) -> Vec<ExecutorId> {
+        (self.book.iter())
+            .filter(|e| e.hedge.probation)
             .map(|e| e.id)
             .collect()
     }
@@ -1828,6 +1848,7 @@ impl Scheduler {
                 launched_us: now_us,
                 threshold_us: self.hedge.threshold_us(config, record),
                 withheld: false,
+                record,
             }
         });
         if speculative {
@@ -1881,6 +1902,7 @@ impl Scheduler {
                 cores,
                 started_us: now_us,
                 reported_running: false,
+                record: watch.map_or(book::NO_RECORD, |w| w.record),
             },
         );
         if let Some(watch) = watch {

@@ -300,8 +300,8 @@ impl DriverEndpoint {
             DriverMsg::Observe(reply) => {
                 let _ = reply.send(Box::new(core.observe(now_us)));
             }
-            DriverMsg::Stalled(reply) => {
-                let _ = reply.send(core.stalled());
+            DriverMsg::Health(reply) => {
+                let _ = reply.send(core.executor_health());
             }
             DriverMsg::StopExecutor { executor_id, reply } => {
                 let _ = reply.send(core.stop_executor(&executor_id));

@@ -671,8 +671,13 @@ impl Driver {
     /// finished nothing since it was launched, so they get no new work (and are named in a
     /// warning every [`WARN_INTERVAL`]) until they report a task.
     pub fn stalled_executors(&self) -> Result<Vec<String>, DriverError> {
+        self.executor_health().map(|health| health.stalled)
+    }
+
+    /// The executors that get less work or none for now (see [`ExecutorHealth`]).
+    pub fn executor_health(&self) -> Result<ExecutorHealth, DriverError> {
         self.endpoint
-            .ask(DriverMsg::Stalled, Duration::from_secs(10))
+            .ask(DriverMsg::Health, Duration::from_secs(10))
             .map_err(DriverError::from)
     }
 
@@ -766,6 +771,20 @@ pub struct ExecutorsView {
     pub executors: Vec<(String, u32)>,
 }
 
+/// The executors that get less work or none for now, by their ids on the wire
+/// ([`Driver::executor_health`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutorHealth {
+    /// Hold a straggler and have finished nothing since it was launched: no new work until
+    /// they report a task (Spark-style speculation's rule).
+    pub stalled: Vec<String>,
+    /// Hold an attempt past its hedging threshold and have sent nothing for as long: no new
+    /// work until they send anything; their overdue attempts are copied elsewhere.
+    pub suspected: Vec<String>,
+    /// Much slower than their peers lately: one attempt at a time until they are not.
+    pub on_probation: Vec<String>,
+}
+
 /// Watches a [`Driver`] from any thread: [`Driver::observer`].
 #[derive(Clone)]
 pub struct DriverObserver {
@@ -815,8 +834,8 @@ pub(crate) enum DriverMsg {
     LocalKick,
     /// The backlog and the executors.
     Executors(Reply<ExecutorsView>),
-    /// The stalled executors' ids on the wire.
-    Stalled(Reply<Vec<String>>),
+    /// The executors that get less work or none.
+    Health(Reply<ExecutorHealth>),
     /// What the driver shows (metrics, web UI).
     Observe(Reply<Box<DriverView>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.

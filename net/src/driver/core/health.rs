@@ -1,7 +1,7 @@
 //! The driver core's watch for stalls (see the module docs of `driver`): tasks waiting with no
 //! executor able to run them (warned about every [`WARN_INTERVAL`], the first after one
-//! interval, and published so a caller can give up), and stalled executors (named in a
-//! warning every [`WARN_INTERVAL`] while they stay so). Checked every [`HEALTH_INTERVAL_US`]
+//! interval, and published so a caller can give up), and stalled and suspected executors
+//! (named in a warning every [`WARN_INTERVAL`] while they stay so). Checked every [`HEALTH_INTERVAL_US`]
 //! while jobs are active.
 
 use flint_engine::scheduler::{ExecutorId, Scheduler};
@@ -93,10 +93,20 @@ impl Health {
             return;
         }
         let stalled = scheduler.stalled_executors();
-        if stalled.is_empty() {
+        let suspected = scheduler.suspected_executors();
+        if stalled.is_empty() && suspected.is_empty() {
             return;
         }
         self.next_stalled_warning_us = now_us.saturating_add(us(WARN_INTERVAL));
+        for id in suspected {
+            let executor_id = name_of(id);
+            tracing::warn!(
+                executor_id = executor_id.as_str(),
+                "executor is suspected: it holds attempts past their hedging threshold and has \
+                 sent nothing for as long; they are copied elsewhere and it gets no new work \
+                 until it sends something"
+            );
+        }
         for (id, attempts) in stalled {
             let executor_id = name_of(id);
             tracing::warn!(

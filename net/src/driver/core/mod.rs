@@ -60,7 +60,7 @@ pub use self::jobs::Event;
 use self::jobs::Jobs;
 pub(crate) use self::table::inbound;
 use self::table::peers_config;
-use super::{DriverConfig, ExecutorsView, TASKS_PER_CORE_MAX};
+use super::{DriverConfig, ExecutorHealth, ExecutorsView, TASKS_PER_CORE_MAX};
 use crate::conn::ConnError;
 use crate::job::Job;
 use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
@@ -640,9 +640,9 @@ impl DriverCore {
         views::executors(&self.scheduler, &self.executors)
     }
 
-    /// The stalled executors' ids on the wire.
-    pub fn stalled(&self) -> Vec<String> {
-        views::stalled(&self.scheduler, &self.executors)
+    /// The executors that get less work or none (stalled, suspected, on probation).
+    pub fn executor_health(&self) -> ExecutorHealth {
+        views::health(&self.scheduler, &self.executors)
     }
 
     /// What the driver shows at `now_us` (metrics, web UI).

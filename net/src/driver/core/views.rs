@@ -5,7 +5,7 @@
 use flint_engine::scheduler::{ExecutorId, Scheduler};
 
 use super::executors::{Executors, Link};
-use crate::driver::ExecutorsView;
+use crate::driver::{ExecutorHealth, ExecutorsView};
 use crate::observe::{DriverView, LoopTelemetry};
 
 /// The backlog and the remote executors with the tasks running on each.
@@ -22,11 +22,15 @@ pub(super) fn executors(scheduler: &Scheduler, executors: &Executors) -> Executo
     }
 }
 
-/// The stalled executors' ids on the wire.
-pub(super) fn stalled(scheduler: &Scheduler, executors: &Executors) -> Vec<String> {
-    (scheduler.stalled_executors().into_iter())
-        .map(|(id, _)| executors.name_of(id))
-        .collect()
+/// The executors that get less work or none, by their ids on the wire.
+pub(super) fn health(scheduler: &Scheduler, executors: &Executors) -> ExecutorHealth {
+    let names = |ids: Vec<ExecutorId>| ids.into_iter().map(|id| executors.name_of(id)).collect();
+    let stalled = scheduler.stalled_executors().into_iter().map(|(id, _)| id);
+    ExecutorHealth {
+        stalled: names(stalled.collect()),
+        suspected: names(scheduler.suspected_executors()),
+        on_probation: names(scheduler.executors_on_probation()),
+    }
 }
 
 /// What the driver shows at `now_us` (metrics, web UI).
