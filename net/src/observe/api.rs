@@ -15,9 +15,11 @@
 //! | `/api/v1/timeline` | `now_us` and the timeline's bars ([`super::timeline`]) |
 //! | `/api/v1/series` | `now_us`, the spacing and the live charts' points ([`super::series`]) |
 //!
-//! A master (a worker answers the same about itself): `/api/v1/cluster` (all three lists, what
-//! `flint status --json` prints), `/api/v1/workers`, `/api/v1/applications`,
-//! `/api/v1/executors`.
+//! A master (a worker answers the same about itself): `/api/v1/cluster` (all three lists, the
+//! document `flint status --json` prints: workers with id, host, port, state, cores, cores used,
+//! memory and memory used in MiB; applications with id, name, state, cores granted, executors
+//! requested, why it waits; executors with app id, id, worker id, cores, state),
+//! `/api/v1/workers`, `/api/v1/applications`, `/api/v1/executors`.
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -108,6 +110,11 @@ fn job(id: u64, v: &DriverView) -> Response {
         map.insert("recent_failures".into(), json!(failures));
     }
     json_response(&value)
+}
+
+/// The cluster document (`/api/v1/cluster`, `flint status --json`).
+pub fn cluster_json(v: &ClusterView) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 /// The answer to a master's or worker's `path` under [`PREFIX`] (`None`: not an API path).

@@ -843,8 +843,10 @@ impl LoopTelemetry {
 pub struct WorkerRow {
     /// Its id.
     pub id: String,
-    /// `host:port`.
-    pub address: String,
+    /// The host it is reached at.
+    pub host: String,
+    /// Its port (0: it does not listen).
+    pub port: u16,
     /// `ALIVE`, `DEAD`, `UNKNOWN`.
     pub state: String,
     /// Cores it offers.
@@ -878,10 +880,12 @@ pub struct AppRow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterExecutorRow {
     /// Its application.
+    #[serde(rename = "app_id")]
     pub app: String,
     /// Its id.
     pub id: String,
     /// Its worker.
+    #[serde(rename = "worker_id")]
     pub worker: String,
     /// Its cores.
     pub cores: u32,
@@ -889,7 +893,8 @@ pub struct ClusterExecutorRow {
     pub state: String,
 }
 
-/// What a master (or a worker, about itself) answers to a status request.
+/// What a master (or a worker, about itself) answers to a status request; as JSON, the
+/// document `flint status --json` prints and `/api/v1/cluster` serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ClusterView {
     /// Workers, alive first.
@@ -933,7 +938,8 @@ pub fn cluster_view(
             .iter()
             .map(|w| WorkerRow {
                 id: w.worker_id.to_owned(),
-                address: format!("{}:{}", w.host, w.port),
+                host: w.host.to_owned(),
+                port: w.port,
                 state: w.state.to_string().to_uppercase(),
                 cores: w.cores,
                 cores_used: w.cores_used,

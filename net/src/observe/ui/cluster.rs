@@ -60,7 +60,7 @@ fn workers_table(b: &mut String, v: &ClusterView) {
              data-memory-mb=\"{m}\"><td>{id}</td><td>{a}</td><td class=\"s-{st}\">{st}</td>\
              <td class=\"num\">{cu} / {c}</td><td class=\"num\">{mu} / {m}</td></tr>",
             id = escape(&w.id),
-            a = escape(&w.address),
+            a = escape(&format!("{}:{}", w.host, w.port)),
             st = escape(&w.state),
             c = w.cores,
             cu = w.cores_used,
@@ -125,7 +125,8 @@ mod tests {
         let view = ClusterView {
             workers: vec![crate::observe::WorkerRow {
                 id: "<script>".into(),
-                address: "h:1".into(),
+                host: "h".into(),
+                port: 1,
                 state: "ALIVE".into(),
                 cores: 2,
                 cores_used: 1,
