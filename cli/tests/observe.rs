@@ -547,6 +547,25 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
         sample(&text, "flint_workers{state=\"alive\"}") == Some(2.0)
     });
     promtool_check(addr(master_metrics), &master_token, "the master");
+    // `flint status --json` prints the document the master's API serves.
+    let (status, api) = get(addr(master_ui), "/api/v1/cluster", Some(&master_token));
+    assert_eq!(status, 200, "{api}");
+    let printed = common::run_flint_with_secret(
+        &["status", "--master", &master_addr.to_string(), "--json"],
+        SECRET,
+    );
+    let workers_of = |doc: &str| {
+        doc.split("\"applications\"")
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(
+        workers_of(printed.trim()),
+        workers_of(&api),
+        "{printed} vs {api}"
+    );
+    assert!(api.starts_with("{\"workers\":[{\"id\":"), "{api}");
     let worker_token = workers[0].observe_token();
     promtool_check(worker_metrics, &worker_token, "a worker");
     let text = scrape(addr(master_metrics), &master_token);

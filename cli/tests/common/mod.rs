@@ -196,3 +196,19 @@ pub fn wait_observe_token(stderr: impl Fn() -> String) -> String {
         .trim()
         .to_owned()
 }
+
+/// Runs `flint ARGS` with `FLINT_SECRET` set to `secret`; its stdout (it must exit 0).
+pub fn run_flint_with_secret(args: &[&str], secret: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(args)
+        .env("FLINT_SECRET", secret)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run flint");
+    assert!(
+        out.status.success(),
+        "flint {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -44,7 +44,7 @@ use timeline::{Bar, Launch, Timeline};
 
 use crate::handshake::Secret;
 use crate::standalone::{BlockingClient, ClientError};
-use crate::wire::{Message, Role, TaskState};
+use crate::wire::{AppStatus, ExecutorStatus, List, Message, Role, TaskState, WorkerStatus};
 
 /// Where a component's event lines go (executor started, registered, removed): a callback, so
 /// library code never prints. Without one, events are logged with `tracing` at info.
@@ -933,42 +933,51 @@ pub fn cluster_view(
     else {
         return Err(ClientError::Unexpected(message.kind().name()));
     };
-    Ok(ClusterView {
-        workers: workers
-            .iter()
-            .map(|w| WorkerRow {
-                id: w.worker_id.to_owned(),
-                host: w.host.to_owned(),
-                port: w.port,
-                state: w.state.to_string().to_uppercase(),
-                cores: w.cores,
-                cores_used: w.cores_used,
-                memory_mb: w.memory_mb,
-                memory_used_mb: w.memory_used_mb,
-            })
-            .collect(),
-        apps: applications
-            .iter()
-            .map(|a| AppRow {
-                id: a.app_id.to_owned(),
-                name: a.name.to_owned(),
-                state: a.state.to_string().to_uppercase(),
-                cores_granted: a.cores_granted,
-                executors_requested: a.executors_requested,
-                waiting: a.waiting.to_owned(),
-            })
-            .collect(),
-        executors: executors
-            .iter()
-            .map(|e| ClusterExecutorRow {
-                app: e.app_id.to_owned(),
-                id: e.executor_id.to_owned(),
-                worker: e.worker_id.to_owned(),
-                cores: e.cores,
-                state: e.state.to_string().to_uppercase(),
-            })
-            .collect(),
-    })
+    Ok(ClusterView::from_status(workers, applications, executors))
+}
+
+impl ClusterView {
+    /// The view of a `StatusResponse`'s lists.
+    pub fn from_status(
+        workers: List<'_, WorkerStatus<'_>>,
+        applications: List<'_, AppStatus<'_>>,
+        executors: List<'_, ExecutorStatus<'_>>,
+    ) -> ClusterView {
+        let upper = |state: &dyn std::fmt::Display| state.to_string().to_uppercase();
+        ClusterView {
+            workers: (workers.iter())
+                .map(|w| WorkerRow {
+                    id: w.worker_id.to_owned(),
+                    host: w.host.to_owned(),
+                    port: w.port,
+                    state: upper(&w.state),
+                    cores: w.cores,
+                    cores_used: w.cores_used,
+                    memory_mb: w.memory_mb,
+                    memory_used_mb: w.memory_used_mb,
+                })
+                .collect(),
+            apps: (applications.iter())
+                .map(|a| AppRow {
+                    id: a.app_id.to_owned(),
+                    name: a.name.to_owned(),
+                    state: upper(&a.state),
+                    cores_granted: a.cores_granted,
+                    executors_requested: a.executors_requested,
+                    waiting: a.waiting.to_owned(),
+                })
+                .collect(),
+            executors: (executors.iter())
+                .map(|e| ClusterExecutorRow {
+                    app: e.app_id.to_owned(),
+                    id: e.executor_id.to_owned(),
+                    worker: e.worker_id.to_owned(),
+                    cores: e.cores,
+                    state: upper(&e.state),
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
