@@ -64,6 +64,8 @@ pub struct ServiceSpec {
     pub fault: Option<Fault>,
     /// Hedged attempts and suspicion on (the driver's default).
     pub hedging: bool,
+    /// Measure the inline route too (for the ratio); off, its period is empty.
+    pub inline: bool,
 }
 
 /// What one measured period saw.
@@ -86,9 +88,26 @@ pub struct Period {
     /// Task attempts the driver launched in the period, and of those the copies (hedged or
     /// speculative): the extra attempts. Zero for the inline period.
     pub attempts: (u64, u64),
+    /// Executors suspected and put on probation in the period.
+    pub sick: (u64, u64),
 }
 
 impl Period {
+    /// A period that was not measured.
+    fn empty() -> Result<Period, String> {
+        Ok(Period {
+            requests: 0,
+            failed: 0,
+            elapsed: Duration::ZERO,
+            latency_us: histogram()?,
+            cpu_server_us: 0,
+            cpu_executors_us: 0,
+            cpu_client_us: 0,
+            attempts: (0, 0),
+            sick: (0, 0),
+        })
+    }
+
     /// Requests per second.
     pub fn requests_per_s(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -105,6 +124,7 @@ impl Period {
             "\"{prefix}requests_per_s\":{:.1},\"{prefix}requests\":{},\"{prefix}failed\":{},\
              \"{prefix}latency_us\":{{\"p50\":{},\"p99\":{},\"p999\":{},\"max\":{}}},\
              \"{prefix}attempts\":{},\"{prefix}extra_attempts\":{},\
+             \"{prefix}suspicions\":{},\"{prefix}probations\":{},\
              \"{prefix}server_cpu_us_per_request\":{:.2},\
              \"{prefix}executor_cpu_us_per_request\":{:.2},\
              \"{prefix}client_cpu_us_per_request\":{:.2}",
@@ -117,6 +137,8 @@ impl Period {
             h.max(),
             self.attempts.0,
             self.attempts.1,
+            self.sick.0,
+            self.sick.1,
             self.per_request(self.cpu_server_us),
             self.per_request(self.cpu_executors_us),
             self.per_request(self.cpu_client_us),
@@ -335,9 +357,10 @@ fn serve_and_measure(
     });
     let flint_side = Some(FlintSide { driver, fault });
     let flint = measure(addr, "/flint", spec, executor_pids, flint_side);
-    let inline = flint
-        .is_ok()
-        .then(|| measure(addr, "/inline", spec, executor_pids, None));
+    let inline = flint.is_ok().then(|| match spec.inline {
+        true => measure(addr, "/inline", spec, executor_pids, None),
+        false => Period::empty(),
+    });
     let _ = stop.send(());
     let served =
         runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), server).await });
@@ -447,13 +470,14 @@ async fn client_period(
     drop(running);
     let elapsed = started.elapsed();
     let after = cpu_now(thread, pids);
-    let attempts = match (&flint, stats_before) {
+    let (attempts, sick) = match (&flint, stats_before) {
         (Some(f), Some(b)) => {
             let a = f.driver.stats();
             let extra = a.speculative_launched - b.speculative_launched;
-            (a.launched - b.launched, extra)
+            let sick = (a.suspicions - b.suspicions, a.probations - b.probations);
+            ((a.launched - b.launched, extra), sick)
         }
-        _ => (0, 0),
+        _ => ((0, 0), (0, 0)),
     };
     shared.stop.store(true, Ordering::Relaxed);
     for connection in connections {
@@ -475,6 +499,7 @@ async fn client_period(
         cpu_executors_us: after.2.saturating_sub(before.2),
         cpu_client_us,
         attempts,
+        sick,
     })
 }
 

@@ -695,8 +695,13 @@ fn a_frozen_executors_attempts_are_copied_and_it_gets_no_work_until_it_speaks() 
         "finished by copies, not by a loss"
     );
     assert!(after.hedges > before.hedges, "{after:?}");
-    let health = driver.executor_health().expect("health");
-    assert_eq!(health.suspected, vec!["frozen".to_string()], "{health:?}");
+    // Silent past its attempts' threshold (and 20 ms): suspected.
+    wait_until("the frozen executor suspected", || {
+        driver
+            .executor_health()
+            .is_ok_and(|h| h.suspected == ["frozen"])
+    });
+    let after = driver.stats();
     // While it is silent, no new work goes to it: a launch there would need a copy again.
     for _ in 0..20 {
         let small = job(2);

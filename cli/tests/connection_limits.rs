@@ -83,7 +83,7 @@ fn client_handshake(addr: SocketAddr) -> Option<TcpStream> {
     stream.set_read_timeout(Some(DEADLINE)).ok()?;
     let mut out = BytesMut::new();
     let nonce = random_nonce().ok()?;
-    let mut handshake = Handshake::start(Role::Client, None, nonce, &[Role::Driver], &mut out);
+    let mut handshake = Handshake::connect(Role::Client, None, nonce, &[Role::Driver], &mut out);
     stream.write_all(&out).ok()?;
     let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
     loop {

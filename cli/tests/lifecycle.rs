@@ -409,7 +409,12 @@ struct ExecutorProcess(Child);
 
 impl ExecutorProcess {
     fn start(driver: std::net::SocketAddr, id: &str) -> ExecutorProcess {
+        ExecutorProcess::start_with(driver, id, &[])
+    }
+
+    fn start_with(driver: std::net::SocketAddr, id: &str, env: &[(&str, &str)]) -> ExecutorProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .envs(env.iter().copied())
             .args([
                 "executor",
                 "--driver",
@@ -522,4 +527,164 @@ fn the_driver_removes_an_executor_for_a_given_reason_and_its_tasks_run_elsewhere
     });
     let stats = driver.stats();
     assert_eq!(stats.succeeded, tasks);
+}
+
+#[test]
+fn a_surplus_executor_the_allocator_deletes_is_drained_and_loses_no_running_attempt() {
+    use flint_net::job::{Job, JobOutcome};
+
+    // Two slots per executor, so each of the two runs two sleeps at once.
+    let driver = std::sync::Arc::new(
+        flint_net::driver::Driver::builder()
+            .config(flint_net::driver::DriverConfig {
+                tasks_per_core: 2,
+                ..Default::default()
+            })
+            .start()
+            .expect("driver starts"),
+    );
+    let addr = driver.local_addr().expect("listening");
+    let mut config =
+        flint_net::lifecycle::local::LocalConfig::new(env!("CARGO_BIN_EXE_flint").into(), addr);
+    config.allocator = flint_engine::lifecycle::AllocatorConfig {
+        initial_target: 2,
+        batch_delay_us: 0,
+        name_prefix: "drain-".into(),
+        ..Default::default()
+    };
+    let executors =
+        flint_net::lifecycle::local::LocalExecutors::start(config, driver.clone()).expect("starts");
+    driver
+        .wait_for_executors(2, DEADLINE)
+        .expect("two executors");
+    let tasks = 8u64;
+    let payloads = (0..tasks)
+        .map(|i| bytes::Bytes::from(vec![i as u8]))
+        .collect();
+    let handle = driver
+        .submit(Job::new("sleep:400", payloads))
+        .expect("submitted");
+    wait_until("both executors running tasks", || {
+        driver.executors_view().is_ok_and(|view| {
+            view.executors.len() == 2 && view.executors.iter().all(|(_, running)| *running > 0)
+        })
+    });
+    // The target drops below the busy executors: the least busy one is drained, finishes what
+    // it runs, and only then is stopped and deleted.
+    executors.set_target(1);
+    wait_until("one executor drained", || executors.stats().drained == 1);
+    // It takes no new task: it leaves while tasks still wait for the other one.
+    wait_until("the drained executor gone while tasks wait", || {
+        driver
+            .executors_view()
+            .is_ok_and(|view| view.executors.len() == 1 && view.pending_tasks > 0)
+    });
+    match handle.wait_timeout(DEADLINE).expect("job finishes") {
+        JobOutcome::Succeeded(results) => assert_eq!(results.len() as u64, tasks),
+        other => panic!("job did not succeed: {other:?}"),
+    }
+    wait_until("the surplus executor deleted", || {
+        let stats = executors.stats();
+        stats.deleted == 1 && stats.registered == 1
+    });
+    let stats = driver.stats();
+    assert_eq!(
+        stats.launched - stats.speculative_launched,
+        tasks,
+        "every task ran once: no running attempt was lost ({stats:?})"
+    );
+    assert_eq!(stats.attempts_killed, 0, "{stats:?}");
+    assert_eq!(driver.executors_lost(), 0);
+    assert_eq!(executors.stats().failed, 0, "deleted on purpose");
+    executors.shutdown(Duration::ZERO);
+}
+
+/// A driver with two task slots per core and an executor `a` draining for `drain_ms` on
+/// SIGTERM beside a plain executor `b`; `tasks` sleeps of `sleep_ms` run until `a` holds some,
+/// then `a` gets SIGTERM. The job's outcome, the driver's counters and `a`'s exit.
+fn sigterm_mid_job(
+    drain_ms: &str,
+    tasks: u64,
+    sleep_ms: u64,
+) -> (
+    flint_net::job::JobOutcome,
+    flint_engine::scheduler::Stats,
+    ExitStatus,
+) {
+    use flint_net::job::Job;
+
+    let driver = flint_net::driver::Driver::builder()
+        .config(flint_net::driver::DriverConfig {
+            tasks_per_core: 2,
+            ..Default::default()
+        })
+        .start()
+        .expect("driver starts");
+    let addr = driver.local_addr().expect("listening");
+    let mut a = ExecutorProcess::start_with(addr, "a", &[("FLINT_DRAIN_TIMEOUT_MS", drain_ms)]);
+    driver.wait_for_executors(1, DEADLINE).expect("a");
+    let _b = ExecutorProcess::start(addr, "b");
+    driver.wait_for_executors(2, DEADLINE).expect("b");
+    let payloads = (0..tasks)
+        .map(|i| bytes::Bytes::from(vec![i as u8]))
+        .collect();
+    let handle = driver
+        .submit(Job::new(format!("sleep:{sleep_ms}"), payloads))
+        .expect("submitted");
+    wait_until("a running tasks", || {
+        driver.executors_view().is_ok_and(|view| {
+            view.executors
+                .iter()
+                .any(|(name, running)| name == "a" && *running > 0)
+        })
+    });
+    let term = Command::new("kill")
+        .args(["-TERM", &a.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let outcome = handle.wait_timeout(DEADLINE).expect("job finishes");
+    let mut exit = None;
+    wait_until("a exits", || {
+        exit = a.0.try_wait().expect("try_wait");
+        exit.is_some()
+    });
+    (outcome, driver.stats(), exit.expect("exited"))
+}
+
+#[test]
+fn an_executor_given_sigterm_lets_its_running_attempts_finish_and_takes_no_new_ones() {
+    let tasks = 8;
+    let (outcome, stats, exit) = sigterm_mid_job("10000", tasks, 300);
+    assert!(
+        matches!(outcome, flint_net::job::JobOutcome::Succeeded(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        stats.launched - stats.speculative_launched,
+        tasks,
+        "no attempt ran twice: a's finished there ({stats:?})"
+    );
+    assert_eq!(stats.attempts_killed, 0, "{stats:?}");
+    assert!(exit.success(), "a leaves cleanly: {exit}");
+}
+
+#[test]
+fn an_executor_given_sigterm_reports_attempts_still_running_at_the_drain_timeout_killed() {
+    let tasks = 4;
+    let (outcome, stats, exit) = sigterm_mid_job("200", tasks, 2_000);
+    assert!(
+        matches!(outcome, flint_net::job::JobOutcome::Succeeded(_)),
+        "their copies ran on b: {outcome:?}"
+    );
+    assert!(
+        stats.attempts_killed >= 1,
+        "reported back killed, not lost: {stats:?}"
+    );
+    assert_eq!(
+        stats.launched - stats.speculative_launched,
+        tasks + stats.attempts_killed,
+        "each killed attempt ran again once ({stats:?})"
+    );
+    assert!(exit.success(), "a leaves cleanly: {exit}");
 }

@@ -204,7 +204,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
     let deadline = Instant::now() + DEADLINE;
     while !submit
         .stderr()
-        .contains("removed: executor exited with code -1")
+        .contains("removed: executor exited with code 137 (caused by app: false)")
     {
         assert!(
             Instant::now() < deadline,

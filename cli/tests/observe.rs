@@ -270,6 +270,64 @@ fn driver_metrics_match_the_job_and_need_the_token() {
 }
 
 #[test]
+fn an_observe_token_file_is_used_and_never_the_secret() {
+    let dir = scratch("token-file");
+    let driver_args = |token_file: &Path, metrics: SocketAddr| -> Vec<String> {
+        let listen = format!("127.0.0.1:{}", free_port());
+        [
+            "driver",
+            "--listen",
+            &listen,
+            "--executors",
+            "1",
+            "--tasks",
+            "1",
+            "--task",
+            "noop",
+            "--metrics-listen",
+            &metrics.to_string(),
+            "--observe-token-file",
+            &token_file.display().to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    // A missing file is made (mode 0600) and its token taken.
+    let made = dir.join("made-token");
+    let metrics = addr(free_port());
+    let args = driver_args(&made, metrics);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let driver = Proc::start(&dir, "driver", SECRET, &args, &[]);
+    let token = driver.observe_token();
+    assert_eq!(std::fs::read_to_string(&made).unwrap().trim(), token);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&made).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    wait_until("the metrics with the file's token", || {
+        get(metrics, "/metrics", Some(&token)).0 == 200
+    });
+    assert_eq!(get(metrics, "/metrics", Some(SECRET)).0, 401);
+    drop(driver);
+    // The cluster secret as the observe token, and files that are not files: refused, exit 2.
+    let secret_file = dir.join("secret-as-token");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    for (file, why) in [
+        (
+            secret_file.as_path(),
+            "must not be the cluster's shared secret",
+        ),
+        (Path::new("/dev/zero"), "not a regular file"),
+    ] {
+        let args = driver_args(file, addr(free_port()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = common::run_flint_env(&args, &[("FLINT_SECRET", SECRET)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
+}
+
+#[test]
 fn json_logs_carry_the_job_span() {
     let dir = scratch("json");
     let mut local = Proc::start(

@@ -40,7 +40,7 @@ impl Wire {
         };
         let mut out = BytesMut::new();
         let nonce = random_nonce().expect("nonce");
-        let mut handshake = Handshake::start(role, None, nonce, peers, &mut out);
+        let mut handshake = Handshake::connect(role, None, nonce, peers, &mut out);
         wire.write(&out);
         loop {
             let frame = wire.next_frame(DEADLINE).expect("handshake frame");

@@ -182,29 +182,28 @@ fn copies_stay_within_the_bucket_and_the_rest_are_withheld() {
         ..hedge()
     };
     let mut s = Scheduler::new(config(bounded));
-    for (id, cores) in [(1, 5), (2, 4), (3, 4)] {
+    let register = |s: &mut Scheduler, id: u64, cores: u32, now: u64| {
         let info = ExecutorInfo {
             id: ExecutorId(id),
             host: format!("h{id}"),
             cores,
             attributes: Vec::new(),
         };
-        s.register_executor(0, info).expect("registers");
-    }
-    // Five tasks over the three executors; executor 1 is frozen from the start and holds
-    // two of them... all five are overdue at the cold threshold, and none is reported.
+        s.register_executor(now, info).expect("registers");
+    };
+    // Executor 1 holds a job's five tasks and is frozen from the start; two idle executors
+    // join after the launch.
+    register(&mut s, 1, 5, 0);
     s.submit_job(0, job(5)).expect("submitted");
     assert_eq!(launches(&outputs(&mut s)).len(), 5);
-    for id in [2, 3] {
-        s.executor_heard(40 * MS, ExecutorId(id));
-    }
+    register(&mut s, 2, 4, MS);
+    register(&mut s, 3, 4, MS);
     let out = run_until(&mut s, 60 * MS);
-    // Burst 2 and no refill: two copies, three withheld. (All three executors hold overdue
-    // attempts, but executor 1 is suspected, so its attempts are copied anyway.)
+    // Burst 2 and no refill: two copies on the idle executors, three withheld.
     let copies = launches(&out);
-    assert!(copies.len() <= 2, "{out:?}");
-    assert_eq!(s.stats().hedges, copies.len() as u64);
-    assert_eq!(s.stats().hedges + s.stats().hedges_withheld, 5);
+    assert_eq!(copies.len(), 2, "{out:?}");
+    assert!(copies.iter().all(|(e, _)| *e != ExecutorId(1)));
+    assert_eq!((s.stats().hedges, s.stats().hedges_withheld), (2, 3));
 }
 
 #[test]
@@ -328,8 +327,8 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     }
     outputs(&mut s);
     let mut ran_on_slow = 0;
-    for _ in 0..20 {
-        now += 2 * MS;
+    for _ in 0..50 {
+        now += 10 * MS;
         s.submit_job(now, job(3)).expect("submitted");
         for (e, l) in launches(&outputs(&mut s)) {
             ran_on_slow += u32::from(e == slow);

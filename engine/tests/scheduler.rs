@@ -2123,3 +2123,34 @@ fn valid_levels_follow_the_executors_and_hosts_a_job_prefers_as_they_come_and_go
     assert_eq!(levels(&s, job), [Executor, Host, Any], "executor 2 is back");
     assert_eq!(levels(&s, other), [Any], "executor 9 never came");
 }
+
+#[test]
+fn a_draining_executor_gets_no_new_work_and_its_running_attempts_finish() {
+    let mut s = Scheduler::new(config());
+    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.register_executor(0, exec(2, "h", 2)).unwrap();
+    let job = s.submit_job(0, JobSpec::new(tasks(6))).unwrap();
+    let ls = launches(&drain(&mut s));
+    assert_eq!(ls.len(), 4);
+    assert!(s.drain_executor(ExecutorId(1)));
+    assert_eq!(s.executor_draining(ExecutorId(1)), Some(true));
+    assert_eq!(s.executor_draining(ExecutorId(2)), Some(false));
+    assert!(!s.drain_executor(ExecutorId(9)), "not registered");
+    // Its attempts finish normally; the cores they free are not offered again.
+    let mut on_two = 0;
+    for (i, (e, l)) in ls.iter().enumerate() {
+        update(&mut s, 1 + i as u64, *e, l, TaskState::Finished, b"r");
+        for (at, _) in launches(&drain(&mut s)) {
+            assert_eq!(
+                at,
+                ExecutorId(2),
+                "nothing launched on the draining executor"
+            );
+            on_two += 1;
+        }
+    }
+    assert_eq!(on_two, 2, "the two left ran on executor 2");
+    assert_eq!(s.executor_cores(ExecutorId(1)), Some((2, 2)), "drained");
+    assert_eq!(s.job_pending_tasks(job), Some(0));
+    assert_eq!(s.stats().attempts_failed, 0);
+}

@@ -6,6 +6,30 @@
 //! a watch, not the stream.
 
 use std::future::Future;
+
+/// The Kubernetes version flint-k8s is built for: k8s-openapi's feature `v1_30`.
+pub const BUILT_FOR: (u32, u32) = (1, 30);
+/// The API server versions flint-k8s supports: kube 2's window around [`BUILT_FOR`]. It uses
+/// only core v1 pods and secrets, whose fields it reads have not changed in that window.
+pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 26..=34;
+
+/// What to say about an API server of version `major.minor` (from `/version`), if anything:
+/// outside [`SUPPORTED_MINORS`] it may send another shape, and a missing field then fails the
+/// call that meets it with the field's name.
+pub fn version_warning(major: &str, minor: &str) -> Option<String> {
+    // Minor versions of some distributions carry a '+' ("30+").
+    let digits: String = minor.chars().take_while(char::is_ascii_digit).collect();
+    let supported = major == "1" && digits.parse().is_ok_and(|m| SUPPORTED_MINORS.contains(&m));
+    (!supported).then(|| {
+        format!(
+            "the API server is Kubernetes {major}.{minor}; flint-k8s is built for {}.{} and supports 1.{}-1.{}: a field it needs that this server lacks fails with its name",
+            BUILT_FOR.0,
+            BUILT_FOR.1,
+            SUPPORTED_MINORS.start(),
+            SUPPORTED_MINORS.end()
+        )
+    })
+}
 use std::time::{Duration, Instant};
 
 /// Whether `error` may go away by itself.
@@ -70,5 +94,27 @@ where
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_outside_the_window_are_named() {
+        assert_eq!(version_warning("1", "30"), None);
+        assert_eq!(version_warning("1", "34+"), None);
+        let old = version_warning("1", "19").expect("a warning");
+        assert!(
+            old.contains("Kubernetes 1.19") && old.contains("1.26-1.34"),
+            "{old}"
+        );
+        assert!(version_warning("1", "35").is_some());
+        assert!(version_warning("2", "0").is_some());
+        assert!(
+            version_warning("1", "").is_some(),
+            "unreadable is not supported"
+        );
     }
 }

@@ -96,6 +96,10 @@ struct Proc {
 
 #[derive(Default)]
 struct Inner {
+    /// The version `/version` answers (see [`ApiDouble::answer_as`]).
+    version: Option<(String, String)>,
+    /// A field lists leave out (see [`ApiDouble::answer_as`]).
+    omitted: Option<String>,
     rv: u64,
     uid: u64,
     /// (kind, namespace, name) -> object.
@@ -222,6 +226,15 @@ impl ApiDouble {
     /// The next `count` pods created are never scheduled (they stay pending).
     pub fn stuck_pending(&self, count: u32) {
         self.state.lock().stuck += count;
+    }
+
+    /// Answers as another version of the API server would: `/version` says `major.minor`,
+    /// and lists leave out their field `omit` (e.g. `items`), the shape of a server that
+    /// does not have it.
+    pub fn answer_as(&self, major: &str, minor: &str, omit: Option<&str>) {
+        let mut inner = self.state.lock();
+        inner.version = Some((major.to_owned(), minor.to_owned()));
+        inner.omitted = omit.map(str::to_owned);
     }
 
     /// What was served so far.
@@ -1244,6 +1257,11 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
         return Ok(true);
     }
     let segments: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+    let version = state.lock().version.clone();
+    if let Some(document) = discovery(&segments, version) {
+        respond(stream, 200, &document, "")?;
+        return Ok(true);
+    }
     let (namespace, kind, name) = match segments.as_slice() {
         ["api", "v1", "namespaces", ns, kind] if is_served(kind) => (*ns, *kind, None),
         ["api", "v1", "namespaces", ns, kind, name] if is_served(kind) => (*ns, *kind, Some(*name)),
@@ -1282,6 +1300,33 @@ fn handle(state: &Arc<State>, stream: &mut TcpStream, request: Request) -> std::
         Err(e) => error_response(stream, e)?,
     }
     Ok(true)
+}
+
+/// The Kubernetes version the double answers as (`/version`): the one k8s-openapi's feature
+/// names (`v1_30`).
+pub const SERVED_VERSION: (&str, &str) = ("1", "30");
+
+/// The discovery documents a client such as kubectl reads before anything else: `/version`,
+/// `/api` (core v1 only), `/apis` (no groups) and `/api/v1` (pods and secrets).
+fn discovery(segments: &[&str], version: Option<(String, String)>) -> Option<Value> {
+    let resource = |name: &str, kind: &str, verbs: &[&str], short: &[&str]| {
+        json!({"name": name, "singularName": kind.to_lowercase(), "namespaced": true,
+               "kind": kind, "verbs": verbs, "shortNames": short})
+    };
+    let served = (SERVED_VERSION.0.to_owned(), SERVED_VERSION.1.to_owned());
+    let (major, minor) = version.unwrap_or(served);
+    Some(match segments {
+        ["version"] => json!({"major": major, "minor": minor,
+            "gitVersion": format!("v{major}.{minor}.0-flint-double"), "platform": "linux/amd64"}),
+        ["api"] => json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}),
+        ["apis"] => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        ["api", "v1"] => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            resource("pods", "Pod", &["create", "delete", "get", "list", "watch"], &["po"]),
+            resource("secrets", "Secret", &["create", "delete", "get", "list"], &[]),
+        ]}),
+        _ => return None,
+    })
 }
 
 /// The kinds the double serves.
@@ -1395,8 +1440,12 @@ fn list(
     } else {
         "SecretList"
     };
-    Ok(json!({"kind": list_kind, "apiVersion": "v1",
-              "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items}))
+    let mut list = json!({"kind": list_kind, "apiVersion": "v1",
+              "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items});
+    if let (Some(field), Some(list)) = (&inner.omitted, list.as_object_mut()) {
+        list.remove(field);
+    }
+    Ok(list)
 }
 
 fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {

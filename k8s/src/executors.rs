@@ -1,40 +1,33 @@
-//! Executor pods kept at the allocator's target: the IO side of the engine's lifecycle for
-//! Kubernetes (as `flint_net::lifecycle::local::LocalExecutors` is for local processes).
+//! Executor pods kept at the allocator's target: [`PodBackend`], the
+//! [`ExecutorBackend`] for Kubernetes (as `flint_net::lifecycle::local::LocalBackend` is for
+//! local processes), run by the lifecycle loop ([`LifecycleThread`]).
 //!
-//! Three tasks on a tokio runtime talk to the API server, and one control thread drives the
-//! sans-IO state machines:
+//! On a tokio runtime:
 //!
 //! - *watch source*: lists the app's pods (label selector), then watches from the list's
 //!   `resourceVersion`, keeping the newest one seen; a watch that ends normally resumes from
 //!   it, one answered with 410 Gone (an `ERROR` event or status) or a dropped stream re-lists.
-//!   Each event is an update ([`SnapshotStore::update`]), each list a full listing;
-//! - *polling source*: every `poll_interval` a full list, a listing
-//!   ([`SnapshotStore::replace_all`]);
-//! - *API calls*: pod creates and deletes the allocator asks for, each with
-//!   [`with_retry`].
+//!   Each event is an update, each list a full listing;
+//! - *list*: the lifecycle asks for a full list every `poll_interval` (the polling source);
+//! - *create* and *delete*: the pod creates and deletes the lifecycle asks for, each with
+//!   [`with_retry`] (a pod whose create is in flight counts as pending in listings).
 //!
-//! The control thread, every `tick`: applies the events to the store (a pod whose create is
-//! still in flight counts as pending in listings), asks the driver for its backlog and
-//! registered executors ([`Driver::executors_view`]), feeds the store's batch to the
-//! [`Allocator`] and to [`Removals`] (which calls [`Driver::remove_executor`] with the exit
-//! reason), gives the allocator the load, ticks it and carries out its outputs: `Create`
-//! creates pods, `Delete` asks the driver to stop a registered executor
-//! ([`Driver::stop_executor`]) and deletes its pod, `Stop` records the reason for
-//! [`K8sExecutors::failed`]. An API server that does not answer for `api_timeout`, or that
-//! refuses a pod (invalid, forbidden: the next one would be refused too), also makes
-//! [`K8sExecutors::failed`] say so.
+//! A registered executor is stopped through the driver before its pod is deleted. An API
+//! server that does not answer for `api_timeout`, or that refuses a pod (invalid, forbidden:
+//! the next one would be refused too), makes [`K8sExecutors::failed`] say so.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flint_engine::lifecycle::{
-    Allocator, AllocatorConfig, AllocatorOutput, ExecutorState, Removals, SnapshotStore,
-};
+use flint_engine::lifecycle::{Allocation, AllocatorConfig, ExecutorState};
 use flint_net::driver::Driver;
+use flint_net::lifecycle::{
+    ExecutorBackend, ExecutorStats, LifecycleThread, Observed, RunnerConfig,
+};
+use flint_net::observe::EventSink;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -53,7 +46,7 @@ pub struct K8sConfig {
     pub pods: PodSettings,
     /// The allocator's settings; its `name_prefix` should start with the app id (pod names).
     pub allocator: AllocatorConfig,
-    /// How often the control thread applies events and ticks the allocator.
+    /// How often the lifecycle ticks.
     pub tick: Duration,
     /// How often the polling source lists the pods.
     pub poll_interval: Duration,
@@ -93,18 +86,8 @@ impl K8sConfig {
 /// What happened to the executor pods.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct K8sStats {
-    /// Pods created.
-    pub created: u64,
-    /// Executors registered with the driver now.
-    pub registered: u64,
-    /// The most executors registered at once.
-    pub peak: u64,
-    /// Pods deleted on purpose (excess, idle, pending too long).
-    pub deleted: u64,
-    /// Of those, pods deleted because they were pending too long.
-    pub pending_timeouts: u64,
-    /// Executors gone without being asked (each replaced while under the target).
-    pub failed: u64,
+    /// The lifecycle's counters (`started`: pods created).
+    pub executors: ExecutorStats,
     /// Full lists the watch source made (the first, then one per 410 Gone or dropped stream).
     pub watch_lists: u64,
 }
@@ -117,122 +100,102 @@ enum Event {
     ApiDown(String),
 }
 
-struct Shared {
-    stop: AtomicBool,
-    frozen: AtomicBool,
-    stats: Mutex<K8sStats>,
-    failure: Mutex<Option<String>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The control thread and the API tasks (see the module docs).
+/// The lifecycle thread and the watch source (see the module docs).
+#[derive(Debug)]
 pub struct K8sExecutors {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-    tasks: Vec<TaskHandle<()>>,
-}
-
-impl std::fmt::Debug for K8sExecutors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("K8sExecutors")
-            .field("stats", &self.stats())
-            .finish_non_exhaustive()
-    }
+    thread: Option<LifecycleThread<PodBackend>>,
+    watch: TaskHandle<()>,
+    watch_lists: Arc<AtomicU64>,
 }
 
 impl K8sExecutors {
-    /// Starts the sources and the control thread on `runtime`; the first pods are created on
-    /// the first tick. Call [`prepare`] first.
+    /// Starts the watch source and the lifecycle thread on `runtime`; the first pods are
+    /// created on the first tick. Call [`prepare`] first.
     pub fn start(
         config: K8sConfig,
         client: Client,
         runtime: Handle,
         driver: Arc<Driver>,
     ) -> std::io::Result<K8sExecutors> {
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            frozen: AtomicBool::new(false),
-            stats: Mutex::new(K8sStats::default()),
-            failure: Mutex::new(None),
-        });
         let api: Api<Pod> = Api::namespaced(client, &config.pods.namespace);
         let (tx, rx) = channel();
-        let tasks = vec![
-            runtime.spawn(watch_source(
-                api.clone(),
-                config.clone(),
-                tx.clone(),
-                shared.clone(),
-            )),
-            runtime.spawn(poll_source(api.clone(), config.clone(), tx.clone())),
-        ];
-        let control = Control {
-            store: SnapshotStore::new(config.sync_grace.as_micros() as u64),
-            allocator: Allocator::new(config.allocator.clone()),
-            removals: Removals::new(),
-            creating: BTreeSet::new(),
-            registered: BTreeSet::new(),
-            epoch: Instant::now(),
+        let watch_lists = Arc::new(AtomicU64::new(0));
+        let watch = runtime.spawn(watch_source(
+            api.clone(),
+            config.clone(),
+            tx.clone(),
+            watch_lists.clone(),
+        ));
+        let events = EventSink::new(|line| tracing::info!(target: EVENTS_TARGET, "{line}"));
+        let runner = RunnerConfig::new(
+            Allocation::Create(config.allocator.clone()),
+            [config.tick, config.poll_interval, config.sync_grace],
+            Some(events),
+            "flint-k8s-executors",
+        );
+        let backend = PodBackend {
             config,
-            driver,
-            shared: shared.clone(),
+            creating: BTreeSet::new(),
             events: rx,
             tx,
             api,
             runtime,
         };
-        let thread = std::thread::Builder::new()
-            .name("flint-k8s-executors".into())
-            .spawn(move || control.run())?;
+        let thread = LifecycleThread::start(runner, backend, driver)?;
         Ok(K8sExecutors {
-            shared,
             thread: Some(thread),
-            tasks,
+            watch,
+            watch_lists,
         })
     }
 
     /// The counters so far.
     pub fn stats(&self) -> K8sStats {
-        lock(&self.shared.stats).clone()
+        K8sStats {
+            executors: self
+                .thread
+                .as_ref()
+                .map(LifecycleThread::stats)
+                .unwrap_or_default(),
+            watch_lists: self.watch_lists.load(Ordering::SeqCst),
+        }
     }
 
     /// Why the application must stop (too many executor failures, the API server gone), once
     /// it must.
     pub fn failed(&self) -> Option<String> {
-        lock(&self.shared.failure).clone()
+        self.thread.as_ref().and_then(LifecycleThread::failed)
     }
 
     /// Stops creating and deleting pods (states are still watched): call before stopping the
     /// executors at the end.
     pub fn freeze(&self) {
-        self.shared.frozen.store(true, Ordering::SeqCst);
+        if let Some(thread) = &self.thread {
+            thread.freeze();
+        }
     }
 
-    /// Stops the control thread and the sources (the pods stay: see [`cleanup`]); returns the
+    /// Stops the lifecycle thread and the watch (the pods stay: see [`cleanup`]); returns the
     /// final counters.
     pub fn stop(mut self) -> K8sStats {
-        self.halt();
-        self.stats()
+        K8sStats {
+            executors: self.halt(),
+            watch_lists: self.watch_lists.load(Ordering::SeqCst),
+        }
     }
 
-    fn halt(&mut self) {
-        self.shared.frozen.store(true, Ordering::SeqCst);
-        self.shared.stop.store(true, Ordering::SeqCst);
-        for task in self.tasks.drain(..) {
-            task.abort();
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    fn halt(&mut self) -> ExecutorStats {
+        self.watch.abort();
+        self.thread
+            .take()
+            .map(|thread| thread.stop().0)
+            .unwrap_or_default()
     }
 }
 
 impl Drop for K8sExecutors {
     fn drop(&mut self) {
-        self.halt();
+        let _ = self.halt();
     }
 }
 
@@ -415,7 +378,7 @@ fn listing(list: &[Pod]) -> Vec<(String, ExecutorState)> {
 }
 
 /// The watch source (see the module docs).
-async fn watch_source(api: Api<Pod>, config: K8sConfig, tx: Sender<Event>, shared: Arc<Shared>) {
+async fn watch_source(api: Api<Pod>, config: K8sConfig, tx: Sender<Event>, lists: Arc<AtomicU64>) {
     let selector = pods::selector(&config.pods.app_id);
     let list_params = ListParams::default().labels(&selector);
     let watch_params = WatchParams::default()
@@ -433,7 +396,7 @@ async fn watch_source(api: Api<Pod>, config: K8sConfig, tx: Sender<Event>, share
                     return;
                 }
             };
-        lock(&shared.stats).watch_lists += 1;
+        lists.fetch_add(1, Ordering::SeqCst);
         let mut version = list.metadata.resource_version.clone().unwrap_or_default();
         if tx.send(Event::Listing(listing(&list.items))).is_err() {
             return;
@@ -530,224 +493,109 @@ fn send_update(tx: &Sender<Event>, version: &mut String, pod: &Pod, state: Execu
     }
 }
 
-/// The polling source (see the module docs).
-async fn poll_source(api: Api<Pod>, config: K8sConfig, tx: Sender<Event>) {
-    let params = ListParams::default().labels(&pods::selector(&config.pods.app_id));
-    loop {
-        tokio::time::sleep(config.poll_interval).await;
-        match with_retry("poll pods", config.api_timeout, || api.list(&params)).await {
-            Ok(list) => {
-                if tx.send(Event::Listing(listing(&list.items))).is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Event::ApiDown(format!(
-                    "the API server did not answer a pod list for {} s: {e}",
-                    config.api_timeout.as_secs()
-                )));
-                return;
-            }
-        }
-    }
-}
-
-struct Control {
+/// Executor pods through the API server (see the module docs).
+pub struct PodBackend {
     config: K8sConfig,
-    driver: Arc<Driver>,
-    shared: Arc<Shared>,
-    store: SnapshotStore,
-    allocator: Allocator,
-    removals: Removals,
     /// Pods whose create is in flight.
     creating: BTreeSet<String>,
-    registered: BTreeSet<String>,
-    epoch: Instant,
     events: Receiver<Event>,
     tx: Sender<Event>,
     api: Api<Pod>,
     runtime: Handle,
 }
 
-impl Control {
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
-    }
-
-    fn event(&self, what: std::fmt::Arguments<'_>) {
-        tracing::info!(target: EVENTS_TARGET, "{what}");
-    }
-
-    fn fail(&self, reason: String) {
-        let mut failure = lock(&self.shared.failure);
-        if failure.is_none() {
-            tracing::error!("{reason}");
-            *failure = Some(reason);
-        }
-    }
-
-    fn run(mut self) {
-        let subscriber = self.store.subscribe(0, 64);
-        while !self.shared.stop.load(Ordering::SeqCst) {
-            self.apply_events();
-            let Ok(view) = self.driver.executors_view() else {
-                break;
+impl ExecutorBackend for PodBackend {
+    fn create(&mut self, name: &str) {
+        self.creating.insert(name.to_owned());
+        tracing::info!(target: EVENTS_TARGET, "executor {name} requested");
+        let pod = executor_pod(&self.config.pods, name);
+        let (api, tx, budget) = (self.api.clone(), self.tx.clone(), self.config.api_timeout);
+        let name = name.to_owned();
+        self.runtime.spawn(async move {
+            let what = format!("create pod {name}");
+            let post = PostParams::default();
+            let result = with_retry(&what, budget, || api.create(&post, &pod)).await;
+            let event = match result {
+                Ok(_) => Event::Created(name),
+                // A retried create whose first attempt got through.
+                Err(e) if status_code(&e) == Some(409) => Event::Created(name),
+                Err(e) if retryable(&e) => Event::ApiDown(format!(
+                    "the API server did not accept pod {name} for {} s: {e}",
+                    budget.as_secs()
+                )),
+                Err(e) => Event::CreateFailed(name, e.to_string()),
             };
-            let now_us = self.now_us();
-            self.registered = view.executors.iter().map(|(n, _)| n.clone()).collect();
-            let frozen = self.shared.frozen.load(Ordering::SeqCst);
-            for delivery in self.store.poll_deliveries(now_us) {
-                for snapshot in &delivery.snapshots {
-                    if !frozen {
-                        self.allocator.on_snapshot(now_us, snapshot);
-                    }
-                    for (name, reason) in self.removals.on_snapshot(snapshot) {
-                        self.event(format_args!("executor {name} removed: {reason:?}"));
-                        let _ = self.driver.remove_executor(&name, reason);
-                    }
-                }
-                self.store.delivered(subscriber);
-            }
-            let idle = view
-                .executors
-                .iter()
-                .filter(|(_, running)| *running == 0)
-                .map(|(name, _)| name.as_str());
-            self.allocator
-                .on_load(now_us, view.pending_tasks, view.running_tasks, idle);
-            if !frozen {
-                self.allocator.tick(now_us);
-                while let Some(output) = self.allocator.poll_output() {
-                    self.carry_out(output);
-                }
-            }
-            self.update_stats();
-            std::thread::sleep(self.config.tick);
-        }
-        // What arrived since the last tick still counts.
-        self.apply_events();
-        self.update_stats();
+            let _ = tx.send(event);
+        });
     }
 
-    fn apply_events(&mut self) {
+    fn delete(&mut self, name: &str, _stopped: bool) {
+        let (api, tx, budget) = (self.api.clone(), self.tx.clone(), self.config.api_timeout);
+        let grace = self.config.delete_grace_s;
+        let name = name.to_owned();
+        self.runtime.spawn(async move {
+            let what = format!("delete pod {name}");
+            let params = DeleteParams::default().grace_period(grace);
+            match with_retry(&what, budget, || api.delete(&name, &params)).await {
+                Ok(_) => {}
+                Err(e) if status_code(&e) == Some(404) => {}
+                Err(e) if retryable(&e) => {
+                    let _ = tx.send(Event::ApiDown(format!(
+                        "the API server did not delete pod {name} for {} s: {e}",
+                        budget.as_secs()
+                    )));
+                }
+                Err(e) => tracing::error!("cannot delete pod {name}: {e}"),
+            }
+        });
+    }
+
+    fn list(&mut self) {
+        let (api, tx, budget) = (self.api.clone(), self.tx.clone(), self.config.api_timeout);
+        let params = ListParams::default().labels(&pods::selector(&self.config.pods.app_id));
+        self.runtime.spawn(async move {
+            let event = match with_retry("poll pods", budget, || api.list(&params)).await {
+                Ok(list) => Event::Listing(listing(&list.items)),
+                Err(e) => Event::ApiDown(format!(
+                    "the API server did not answer a pod list for {} s: {e}",
+                    budget.as_secs()
+                )),
+            };
+            let _ = tx.send(event);
+        });
+    }
+
+    fn poll(&mut self, out: &mut Vec<Observed>) {
         while let Ok(event) = self.events.try_recv() {
-            let now_us = self.now_us();
-            match event {
-                Event::Update(name, state) => {
-                    if self.store.current().get(&name) != Some(&state) {
-                        self.event(format_args!("executor {name} {state}"));
-                    }
-                    self.store.update(now_us, &name, state);
-                }
-                Event::Listing(mut items) => {
-                    for name in &self.creating {
-                        if !items.iter().any(|(n, _)| n == name) {
-                            items.push((name.clone(), ExecutorState::Pending));
-                        }
-                    }
-                    self.store.replace_all(now_us, items);
-                }
-                Event::Created(name) => {
-                    self.creating.remove(&name);
-                    lock(&self.shared.stats).created += 1;
-                    if self.store.current().get(&name) == Some(&ExecutorState::Pending) {
-                        self.store.update(now_us, &name, ExecutorState::Pending);
-                    }
-                }
-                Event::CreateFailed(name, error) => {
-                    // Refused (invalid, forbidden, no such namespace): the next pod would be
-                    // refused the same way, so the application stops with the server's reason.
-                    self.creating.remove(&name);
-                    let failed = ExecutorState::Failed {
-                        code: -1,
-                        caused_by_app: false,
-                    };
-                    self.store.update(now_us, &name, failed);
-                    self.fail(format!("the API server refused pod {name}: {error}"));
-                }
-                Event::ApiDown(reason) => self.fail(reason),
-            }
+            out.push(self.observed(event));
         }
     }
+}
 
-    fn carry_out(&mut self, output: AllocatorOutput) {
-        match output {
-            AllocatorOutput::Create(names) => {
-                for name in names {
-                    let now_us = self.now_us();
-                    self.creating.insert(name.clone());
-                    self.store.update(now_us, &name, ExecutorState::Pending);
-                    self.event(format_args!("executor {name} requested"));
-                    let pod = executor_pod(&self.config.pods, &name);
-                    let api = self.api.clone();
-                    let tx = self.tx.clone();
-                    let budget = self.config.api_timeout;
-                    self.runtime.spawn(async move {
-                        let what = format!("create pod {name}");
-                        let post = PostParams::default();
-                        let result = with_retry(&what, budget, || api.create(&post, &pod)).await;
-                        let event = match result {
-                            Ok(_) => Event::Created(name),
-                            // A retried create whose first attempt got through.
-                            Err(e) if status_code(&e) == Some(409) => Event::Created(name),
-                            Err(e) if retryable(&e) => Event::ApiDown(format!(
-                                "the API server did not accept pod {name} for {} s: {e}",
-                                budget.as_secs()
-                            )),
-                            Err(e) => Event::CreateFailed(name, e.to_string()),
-                        };
-                        let _ = tx.send(event);
-                    });
+impl PodBackend {
+    /// What an API task's event means for the lifecycle.
+    fn observed(&mut self, event: Event) -> Observed {
+        match event {
+            Event::Update(name, state) => Observed::Update(name, state),
+            Event::Listing(mut items) => {
+                for name in &self.creating {
+                    if !items.iter().any(|(n, _)| n == name) {
+                        items.push((name.clone(), ExecutorState::Pending));
+                    }
                 }
+                Observed::Listing(items)
             }
-            AllocatorOutput::Delete(names) => {
-                for name in names {
-                    let stopped = self.registered.contains(&name)
-                        && self.driver.stop_executor(&name).unwrap_or(false);
-                    self.event(format_args!(
-                        "executor {name} deleted{}",
-                        if stopped {
-                            " (stopped by the driver)"
-                        } else {
-                            ""
-                        }
-                    ));
-                    let api = self.api.clone();
-                    let budget = self.config.api_timeout;
-                    let grace = self.config.delete_grace_s;
-                    let tx = self.tx.clone();
-                    self.runtime.spawn(async move {
-                        let what = format!("delete pod {name}");
-                        let params = DeleteParams::default().grace_period(grace);
-                        match with_retry(&what, budget, || api.delete(&name, &params)).await {
-                            Ok(_) => {}
-                            Err(e) if status_code(&e) == Some(404) => {}
-                            Err(e) if retryable(&e) => {
-                                let _ = tx.send(Event::ApiDown(format!(
-                                    "the API server did not delete pod {name} for {} s: {e}",
-                                    budget.as_secs()
-                                )));
-                            }
-                            Err(e) => tracing::error!("cannot delete pod {name}: {e}"),
-                        }
-                    });
-                }
+            Event::Created(name) => {
+                self.creating.remove(&name);
+                Observed::Created(name)
             }
-            AllocatorOutput::Stop(reason) => {
-                self.event(format_args!("stopping the application: {reason}"));
-                self.fail(reason);
+            Event::CreateFailed(name, error) => {
+                // Refused (invalid, forbidden, no such namespace): the next pod would be
+                // refused the same way, so the application stops with the server's reason.
+                self.creating.remove(&name);
+                Observed::Failed(format!("the API server refused pod {name}: {error}"))
             }
+            Event::ApiDown(reason) => Observed::Failed(reason),
         }
-    }
-
-    fn update_stats(&self) {
-        let registered = self.registered.len() as u64;
-        let allocator = self.allocator.stats();
-        let mut stats = lock(&self.shared.stats);
-        stats.registered = registered;
-        stats.peak = stats.peak.max(registered);
-        stats.deleted = allocator.deleted;
-        stats.pending_timeouts = allocator.pending_timeouts;
-        stats.failed = allocator.failures;
     }
 }

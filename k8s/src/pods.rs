@@ -1,11 +1,22 @@
 //! Executor pods: the spec Flint creates (labels, command, the secret by reference, the owner
-//! reference) and what a pod's status means as an [`ExecutorState`].
+//! reference, the settings users expect from Spark's `spark.kubernetes.*`: resources, node
+//! selector, tolerations, image pull policy and secrets, service account, labels, annotations,
+//! the termination grace period) and what a pod's status means as an [`ExecutorState`].
+//!
+//! A pod template (`--pod-template`) is merged the way Spark merges `podTemplateFile`: the
+//! template is the starting point and Flint's own fields win; maps (labels, annotations, node
+//! selector, resources) are merged key by key with Flint's keys over the template's, lists
+//! (tolerations, image pull secrets, env) keep the template's entries and add Flint's (an env
+//! var or pull secret of the same name is replaced), everything Flint does not set (volumes,
+//! affinity, sidecars, security contexts, ...) is the template's.
 
 use std::collections::BTreeMap;
 
 use flint_engine::lifecycle::ExecutorState;
+use flint_net::executor::DRAIN_TIMEOUT_ENV;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, Pod, PodSpec, ResourceRequirements, Secret, SecretKeySelector,
+    Container, EnvVar, EnvVarSource, LocalObjectReference, Pod, PodSpec, ResourceRequirements,
+    Secret, SecretKeySelector, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -28,7 +39,7 @@ pub fn selector(app_id: &str) -> String {
 }
 
 /// What goes into every executor pod.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PodSettings {
     /// The application id (a label value: at most 63 characters of `[a-z0-9-]`).
     pub app_id: String,
@@ -41,10 +52,29 @@ pub struct PodSettings {
     pub executor_command: String,
     /// The driver's address as the executors reach it.
     pub driver_addr: String,
-    /// Cores per executor (the container's cpu request, and `flint executor --cores`).
+    /// Cores per executor (the container's cpu request and limit, and `flint executor
+    /// --cores`).
     pub cores: u32,
-    /// Memory request per executor, in MiB (0: none).
+    /// Memory per executor, in MiB: the container's memory request and limit (0: none).
     pub memory_mb: u64,
+    /// Node labels the pods must match (`spec.nodeSelector`, merged over the template's).
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate (added to the template's).
+    pub tolerations: Vec<Toleration>,
+    /// `Always`, `IfNotPresent` or `Never` (else the template's, else the server's default).
+    pub image_pull_policy: Option<String>,
+    /// Secrets to pull the image with (added to the template's).
+    pub image_pull_secrets: Vec<String>,
+    /// The pods' service account (else the template's, else the namespace's default).
+    pub service_account: Option<String>,
+    /// Labels added to the pods (Flint's own three always win).
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to the pods.
+    pub annotations: BTreeMap<String, String>,
+    /// `terminationGracePeriodSeconds`: how long a deleted pod's executor has between SIGTERM
+    /// and SIGKILL (the deletes Flint makes use the same); 0: the template's, else the
+    /// server's default (30 s).
+    pub grace_s: u32,
     /// The Secret holding [`SECRET_KEY`].
     pub secret_name: String,
     /// The driver's pod, when the driver runs in one: executor pods are owned by it.
@@ -116,8 +146,38 @@ pub fn executor_pod(settings: &PodSettings, name: &str) -> Pod {
         name.to_string(),
     ]);
     set_env(container, settings, name);
-    set_requests(container, settings);
+    set_resources(container, settings);
+    set_scheduling(spec, settings);
     pod
+}
+
+/// The pod-wide settings over the template's: node selector, tolerations, pull secrets,
+/// service account, grace period.
+fn set_scheduling(spec: &mut PodSpec, settings: &PodSettings) {
+    if !settings.node_selector.is_empty() {
+        let selector = spec.node_selector.get_or_insert_with(BTreeMap::new);
+        selector.extend(settings.node_selector.clone());
+    }
+    if !settings.tolerations.is_empty() {
+        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+        tolerations.extend(settings.tolerations.iter().cloned());
+    }
+    if !settings.image_pull_secrets.is_empty() {
+        let secrets = spec.image_pull_secrets.get_or_insert_with(Vec::new);
+        secrets.retain(|s| !settings.image_pull_secrets.contains(&s.name));
+        secrets.extend(
+            settings
+                .image_pull_secrets
+                .iter()
+                .map(|name| LocalObjectReference { name: name.clone() }),
+        );
+    }
+    if let Some(account) = &settings.service_account {
+        spec.service_account_name = Some(account.clone());
+    }
+    if settings.grace_s > 0 {
+        spec.termination_grace_period_seconds = Some(i64::from(settings.grace_s));
+    }
 }
 
 /// The executor pod's name, namespace, labels and owner (the template's server-set fields
@@ -128,7 +188,12 @@ fn set_metadata(meta: &mut ObjectMeta, settings: &PodSettings, name: &str) {
     meta.namespace = Some(settings.namespace.clone());
     meta.resource_version = None;
     meta.uid = None;
+    if !settings.annotations.is_empty() {
+        let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.extend(settings.annotations.clone());
+    }
     let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    labels.extend(settings.labels.clone());
     labels.insert(APP_LABEL.into(), settings.app_id.clone());
     labels.insert(ROLE_LABEL.into(), "executor".into());
     labels.insert(EXEC_LABEL.into(), name.to_string());
@@ -139,15 +204,31 @@ fn set_metadata(meta: &mut ObjectMeta, settings: &PodSettings, name: &str) {
     }
 }
 
+/// How long an executor drains on SIGTERM: its grace period (30 s, the server's default, when
+/// not set) less 2 s to report what is left and exit, at least 1 s.
+pub fn drain_timeout_ms(settings: &PodSettings) -> u64 {
+    let grace_s = if settings.grace_s > 0 {
+        settings.grace_s
+    } else {
+        30
+    };
+    (u64::from(grace_s) * 1000).saturating_sub(2000).max(1000)
+}
+
 /// The executor container's Flint variables (replacing the template's): the secret from the
-/// app's Secret, the executor's and the app's ids.
+/// app's Secret, the executor's and the app's ids, the drain timeout on SIGTERM.
 fn set_env(container: &mut Container, settings: &PodSettings, name: &str) {
     let env = container.env.get_or_insert_with(Vec::new);
     env.retain(|e| {
         !matches!(
             e.name.as_str(),
-            SECRET_KEY | "FLINT_EXECUTOR_ID" | "FLINT_APP_ID"
+            SECRET_KEY | "FLINT_EXECUTOR_ID" | "FLINT_APP_ID" | DRAIN_TIMEOUT_ENV
         )
+    });
+    env.push(EnvVar {
+        name: DRAIN_TIMEOUT_ENV.into(),
+        value: Some(drain_timeout_ms(settings).to_string()),
+        ..EnvVar::default()
     });
     env.push(EnvVar {
         name: SECRET_KEY.into(),
@@ -173,18 +254,24 @@ fn set_env(container: &mut Container, settings: &PodSettings, name: &str) {
     });
 }
 
-/// The executor container's resource requests: its cores, and its memory if given.
-fn set_requests(container: &mut Container, settings: &PodSettings) {
+/// The executor container's resources over the template's: cpu request and limit of its
+/// cores, memory request and limit of its memory (if given); other resources stay.
+fn set_resources(container: &mut Container, settings: &PodSettings) {
+    if let Some(policy) = &settings.image_pull_policy {
+        container.image_pull_policy = Some(policy.clone());
+    }
     let resources = container
         .resources
         .get_or_insert_with(ResourceRequirements::default);
-    let requests = resources.requests.get_or_insert_with(BTreeMap::new);
-    requests.insert("cpu".into(), Quantity(settings.cores.to_string()));
+    let mut amounts = vec![("cpu", Quantity(settings.cores.to_string()))];
     if settings.memory_mb > 0 {
-        requests.insert(
-            "memory".into(),
-            Quantity(format!("{}Mi", settings.memory_mb)),
-        );
+        amounts.push(("memory", Quantity(format!("{}Mi", settings.memory_mb))));
+    }
+    for map in [&mut resources.requests, &mut resources.limits] {
+        let map = map.get_or_insert_with(BTreeMap::new);
+        for (name, amount) in &amounts {
+            map.insert((*name).into(), amount.clone());
+        }
     }
 }
 
@@ -276,6 +363,7 @@ mod tests {
             secret_name: "flint-abc-secret".into(),
             owner: None,
             template: None,
+            ..PodSettings::default()
         }
     }
 
@@ -351,6 +439,142 @@ mod tests {
         let c = &spec.containers[1];
         assert_eq!(c.image.as_deref(), Some("flint:dev"));
         assert!(c.env.as_ref().unwrap().iter().any(|e| e.name == "A"));
+    }
+
+    #[test]
+    fn flints_settings_merge_over_the_templates_as_spark_merges_pod_templates() {
+        let template: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"labels": {"team": "x", "tier": "old"}, "annotations": {"a": "1"}},
+            "spec": {
+                "nodeSelector": {"pool": "batch", "zone": "a"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "imagePullSecrets": [{"name": "old"}, {"name": "shared"}],
+                "serviceAccountName": "template-sa",
+                "terminationGracePeriodSeconds": 99,
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "containers": [{"name": "executor", "image": "old", "imagePullPolicy": "Always",
+                    "resources": {"requests": {"cpu": "7", "ephemeral-storage": "1Gi"}}}]
+            }
+        }))
+        .unwrap();
+        let toleration = Toleration {
+            key: Some("spot".into()),
+            operator: Some("Equal".into()),
+            value: Some("true".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        };
+        let settings = PodSettings {
+            template: Some(template),
+            node_selector: BTreeMap::from([("zone".into(), "b".into())]),
+            tolerations: vec![toleration.clone()],
+            image_pull_policy: Some("IfNotPresent".into()),
+            image_pull_secrets: vec!["shared".into(), "new".into()],
+            service_account: Some("flint".into()),
+            labels: BTreeMap::from([("tier".into(), "new".into())]),
+            annotations: BTreeMap::from([("b".into(), "2".into())]),
+            grace_s: 40,
+            ..settings()
+        };
+        let pod = executor_pod(&settings, "e1");
+        let meta = &pod.metadata;
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(
+            (labels["team"].as_str(), labels["tier"].as_str()),
+            ("x", "new")
+        );
+        assert_eq!(labels[APP_LABEL], "flint-abc", "Flint's own labels win");
+        let annotations = meta.annotations.as_ref().unwrap();
+        assert_eq!(
+            (annotations["a"].as_str(), annotations["b"].as_str()),
+            ("1", "2")
+        );
+        let spec = pod.spec.unwrap();
+        let selector = spec.node_selector.unwrap();
+        assert_eq!(
+            (selector["pool"].as_str(), selector["zone"].as_str()),
+            ("batch", "b")
+        );
+        let tolerations = spec.tolerations.unwrap();
+        assert_eq!(tolerations.len(), 2);
+        assert_eq!(tolerations[1], toleration);
+        let secrets: Vec<String> = spec
+            .image_pull_secrets
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(secrets, vec!["old", "shared", "new"]);
+        assert_eq!(spec.service_account_name.as_deref(), Some("flint"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(40));
+        assert_eq!(
+            spec.volumes.unwrap()[0].name,
+            "scratch",
+            "the rest is the template's"
+        );
+        let c = &spec.containers[0];
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        let resources = c.resources.as_ref().unwrap();
+        let requests = resources.requests.as_ref().unwrap();
+        assert_eq!(requests["cpu"].0, "2");
+        assert_eq!(requests["memory"].0, "512Mi");
+        assert_eq!(requests["ephemeral-storage"].0, "1Gi");
+        let limits = resources.limits.as_ref().unwrap();
+        assert_eq!(
+            (limits["cpu"].0.as_str(), limits["memory"].0.as_str()),
+            ("2", "512Mi")
+        );
+    }
+
+    #[test]
+    fn the_executor_drains_on_sigterm_for_its_grace_period_less_two_seconds() {
+        let env_of = |grace_s| {
+            let pod = executor_pod(
+                &PodSettings {
+                    grace_s,
+                    ..settings()
+                },
+                "e1",
+            );
+            let spec = pod.spec.unwrap();
+            let env = spec.containers[0].env.clone().unwrap();
+            let drain = env.iter().find(|e| e.name == DRAIN_TIMEOUT_ENV).unwrap();
+            (
+                drain.value.clone().unwrap(),
+                spec.termination_grace_period_seconds,
+            )
+        };
+        assert_eq!(env_of(45), ("43000".to_string(), Some(45)));
+        assert_eq!(env_of(0), ("28000".to_string(), None), "the server's 30 s");
+        assert_eq!(
+            env_of(2),
+            ("1000".to_string(), Some(2)),
+            "at least a second"
+        );
+    }
+
+    #[test]
+    fn without_settings_the_templates_values_stay() {
+        let template: Pod = serde_json::from_value(serde_json::json!({
+            "spec": {"serviceAccountName": "template-sa", "terminationGracePeriodSeconds": 99,
+                "containers": [{"name": "executor", "image": "i", "imagePullPolicy": "Never"}]}
+        }))
+        .unwrap();
+        let pod = executor_pod(
+            &PodSettings {
+                template: Some(template),
+                grace_s: 0,
+                ..settings()
+            },
+            "e1",
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("template-sa"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(99));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("Never")
+        );
     }
 
     #[test]

@@ -762,3 +762,280 @@ fn a_hung_api_server_fails_the_app_within_the_api_timeout() {
     assert_eq!(status.code(), Some(2), "stderr:\n{}", submit.stderr());
     assert!(started.elapsed() < Duration::from_secs(60));
 }
+
+/// The executor pod as the double stored it, from one run of `flint-k8s submit` with every pod
+/// setting and a pod template (shared by the tests below, one per setting).
+fn configured_pod() -> &'static Value {
+    static POD: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    POD.get_or_init(|| {
+        let dir = scratch();
+        let double = start_double(&dir);
+        let template = dir.join("template.json");
+        let json = serde_json::json!({
+            "metadata": {"labels": {"team": "data", "tier": "template"},
+                         "annotations": {"from": "template"}},
+            "spec": {
+                "nodeSelector": {"pool": "batch", "zone": "template"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "imagePullSecrets": [{"name": "template-pull"}],
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "containers": [{"name": "executor", "image": "flint:template",
+                    "resources": {"requests": {"ephemeral-storage": "1Gi"}}}]
+            }
+        });
+        std::fs::write(&template, json.to_string()).expect("template");
+        let mut submit = Submit::start(
+            &double,
+            &dir,
+            false,
+            &[
+                "--executors",
+                "1",
+                "--tasks",
+                "2",
+                "--task",
+                "sleep:300",
+                "--memory-mb",
+                "256",
+                "--pod-template",
+                template.to_str().expect("UTF-8"),
+                "--node-selector",
+                "zone=b",
+                "--toleration",
+                "spot=true:NoSchedule",
+                "--image-pull-policy",
+                "IfNotPresent",
+                "--image-pull-secret",
+                "registry",
+                "--service-account",
+                "flint-executor",
+                "--label",
+                "tier=flint",
+                "--annotation",
+                "owner=team-x",
+                "--executor-grace-s",
+                "45",
+            ],
+        );
+        wait_until("the executor pod", || {
+            assert!(
+                submit.child.try_wait().is_ok_and(|s| s.is_none()),
+                "{}",
+                submit.stderr()
+            );
+            !double.pods(NS).is_empty()
+        });
+        let pod = double.pods(NS)[0].object.clone();
+        let summary = submit.succeeds();
+        assert_eq!(num(&summary, "succeeded"), 2);
+        nothing_left(&double);
+        pod
+    })
+}
+
+fn executor_container(pod: &Value) -> &Value {
+    let containers = pod["spec"]["containers"].as_array().expect("containers");
+    containers
+        .iter()
+        .find(|c| c["name"] == "executor")
+        .expect("the executor container")
+}
+
+#[test]
+fn pod_setting_requests_and_limits_come_from_cores_and_memory() {
+    let resources = &executor_container(configured_pod())["resources"];
+    for kind in ["requests", "limits"] {
+        assert_eq!(resources[kind]["cpu"], "1", "{resources}");
+        assert_eq!(resources[kind]["memory"], "256Mi", "{resources}");
+    }
+    assert_eq!(
+        resources["requests"]["ephemeral-storage"], "1Gi",
+        "the template's stays"
+    );
+}
+
+#[test]
+fn pod_setting_node_selector_merges_over_the_templates() {
+    let selector = &configured_pod()["spec"]["nodeSelector"];
+    assert_eq!(selector["zone"], "b", "the flag wins");
+    assert_eq!(selector["pool"], "batch", "the template's stays");
+}
+
+#[test]
+fn pod_setting_tolerations_add_to_the_templates() {
+    let tolerations = &configured_pod()["spec"]["tolerations"];
+    assert_eq!(tolerations[0]["key"], "gpu");
+    assert_eq!(
+        tolerations[1],
+        serde_json::json!({"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    );
+}
+
+#[test]
+fn pod_setting_image_pull_policy_and_secrets() {
+    let pod = configured_pod();
+    assert_eq!(executor_container(pod)["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        executor_container(pod)["image"],
+        "flint:test",
+        "--image wins"
+    );
+    let secrets = &pod["spec"]["imagePullSecrets"];
+    assert_eq!(
+        *secrets,
+        serde_json::json!([{"name": "template-pull"}, {"name": "registry"}])
+    );
+}
+
+#[test]
+fn pod_setting_service_account() {
+    assert_eq!(
+        configured_pod()["spec"]["serviceAccountName"],
+        "flint-executor"
+    );
+}
+
+#[test]
+fn pod_setting_labels_and_annotations_merge_and_flints_own_labels_win() {
+    let meta = &configured_pod()["metadata"];
+    assert_eq!(meta["labels"]["tier"], "flint");
+    assert_eq!(meta["labels"]["team"], "data");
+    assert_eq!(meta["labels"]["flint-role"], "executor");
+    assert_eq!(meta["annotations"]["owner"], "team-x");
+    assert_eq!(meta["annotations"]["from"], "template");
+}
+
+#[test]
+fn pod_setting_termination_grace_period_and_the_templates_volumes() {
+    let spec = &configured_pod()["spec"];
+    assert_eq!(spec["terminationGracePeriodSeconds"], 45);
+    assert_eq!(spec["volumes"][0]["name"], "scratch");
+    assert_eq!(spec["restartPolicy"], "Never", "Flint's own field");
+}
+
+/// `kubectl` against the double, with no kubeconfig; None (the test prints SKIPPED) when
+/// there is no kubectl.
+fn kubectl(double: &ApiDouble) -> Option<impl Fn(&[&str]) -> Command + '_> {
+    let exe = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let found = Command::new(&exe)
+        .args(["version", "--client"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var_os("FLINT_KUBECTL_REQUIRED").is_some() {
+            panic!("kubectl is required (FLINT_KUBECTL_REQUIRED) and {exe} does not run");
+        }
+        return None;
+    }
+    Some(move |args: &[&str]| {
+        let mut command = Command::new(&exe);
+        command
+            .args(["--server", &double.url(), "--namespace", NS])
+            .args(["--request-timeout", "20s"])
+            .args(args)
+            .env("KUBECONFIG", "/dev/null")
+            .env("HOME", std::env::temp_dir())
+            .stdin(Stdio::null());
+        command
+    })
+}
+
+fn output(mut command: Command) -> String {
+    let out = command.output().expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn kubectl_lists_watches_and_deletes_the_doubles_pods_and_reads_its_secrets() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    let Some(kubectl) = kubectl(&double) else {
+        println!("SKIPPED kubectl: no kubectl on PATH (install Debian's kubernetes-client)");
+        return;
+    };
+    let pod = |name: &str, app: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "i", "command": ["sleep", "30"]}]}})
+    };
+    double
+        .insert("pods", NS, pod("mine", "flint"))
+        .expect("a pod");
+    double
+        .insert("pods", NS, pod("other", "else"))
+        .expect("a pod");
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s"}, "data": {"FLINT_SECRET": "c2VjcmV0"}});
+    double.insert("secrets", NS, secret).expect("a secret");
+    let listed = output(kubectl(&["get", "pods", "-l", "app=flint", "-o", "name"]));
+    assert_eq!(listed, "pod/mine", "the label selector");
+    let read = output(kubectl(&[
+        "get",
+        "secret",
+        "s",
+        "-o",
+        "jsonpath={.data.FLINT_SECRET}",
+    ]));
+    assert_eq!(read, "c2VjcmV0");
+    // A watch with a label selector sees the pod, then its deletion by kubectl.
+    let watch_out = dir.join("watch");
+    let mut watch = kubectl(&["get", "pods", "-l", "app=flint", "--watch", "-o", "json"])
+        .stdout(std::fs::File::create(&watch_out).expect("watch file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl watch");
+    let seen = |what: &str| {
+        std::fs::read_to_string(&watch_out)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    wait_until("the watch to list the pod", || seen("\"name\": \"mine\""));
+    output(kubectl(&["delete", "pod", "mine", "--wait=false"]));
+    wait_until("the watch to see the deletion", || {
+        seen("deletionTimestamp")
+    });
+    wait_until("the pod to go", || {
+        double.pods(NS).iter().all(|p| p.name != "mine")
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let left = output(kubectl(&["get", "pods", "-o", "name"]));
+    assert_eq!(left, "pod/other");
+    assert!(
+        !seen("\"other\""),
+        "the watch's selector keeps other pods out"
+    );
+}
+
+#[test]
+fn an_older_api_server_shape_fails_with_the_missing_field_named_and_no_panic() {
+    let dir = scratch();
+    let double = start_double(&dir);
+    double.answer_as("1", "19", Some("items"));
+    let mut submit = Submit::start(
+        &double,
+        &dir,
+        false,
+        &["--executors", "1", "--tasks", "1", "--task", "hash"],
+    );
+    let status = submit.wait();
+    let stderr = submit.stderr();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("Kubernetes 1.19"),
+        "the version named: {stderr}"
+    );
+    assert!(
+        stderr.contains("missing field `items`"),
+        "the field named: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

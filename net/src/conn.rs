@@ -13,7 +13,7 @@ use flint_engine::runtime::{Ctx, Endpoint};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
-use crate::handshake::{random_nonce, Handshake, Secret};
+use crate::handshake::Secret;
 use crate::observe::NET;
 use crate::wire::{Frame, FrameDecoder, Message, Role, WireError};
 
@@ -216,25 +216,6 @@ impl Inbound {
             .register(conn.stream_mut(), Interest::READABLE | Interest::WRITABLE)
             .map_err(|e| e.to_string())?;
         Ok((token, conn))
-    }
-
-    /// Registers a stream (accepted, or connecting) on the endpoint's loop and starts the
-    /// handshake (our `Hello` is queued on the connection, to go out with its first flush).
-    pub fn open<E: Endpoint>(
-        &self,
-        stream: TcpStream,
-        ctx: &mut Ctx<'_, E>,
-    ) -> Result<(Token, Connection, Handshake), String> {
-        let (token, mut conn) = self.register(stream, ctx)?;
-        let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
-        let handshake = Handshake::start(
-            self.role,
-            self.secret.clone(),
-            nonce,
-            self.accepted_roles,
-            conn.outbound(),
-        );
-        Ok((token, conn, handshake))
     }
 }
 

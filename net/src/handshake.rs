@@ -1,19 +1,32 @@
-//! The connection handshake as a sans-IO state machine: both sides send `Hello` at once; with a
-//! shared secret, each then proves it holds the secret by sending HMAC-SHA256 over the peer's
-//! nonce and its own role, and checks the peer's proof over its own nonce.
+//! The connection handshake as a sans-IO state machine. Both sides send `Hello` at once; with a
+//! shared secret each then proves it holds the secret with an HMAC-SHA256 over the whole
+//! transcript (both roles, both nonces) and its side of the connection, the connector first:
 //!
 //! ```text
 //! connector                                  acceptor
-//!   Hello{role, auth, nonce_c}  ------->
-//!                               <-------     Hello{role, auth, nonce_a}
-//!   (with a secret)
-//!   AuthProof{HMAC(k, nonce_a || role_c)} -->
-//!                               <-------     AuthProof{HMAC(k, nonce_c || role_a)}
+//!   Hello{role_c, auth, nonce_c}  ------->
+//!                               <-------     Hello{role_a, auth, nonce_a}
+//!   (with a secret; T = role_c || role_a || nonce_c || nonce_a)
+//!   AuthProof{HMAC(k, "connector" || T)} -->
+//!                                            checks it, then
+//!                               <-------     AuthProof{HMAC(k, "acceptor" || T)}
+//!   checks it
 //! ```
 //!
+//! Why this shape. A proof names both nonces, so it is good for one connection only (no
+//! replay), and its side, so a connector's proof cannot be reflected back as an acceptor's. The
+//! acceptor proves itself only to a connector that has proved itself, so a process without the
+//! secret that makes a victim connect to it cannot get the real acceptor's proof over the
+//! victim's nonce by connecting there itself (the relay of issue 25: on protocol version 2 the
+//! real master signed whatever nonce it was given before it checked anything). The connector
+//! proves itself first, but its proof names the acceptor's nonce, which only the acceptor it is
+//! talking to chose. A relay that forwards every byte both ways is left, and the connection's
+//! frames are sealed against it (see [`crate::seal`]): it passes the handshake but can neither
+//! read keys nor inject, drop or reorder a frame unnoticed.
+//!
 //! A side whose authentication method differs from the peer's, or whose proof is wrong, sends
-//! `HandshakeRefused{reason}` and closes. A proof is bound to the nonce its checker chose, so it
-//! cannot be replayed on another connection.
+//! `HandshakeRefused{reason}` and closes; so does a side that receives a `Hello` of another
+//! protocol version (an old peer), naming both versions.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -23,10 +36,14 @@ use bytes::BytesMut;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::seal::Seal;
 use crate::wire::{AuthMethod, Message, Role, WireError};
 
 /// The environment variable that carries the shared secret.
 pub const SECRET_ENV: &str = "FLINT_SECRET";
+
+/// The largest secret file read, in bytes.
+pub const SECRET_FILE_BYTES_MAX: u64 = 4096;
 
 /// Why a [`Secret`] could not be made, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -80,12 +97,25 @@ impl Secret {
         Ok(Secret(bytes))
     }
 
-    /// Reads a secret from a file (a trailing newline is dropped).
+    /// Reads a secret from a file (a trailing newline is dropped): a regular file of at most
+    /// [`SECRET_FILE_BYTES_MAX`] bytes (not a FIFO, a device or a directory). A file other
+    /// users may read or write is used, with a warning.
     pub fn from_file(path: &Path) -> Result<Secret, SecretError> {
-        let text = std::fs::read(path).map_err(|source| SecretError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        use std::os::unix::fs::PermissionsExt;
+        let (text, meta) =
+            crate::files::read_small(path, SECRET_FILE_BYTES_MAX).map_err(|source| {
+                SecretError::Read {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                "secret file {} is open to other users (mode {:o}); chmod 600 it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            );
+        }
         let trimmed = text.strip_suffix(b"\n").unwrap_or(&text);
         Secret::new(trimmed.to_vec())
     }
@@ -137,14 +167,15 @@ impl Secret {
             })
     }
 
-    fn proof(&self, nonce: &[u8; 32], role: Role) -> Hmac<Sha256> {
+    /// The proof of `side` over a handshake's transcript.
+    fn proof(&self, side: Side, transcript: &[u8]) -> [u8; 32] {
         // HMAC takes keys of any length; `new_from_slice` fails for none.
         let mut mac =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
-        mac.update(b"flint-handshake-v1");
-        mac.update(nonce);
-        mac.update(&[role as u8]);
-        mac
+        mac.update(b"flint-handshake-v3");
+        mac.update(side.label());
+        mac.update(transcript);
+        mac.finalize().into_bytes().into()
     }
 }
 
@@ -204,19 +235,74 @@ pub enum HandshakeError {
     Unexpected(&'static str),
 }
 
+/// Which end of the connection a handshake is: the one that connected, or the one that
+/// accepted. The connector proves itself first; the acceptor only to a connector that has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Made the connection (an executor, a worker, an application, a status client).
+    Connector,
+    /// Accepted it (a driver, a master, a worker's status listener).
+    Acceptor,
+}
+
+impl Side {
+    pub(crate) fn label(self) -> &'static [u8] {
+        match self {
+            Side::Connector => b"connector",
+            Side::Acceptor => b"acceptor",
+        }
+    }
+
+    pub(crate) fn other(self) -> Side {
+        match self {
+            Side::Connector => Side::Acceptor,
+            Side::Acceptor => Side::Connector,
+        }
+    }
+}
+
 /// One side's handshake.
 #[derive(Debug)]
 pub struct Handshake {
+    side: Side,
     role: Role,
     secret: Option<Secret>,
     nonce: [u8; 32],
     accepted_roles: &'static [Role],
-    peer_role: Option<Role>,
+    /// The peer's role and nonce, once its `Hello` has arrived.
+    peer: Option<(Role, [u8; 32])>,
+    /// The connection's seal, once both sides have proved themselves (with a secret, toward a
+    /// master or a worker).
+    seal: Option<Seal>,
 }
 
 impl Handshake {
-    /// Starts a handshake as `role`, accepting peers in `accepted_roles`; appends our `Hello`.
-    pub fn start(
+    /// Starts the handshake of a connection we made, as `role`, to a peer in `peer_roles`;
+    /// appends our `Hello`.
+    pub fn connect(
+        role: Role,
+        secret: Option<Secret>,
+        nonce: [u8; 32],
+        peer_roles: &'static [Role],
+        out: &mut BytesMut,
+    ) -> Handshake {
+        Handshake::start(Side::Connector, role, secret, nonce, peer_roles, out)
+    }
+
+    /// Starts the handshake of a connection we accepted, as `role`, from peers in
+    /// `accepted_roles`; appends our `Hello`.
+    pub fn accept(
+        role: Role,
+        secret: Option<Secret>,
+        nonce: [u8; 32],
+        accepted_roles: &'static [Role],
+        out: &mut BytesMut,
+    ) -> Handshake {
+        Handshake::start(Side::Acceptor, role, secret, nonce, accepted_roles, out)
+    }
+
+    fn start(
+        side: Side,
         role: Role,
         secret: Option<Secret>,
         nonce: [u8; 32],
@@ -230,11 +316,13 @@ impl Handshake {
         };
         encode(&Message::hello(role, auth, nonce), out);
         Handshake {
+            side,
             role,
             secret,
             nonce,
             accepted_roles,
-            peer_role: None,
+            peer: None,
+            seal: None,
         }
     }
 
@@ -261,6 +349,12 @@ impl Handshake {
         result
     }
 
+    /// The seal of a finished handshake whose frames are to be sealed (a shared secret, and a
+    /// master or a worker accepting), taken once; `None` otherwise.
+    pub fn take_seal(&mut self) -> Option<Seal> {
+        self.seal.take()
+    }
+
     fn step(
         &mut self,
         kind: u16,
@@ -268,64 +362,108 @@ impl Handshake {
         out: &mut BytesMut,
     ) -> Result<Option<Role>, HandshakeError> {
         // A peer may refuse us before its `Hello` (its connection table is full).
-        let message = match self.peer_role {
+        let message = match self.peer {
             None if kind != crate::wire::Kind::HandshakeRefused as u16 => {
                 Message::decode_hello(kind, body)?
             }
             _ => Message::decode(kind, body)?,
         };
-        match (message, self.peer_role) {
+        match (message, self.peer) {
             (
                 Message::Hello {
                     role, auth, nonce, ..
                 },
                 None,
-            ) => {
-                if !self.accepted_roles.contains(&role) {
-                    return Err(HandshakeError::Refused(format!(
-                        "a {role} may not connect to a {}",
-                        self.role
-                    )));
-                }
-                let ours = if self.secret.is_some() {
-                    AuthMethod::HmacSha256
-                } else {
-                    AuthMethod::None
-                };
-                if auth != ours {
-                    return Err(HandshakeError::Refused(credentials_mismatch(
-                        self.role, role, ours,
-                    )));
-                }
-                self.peer_role = Some(role);
-                match &self.secret {
-                    None => Ok(Some(role)),
-                    Some(secret) => {
-                        let proof: [u8; 32] = secret
-                            .proof(&nonce, self.role)
-                            .finalize()
-                            .into_bytes()
-                            .into();
-                        encode(&Message::AuthProof { proof }, out);
-                        Ok(None)
-                    }
-                }
-            }
-            (Message::AuthProof { proof }, Some(peer_role)) => {
-                let Some(secret) = &self.secret else {
-                    return Err(HandshakeError::Unexpected("AuthProof"));
-                };
-                secret
-                    .proof(&self.nonce, peer_role)
-                    .verify_slice(&proof)
-                    .map_err(|_| HandshakeError::Refused(WRONG_SECRET.into()))?;
-                Ok(Some(peer_role))
+            ) => self.on_hello(role, auth, nonce, out),
+            (Message::AuthProof { proof }, Some((peer_role, peer_nonce))) => {
+                self.on_proof(&proof, peer_role, &peer_nonce, out)
             }
             (Message::HandshakeRefused { reason }, _) => {
                 Err(HandshakeError::RefusedByPeer(reason.to_owned()))
             }
             (other, _) => Err(HandshakeError::Unexpected(other.kind().name())),
         }
+    }
+
+    /// The peer's `Hello`: its role and method checked; without a secret it is open, with one
+    /// the connector proves itself now.
+    fn on_hello(
+        &mut self,
+        role: Role,
+        auth: AuthMethod,
+        nonce: [u8; 32],
+        out: &mut BytesMut,
+    ) -> Result<Option<Role>, HandshakeError> {
+        if !self.accepted_roles.contains(&role) {
+            return Err(HandshakeError::Refused(format!(
+                "a {role} may not connect to a {}",
+                self.role
+            )));
+        }
+        let ours = if self.secret.is_some() {
+            AuthMethod::HmacSha256
+        } else {
+            AuthMethod::None
+        };
+        if auth != ours {
+            return Err(HandshakeError::Refused(credentials_mismatch(
+                self.role, role, ours,
+            )));
+        }
+        self.peer = Some((role, nonce));
+        let Some(secret) = &self.secret else {
+            return Ok(Some(role));
+        };
+        if self.side == Side::Connector {
+            let proof = secret.proof(self.side, &self.transcript(role, &nonce));
+            encode(&Message::AuthProof { proof }, out);
+        }
+        Ok(None)
+    }
+
+    /// The peer's proof: checked against the transcript; the acceptor then proves itself.
+    fn on_proof(
+        &mut self,
+        proof: &[u8; 32],
+        peer_role: Role,
+        peer_nonce: &[u8; 32],
+        out: &mut BytesMut,
+    ) -> Result<Option<Role>, HandshakeError> {
+        let Some(secret) = &self.secret else {
+            return Err(HandshakeError::Unexpected("AuthProof"));
+        };
+        let transcript = self.transcript(peer_role, peer_nonce);
+        let expected = secret.proof(self.side.other(), &transcript);
+        if !crate::seal::same(&expected, proof) {
+            return Err(HandshakeError::Refused(WRONG_SECRET.into()));
+        }
+        if self.side == Side::Acceptor {
+            let proof = secret.proof(self.side, &transcript);
+            encode(&Message::AuthProof { proof }, out);
+        }
+        let acceptor = match self.side {
+            Side::Acceptor => self.role,
+            Side::Connector => peer_role,
+        };
+        if matches!(acceptor, Role::Master | Role::Worker) {
+            self.seal = Some(Seal::new(secret.expose_bytes(), self.side, &transcript));
+        }
+        Ok(Some(peer_role))
+    }
+
+    /// What both sides' proofs cover: the connector's role and the acceptor's, the
+    /// connector's nonce and the acceptor's.
+    fn transcript(&self, peer_role: Role, peer_nonce: &[u8; 32]) -> [u8; 66] {
+        let (connector, acceptor) = match self.side {
+            Side::Connector => ((self.role, &self.nonce), (peer_role, peer_nonce)),
+            Side::Acceptor => ((peer_role, peer_nonce), (self.role, &self.nonce)),
+        };
+        let mut transcript = [0u8; 66];
+        transcript[0] = connector.0 as u8;
+        transcript[1] = acceptor.0 as u8;
+        transcript[2..34].copy_from_slice(connector.1);
+        transcript[34..].copy_from_slice(acceptor.1);
+        transcript
     }
 }
 
@@ -388,14 +526,14 @@ mod tests {
         Result<Option<Role>, HandshakeError>,
     ) {
         let (mut to_acceptor, mut to_connector) = (BytesMut::new(), BytesMut::new());
-        let mut connector = Handshake::start(
+        let mut connector = Handshake::connect(
             Role::Executor,
             connector_secret,
             [1; 32],
             &[Role::Driver],
             &mut to_acceptor,
         );
-        let mut acceptor = Handshake::start(
+        let mut acceptor = Handshake::accept(
             Role::Driver,
             acceptor_secret,
             [2; 32],
@@ -501,7 +639,7 @@ mod tests {
     fn a_peer_of_the_wrong_role_is_refused() {
         let mut out = BytesMut::new();
         let mut acceptor =
-            Handshake::start(Role::Driver, None, [0; 32], &[Role::Executor], &mut out);
+            Handshake::accept(Role::Driver, None, [0; 32], &[Role::Executor], &mut out);
         let mut hello = BytesMut::new();
         Message::hello(Role::Worker, AuthMethod::None, [0; 32]).encode_body(&mut hello);
         let result = acceptor.on_frame(crate::wire::Kind::Hello as u16, &hello, &mut out);
@@ -511,5 +649,143 @@ mod tests {
                 "a Worker may not connect to a Driver".into()
             ))
         );
+    }
+
+    /// Feeds every frame of `bytes` to `side`: the last step's result.
+    fn feed(
+        side: &mut Handshake,
+        bytes: &[u8],
+        out: &mut BytesMut,
+    ) -> Result<Option<Role>, HandshakeError> {
+        let mut decoder = FrameDecoder::new(1024);
+        decoder.extend_from_slice(bytes);
+        let mut result = Ok(None);
+        while let Ok(Some(frame)) = decoder.next_frame() {
+            result = side.on_frame(frame.kind(), frame.body(), out);
+        }
+        result
+    }
+
+    fn proofs(bytes: &[u8]) -> Vec<[u8; 32]> {
+        crate::transport::frames_of(bytes)
+            .iter()
+            .filter_map(|f| match f.message() {
+                Ok(Message::AuthProof { proof }) => Some(proof),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Issue 25, item 2: the acceptor proves nothing to a connector that has not proved itself,
+    /// so a process without the secret cannot collect a master's proof over its victim's nonce.
+    #[test]
+    fn an_acceptor_proves_itself_only_after_the_connector_has() {
+        let (mut to_master, mut from_master) = (BytesMut::new(), BytesMut::new());
+        let mut master = Handshake::accept(
+            Role::Master,
+            secret("s3cret"),
+            [2; 32],
+            &[Role::Worker],
+            &mut from_master,
+        );
+        // The relay: a Hello carrying the victim's nonce, and no proof.
+        Message::hello(Role::Worker, AuthMethod::HmacSha256, [1; 32])
+            .encode(&mut to_master, 1024)
+            .expect("fits");
+        assert_eq!(
+            feed(&mut master, &to_master.split(), &mut from_master),
+            Ok(None)
+        );
+        assert!(
+            proofs(&from_master).is_empty(),
+            "the master proved itself first"
+        );
+        // A made-up proof is refused, and still nothing is proved.
+        Message::AuthProof { proof: [7; 32] }
+            .encode(&mut to_master, 1024)
+            .expect("fits");
+        let refused = feed(&mut master, &to_master.split(), &mut from_master);
+        assert_eq!(refused, Err(HandshakeError::Refused(WRONG_SECRET.into())));
+        assert!(proofs(&from_master).is_empty());
+    }
+
+    /// A proof names its side and both nonces: an acceptor's proof sent back to it (a
+    /// reflection), or the proof of one connection on another, is refused.
+    #[test]
+    fn a_proof_is_good_for_one_side_of_one_connection() {
+        let key = Secret::new("s3cret").expect("secret");
+        let mut out = BytesMut::new();
+        let acceptor = Handshake::accept(
+            Role::Master,
+            Some(key.clone()),
+            [2; 32],
+            &[Role::Worker],
+            &mut out,
+        );
+        let transcript = acceptor.transcript(Role::Worker, &[1; 32]);
+        let accepted = key.proof(Side::Acceptor, &transcript);
+        assert_ne!(accepted, key.proof(Side::Connector, &transcript));
+        let mut other = transcript;
+        other[2] ^= 1;
+        assert_ne!(accepted, key.proof(Side::Acceptor, &other));
+        // Reflected: a connector whose peer answers with the connector's own proof.
+        out.clear();
+        let mut connector = Handshake::connect(
+            Role::Worker,
+            Some(key.clone()),
+            [1; 32],
+            &[Role::Master],
+            &mut out,
+        );
+        let mut hello = BytesMut::new();
+        Message::hello(Role::Master, AuthMethod::HmacSha256, [2; 32])
+            .encode(&mut hello, 1024)
+            .expect("fits");
+        out.clear();
+        assert_eq!(feed(&mut connector, &hello, &mut out), Ok(None));
+        let own = proofs(&out);
+        assert_eq!(own.len(), 1);
+        let mut reflected = BytesMut::new();
+        Message::AuthProof { proof: own[0] }
+            .encode(&mut reflected, 1024)
+            .expect("fits");
+        assert_eq!(
+            feed(&mut connector, &reflected, &mut out),
+            Err(HandshakeError::Refused(WRONG_SECRET.into()))
+        );
+    }
+
+    #[test]
+    fn connections_to_a_master_or_worker_are_sealed_and_to_a_driver_not() {
+        for (acceptor_role, connector_role, sealed) in [
+            (Role::Master, Role::Worker, true),
+            (Role::Worker, Role::Client, true),
+            (Role::Driver, Role::Executor, false),
+        ] {
+            let (mut to_a, mut to_c) = (BytesMut::new(), BytesMut::new());
+            let roles: &'static [Role] = &[
+                Role::Master,
+                Role::Worker,
+                Role::Client,
+                Role::Driver,
+                Role::Executor,
+            ];
+            let mut c = Handshake::connect(connector_role, secret("k"), [1; 32], roles, &mut to_a);
+            let mut a = Handshake::accept(acceptor_role, secret("k"), [2; 32], roles, &mut to_c);
+            let mut results = (Ok(None), Ok(None));
+            for _ in 0..3 {
+                let bytes = to_a.split();
+                if let done @ (Ok(Some(_)) | Err(_)) = feed(&mut a, &bytes, &mut to_c) {
+                    results.1 = done;
+                }
+                let bytes = to_c.split();
+                if let done @ (Ok(Some(_)) | Err(_)) = feed(&mut c, &bytes, &mut to_a) {
+                    results.0 = done;
+                }
+            }
+            assert_eq!(results, (Ok(Some(acceptor_role)), Ok(Some(connector_role))));
+            assert_eq!(c.take_seal().is_some(), sealed);
+            assert_eq!(a.take_seal().is_some(), sealed);
+        }
     }
 }

@@ -43,11 +43,12 @@
 //! - Started by hand, or by your own deployment, pointed at the driver's address.
 //! - [`lifecycle::local::LocalExecutors`]: `flint executor` child processes kept at a target count,
 //!   with dynamic allocation (the executor lifecycle).
-//! - [`lifecycle::mirror::SourceMirror`]: executors something else creates (a cluster manager), mirrored
-//!   so the driver drops the ones that are gone.
+//! - [`lifecycle::LifecycleThread`] over your own [`lifecycle::ExecutorBackend`]: executors a
+//!   cluster manager creates, deletes, lists and watches, kept at a target or followed so the
+//!   driver drops the ones that are gone.
 //! - The standalone cluster (Spark's): a [`standalone::master`] and [`standalone::worker`]s on the hosts; the driver's
 //!   [`AppClient`] registers the application and asks for executors, which the workers start;
-//!   [`lifecycle::master_source`] follows them and scales them with the backlog.
+//!   [`lifecycle::master::MasterExecutors`] follows them and scales them with the backlog.
 //! - Kubernetes: the `flint-k8s` crate runs executors as pods.
 //!
 //! # Watching it
@@ -127,6 +128,8 @@
 
 mod admission;
 mod conn;
+#[doc(hidden)]
+pub mod files;
 
 // Internals being reworked (the one transport): hidden rather than private until they settle,
 // so their test-only accessors do not warn as dead code.
@@ -152,6 +155,8 @@ pub mod observe;
 // the wire protocol, and the cluster simulator over the real driver and executor cores.
 #[doc(hidden)]
 pub mod handshake;
+#[doc(hidden)]
+pub mod seal;
 #[doc(hidden)]
 pub mod sim;
 #[doc(hidden)]

@@ -75,21 +75,14 @@ pub enum PoolsError {
         /// The weight it gave.
         weight: u32,
     },
-    /// The file could not be read.
+    /// The file could not be read: missing, not a regular file (a FIFO, a device, a
+    /// directory), larger than [`POOL_FILE_BYTES_MAX`], not UTF-8.
     #[error("pool file {}: {source}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// What the operating system said.
+        /// What the operating system (or the size and type check) said.
         source: std::io::Error,
-    },
-    /// The file is larger than [`POOL_FILE_BYTES_MAX`].
-    #[error("pool file {}: {bytes} bytes, at most {POOL_FILE_BYTES_MAX}", path.display())]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-        /// Its size.
-        bytes: u64,
     },
     /// The file's text was refused.
     #[error("{}: {source}", path.display())]
@@ -139,20 +132,20 @@ pub fn parse(text: &str) -> Result<Vec<PoolConfig>, PoolsError> {
         .collect()
 }
 
-/// Reads and parses a pool file (at most [`POOL_FILE_BYTES_MAX`] bytes).
+/// Reads and parses a pool file: a regular file of at most [`POOL_FILE_BYTES_MAX`] bytes (not a
+/// FIFO, a device or a directory).
 pub fn load(path: &Path) -> Result<Vec<PoolConfig>, PoolsError> {
     let read = |source| PoolsError::Read {
         path: path.to_owned(),
         source,
     };
-    let bytes = std::fs::metadata(path).map_err(read)?.len();
-    if bytes > POOL_FILE_BYTES_MAX {
-        return Err(PoolsError::TooLarge {
-            path: path.to_owned(),
-            bytes,
-        });
-    }
-    let text = std::fs::read_to_string(path).map_err(read)?;
+    let (bytes, _) = crate::files::read_small(path, POOL_FILE_BYTES_MAX).map_err(read)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        read(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not UTF-8 text",
+        ))
+    })?;
     parse(&text).map_err(|source| PoolsError::Invalid {
         path: path.to_owned(),
         source: Box::new(source),

@@ -65,6 +65,9 @@ struct Args {
     /// Turns hedged attempts and suspicion off (the driver's default is on), to compare.
     #[arg(long)]
     no_hedging: bool,
+    /// Measures only the Flint route (no inline period, no ratio).
+    #[arg(long)]
+    flint_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -111,6 +114,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             flint_bin: args.flint_bin.clone(),
             fault: args.fault,
             hedging: !args.no_hedging,
+            inline: !args.flint_only,
         };
         let result = service::run(&spec)?;
         if args.json {

@@ -5,6 +5,7 @@
 //! tests.
 #![allow(dead_code)]
 
+pub mod cluster;
 mod gate;
 pub mod proc;
 #[allow(unused_imports)]
@@ -197,14 +198,22 @@ pub fn wait_observe_token(stderr: impl Fn() -> String) -> String {
         .to_owned()
 }
 
-/// Runs `flint ARGS` with `FLINT_SECRET` set to `secret`; its stdout (it must exit 0).
-pub fn run_flint_with_secret(args: &[&str], secret: &str) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
+/// Runs `flint ARGS` to its end with `env` added; its output.
+pub fn run_flint_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_flint"));
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
         .args(args)
-        .env("FLINT_SECRET", secret)
         .stdin(std::process::Stdio::null())
         .output()
-        .expect("run flint");
+        .expect("run flint")
+}
+
+/// Runs `flint ARGS` with `FLINT_SECRET` set to `secret`; its stdout (it must exit 0).
+pub fn run_flint_with_secret(args: &[&str], secret: &str) -> String {
+    let out = run_flint_env(args, &[("FLINT_SECRET", secret)]);
     assert!(
         out.status.success(),
         "flint {args:?}: {}",

@@ -7,8 +7,8 @@
 //!
 //! - [`Allocator::on_snapshot`]: executor states from the snapshot store (a source says an
 //!   executor is pending, running, or gone);
-//! - [`Allocator::on_load`]: what the driver sees: tasks pending and running, and which
-//!   registered executors run no task (idle);
+//! - [`Allocator::on_load`]: what the driver sees: tasks pending and running, and each
+//!   registered executor's running tasks (none: idle);
 //! - [`Allocator::set_target`]: a fixed target (without dynamic allocation);
 //! - [`Allocator::tick`]: decides; then [`Allocator::poll_output`] yields
 //!   [`AllocatorOutput::Create`] (start these executors, named by the allocator),
@@ -22,12 +22,21 @@
 //! - An executor created but not running (registered) within `pending_timeout_us` is deleted;
 //!   the next ticks replace it since it no longer counts as live.
 //! - When live > target, excess pending executors are deleted first (newest first), then idle
-//!   running ones (idle the longest first). An executor running tasks is never deleted.
+//!   running ones (idle the longest first). With dynamic allocation an executor running tasks
+//!   is never deleted (Spark's rule: the backlog that keeps it busy is why it exists); a fixed
+//!   target lowered below the busy executors deletes the least busy ones too, which the
+//!   lifecycle drains first (no new work; deleted once their running tasks end).
 //! - Dynamic allocation: target = ceil((pending + running tasks) / `tasks_per_executor`),
 //!   clamped to `[min, max]`; only executors idle for at least `idle_timeout_us` are released.
 //! - An executor that fails (or succeeds, or is deleted) without the allocator having asked is
 //!   a failure; more than `failures_max` failures emit [`AllocatorOutput::Stop`] and the
 //!   allocator does nothing more.
+//! - A cluster manager that names and starts executors itself (the standalone master):
+//!   [`Allocator::requesting_total`] asks it for the dynamic target
+//!   ([`AllocatorOutput::RequestTotal`], on every change, before any deletion of the same
+//!   round, so the manager does not replace what is deleted), adopts every executor the
+//!   snapshots show, and when over the target deletes idle ones only; the manager's own launch
+//!   timeout and retry limit replace the pending timeout and `failures_max`.
 //!
 //! Outputs are queued until polled; a tick queues at most one `Create` and one `Delete`, so
 //! an owner that polls after each tick holds at most three outputs.
@@ -95,6 +104,8 @@ impl Default for AllocatorConfig {
 pub enum AllocatorOutput {
     /// Start executors with these names.
     Create(Vec<String>),
+    /// Ask the cluster manager for this many executors in all (it names and starts them).
+    RequestTotal(u32),
     /// Stop (delete) these executors.
     Delete(Vec<String>),
     /// Too many executor failures: stop the application.
@@ -107,11 +118,22 @@ enum Phase {
     Running,
 }
 
+/// Who names and starts executors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The allocator: `Create(names)`.
+    Create,
+    /// The cluster manager: `RequestTotal(n)`; the allocator adopts what it sees.
+    RequestTotal,
+}
+
 #[derive(Clone, Debug)]
 struct Tracked {
     phase: Phase,
     /// When it was last seen running no task (None: busy, or not running yet).
     idle_since_us: Option<u64>,
+    /// Tasks it ran at the last load.
+    running_tasks: u32,
     deleting: bool,
 }
 
@@ -134,6 +156,9 @@ pub struct AllocatorStats {
 #[derive(Debug)]
 pub struct Allocator {
     config: AllocatorConfig,
+    mode: Mode,
+    /// The last total asked for (`RequestTotal` mode).
+    requested: Option<u32>,
     target: u32,
     executors: BTreeMap<String, Tracked>,
     next_name: u64,
@@ -154,6 +179,8 @@ impl Allocator {
         };
         Allocator {
             config,
+            mode: Mode::Create,
+            requested: None,
             target,
             executors: BTreeMap::new(),
             next_name: 0,
@@ -164,6 +191,21 @@ impl Allocator {
             stats: AllocatorStats::default(),
             stopped: None,
         }
+    }
+
+    /// An allocator for a cluster manager that names and starts executors itself (see the
+    /// module docs): dynamic allocation by `dynamic`, asked for as totals.
+    pub fn requesting_total(dynamic: DynamicConfig) -> Allocator {
+        let mut allocator = Allocator::new(AllocatorConfig {
+            pending_timeout_us: u64::MAX,
+            failures_max: u32::MAX,
+            initial_target: dynamic.min,
+            dynamic: Some(dynamic),
+            name_prefix: String::new(),
+            ..AllocatorConfig::default()
+        });
+        allocator.mode = Mode::RequestTotal;
+        allocator
     }
 
     /// The current target.
@@ -208,6 +250,9 @@ impl Allocator {
 
     /// Executor states from the snapshot store.
     pub fn on_snapshot(&mut self, now_us: u64, snapshot: &Snapshot) {
+        if self.mode == Mode::RequestTotal {
+            self.adopt(now_us, snapshot);
+        }
         let mut gone = Vec::new();
         for (name, tracked) in self.executors.iter_mut() {
             match snapshot.get(name) {
@@ -242,29 +287,60 @@ impl Allocator {
         self.check_failures();
     }
 
-    /// What the driver sees: tasks pending and running, and which registered executors run no
-    /// task now (names the allocator does not know are ignored; the others are busy).
+    /// Tracks the executors the cluster manager started (`RequestTotal` mode): every name the
+    /// snapshot has alive that the allocator does not know yet.
+    fn adopt(&mut self, now_us: u64, snapshot: &Snapshot) {
+        for (name, state) in snapshot.executors.iter() {
+            if state.is_terminal() || self.executors.contains_key(name) {
+                continue;
+            }
+            let phase = match state {
+                ExecutorState::Running => Phase::Running,
+                _ => Phase::Pending { created_us: now_us },
+            };
+            let idle_since_us = (phase == Phase::Running).then_some(now_us);
+            self.executors.insert(
+                name.clone(),
+                Tracked {
+                    phase,
+                    idle_since_us,
+                    running_tasks: 0,
+                    deleting: false,
+                },
+            );
+        }
+    }
+
+    /// What the driver sees: tasks pending and running, and each registered executor with the
+    /// tasks it runs now (names the allocator does not know are ignored; tracked executors
+    /// missing from it count as busy).
     pub fn on_load<'a>(
         &mut self,
         now_us: u64,
         pending_tasks: usize,
         running_tasks: usize,
-        idle: impl IntoIterator<Item = &'a str>,
+        executors: impl IntoIterator<Item = (&'a str, u32)>,
     ) {
         self.pending_tasks = pending_tasks;
         self.running_tasks = running_tasks;
-        let mut idle_now = std::collections::BTreeSet::new();
-        for name in idle {
-            idle_now.insert(name);
-        }
+        let running: BTreeMap<&str, u32> = executors.into_iter().collect();
         for (name, tracked) in self.executors.iter_mut() {
             if tracked.phase != Phase::Running {
                 continue;
             }
-            if idle_now.contains(name.as_str()) {
-                tracked.idle_since_us.get_or_insert(now_us);
-            } else {
-                tracked.idle_since_us = None;
+            match running.get(name.as_str()) {
+                Some(0) => {
+                    tracked.idle_since_us.get_or_insert(now_us);
+                    tracked.running_tasks = 0;
+                }
+                Some(&tasks) => {
+                    tracked.idle_since_us = None;
+                    tracked.running_tasks = tasks;
+                }
+                None => {
+                    tracked.idle_since_us = None;
+                    tracked.running_tasks = u32::MAX;
+                }
             }
         }
     }
@@ -277,13 +353,18 @@ impl Allocator {
         if let Some(d) = &self.config.dynamic {
             self.target = dynamic_target(d, self.pending_tasks, self.running_tasks);
         }
+        if self.mode == Mode::RequestTotal && self.requested != Some(self.target) {
+            self.requested = Some(self.target);
+            self.outputs
+                .push_back(AllocatorOutput::RequestTotal(self.target));
+        }
         let mut delete = Vec::new();
         self.expire_pending(now_us, &mut delete);
         let live = self.live();
         let target = self.target as usize;
         if live > target {
             self.shrink(now_us, live - target, &mut delete);
-        } else if live < target {
+        } else if live < target && self.mode == Mode::Create {
             self.grow(now_us, target - live);
         }
         if !delete.is_empty() {
@@ -309,18 +390,34 @@ impl Allocator {
         }
     }
 
-    /// Marks `excess` executors for deletion (into `delete`): pending ones first, newest
-    /// first, then idle ones, idle the longest first (with dynamic allocation, only past the
-    /// idle timeout).
+    /// Marks `excess` executors for deletion (into `delete`), in this order: pending ones,
+    /// newest first (only those the allocator created); idle ones, idle the longest first
+    /// (with dynamic allocation, only past the idle timeout); with a fixed target, busy ones,
+    /// the least busy first (the lifecycle drains them before they go).
     fn shrink(&mut self, now_us: u64, mut excess: usize, delete: &mut Vec<String>) {
-        let mut pending: Vec<(u64, String)> = self
-            .executors
-            .iter()
-            .filter(|(_, t)| !t.deleting)
+        let victims = self.victims(now_us);
+        for name in victims {
+            if excess == 0 {
+                break;
+            }
+            if let Some(tracked) = self.executors.get_mut(&name) {
+                debug_assert!(!tracked.deleting, "{name} chosen twice");
+                tracked.deleting = true;
+                delete.push(name);
+                excess -= 1;
+            }
+        }
+    }
+
+    /// The executors [`Allocator::shrink`] may delete, in its order.
+    fn victims(&self, now_us: u64) -> Vec<String> {
+        let live = || self.executors.iter().filter(|(_, t)| !t.deleting);
+        let mut pending: Vec<(u64, &String)> = live()
             .filter_map(|(name, t)| match t.phase {
-                Phase::Pending { created_us } => Some((created_us, name.clone())),
+                Phase::Pending { created_us } => Some((created_us, name)),
                 Phase::Running => None,
             })
+            .filter(|_| self.mode == Mode::Create)
             .collect();
         pending.sort_by(|a, b| b.cmp(a));
         let idle_min_us = self
@@ -328,24 +425,22 @@ impl Allocator {
             .dynamic
             .as_ref()
             .map_or(0, |d| d.idle_timeout_us);
-        let mut idle: Vec<(u64, String)> = self
-            .executors
-            .iter()
-            .filter(|(_, t)| !t.deleting && t.phase == Phase::Running)
-            .filter_map(|(name, t)| t.idle_since_us.map(|since| (since, name.clone())))
+        let mut idle: Vec<(u64, &String)> = live()
+            .filter(|(_, t)| t.phase == Phase::Running)
+            .filter_map(|(name, t)| t.idle_since_us.map(|since| (since, name)))
             .filter(|(since, _)| now_us.saturating_sub(*since) >= idle_min_us)
             .collect();
         idle.sort();
-        for (_, name) in pending.into_iter().chain(idle) {
-            if excess == 0 {
-                break;
-            }
-            if let Some(tracked) = self.executors.get_mut(&name) {
-                tracked.deleting = true;
-                delete.push(name);
-                excess -= 1;
-            }
-        }
+        let mut busy: Vec<(u32, &String)> = live()
+            .filter(|(_, t)| t.phase == Phase::Running && t.idle_since_us.is_none())
+            .map(|(name, t)| (t.running_tasks, name))
+            .filter(|_| self.config.dynamic.is_none())
+            .collect();
+        busy.sort();
+        let pending = pending.into_iter().map(|(_, name)| name);
+        let idle = idle.into_iter().map(|(_, name)| name);
+        let busy = busy.into_iter().map(|(_, name)| name);
+        pending.chain(idle).chain(busy).cloned().collect()
     }
 
     /// Creates up to `missing` executors (a batch of at most `batch_size`), once
@@ -368,6 +463,7 @@ impl Allocator {
                 Tracked {
                     phase: Phase::Pending { created_us: now_us },
                     idle_since_us: None,
+                    running_tasks: 0,
                     deleting: false,
                 },
             );
@@ -499,7 +595,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lower_target_deletes_pending_first_then_idle_never_busy() {
+    fn a_lower_target_deletes_pending_first_then_idle_then_the_least_busy() {
         let mut store = SnapshotStore::new(0);
         let mut a = Allocator::new(AllocatorConfig {
             batch_size: 10,
@@ -508,7 +604,8 @@ mod tests {
         });
         a.tick(0);
         let names = created(&drain(&mut a));
-        // e0..e3 run; e4, e5 pending. e0 busy, e1 idle since 10, e2 idle since 20, e3 busy.
+        // e0..e3 run; e4, e5 pending. e0 runs 2 tasks, e1 idle since 10, e2 idle since 20,
+        // e3 runs 1.
         report(
             &mut store,
             &mut a,
@@ -516,15 +613,80 @@ mod tests {
             &names[..4],
             ExecutorState::Running,
         );
-        a.on_load(10 * MS, 0, 2, ["e1"]);
-        a.on_load(20 * MS, 0, 2, ["e1", "e2"]);
+        a.on_load(10 * MS, 0, 3, [("e0", 2), ("e1", 0), ("e2", 1), ("e3", 1)]);
+        a.on_load(20 * MS, 0, 3, [("e0", 2), ("e1", 0), ("e2", 0), ("e3", 1)]);
         a.set_target(3);
         a.tick(30 * MS);
         assert_eq!(deleted(&drain(&mut a)), vec!["e5", "e4", "e1"]);
-        a.set_target(0);
+        a.set_target(1);
         a.tick(40 * MS);
-        assert_eq!(deleted(&drain(&mut a)), vec!["e2"], "busy e0 and e3 stay");
-        assert_eq!(a.live(), 2);
+        assert_eq!(
+            deleted(&drain(&mut a)),
+            vec!["e2", "e3"],
+            "idle first, then the least busy; e0 stays"
+        );
+        assert_eq!(a.live(), 1);
+    }
+
+    #[test]
+    fn dynamic_allocation_never_deletes_a_busy_executor() {
+        let mut store = SnapshotStore::new(0);
+        let mut a = Allocator::new(AllocatorConfig {
+            initial_target: 2,
+            dynamic: Some(DynamicConfig {
+                min: 0,
+                max: 2,
+                tasks_per_executor: 4,
+                idle_timeout_us: 0,
+            }),
+            ..config()
+        });
+        a.on_load(0, 8, 0, []);
+        a.tick(0);
+        let names = created(&drain(&mut a));
+        report(&mut store, &mut a, MS, &names, ExecutorState::Running);
+        // One task left on each: the target is 1, but neither is idle.
+        a.on_load(2 * MS, 0, 2, [("e0", 1), ("e1", 1)]);
+        a.tick(3 * MS);
+        assert_eq!(a.target(), 1);
+        assert!(drain(&mut a).is_empty());
+    }
+
+    #[test]
+    fn requesting_totals_adopts_the_managers_executors_and_releases_idle_ones() {
+        let mut store = SnapshotStore::new(0);
+        let mut a = Allocator::requesting_total(DynamicConfig {
+            min: 1,
+            max: 3,
+            tasks_per_executor: 1,
+            idle_timeout_us: 100 * MS,
+        });
+        a.tick(0);
+        assert_eq!(drain(&mut a), vec![AllocatorOutput::RequestTotal(1)]);
+        a.on_load(MS, 5, 0, []);
+        a.tick(MS);
+        assert_eq!(drain(&mut a), vec![AllocatorOutput::RequestTotal(3)]);
+        let ids: Vec<String> = ["0", "1", "2"].map(String::from).to_vec();
+        report(&mut store, &mut a, 2 * MS, &ids, ExecutorState::Running);
+        assert_eq!(a.live(), 3, "adopted");
+        a.on_load(3 * MS, 0, 0, [("0", 0), ("1", 0), ("2", 0)]);
+        a.tick(50 * MS);
+        assert_eq!(drain(&mut a), vec![AllocatorOutput::RequestTotal(1)]);
+        a.tick(103 * MS);
+        assert_eq!(
+            drain(&mut a),
+            vec![AllocatorOutput::Delete(vec!["0".into(), "1".into()])],
+            "the total lowered first, then idle ones past the timeout"
+        );
+        report(
+            &mut store,
+            &mut a,
+            110 * MS,
+            &ids[..2],
+            ExecutorState::Deleted,
+        );
+        assert_eq!(a.stats().failures, 0);
+        assert_eq!(a.live(), 1);
     }
 
     #[test]
@@ -607,7 +769,7 @@ mod tests {
         assert_eq!(a.target(), 3);
         assert!(drain(&mut a).is_empty());
         // All idle: only after the idle timeout, and never below min.
-        a.on_load(300 * MS, 0, 0, ["e0", "e1", "e2", "e3"]);
+        a.on_load(300 * MS, 0, 0, [("e0", 0), ("e1", 0), ("e2", 0), ("e3", 0)]);
         a.tick(700 * MS);
         assert!(drain(&mut a).is_empty(), "not idle long enough");
         a.tick(800 * MS);

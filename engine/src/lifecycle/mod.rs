@@ -1,18 +1,19 @@
 //! Executor lifecycle: where executors come from and where they go.
 //!
+//! - [`core`]: [`Lifecycle`], the one state machine that holds the parts below together; every
+//!   cluster manager's IO side (local processes, Kubernetes, the standalone master) and the
+//!   simulator drive it;
 //! - [`snapshot`]: the store that merges executor states from sources (incremental updates and
 //!   full re-syncs) and delivers them to subscribers in batches;
-//! - [`hub`]: runs the store for threaded code, each subscriber's callback on its own thread;
 //! - [`allocator`]: keeps the executor count at a target (fixed, or following the backlog);
 //! - [`Removals`] (here): turns snapshots into "remove this executor from the scheduler, for
 //!   this reason", exactly once per executor.
 //!
-//! Like the scheduler, the store, the allocator and [`Removals`] are sans-IO state machines:
-//! time comes in as `now_us`, commands come out; the IO layer (processes, a cluster manager's
-//! connection) drives them.
+//! Like the scheduler, they are sans-IO state machines: time comes in as `now_us`, commands
+//! come out; the IO layer (processes, a cluster manager's connection) drives [`Lifecycle`].
 
 pub mod allocator;
-pub mod hub;
+pub mod core;
 pub mod snapshot;
 
 use std::collections::BTreeSet;
@@ -22,7 +23,7 @@ use crate::scheduler::RemovalReason;
 pub use allocator::{
     dynamic_target, Allocator, AllocatorConfig, AllocatorOutput, AllocatorStats, DynamicConfig,
 };
-pub use hub::SnapshotHub;
+pub use core::{Allocation, Lifecycle, LifecycleConfig, LifecycleOutput, LifecycleStats};
 pub use snapshot::{Delivery, ExecutorState, Snapshot, SnapshotStore, SubscriberId};
 
 /// Why the scheduler should remove an executor in `state`, if it should: failed executors

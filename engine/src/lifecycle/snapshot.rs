@@ -22,7 +22,7 @@
 //! since its last delivery and whose buffer is not empty, one [`Delivery`] with every buffered
 //! snapshot in order. The subscriber is then *busy* until [`SnapshotStore::delivered`] is
 //! called for it: no second delivery is handed out meanwhile, so whoever runs the callbacks
-//! runs each subscriber's callback on one thread at a time (see [`super::hub`]).
+//! runs each subscriber's callback on one thread at a time.
 //!
 //! # Buffering policy
 //!

@@ -73,15 +73,19 @@ pub(crate) struct Exec {
     pub resume: Option<Resume>,
     /// What hedging watches of it (`hedge.rs`).
     pub hedge: ExecHedge,
+    /// Draining (the lifecycle is about to delete it, or it got SIGTERM): never offered again;
+    /// its running attempts go on (Spark's decommissioning). Its own state, apart from
+    /// hedging's suspicion: it never ends.
+    pub draining: bool,
     membership: Membership,
 }
 
 impl Exec {
     /// Slots an offer may fill now: free slots within the slow-start window (an idle executor
     /// may always take one task that fits its cores, so a task larger than the window runs),
-    /// none while stalled or suspected, one at a time while on probation.
+    /// none while stalled, suspected or draining, one at a time while on probation.
     pub fn usable(&self) -> u32 {
-        if self.stalled || self.hedge.suspected {
+        if self.stalled || self.hedge.suspected || self.draining {
             return 0;
         }
         let used = self.cores - self.free;
@@ -223,6 +227,7 @@ impl Book {
             resume: None,
             hedge: ExecHedge::new(now_us),
             membership: Membership::Unlisted,
+            draining: false,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -295,10 +300,18 @@ impl Book {
         self.set_membership(slot, Membership::Unlisted);
     }
 
-    /// Lists the executor as offerable (its cores came back, or it is new).
+    /// Marks the executor draining and takes it out of both offer sets for good.
+    pub fn drain(&mut self, slot: u32) {
+        self.unlist(slot);
+        if let Some(e) = self.get_mut(slot) {
+            e.draining = true;
+        }
+    }
+
+    /// Lists the executor as offerable (its cores came back, or it is new), unless it drains.
     pub fn make_offerable(&mut self, slot: u32) {
-        match self.get(slot).map(|e| e.membership) {
-            Some(Membership::Offerable(_)) | None => {}
+        match self.get(slot).map(|e| (e.membership, e.draining)) {
+            Some((Membership::Offerable(_), _) | (_, true)) | None => {}
             Some(_) => {
                 self.unlist(slot);
                 self.offerable.push(slot);
@@ -310,8 +323,8 @@ impl Book {
 
     /// Moves the executor to the blocked set (nothing to offer it for now).
     pub fn block(&mut self, slot: u32) {
-        match self.get(slot).map(|e| e.membership) {
-            Some(Membership::Blocked(_)) | None => {}
+        match self.get(slot).map(|e| (e.membership, e.draining)) {
+            Some((Membership::Blocked(_), _) | (_, true)) | None => {}
             Some(_) => {
                 self.unlist(slot);
                 self.blocked.push(slot);
@@ -346,6 +359,12 @@ impl Book {
             self.cursor %= self.offerable.len();
         }
         self.offerable.get(self.cursor).copied()
+    }
+
+    /// Whether the executor in `slot` is in the offerable set.
+    pub fn offerable_contains(&self, slot: u32) -> bool {
+        self.get(slot)
+            .is_some_and(|e| matches!(e.membership, Membership::Offerable(_)))
     }
 
     /// Appends the offerable executors to `out`, from the cursor on (the round-robin order).

@@ -12,15 +12,20 @@
 //!   other attempt is killed), while tokens last: each first launch adds `copy_ratio` of one,
 //!   up to `burst`, so copies stay a small fraction of attempts in steady state.
 //! - An executor holding an overdue attempt that has sent nothing (no status of any kind, no
-//!   heartbeat: [`ExecHedge::heard`]) for that attempt's threshold is *suspected*: it gets no new
+//!   heartbeat: [`ExecHedge::heard`]) for that attempt's threshold (and `silence_min_us`, 20 ms
+//!   by default: a process preempted on a busy machine is silent that long without being sick)
+//!   is *suspected*: it gets no new
 //!   launches and its overdue attempts are copied even while the cluster looks slow, until it
 //!   is heard again. Losing it for good still takes the heartbeat timeout (the driver's).
-//! - Outliers: each executor has a score, the moving average of how many times slower than
-//!   their function's median its recent successes were. An executor scoring over 4 while its
+//! - Outliers: each executor has a score, the moving average over 10 ms periods of how many
+//!   times slower than their function's median its successes were. An executor scoring over 4 while its
 //!   peers do not (at most half of the executors) is on *probation*: one attempt at a time, so
 //!   a slow executor (a noisy neighbour, a throttled container) takes little of the work and
 //!   what it takes is hedged, instead of a third of every job waiting on it (Envoy's outlier
 //!   detection is the model). Under 2 it is off probation.
+//! - An executor holding an overdue attempt that has finished nothing since it was launched
+//!   (wedged, though it may still heartbeat) is *stalled*, as speculation's rule says, only
+//!   sooner: no new work until it reports a final state.
 //! - No copy storms: a load spike slows every attempt, and the percentile follows it (it moves
 //!   once a hundredth of the recent successes are slower); until it has, while more than half
 //!   of the executors hold overdue attempts the cluster is slow (a load spike, not a sick
@@ -44,12 +49,17 @@ use super::speculation::queue_copy;
 use super::types::{ExecutorId, HedgeConfig, Stats, TaskId};
 use crate::hash::FxHashMap;
 
-/// Successes an executor's score is averaged over.
-const SCORE_WINDOW: f64 = 8.0;
-/// Successes before a score counts.
+/// An executor's successes are averaged per period of this long (micros), and its score is
+/// the moving average of those periods: a burst of late successes (a preempted process on a
+/// busy machine finishing its queue) is one sample, a sustained slowness is many.
+const SCORE_PERIOD_US: u64 = 10_000;
+/// Periods an executor's score is averaged over.
+const SCORE_WINDOW: f64 = 16.0;
+/// Periods before a score counts.
 const SCORE_MIN: u32 = 8;
-/// One slow success moves a score at most this far (a ratio).
-const SCORE_RATIO_MAX: f64 = 100.0;
+/// One slow success counts as at most this many times the median.
+const SCORE_RATIO_MAX: f64 = 16.0;
+
 /// A score over this (successes this many times slower than their functions' medians) puts
 /// an executor on probation; under [`PROBATION_BELOW`] takes it off.
 const PROBATION_ABOVE: f64 = 4.0;
@@ -91,10 +101,12 @@ pub(crate) struct ExecHedge {
     pub suspected: bool,
     /// Its last check found overdue attempts (counted in [`Hedging::overdue_execs`]).
     overdue: bool,
-    /// How much slower than their function's median its recent successes took (a moving
-    /// average of the ratio over about [`SCORE_WINDOW`] successes), and how many it has had.
+    /// How much slower than their function's median its recent successes took: a moving
+    /// average over about [`SCORE_WINDOW`] periods of [`SCORE_PERIOD_US`], of each period's
+    /// mean ratio; the periods counted; the current period's start, sum and count.
     score: f64,
     scored: u32,
+    period: (u64, f64, u32),
     /// Much slower than its peers: one attempt at a time until it is not (see the module docs).
     pub probation: bool,
 }
@@ -110,6 +122,7 @@ impl ExecHedge {
             overdue: false,
             score: 1.0,
             scored: 0,
+            period: (now_us, 0.0, 0),
             probation: false,
         }
     }
@@ -153,9 +166,21 @@ pub(super) struct Hedging {
     overdue_execs: usize,
     /// Executors on probation.
     probation_execs: usize,
+    /// The least silence that suspects an executor ([`HedgeConfig::silence_min_us`]).
+    silence_min_us: u64,
 }
 
 impl Hedging {
+    /// Hedging under the scheduler's `config` (jobs may bring their own settings; the
+    /// executor-wide ones come from here, or the defaults).
+    pub fn new(config: Option<&HedgeConfig>) -> Hedging {
+        let defaults = HedgeConfig::default();
+        Hedging {
+            silence_min_us: config.unwrap_or(&defaults).silence_min_us,
+            ..Hedging::default()
+        }
+    }
+
     /// The record of `function`'s run times.
     pub fn record_of(&mut self, function: &std::sync::Arc<str>) -> RecordId {
         self.latencies.id(function)
@@ -232,21 +257,31 @@ impl Hedging {
         &mut self,
         e: &mut super::book::Exec,
         record: RecordId,
-        took_us: u64,
+        (now_us, took_us): (u64, u64),
         executors: usize,
+        stats: &mut Stats,
     ) {
         let Some(median_us) = self.latencies.median_us(record) else {
             return;
         };
         let h = &mut e.hedge;
         let ratio = took_us as f64 / median_us.max(1) as f64;
-        h.score += (ratio.min(SCORE_RATIO_MAX) - h.score) / SCORE_WINDOW;
+        let (start_us, sum, n) = &mut h.period;
+        *sum += ratio.min(SCORE_RATIO_MAX);
+        *n += 1;
+        if now_us < start_us.saturating_add(SCORE_PERIOD_US) {
+            return;
+        }
+        let mean = *sum / f64::from(*n);
+        h.period = (now_us, 0.0, 0);
+        h.score += (mean - h.score) / SCORE_WINDOW;
         h.scored = h.scored.saturating_add(1);
         if !h.probation && h.scored >= SCORE_MIN && h.score > PROBATION_ABOVE {
             // At most half of the executors: a cluster that is slow everywhere has no outlier.
             if (self.probation_execs + 1) * 2 <= executors {
                 h.probation = true;
                 self.probation_execs += 1;
+                stats.probations += 1;
                 tracing::debug!(executor = ?e.id, score = h.score, "executor on probation");
             }
         } else if h.probation && h.score < PROBATION_BELOW {
@@ -293,7 +328,7 @@ impl Hedging {
             let found = self.check_executor(now_us, e, executors, (job_slots, jobs), stats);
             // Only attempts of active jobs count.
             self.count_overdue(&mut e.hedge, found.overdue > 0);
-            if found.suspected {
+            if found.suspected || found.stalled {
                 sweep.suspected.push(slot);
             }
             sweep.copies += found.copies.len();
@@ -301,7 +336,8 @@ impl Hedging {
             // While it holds overdue attempts it is looked at again: tokens may have come back,
             // a silence may have grown into suspicion, and it must stop counting as overdue
             // once they end.
-            let recheck = (found.overdue > 0).then(|| now_us.saturating_add(RECHECK_US));
+            let again = found.overdue > 0 || found.unsettled;
+            let recheck = again.then(|| now_us.saturating_add(RECHECK_US));
             if let Some(next) = [found.next_due_us, recheck].into_iter().flatten().min() {
                 debug_assert!(next > now_us, "a check due in the past");
                 e.hedge.check_at = Some(next);
@@ -329,11 +365,17 @@ impl Hedging {
         (job_slots, jobs): (&FxHashMap<u64, u32>, &mut [Option<Job>]),
         stats: &mut Stats,
     ) -> Overdue {
-        let running = &e.running;
-        let h = &mut e.hedge;
+        let super::book::Exec {
+            running,
+            hedge: h,
+            progress_us,
+            stalled,
+            ..
+        } = e;
         // The cluster is slow when more than half of the executors hold overdue attempts.
         let slow_cluster = self.overdue_execs * 2 > executors;
         let silent_us = now_us.saturating_sub(h.heard_us);
+        let silence_min_us = self.silence_min_us;
         let mut found = Overdue::default();
         for w in h.watches.iter_mut() {
             if !running.contains_key(&(w.task, w.attempt)) {
@@ -343,15 +385,24 @@ impl Hedging {
                 found.next_due_us = Some(w.due_us());
                 break;
             }
+            // Any attempt it holds past its threshold counts for suspicion, also one whose job
+            // ended (its kill unanswered): the executor still has not spoken.
+            found.unsettled = !h.suspected;
+            if !h.suspected && silent_us >= w.threshold_us.max(silence_min_us) {
+                h.suspected = true;
+                found.suspected = true;
+                found.unsettled = false;
+                stats.suspicions += 1;
+            }
             let task = TaskId(w.task);
             let Some(job) = job_of(job_slots, jobs, task) else {
                 continue; // an ended job's attempt: its kill was sent, nothing to copy
             };
             found.overdue += 1;
-            if !h.suspected && silent_us >= w.threshold_us {
-                h.suspected = true;
-                found.suspected = true;
-                stats.suspicions += 1;
+            // It has finished nothing since this attempt was launched (a wedged executor that
+            // still heartbeats): stalled, no new work until it reports a final state.
+            if *progress_us <= w.launched_us && !std::mem::replace(stalled, true) {
+                found.stalled = true;
             }
             let Some(t) = job.tasks.get(task.index() as usize) else {
                 unreachable!("an executor holds {task}, beyond its job");
@@ -387,6 +438,11 @@ struct Overdue {
     next_due_us: Option<u64>,
     /// It was suspected by this check.
     suspected: bool,
+    /// It was found stalled by this check (holds an overdue attempt, finished nothing since
+    /// it was launched).
+    stalled: bool,
+    /// It holds an overdue attempt and is not suspected (yet): look again.
+    unsettled: bool,
 }
 
 /// The job of `task`, if active.

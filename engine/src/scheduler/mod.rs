@@ -467,6 +467,7 @@ impl Scheduler {
         }
         Scheduler {
             book: Book::new(config.seed),
+            hedge: Hedging::new(config.hedging.as_ref()),
             config,
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
@@ -498,7 +499,6 @@ impl Scheduler {
             idle_pools: BTreeSet::new(),
             scratch: Vec::new(),
             removing: None,
-            hedge: Hedging::default(),
         }
     }
 
@@ -559,8 +559,29 @@ impl Scheduler {
         Some((e.cores, e.free))
     }
 
+    /// Drains a registered executor: it is offered nothing from now on while its running
+    /// attempts go on (Spark's decommissioning; the lifecycle deletes it once they end). A
+    /// state of its own, apart from exclusion and stalls: it never ends, only the removal
+    /// follows. Returns false if it is not registered.
+    pub fn drain_executor(&mut self, id: ExecutorId) -> bool {
+        let Some(slot) = self.book.slot_of(id) else {
+            return false;
+        };
+        self.book.drain(slot);
+        debug_assert!(
+            !self.book.offerable_contains(slot),
+            "a draining executor is never offerable"
+        );
+        true
+    }
+
+    /// Whether a registered executor is draining ([`Scheduler::drain_executor`]).
+    pub fn executor_draining(&self, id: ExecutorId) -> Option<bool> {
+        Some(self.book.get(self.book.slot_of(id)?)?.draining)
+    }
+
     /// Slots a registered executor may be given now: its free slots within its slow-start
-    /// window, none while it is stalled.
+    /// window, none while it is stalled or draining.
     pub fn executor_usable(&self, id: ExecutorId) -> Option<u32> {
         Some(self.book.get(self.book.slot_of(id)?)?.usable())
     }
@@ -1323,7 +1344,13 @@ impl Scheduler {
                         let Some(exec) = self.book.get_mut(slot) else {
                             unreachable!("slot {slot} emptied while reporting");
                         };
-                        (self.hedge).finished(exec, run.record, took_us, executors);
+                        (self.hedge).finished(
+                            exec,
+                            run.record,
+                            (now_us, took_us),
+                            executors,
+                            &mut self.stats,
+                        );
                     }
                 }
                 let Some(exec) = self.book.get_mut(slot) else {
@@ -1738,6 +1765,7 @@ impl Scheduler {
         let Some(e) = self.book.get_mut(slot) else {
             unreachable!("offerable slot {slot} is empty");
         };
+        assert!(!e.draining, "draining executor {:?} offered", e.id);
         let (id, host, free) = (e.id, e.host, e.usable());
         let excluded_until_us = e.excluded_until_us;
         let resume = if local_only { None } else { e.resume.take() };

@@ -523,6 +523,10 @@ pub struct HedgeConfig {
     pub copy_ratio: f64,
     /// Copies allowed at once beyond that (the bucket's size).
     pub burst: u32,
+    /// An executor holding an overdue attempt is suspected once silent for the attempt's
+    /// threshold, and never before this (micros): a process preempted on a busy machine is
+    /// silent for a few milliseconds without being sick.
+    pub silence_min_us: u64,
 }
 
 impl Default for HedgeConfig {
@@ -535,6 +539,7 @@ impl Default for HedgeConfig {
             min_samples: 20,
             copy_ratio: 0.05,
             burst: 256,
+            silence_min_us: 20_000,
         }
     }
 }
@@ -670,6 +675,8 @@ pub struct Stats {
     pub hedges_withheld: u64,
     /// Times an executor was suspected (overdue attempts and silent).
     pub suspicions: u64,
+    /// Times an executor went on probation (much slower than its peers).
+    pub probations: u64,
 }
 
 /// A locality level (Spark's `TaskLocality`, without rack).

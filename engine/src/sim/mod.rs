@@ -19,10 +19,12 @@
 //!   tasks for them, and every job ends before a generous deadline.
 //!
 //! Half the seeds add *churn* through the executor lifecycle ([`crate::lifecycle`]): an
-//! [`Allocator`] (a fixed target, or dynamic allocation from the backlog) creates executors,
+//! allocator (a fixed target, or dynamic allocation from the backlog) creates executors,
 //! some of which never register (deleted after the pending timeout and replaced) and some of
-//! which crash; process exits and deletions go to a [`SnapshotStore`], whose batches feed the
-//! allocator and the [`Removals`] handler, which removes gone executors from the scheduler.
+//! which crash; process exits and deletions go to the [`Lifecycle`] (its snapshot store's
+//! batches feed the allocator and the removals, which remove gone executors from the
+//! scheduler; executors it deletes while registered are drained first, and never get a launch
+//! after that).
 //! Those seeds also check that only dead executors are removed that way and that the allocator
 //! never keeps more executors than its bound.
 //!
@@ -38,8 +40,8 @@ use bytes::Bytes;
 pub use rng::Rng;
 
 use crate::lifecycle::{
-    Allocator, AllocatorConfig, AllocatorOutput, DynamicConfig, ExecutorState, Removals,
-    SnapshotStore, SubscriberId,
+    Allocation, AllocatorConfig, DynamicConfig, ExecutorState, Lifecycle, LifecycleConfig,
+    LifecycleOutput,
 };
 
 use crate::scheduler::{
@@ -149,10 +151,7 @@ const CHURN_TICK_US: u64 = 10_000;
 
 /// The executor lifecycle around the scheduler on churn seeds.
 struct Churn {
-    store: SnapshotStore,
-    subscriber: SubscriberId,
-    allocator: Allocator,
-    removals: Removals,
+    lifecycle: Lifecycle,
     ids: BTreeMap<String, ExecutorId>,
     names: BTreeMap<ExecutorId, String>,
     crash_prob: f64,
@@ -176,6 +175,8 @@ struct SimExec {
     held: BTreeMap<(u64, u32), u32>,
     /// Deleted by the allocator: its process is gone and it never registers.
     deleted: bool,
+    /// Draining before its deletion: must never receive launches again.
+    draining: bool,
 }
 
 impl SimExec {
@@ -189,6 +190,7 @@ impl SimExec {
             running: BTreeMap::new(),
             held: BTreeMap::new(),
             deleted: false,
+            draining: false,
         }
     }
 }
@@ -304,6 +306,7 @@ fn random_config(rng: &mut Rng, seed: u64) -> Config {
             min_samples: rng.range(3, 20) as u32,
             copy_ratio: 0.05 + rng.range(0, 5) as f64 * 0.1,
             burst: rng.range(2, 64) as u32,
+            silence_min_us: rng.range(0, 20_000),
         }),
         slow_start_slots: if rng.chance(0.5) {
             u32::MAX
@@ -562,21 +565,23 @@ impl Sim {
             Some(d) => d.max as usize,
             None => initial_target as usize,
         };
-        let mut store = SnapshotStore::new(rng.range(0, 50_000));
-        let subscriber = store.subscribe(rng.range(0, 30_000), rng.range(1, 8) as usize);
+        let allocator = AllocatorConfig {
+            batch_size: rng.range(1, 3) as u32,
+            batch_delay_us: rng.range(0, 30_000),
+            pending_timeout_us: 100_000,
+            failures_max: u32::MAX,
+            initial_target,
+            dynamic,
+            name_prefix: "churn-".into(),
+        };
+        let config = LifecycleConfig {
+            tick_us: rng.range(0, 30_000),
+            sync_grace_us: rng.range(0, 50_000),
+            drain_timeout_us: rng.range(20_000, 200_000),
+            ..LifecycleConfig::new(Allocation::Create(allocator))
+        };
         self.churn = Some(Churn {
-            store,
-            subscriber,
-            allocator: Allocator::new(AllocatorConfig {
-                batch_size: rng.range(1, 3) as u32,
-                batch_delay_us: rng.range(0, 30_000),
-                pending_timeout_us: 100_000,
-                failures_max: u32::MAX,
-                initial_target,
-                dynamic,
-                name_prefix: "churn-".into(),
-            }),
-            removals: Removals::new(),
+            lifecycle: Lifecycle::new(config, 0),
             ids: BTreeMap::new(),
             names: BTreeMap::new(),
             crash_prob: [0.0, 0.2, 0.5][rng.range(0, 2) as usize],
@@ -590,7 +595,7 @@ impl Sim {
         let now = self.now_us;
         if let Some(c) = self.churn.as_mut() {
             if let Some(name) = c.names.get(&id) {
-                c.store.update(now, name, state);
+                c.lifecycle.handle_update(name, state, now);
             }
         }
     }
@@ -611,72 +616,104 @@ impl Sim {
 
     fn lifecycle_step(&mut self, c: &mut Churn) -> Result<(), SimError> {
         let now = self.now_us;
-        self.deliver_snapshots(c)?;
         self.report_load(c);
-        c.allocator.tick(now);
-        while let Some(output) = c.allocator.poll_output() {
+        c.lifecycle.handle_timeout(now);
+        while let Some(output) = c.lifecycle.poll_output() {
             if self.verbose {
-                eprintln!("{now:>9}   allocator {output:?}");
+                eprintln!("{now:>9}   lifecycle {output:?}");
             }
             match output {
-                AllocatorOutput::Create(names) => self.create_churn(c, names),
-                AllocatorOutput::Delete(names) => self.delete_churn(c, names)?,
-                AllocatorOutput::Stop(reason) => {
+                LifecycleOutput::Create(names) => self.create_churn(c, names),
+                LifecycleOutput::Drain(names) => self.drain_churn(c, names)?,
+                LifecycleOutput::Delete { name, .. } => self.delete_churn(c, name)?,
+                LifecycleOutput::Remove(name, reason) => self.remove_churn(c, name, reason)?,
+                LifecycleOutput::List => self.list_churn(c),
+                LifecycleOutput::Changed(..) => {}
+                LifecycleOutput::RequestTotal(total) => {
+                    return self.fail(format!("a creating allocator asked for a total {total}"));
+                }
+                LifecycleOutput::Stop(reason) => {
                     return self.fail(format!("allocator stopped: {reason}"));
                 }
             }
         }
-        if c.allocator.live() > c.live_max {
+        let live = c.lifecycle.stats().allocator.peak as usize;
+        if live > c.live_max {
             return self.fail(format!(
-                "allocator keeps {} executors, more than {}",
-                c.allocator.live(),
+                "allocator kept {live} executors, more than {}",
                 c.live_max
             ));
         }
         Ok(())
     }
 
-    /// Hands the snapshot batches due to the allocator and the removals handler, whose
-    /// removals (of dead executors only) reach the scheduler a little later.
-    fn deliver_snapshots(&mut self, c: &mut Churn) -> Result<(), SimError> {
-        let now = self.now_us;
-        for delivery in c.store.poll_deliveries(now) {
-            for snapshot in &delivery.snapshots {
-                c.allocator.on_snapshot(now, snapshot);
-                for (name, reason) in c.removals.on_snapshot(snapshot) {
-                    let Some(&id) = c.ids.get(&name) else {
-                        return self.fail(format!("removal of unknown executor {name}"));
-                    };
-                    if self.execs.get(&id).is_some_and(|e| e.alive) {
-                        return self.fail(format!("removal of live {id:?} ({reason})"));
-                    }
-                    let t = now + self.rng.range(0, 5_000);
-                    self.at(t, Ev::Remove(id, reason));
-                }
+    /// A gone executor's removal (of dead executors only) reaches the scheduler a little later.
+    fn remove_churn(
+        &mut self,
+        c: &mut Churn,
+        name: String,
+        reason: RemovalReason,
+    ) -> Result<(), SimError> {
+        let Some(&id) = c.ids.get(&name) else {
+            return self.fail(format!("removal of unknown executor {name}"));
+        };
+        if self.execs.get(&id).is_some_and(|e| e.alive) {
+            return self.fail(format!("removal of live {id:?} ({reason})"));
+        }
+        let t = self.now_us + self.rng.range(0, 5_000);
+        self.at(t, Ev::Remove(id, reason));
+        Ok(())
+    }
+
+    /// The poll source: every allocator-made executor whose process exists (started, not
+    /// deleted, refused or crashed), running once registered.
+    fn list_churn(&mut self, c: &mut Churn) {
+        let listing: Vec<(String, ExecutorState)> = (c.ids.iter())
+            .filter_map(|(name, id)| {
+                let e = self.execs.get(id)?;
+                let exists = !e.deleted && !e.retired && (e.alive || !e.registered);
+                let state = match (exists, e.alive && e.registered) {
+                    (false, _) => return None,
+                    (true, true) => ExecutorState::Running,
+                    (true, false) => ExecutorState::Pending,
+                };
+                Some((name.clone(), state))
+            })
+            .collect();
+        c.lifecycle.handle_listing(listing, self.now_us);
+    }
+
+    /// The lifecycle drains executors `names`: the scheduler stops offering them work.
+    fn drain_churn(&mut self, c: &mut Churn, names: Vec<String>) -> Result<(), SimError> {
+        for name in names {
+            let Some(&id) = c.ids.get(&name) else {
+                return self.fail(format!("drain of unknown executor {name}"));
+            };
+            if !self.sched.drain_executor(id) {
+                return self.fail(format!("drain of unregistered {id:?}"));
             }
-            c.store.delivered(c.subscriber);
+            if let Some(e) = self.execs.get_mut(&id) {
+                e.draining = true;
+            }
         }
         Ok(())
     }
 
-    /// Tells the allocator the backlog and which of its executors sit idle.
+    /// Tells the lifecycle the backlog and each of its registered executors' busy cores.
     fn report_load(&mut self, c: &mut Churn) {
         let now = self.now_us;
         let pending = self.sched.pending_tasks();
         let running = self.sched.unfinished_tasks().saturating_sub(pending);
-        let idle: Vec<&str> = c
+        let executors: Vec<(&str, u32)> = c
             .ids
             .iter()
-            .filter(|(_, id)| {
-                self.execs.get(id).is_some_and(|e| e.alive && e.registered)
-                    && self
-                        .sched
-                        .executor_cores(**id)
-                        .is_some_and(|(cores, free)| cores == free)
+            .filter(|(_, id)| self.execs.get(id).is_some_and(|e| e.alive && e.registered))
+            .filter_map(|(name, id)| {
+                let (cores, free) = self.sched.executor_cores(*id)?;
+                Some((name.as_str(), cores - free))
             })
-            .map(|(name, _)| name.as_str())
             .collect();
-        c.allocator.on_load(now, pending, running, idle);
+        c.lifecycle.handle_load(pending, running, executors, now);
     }
 
     /// The allocator created executors `names`: each gets an id and cores, most register, some
@@ -695,7 +732,6 @@ impl Sim {
             self.execs.insert(id, SimExec::new(info, 1));
             c.ids.insert(name.clone(), id);
             c.names.insert(id, name.clone());
-            c.store.update(now, &name, ExecutorState::Pending);
             // One in ten never registers (the pending timeout deletes it).
             if !self.rng.chance(0.1) {
                 let t = now + self.rng.range(1_000, 30_000);
@@ -708,20 +744,20 @@ impl Sim {
         }
     }
 
-    /// The allocator deleted executors `names`: they stop at once.
-    fn delete_churn(&mut self, c: &mut Churn, names: Vec<String>) -> Result<(), SimError> {
+    /// The lifecycle deleted executor `name`: it stops at once (a drained one runs nothing
+    /// unless its drain timed out).
+    fn delete_churn(&mut self, c: &mut Churn, name: String) -> Result<(), SimError> {
         let now = self.now_us;
-        for name in names {
-            let Some(&id) = c.ids.get(&name) else {
-                return self.fail(format!("deletion of unknown executor {name}"));
-            };
-            if let Some(e) = self.execs.get_mut(&id) {
-                e.deleted = true;
-                e.alive = false;
-                e.running.clear();
-            }
-            c.store.update(now, &name, ExecutorState::Deleted);
+        let Some(&id) = c.ids.get(&name) else {
+            return self.fail(format!("deletion of unknown executor {name}"));
+        };
+        if let Some(e) = self.execs.get_mut(&id) {
+            e.deleted = true;
+            e.alive = false;
+            e.running.clear();
         }
+        c.lifecycle
+            .handle_update(&name, ExecutorState::Deleted, now);
         Ok(())
     }
 
@@ -1260,6 +1296,12 @@ impl Sim {
 
     fn on_launch(&mut self, executor: ExecutorId, launch: TaskLaunch) -> Result<(), SimError> {
         let job = launch.task.job();
+        if self.execs.get(&executor).is_some_and(|e| e.draining) {
+            return self.fail(format!(
+                "launch of {} on draining {executor:?}",
+                launch.task
+            ));
+        }
         if self.sched.is_excluded(self.now_us, executor, Some(job)) {
             return self.fail(format!(
                 "launch of {} on excluded {executor:?}",

@@ -14,11 +14,12 @@ use flint_cli::run::{
     driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
 };
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
+use flint_k8s::api::{version_warning, with_retry};
 use flint_k8s::executors::{self, K8sConfig, K8sExecutors, K8sStats};
 use flint_k8s::pods::PodSettings;
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::handshake::{random_nonce, Secret};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 #[derive(Parser)]
@@ -65,9 +66,37 @@ struct SubmitArgs {
     /// Cores per executor (its cpu request).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     cores: u32,
-    /// Memory request per executor, in MiB (0: none).
-    #[arg(long, default_value_t = 0)]
+    /// Memory per executor, in MiB: its request and limit (0: none).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=16_777_216))]
     memory_mb: u64,
+    /// A node label the executor pods must match, KEY=VALUE (repeat for more; Spark's
+    /// `spark.kubernetes.node.selector.*`).
+    #[arg(long = "node-selector", value_name = "KEY=VALUE", value_parser = key_value)]
+    node_selector: Vec<(String, String)>,
+    /// A taint the executor pods tolerate: KEY[=VALUE][:EFFECT] (operator `Equal` with a value,
+    /// `Exists` without; EFFECT one of NoSchedule, PreferNoSchedule, NoExecute; repeatable).
+    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]", value_parser = toleration)]
+    tolerations: Vec<Toleration>,
+    /// The executor container's image pull policy.
+    #[arg(long, value_parser = ["Always", "IfNotPresent", "Never"])]
+    image_pull_policy: Option<String>,
+    /// A Secret to pull the image with (repeatable).
+    #[arg(long = "image-pull-secret", value_name = "NAME")]
+    image_pull_secrets: Vec<String>,
+    /// The executor pods' service account (default: the template's, else the namespace's
+    /// `default`).
+    #[arg(long)]
+    service_account: Option<String>,
+    /// A label for the executor pods, KEY=VALUE (repeatable; Flint's own labels win).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = key_value)]
+    labels: Vec<(String, String)>,
+    /// An annotation for the executor pods, KEY=VALUE (repeatable).
+    #[arg(long = "annotation", value_name = "KEY=VALUE", value_parser = key_value)]
+    annotations: Vec<(String, String)>,
+    /// The executor pods' terminationGracePeriodSeconds, and the grace of the deletes Flint
+    /// makes: how long a deleted executor has between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    executor_grace_s: u32,
     /// Dynamic allocation: between --executors and this many pods, following the backlog.
     #[arg(long)]
     max_executors: Option<u32>,
@@ -151,6 +180,43 @@ fn main() -> ExitCode {
     }
 }
 
+/// `KEY=VALUE`, both non-empty (the API server checks the label syntax).
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// `KEY[=VALUE][:EFFECT]` as a toleration.
+fn toleration(text: &str) -> Result<Toleration, String> {
+    let (rest, effect) = match text.rsplit_once(':') {
+        Some((rest, effect)) => (rest, Some(effect)),
+        None => (text, None),
+    };
+    if let Some(effect) = effect {
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+            return Err(format!(
+                "{text:?}: the effect must be NoSchedule, PreferNoSchedule or NoExecute"
+            ));
+        }
+    }
+    let (key, value) = match rest.split_once('=') {
+        Some((key, value)) => (key, Some(value.to_owned())),
+        None => (rest, None),
+    };
+    if key.is_empty() {
+        return Err(format!("{text:?}: no key"));
+    }
+    Ok(Toleration {
+        key: Some(key.to_owned()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
+        value,
+        effect: effect.map(str::to_owned),
+        ..Toleration::default()
+    })
+}
+
 fn random_hex(len: usize) -> Result<String, String> {
     let bytes = random_nonce().map_err(|e| format!("no randomness: {e}"))?;
     Ok(bytes
@@ -203,6 +269,11 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let (template, app_id) = check_submit(&args)?;
     let runtime = api_runtime()?;
     let client = runtime.block_on(client_for(&args.master))?;
+    check_version(
+        &runtime,
+        &client,
+        Duration::from_millis(args.api_timeout_ms),
+    );
     let namespace = args
         .namespace
         .clone()
@@ -223,6 +294,14 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         driver_addr: driver_addr.to_string(),
         cores: args.cores,
         memory_mb: args.memory_mb,
+        node_selector: args.node_selector.iter().cloned().collect(),
+        tolerations: args.tolerations.clone(),
+        image_pull_policy: args.image_pull_policy.clone(),
+        image_pull_secrets: args.image_pull_secrets.clone(),
+        service_account: args.service_account.clone(),
+        labels: args.labels.iter().cloned().collect(),
+        annotations: args.annotations.iter().cloned().collect(),
+        grace_s: args.executor_grace_s,
         secret_name: format!("{app_id}-secret"),
         owner,
         template,
@@ -249,13 +328,31 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
         "flint-k8s: application {app_id} in namespace {namespace}, driver on {driver_addr}, waiting for {min} executors"
     );
     let result = run_with_pods(&args, &runtime, &driver, &pods);
-    let registered_end = pods.stats().registered;
+    let registered_end = pods.stats().executors.registered;
     let (stats, cleaned) = stop_and_clean(&runtime, client, &settings, api_timeout, pods, driver);
     let summary = result?;
     cleaned.map_err(|e| e.to_string())?;
     let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
     print_summary(&summary, &args.job, &extra);
     Ok(exit_code(&summary))
+}
+
+/// Warns (on stderr) when the API server's version is outside the supported ones, or cannot
+/// be read.
+fn check_version(runtime: &tokio::runtime::Runtime, client: &kube::Client, budget: Duration) {
+    let answer = runtime.block_on(with_retry("get /version", budget, || {
+        client.apiserver_version()
+    }));
+    match answer {
+        Ok(info) => {
+            if let Some(warning) = version_warning(&info.major, &info.minor) {
+                eprintln!("flint-k8s: warning: {warning}");
+            }
+        }
+        Err(error) => {
+            eprintln!("flint-k8s: warning: cannot read the API server's version: {error}")
+        }
+    }
 }
 
 /// The one-thread runtime the Kubernetes API calls run on.
@@ -423,6 +520,7 @@ fn k8s_config(args: &SubmitArgs, settings: PodSettings, api_timeout: Duration) -
     k8s.poll_interval = Duration::from_millis(args.poll_interval_ms.max(10));
     k8s.api_timeout = api_timeout;
     k8s.watch_timeout_s = args.watch_timeout_s.max(1);
+    k8s.delete_grace_s = args.executor_grace_s;
     k8s
 }
 
@@ -452,7 +550,7 @@ fn run_with_pods(
     .and_then(|()| run_job(driver, &args.job, &failed));
     if result.is_ok() && args.max_executors.is_some() && args.idle_wait_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(args.idle_wait_ms);
-        while Instant::now() < deadline && pods.stats().registered > u64::from(min) {
+        while Instant::now() < deadline && pods.stats().executors.registered > u64::from(min) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -472,12 +570,15 @@ fn summary_extra(
         ("app_id", json_or_plain(&args.job, app_id)),
         ("namespace", json_or_plain(&args.job, namespace)),
         ("cores", args.cores.to_string()),
-        ("pods_created", stats.created.to_string()),
-        ("executors_peak", stats.peak.to_string()),
+        ("pods_created", stats.executors.started.to_string()),
+        ("executors_peak", stats.executors.peak.to_string()),
         ("executors_end", registered_end.to_string()),
-        ("executors_deleted", stats.deleted.to_string()),
-        ("executors_failed", stats.failed.to_string()),
-        ("pending_timeouts", stats.pending_timeouts.to_string()),
+        ("executors_deleted", stats.executors.deleted.to_string()),
+        ("executors_failed", stats.executors.failed.to_string()),
+        (
+            "pending_timeouts",
+            stats.executors.pending_timeouts.to_string(),
+        ),
         ("watch_lists", stats.watch_lists.to_string()),
     ];
     match args.max_executors {

@@ -306,6 +306,9 @@ impl DriverEndpoint {
             DriverMsg::StopExecutor { executor_id, reply } => {
                 let _ = reply.send(core.stop_executor(&executor_id));
             }
+            DriverMsg::DrainExecutor { executor_id, reply } => {
+                let _ = reply.send(core.drain_executor(&executor_id));
+            }
             DriverMsg::RemoveExecutor {
                 executor_id,
                 reason,

@@ -255,6 +255,7 @@ pub(crate) struct PublishedStats {
     hedges: AtomicU64,
     hedges_withheld: AtomicU64,
     suspicions: AtomicU64,
+    probations: AtomicU64,
 }
 
 impl PublishedStats {
@@ -271,6 +272,7 @@ impl PublishedStats {
             hedges,
             hedges_withheld,
             suspicions,
+            probations,
         } = *stats;
         self.launched.store(launched, Ordering::Relaxed);
         self.succeeded.store(succeeded, Ordering::Relaxed);
@@ -288,6 +290,7 @@ impl PublishedStats {
         self.hedges.store(hedges, Ordering::Relaxed);
         (self.hedges_withheld).store(hedges_withheld, Ordering::Relaxed);
         self.suspicions.store(suspicions, Ordering::Relaxed);
+        self.probations.store(probations, Ordering::Relaxed);
     }
 
     fn read(&self) -> Stats {
@@ -303,6 +306,7 @@ impl PublishedStats {
             hedges: self.hedges.load(Ordering::Relaxed),
             hedges_withheld: self.hedges_withheld.load(Ordering::Relaxed),
             suspicions: self.suspicions.load(Ordering::Relaxed),
+            probations: self.probations.load(Ordering::Relaxed),
         }
     }
 }
@@ -693,6 +697,20 @@ impl Driver {
             .map_err(DriverError::from)
     }
 
+    /// Drains one remote executor (by its id on the wire): it is given no new task from now
+    /// on, while the ones it runs go on to their end (Spark's decommissioning; what the
+    /// lifecycle does before it deletes a registered executor). Answers whether it was
+    /// registered.
+    pub fn drain_executor(&self, executor_id: &str) -> Result<bool, DriverError> {
+        let executor_id = executor_id.to_owned();
+        self.endpoint
+            .ask(
+                |reply| DriverMsg::DrainExecutor { executor_id, reply },
+                Duration::from_secs(10),
+            )
+            .map_err(DriverError::from)
+    }
+
     /// Removes a remote executor (by its id on the wire) from the scheduler for `reason` and
     /// drops its connection, if it is still registered: what a lifecycle handler does when a
     /// cluster manager reports the executor gone. Its running tasks go back to pending (counted
@@ -840,6 +858,13 @@ pub(crate) enum DriverMsg {
     Observe(Reply<Box<DriverView>>),
     /// Send `StopExecutor` to one executor; replies whether it is registered.
     StopExecutor {
+        /// Its id on the wire.
+        executor_id: String,
+        /// Whether it was registered.
+        reply: Reply<bool>,
+    },
+    /// Stop offering one executor work; replies whether it is registered.
+    DrainExecutor {
         /// Its id on the wire.
         executor_id: String,
         /// Whether it was registered.

@@ -100,6 +100,8 @@ pub struct ExecutorCore {
     heartbeat_next_us: Option<u64>,
     /// Attempts that reached a final state here.
     task_attempts: u64,
+    /// Going away (SIGTERM): the driver was told, launches come back killed.
+    draining: bool,
     exit: Option<Result<ExecutorSummary, ExecutorError>>,
     /// For [`ExecutorCore::handle_bytes`] only.
     decoder: FrameDecoder,
@@ -177,6 +179,7 @@ impl ExecutorCore {
             heartbeat_interval_us: HEARTBEAT_INTERVAL_MS_DEFAULT * 1000,
             heartbeat_next_us: None,
             task_attempts: 0,
+            draining: false,
             exit: None,
             decoder: FrameDecoder::new(config.frame_size_max),
         }
@@ -257,13 +260,53 @@ impl ExecutorCore {
         if self.is_ended() {
             return;
         }
+        let key = (completion.task.0, completion.attempt);
+        if self.draining && !self.in_flight.contains(&key) {
+            // Reported killed when the executor left.
+            return;
+        }
         if completion.state != TaskState::Running {
-            self.in_flight
-                .remove(&(completion.task.0, completion.attempt));
+            self.in_flight.remove(&key);
             self.task_attempts += 1;
         }
         bound_report(&mut completion, self.frame_size_max);
         self.updates.push(completion);
+    }
+
+    /// The executor is going away (SIGTERM): the driver is told (`ExecutorDraining`) and
+    /// gives it no new task; the attempts in flight go on; a launch that crossed the message
+    /// comes back killed (re-queued, not counted).
+    pub fn handle_drain(&mut self, _now_us: u64) {
+        if self.draining || self.is_ended() {
+            return;
+        }
+        self.draining = true;
+        tracing::info!(executor_id = %self.executor_id, lane = self.lane, "draining");
+        if matches!(self.phase, Phase::Running) {
+            self.send_draining();
+        }
+    }
+
+    /// Tells the driver this lane's executor is going away (a lane registered after the drain
+    /// began tells it when it is accepted).
+    fn send_draining(&mut self) {
+        self.encode_updates();
+        let draining = Message::ExecutorDraining {};
+        encode(&draining, &mut self.transmit, self.frame_size_max);
+    }
+
+    /// The drain's time is up: every attempt still in flight is reported killed, so the driver
+    /// runs it elsewhere at once instead of losing it with the executor. How many.
+    pub fn handle_leave(&mut self, _now_us: u64) -> usize {
+        debug_assert!(self.draining, "leave follows drain");
+        let left: Vec<(u64, u32)> = self.in_flight.drain().collect();
+        for &(task_id, attempt) in &left {
+            let why = Bytes::from_static(b"the executor is shutting down (SIGTERM)");
+            self.report_ended(task_id, attempt, TaskState::Killed, why);
+        }
+        self.encode_updates();
+        debug_assert!(self.in_flight.is_empty());
+        left.len()
     }
 
     /// Time has passed: sends a heartbeat when one is due (see
@@ -350,6 +393,9 @@ impl ExecutorCore {
         self.heartbeat_next_us = Some(now_us.saturating_add(self.heartbeat_interval_us));
         self.phase = Phase::Running;
         tracing::info!(executor_id = %self.executor_id, lane = self.lane, "registered with the driver");
+        if self.draining {
+            self.send_draining();
+        }
     }
 
     /// One message after the handshake.
@@ -406,19 +452,16 @@ impl ExecutorCore {
             tracing::warn!(task_id, attempt, "duplicate launch ignored");
             return;
         }
+        if self.draining {
+            let why = Bytes::from_static(b"the executor is draining (going away)");
+            return self.report_ended(task_id, attempt, TaskState::Killed, why);
+        }
         if self.in_flight.len() >= self.in_flight_max {
             let reason = format!(
                 "not run: the executor already holds its maximum of {} attempts",
                 self.in_flight_max
             );
-            self.task_attempts += 1;
-            self.updates.push(TaskReport {
-                task: TaskId(task_id),
-                attempt,
-                state: TaskState::Failed,
-                data: Bytes::from(reason),
-            });
-            return;
+            return self.report_ended(task_id, attempt, TaskState::Failed, Bytes::from(reason));
         }
         self.in_flight.insert(key);
         self.actions.push_back(Action::Launch {
@@ -426,6 +469,19 @@ impl ExecutorCore {
             attempt,
             function: function.to_owned(),
             payload,
+        });
+    }
+
+    /// An attempt that ends here without running (or without running further): its final
+    /// report, queued with the completions.
+    fn report_ended(&mut self, task_id: u64, attempt: u32, state: TaskState, data: Bytes) {
+        debug_assert!(state != TaskState::Running && state != TaskState::Finished);
+        self.task_attempts += 1;
+        self.updates.push(TaskReport {
+            task: TaskId(task_id),
+            attempt,
+            state,
+            data,
         });
     }
 
@@ -556,7 +612,7 @@ mod tests {
     /// Plays the driver's side of the handshake; returns the core's frames after it.
     fn handshake(core: &mut ExecutorCore, secret: Option<Secret>) -> Vec<Frame> {
         let mut to_core = BytesMut::new();
-        let mut driver = Handshake::start(Role::Driver, secret, [9; 32], DRIVER, &mut to_core);
+        let mut driver = Handshake::accept(Role::Driver, secret, [9; 32], DRIVER, &mut to_core);
         let mut authenticated = false;
         for _ in 0..4 {
             core.handle_bytes(&to_core.split(), 0);
@@ -770,19 +826,24 @@ mod tests {
         let mut core = ExecutorCore::new(&config(Some(Secret::new("a").expect("a"))), [1; 32]);
         let mut to_core = BytesMut::new();
         let wrong = Some(Secret::new("b").expect("b"));
-        let mut driver = Handshake::start(Role::Driver, wrong, [9; 32], DRIVER, &mut to_core);
+        let mut driver = Handshake::accept(Role::Driver, wrong, [9; 32], DRIVER, &mut to_core);
         for frame in sent(&mut core) {
             driver
                 .on_frame(frame.kind(), frame.body(), &mut to_core)
                 .expect("the Hello is fine");
         }
+        core.handle_bytes(&to_core.split(), 0);
+        // The executor proves itself first; the driver checks, refuses and says why.
+        for frame in sent(&mut core) {
+            let _ = driver.on_frame(frame.kind(), frame.body(), &mut to_core);
+        }
+        assert!(kinds(&crate::transport::frames_of(&to_core)).contains(&Kind::HandshakeRefused));
         core.handle_bytes(&to_core, 0);
         let exit = core.poll_exit().expect("ended");
         assert!(
             matches!(&exit, Err(ExecutorError::Refused(r)) if r.contains("wrong shared secret")),
             "{exit:?}"
         );
-        assert!(kinds(&sent(&mut core)).contains(&Kind::HandshakeRefused));
         assert_eq!(actions(&mut core), [Action::KillAll]);
     }
 
@@ -961,6 +1022,48 @@ mod tests {
                 payload: Bytes::from_static(b"split"),
             }]
         );
+    }
+
+    #[test]
+    fn a_drain_tells_the_driver_kills_new_launches_and_the_leave_reports_the_rest_killed() {
+        let mut core = registered(500, 0);
+        launch(&mut core, &[(1, "a", b""), (2, "b", b"")], 10);
+        assert_eq!(actions(&mut core).len(), 2);
+        sent(&mut core);
+        core.handle_drain(20);
+        assert_eq!(kinds(&sent(&mut core)), [Kind::ExecutorDraining]);
+        core.handle_drain(21);
+        assert!(sent(&mut core).is_empty(), "told once");
+        // A launch that crossed the message comes back killed; task 1 finishes.
+        launch(&mut core, &[(3, "c", b"")], 30);
+        assert!(actions(&mut core).is_empty(), "not run");
+        core.handle_completion(done(1, TaskState::Finished, b"r"), 40);
+        assert_eq!(core.in_flight(), 1);
+        assert_eq!(core.handle_leave(50), 1, "task 2 still runs");
+        assert_eq!(core.in_flight(), 0);
+        let frames = sent(&mut core);
+        let updates: Vec<StatusUpdateOwned> = frames
+            .iter()
+            .filter_map(|f| match f.message() {
+                Ok(Message::StatusUpdates { updates }) => {
+                    Some(updates.iter().map(owned).collect::<Vec<_>>())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let states: Vec<(u64, TaskState)> = updates.iter().map(|u| (u.0, u.1)).collect();
+        assert_eq!(
+            states,
+            [
+                (3, TaskState::Killed),
+                (1, TaskState::Finished),
+                (2, TaskState::Killed)
+            ]
+        );
+        // Task 2's late completion is not reported twice.
+        core.handle_completion(done(2, TaskState::Finished, b"late"), 60);
+        assert!(sent(&mut core).is_empty());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::pool::PoolHandle;
-use flint_engine::runtime::{Ctx, Endpoint, TimerId};
+use flint_engine::runtime::{Ctx, Endpoint, Reply, TimerId};
 use mio::event::Event;
 use mio::{Interest, Token};
 
@@ -29,6 +29,13 @@ use flint_engine::runner::TaskRunner;
 pub enum ExecutorMsg {
     /// Task completions are waiting.
     Kick,
+    /// The executor is going away (SIGTERM): tell the driver, take no new task.
+    Drain,
+    /// How many attempts this lane has in flight.
+    InFlight(Reply<usize>),
+    /// The drain's time is up: report the attempts in flight killed and send it now; replies
+    /// how many.
+    Leave(Reply<usize>),
 }
 
 /// The endpoint on the executor's loop (see the module docs).
@@ -201,9 +208,20 @@ impl Endpoint for ExecutorEndpoint {
         self.drive(ctx);
     }
 
-    fn on_message(&mut self, msg: ExecutorMsg, _ctx: &mut Ctx<'_, Self>) {
+    fn on_message(&mut self, msg: ExecutorMsg, ctx: &mut Ctx<'_, Self>) {
         match msg {
             ExecutorMsg::Kick => self.drain(),
+            ExecutorMsg::Drain => self.core.handle_drain(self.now_us()),
+            ExecutorMsg::InFlight(reply) => {
+                self.drain();
+                let _ = reply.send(self.core.in_flight());
+            }
+            ExecutorMsg::Leave(reply) => {
+                self.drain();
+                let left = self.core.handle_leave(self.now_us());
+                self.drive(ctx);
+                let _ = reply.send(left);
+            }
         }
     }
 

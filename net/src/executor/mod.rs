@@ -27,6 +27,7 @@
 //! event loop (the socket, the timer, the task runner).
 
 pub mod core;
+mod drain;
 mod endpoint;
 
 use std::net::SocketAddr;
@@ -74,6 +75,11 @@ pub struct ExecutorConfig {
     /// Where the task threads run: worker `i` on the `i`-th listed CPU. Default: not pinned
     /// (a launcher that knows the machine, such as `flint local`, hands out CPUs).
     pub pin: Pinning,
+    /// On SIGTERM, drain for at most this long, then leave (see `drain.rs`: the driver gives it
+    /// no new task, the running ones may end, those still running are reported killed so they
+    /// run elsewhere at once). None (the default): SIGTERM is not caught. A process setting;
+    /// `flint executor` takes it from `$FLINT_DRAIN_TIMEOUT_MS`, which executor pods carry.
+    pub drain_on_sigterm: Option<Duration>,
 }
 
 impl ExecutorConfig {
@@ -89,6 +95,7 @@ impl ExecutorConfig {
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
             tasks_per_core: crate::driver::TASKS_PER_CORE_MAX,
             pin: Pinning::None,
+            drain_on_sigterm: None,
         }
     }
 
@@ -100,6 +107,25 @@ impl ExecutorConfig {
     /// Attempts it holds at once: `tasks_per_core` for each core.
     fn in_flight_max(&self) -> usize {
         (self.tasks_per_core as usize).saturating_mul(self.cores.max(1) as usize)
+    }
+}
+
+/// The variable that carries an executor's drain timeout on SIGTERM, in milliseconds
+/// (executor pods have it: their grace period less a margin).
+pub const DRAIN_TIMEOUT_ENV: &str = "FLINT_DRAIN_TIMEOUT_MS";
+
+/// [`ExecutorConfig::drain_on_sigterm`] from [`DRAIN_TIMEOUT_ENV`]: `None` when it is not set,
+/// an error when it is not a number of milliseconds up to an hour.
+pub fn drain_timeout_from_env() -> Result<Option<Duration>, String> {
+    let Some(text) = std::env::var_os(DRAIN_TIMEOUT_ENV) else {
+        return Ok(None);
+    };
+    let text = text.to_string_lossy();
+    match text.parse::<u64>() {
+        Ok(ms) if ms <= 3_600_000 => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(format!(
+            "${DRAIN_TIMEOUT_ENV}: {text:?} is not a number of milliseconds up to 3600000"
+        )),
     }
 }
 
@@ -153,6 +179,8 @@ struct LaneShared {
     key: Option<Arc<KeySlot>>,
     /// The attempts the lanes ran, added as each stops.
     task_attempts: Arc<AtomicU64>,
+    /// Every started lane, for a drain on SIGTERM.
+    lanes: drain::Lanes,
 }
 
 /// Runs an executor until the driver stops it (`Ok`, with what it did) or it must exit (`Err`).
@@ -160,6 +188,9 @@ struct LaneShared {
 /// (`TABLE_FULL`): the executor tries again with backoff (logged at info) until
 /// `connect_timeout` has passed.
 pub fn run(config: ExecutorConfig, registry: Registry) -> Result<ExecutorSummary, ExecutorError> {
+    if config.drain_on_sigterm.is_some() {
+        drain::catch_sigterm().map_err(|e| ExecutorError::Start(format!("SIGTERM: {e}")))?;
+    }
     let deadline = flint_engine::runtime::deadline_after(config.connect_timeout);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
@@ -215,7 +246,12 @@ fn run_once(
         exit: Arc::new(ExitSlot::default()),
         key: (lanes > 1).then(|| Arc::new(KeySlot::default())),
         task_attempts: Arc::new(AtomicU64::new(0)),
+        lanes: drain::Lanes::default(),
     };
+    if let Some(timeout) = config.drain_on_sigterm {
+        drain::watch(shared.lanes.clone(), shared.exit.clone(), timeout)
+            .map_err(|e| ExecutorError::Start(format!("SIGTERM watcher: {e}")))?;
+    }
     let starter = LaneStarter {
         config: &config,
         runtime: &runtime,
@@ -277,6 +313,7 @@ impl LaneStarter<'_> {
                     exit: shared.exit.clone(),
                     key: shared.key.clone().filter(|_| lane == 0),
                     task_attempts: shared.task_attempts.clone(),
+                    lanes: shared.lanes.clone(),
                 };
                 let endpoint = ExecutorEndpoint::new(
                     core(nonce),
@@ -290,6 +327,7 @@ impl LaneStarter<'_> {
                     .runtime
                     .handle()
                     .spawn_on(lane as usize, &name, endpoint))
+                .map(|lane_ref| shared.lanes.add(lane_ref))
                 .map_err(|e| ExecutorError::Start(format!("executor lane {lane}: {e}")))
             });
         if let Err(error) = started {

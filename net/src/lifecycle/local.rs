@@ -1,41 +1,30 @@
 //! Local executor processes kept at a target by the engine's allocator: what `flint local`
-//! runs its executors with.
+//! runs its executors with. [`LocalBackend`] is the [`ExecutorBackend`] for child processes:
 //!
-//! A control thread, every `watch_interval`:
+//! - *create*: spawns `flint executor --id NAME` (pinned to `cores` CPUs no live child holds,
+//!   when there are that many);
+//! - *watch*: each child is checked with `try_wait` every round and its exit reported as it
+//!   happens (succeeded, failed with its code, or deleted when the lifecycle asked for it);
+//! - *list*: the live children (pending; the lifecycle knows which the driver registered);
+//! - *delete*: kills a child the driver did not stop, and one it stopped that is still running
+//!   after `stop_grace`.
 //!
-//! 1. *watch source*: checks each child process with `try_wait` and reports an exit to the
-//!    snapshot store as it happens (succeeded, failed with its code, or deleted when the
-//!    allocator asked for it);
-//! 2. asks the driver for its backlog and registered executors ([`Driver::executors_view`]);
-//!    a child whose id the driver has registered is reported running;
-//! 3. *poll source*: every `sync_interval`, a full listing of the live children replaces the
-//!    store's snapshot ([`SnapshotStore::replace_all`]), correcting anything missed;
-//! 4. takes the store's due batch (one subscriber: this thread) and feeds each snapshot to the
-//!    allocator and to the lifecycle handler ([`Removals`]), which removes gone executors from
-//!    the driver's scheduler with their exit reason ([`Driver::remove_executor`]);
-//! 5. gives the allocator the driver's load and ticks it, then carries out its outputs:
-//!    `Create` spawns `flint executor --id NAME` children, `Delete` asks the driver to stop a
-//!    registered executor (and kills it after `stop_grace` if it is still running) or kills
-//!    an unregistered one, `Stop` records the reason for [`LocalExecutors::failed`].
-//!
-//! Everything the thread holds is bounded by the number of executors.
+//! [`LocalExecutors`] runs it in a [`LifecycleThread`]. Everything it holds is bounded by the
+//! number of executors.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::affinity::Pinning;
-use flint_engine::lifecycle::{
-    Allocator, AllocatorConfig, AllocatorOutput, ExecutorState, Removals, SnapshotStore,
-    SubscriberId,
-};
+use flint_engine::lifecycle::{Allocation, AllocatorConfig, ExecutorState};
 
-use crate::driver::{Driver, ExecutorsView};
+use super::{ExecutorBackend, ExecutorStats, LifecycleThread, Observed, RunnerConfig};
+use crate::driver::Driver;
+use crate::observe::EventSink;
 
 /// How the local executors run.
 #[derive(Debug, Clone)]
@@ -50,7 +39,7 @@ pub struct LocalConfig {
     pub env: Vec<(String, String)>,
     /// The allocator's settings (name prefix, target, dynamic allocation, limits).
     pub allocator: AllocatorConfig,
-    /// How often children are checked and the allocator ticks.
+    /// How often the lifecycle ticks (children are checked every round, at least this often).
     pub watch_interval: Duration,
     /// How often the full listing re-syncs the snapshot store.
     pub sync_interval: Duration,
@@ -93,106 +82,82 @@ impl LocalConfig {
     }
 }
 
-/// What happened to the local executors.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LocalStats {
-    /// Processes started.
-    pub started: u64,
-    /// Executors registered with the driver now.
-    pub registered: u64,
-    /// The most executors registered at once.
-    pub peak: u64,
-    /// Executors deleted on purpose (idle, excess, not starting in time).
-    pub deleted: u64,
-    /// Executors that exited without being asked (each replaced while under the target).
-    pub failed: u64,
-}
-
-struct Shared {
-    stop: AtomicBool,
-    frozen: AtomicBool,
-    stats: Mutex<LocalStats>,
-    failure: Mutex<Option<String>>,
-}
-
-/// The control thread and its children (see the module docs).
+/// The local executors' lifecycle thread and its children (see the module docs).
+#[derive(Debug)]
 pub struct LocalExecutors {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<Vec<Child>>>,
-}
-
-impl std::fmt::Debug for LocalExecutors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalExecutors")
-            .field("stats", &self.stats())
-            .finish_non_exhaustive()
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+    thread: Option<LifecycleThread<LocalBackend>>,
 }
 
 impl LocalExecutors {
-    /// Starts the control thread; it creates the first executors on its first tick.
+    /// Starts the lifecycle thread; it creates the first executors on its first tick.
     pub fn start(config: LocalConfig, driver: Arc<Driver>) -> std::io::Result<LocalExecutors> {
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            frozen: AtomicBool::new(false),
-            stats: Mutex::new(LocalStats::default()),
-            failure: Mutex::new(None),
+        let events = config.events.then(|| {
+            (config.on_event.clone()).unwrap_or_else(|| EventSink::new(|l| tracing::info!("{l}")))
         });
-        let control = Control {
-            store: SnapshotStore::new(config.sync_grace.as_micros() as u64),
-            allocator: Allocator::new(config.allocator.clone()),
-            removals: Removals::new(),
+        let runner = RunnerConfig::new(
+            Allocation::Create(config.allocator.clone()),
+            [
+                config.watch_interval,
+                config.sync_interval,
+                config.sync_grace,
+            ],
+            events.clone(),
+            "flint-local-executors",
+        );
+        let backend = LocalBackend {
+            config,
+            events,
             children: BTreeMap::new(),
             pins: BTreeMap::new(),
             deleting: BTreeMap::new(),
-            registered: BTreeSet::new(),
-            epoch: Instant::now(),
-            config,
-            driver,
-            shared: shared.clone(),
+            observed: Vec::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("flint-local-executors".into())
-            .spawn(move || control.run())?;
+        let thread = LifecycleThread::start(runner, backend, driver)?;
         Ok(LocalExecutors {
-            shared,
             thread: Some(thread),
         })
     }
 
     /// The counters so far.
-    pub fn stats(&self) -> LocalStats {
-        lock(&self.shared.stats).clone()
+    pub fn stats(&self) -> ExecutorStats {
+        self.thread
+            .as_ref()
+            .map(LifecycleThread::stats)
+            .unwrap_or_default()
     }
 
     /// Why the application must stop (too many executor failures), once it must.
     pub fn failed(&self) -> Option<String> {
-        lock(&self.shared.failure).clone()
+        self.thread.as_ref().and_then(LifecycleThread::failed)
     }
 
     /// Stops creating and deleting executors (exits are still watched): call before stopping
     /// the executors at the end.
     pub fn freeze(&self) {
-        self.shared.frozen.store(true, Ordering::SeqCst);
+        if let Some(thread) = &self.thread {
+            thread.freeze();
+        }
     }
 
-    /// Stops the control thread, waits up to `timeout` for the children to exit (stop them
+    /// A new fixed target: executors beyond it are drained (no new work) and stopped once
+    /// their running tasks end, the least busy first.
+    pub fn set_target(&self, target: u32) {
+        if let Some(thread) = &self.thread {
+            thread.set_target(target);
+        }
+    }
+
+    /// Stops the lifecycle thread, waits up to `timeout` for the children to exit (stop them
     /// through the driver first), kills the rest.
     pub fn shutdown(mut self, timeout: Duration) {
         self.stop(timeout);
     }
 
     fn stop(&mut self, timeout: Duration) {
-        self.shared.frozen.store(true, Ordering::SeqCst);
-        self.shared.stop.store(true, Ordering::SeqCst);
-        let Some(thread) = self.thread.take() else {
+        let Some((_, Some(backend))) = self.thread.take().map(LifecycleThread::stop) else {
             return;
         };
-        let mut children = thread.join().unwrap_or_default();
+        let mut children: Vec<Child> = backend.children.into_values().collect();
         let deadline = flint_engine::runtime::deadline_after(timeout);
         while !children.is_empty() {
             children.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
@@ -214,129 +179,77 @@ impl Drop for LocalExecutors {
     }
 }
 
-struct Control {
+/// Child processes as executors (see the module docs).
+pub struct LocalBackend {
     config: LocalConfig,
-    driver: Arc<Driver>,
-    shared: Arc<Shared>,
-    store: SnapshotStore,
-    allocator: Allocator,
-    removals: Removals,
+    events: Option<EventSink>,
     children: BTreeMap<String, Child>,
     /// The CPUs each live child is pinned to.
     pins: BTreeMap<String, Vec<usize>>,
-    /// Executors the allocator deleted, with when: their exit counts as deleted.
+    /// Executors deleted, with when: their exit counts as deleted.
     deleting: BTreeMap<String, Instant>,
-    registered: BTreeSet<String>,
-    epoch: Instant,
+    observed: Vec<Observed>,
 }
 
-impl Control {
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
-    }
-
-    fn event(&self, what: std::fmt::Arguments<'_>) {
-        if self.config.events {
-            crate::observe::EventSink::emit(self.config.on_event.as_ref(), &what.to_string());
-        }
-    }
-
-    /// The control loop; returns the children still running when it stops.
-    fn run(mut self) -> Vec<Child> {
-        let subscriber = self.store.subscribe(0, 64);
-        let mut last_sync = Instant::now();
-        while !self.shared.stop.load(Ordering::SeqCst) {
-            self.watch();
-            let Ok(view) = self.driver.executors_view() else {
-                break;
-            };
-            let now_us = self.now_us();
-            self.mark_registered(now_us, &view);
-            if last_sync.elapsed() >= self.config.sync_interval {
-                last_sync = Instant::now();
-                self.sync(now_us);
+impl ExecutorBackend for LocalBackend {
+    fn create(&mut self, name: &str) {
+        let pins = self.pick_cpus();
+        match self.spawn(name, &pins) {
+            Ok(child) => {
+                let pid = child.id();
+                self.event(&format!("executor {name} started (pid {pid})"));
+                self.pins.insert(name.to_owned(), pins);
+                self.children.insert(name.to_owned(), child);
+                self.observed.push(Observed::Created(name.to_owned()));
             }
-            // Once frozen (the application is ending), exits are not the allocator's business.
-            let frozen = self.shared.frozen.load(Ordering::SeqCst);
-            self.deliver(now_us, subscriber, frozen);
-            self.allocate(now_us, &view, frozen);
-            self.kill_lingering();
-            self.update_stats();
-            std::thread::sleep(self.config.watch_interval);
-        }
-        self.children.into_values().collect()
-    }
-
-    /// Reports running each child whose id the driver has registered.
-    fn mark_registered(&mut self, now_us: u64, view: &ExecutorsView) {
-        self.registered = view
-            .executors
-            .iter()
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in self.children.keys() {
-            if self.registered.contains(name)
-                && self.store.current().get(name) != Some(&ExecutorState::Running)
-            {
-                self.store.update(now_us, name, ExecutorState::Running);
-                if self.config.events {
-                    crate::observe::EventSink::emit(
-                        self.config.on_event.as_ref(),
-                        &format!("executor {name} registered"),
-                    );
-                }
-            }
-        }
-    }
-
-    /// The poll source: the live children, running once registered, replace the snapshot.
-    fn sync(&mut self, now_us: u64) {
-        let listing: Vec<(String, ExecutorState)> = self
-            .children
-            .keys()
-            .map(|name| {
-                let state = if self.registered.contains(name) {
-                    ExecutorState::Running
-                } else {
-                    ExecutorState::Pending
+            Err(error) => {
+                tracing::error!(executor_id = %name, "cannot start an executor: {error}");
+                let failed = ExecutorState::Failed {
+                    code: -1,
+                    caused_by_app: false,
                 };
-                (name.clone(), state)
-            })
-            .collect();
-        self.store.replace_all(now_us, listing);
-    }
-
-    /// Feeds the store's due snapshots to the allocator (unless `frozen`) and to the removals,
-    /// removing gone executors from the driver.
-    fn deliver(&mut self, now_us: u64, subscriber: SubscriberId, frozen: bool) {
-        for delivery in self.store.poll_deliveries(now_us) {
-            for snapshot in &delivery.snapshots {
-                if !frozen {
-                    self.allocator.on_snapshot(now_us, snapshot);
-                }
-                for (name, reason) in self.removals.on_snapshot(snapshot) {
-                    let _ = self.driver.remove_executor(&name, reason);
-                }
+                self.observed
+                    .push(Observed::Update(name.to_owned(), failed));
             }
-            self.store.delivered(subscriber);
         }
     }
 
-    /// Gives the allocator the driver's load and (unless `frozen`) ticks it, carrying out its
-    /// outputs.
-    fn allocate(&mut self, now_us: u64, view: &ExecutorsView, frozen: bool) {
-        let idle = view
-            .executors
-            .iter()
-            .filter(|(_, running)| *running == 0)
-            .map(|(name, _)| name.as_str());
-        self.allocator
-            .on_load(now_us, view.pending_tasks, view.running_tasks, idle);
-        if !frozen {
-            self.allocator.tick(now_us);
-            while let Some(output) = self.allocator.poll_output() {
-                self.carry_out(output);
-            }
+    fn delete(&mut self, name: &str, stopped: bool) {
+        let Some(child) = self.children.get_mut(name) else {
+            return;
+        };
+        self.deleting.insert(name.to_owned(), Instant::now());
+        if !stopped {
+            let _ = child.kill();
+        }
+    }
+
+    fn list(&mut self) {
+        let listing = (self.children.keys())
+            .map(|name| (name.clone(), ExecutorState::Pending))
+            .collect();
+        self.observed.push(Observed::Listing(listing));
+    }
+
+    fn poll(&mut self, out: &mut Vec<Observed>) {
+        self.watch();
+        self.kill_lingering();
+        out.append(&mut self.observed);
+    }
+
+    fn describe(&self, name: &str, state: &ExecutorState) -> String {
+        match state {
+            ExecutorState::Running => format!("executor {name} registered"),
+            state if state.is_terminal() => format!("executor {name} exited: {state}"),
+            state => format!("executor {name} {state}"),
+        }
+    }
+}
+
+impl LocalBackend {
+    fn event(&self, line: &str) {
+        if let Some(sink) = &self.events {
+            EventSink::emit(Some(sink), line);
         }
     }
 
@@ -353,7 +266,6 @@ impl Control {
                 }
             }
         }
-        let now_us = self.now_us();
         for (name, status) in exited {
             self.children.remove(&name);
             self.pins.remove(&name);
@@ -363,69 +275,7 @@ impl Control {
                 Some(status) => exit_state(status),
                 None => ExecutorState::Unknown,
             };
-            if !deleted && state != ExecutorState::Succeeded {
-                lock(&self.shared.stats).failed += 1;
-            }
-            self.event(format_args!("executor {name} exited: {state}"));
-            self.store.update(now_us, &name, state);
-        }
-    }
-
-    fn carry_out(&mut self, output: AllocatorOutput) {
-        match output {
-            AllocatorOutput::Create(names) => {
-                for name in names {
-                    let now_us = self.now_us();
-                    let pins = self.pick_cpus();
-                    match self.spawn(&name, &pins) {
-                        Ok(child) => {
-                            self.pins.insert(name.clone(), pins);
-                            self.event(format_args!(
-                                "executor {name} started (pid {})",
-                                child.id()
-                            ));
-                            lock(&self.shared.stats).started += 1;
-                            self.children.insert(name.clone(), child);
-                            self.store.update(now_us, &name, ExecutorState::Pending);
-                        }
-                        Err(error) => {
-                            tracing::error!(executor_id = %name, "cannot start an executor: {error}");
-                            lock(&self.shared.stats).failed += 1;
-                            let failed = ExecutorState::Failed {
-                                code: -1,
-                                caused_by_app: false,
-                            };
-                            self.store.update(now_us, &name, failed);
-                        }
-                    }
-                }
-            }
-            AllocatorOutput::Delete(names) => {
-                for name in names {
-                    lock(&self.shared.stats).deleted += 1;
-                    let Some(child) = self.children.get_mut(&name) else {
-                        continue;
-                    };
-                    self.deleting.insert(name.clone(), Instant::now());
-                    let stopped = self.registered.contains(&name)
-                        && self.driver.stop_executor(&name).unwrap_or(false);
-                    if !stopped {
-                        let _ = child.kill();
-                    }
-                    self.event(format_args!(
-                        "executor {name} deleted ({})",
-                        if stopped {
-                            "stopped by the driver"
-                        } else {
-                            "killed"
-                        }
-                    ));
-                }
-            }
-            AllocatorOutput::Stop(reason) => {
-                self.event(format_args!("stopping the application: {reason}"));
-                *lock(&self.shared.failure) = Some(reason);
-            }
+            self.observed.push(Observed::Update(name, state));
         }
     }
 
@@ -479,17 +329,6 @@ impl Control {
             }
         }
     }
-
-    fn update_stats(&self) {
-        let registered = self
-            .children
-            .keys()
-            .filter(|name| self.registered.contains(*name))
-            .count() as u64;
-        let mut stats = lock(&self.shared.stats);
-        stats.registered = registered;
-        stats.peak = stats.peak.max(registered);
-    }
 }
 
 /// A process's exit as an executor state: code 0 succeeded; anything else failed, caused by
@@ -501,20 +340,23 @@ pub fn exit_state(status: ExitStatus) -> ExecutorState {
         return ExecutorState::Succeeded;
     }
     if let Some(code) = status.code() {
-        return ExecutorState::Failed {
-            code,
-            caused_by_app: code == 101,
-        };
+        return failed_with(code);
     }
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
         if let Some(signal) = status.signal() {
-            return ExecutorState::Failed {
-                code: 128 + signal,
-                caused_by_app: matches!(signal, 4 | 6 | 7 | 8 | 11),
-            };
+            return failed_with(128 + signal);
         }
     }
     ExecutorState::Unknown
+}
+
+/// A failed executor's state from its exit code (128 + the signal for one a signal ended):
+/// caused by the application for a panic's 101 and SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV.
+pub fn failed_with(code: i32) -> ExecutorState {
+    ExecutorState::Failed {
+        code,
+        caused_by_app: code == 101 || matches!(code - 128, 4 | 6 | 7 | 8 | 11),
+    }
 }

@@ -12,7 +12,7 @@
 //! (surrounding whitespace dropped); [`ObserveToken::load_or_create`] writes a fresh random one
 //! (mode 0600) where none exists.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use hmac::{Hmac, Mac};
@@ -102,30 +102,26 @@ impl ObserveToken {
         ObserveToken::new(text.as_bytes()).map_err(std::io::Error::other)
     }
 
-    /// Reads a token file (see the module docs for what is refused).
+    /// Reads a token file (see the module docs for what is refused), warning when other
+    /// users may read it.
     pub fn from_file(path: &Path) -> Result<ObserveToken, TokenError> {
-        let io = |source| TokenError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let not_a_file = |why: String| TokenError::NotAFile {
-            path: path.to_owned(),
-            why,
-        };
-        // Checked before opening: opening a FIFO for reading waits for a writer.
-        let meta = std::fs::metadata(path).map_err(io)?;
-        if !meta.is_file() {
-            return Err(not_a_file("not a regular file".into()));
-        }
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut text = Vec::new();
-        file.take(TOKEN_FILE_BYTES_MAX + 1)
-            .read_to_end(&mut text)
-            .map_err(io)?;
-        if text.len() as u64 > TOKEN_FILE_BYTES_MAX {
-            return Err(not_a_file(format!(
-                "larger than {TOKEN_FILE_BYTES_MAX} bytes"
-            )));
+        use std::os::unix::fs::PermissionsExt;
+        let (text, meta) =
+            crate::files::read_small(path, TOKEN_FILE_BYTES_MAX).map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidInput => TokenError::NotAFile {
+                    path: path.to_owned(),
+                    why: e.to_string(),
+                },
+                _ => TokenError::Io {
+                    path: path.to_owned(),
+                    source: e,
+                },
+            })?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                "observe token file {} may be read by other users; chmod 600 it",
+                path.display()
+            );
         }
         ObserveToken::new(&text)
     }

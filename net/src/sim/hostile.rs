@@ -67,7 +67,8 @@ impl Hostile {
             Mode::WrongHandshake => wrong_handshake(rng, &secret, &mut out),
             Mode::Liar | Mode::Interloper => {
                 let nonce = nonce(rng);
-                let h = Handshake::start(Role::Executor, secret, nonce, &[Role::Driver], &mut out);
+                let h =
+                    Handshake::connect(Role::Executor, secret, nonce, &[Role::Driver], &mut out);
                 handshake = Some(h);
             }
         }

@@ -8,7 +8,7 @@
 //! (`RequestExecutors{app_id, total}` as its first message), so the master reattaches it
 //! instead of registering a new one. The protocol is sans IO in `session.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -41,6 +41,20 @@ pub struct AppClientConfig {
     pub reconnect_max: Duration,
 }
 
+/// How many ended executors [`AppInfo::exits`] keeps.
+pub const EXITS_KEPT: usize = 256;
+
+/// How an executor ended, as its worker reported it through the master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorExit {
+    /// The executor.
+    pub id: String,
+    /// Its final state (exited, failed, killed, lost).
+    pub state: ExecutorState,
+    /// Its exit code (128 + the signal for one a signal ended), if its process exited.
+    pub exit_code: Option<i32>,
+}
+
 /// What the client knows about its application.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AppInfo {
@@ -54,6 +68,8 @@ pub struct AppInfo {
     pub executors_added: u64,
     /// Executors that ended (any final state) so far.
     pub executors_ended: u64,
+    /// How the last executors that ended did (at most [`EXITS_KEPT`], oldest first).
+    pub exits: VecDeque<ExecutorExit>,
     /// Workers the master reported lost.
     pub workers_removed: u64,
     /// Whether it is connected to the master now.

@@ -2,8 +2,8 @@
 //! it knows, replayed when it starts so a restarted master recovers them (Spark's
 //! `FileSystemPersistenceEngine`, as one log instead of a file per object).
 //!
-//! Records are wire frames of existing messages, so the frame decoder's bounds checks guard the
-//! replay:
+//! Records hold wire messages (the bytes are in [`format`]: each record says where it starts and
+//! whether it is whole):
 //!
 //! | record | meaning |
 //! | --- | --- |
@@ -17,11 +17,15 @@
 //! Records appended while the master handles one event are written and synced together
 //! ([`Journal::flush`]) before any frame from that event is sent.
 //!
-//! A torn or malformed tail (a crash mid-write) ends the replay; what came before it counts. On
-//! open the journal is compacted: the live state is written to a new file that replaces the old
-//! one, so the file stays proportional to what is live plus what happened since the last start.
+//! One master per state directory: [`Journal::open`] first takes an exclusive lock on
+//! `master.lock` there (held while the journal is open), so a second master refuses before it
+//! reads or writes anything. Then it replays (`replay`, linear in the records) every record
+//! that checks out, damage anywhere costing only the records it touches; it logs each damaged
+//! range (offset, bytes) and every application whose registration was lost, and keeps the
+//! damaged file beside the new one (`master.journal.damaged-SECONDS`). Last it compacts: the
+//! live state is written to a new file that replaces the old one, so the file stays
+//! proportional to what is live plus what happened since the last start.
 
-use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,8 +34,13 @@ use bytes::BytesMut;
 use flint_engine::standalone::{AppSpec, RecoveredApp, WorkerSpec};
 
 use crate::handshake::SECRET_ENV;
-use crate::standalone::{spec_from_wire, with_description};
-use crate::wire::{FrameDecoder, Message, FRAME_SIZE_MAX_DEFAULT};
+use crate::standalone::with_description;
+use crate::wire::Message;
+
+mod format;
+mod replay;
+
+use format::{encode_record, Damage, FILE_MAGIC};
 
 /// What a replay found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -72,6 +81,27 @@ pub enum JournalError {
         /// What the operating system said.
         source: std::io::Error,
     },
+    /// Another master holds the state directory.
+    #[error(
+        "another master uses state dir {} (it holds {}); stop it, or give this one another \
+         --state-dir",
+        dir.display(),
+        lock.display()
+    )]
+    Locked {
+        /// The state directory.
+        dir: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// The lock file could not be opened or locked.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
     /// The journal could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {
@@ -98,141 +128,82 @@ pub enum JournalError {
     },
 }
 
-/// The open journal.
+/// The open journal (and the state directory's lock, held while it is open).
 #[derive(Debug)]
 pub struct Journal {
     file: File,
     path: PathBuf,
     pending: BytesMut,
+    _lock: File,
 }
 
 const FILE_NAME: &str = "master.journal";
+const LOCK_NAME: &str = "master.lock";
 
 impl Journal {
-    /// Opens (creating) the journal in `dir`, replays it, compacts it, and returns it with what
-    /// it held.
+    /// Locks the state directory `dir` (creating it), replays its journal, keeps a damaged one
+    /// aside, compacts, and returns the journal with what it held.
     pub fn open(dir: &Path) -> Result<(Journal, Recovered), JournalError> {
         std::fs::create_dir_all(dir).map_err(|source| JournalError::CreateDir {
             path: dir.to_owned(),
             source,
         })?;
+        let lock = lock(dir)?;
         let path = dir.join(FILE_NAME);
-        let recovered = match std::fs::read(&path) {
-            Ok(bytes) => replay(&bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Recovered::default(),
+        let (recovered, damaged) = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let (recovered, damage) = replay_reporting(&bytes);
+                (recovered, !damage.is_empty())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Recovered::default(), false),
             Err(source) => return Err(JournalError::Read { path, source }),
         };
-        let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-        let mut out = BytesMut::new();
-        for worker in &recovered.workers {
-            encode_worker(worker, &mut out);
+        if damaged {
+            keep_damaged(&path);
         }
-        for app in &recovered.apps {
-            encode_app(&app.id, &app.spec, &mut out);
-            if let Some(total) = app.executor_limit {
-                encode(
-                    &Message::RequestExecutors {
-                        app_id: &app.id,
-                        total,
-                    },
-                    &mut out,
-                );
-            }
-            if app.next_executor > 0 {
-                let last = (app.next_executor - 1).to_string();
-                encode_executor(&app.id, &last, &mut out);
-            }
-        }
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&out)?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            Ok(())
-        };
-        if let Err(source) = write() {
-            return Err(JournalError::Compact { path, source });
-        }
+        compact(dir, &path, &recovered).map_err(|source| JournalError::Compact {
+            path: path.clone(),
+            source,
+        })?;
         let file = match OpenOptions::new().append(true).open(&path) {
             Ok(file) => file,
             Err(source) => return Err(JournalError::Open { path, source }),
         };
-        Ok((
-            Journal {
-                file,
-                path,
-                pending: BytesMut::new(),
-            },
-            recovered,
-        ))
+        let journal = Journal {
+            file,
+            path,
+            pending: BytesMut::new(),
+            _lock: lock,
+        };
+        Ok((journal, recovered))
     }
 
     /// Appends a record (written with the next [`Journal::flush`]).
     pub fn record(&mut self, record: &Record) {
+        let out = &mut self.pending;
         match record {
-            Record::WorkerRegistered(spec) => self.worker_registered(spec),
-            Record::WorkerRemoved(worker) => self.worker_removed(worker),
-            Record::AppRegistered(app_id, spec) => self.app_registered(app_id, spec),
-            Record::ExecutorsRequested(app_id, total) => self.executors_requested(app_id, *total),
-            Record::ExecutorAdded(app_id, executor) => self.executor_added(app_id, executor),
-            Record::AppRemoved(app_id) => self.app_removed(app_id),
+            Record::WorkerRegistered(spec) => encode_worker(spec, out),
+            Record::WorkerRemoved(worker_id) => encode_record(
+                &Message::WorkerRemoved {
+                    worker_id,
+                    host: "",
+                    reason: "",
+                },
+                out,
+            ),
+            Record::AppRegistered(app_id, spec) => encode_app(app_id, spec, out),
+            Record::ExecutorsRequested(app_id, total) => encode_record(
+                &Message::RequestExecutors {
+                    app_id,
+                    total: *total,
+                },
+                out,
+            ),
+            Record::ExecutorAdded(app_id, executor) => encode_executor(app_id, executor, out),
+            Record::AppRemoved(app_id) => {
+                encode_record(&Message::ApplicationRemoved { app_id, reason: "" }, out)
+            }
         }
-    }
-
-    /// Records a worker's registration.
-    pub fn worker_registered(&mut self, worker: &WorkerSpec) {
-        let mut out = BytesMut::new();
-        encode_worker(worker, &mut out);
-        self.append(&out);
-    }
-
-    /// Records a worker's removal.
-    pub fn worker_removed(&mut self, worker: &str) {
-        let mut out = BytesMut::new();
-        encode(
-            &Message::WorkerRemoved {
-                worker_id: worker,
-                host: "",
-                reason: "",
-            },
-            &mut out,
-        );
-        self.append(&out);
-    }
-
-    /// Records an application's registration.
-    pub fn app_registered(&mut self, app_id: &str, spec: &AppSpec) {
-        let mut out = BytesMut::new();
-        encode_app(app_id, spec, &mut out);
-        self.append(&out);
-    }
-
-    /// Records an application's executor request.
-    pub fn executors_requested(&mut self, app_id: &str, total: u32) {
-        let mut out = BytesMut::new();
-        encode(&Message::RequestExecutors { app_id, total }, &mut out);
-        self.append(&out);
-    }
-
-    /// Records a placed executor.
-    pub fn executor_added(&mut self, app_id: &str, executor_id: &str) {
-        let mut out = BytesMut::new();
-        encode_executor(app_id, executor_id, &mut out);
-        self.append(&out);
-    }
-
-    /// Records an application's removal.
-    pub fn app_removed(&mut self, app_id: &str) {
-        let mut out = BytesMut::new();
-        encode(
-            &Message::ApplicationRemoved { app_id, reason: "" },
-            &mut out,
-        );
-        self.append(&out);
-    }
-
-    fn append(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
     }
 
     /// Writes the records appended since the last call and makes them durable: the master calls
@@ -253,17 +224,83 @@ impl Journal {
     }
 }
 
-fn encode(message: &Message<'_>, out: &mut BytesMut) {
-    if let Err(error) = message.encode(out, FRAME_SIZE_MAX_DEFAULT) {
-        tracing::error!(
-            "journal record {} not written: {error}",
-            message.kind().name()
-        );
+/// Takes the state directory's lock: `master.lock`, locked exclusively without waiting.
+fn lock(dir: &Path) -> Result<File, JournalError> {
+    let path = dir.join(LOCK_NAME);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| JournalError::Lock {
+            path: path.clone(),
+            source,
+        })?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` reads only its arguments; the descriptor is `file`'s, open for the call.
+    // (`File::try_lock` does the same from Rust 1.89, above this crate's minimum.)
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked == 0 {
+        return Ok(file);
+    }
+    match std::io::Error::last_os_error() {
+        error if error.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(JournalError::Locked {
+            dir: dir.to_owned(),
+            lock: path,
+        }),
+        source => Err(JournalError::Lock { path, source }),
     }
 }
 
+/// Keeps a damaged journal beside the one compaction is about to write, under a name of its
+/// own (`master.journal.damaged-SECONDS`, `-N` added if taken).
+fn keep_damaged(path: &Path) {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let base = format!("{}.damaged-{seconds}", path.display());
+    let kept = (0..100)
+        .map(|n| match n {
+            0 => PathBuf::from(&base),
+            n => PathBuf::from(format!("{base}-{n}")),
+        })
+        .find(|candidate| std::fs::hard_link(path, candidate).is_ok());
+    match kept {
+        Some(kept) => tracing::warn!("journal: the damaged journal is kept as {}", kept.display()),
+        None => tracing::error!(
+            "journal: could not keep the damaged journal {} aside; compaction replaces it",
+            path.display()
+        ),
+    }
+}
+
+/// Writes the live state to a new journal that replaces the one at `path`.
+fn compact(dir: &Path, path: &Path, recovered: &Recovered) -> std::io::Result<()> {
+    let mut out = BytesMut::from(&FILE_MAGIC[..]);
+    for worker in &recovered.workers {
+        encode_worker(worker, &mut out);
+    }
+    for app in &recovered.apps {
+        encode_app(&app.id, &app.spec, &mut out);
+        if let Some(total) = app.executor_limit {
+            let app_id = &app.id;
+            encode_record(&Message::RequestExecutors { app_id, total }, &mut out);
+        }
+        if app.next_executor > 0 {
+            let last = (app.next_executor - 1).to_string();
+            encode_executor(&app.id, &last, &mut out);
+        }
+    }
+    let tmp = dir.join(format!("{FILE_NAME}.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(&out)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
 fn encode_worker(worker: &WorkerSpec, out: &mut BytesMut) {
-    encode(
+    encode_record(
         &Message::RegisterWorker {
             worker_id: &worker.id,
             host: &worker.host,
@@ -288,14 +325,14 @@ fn without_secret(spec: &AppSpec) -> std::borrow::Cow<'_, AppSpec> {
 }
 
 fn encode_app(app_id: &str, spec: &AppSpec, out: &mut BytesMut) {
-    encode(&Message::RegisteredApplication { app_id }, out);
+    encode_record(&Message::RegisteredApplication { app_id }, out);
     with_description(&without_secret(spec), |app| {
-        encode(&Message::RegisterApplication { app }, out);
+        encode_record(&Message::RegisterApplication { app }, out);
     });
 }
 
 fn encode_executor(app_id: &str, executor_id: &str, out: &mut BytesMut) {
-    encode(
+    encode_record(
         &Message::ExecutorAdded {
             app_id,
             executor_id,
@@ -308,124 +345,46 @@ fn encode_executor(app_id: &str, executor_id: &str, out: &mut BytesMut) {
     );
 }
 
-/// Replays journal bytes; stops at the first torn or malformed record.
+/// Replays journal bytes: every record that checks out, in order.
 pub fn replay(bytes: &[u8]) -> Recovered {
-    let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
-    decoder.extend_from_slice(bytes);
-    let mut replay = Replay::default();
-    while let Ok(Some(frame)) = decoder.next_frame() {
-        let Ok(message) = frame.message() else {
-            tracing::warn!("journal: malformed record; replay stops there");
-            break;
-        };
-        replay.apply(message);
-    }
-    replay.recovered()
+    replay_reporting(bytes).0
 }
 
-/// The state a replay has rebuilt so far.
-#[derive(Default)]
-struct Replay {
-    workers: BTreeMap<String, WorkerSpec>,
-    apps: BTreeMap<String, RecoveredApp>,
-    /// Application ids in registration order.
-    order: Vec<String>,
-    /// The id of a `RegisteredApplication` record, waiting for its `RegisterApplication`.
-    pending_app: Option<String>,
-}
-
-impl Replay {
-    /// Applies one journal record.
-    fn apply(&mut self, message: Message<'_>) {
-        match message {
-            Message::RegisterWorker {
-                worker_id,
-                host,
-                port,
-                cores,
-                memory_mb,
-            } => {
-                let spec = WorkerSpec {
-                    id: worker_id.to_owned(),
-                    host: host.to_owned(),
-                    port,
-                    cores,
-                    memory_mb,
-                };
-                self.workers.insert(worker_id.to_owned(), spec);
-            }
-            Message::WorkerRemoved { worker_id, .. } => {
-                self.workers.remove(worker_id);
-            }
-            Message::RegisteredApplication { app_id } => {
-                self.pending_app = Some(app_id.to_owned());
-            }
-            Message::RegisterApplication { app } => {
-                if let Some(id) = self.pending_app.take() {
-                    let spec = without_secret(&spec_from_wire(&app)).into_owned();
-                    self.add_app(id, spec);
-                }
-            }
-            Message::RequestExecutors { app_id, total } => {
-                if let Some(app) = self.apps.get_mut(app_id) {
-                    app.executor_limit = Some(total);
-                }
-            }
-            Message::ExecutorAdded {
-                app_id,
-                executor_id,
-                ..
-            } => {
-                if let (Some(app), Ok(n)) = (self.apps.get_mut(app_id), executor_id.parse::<u64>())
-                {
-                    app.next_executor = app.next_executor.max(n.saturating_add(1));
-                }
-            }
-            Message::ApplicationRemoved { app_id, .. } => {
-                self.apps.remove(app_id);
-            }
-            other => {
-                tracing::warn!("journal: unexpected record {}", other.kind().name());
-            }
-        }
+/// Replays journal bytes, logging each damaged range, each application whose registration was
+/// lost and each record that is no journal record; what it rebuilt and the damage.
+fn replay_reporting(bytes: &[u8]) -> (Recovered, Vec<Damage>) {
+    let mut replay = replay::Replay::default();
+    let damage = format::read(bytes, |offset, message| replay.apply(offset, message));
+    let recovered = replay.recovered();
+    for Damage { offset, len } in &damage {
+        tracing::warn!("journal: dropped {len} damaged bytes at offset {offset}");
     }
-
-    /// Registers (or registers again, last in order) application `id`.
-    fn add_app(&mut self, id: String, spec: AppSpec) {
-        self.order.retain(|known| *known != id);
-        self.order.push(id.clone());
-        let app = RecoveredApp {
-            id: id.clone(),
-            spec,
-            executor_limit: None,
-            next_executor: 0,
-        };
-        self.apps.insert(id, app);
+    for id in &replay.lost {
+        tracing::warn!("journal: application {id} is lost: its registration was damaged");
     }
-
-    /// The workers, and the applications still registered in registration order.
-    fn recovered(mut self) -> Recovered {
-        Recovered {
-            workers: self.workers.into_values().collect(),
-            apps: self
-                .order
-                .into_iter()
-                .filter_map(|id| self.apps.remove(&id))
-                .collect(),
-        }
+    for offset in &replay.unexpected {
+        tracing::warn!("journal: ignored a record at offset {offset} that is no journal record");
     }
+    if !damage.is_empty() {
+        let dropped: usize = damage.iter().map(|d| d.len).sum();
+        tracing::warn!(
+            "journal: {dropped} damaged bytes in {} ranges; recovered {} workers and {} applications \
+             from the records around them",
+            damage.len(),
+            recovered.workers.len(),
+            recovered.apps.len()
+        );
+    }
+    (recovered, damage)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "flint-journal-test-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
+    fn dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("flint-journal-test-{}-{name}", std::process::id(),));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
@@ -434,26 +393,30 @@ mod tests {
         #[test]
         fn replaying_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(0u8..=255, 0..512)) {
             let _ = replay(&bytes);
+            let mut journal = FILE_MAGIC.to_vec();
+            journal.extend_from_slice(&bytes);
+            let _ = replay(&journal);
+        }
+    }
+
+    fn app(name: &str) -> AppSpec {
+        AppSpec {
+            name: name.into(),
+            cores_per_executor: 1,
+            ..AppSpec::default()
         }
     }
 
     #[test]
     fn every_prefix_of_a_journal_replays_to_a_prefix_of_its_history() {
-        let mut out = BytesMut::new();
-        let spec = AppSpec {
-            name: "a".into(),
-            cores_per_executor: 1,
-            ..AppSpec::default()
-        };
-        encode_app("app-1", &spec, &mut out);
+        let mut out = BytesMut::from(&FILE_MAGIC[..]);
+        encode_app("app-1", &app("a"), &mut out);
         encode_executor("app-1", "0", &mut out);
-        encode(
-            &Message::ApplicationRemoved {
-                app_id: "app-1",
-                reason: "",
-            },
-            &mut out,
-        );
+        let removed = Message::ApplicationRemoved {
+            app_id: "app-1",
+            reason: "",
+        };
+        encode_record(&removed, &mut out);
         let full = replay(&out);
         assert!(full.apps.is_empty());
         for len in 0..out.len() {
@@ -468,8 +431,7 @@ mod tests {
 
     #[test]
     fn a_secret_in_an_applications_environment_is_never_journaled() {
-        let dir = dir().with_extension("secret");
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = dir("secret");
         let spec = AppSpec {
             name: "leaky".into(),
             env: vec![
@@ -480,11 +442,14 @@ mod tests {
         };
         {
             let (mut journal, _) = Journal::open(&dir).unwrap();
-            journal.app_registered("app-1", &spec);
+            journal.record(&Record::AppRegistered("app-1".into(), spec.clone()));
             journal.flush();
         }
         // An older journal written with the secret: replay drops it, compaction forgets it.
         let mut old = BytesMut::new();
+        let encode = |message: &Message<'_>, out: &mut BytesMut| {
+            message.encode(out, 1 << 20).expect("encodes");
+        };
         encode(
             &Message::RegisteredApplication { app_id: "app-2" },
             &mut old,
@@ -505,7 +470,7 @@ mod tests {
 
     #[test]
     fn a_journal_replays_live_state_and_survives_a_torn_tail() {
-        let dir = dir();
+        let dir = dir("live");
         let worker = WorkerSpec {
             id: "w1".into(),
             host: "127.0.0.2".into(),
@@ -525,20 +490,26 @@ mod tests {
         {
             let (mut journal, recovered) = Journal::open(&dir).unwrap();
             assert_eq!(recovered, Recovered::default());
-            journal.worker_registered(&worker);
-            journal.worker_registered(&WorkerSpec {
-                id: "w2".into(),
-                ..worker.clone()
-            });
-            journal.worker_removed("w2");
-            journal.app_registered("app-1", &spec);
-            journal.app_registered("app-2", &spec);
-            journal.executors_requested("app-1", 2);
-            journal.executor_added("app-1", "0");
-            journal.executor_added("app-1", "1");
-            journal.app_removed("app-2");
+            for record in [
+                Record::WorkerRegistered(worker.clone()),
+                Record::WorkerRegistered(WorkerSpec {
+                    id: "w2".into(),
+                    ..worker.clone()
+                }),
+                Record::WorkerRemoved("w2".into()),
+                Record::AppRegistered("app-1".into(), spec.clone()),
+                Record::AppRegistered("app-2".into(), spec.clone()),
+                Record::ExecutorsRequested("app-1".into(), 2),
+                Record::ExecutorAdded("app-1".into(), "0".into()),
+                Record::ExecutorAdded("app-1".into(), "1".into()),
+                Record::AppRemoved("app-2".into()),
+            ] {
+                journal.record(&record);
+            }
             // A torn record at the end.
-            journal.append(&[40, 0, 0, 0, 32, 0]);
+            journal
+                .pending
+                .extend_from_slice(&[0xF1, 0x1A, 0x7E, 0xC0, 40, 0]);
             journal.flush();
         }
         for _ in 0..2 {
@@ -554,6 +525,48 @@ mod tests {
                 }]
             );
         }
+        // The torn journal was kept aside once; the compacted one has no damage.
+        let kept: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".damaged-"))
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_second_journal_on_the_same_directory_is_refused_until_the_first_closes() {
+        let dir = dir("lock");
+        let (mut first, _) = Journal::open(&dir).unwrap();
+        first.record(&Record::AppRegistered("app-1".into(), app("a")));
+        first.flush();
+        let before = std::fs::read(dir.join(FILE_NAME)).unwrap();
+        let second = Journal::open(&dir);
+        assert!(
+            matches!(second, Err(JournalError::Locked { .. })),
+            "{second:?}"
+        );
+        assert_eq!(std::fs::read(dir.join(FILE_NAME)).unwrap(), before);
+        drop(first);
+        let (_again, recovered) = Journal::open(&dir).unwrap();
+        assert_eq!(recovered.apps.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_application_registered_again_goes_last_and_removals_keep_the_order() {
+        let mut out = BytesMut::from(&FILE_MAGIC[..]);
+        for id in ["a", "b", "c"] {
+            encode_app(id, &app(id), &mut out);
+        }
+        encode_app("a", &app("a"), &mut out);
+        let removed = Message::ApplicationRemoved {
+            app_id: "b",
+            reason: "",
+        };
+        encode_record(&removed, &mut out);
+        let ids: Vec<String> = replay(&out).apps.into_iter().map(|a| a.id).collect();
+        assert_eq!(ids, ["c", "a"]);
     }
 }

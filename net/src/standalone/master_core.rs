@@ -123,6 +123,11 @@ impl MasterCore {
         frame: &Frame,
         now_us: u64,
     ) -> Result<(), ConnError> {
+        let Some(frame) = self.peers.unseal(peer, frame) else {
+            self.forget_gone();
+            return Err(ConnError::Protocol("a bad seal".into()));
+        };
+        let frame = &frame;
         let result = match self.peers.handle_frame(peer, frame, now_us) {
             Arrival::Handshaking => Ok(()),
             Arrival::Opened(role) => {
@@ -778,7 +783,7 @@ mod tests {
     fn open(core: &mut MasterCore, peer: Token, role: Role) -> bool {
         core.handle_connected(peer, [1; 32], 0).expect("room");
         let mut out = BytesMut::new();
-        let mut ours = Handshake::start(role, None, [2; 32], &[Role::Master], &mut out);
+        let mut ours = Handshake::connect(role, None, [2; 32], &[Role::Master], &mut out);
         for frame in sent_to(core, peer) {
             ours.on_frame(frame.kind(), frame.body(), &mut out)
                 .expect("the master's Hello is valid");
@@ -1000,7 +1005,7 @@ mod tests {
         assert!(open(&mut core, Token(11), Role::Driver), "second");
         core.handle_connected(Token(12), [1; 32], 0).expect("room");
         let mut out = BytesMut::new();
-        let mut ours = Handshake::start(Role::Driver, None, [2; 32], &[Role::Master], &mut out);
+        let mut ours = Handshake::connect(Role::Driver, None, [2; 32], &[Role::Master], &mut out);
         for frame in sent_to(&mut core, Token(12)) {
             let _ = ours.on_frame(frame.kind(), frame.body(), &mut out);
         }

@@ -15,7 +15,8 @@
 //! (crate `flint-cli`) do this from a command line.
 
 pub mod app_client;
-mod journal;
+#[doc(hidden)]
+pub mod journal;
 pub mod master;
 #[doc(hidden)]
 pub mod master_core;

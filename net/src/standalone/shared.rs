@@ -9,6 +9,7 @@ use bytes::BytesMut;
 use flint_engine::standalone as sa;
 
 use crate::handshake::{random_nonce, Handshake, HandshakeError, Secret};
+use crate::seal::Seal;
 use crate::wire::{
     self, AppDescription, Frame, FrameDecoder, KeyValue, List, Message, Role,
     FRAME_SIZE_MAX_DEFAULT,
@@ -116,6 +117,8 @@ pub struct BlockingClient {
     stream: TcpStream,
     decoder: FrameDecoder,
     deadline: Instant,
+    /// The connection's seal (toward a master or a worker, with a secret).
+    seal: Option<Seal>,
 }
 
 impl BlockingClient {
@@ -135,11 +138,12 @@ impl BlockingClient {
             stream,
             decoder: FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT),
             deadline,
+            seal: None,
         };
         let nonce = random_nonce().map_err(ClientError::Nonce)?;
         let mut out = BytesMut::new();
         let mut handshake =
-            Handshake::start(role, secret, nonce, &[Role::Master, Role::Worker], &mut out);
+            Handshake::connect(role, secret, nonce, &[Role::Master, Role::Worker], &mut out);
         client.write(&out)?;
         loop {
             let frame = client.next_frame()?;
@@ -147,7 +151,10 @@ impl BlockingClient {
             let step = handshake.on_frame(frame.kind(), frame.body(), &mut out);
             client.write(&out)?;
             match step {
-                Ok(Some(_)) => return Ok(client),
+                Ok(Some(_)) => {
+                    client.seal = handshake.take_seal();
+                    return Ok(client);
+                }
                 Ok(None) => {}
                 Err(source) => return Err(ClientError::Handshake { addr, source }),
             }
@@ -158,6 +165,10 @@ impl BlockingClient {
     pub fn send(&mut self, message: &Message<'_>) -> Result<(), ClientError> {
         let mut out = BytesMut::new();
         message.encode(&mut out, FRAME_SIZE_MAX_DEFAULT)?;
+        if let Some(seal) = self.seal.as_mut() {
+            let plain = out.split();
+            seal.seal(&plain, &mut out);
+        }
         self.write(&out)
     }
 
@@ -165,7 +176,10 @@ impl BlockingClient {
     pub fn next_frame(&mut self) -> Result<Frame, ClientError> {
         loop {
             if let Some(frame) = self.decoder.next_frame()? {
-                return Ok(frame);
+                return match self.seal.as_mut() {
+                    Some(seal) => Ok(seal.open(&frame)?),
+                    None => Ok(frame),
+                };
             }
             let remaining = self.deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {

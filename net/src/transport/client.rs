@@ -207,16 +207,16 @@ impl Link {
         let core = &mut self.core;
         let read = attempt
             .conn
-            .read_frames(|_, frame| match core.handle_frame(&frame, now_us) {
-                Ok(Received::Message) => {
+            .read_frames(|_, frame| match receive(core, frame, now_us) {
+                Ok((Received::Message, frame)) => {
                     step.frames.push(frame);
                     Ok(())
                 }
-                Ok(Received::Opened(_)) => {
+                Ok((Received::Opened(_), _)) => {
                     step.opened = true;
                     Ok(())
                 }
-                Ok(Received::Handshake) => Ok(()),
+                Ok((Received::Handshake, _)) => Ok(()),
                 Err(ended) => {
                     let why = ended.why.clone();
                     step.ended = Some(ended);
@@ -354,6 +354,12 @@ fn connect_failure(attempt: &mut Attempt, event: &Event) -> Option<String> {
     None
 }
 
+/// A frame from the peer through the core: opened if the connection is sealed, then handled.
+fn receive(core: &mut LinkCore, frame: Frame, now_us: u64) -> Result<(Received, Frame), Ended> {
+    let frame = core.unseal(frame)?;
+    Ok((core.handle_frame(&frame, now_us)?, frame))
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
@@ -413,7 +419,7 @@ mod tests {
             .expect("timeout");
         let mut out = BytesMut::new();
         let nonce = crate::handshake::random_nonce().expect("nonce");
-        let mut handshake = Handshake::start(Role::Master, None, nonce, &[Role::Worker], &mut out);
+        let mut handshake = Handshake::accept(Role::Master, None, nonce, &[Role::Worker], &mut out);
         stream.write_all(&out).expect("hello");
         let mut decoder = FrameDecoder::new(FRAME_SIZE_MAX_DEFAULT);
         let mut open = false;

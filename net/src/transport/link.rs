@@ -23,6 +23,7 @@ use bytes::BytesMut;
 
 use crate::conn::TABLE_FULL;
 use crate::handshake::{Handshake, Secret};
+use crate::seal::Seal;
 use crate::wire::{Frame, Role};
 
 /// The first wait after a failure; it doubles up to the link's maximum.
@@ -162,6 +163,10 @@ pub struct LinkCore {
     state: State,
     /// Bytes not yet handed to [`LinkCore::poll_transmit`].
     transmit: BytesMut,
+    /// The connection's seal, once its handshake has made one (see [`crate::seal`]).
+    seal: Option<Box<Seal>>,
+    /// Bytes at the head of `transmit` sent as they are: the handshake's last frames.
+    plain_len: usize,
     deadline_us: Option<u64>,
     reconnect_us: Option<u64>,
     last_heard_us: u64,
@@ -186,6 +191,8 @@ impl LinkCore {
             rules,
             state: State::Down,
             transmit: BytesMut::new(),
+            seal: None,
+            plain_len: 0,
             deadline_us: None,
             reconnect_us: None,
             last_heard_us: 0,
@@ -232,8 +239,9 @@ impl LinkCore {
     /// our `Hello` is the first thing to transmit, and the attempt's deadline runs.
     pub fn handle_connected(&mut self, nonce: [u8; 32], now_us: u64) {
         self.transmit.clear();
+        self.seal = None;
         let rules = &self.rules;
-        let handshake = Handshake::start(
+        let handshake = Handshake::connect(
             rules.role,
             rules.secret.clone(),
             nonce,
@@ -258,6 +266,8 @@ impl LinkCore {
         match handshake.on_frame(frame.kind(), frame.body(), &mut self.transmit) {
             Ok(None) => Ok(Received::Handshake),
             Ok(Some(role)) => {
+                self.seal = handshake.take_seal().map(Box::new);
+                self.plain_len = self.transmit.len();
                 self.state = State::Open { established: false };
                 Ok(Received::Opened(role))
             }
@@ -269,6 +279,22 @@ impl LinkCore {
                 })
             }
         }
+    }
+
+    /// The frame to hand to [`LinkCore::handle_frame`]: opened if the connection is sealed
+    /// (see [`crate::seal`]), else as it came. An `Err` (a bad seal: injected, changed,
+    /// replayed, or a frame not sealed) ends the connection.
+    pub fn unseal(&mut self, frame: Frame) -> Result<Frame, Ended> {
+        let Some(seal) = self.seal.as_mut() else {
+            return Ok(frame);
+        };
+        seal.open(&frame).map_err(|error| Ended {
+            refused: false,
+            why: format!(
+                "{} broke the connection's seal: {error}",
+                self.rules.peer_name
+            ),
+        })
     }
 
     /// The peer accepted us (a registration answered): the backoff starts over, the deadline
@@ -288,6 +314,7 @@ impl LinkCore {
     pub fn handle_closed(&mut self, why: &str, now_us: u64) {
         let was = std::mem::replace(&mut self.state, State::Down);
         self.transmit.clear();
+        self.seal = None;
         self.deadline_us = None;
         if self.event == Some(LinkEvent::Connect) {
             self.event = None;
@@ -338,7 +365,15 @@ impl LinkCore {
     /// Appends the bytes to send to `out` (taking over the buffer when `out` is empty);
     /// returns how many.
     pub fn poll_transmit(&mut self, out: &mut BytesMut) -> usize {
-        move_bytes(&mut self.transmit, out)
+        let Some(seal) = self.seal.as_mut() else {
+            return move_bytes(&mut self.transmit, out);
+        };
+        let before = out.len();
+        let plain_len = std::mem::take(&mut self.plain_len).min(self.transmit.len());
+        out.extend_from_slice(&self.transmit[..plain_len]);
+        seal.seal(&self.transmit[plain_len..], out);
+        self.transmit.clear();
+        out.len() - before
     }
 
     /// What the IO side must do now, if anything.
@@ -373,7 +408,7 @@ pub(crate) fn move_bytes(from: &mut BytesMut, out: &mut BytesMut) -> usize {
 mod tests {
     use super::*;
     use crate::transport::frames_of;
-    use crate::wire::{Kind, Message};
+    use crate::wire::Message;
 
     const MASTER: &[Role] = &[Role::Master];
 
@@ -400,7 +435,7 @@ mod tests {
     fn handshake(core: &mut LinkCore, secret: Option<Secret>, now_us: u64) -> Result<Role, Ended> {
         let mut to_core = BytesMut::new();
         let mut master =
-            Handshake::start(Role::Master, secret, [9; 32], &[Role::Worker], &mut to_core);
+            Handshake::accept(Role::Master, secret, [9; 32], &[Role::Worker], &mut to_core);
         for _ in 0..4 {
             for frame in frames_of(&to_core.split()) {
                 match core.handle_frame(&frame, now_us)? {
@@ -446,11 +481,8 @@ mod tests {
             handshake(&mut core, Some(Secret::new("b").expect("b")), 0).expect_err("refused");
         assert!(ended.refused, "{ended:?}");
         assert!(ended.why.contains("wrong shared secret"), "{}", ended.why);
-        let kinds: Vec<u16> = sent(&mut core).iter().map(Frame::kind).collect();
-        assert!(
-            kinds.contains(&(Kind::HandshakeRefused as u16)),
-            "{kinds:?}"
-        );
+        // The master checked the worker's proof first and told it why.
+        assert!(ended.why.contains("the peer refused"), "{}", ended.why);
     }
 
     #[test]
@@ -534,7 +566,7 @@ mod tests {
         let mut core = LinkCore::new(rules(None));
         core.handle_connected([1; 32], 0);
         let mut hello = BytesMut::new();
-        Handshake::start(Role::Master, None, [9; 32], &[Role::Worker], &mut hello);
+        Handshake::accept(Role::Master, None, [9; 32], &[Role::Worker], &mut hello);
         core.handle_frame(&frames_of(&hello).remove(0), 1_000_000)
             .expect("a Hello");
         assert!(!core.is_silent(rule, interval, 2_500_000));

@@ -29,6 +29,7 @@ use bytes::BytesMut;
 
 use crate::conn::{ConnError, Inbound, TABLE_FULL};
 use crate::handshake::Handshake;
+use crate::seal::Seal;
 use crate::transport::encode;
 use crate::wire::{Frame, Message, Role};
 
@@ -103,6 +104,23 @@ struct Peer<S> {
     out: BytesMut,
     /// Whether it is in the transmit queue.
     queued: bool,
+    /// The connection's seal, once its handshake has made one (see [`crate::seal`]).
+    seal: Option<Box<Seal>>,
+    /// Bytes at the head of `out` sent as they are: the handshake's last frames.
+    plain_len: usize,
+}
+
+impl<S> Peer<S> {
+    /// Its frames to send, sealed when the connection is.
+    fn take_out(&mut self) -> BytesMut {
+        let mut out = std::mem::take(&mut self.out);
+        let plain_len = std::mem::take(&mut self.plain_len).min(out.len());
+        if let Some(seal) = self.seal.as_mut() {
+            let tail = out.split_off(plain_len);
+            seal.seal(&tail, &mut out);
+        }
+        out
+    }
 }
 
 /// A peer table keyed by `K`; `S` is the role's state for each open peer.
@@ -198,7 +216,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         }
         let mut out = BytesMut::new();
         let inbound = &self.config.inbound;
-        let handshake = Handshake::start(
+        let handshake = Handshake::accept(
             inbound.role,
             inbound.secret.clone(),
             nonce,
@@ -212,6 +230,8 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             last_heard_us: now_us,
             out,
             queued: false,
+            seal: None,
+            plain_len: 0,
         };
         self.peers.insert(peer, state);
         self.queue(peer);
@@ -242,6 +262,10 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             return Arrival::Open;
         };
         let step = handshake.on_frame(frame.kind(), frame.body(), &mut state.out);
+        if let Ok(Some(_)) = step {
+            state.seal = handshake.take_seal().map(Box::new);
+            state.plain_len = state.out.len();
+        }
         self.queue(peer);
         match step {
             Ok(None) => Arrival::Handshaking,
@@ -250,6 +274,24 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
                 let why = ConnError::Protocol(format!("handshake failed: {error}"));
                 self.close(peer, why);
                 Arrival::Failed
+            }
+        }
+    }
+
+    /// The frame to hand to [`Peers::handle_frame`]: opened if the peer's connection is sealed
+    /// (see [`crate::seal`]), else as it came. `None`: its seal is wrong (injected, changed,
+    /// replayed, or a frame not sealed), and the peer is closed (in [`Peers::poll_gone`]).
+    pub fn unseal(&mut self, peer: K, frame: &Frame) -> Option<Frame> {
+        let opened = match self.peers.get_mut(&peer).and_then(|p| p.seal.as_mut()) {
+            None => return Some(frame.clone()),
+            Some(seal) => seal.open(frame),
+        };
+        match opened {
+            Ok(frame) => Some(frame),
+            Err(error) => {
+                tracing::warn!(?peer, "closed a sealed connection: {error}");
+                self.close_gone(peer, ConnError::Protocol(error.to_string()));
+                None
             }
         }
     }
@@ -339,7 +381,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// ([`Peers::poll_close`]). The state of an open peer is handed back.
     pub fn close(&mut self, peer: K, why: ConnError) -> Option<S> {
         let mut state = self.peers.remove(&peer)?;
-        let out = std::mem::take(&mut state.out);
+        let out = state.take_out();
         if !out.is_empty() {
             self.farewells.push_back((peer, out));
         }
@@ -415,7 +457,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             };
             state.queued = false;
             if !state.out.is_empty() {
-                return Some((peer, std::mem::take(&mut state.out)));
+                return Some((peer, state.take_out()));
             }
         }
         None
@@ -547,7 +589,7 @@ mod tests {
     fn handshake(peers: &mut Peers<u32, ()>, peer: u32, role: Role, now_us: u64) -> Arrival {
         peers.handle_connected(peer, [1; 32], now_us).expect("room");
         let mut out = BytesMut::new();
-        let mut ours = Handshake::start(role, None, [2; 32], &[Role::Driver], &mut out);
+        let mut ours = Handshake::connect(role, None, [2; 32], &[Role::Driver], &mut out);
         for frame in sent_to(peers, peer) {
             ours.on_frame(frame.kind(), frame.body(), &mut out)
                 .expect("the table's Hello is valid");
@@ -686,7 +728,7 @@ mod tests {
         peers.handle_connected(1, [1; 32], 0).expect("room");
         let mut out = BytesMut::new();
         // A driver may not connect to a driver.
-        let _ = Handshake::start(Role::Driver, None, [2; 32], &[Role::Driver], &mut out);
+        let _ = Handshake::connect(Role::Driver, None, [2; 32], &[Role::Driver], &mut out);
         let arrivals: Vec<Arrival> = (frames_of(&out).iter())
             .map(|frame| peers.handle_frame(1, frame, 0))
             .collect();

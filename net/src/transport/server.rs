@@ -501,6 +501,9 @@ fn on_frame<S>(
     now_us: u64,
     handler: &mut impl Handler<S>,
 ) -> Result<(), ConnError> {
+    let Some(frame) = peers.unseal(token, &frame) else {
+        return Err(ConnError::Protocol("a bad seal".into()));
+    };
     match peers.handle_frame(token, &frame, now_us) {
         Arrival::Handshaking => Ok(()),
         Arrival::Open => {

@@ -30,6 +30,17 @@ pub enum WireError {
     /// The header's reserved flags are not zero.
     #[error("reserved header flags are set: {0:#06x}")]
     ReservedFlags(u16),
+    /// A sealed frame where none is expected (before the handshake's end, or on a connection
+    /// that is not sealed).
+    #[error("a sealed frame on a connection that is not sealed")]
+    Sealed,
+    /// A frame that is not sealed on a sealed connection.
+    #[error("a frame that is not sealed on a sealed connection")]
+    Unsealed,
+    /// A sealed frame whose tag is wrong: changed, injected, replayed, reordered or sealed
+    /// with another key.
+    #[error("a sealed frame with a wrong tag (changed, injected, replayed or out of order)")]
+    BadSeal,
     /// A list count cannot fit in the bytes that remain, even at the smallest item size.
     #[error("list of {count} items cannot fit in the {remaining} bytes left in the frame")]
     CountTooLarge {

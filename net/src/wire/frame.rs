@@ -4,7 +4,8 @@
 //! offset  size  field
 //!      0     4  body length in bytes (u32 LE), at most the connection's maximum frame size
 //!      4     2  message kind (u16 LE), see `Kind`
-//!      6     2  flags (u16 LE), reserved: must be zero in this version
+//!      6     2  flags (u16 LE): bit 0 sealed (the body ends with a tag, see `crate::seal`),
+//!               the others reserved: must be zero in this version
 //!      8     n  body
 //! ```
 //!
@@ -26,20 +27,37 @@ pub const HEADER_LEN: usize = 8;
 /// The default maximum body size of a frame: 16 MiB.
 pub const FRAME_SIZE_MAX_DEFAULT: usize = 16 * 1024 * 1024;
 
+/// The header flag of a sealed frame: its body ends with a [`SEAL_TAG_LEN`]-byte tag.
+pub const FLAG_SEALED: u16 = 1;
+
+/// Bytes of a sealed frame's tag (its body's last ones; the length in the header counts them).
+pub const SEAL_TAG_LEN: usize = 16;
+
 /// The most the decoder reads from a socket in one call when no frame is pending.
 const READ_CHUNK_LEN: usize = 64 * 1024;
 
-/// One received frame: its kind and its body.
+/// One received frame: its kind and its body (a sealed one's with its tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     kind: u16,
     body: Bytes,
+    sealed: bool,
 }
 
 impl Frame {
     /// A frame from its parts (for tests and tools; connections get frames from the decoder).
     pub fn new(kind: u16, body: Bytes) -> Self {
-        Frame { kind, body }
+        Frame {
+            kind,
+            body,
+            sealed: false,
+        }
+    }
+
+    /// Whether it came sealed: its body ends with a tag, and only the connection's
+    /// `crate::seal::Seal` makes a message of it.
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
     }
 
     /// The raw message kind from the header.
@@ -54,6 +72,9 @@ impl Frame {
 
     /// Decodes the message. Strings and byte strings in it borrow from this frame's body.
     pub fn message(&self) -> Result<Message<'_>, WireError> {
+        if self.sealed {
+            return Err(WireError::Sealed);
+        }
         Message::decode(self.kind, &self.body)
     }
 
@@ -149,7 +170,7 @@ impl FrameDecoder {
     /// read straight into the buffer.
     pub fn read_from(&mut self, source: &mut impl Read) -> io::Result<usize> {
         let pending = match parse_header(&self.buf) {
-            Some((len, _, _)) if len <= self.frame_size_max => {
+            Some((len, _, _)) if len <= self.frame_size_max + SEAL_TAG_LEN => {
                 (HEADER_LEN + len).saturating_sub(self.buf.len())
             }
             _ => 0,
@@ -179,13 +200,12 @@ impl FrameDecoder {
         let Some((len, kind, flags)) = parse_header(&self.buf) else {
             return Ok(None);
         };
-        if len > self.frame_size_max {
-            return Err(WireError::FrameTooLarge {
-                len,
-                max: self.frame_size_max,
-            });
+        let sealed = flags == FLAG_SEALED;
+        let max = self.frame_size_max + if sealed { SEAL_TAG_LEN } else { 0 };
+        if len > max {
+            return Err(WireError::FrameTooLarge { len, max });
         }
-        if flags != 0 {
+        if flags != 0 && !sealed {
             return Err(WireError::ReservedFlags(flags));
         }
         if Kind::from_u16(kind).is_none() {
@@ -198,7 +218,7 @@ impl FrameDecoder {
         }
         self.buf.advance(HEADER_LEN);
         let body = self.buf.split_to(len).freeze();
-        Ok(Some(Frame { kind, body }))
+        Ok(Some(Frame { kind, body, sealed }))
     }
 }
 

@@ -17,7 +17,9 @@ pub const MAGIC: [u8; 4] = *b"FLNT";
 
 /// The protocol version this build speaks. Peers must match exactly. 2: executors run lanes
 /// (`RegisterExecutor.lanes`, `RegisteredExecutor.lane_key`, `JoinLane`, `LaneJoined`).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// 3: the proofs cover the whole transcript and the connector proves itself first; frames to
+/// and from a master or a worker are sealed (`crate::handshake`, `crate::seal`).
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The handshake's magic field: reads only [`MAGIC`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -585,6 +587,11 @@ messages! {
         /// Executors.
         executors: List<'a, ExecutorStatus<'a>>,
     },
+
+    // ---- later additions (last in the table, so the fuzz corpus's kind indices stay) ----
+    /// An executor is going away (it got SIGTERM): the driver gives it no new task; the ones
+    /// it runs end or come back as killed (Spark's executor decommissioning).
+    ExecutorDraining = 28 {},
 }
 
 impl<'a> Message<'a> {

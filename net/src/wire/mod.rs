@@ -21,7 +21,10 @@ pub mod message;
 
 pub use codec::{Field, List, ListIter, Reader};
 pub use error::WireError;
-pub use frame::{encode_frame, Frame, FrameDecoder, FRAME_SIZE_MAX_DEFAULT, HEADER_LEN};
+pub use frame::{
+    encode_frame, Frame, FrameDecoder, FLAG_SEALED, FRAME_SIZE_MAX_DEFAULT, HEADER_LEN,
+    SEAL_TAG_LEN,
+};
 pub use message::{
     AppDescription, AppState, AppStatus, AuthMethod, ExecutorState, ExecutorStatus, KeyValue, Kind,
     Magic, Message, Metric, Role, StatusUpdate, TaskLaunch, TaskState, Version, WorkerState,

@@ -236,8 +236,8 @@ fn malformed_inputs_give_their_errors() {
         ),
         (
             "reserved flags set",
-            frame_bytes(kill_task, 1, &[]),
-            WireError::ReservedFlags(1),
+            frame_bytes(kill_task, 2, &[]),
+            WireError::ReservedFlags(2),
         ),
         (
             "unknown kind in the header",

@@ -319,6 +319,11 @@ impl DriverCore {
             (Phase::Executor(executor, lane), Message::Heartbeat { running_tasks, .. }) => {
                 self.heartbeat(peer, executor, lane, running_tasks)
             }
+            (Phase::Executor(executor, lane), Message::ExecutorDraining {}) => {
+                tracing::info!(?executor, lane, "the executor is draining (going away)");
+                self.scheduler.drain_executor(executor);
+                Ok(())
+            }
             (Phase::Executor(..) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
             (_, other) => Err(ConnError::Protocol(unexpected(&other, "this peer"))),
         }
@@ -599,6 +604,19 @@ impl DriverCore {
         self.executors.retire(id, RemovalReason::Killed, false);
         self.send(peer, &Message::StopExecutor {});
         true
+    }
+
+    /// Drains a remote executor (by its id on the wire): the scheduler offers it nothing from
+    /// now on while its running attempts go on (Spark's decommissioning; the lifecycle stops it
+    /// once they end). Draining is its own state, apart from the suspicion of sick executors:
+    /// it never ends. Whether it was registered.
+    pub fn drain_executor(&mut self, executor_id: &str) -> bool {
+        let Some((id, _)) = self.executors.remote_by_name(executor_id) else {
+            return false;
+        };
+        let drained = self.scheduler.drain_executor(id);
+        debug_assert!(drained, "a registered remote executor is in the scheduler");
+        drained
     }
 
     /// Removes a remote executor (by its id on the wire) for `reason`, closing its connection;

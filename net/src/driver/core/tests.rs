@@ -77,7 +77,8 @@ fn connect(core: &mut DriverCore, peer: PeerId, now_us: u64) {
     core.handle_connected(peer, [1; 32], now_us)
         .expect("room for the peer");
     let mut out = BytesMut::new();
-    let mut handshake = Handshake::start(Role::Executor, None, [2; 32], &[Role::Driver], &mut out);
+    let mut handshake =
+        Handshake::connect(Role::Executor, None, [2; 32], &[Role::Driver], &mut out);
     let mut done = false;
     for frame in sent_to(core, peer) {
         done |= handshake

@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use flint_engine::standalone::AppSpec;
 
-use super::AppInfo;
+use super::{AppInfo, ExecutorExit, EXITS_KEPT};
 use crate::standalone::with_description;
 use crate::transport::{encode, unexpected};
 use crate::wire::{ExecutorState, List, Message, FRAME_SIZE_MAX_DEFAULT};
@@ -87,8 +87,9 @@ impl AppSession {
                 executor_id,
                 state,
                 message,
+                exit_code,
                 ..
-            } => self.executor_changed(executor_id, state, message, info),
+            } => self.executor_changed(executor_id, (state, exit_code), message, info),
             Message::WorkerRemoved {
                 worker_id, reason, ..
             } => {
@@ -118,10 +119,11 @@ impl AppSession {
         Ok(())
     }
 
+    /// An executor's new state (with its exit code once it has exited).
     fn executor_changed(
         &self,
         executor_id: &str,
-        state: ExecutorState,
+        (state, exit_code): (ExecutorState, Option<i32>),
         message: &str,
         info: &mut AppInfo,
     ) {
@@ -132,6 +134,14 @@ impl AppSession {
         if is_final {
             if info.executors.remove(executor_id).is_some() {
                 info.executors_ended += 1;
+                if info.exits.len() == EXITS_KEPT {
+                    info.exits.pop_front();
+                }
+                info.exits.push_back(ExecutorExit {
+                    id: executor_id.to_owned(),
+                    state,
+                    exit_code,
+                });
             }
         } else if let Some(entry) = info.executors.get_mut(executor_id) {
             entry.1 = state;
