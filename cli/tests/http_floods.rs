@@ -11,8 +11,8 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use common::cluster::{scratch, Proc};
 use common::free_port;
-use common::proc::{scratch, Proc};
 use flint_net::observe::http::flood::{self, Flood};
 
 const SECRET: &str = "http-floods-test-secret";
@@ -37,7 +37,7 @@ fn target(name: &str) -> Target {
     let dir = scratch(name);
     let listen = format!("127.0.0.1:{}", free_port());
     let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let driver = Proc::start(
+    let driver = Proc::start_env(
         &dir,
         "driver",
         SECRET,
@@ -56,7 +56,7 @@ fn target(name: &str) -> Target {
         ],
         &[],
     );
-    let executor = Proc::start(
+    let executor = Proc::start_env(
         &dir,
         "executor",
         SECRET,

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::proc::{scratch, Proc};
+use common::cluster::{scratch, Proc};
 use common::{free_port, http_get as get, sample, wait_until, DEADLINE};
 
 use std::io::Write;
@@ -124,7 +124,7 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     let gate = dir.join("gate");
     let task = format!("gate:{}", gate.display());
     let tasks: u32 = 3000;
-    let mut driver = Proc::start(
+    let mut driver = Proc::start_env(
         &dir,
         "driver",
         SECRET,
@@ -170,7 +170,7 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     let executors: Vec<Proc> = (0..2)
         .map(|i| {
             let (id, cores) = (format!("obs-{i}"), (i + 1).to_string());
-            Proc::start(
+            Proc::start_env(
                 &dir,
                 &format!("exec-{i}"),
                 SECRET,
@@ -260,7 +260,7 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     assert!(sample(&text, "flint_net_frames_received_total").unwrap_or(0.0) > 0.0);
     promtool_check(metrics, &token, "the driver");
     // The driver's own summary agrees.
-    assert!(driver.wait_exit().success(), "{}", driver.stderr());
+    assert!(driver.wait().success(), "{}", driver.stderr());
     let summary = driver.stdout();
     assert!(
         summary.contains(&format!("\"succeeded\":{tasks}")),
@@ -297,7 +297,7 @@ fn an_observe_token_file_is_used_and_never_the_secret() {
     let metrics = addr(free_port());
     let args = driver_args(&made, metrics);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let driver = Proc::start(&dir, "driver", SECRET, &args, &[]);
+    let driver = Proc::start_env(&dir, "driver", SECRET, &args, &[]);
     let token = driver.observe_token();
     assert_eq!(std::fs::read_to_string(&made).unwrap().trim(), token);
     use std::os::unix::fs::PermissionsExt;
@@ -330,7 +330,7 @@ fn an_observe_token_file_is_used_and_never_the_secret() {
 #[test]
 fn json_logs_carry_the_job_span() {
     let dir = scratch("json");
-    let mut local = Proc::start(
+    let mut local = Proc::start_env(
         &dir,
         "local",
         SECRET,
@@ -349,7 +349,7 @@ fn json_logs_carry_the_job_span() {
         ],
         &[("RUST_LOG", "flint_net=info")],
     );
-    let _ = local.wait_exit();
+    let _ = local.wait();
     let stderr = local.stderr();
     let json: Vec<&str> = stderr.lines().filter(|l| l.starts_with('{')).collect();
     assert!(
@@ -554,7 +554,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
     let profile = dir.join("chromium-profile");
     let (master_port, master_ui, master_metrics) = (free_port(), free_port(), free_port());
     let master_addr = addr(master_port);
-    let master = Proc::start(
+    let master = Proc::start_env(
         &dir,
         "master",
         SECRET,
@@ -597,7 +597,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
                 args.extend(["--metrics-listen".into(), worker_metrics.to_string()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            Proc::start(&dir, &format!("worker-{i}"), SECRET, &args, &[])
+            Proc::start_env(&dir, &format!("worker-{i}"), SECRET, &args, &[])
         })
         .collect();
     wait_until("two alive workers in the master's metrics", || {
@@ -649,7 +649,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
     let task = format!("gate:{}", gate.display());
     let tasks: u32 = 4000;
     let driver_ui = addr(free_port());
-    let mut submit = Proc::start(
+    let mut submit = Proc::start_env(
         &dir,
         "submit",
         SECRET,
@@ -812,7 +812,7 @@ fn ui_in_chromium_shows_the_cluster_and_the_job() {
         screenshot(browser, &profile, &driver_url, "driver-done.png");
         job_page(browser, &profile, driver_ui, &driver_token, tasks);
     }
-    assert!(submit.wait_exit().success(), "{}", submit.stderr());
+    assert!(submit.wait().success(), "{}", submit.stderr());
     assert!(submit.stdout().contains(&format!("\"succeeded\":{tasks}")));
     drop(workers);
 }

@@ -7,7 +7,6 @@
 
 pub mod cluster;
 mod gate;
-pub mod proc;
 #[allow(unused_imports)]
 pub use gate::Gate;
 
