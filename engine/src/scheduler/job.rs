@@ -703,6 +703,7 @@ impl Job {
             function: t.function.clone(),
             payload: t.payload.clone(),
             cores: t.cores,
+            speculative,
         };
         (launch, speculative)
     }

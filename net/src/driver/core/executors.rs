@@ -137,6 +137,11 @@ impl Remote {
         peers.zip(batches).collect()
     }
 
+    /// The lane attempt `key` was sent to (0 if it is not held).
+    pub(super) fn lane_of(&self, key: AttemptKey) -> u32 {
+        self.sent.attempts.get(&key).map_or(0, |a| a.2)
+    }
+
     /// Attempt `key` goes to `lane` at `now_us`.
     fn launched(&mut self, key: AttemptKey, lane: u32, now_us: u64) {
         if let Some(old) = self.sent.attempts.insert(key, (now_us, false, lane)) {

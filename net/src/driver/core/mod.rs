@@ -564,7 +564,7 @@ impl DriverCore {
             Some(function) => function.clone(),
             None => std::sync::Arc::from(""),
         };
-        self.telemetry.job_submitted(now_us, id, &function, n);
+        (self.telemetry).job_submitted(now_us, id, &function, n, &spec.pool);
         if self.jobs.is_empty() {
             // The first stall check one interval after work arrives.
             self.health.work_arrived(now_us);
@@ -750,6 +750,9 @@ impl DriverCore {
     /// results and outcomes to the events for the callers' side.
     fn pump(&mut self) {
         self.scheduler.drain_outputs(&mut self.outputs);
+        if self.telemetry.point_due(self.now_us) {
+            views::take_point(&self.scheduler, &mut self.telemetry, self.now_us);
+        }
         let mut outputs = std::mem::take(&mut self.outputs);
         for output in outputs.drain(..) {
             self.carry_out(output);
@@ -785,7 +788,7 @@ impl DriverCore {
                 let Some(peer) = remote.peer_of(attempt) else {
                     return;
                 };
-                self.telemetry.kill_sent();
+                self.telemetry.kill_sent(self.now_us, attempt.0, attempt.1);
                 let kill = Message::KillTask {
                     task_id: attempt.0 .0,
                     attempt: attempt.1,
@@ -805,10 +808,12 @@ impl DriverCore {
         let now = self.now_us;
         match self.executors.link_mut(executor) {
             Some(Link::Remote(remote)) => {
+                let batches = remote.route_all(&tasks, now);
                 for task in &tasks {
-                    self.telemetry.launched(now, task.task, task.attempt);
+                    let lane = || remote.lane_of((task.task, task.attempt));
+                    self.telemetry.launched(now, task, executor, lane);
                 }
-                for (peer, batch) in remote.route_all(&tasks, now) {
+                for (peer, batch) in batches {
                     let out = peer.and_then(|peer| self.peers.outbound(peer));
                     let (Some(out), false) = (out, batch.is_empty()) else {
                         continue;
@@ -822,7 +827,7 @@ impl DriverCore {
             }
             Some(Link::Local) => {
                 for task in tasks {
-                    self.telemetry.launched(now, task.task, task.attempt);
+                    self.telemetry.launched(now, &task, executor, || 0);
                     self.local.push_back(LocalCommand::Launch(task));
                 }
             }
@@ -905,7 +910,7 @@ impl DriverCore {
                 why
             }
         };
-        self.telemetry.executor_removed(id, &shown, lost);
+        (self.telemetry).executor_removed(self.now_us, id, &shown, lost);
         self.scheduler.remove_executor(self.now_us, id, reason);
         debug_assert!(self.executors.link(id).is_none());
     }
