@@ -19,7 +19,7 @@
 //!
 //! | role | metrics |
 //! | --- | --- |
-//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}`, `executor_lanes{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
+//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `task_hedges`, `task_hedges_withheld`, `executor_suspicions`, `executor_probations`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}`, `executor_lanes{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
 //! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_bytes{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
 //! | worker | `worker_cores{state}`, `worker_memory_bytes{state}`, `executors_by_state{state}` |
 //! | every process | `up` (1 when the role answered), `net_frames_received`, `net_bytes_received`, `net_bytes_sent`, `net_writes` |
@@ -256,6 +256,30 @@ fn encode_tasks(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         "tasks_speculative_launched",
         "Speculative task attempts launched.",
         s.speculative_launched,
+    )?;
+    counter(
+        enc,
+        "task_hedges",
+        "Copies queued for attempts past their hedging threshold (hedged tasks).",
+        s.hedges,
+    )?;
+    counter(
+        enc,
+        "task_hedges_withheld",
+        "Overdue attempts not copied: no token left, or most executors slow at once.",
+        s.hedges_withheld,
+    )?;
+    counter(
+        enc,
+        "executor_suspicions",
+        "Times an executor was suspected (overdue attempts, silent as long): no new work.",
+        s.suspicions,
+    )?;
+    counter(
+        enc,
+        "executor_probations",
+        "Times an executor went on probation (much slower than its peers): one attempt at a time.",
+        s.probations,
     )?;
     counter(
         enc,

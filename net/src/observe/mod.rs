@@ -269,6 +269,9 @@ pub struct ExecutorView {
     pub lane_launches: Vec<u64>,
     /// While registered, a remote executor's lanes joined, lane 0 included; 0 otherwise.
     pub lanes_joined: u32,
+    /// While registered, whether it gets less work or none for now: `stalled`, `suspected`
+    /// or `probation` (see `Driver::executor_health`); empty when it is well.
+    pub health: String,
 }
 
 /// A task attempt's failure.
@@ -622,6 +625,7 @@ impl LoopTelemetry {
                     lost: false,
                     lane_launches: Vec::new(),
                     lanes_joined: 0,
+                    health: String::new(),
                 },
             },
         );

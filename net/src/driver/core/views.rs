@@ -42,7 +42,16 @@ pub(super) fn driver(
 ) -> DriverView {
     let scheduling = |job| scheduler.job_info(job);
     let mut view = telemetry.view(|id| running_on(scheduler, id), scheduling, now_us);
+    let sick = health(scheduler, executors);
     for executor in view.executors.iter_mut() {
+        let is = |list: &[String]| list.contains(&executor.executor_id);
+        executor.health = match () {
+            _ if is(&sick.suspected) => "suspected",
+            _ if is(&sick.stalled) => "stalled",
+            _ if is(&sick.on_probation) => "probation",
+            _ => "",
+        }
+        .to_owned();
         let id = executors.id_of(&executor.executor_id);
         if let Some(Link::Remote(remote)) = id.and_then(|id| executors.link(id)) {
             executor.lane_launches = remote.lanes.iter().map(|l| l.launched).collect();

@@ -119,10 +119,13 @@ fn executors_table(b: &mut String, v: &DriverView) {
         <th>state</th></tr>",
     );
     for e in &v.executors {
-        let state = match (e.removed.is_empty(), e.lost) {
-            (true, _) => "ALIVE",
-            (false, true) => "LOST",
-            (false, false) => "REMOVED",
+        let state = match (e.removed.is_empty(), e.lost, e.health.as_str()) {
+            (true, _, "suspected") => "SUSPECTED",
+            (true, _, "stalled") => "STALLED",
+            (true, _, "probation") => "PROBATION",
+            (true, _, _) => "ALIVE",
+            (false, true, _) => "LOST",
+            (false, false, _) => "REMOVED",
         };
         let _ = write!(
             b,

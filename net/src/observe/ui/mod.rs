@@ -92,7 +92,7 @@ table{border-collapse:collapse;min-width:40em}th,td{padding:3px 10px;text-align:
 border-bottom:1px solid #eee;vertical-align:top}th{background:#f4f4f4}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}\
 .s-RUNNING,.s-ALIVE,.s-SUCCEEDED{color:#1a7f37}.s-FAILED,.s-DEAD,.s-LOST{color:#cf222e}\
-.s-WAITING,.s-LAUNCHING,.s-UNKNOWN{color:#9a6700}dl{display:flex;flex-wrap:wrap;gap:0 2em}\
+.s-WAITING,.s-LAUNCHING,.s-UNKNOWN,.s-SUSPECTED,.s-STALLED,.s-PROBATION{color:#9a6700}dl{display:flex;flex-wrap:wrap;gap:0 2em}\
 dt{color:#666}dd{margin:0 0 .4em 0;font-weight:600;font-size:1.2em}\
 progress{width:10em}.reason{font-family:monospace;font-size:12px;color:#555}\
 .charts{display:flex;flex-wrap:wrap;gap:.8em}figure{margin:0;border:1px solid #ddd;padding:4px}\
