@@ -111,6 +111,7 @@ impl MasterCore {
     ) -> Result<(), String> {
         let result = self.peers.handle_connected(peer, nonce, now_us);
         self.forget_gone();
+        self.check();
         result
     }
 
@@ -145,6 +146,7 @@ impl MasterCore {
         }
         self.forget_gone();
         self.drive();
+        self.check();
         result
     }
 
@@ -153,6 +155,8 @@ impl MasterCore {
         let phase = self.peers.remove(peer);
         self.forget(peer, phase, why);
         self.drive();
+        debug_assert!(!self.peers.contains(peer));
+        self.check();
     }
 
     /// Time passed: the state machine's deadlines (heartbeats, launches, recovery) and the
@@ -163,6 +167,39 @@ impl MasterCore {
         self.peers.handle_timeout(now_us);
         self.forget_gone();
         self.drive();
+        self.check();
+    }
+
+    /// What must hold between inputs (debug builds and the simulators): each worker and
+    /// application the core routes to is a peer in that phase, and the table is within its
+    /// bounds. The negative space: no two workers on one connection, no application
+    /// connections past `apps_connections_max`. O(peers).
+    fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        self.peers.check();
+        for (id, &peer) in &self.workers {
+            let held = self.peers.state(peer);
+            assert!(
+                matches!(held, Some(Phase::Worker(w)) if w == id),
+                "worker {id}'s peer"
+            );
+        }
+        for (id, &peer) in &self.apps {
+            let held = self.peers.state(peer);
+            assert!(
+                matches!(held, Some(Phase::App(a)) if a == id),
+                "application {id}'s peer"
+            );
+        }
+        let peers: std::collections::BTreeSet<_> = self.workers.values().collect();
+        assert_eq!(peers.len(), self.workers.len(), "one connection per worker");
+        let apps = self.app_connections();
+        assert!(
+            apps <= self.config.apps_connections_max,
+            "{apps} application connections"
+        );
     }
 
     /// When the core wants its next [`MasterCore::handle_tick`], in µs.

@@ -758,6 +758,47 @@ impl DriverCore {
             self.carry_out(output);
         }
         self.outputs = outputs;
+        self.check();
+    }
+
+    /// What must hold after every input (debug builds and the simulators, which run with
+    /// assertions on): the peer table within its bounds; every lane the core routes to is a
+    /// peer in that executor's phase, and every executor peer is a joined lane of a registered
+    /// executor (never a lane of one that left); the scheduler knows exactly the executors and
+    /// jobs the core does. O(peers + executors).
+    fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        self.peers.check();
+        assert_eq!(
+            self.executors.live(),
+            self.scheduler.executors(),
+            "executors"
+        );
+        assert_eq!(self.jobs.len(), self.scheduler.active_jobs(), "active jobs");
+        for peer in self.peers.keys() {
+            let Some(&Phase::Executor(id, lane)) = self.peers.state(peer) else {
+                continue;
+            };
+            let joined = match self.executors.link(id) {
+                Some(Link::Remote(remote)) => remote.lanes.get(lane as usize).map(|l| l.peer),
+                _ => None,
+            };
+            assert_eq!(joined, Some(Some(peer)), "executor {} lane {lane}", id.0);
+        }
+        for (_, id) in self.executors.remotes() {
+            let Some(Link::Remote(remote)) = self.executors.link(id) else {
+                panic!("executor {} named but not linked", id.0);
+            };
+            for (lane, slot) in remote.lanes.iter().enumerate() {
+                if let Some(peer) = slot.peer {
+                    let phase = self.peers.state(peer);
+                    let held = matches!(phase, Some(&Phase::Executor(i, l)) if i == id && l as usize == lane);
+                    assert!(held, "lane {lane} of executor {} is not its peer", id.0);
+                }
+            }
+        }
     }
 
     fn carry_out(&mut self, output: Output) {
