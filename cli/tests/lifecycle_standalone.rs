@@ -17,7 +17,7 @@ use flint_cli::summary::indexed_payload;
 use flint_engine::functions::fnv1a64;
 
 /// The cluster's shared secret (every process gets it as $FLINT_SECRET; the driver's metrics
-/// take it as their token).
+/// take the observe token it prints the file of).
 const SECRET: &str = "lifecycle-standalone-secret";
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
@@ -192,7 +192,8 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
             && stderr.contains("executor 0 running")
             && stderr.contains("executor 1 running")
     });
-    wait_until_held(metrics_addr, Some(SECRET), 2);
+    let token = common::wait_observe_token(|| submit.stderr());
+    wait_until_held(metrics_addr, Some(&token), 2);
     let pids = executor_pids(&work);
     let victim = pids.first().expect("an executor pid").clone();
     let killed = Command::new("kill")
@@ -215,7 +216,7 @@ fn submit_an_executor_killed_mid_job_is_removed_replaced_and_the_checksum_is_rig
     wait_until("the replacement running", || {
         submit.stderr().contains("executor 2 running")
     });
-    open_held(&gate, metrics_addr, Some(SECRET));
+    open_held(&gate, metrics_addr, Some(&token));
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
     assert!(
@@ -321,8 +322,9 @@ fn submit_with_max_executors_grows_under_a_backlog_and_releases_idle_executors()
             &metrics_listen,
         ],
     );
-    wait_until_held(metrics_addr, Some(SECRET), 3);
-    open_held(&gate, metrics_addr, Some(SECRET));
+    let token = common::wait_observe_token(|| submit.stderr());
+    wait_until_held(metrics_addr, Some(&token), 3);
+    open_held(&gate, metrics_addr, Some(&token));
     let status = submit.wait();
     let stdout = std::fs::read_to_string(&submit.stdout).unwrap_or_default();
     assert!(

@@ -335,7 +335,8 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     });
     // Killed while its executor provably holds attempts (at the gate, so none finished); the
     // gate opens once the driver has lost it and the master has placed its replacement.
-    wait_until_held(driver_metrics, Some(SECRET), 3);
+    let token = common::wait_observe_token(|| job.stderr());
+    wait_until_held(driver_metrics, Some(&token), 3);
     let snapshot = wait_status(port, "an executor running on w1", |s| {
         s.running_on("w1") == 1
     });
@@ -354,11 +355,11 @@ fn kill_9_of_a_worker_and_its_executors_mid_job_the_job_completes_and_the_worker
     });
     wait_until("the driver to lose w1's executor", || {
         sample(
-            &metrics(driver_metrics, Some(SECRET)),
+            &metrics(driver_metrics, Some(&token)),
             "flint_executors_lost_total",
         ) >= Some(1.0)
     });
-    open_held(&gate, driver_metrics, Some(SECRET));
+    open_held(&gate, driver_metrics, Some(&token));
     let json = submit_succeeds(&mut job, tasks);
     assert!(json_u64(&json, "workers_lost") >= Some(1), "{json}");
     assert!(json_u64(&json, "executors_lost") >= Some(1), "{json}");
@@ -473,7 +474,8 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
     });
     // The master restarts while both executors provably hold attempts (at the gate); the gate
     // opens once it has taken the workers, the application and its executors back.
-    wait_until_held(driver_metrics, Some(SECRET), 2);
+    let token = common::wait_observe_token(|| job.stderr());
+    wait_until_held(driver_metrics, Some(&token), 2);
     master.kill9();
     let mut master = start_master(&dir, port, &["--state-dir", &state_arg]);
     wait_status(
@@ -485,7 +487,7 @@ fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_applic
                 && s.executors.iter().filter(|e| e.3 == "RUNNING").count() == 2
         },
     );
-    open_held(&gate, driver_metrics, Some(SECRET));
+    open_held(&gate, driver_metrics, Some(&token));
     let json = submit_succeeds(&mut job, tasks);
     // The restarted master adopted the two running executors instead of placing new ones.
     assert_eq!(json_u64(&json, "executors_placed"), Some(2), "{json}");
@@ -767,8 +769,6 @@ fn multihost() {
     let task = gate.task();
     let driver_metrics: SocketAddr = format!("{}:9464", net.ip("driver")).parse().expect("addr");
     let metrics_listen = driver_metrics.to_string();
-    // The driver's metrics, read from inside its namespace.
-    let scrape = || net.run_in("driver", move || metrics(driver_metrics, Some(secret)));
     let mut driver_cmd = net.command("driver");
     driver_cmd.env("FLINT_SECRET", secret);
     let mut job = Proc::start_with(
@@ -803,6 +803,12 @@ fn multihost() {
     wait_until("the job to start", || {
         job.stderr().contains("running the job")
     });
+    // The driver's metrics, read from inside its namespace with its observe token.
+    let token = common::wait_observe_token(|| job.stderr());
+    let scrape = || {
+        let token = token.clone();
+        net.run_in("driver", move || metrics(driver_metrics, Some(&token)))
+    };
     // Cut w1's link while both executors provably hold attempts (at the gate): the master times
     // w1 out and the driver loses its executor, all before the gate opens; then the job
     // finishes on w2.

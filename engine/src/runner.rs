@@ -707,6 +707,7 @@ mod tests {
             function: Arc::from(function),
             payload: Bytes::from_static(payload),
             cores: 1,
+            speculative: false,
         }
     }
 

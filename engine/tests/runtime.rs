@@ -398,6 +398,71 @@ fn full_inbox_rejects_or_applies_backpressure() {
     );
 }
 
+/// Holds its loop on a gate, or answers a ping.
+enum GateMsg {
+    /// Tells the first channel it holds the loop, then waits on the second.
+    Hold(crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>),
+    Filler,
+    Ping(Reply<u32>),
+}
+
+struct Gated;
+
+impl Endpoint for Gated {
+    type Msg = GateMsg;
+    fn on_message(&mut self, msg: GateMsg, _ctx: &mut Ctx<'_, Self>) {
+        match msg {
+            GateMsg::Hold(held, gate) => {
+                let _ = held.send(());
+                let _ = gate.recv_timeout(DEADLINE);
+            }
+            GateMsg::Filler => {}
+            GateMsg::Ping(reply) => {
+                let _ = reply.send(7);
+            }
+        }
+    }
+}
+
+/// The CI failure of `stress_many_producers_keep_per_sender_fifo`: an ask right after a burst
+/// of sends found the inbox full and failed at once with `Full` although it had 10 s to wait.
+#[test]
+fn ask_into_a_full_inbox_waits_for_room_within_its_timeout() {
+    let rt = Runtime::new(RuntimeConfig {
+        threads: 1,
+        inbox_capacity: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let g = rt.handle().spawn("gated", Gated).unwrap();
+    let (open, gate) = crossbeam_channel::unbounded();
+    let (held_tx, held) = crossbeam_channel::unbounded();
+    g.send(GateMsg::Hold(held_tx, gate)).unwrap();
+    held.recv_timeout(DEADLINE).expect("the loop holds");
+    wait_until("inbox full", || {
+        matches!(g.send(GateMsg::Filler), Err(SendError::Full(_)))
+    });
+    assert_eq!(
+        g.ask(GateMsg::Ping, Duration::from_millis(20)).unwrap_err(),
+        AskError::Full,
+        "an ask whose timeout passes while the inbox stays full reports Full"
+    );
+    let (asking_tx, asking) = crossbeam_channel::unbounded();
+    let asker = {
+        let g = g.clone();
+        std::thread::spawn(move || {
+            asking_tx.send(()).unwrap();
+            g.ask(GateMsg::Ping, DEADLINE)
+        })
+    };
+    asking.recv_timeout(DEADLINE).unwrap();
+    // The pause only gives the ask time to meet the full inbox (so the test catches an ask
+    // that gives up at once); the ask passes however long it takes.
+    std::thread::sleep(Duration::from_millis(50));
+    open.send(()).unwrap();
+    assert_eq!(asker.join().unwrap(), Ok(7), "the ask waited for room");
+}
+
 /// Asks another endpoint from inside its handler.
 struct Asker {
     target: flint_engine::runtime::EndpointRef<Recorder>,

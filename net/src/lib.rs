@@ -152,11 +152,13 @@ pub mod lifecycle;
 pub mod observe;
 
 // For the fuzzers, benches, tests and the CLI's own tools, not for embedders: the handshake and
-// the wire protocol, and the cluster simulator over the real driver and executor cores.
+// the wire protocol, and (feature `sim`, not in a default build) the cluster simulator over
+// the real driver and executor cores.
 #[doc(hidden)]
 pub mod handshake;
 #[doc(hidden)]
 pub mod seal;
+#[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod sim;
 #[doc(hidden)]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flint_engine::standalone::AppSpec;
-use flint_net::observe::http::{Handler, HttpError, HttpLimits, HttpServer, Response};
+use flint_net::observe::http::{
+    Access, Handler, HttpError, HttpLimits, HttpServer, Response, Site,
+};
 use flint_net::pools::{self, PoolsError};
 use flint_net::{
     AppClient, AppClientConfig, AppClientError, JournalError, MasterConfig, MasterError,
@@ -159,14 +161,13 @@ fn an_app_client_without_a_master_times_out_registering() {
 }
 
 #[test]
-fn an_http_server_beyond_loopback_needs_a_secret() {
+fn an_http_server_beyond_loopback_needs_a_token() {
     let handler: Handler = Arc::new(|_| Response::text(200, "ok"));
     let refused = HttpServer::start(
         "0.0.0.0:0".parse().expect("addr"),
-        None,
-        false,
+        Access::Open,
         HttpLimits::default(),
-        handler,
+        Site::handler(handler),
     );
     assert!(
         matches!(refused, Err(HttpError::InsecureBind(_))),

@@ -77,7 +77,7 @@ fn iterating_a_batch_of_1000_tasks_allocates_nothing_per_task() {
     COUNTING.with(|counting| counting.set(false));
 
     assert_eq!(payload_bytes, TASKS * 64);
-    assert_eq!(id_sum, (0..TASKS as u64).sum());
+    assert_eq!(id_sum, (0..TASKS as u64).sum::<u64>());
     // Splitting the frame off the buffer and sharing it may allocate a reference count once;
     // nothing is allocated per task.
     assert!(

@@ -185,23 +185,13 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         progress: !args.json,
         submitters: args.submitters,
     };
-    // Local executors' secret is nobody's to know: then the metrics serve loopback only.
-    let ui_secret = args.driver_listen.and(cluster_spec.driver.secret.clone());
     if let Some(callers) = args.async_callers {
         return run_async(args, callers, cluster_spec, &spec, source_name);
     }
     let started = SystemTime::now();
     let cluster = Cluster::start(cluster_spec)?;
     let _metrics = match args.metrics_listen {
-        Some(addr) => Some(
-            flint_net::observe::ui::serve_driver(
-                addr,
-                cluster.driver.observer(),
-                ui_secret,
-                flint_net::observe::ui::Serve::UiAndMetrics,
-            )
-            .map_err(|e| e.to_string())?,
-        ),
+        Some(addr) => Some(serve_metrics(addr, args.driver_listen.is_some(), &cluster)?),
         None => None,
     };
     let stats_before = cluster.driver.stats();
@@ -245,6 +235,31 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 }
 
 /// `--queued-memory`: the driver's memory with `--tasks` queued and no executors.
+/// The metrics and pages at `addr`: loopback without a token when the executors are local
+/// (their secret is nobody's to know), else with a token of their own in a new private file.
+fn serve_metrics(
+    addr: SocketAddr,
+    external: bool,
+    cluster: &Cluster,
+) -> Result<flint_net::observe::http::HttpServer, String> {
+    use flint_net::observe::http::Access;
+    let access = if external {
+        let (token, path) = flint_net::observe::token::ObserveToken::create_in_temp_dir()
+            .map_err(|e| e.to_string())?;
+        eprintln!("flint-load: observe token in {}", path.display());
+        Access::Token(token)
+    } else {
+        Access::Open
+    };
+    flint_net::observe::ui::serve_driver(
+        addr,
+        cluster.driver.observer(),
+        access,
+        flint_net::observe::ui::Serve::UiAndMetrics,
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn queued_memory(args: &Args) -> Result<ExitCode, String> {
     let result = memory::queued_memory(args.tasks.unwrap_or(10_000_000), args.payload)?;
     if args.json {

@@ -54,6 +54,27 @@ impl Proc {
         Proc::start_with(command, dir, name, args)
     }
 
+    /// Starts `flint ARGS` with `FLINT_SECRET` set to `secret` and `env` added.
+    pub fn start_env(
+        dir: &Path,
+        name: &str,
+        secret: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
+        let mut command = Command::new(FLINT);
+        command.env("FLINT_SECRET", secret);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        Proc::start_with(command, dir, name, args)
+    }
+
+    /// The observe token the process printed the file of.
+    pub fn observe_token(&self) -> String {
+        super::wait_observe_token(|| self.stderr())
+    }
+
     pub fn start_with(mut command: Command, dir: &Path, name: &str, args: &[&str]) -> Proc {
         let stdout = dir.join(format!("{name}-{}.out", unique()));
         let stderr = dir.join(format!("{name}-{}.err", unique()));
@@ -336,7 +357,7 @@ pub fn submit_with(
 }
 
 /// A free loopback address for a `flint submit`'s `--metrics-listen`; its metrics take the
-/// cluster's secret as their token.
+/// observe token it prints the file of (`super::wait_observe_token`).
 pub fn metrics_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }

@@ -159,3 +159,64 @@ pub fn open_held(gate: &Gate, addr: SocketAddr, token: Option<&str>) {
     );
     gate.open();
 }
+
+/// Raises this process's soft limit on open files to `wanted` (as far as the hard limit
+/// allows), for tests that hold thousands of connections; the soft limit it has then.
+pub fn raise_descriptor_limit(wanted: u64) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit for the call's duration.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 0;
+    }
+    if limit.rlim_cur < wanted {
+        limit.rlim_cur = wanted.min(limit.rlim_max);
+        // SAFETY: `limit` is a valid rlimit; raising the soft limit up to the hard one is allowed.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+    limit.rlim_cur
+}
+
+/// The observe token a role printed the file of (`observe token in PATH`) in `stderr`, once it
+/// has: the token its metrics and pages take (never the cluster secret).
+pub fn wait_observe_token(stderr: impl Fn() -> String) -> String {
+    let mut path = None;
+    wait_until("the observe token's file to be printed", || {
+        path = stderr().lines().find_map(|line| {
+            let rest = line.split("observe token in ").nth(1)?;
+            Some(rest.split(' ').next()?.to_owned())
+        });
+        path.is_some()
+    });
+    let path = path.unwrap_or_default();
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("observe token file {path}: {e}"))
+        .trim()
+        .to_owned()
+}
+
+/// Runs `flint ARGS` to its end with `env` added; its output.
+pub fn run_flint_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_flint"));
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run flint")
+}
+
+/// Runs `flint ARGS` with `FLINT_SECRET` set to `secret`; its stdout (it must exit 0).
+pub fn run_flint_with_secret(args: &[&str], secret: &str) -> String {
+    let out = run_flint_env(args, &[("FLINT_SECRET", secret)]);
+    assert!(
+        out.status.success(),
+        "flint {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -416,7 +416,9 @@ impl<E: Endpoint> EndpointRef<E> {
     }
 
     /// Sends the request built by `make` (which gets the [`Reply`] to put in the message) and
-    /// blocks up to `timeout` for the answer. From a handler, asking an endpoint on the same
+    /// blocks up to `timeout` for the answer: a full inbox is waited on within that same
+    /// timeout (as [`send_timeout`](Self::send_timeout) does), never refused at once, so an
+    /// ask behind a burst of sends still gets its answer. From a handler, asking an endpoint on the same
     /// loop fails with [`AskError::SameLoop`]; asking one on another loop works but blocks this
     /// loop meanwhile (prefer `send` with a reply message there).
     pub fn ask<R: Send + 'static>(
@@ -431,13 +433,13 @@ impl<E: Endpoint> EndpointRef<E> {
         let reply = Reply {
             slot: Some(slot.clone()),
         };
-        match self.send(make(reply)) {
+        let deadline = crate::runtime::deadline_after(timeout);
+        match self.send_timeout(make(reply), timeout) {
             Ok(()) => {}
             Err(SendError::Full(_)) => return Err(AskError::Full),
             Err(SendError::Stopped(_)) => return Err(AskError::Stopped),
             Err(SendError::Shutdown(_)) => return Err(AskError::Shutdown),
         }
-        let deadline = crate::runtime::deadline_after(timeout);
         // Spin briefly, then yield a few times: a reply from a busy loop usually comes within
         // microseconds, and blocking on the condition variable costs two syscalls.
         // Only where spinning pays (see `spinning_pays`).

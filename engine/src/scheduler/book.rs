@@ -90,8 +90,10 @@ impl Exec {
         }
         let used = self.cores - self.free;
         if self.hedge.probation {
-            // One attempt at a time while it is much slower than its peers (`hedge.rs`).
-            return if used == 0 { self.free.min(1) } else { 0 };
+            // One attempt at a time while it is much slower than its peers (`hedge.rs`): all
+            // its free cores while idle (an offer launches one task, then it is busy), so a
+            // task needing several cores still fits.
+            return if used == 0 { self.free } else { 0 };
         }
         if used == 0 {
             self.free

@@ -738,6 +738,7 @@ impl Job {
             function: t.function.clone(),
             payload: t.payload.clone(),
             cores: t.cores,
+            speculative,
         };
         (launch, speculative)
     }

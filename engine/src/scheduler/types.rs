@@ -387,6 +387,8 @@ pub struct TaskLaunch {
     pub payload: Bytes,
     /// Cores reserved for it.
     pub cores: u32,
+    /// Whether it is a copy of an attempt still running (speculative).
+    pub speculative: bool,
 }
 
 /// How a job ended.

@@ -827,10 +827,15 @@ impl Sim {
         }
         for (id, e) in &self.execs {
             eprintln!(
-                "{id:?} on {}: registered {}, scheduler sees {:?}, excluded {}, held {:?}",
+                "{id:?} on {}: registered {}, scheduler sees {:?} (usable {:?}, suspected {}, \
+                 stalled {}, probation {}), excluded {}, held {:?}",
                 e.info.host,
                 e.registered,
                 self.sched.executor_cores(*id),
+                self.sched.executor_usable(*id),
+                self.sched.suspected_executors().contains(id),
+                self.sched.stalled_executors().iter().any(|(s, _)| s == id),
+                self.sched.executors_on_probation().contains(id),
                 self.sched.is_excluded(self.now_us, *id, None),
                 e.held
             );

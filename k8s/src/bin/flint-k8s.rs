@@ -286,26 +286,7 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let listening = driver.local_addr().ok_or("the driver has no address")?;
     let driver_addr = driver_address(&args, listening)?;
     let owner = driver_owner(&args, &runtime, &client, &namespace, api_timeout)?;
-    let settings = PodSettings {
-        app_id: app_id.clone(),
-        namespace: namespace.clone(),
-        image: args.image.clone(),
-        executor_command: args.executor_command.clone(),
-        driver_addr: driver_addr.to_string(),
-        cores: args.cores,
-        memory_mb: args.memory_mb,
-        node_selector: args.node_selector.iter().cloned().collect(),
-        tolerations: args.tolerations.clone(),
-        image_pull_policy: args.image_pull_policy.clone(),
-        image_pull_secrets: args.image_pull_secrets.clone(),
-        service_account: args.service_account.clone(),
-        labels: args.labels.iter().cloned().collect(),
-        annotations: args.annotations.iter().cloned().collect(),
-        grace_s: args.executor_grace_s,
-        secret_name: format!("{app_id}-secret"),
-        owner,
-        template,
-    };
+    let settings = pod_settings(&args, (&app_id, &namespace), driver_addr, owner, template);
     runtime
         .block_on(executors::prepare(
             client.clone(),
@@ -335,6 +316,36 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
     print_summary(&summary, &args.job, &extra);
     Ok(exit_code(&summary))
+}
+
+/// The executor pods' settings from the flags.
+fn pod_settings(
+    args: &SubmitArgs,
+    (app_id, namespace): (&str, &str),
+    driver_addr: SocketAddr,
+    owner: Option<OwnerReference>,
+    template: Option<Pod>,
+) -> PodSettings {
+    PodSettings {
+        app_id: app_id.to_owned(),
+        namespace: namespace.to_owned(),
+        image: args.image.clone(),
+        executor_command: args.executor_command.clone(),
+        driver_addr: driver_addr.to_string(),
+        cores: args.cores,
+        memory_mb: args.memory_mb,
+        node_selector: args.node_selector.iter().cloned().collect(),
+        tolerations: args.tolerations.clone(),
+        image_pull_policy: args.image_pull_policy.clone(),
+        image_pull_secrets: args.image_pull_secrets.clone(),
+        service_account: args.service_account.clone(),
+        labels: args.labels.iter().cloned().collect(),
+        annotations: args.annotations.iter().cloned().collect(),
+        grace_s: args.executor_grace_s,
+        secret_name: format!("{app_id}-secret"),
+        owner,
+        template,
+    }
 }
 
 /// Warns (on stderr) when the API server's version is outside the supported ones, or cannot

@@ -423,6 +423,8 @@ impl ExecutorCore {
                         function: self.names.get(task.function),
                         payload: frame.share(task.payload),
                         cores: task.cores,
+                        // Not on the wire: an executor runs a copy like any attempt.
+                        speculative: false,
                     };
                     self.launch(launch);
                 }
@@ -705,6 +707,7 @@ mod tests {
             function: Arc::from(function),
             payload,
             cores: 1,
+            speculative: false,
         })
     }
 

@@ -1,19 +1,27 @@
 //! Prometheus metrics for the driver, the master and the worker, encoded by
-//! [`prometheus_client`] (OpenMetrics text) from the views of [`crate::observe`] at scrape time:
-//! nothing is recorded for the metrics alone, so having them costs the hot path nothing beyond
-//! what [`crate::observe`] keeps.
+//! [`prometheus_client`] from the views of [`crate::observe`] at scrape time: nothing is
+//! recorded for the metrics alone, so having them costs the hot path nothing beyond what
+//! [`crate::observe`] keeps.
 //!
-//! Embedding: register a [`DriverCollector`] in your own [`Registry`]
-//! (`registry.register_collector(Box::new(DriverCollector::new(driver.observer())))`), or let
-//! [`super::ui::serve_driver`] serve `/metrics` (and the web UI) itself.
+//! Two formats, chosen by the scraper's `Accept` header ([`Format::negotiate`]): the Prometheus
+//! text format 0.0.4 (the default; counter families named with their `_total`, as
+//! `promtool check metrics` wants) and OpenMetrics 1.0 (asked for with
+//! `application/openmetrics-text`).
+//!
+//! Embedding (a service serving its own `/metrics`, no second port):
+//! - with `prometheus-client`: register a [`DriverCollector`] in your [`Registry`]
+//!   (`registry.register_collector(Box::new(DriverCollector::new(driver.observer())))`);
+//! - otherwise: [`render_driver`] gives the text and its `Content-Type` for the request's
+//!   `Accept`, to append to (or serve beside) the service's own metrics;
+//! - or let [`super::ui::serve_driver`] serve `/metrics` (and the pages) itself.
 //!
 //! Names (all prefixed `flint_`; counters end in `_total`):
 //!
 //! | role | metrics |
 //! | --- | --- |
-//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}`, `executor_lanes{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
-//! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_mb{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
-//! | worker | `worker_cores{state}`, `worker_memory_mb{state}`, `executors_by_state{state}` |
+//! | driver | `tasks_launched`, `tasks_succeeded`, `task_attempts_failed`, `task_kills_sent`, `tasks_speculative_launched`, `task_hedges`, `task_hedges_withheld`, `executor_suspicions`, `executor_probations`, `status_updates_ignored` (counters); `tasks_pending`, `tasks_running`, `executor_tasks_running{executor}`, `executor_lanes{executor}` (gauges); `executor_tasks_finished{executor}`, `executor_tasks_failed{executor}`; `executors` (registered now), `executors_registered`, `executors_lost`, `executors_excluded`; `jobs_active`, `jobs_submitted`, `jobs_finished{outcome}`; `task_queue_seconds`, `task_round_trip_seconds` (histograms, sampled); `connections_refused{reason}` |
+//! | master | `workers{state}`, `cores{state="used"\|"free"}` and `memory_bytes{state}` over alive workers, `applications{state}`, `executors_by_state{state}` |
+//! | worker | `worker_cores{state}`, `worker_memory_bytes{state}`, `executors_by_state{state}` |
 //! | every process | `up` (1 when the role answered), `net_frames_received`, `net_bytes_received`, `net_bytes_sent`, `net_writes` |
 
 use std::net::SocketAddr;
@@ -27,12 +35,44 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 pub use prometheus_client::registry::Registry;
 
+use super::http::Response;
 use crate::driver::DriverObserver;
 use crate::handshake::Secret;
 use crate::observe::{cluster_view, ClusterView, DriverView, Histogram, NET};
 
-/// The `Content-Type` of [`render`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The `Content-Type` of OpenMetrics text.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The `Content-Type` of the Prometheus text format.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A metrics exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header asks for: OpenMetrics when it names
+    /// `application/openmetrics-text`, else the text format.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    /// Its `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => TEXT_CONTENT_TYPE,
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+}
 
 /// How long a scrape waits for the role to answer.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -123,20 +163,62 @@ impl DriverCollector {
 }
 
 impl Collector for DriverCollector {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result {
+    fn encode(&self, enc: DescriptorEncoder) -> Result {
         let view = self.observer.view(SCRAPE_TIMEOUT).ok();
-        gauge(
-            &mut enc,
-            "up",
-            "1 when the driver's loop answered this scrape.",
-            i64::from(view.is_some()),
-        )?;
-        net(&mut enc)?;
-        match view {
-            Some(view) => encode_driver(&mut enc, &view),
-            None => Ok(()),
-        }
+        encode_driver_or_down(enc, view.as_ref())
     }
+}
+
+fn encode_driver_or_down(mut enc: DescriptorEncoder, view: Option<&DriverView>) -> Result {
+    gauge(
+        &mut enc,
+        "up",
+        "1 when the driver's loop answered this scrape.",
+        i64::from(view.is_some()),
+    )?;
+    net(&mut enc)?;
+    match view {
+        Some(view) => encode_driver(&mut enc, view),
+        None => Ok(()),
+    }
+}
+
+/// A driver's view as it was asked (or `None`: it did not answer), for one rendering.
+#[derive(Debug)]
+struct DriverViewCollector(Option<std::sync::Arc<DriverView>>);
+
+impl Collector for DriverViewCollector {
+    fn encode(&self, enc: DescriptorEncoder) -> Result {
+        encode_driver_or_down(enc, self.0.as_deref())
+    }
+}
+
+/// The driver's metrics, asked of it now, in the format `accept` asks for: the text and its
+/// `Content-Type` (see the module docs on embedding).
+pub fn render_driver(observer: &DriverObserver, accept: Option<&str>) -> (String, &'static str) {
+    let view = observer.view(SCRAPE_TIMEOUT).ok().map(std::sync::Arc::new);
+    let format = Format::negotiate(accept);
+    let registry = registry_with(Box::new(DriverViewCollector(view)));
+    (render(&registry, format), format.content_type())
+}
+
+fn response(text: String, format: Format) -> Response {
+    Response::ok(format.content_type(), text)
+}
+
+/// The `/metrics` answer from a driver's `view`.
+pub fn driver_response(view: &std::sync::Arc<DriverView>, accept: Option<&str>) -> Response {
+    let format = Format::negotiate(accept);
+    let registry = registry_with(Box::new(DriverViewCollector(Some(view.clone()))));
+    response(render(&registry, format), format)
+}
+
+/// The `/metrics` answer when the driver did not answer: `up` 0 (the error is logged).
+pub fn driver_down(accept: Option<&str>, error: &str) -> Response {
+    tracing::debug!("metrics: the driver did not answer: {error}");
+    let format = Format::negotiate(accept);
+    let registry = registry_with(Box::new(DriverViewCollector(None)));
+    response(render(&registry, format), format)
 }
 
 /// Encodes a [`DriverView`].
@@ -174,6 +256,30 @@ fn encode_tasks(enc: &mut DescriptorEncoder, v: &DriverView) -> Result {
         "tasks_speculative_launched",
         "Speculative task attempts launched.",
         s.speculative_launched,
+    )?;
+    counter(
+        enc,
+        "task_hedges",
+        "Copies queued for attempts past their hedging threshold (hedged tasks).",
+        s.hedges,
+    )?;
+    counter(
+        enc,
+        "task_hedges_withheld",
+        "Overdue attempts not copied: no token left, or most executors slow at once.",
+        s.hedges_withheld,
+    )?;
+    counter(
+        enc,
+        "executor_suspicions",
+        "Times an executor was suspected (overdue attempts, silent as long): no new work.",
+        s.suspicions,
+    )?;
+    counter(
+        enc,
+        "executor_probations",
+        "Times an executor went on probation (much slower than its peers): one attempt at a time.",
+        s.probations,
     )?;
     counter(
         enc,
@@ -364,32 +470,65 @@ fn count_by<'a>(states: impl Iterator<Item = &'a str>, all: &[&str]) -> Vec<(Str
 }
 
 impl Collector for ClusterCollector {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result {
+    fn encode(&self, enc: DescriptorEncoder) -> Result {
         let view = self.view();
         if let Err(error) = &view {
             tracing::debug!("metrics: no status answer: {error}");
         }
-        gauge(
-            &mut enc,
-            "up",
-            "1 when the role answered this scrape's status request.",
-            i64::from(view.is_ok()),
-        )?;
-        net(&mut enc)?;
-        let Ok(view) = view else {
-            return Ok(());
-        };
-        match self.role {
-            ClusterRole::Master => encode_master(&mut enc, &view),
-            ClusterRole::Worker => encode_worker(&mut enc, &view),
-        }
+        encode_cluster_or_down(enc, self.role, view.ok().as_ref())
     }
+}
+
+fn encode_cluster_or_down(
+    mut enc: DescriptorEncoder,
+    role: ClusterRole,
+    view: Option<&ClusterView>,
+) -> Result {
+    gauge(
+        &mut enc,
+        "up",
+        "1 when the role answered this scrape's status request.",
+        i64::from(view.is_some()),
+    )?;
+    net(&mut enc)?;
+    let Some(view) = view else {
+        return Ok(());
+    };
+    match role {
+        ClusterRole::Master => encode_master(&mut enc, view),
+        ClusterRole::Worker => encode_worker(&mut enc, view),
+    }
+}
+
+/// A master's or worker's view as it was asked, for one rendering.
+#[derive(Debug)]
+struct ClusterViewCollector(ClusterRole, Option<ClusterView>);
+
+impl Collector for ClusterViewCollector {
+    fn encode(&self, enc: DescriptorEncoder) -> Result {
+        encode_cluster_or_down(enc, self.0, self.1.as_ref())
+    }
+}
+
+/// The `/metrics` answer from a master's or worker's `view`.
+pub fn cluster_response(role: ClusterRole, view: &ClusterView, accept: Option<&str>) -> Response {
+    let format = Format::negotiate(accept);
+    let registry = registry_with(Box::new(ClusterViewCollector(role, Some(view.clone()))));
+    response(render(&registry, format), format)
+}
+
+/// The `/metrics` answer when the role did not answer: `up` 0.
+pub fn cluster_down(role: ClusterRole, accept: Option<&str>, error: &str) -> Response {
+    tracing::debug!("metrics: no status answer: {error}");
+    let format = Format::negotiate(accept);
+    let registry = registry_with(Box::new(ClusterViewCollector(role, None)));
+    response(render(&registry, format), format)
 }
 
 /// A family's rows: each label value with its value.
 type Rows = Vec<(String, i64)>;
 
-/// Cores and memory (MiB) of the alive workers, each as `used` and `free` rows.
+/// Cores and memory (bytes) of the alive workers, each as `used` and `free` rows.
 fn alive_resources(view: &ClusterView) -> (Rows, Rows) {
     let alive: Vec<_> = view.workers.iter().filter(|w| w.state == "ALIVE").collect();
     let used: u64 = alive.iter().map(|w| u64::from(w.cores_used)).sum();
@@ -402,7 +541,8 @@ fn alive_resources(view: &ClusterView) -> (Rows, Rows) {
             ("free".to_owned(), total.saturating_sub(used) as i64),
         ]
     };
-    (split(used, total), split(mem_used, mem_total))
+    let mib = |mb: u64| mb.saturating_mul(1 << 20);
+    (split(used, total), split(mib(mem_used), mib(mem_total)))
 }
 
 /// The view's executors counted by state.
@@ -437,8 +577,8 @@ fn encode_master(enc: &mut DescriptorEncoder, view: &ClusterView) -> Result {
     )?;
     family(
         enc,
-        "memory_mb",
-        "Memory (MiB) of alive workers, used and free.",
+        "memory_bytes",
+        "Memory of alive workers, used and free.",
         MetricType::Gauge,
         "state",
         &memory,
@@ -477,8 +617,8 @@ fn encode_worker(enc: &mut DescriptorEncoder, view: &ClusterView) -> Result {
     )?;
     family(
         enc,
-        "worker_memory_mb",
-        "This worker's memory (MiB), used and free.",
+        "worker_memory_bytes",
+        "This worker's memory, used and free.",
         MetricType::Gauge,
         "state",
         &memory,
@@ -500,11 +640,50 @@ pub fn registry_with(collector: Box<dyn Collector>) -> Registry {
     registry
 }
 
-/// The registry's OpenMetrics text.
-pub fn render(registry: &Registry) -> String {
+/// The registry's text in `format`.
+pub fn render(registry: &Registry, format: Format) -> String {
     let mut out = String::new();
     if let Err(error) = prometheus_client::encoding::text::encode(&mut out, registry) {
         tracing::warn!("metrics could not be encoded: {error}");
+    }
+    match format {
+        Format::OpenMetrics => out,
+        Format::Text => openmetrics_to_text(&out),
+    }
+}
+
+/// OpenMetrics text (as [`prometheus_client`] writes it) in the Prometheus text format 0.0.4:
+/// a counter family takes its samples' `_total` name in `# HELP` and `# TYPE`, and `# UNIT`
+/// and `# EOF` go. (Sample lines are the same in both for what Flint exposes: no exemplars,
+/// no `_created`.)
+pub fn openmetrics_to_text(open: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len());
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{prefix}{name}{suffix} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
     }
     out
 }

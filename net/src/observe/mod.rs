@@ -18,8 +18,13 @@
 //! - Bytes and frames read and bytes written by every connection of this
 //!   process ([`NET`]).
 
+pub mod api;
 pub mod http;
 pub mod metrics;
+pub mod quantiles;
+pub mod series;
+pub mod timeline;
+pub mod token;
 pub mod ui;
 
 use std::collections::VecDeque;
@@ -28,11 +33,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flint_engine::hash::FxHashMap;
-use flint_engine::scheduler::{ExecutorId, JobId, JobOutcome, Stats, TaskId};
+use flint_engine::scheduler::{
+    ExecutorId, JobId, JobInfo, JobOutcome, LocalityLevel, Stats, TaskId, TaskLaunch,
+};
+use serde::Serialize;
+
+use quantiles::{Fine, Five, Samples};
+use series::{Point, Series};
+use timeline::{Bar, Launch, Timeline};
 
 use crate::handshake::Secret;
 use crate::standalone::{BlockingClient, ClientError};
-use crate::wire::{Message, Role, TaskState};
+use crate::wire::{AppStatus, ExecutorStatus, List, Message, Role, TaskState, WorkerStatus};
 
 /// Where a component's event lines go (executor started, registered, removed): a callback, so
 /// library code never prints. Without one, events are logged with `tracing` at info.
@@ -70,10 +82,10 @@ pub const RECENT_FAILURES_MAX: usize = 50;
 pub const JOB_FAILURES_MAX: usize = 5;
 /// Removed executors the driver remembers for its page.
 pub const REMOVED_EXECUTORS_MAX: usize = 50;
+/// Active jobs a view lists (the newest; the others are counted).
+pub const ACTIVE_JOBS_SHOWN_MAX: usize = 100;
 /// Bytes of a failure reason kept for the page.
 const REASON_KEPT_BYTES: usize = 512;
-/// Sampled attempts in flight at once (the oldest are forgotten beyond this).
-const SAMPLES_IN_FLIGHT_MAX: usize = 1 << 16;
 
 /// Process-wide network counters, bumped by every connection.
 #[derive(Debug, Default)]
@@ -159,31 +171,82 @@ impl Histogram {
     }
 }
 
-/// A job as the driver's page shows it.
-#[derive(Debug, Clone)]
+fn as_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+/// A job as the driver's pages and API show it.
+#[derive(Debug, Clone, Serialize)]
 pub struct JobView {
     /// Its id.
     pub id: u64,
     /// The function its tasks run.
     pub function: std::sync::Arc<str>,
+    /// Its FAIR pool (`default` when it named none).
+    pub pool: std::sync::Arc<str>,
     /// Its tasks.
     pub tasks: u64,
     /// Tasks with a final result.
     pub tasks_done: u64,
-    /// Task attempts that failed (retried or not).
+    /// Task attempts that failed (retried or not, killed included).
     pub attempts_failed: u64,
+    /// Copies (speculative attempts) launched.
+    pub copies: u64,
     /// `RUNNING`, `SUCCEEDED`, `FAILED` or `CANCELLED`.
     pub state: &'static str,
     /// When it was submitted (Unix milliseconds).
     pub submitted_unix_ms: u64,
     /// How long it ran (to now while it runs).
+    #[serde(rename = "duration_ms", serialize_with = "as_ms")]
     pub duration: Duration,
     /// The first failure reasons (of attempts, or the job's own when it failed).
     pub failures: Vec<String>,
+    /// Its sampled attempts' durations (launch to final update at the driver).
+    pub task_durations: Option<Five>,
+    /// Its sampled tasks' scheduler delay (submit to first launch).
+    pub scheduler_delays: Option<Five>,
+    /// While it runs: what the scheduler says of it.
+    pub scheduling: Option<JobScheduling>,
 }
 
-/// An executor as the driver's page shows it.
-#[derive(Debug, Clone)]
+/// What the scheduler says of a running job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobScheduling {
+    /// Attempts launched (retries and copies included).
+    pub attempts_launched: u64,
+    /// Tasks waiting for a slot.
+    pub pending: u64,
+    /// Tasks with an attempt running.
+    pub running: u64,
+    /// Its locality level now (delay scheduling).
+    pub locality_level: &'static str,
+    /// The levels it may use with the executors registered now, best first.
+    pub valid_levels: Vec<&'static str>,
+}
+
+fn level(l: LocalityLevel) -> &'static str {
+    match l {
+        LocalityLevel::Executor => "EXECUTOR",
+        LocalityLevel::Host => "HOST",
+        LocalityLevel::Any => "ANY",
+    }
+}
+
+impl JobScheduling {
+    /// From the scheduler's answer.
+    pub fn of(info: &JobInfo) -> JobScheduling {
+        JobScheduling {
+            attempts_launched: info.launched,
+            pending: info.pending as u64,
+            running: info.running as u64,
+            locality_level: level(info.locality_level),
+            valid_levels: info.valid_levels.iter().map(|l| level(*l)).collect(),
+        }
+    }
+}
+
+/// An executor as the driver's pages and API show it.
+#[derive(Debug, Clone, Serialize)]
 pub struct ExecutorView {
     /// Its id on the wire (`local` for local mode's).
     pub executor_id: String,
@@ -206,10 +269,13 @@ pub struct ExecutorView {
     pub lane_launches: Vec<u64>,
     /// While registered, a remote executor's lanes joined, lane 0 included; 0 otherwise.
     pub lanes_joined: u32,
+    /// While registered, whether it gets less work or none for now: `stalled`, `suspected`
+    /// or `probation` (see `Driver::executor_health`); empty when it is well.
+    pub health: String,
 }
 
 /// A task attempt's failure.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct FailureView {
     /// When (Unix milliseconds).
     pub unix_ms: u64,
@@ -260,6 +326,12 @@ pub struct DriverView {
     pub jobs: Vec<JobView>,
     /// Recent task failures, newest first.
     pub failures: Vec<FailureView>,
+    /// Active jobs not listed in `jobs` (beyond [`ACTIVE_JOBS_SHOWN_MAX`]).
+    pub jobs_not_shown: u64,
+    /// The task timeline's bars, oldest first.
+    pub timeline: Vec<Bar>,
+    /// The live charts' points, oldest first.
+    pub series: Vec<Point>,
 }
 
 /// Whether a task's timing is sampled: one in [`SAMPLE_EVERY`] by job id plus index, so jobs
@@ -289,14 +361,41 @@ fn cut(reason: &str) -> String {
 struct JobTrack {
     span: tracing::Span,
     function: std::sync::Arc<str>,
+    pool: std::sync::Arc<str>,
     tasks: u64,
     tasks_done: u64,
     attempts_failed: u64,
+    copies: u64,
     submitted_us: u64,
     failures: Vec<String>,
+    durations: Samples,
+    delays: Samples,
+}
+
+impl JobTrack {
+    /// Its view: `state`, ended at `now_us` or running then.
+    fn view(&self, id: JobId, state: &'static str, epoch_unix_ms: u64, now_us: u64) -> JobView {
+        JobView {
+            id: id.0,
+            function: self.function.clone(),
+            pool: self.pool.clone(),
+            tasks: self.tasks,
+            tasks_done: self.tasks_done,
+            attempts_failed: self.attempts_failed,
+            copies: self.copies,
+            state,
+            submitted_unix_ms: epoch_unix_ms + self.submitted_us / 1000,
+            duration: Duration::from_micros(now_us.saturating_sub(self.submitted_us)),
+            failures: self.failures.clone(),
+            task_durations: self.durations.five(),
+            scheduler_delays: self.delays.five(),
+            scheduling: None,
+        }
+    }
 }
 
 struct ExecutorTrack {
+    name: std::sync::Arc<str>,
     view: ExecutorView,
 }
 
@@ -345,10 +444,14 @@ pub struct LoopTelemetry {
     executors: FxHashMap<ExecutorId, ExecutorTrack>,
     removed: VecDeque<ExecutorView>,
     failures: VecDeque<FailureView>,
-    /// Launch time of sampled attempts in flight, by (task, attempt).
-    launched: FxHashMap<(u64, u32), u64>,
+    /// Sampled attempts and copies in flight, and the bars.
+    timeline: Timeline,
     queue_time: Histogram,
     round_trip: Histogram,
+    /// Every job's latency (submit to end) and the sampled round trips, finer, for the charts.
+    job_latency: Fine,
+    trips: Fine,
+    series: Series,
     kills_sent: u64,
     jobs_submitted: u64,
     jobs_over: [u64; 3],
@@ -365,9 +468,12 @@ impl LoopTelemetry {
             executors: FxHashMap::default(),
             removed: VecDeque::new(),
             failures: VecDeque::new(),
-            launched: FxHashMap::default(),
+            timeline: Timeline::default(),
             queue_time: Histogram::default(),
             round_trip: Histogram::default(),
+            job_latency: Fine::default(),
+            trips: Fine::default(),
+            series: Series::default(),
             kills_sent: 0,
             jobs_submitted: 0,
             jobs_over: [0; 3],
@@ -375,13 +481,14 @@ impl LoopTelemetry {
         }
     }
 
-    /// A job went into the scheduler: its span opens.
+    /// A job went into the scheduler (in `pool`): its span opens.
     pub fn job_submitted(
         &mut self,
         now_us: u64,
         job: JobId,
         function: &std::sync::Arc<str>,
         tasks: usize,
+        pool: &str,
     ) {
         let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
         tracing::info!(parent: &span, "job submitted");
@@ -391,11 +498,15 @@ impl LoopTelemetry {
             JobTrack {
                 span,
                 function: function.clone(),
+                pool: std::sync::Arc::from(pool),
                 tasks: tasks as u64,
                 tasks_done: 0,
                 attempts_failed: 0,
+                copies: 0,
                 submitted_us: now_us,
                 failures: Vec::new(),
+                durations: Samples::default(),
+                delays: Samples::default(),
             },
         );
     }
@@ -413,76 +524,82 @@ impl LoopTelemetry {
         let Some(track) = self.jobs.remove(&job) else {
             return;
         };
-        let duration = Duration::from_micros(now_us.saturating_sub(track.submitted_us));
         let (state, slot) = match outcome {
             Ended::Succeeded => ("SUCCEEDED", 0),
             Ended::Failed(_) => ("FAILED", 1),
             Ended::Cancelled => ("CANCELLED", 2),
         };
         self.jobs_over[slot] += 1;
-        let mut failures = Vec::new();
+        let mut view = track.view(job, state, self.epoch_unix_ms, now_us);
+        self.job_latency.observe(view.duration.as_micros() as u64);
+        let duration_ms = view.duration.as_millis() as u64;
         if let Ended::Failed(reasons) = &outcome {
-            failures.clone_from(&track.failures);
             let first = reasons.first().map_or("", String::as_str);
-            tracing::warn!(parent: &track.span, duration_ms = duration.as_millis() as u64,
+            tracing::warn!(parent: &track.span, duration_ms,
                 failed_attempts = track.attempts_failed, reason = first, "job failed");
             for reason in reasons.iter().take(JOB_FAILURES_MAX) {
                 let reason = cut(reason);
-                if !failures.contains(&reason) {
-                    failures.push(reason);
+                if !view.failures.contains(&reason) {
+                    view.failures.push(reason);
                 }
             }
-            failures.truncate(JOB_FAILURES_MAX * 2);
+            view.failures.truncate(JOB_FAILURES_MAX * 2);
         } else {
-            tracing::info!(parent: &track.span, duration_ms = duration.as_millis() as u64,
+            tracing::info!(parent: &track.span, duration_ms,
                 failed_attempts = track.attempts_failed, outcome = state, "job done");
         }
         if self.recent_jobs.len() == RECENT_JOBS_MAX {
             self.recent_jobs.pop_back();
         }
-        self.recent_jobs.push_front(JobView {
-            id: job.0,
-            function: track.function,
-            tasks: track.tasks,
-            tasks_done: track.tasks_done,
-            attempts_failed: track.attempts_failed,
-            state,
-            submitted_unix_ms: self.epoch_unix_ms + track.submitted_us / 1000,
-            duration,
-            failures: if failures.is_empty() {
-                track.failures
-            } else {
-                failures
-            },
-        });
+        self.recent_jobs.push_front(view);
     }
 
-    /// An attempt is being launched (sampled ones have their time noted).
+    /// An attempt is being launched on `executor`, to the lane `lane` gives (asked only for
+    /// the attempts tracked: sampled ones and copies, for their times and the timeline).
     #[inline]
-    pub fn launched(&mut self, now_us: u64, task: TaskId, attempt: u32) {
-        if !sampled(task) {
+    pub fn launched(
+        &mut self,
+        now_us: u64,
+        launch: &TaskLaunch,
+        executor: ExecutorId,
+        lane: impl FnOnce() -> u32,
+    ) {
+        if !sampled(launch.task) && !launch.speculative {
             return;
         }
-        self.sample_launch(now_us, task, attempt);
+        self.track_launch(now_us, launch, executor, lane());
     }
 
     #[cold]
-    fn sample_launch(&mut self, now: u64, task: TaskId, attempt: u32) {
-        if let Some(track) = self.jobs.get(&task.job()) {
-            if attempt == 0 {
-                self.queue_time
-                    .observe(now.saturating_sub(track.submitted_us));
+    fn track_launch(&mut self, now: u64, launch: &TaskLaunch, executor: ExecutorId, lane: u32) {
+        let (task, attempt) = (launch.task, launch.attempt);
+        let is_sampled = sampled(task);
+        if let Some(track) = self.jobs.get_mut(&task.job()) {
+            track.copies += u64::from(launch.speculative);
+            if attempt == 0 && is_sampled {
+                let queued = now.saturating_sub(track.submitted_us);
+                self.queue_time.observe(queued);
+                track.delays.offer(queued, task.0);
             }
         }
-        if self.launched.len() >= SAMPLES_IN_FLIGHT_MAX {
-            self.launched.clear();
-        }
-        self.launched.insert((task.0, attempt), now);
+        let Some(name) = self.executors.get(&executor).map(|e| e.name.clone()) else {
+            return;
+        };
+        let l = Launch {
+            task,
+            attempt,
+            executor,
+            name: &name,
+            lane,
+            copy: launch.speculative,
+        };
+        self.timeline.launched(now, l, is_sampled);
     }
 
     /// The driver asked an executor to kill an attempt.
-    pub fn kill_sent(&mut self) {
+    pub fn kill_sent(&mut self, now_us: u64, task: TaskId, attempt: u32) {
         self.kills_sent += 1;
+        self.timeline.kill_sent(now_us, task, attempt);
     }
 
     /// An executor registered.
@@ -496,6 +613,7 @@ impl LoopTelemetry {
         self.executors.insert(
             id,
             ExecutorTrack {
+                name: std::sync::Arc::from(executor_id),
                 view: ExecutorView {
                     executor_id: executor_id.to_owned(),
                     host: host.to_owned(),
@@ -507,13 +625,16 @@ impl LoopTelemetry {
                     lost: false,
                     lane_launches: Vec::new(),
                     lanes_joined: 0,
+                    health: String::new(),
                 },
             },
         );
     }
 
-    /// An executor was removed (the driver logs it).
-    pub fn executor_removed(&mut self, id: ExecutorId, reason: &str, lost: bool) {
+    /// An executor was removed at `now_us` (the driver logs it); its attempts on the timeline
+    /// end lost.
+    pub fn executor_removed(&mut self, now_us: u64, id: ExecutorId, reason: &str, lost: bool) {
+        self.timeline.executor_removed(now_us, id);
         if let Some(track) = self.executors.remove(&id) {
             let mut view = track.view;
             view.removed = cut(reason);
@@ -551,11 +672,61 @@ impl LoopTelemetry {
             TaskState::Running => return,
             _ => self.attempt_failed(executor, task, attempt, state, data),
         }
-        if sampled(task) {
-            if let Some(at) = self.launched.remove(&(task.0, attempt)) {
-                self.round_trip.observe(now_us.saturating_sub(at));
+        let is_sampled = sampled(task);
+        if self.timeline.may_track(is_sampled) {
+            self.tracked_ended(now_us, task, attempt, state, is_sampled);
+        }
+    }
+
+    #[cold]
+    fn tracked_ended(
+        &mut self,
+        now: u64,
+        task: TaskId,
+        attempt: u32,
+        state: TaskState,
+        is_sampled: bool,
+    ) {
+        let Some(at) = self.timeline.ended(now, task, attempt, state) else {
+            return;
+        };
+        if !is_sampled {
+            return; // a copy of a task whose timing is not sampled
+        }
+        let trip = now.saturating_sub(at);
+        self.round_trip.observe(trip);
+        self.trips.observe(trip);
+        if state == TaskState::Finished {
+            if let Some(track) = self.jobs.get_mut(&task.job()) {
+                track.durations.offer(trip, task.0);
             }
         }
+    }
+
+    /// Whether a point of the live charts is due (see [`series`]): the loop then calls
+    /// [`LoopTelemetry::take_point`].
+    #[inline]
+    pub fn point_due(&self, now_us: u64) -> bool {
+        self.series.due(now_us)
+    }
+
+    /// Takes a point of the live charts at `now_us` from the scheduler's counters and gauges.
+    #[cold]
+    pub fn take_point(&mut self, now_us: u64, stats: &Stats, pending: u64, running: u64) {
+        let point = Point {
+            t_us: now_us,
+            launched: stats.launched,
+            succeeded: stats.succeeded,
+            attempts_failed: stats.attempts_failed,
+            copies: stats.speculative_launched,
+            kills_sent: self.kills_sent,
+            running,
+            pending,
+            jobs_active: self.jobs.len() as u64,
+            job_latency: None,
+            round_trip: None,
+        };
+        self.series.take(point, &self.job_latency, &self.trips);
     }
 
     #[cold]
@@ -601,8 +772,14 @@ impl LoopTelemetry {
         });
     }
 
-    /// The view, given what only the loop's owner knows: each executor's running tasks.
-    pub fn view(&self, mut running: impl FnMut(ExecutorId) -> u32, now_us: u64) -> DriverView {
+    /// The view, given what only the loop's owner knows: each executor's running tasks and
+    /// what the scheduler says of a running job.
+    pub fn view(
+        &self,
+        mut running: impl FnMut(ExecutorId) -> u32,
+        scheduling: impl Fn(JobId) -> Option<JobInfo>,
+        now_us: u64,
+    ) -> DriverView {
         let mut executors: Vec<(ExecutorId, ExecutorView)> = self
             .executors
             .iter()
@@ -613,22 +790,10 @@ impl LoopTelemetry {
             })
             .collect();
         executors.sort_by_key(|(id, _)| id.0);
-        let mut jobs: Vec<JobView> = self
-            .jobs
-            .iter()
-            .map(|(id, t)| JobView {
-                id: id.0,
-                function: t.function.clone(),
-                tasks: t.tasks,
-                tasks_done: t.tasks_done,
-                attempts_failed: t.attempts_failed,
-                state: "RUNNING",
-                submitted_unix_ms: self.epoch_unix_ms + t.submitted_us / 1000,
-                duration: Duration::from_micros(now_us.saturating_sub(t.submitted_us)),
-                failures: t.failures.clone(),
-            })
-            .collect();
-        jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
+        let (mut jobs, jobs_not_shown) = self.active_jobs(now_us);
+        for job in &mut jobs {
+            job.scheduling = scheduling(JobId(job.id)).as_ref().map(JobScheduling::of);
+        }
         jobs.extend(self.recent_jobs.iter().cloned());
         DriverView {
             uptime: Duration::from_micros(now_us),
@@ -649,19 +814,43 @@ impl LoopTelemetry {
                 .chain(self.removed.iter().cloned())
                 .collect(),
             jobs,
+            jobs_not_shown,
             failures: self.failures.iter().cloned().collect(),
+            timeline: self.timeline.bars(),
+            series: self.series.points(),
             ..DriverView::default()
         }
+    }
+
+    /// The newest [`ACTIVE_JOBS_SHOWN_MAX`] active jobs, newest first, and how many more run.
+    fn active_jobs(&self, now_us: u64) -> (Vec<JobView>, u64) {
+        let mut ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        let shown = ids.len().min(ACTIVE_JOBS_SHOWN_MAX);
+        if ids.len() > shown {
+            ids.select_nth_unstable_by_key(shown, |id| std::cmp::Reverse(id.0));
+            ids.truncate(shown);
+        }
+        ids.sort_unstable_by_key(|id| std::cmp::Reverse(id.0));
+        let views = ids
+            .iter()
+            .filter_map(|id| {
+                let track = self.jobs.get(id)?;
+                Some(track.view(*id, "RUNNING", self.epoch_unix_ms, now_us))
+            })
+            .collect();
+        (views, (self.jobs.len() - shown) as u64)
     }
 }
 
 /// A worker as the master reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkerRow {
     /// Its id.
     pub id: String,
-    /// `host:port`.
-    pub address: String,
+    /// The host it is reached at.
+    pub host: String,
+    /// Its port (0: it does not listen).
+    pub port: u16,
     /// `ALIVE`, `DEAD`, `UNKNOWN`.
     pub state: String,
     /// Cores it offers.
@@ -675,7 +864,7 @@ pub struct WorkerRow {
 }
 
 /// An application as the master reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AppRow {
     /// Its id.
     pub id: String,
@@ -692,13 +881,15 @@ pub struct AppRow {
 }
 
 /// An executor as the master (or a worker) reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterExecutorRow {
     /// Its application.
+    #[serde(rename = "app_id")]
     pub app: String,
     /// Its id.
     pub id: String,
     /// Its worker.
+    #[serde(rename = "worker_id")]
     pub worker: String,
     /// Its cores.
     pub cores: u32,
@@ -706,12 +897,14 @@ pub struct ClusterExecutorRow {
     pub state: String,
 }
 
-/// What a master (or a worker, about itself) answers to a status request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a master (or a worker, about itself) answers to a status request; as JSON, the
+/// document `flint status --json` prints and `/api/v1/cluster` serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ClusterView {
     /// Workers, alive first.
     pub workers: Vec<WorkerRow>,
     /// Applications.
+    #[serde(rename = "applications")]
     pub apps: Vec<AppRow>,
     /// Executors.
     pub executors: Vec<ClusterExecutorRow>,
@@ -744,91 +937,52 @@ pub fn cluster_view(
     else {
         return Err(ClientError::Unexpected(message.kind().name()));
     };
-    Ok(ClusterView {
-        workers: workers
-            .iter()
-            .map(|w| WorkerRow {
-                id: w.worker_id.to_owned(),
-                address: format!("{}:{}", w.host, w.port),
-                state: w.state.to_string().to_uppercase(),
-                cores: w.cores,
-                cores_used: w.cores_used,
-                memory_mb: w.memory_mb,
-                memory_used_mb: w.memory_used_mb,
-            })
-            .collect(),
-        apps: applications
-            .iter()
-            .map(|a| AppRow {
-                id: a.app_id.to_owned(),
-                name: a.name.to_owned(),
-                state: a.state.to_string().to_uppercase(),
-                cores_granted: a.cores_granted,
-                executors_requested: a.executors_requested,
-                waiting: a.waiting.to_owned(),
-            })
-            .collect(),
-        executors: executors
-            .iter()
-            .map(|e| ClusterExecutorRow {
-                app: e.app_id.to_owned(),
-                id: e.executor_id.to_owned(),
-                worker: e.worker_id.to_owned(),
-                cores: e.cores,
-                state: e.state.to_string().to_uppercase(),
-            })
-            .collect(),
-    })
+    Ok(ClusterView::from_status(workers, applications, executors))
+}
+
+impl ClusterView {
+    /// The view of a `StatusResponse`'s lists.
+    pub fn from_status(
+        workers: List<'_, WorkerStatus<'_>>,
+        applications: List<'_, AppStatus<'_>>,
+        executors: List<'_, ExecutorStatus<'_>>,
+    ) -> ClusterView {
+        let upper = |state: &dyn std::fmt::Display| state.to_string().to_uppercase();
+        ClusterView {
+            workers: (workers.iter())
+                .map(|w| WorkerRow {
+                    id: w.worker_id.to_owned(),
+                    host: w.host.to_owned(),
+                    port: w.port,
+                    state: upper(&w.state),
+                    cores: w.cores,
+                    cores_used: w.cores_used,
+                    memory_mb: w.memory_mb,
+                    memory_used_mb: w.memory_used_mb,
+                })
+                .collect(),
+            apps: (applications.iter())
+                .map(|a| AppRow {
+                    id: a.app_id.to_owned(),
+                    name: a.name.to_owned(),
+                    state: upper(&a.state),
+                    cores_granted: a.cores_granted,
+                    executors_requested: a.executors_requested,
+                    waiting: a.waiting.to_owned(),
+                })
+                .collect(),
+            executors: (executors.iter())
+                .map(|e| ClusterExecutorRow {
+                    app: e.app_id.to_owned(),
+                    id: e.executor_id.to_owned(),
+                    worker: e.worker_id.to_owned(),
+                    cores: e.cores,
+                    state: upper(&e.state),
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_buckets_end_at_inf() {
-        let mut h = Histogram::default();
-        h.observe(5);
-        h.observe(10);
-        h.observe(11);
-        h.observe(u64::MAX / 4);
-        let c = h.buckets_seconds();
-        assert_eq!(c[0], (10e-6, 2));
-        assert_eq!(c[1], (25e-6, 1));
-        assert_eq!(*c.last().unwrap(), (f64::MAX, 1));
-        assert_eq!(h.count, 4);
-    }
-
-    #[test]
-    fn failures_are_counted_per_job_and_executor() {
-        let mut t = LoopTelemetry::new(Instant::now());
-        let job = JobId(7);
-        t.job_submitted(0, job, &std::sync::Arc::from("hash"), 2);
-        t.executor_registered(ExecutorId(1), "e1", "h", 2);
-        let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
-        t.launched(50, task, 0);
-        t.status_update(100, ExecutorId(1), task, 0, TaskState::Failed, b"boom");
-        t.status_update(
-            200,
-            ExecutorId(1),
-            TaskId::new(job, 1),
-            0,
-            TaskState::Finished,
-            b"",
-        );
-        let view = t.view(|_| 1, 300);
-        assert_eq!(view.executors[0].tasks_failed, 1);
-        assert_eq!(view.executors[0].tasks_finished, 1);
-        assert_eq!(view.executors[0].tasks_running, 1);
-        assert_eq!(view.jobs[0].attempts_failed, 1);
-        assert_eq!(view.jobs[0].failures, vec!["boom".to_owned()]);
-        assert_eq!(view.failures[0].reason, "boom");
-        assert_eq!(view.round_trip.count, 1);
-        let outcome = JobOutcome::Failed(vec!["task 0 failed 4 times".into()]);
-        t.job_over(400, job, Ended::of(&outcome));
-        let view = t.view(|_| 0, 500);
-        assert_eq!(view.jobs[0].state, "FAILED");
-        assert_eq!(view.jobs_over, [0, 1, 0]);
-        assert_eq!(view.active_jobs, 0);
-    }
-}
+mod tests;

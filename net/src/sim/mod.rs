@@ -367,50 +367,9 @@ impl Sim {
         let now = self.now_us;
         match ev {
             Ev::Join(i) => self.join(i),
-            Ev::Crash(i, loud) => {
-                if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
-                    if e.is_alive() {
-                        e.crash();
-                        self.report.faults += 1;
-                        for conn in e.conns() {
-                            let told = loud.then(|| self.rng.range(0, 50_000));
-                            self.net.break_conn(conn, now, told, None);
-                        }
-                    }
-                }
-            }
-            Ev::Break(i) => {
-                // One lane's connection (of an executor of lanes: any of them).
-                if let Some(e) = self.execs.get(i).and_then(Option::as_ref) {
-                    self.report.faults += 1;
-                    let lane = self.rng.range(0, e.lanes() as u64 - 1) as usize;
-                    self.report.lane_faults += u64::from(lane > 0);
-                    let conn = e.conns().nth(lane).unwrap_or_else(|| e.conn());
-                    let (d, p) = (self.rng.range(0, 20_000), self.rng.range(0, 20_000));
-                    self.net.break_conn(conn, now, Some(d), Some(p));
-                }
-            }
-            Ev::Stall(i, frozen) => {
-                if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
-                    if e.is_alive() {
-                        self.report.faults += 1;
-                        // Frozen: the whole process. Deaf: one lane (of several, any).
-                        let (lane, liveness) = if frozen {
-                            (None, Liveness::Frozen)
-                        } else {
-                            let lane = self.rng.range(0, e.lanes() as u64 - 1) as usize;
-                            self.report.lane_faults += u64::from(lane > 0);
-                            (Some(lane), Liveness::Deaf)
-                        };
-                        e.set_liveness(lane, liveness);
-                        for (at, conn) in e.conns().enumerate() {
-                            if lane.is_none_or(|only| only == at) {
-                                self.net.set_peer_stalled(conn, true);
-                            }
-                        }
-                    }
-                }
-            }
+            Ev::Crash(i, loud) => self.crash(i, loud),
+            Ev::Break(i) => self.break_lane(i),
+            Ev::Stall(i, frozen) => self.stall(i, frozen),
             Ev::Unstall(i) => {
                 if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
                     if e.is_alive() {
@@ -440,6 +399,56 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// Executor `i` crashes: its connections break, the peer told (`loud`) or never.
+    fn crash(&mut self, i: usize, loud: bool) {
+        let now = self.now_us;
+        if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
+            if e.is_alive() {
+                e.crash();
+                self.report.faults += 1;
+                for conn in e.conns() {
+                    let told = loud.then(|| self.rng.range(0, 50_000));
+                    self.net.break_conn(conn, now, told, None);
+                }
+            }
+        }
+    }
+
+    /// One lane's connection of executor `i` breaks (of an executor of lanes: any of them).
+    fn break_lane(&mut self, i: usize) {
+        let now = self.now_us;
+        if let Some(e) = self.execs.get(i).and_then(Option::as_ref) {
+            self.report.faults += 1;
+            let lane = self.rng.range(0, e.lanes() as u64 - 1) as usize;
+            self.report.lane_faults += u64::from(lane > 0);
+            let conn = e.conns().nth(lane).unwrap_or_else(|| e.conn());
+            let (d, p) = (self.rng.range(0, 20_000), self.rng.range(0, 20_000));
+            self.net.break_conn(conn, now, Some(d), Some(p));
+        }
+    }
+
+    /// Executor `i` stalls: `frozen`, the whole process; else one lane (any) goes deaf.
+    fn stall(&mut self, i: usize, frozen: bool) {
+        if let Some(e) = self.execs.get_mut(i).and_then(Option::as_mut) {
+            if e.is_alive() {
+                self.report.faults += 1;
+                let (lane, liveness) = if frozen {
+                    (None, Liveness::Frozen)
+                } else {
+                    let lane = self.rng.range(0, e.lanes() as u64 - 1) as usize;
+                    self.report.lane_faults += u64::from(lane > 0);
+                    (Some(lane), Liveness::Deaf)
+                };
+                e.set_liveness(lane, liveness);
+                for (at, conn) in e.conns().enumerate() {
+                    if lane.is_none_or(|only| only == at) {
+                        self.net.set_peer_stalled(conn, true);
+                    }
+                }
+            }
+        }
     }
 
     fn join(&mut self, i: usize) {

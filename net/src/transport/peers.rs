@@ -238,6 +238,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         self.peers.insert(peer, state);
         self.queue(peer);
         self.watch(expiry(now_us, self.config.limits.handshake_timeout));
+        self.check();
         Ok(())
     }
 
@@ -312,6 +313,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             found.phase = Phase::Open(state);
         }
         self.set_standing(peer, standing);
+        self.check();
     }
 
     /// Refuses a peer whose handshake finished: it is told why (`HandshakeRefused`), then
@@ -441,6 +443,11 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         for (key, why) in expired {
             self.close_gone(key, ConnError::Protocol(why));
         }
+        self.check();
+        debug_assert!(
+            self.next_check_us.is_none_or(|t| t > now_us),
+            "a deadline in the past"
+        );
     }
 
     /// When [`Peers::handle_timeout`] is next due; `None` while no peer has a deadline.
@@ -478,6 +485,45 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     }
 
     /// Closes a peer the role did not ask to close: an open one goes to [`Peers::poll_gone`].
+    /// What must hold between inputs (checked in debug builds, and by the simulators, which
+    /// run with assertions on): the table within its bounds, a peer that says it is queued in
+    /// the transmit queue, no member or client before its handshake ends. O(peers).
+    pub(crate) fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let limits = &self.config.limits;
+        let handshakes = self.count(|p| matches!(p.phase, Phase::Handshake(_)));
+        let clients = self.count(|p| p.standing == Standing::Client);
+        assert!(
+            handshakes <= limits.handshakes_max,
+            "{handshakes} handshakes"
+        );
+        assert!(clients <= limits.clients_max, "{clients} clients");
+        assert!(
+            self.peers.len() <= limits.connections_max,
+            "{} peers",
+            self.peers.len()
+        );
+        // The queue may still name peers that left (dropped when polled), never miss one
+        // that says it is queued.
+        let in_queue: std::collections::HashSet<&K> = self.transmit.iter().collect();
+        for (key, peer) in &self.peers {
+            assert!(
+                !peer.queued || in_queue.contains(key),
+                "a queued peer is in the queue"
+            );
+        }
+        for peer in self.peers.values() {
+            let open = matches!(peer.phase, Phase::Open(_));
+            // Never: a member or a client that has not finished its handshake.
+            assert!(
+                open || peer.standing == Standing::Registering,
+                "standing before open"
+            );
+        }
+    }
+
     fn close_gone(&mut self, peer: K, why: ConnError) {
         let reason = why.to_string();
         if let Some(state) = self.close(peer, why) {

@@ -16,6 +16,7 @@ pub mod batch;
 pub mod codec;
 mod error;
 pub mod frame;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod message;
 

@@ -92,8 +92,7 @@ pub fn run(args: MasterArgs) -> Result<ExitCode, String> {
     let status_addr = master.local_addr().unwrap_or(args.listen);
     let _servers = serve_cluster(
         status_addr,
-        args.observe.metrics_listen,
-        args.observe.ui_listen,
+        &args.observe,
         secret.as_ref().map(|(secret, _)| secret.clone()),
         ClusterRole::Master,
         "flint master",

@@ -1,27 +1,36 @@
-//! Serving what a role shows, Prometheus metrics and the web UI: the flags and the servers.
+//! Serving what a role shows, Prometheus metrics, the web UI and the JSON API: the flags, who
+//! may read them (the observe token) and the servers.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use flint_net::driver::Driver;
 use flint_net::handshake::Secret;
-use flint_net::observe::http::HttpServer;
+use flint_net::observe::http::{Access, HttpServer};
 use flint_net::observe::metrics::ClusterRole;
+use flint_net::observe::token::ObserveToken;
 use flint_net::observe::ui::{self, Serve};
 
-/// Serving what a role shows: Prometheus metrics and the web UI.
+/// Serving what a role shows: Prometheus metrics, the web UI and the JSON API.
 #[derive(Args, Clone, Default)]
 pub struct ObserveArgs {
-    /// Serve Prometheus metrics (OpenMetrics text at /metrics) on this address. With a shared
-    /// secret every request needs it as a token (`?token=` or `Authorization: Bearer`);
-    /// without one, loopback addresses only.
+    /// Serve Prometheus metrics at /metrics on this address (the text format, or OpenMetrics
+    /// when asked for). With a shared secret every request needs the observe token
+    /// (`Authorization: Bearer TOKEN`, see --observe-token-file); without one, loopback only.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
-    /// Serve the web UI (HTML at /, refreshed every 2 s, read-only; /metrics too) on this
-    /// address; the same token rule as --metrics-listen.
+    /// Serve the web UI (pages at /, live charts, task timeline, a page per job), the JSON API
+    /// at /api/v1/ and /metrics on this address; the same token rule as --metrics-listen (a
+    /// browser logs in once with the token and keeps a cookie).
     #[arg(long)]
     pub ui_listen: Option<SocketAddr>,
+    /// The read-only observe token for --metrics-listen and --ui-listen: a file holding it
+    /// (16 to 1024 visible ASCII characters; made with a random one, mode 0600, if missing).
+    /// Never the cluster secret. Default: a new token in a new private file, printed at start.
+    #[arg(long)]
+    pub observe_token_file: Option<PathBuf>,
 }
 
 /// The same for drivers, which end with their job.
@@ -35,8 +44,33 @@ pub struct DriverObserveArgs {
     pub observe_linger_ms: u64,
 }
 
+/// Who may read the servers of `who`: holders of the observe token in `token_file` (made
+/// there if missing) or, without one, of a new token in a new private file; with neither a
+/// file nor a cluster `secret`, anyone on loopback. The token's file is printed, never the
+/// token; a token equal to the cluster secret is refused.
+fn observe_access(
+    token_file: Option<&Path>,
+    secret: Option<&Secret>,
+    who: &str,
+) -> Result<Access, String> {
+    let (token, path) = match (token_file, secret) {
+        (Some(path), _) => {
+            let (token, _) = ObserveToken::load_or_create(path).map_err(|e| e.to_string())?;
+            (token, path.to_owned())
+        }
+        (None, Some(_)) => ObserveToken::create_in_temp_dir().map_err(|e| e.to_string())?,
+        (None, None) => return Ok(Access::Open),
+    };
+    token.check_not_secret(secret).map_err(|e| e.to_string())?;
+    eprintln!(
+        "{who}: observe token in {} (Authorization: Bearer TOKEN, or log in on the page)",
+        path.display()
+    );
+    Ok(Access::Token(token))
+}
+
 /// Starts the metrics and UI servers `args` asks for, watching `driver`; `who` names it in
-/// what is printed. The token (if `secret`) is never printed.
+/// what is printed.
 pub fn serve_driver(
     driver: &Driver,
     args: &ObserveArgs,
@@ -44,56 +78,57 @@ pub fn serve_driver(
     who: &str,
 ) -> Result<Vec<HttpServer>, String> {
     let mut servers = Vec::new();
+    if args.metrics_listen.is_none() && args.ui_listen.is_none() {
+        return Ok(servers);
+    }
+    let access = observe_access(args.observe_token_file.as_deref(), secret.as_ref(), who)?;
     for (addr, serve, what) in [
         (args.metrics_listen, Serve::Metrics, "metrics"),
         (args.ui_listen, Serve::UiAndMetrics, "web UI"),
     ] {
         if let Some(addr) = addr {
-            let server = ui::serve_driver(addr, driver.observer(), secret.clone(), serve)
+            let server = ui::serve_driver(addr, driver.observer(), access.clone(), serve)
                 .map_err(|e| format!("{what}: {e}"))?;
-            announce(who, what, &server, secret.is_some());
+            announce(who, what, &server);
             servers.push(server);
         }
     }
     Ok(servers)
 }
 
-/// Starts the metrics and UI servers of a master or worker answering status at `status`.
+/// Starts the metrics and UI servers `args` asks for, of a master or worker answering status
+/// at `status` (asked with the cluster `secret`).
 pub fn serve_cluster(
     status: SocketAddr,
-    metrics_listen: Option<SocketAddr>,
-    ui_listen: Option<SocketAddr>,
+    args: &ObserveArgs,
     secret: Option<Secret>,
     role: ClusterRole,
     who: &str,
 ) -> Result<Vec<HttpServer>, String> {
     let mut servers = Vec::new();
+    if args.metrics_listen.is_none() && args.ui_listen.is_none() {
+        return Ok(servers);
+    }
+    let access = observe_access(args.observe_token_file.as_deref(), secret.as_ref(), who)?;
     for (addr, serve, what) in [
-        (metrics_listen, Serve::Metrics, "metrics"),
-        (ui_listen, Serve::UiAndMetrics, "web UI"),
+        (args.metrics_listen, Serve::Metrics, "metrics"),
+        (args.ui_listen, Serve::UiAndMetrics, "web UI"),
     ] {
         if let Some(addr) = addr {
-            let server = ui::serve_cluster(addr, status, secret.clone(), role, serve)
-                .map_err(|e| format!("{what}: {e}"))?;
-            announce(who, what, &server, secret.is_some());
+            let server =
+                ui::serve_cluster(addr, status, secret.clone(), access.clone(), role, serve)
+                    .map_err(|e| format!("{what}: {e}"))?;
+            announce(who, what, &server);
             servers.push(server);
         }
     }
     Ok(servers)
 }
 
-/// Prints where a server listens (never the token itself).
-fn announce(who: &str, what: &str, server: &HttpServer, token: bool) {
+/// Prints where a server listens (never the token).
+fn announce(who: &str, what: &str, server: &HttpServer) {
     let path = if what == "metrics" { "metrics" } else { "" };
-    let token = if token {
-        " (token: the shared secret, as ?token= or Authorization: Bearer)"
-    } else {
-        ""
-    };
-    eprintln!(
-        "{who}: {what} on http://{}/{path}{token}",
-        server.local_addr()
-    );
+    eprintln!("{who}: {what} on http://{}/{path}", server.local_addr());
 }
 
 /// Keeps serving after the job when asked (see `--observe-linger-ms`).

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use flint_cli::summary::json_string;
+use flint_net::observe::ClusterView;
 use flint_net::standalone::BlockingClient;
 use flint_net::wire::{AppStatus, ExecutorStatus, List, Message, Role, WorkerStatus};
 
@@ -55,68 +55,13 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
         return Err(format!("unexpected answer {}", message.kind().name()));
     };
     if args.json {
-        print_status_json(workers, applications, executors);
+        // The document the master's /api/v1/cluster serves.
+        let view = ClusterView::from_status(workers, applications, executors);
+        println!("{}", flint_net::observe::api::cluster_json(&view));
     } else {
         print_status_tables(workers, applications, executors);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `flint status --json`: one object with the workers, applications and executors.
-fn print_status_json(
-    workers: List<'_, WorkerStatus<'_>>,
-    applications: List<'_, AppStatus<'_>>,
-    executors: List<'_, ExecutorStatus<'_>>,
-) {
-    let workers: Vec<String> = workers
-        .iter()
-        .map(|w| {
-            format!(
-                "{{\"id\":{},\"host\":{},\"port\":{},\"state\":{},\"cores\":{},\"cores_used\":{},\"memory_mb\":{},\"memory_used_mb\":{}}}",
-                json_string(w.worker_id),
-                json_string(w.host),
-                w.port,
-                json_string(&w.state.to_string().to_uppercase()),
-                w.cores,
-                w.cores_used,
-                w.memory_mb,
-                w.memory_used_mb
-            )
-        })
-        .collect();
-    let apps: Vec<String> = applications
-        .iter()
-        .map(|a| {
-            format!(
-                "{{\"id\":{},\"name\":{},\"state\":{},\"cores_granted\":{},\"executors_requested\":{},\"waiting\":{}}}",
-                json_string(a.app_id),
-                json_string(a.name),
-                json_string(&a.state.to_string().to_uppercase()),
-                a.cores_granted,
-                a.executors_requested,
-                json_string(a.waiting)
-            )
-        })
-        .collect();
-    let execs: Vec<String> = executors
-        .iter()
-        .map(|e| {
-            format!(
-                "{{\"app_id\":{},\"id\":{},\"worker_id\":{},\"cores\":{},\"state\":{}}}",
-                json_string(e.app_id),
-                json_string(e.executor_id),
-                json_string(e.worker_id),
-                e.cores,
-                json_string(&e.state.to_string().to_uppercase())
-            )
-        })
-        .collect();
-    println!(
-        "{{\"workers\":[{}],\"applications\":[{}],\"executors\":[{}]}}",
-        workers.join(","),
-        apps.join(","),
-        execs.join(",")
-    );
 }
 
 /// `flint status`: a table each for the workers, applications and executors.

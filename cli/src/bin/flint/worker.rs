@@ -11,7 +11,7 @@ use flint_net::observe::metrics::ClusterRole;
 use flint_net::standalone::worker::{WorkerConfig, WorkerError};
 
 use crate::secrets::SecretArgs;
-use crate::serving::serve_cluster;
+use crate::serving::{serve_cluster, ObserveArgs};
 
 /// `flint worker`'s flags.
 #[derive(Args)]
@@ -37,9 +37,12 @@ pub struct WorkerArgs {
     /// from its status answer); the token rule of `flint master --metrics-listen`.
     #[arg(long, requires = "listen")]
     metrics_listen: Option<SocketAddr>,
-    /// Serve this worker's web page on this address (needs --listen).
+    /// Serve this worker's web page and JSON API on this address (needs --listen).
     #[arg(long, requires = "listen")]
     ui_listen: Option<SocketAddr>,
+    /// The observe token for --metrics-listen and --ui-listen (see `flint master --help`).
+    #[arg(long)]
+    observe_token_file: Option<PathBuf>,
     /// This worker's id: 1 to 64 letters, digits, '-', '_' or '.', not "." or ".." (default:
     /// worker-HOST-PORT with --listen, else worker-PID).
     #[arg(long, value_parser = parse_id)]
@@ -84,10 +87,14 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                     "--metrics-listen and --ui-listen need a --listen port other than 0".into(),
                 );
             }
+            let observe = ObserveArgs {
+                metrics_listen: args.metrics_listen,
+                ui_listen: args.ui_listen,
+                observe_token_file: args.observe_token_file.clone(),
+            };
             serve_cluster(
                 status,
-                args.metrics_listen,
-                args.ui_listen,
+                &observe,
                 secret.clone(),
                 ClusterRole::Worker,
                 &format!("flint worker {id}"),

@@ -144,6 +144,12 @@ impl Remote {
         peers.zip(batches).collect()
     }
 
+    /// The lane attempt `key` was sent to (0 if it is not held, and always on an executor of
+    /// one lane).
+    pub(super) fn lane_of(&self, key: AttemptKey) -> u32 {
+        self.sent.attempts.get(&key).map_or(0, |a| a.2)
+    }
+
     /// Attempt `key` goes to `lane` at `now_us`. An executor of one lane keeps no record per
     /// attempt here: the scheduler's book holds what its heartbeats are checked against.
     fn launched(&mut self, key: AttemptKey, lane: u32, now_us: u64) {

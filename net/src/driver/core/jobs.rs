@@ -63,6 +63,10 @@ impl Jobs {
         self.events.push_back(Event::JobOutcome { job, outcome });
     }
 
+    pub(super) fn len(&self) -> usize {
+        self.active.len()
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.active.is_empty()
     }

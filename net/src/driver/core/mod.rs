@@ -567,7 +567,7 @@ impl DriverCore {
             Some(function) => function.clone(),
             None => std::sync::Arc::from(""),
         };
-        self.telemetry.job_submitted(now_us, id, &function, n);
+        (self.telemetry).job_submitted(now_us, id, &function, n, &spec.pool);
         if self.jobs.is_empty() {
             // The first stall check one interval after work arrives.
             self.health.work_arrived(now_us);
@@ -753,11 +753,55 @@ impl DriverCore {
     /// results and outcomes to the events for the callers' side.
     fn pump(&mut self) {
         self.scheduler.drain_outputs(&mut self.outputs);
+        if self.telemetry.point_due(self.now_us) {
+            views::take_point(&self.scheduler, &mut self.telemetry, self.now_us);
+        }
         let mut outputs = std::mem::take(&mut self.outputs);
         for output in outputs.drain(..) {
             self.carry_out(output);
         }
         self.outputs = outputs;
+        self.check();
+    }
+
+    /// What must hold after every input (debug builds and the simulators, which run with
+    /// assertions on): the peer table within its bounds; every lane the core routes to is a
+    /// peer in that executor's phase, and every executor peer is a joined lane of a registered
+    /// executor (never a lane of one that left); the scheduler knows exactly the executors and
+    /// jobs the core does. O(peers + executors).
+    fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        self.peers.check();
+        assert_eq!(
+            self.executors.live(),
+            self.scheduler.executors(),
+            "executors"
+        );
+        assert_eq!(self.jobs.len(), self.scheduler.active_jobs(), "active jobs");
+        for peer in self.peers.keys() {
+            let Some(&Phase::Executor(id, lane)) = self.peers.state(peer) else {
+                continue;
+            };
+            let joined = match self.executors.link(id) {
+                Some(Link::Remote(remote)) => remote.lanes.get(lane as usize).map(|l| l.peer),
+                _ => None,
+            };
+            assert_eq!(joined, Some(Some(peer)), "executor {} lane {lane}", id.0);
+        }
+        for (_, id) in self.executors.remotes() {
+            let Some(Link::Remote(remote)) = self.executors.link(id) else {
+                panic!("executor {} named but not linked", id.0);
+            };
+            for (lane, slot) in remote.lanes.iter().enumerate() {
+                if let Some(peer) = slot.peer {
+                    let phase = self.peers.state(peer);
+                    let held = matches!(phase, Some(&Phase::Executor(i, l)) if i == id && l as usize == lane);
+                    assert!(held, "lane {lane} of executor {} is not its peer", id.0);
+                }
+            }
+        }
     }
 
     fn carry_out(&mut self, output: Output) {
@@ -788,7 +832,7 @@ impl DriverCore {
                 let Some(peer) = remote.peer_of(attempt) else {
                     return;
                 };
-                self.telemetry.kill_sent();
+                self.telemetry.kill_sent(self.now_us, attempt.0, attempt.1);
                 let kill = Message::KillTask {
                     task_id: attempt.0 .0,
                     attempt: attempt.1,
@@ -808,10 +852,12 @@ impl DriverCore {
         let now = self.now_us;
         match self.executors.link_mut(executor) {
             Some(Link::Remote(remote)) => {
+                let batches = remote.route_all(&tasks, now);
                 for task in &tasks {
-                    self.telemetry.launched(now, task.task, task.attempt);
+                    let lane = || remote.lane_of((task.task, task.attempt));
+                    self.telemetry.launched(now, task, executor, lane);
                 }
-                for (peer, batch) in remote.route_all(&tasks, now) {
+                for (peer, batch) in batches {
                     let out = peer.and_then(|peer| self.peers.outbound(peer));
                     let (Some(out), false) = (out, batch.is_empty()) else {
                         continue;
@@ -825,7 +871,7 @@ impl DriverCore {
             }
             Some(Link::Local) => {
                 for task in tasks {
-                    self.telemetry.launched(now, task.task, task.attempt);
+                    self.telemetry.launched(now, &task, executor, || 0);
                     self.local.push_back(LocalCommand::Launch(task));
                 }
             }
@@ -908,7 +954,7 @@ impl DriverCore {
                 why
             }
         };
-        self.telemetry.executor_removed(id, &shown, lost);
+        (self.telemetry).executor_removed(self.now_us, id, &shown, lost);
         self.scheduler.remove_executor(self.now_us, id, reason);
         debug_assert!(self.executors.link(id).is_none());
     }

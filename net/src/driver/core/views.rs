@@ -40,8 +40,18 @@ pub(super) fn driver(
     telemetry: &LoopTelemetry,
     now_us: u64,
 ) -> DriverView {
-    let mut view = telemetry.view(|id| running_on(scheduler, id), now_us);
+    let scheduling = |job| scheduler.job_info(job);
+    let mut view = telemetry.view(|id| running_on(scheduler, id), scheduling, now_us);
+    let sick = health(scheduler, executors);
     for executor in view.executors.iter_mut() {
+        let is = |list: &[String]| list.contains(&executor.executor_id);
+        executor.health = match () {
+            _ if is(&sick.suspected) => "suspected",
+            _ if is(&sick.stalled) => "stalled",
+            _ if is(&sick.on_probation) => "probation",
+            _ => "",
+        }
+        .to_owned();
         let id = executors.id_of(&executor.executor_id);
         if let Some(Link::Remote(remote)) = id.and_then(|id| executors.link(id)) {
             executor.lane_launches = remote.lanes.iter().map(|l| l.launched).collect();
@@ -54,6 +64,14 @@ pub(super) fn driver(
         (scheduler.unfinished_tasks()).saturating_sub(scheduler.pending_tasks()) as u64;
     (view.executors_registered, view.executors_lost) = executors.totals();
     view
+}
+
+/// A point of the live charts ([`crate::observe::series`]), taken when one is due.
+#[cold]
+pub(super) fn take_point(scheduler: &Scheduler, telemetry: &mut LoopTelemetry, now_us: u64) {
+    let pending = scheduler.pending_tasks();
+    let running = scheduler.unfinished_tasks().saturating_sub(pending);
+    telemetry.take_point(now_us, scheduler.stats(), pending as u64, running as u64);
 }
 
 /// The slots in use on executor `id`.

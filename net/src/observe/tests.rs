@@ -1,0 +1,111 @@
+use super::*;
+
+#[test]
+fn histogram_buckets_end_at_inf() {
+    let mut h = Histogram::default();
+    h.observe(5);
+    h.observe(10);
+    h.observe(11);
+    h.observe(u64::MAX / 4);
+    let c = h.buckets_seconds();
+    assert_eq!(c[0], (10e-6, 2));
+    assert_eq!(c[1], (25e-6, 1));
+    assert_eq!(*c.last().unwrap(), (f64::MAX, 1));
+    assert_eq!(h.count, 4);
+}
+
+fn launch(task: TaskId, attempt: u32, speculative: bool) -> TaskLaunch {
+    TaskLaunch {
+        task,
+        attempt,
+        function: std::sync::Arc::from("f"),
+        payload: bytes::Bytes::new(),
+        cores: 1,
+        speculative,
+    }
+}
+
+#[test]
+fn jobs_keep_their_sampled_times_copies_and_bars() {
+    let mut t = LoopTelemetry::new(Instant::now());
+    let job = JobId(16);
+    t.job_submitted(0, job, &std::sync::Arc::from("f"), 64, "pool-a");
+    t.executor_registered(ExecutorId(1), "e1", "h", 2);
+    // Tasks 0, 16, 32, 48 are sampled (16 + index divisible by 16).
+    for index in 0..64 {
+        let task = TaskId::new(job, index);
+        t.launched(1_000, &launch(task, 0, false), ExecutorId(1), || index % 2);
+    }
+    let straggler = TaskId::new(job, 5); // not sampled: its copy is tracked anyway
+    t.launched(2_000, &launch(straggler, 1, true), ExecutorId(1), || 1);
+    t.kill_sent(3_000, straggler, 0);
+    for index in 0..64 {
+        let task = TaskId::new(job, index);
+        let end = 1_000 + 100 * u64::from(index);
+        t.status_update(end, ExecutorId(1), task, 0, TaskState::Finished, b"");
+    }
+    t.take_point(10_000, &Stats::default(), 0, 1);
+    let view = t.view(|_| 0, |_| None, 10_000);
+    let j = &view.jobs[0];
+    assert_eq!((&*j.pool, j.copies), ("pool-a", 1));
+    let durations = j.task_durations.expect("sampled durations");
+    assert_eq!(
+        (durations.sampled, durations.min_us, durations.max_us),
+        (4, 0, 4_800)
+    );
+    assert_eq!(j.scheduler_delays.map(|d| d.p50_us), Some(1_000));
+    assert_eq!(view.timeline.len(), 5, "4 sampled attempts and the copy");
+    let copy = view
+        .timeline
+        .iter()
+        .find(|b| b.copy)
+        .expect("the copy's bar");
+    assert_eq!((copy.task, copy.end_us, copy.lane), (5, None, 1));
+    assert_eq!(view.series.len(), 1);
+    let slowest = view.series[0].round_trip.map_or(0, |s| s.max_us);
+    assert!(
+        (4_400..=5_300).contains(&slowest),
+        "{slowest} is within 9% of 4800"
+    );
+    t.executor_removed(11_000, ExecutorId(1), "gone", true);
+    let view = t.view(|_| 0, |_| None, 12_000);
+    let copy = view
+        .timeline
+        .iter()
+        .find(|b| b.copy)
+        .expect("the copy's bar");
+    assert_eq!(copy.outcome, timeline::Outcome::Lost);
+}
+
+#[test]
+fn failures_are_counted_per_job_and_executor() {
+    let mut t = LoopTelemetry::new(Instant::now());
+    let job = JobId(7);
+    t.job_submitted(0, job, &std::sync::Arc::from("hash"), 2, "default");
+    t.executor_registered(ExecutorId(1), "e1", "h", 2);
+    let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
+    t.launched(50, &launch(task, 0, false), ExecutorId(1), || 0);
+    t.status_update(100, ExecutorId(1), task, 0, TaskState::Failed, b"boom");
+    t.status_update(
+        200,
+        ExecutorId(1),
+        TaskId::new(job, 1),
+        0,
+        TaskState::Finished,
+        b"",
+    );
+    let view = t.view(|_| 1, |_| None, 300);
+    assert_eq!(view.executors[0].tasks_failed, 1);
+    assert_eq!(view.executors[0].tasks_finished, 1);
+    assert_eq!(view.executors[0].tasks_running, 1);
+    assert_eq!(view.jobs[0].attempts_failed, 1);
+    assert_eq!(view.jobs[0].failures, vec!["boom".to_owned()]);
+    assert_eq!(view.failures[0].reason, "boom");
+    assert_eq!(view.round_trip.count, 1);
+    let outcome = JobOutcome::Failed(vec!["task 0 failed 4 times".into()]);
+    t.job_over(400, job, Ended::of(&outcome));
+    let view = t.view(|_| 0, |_| None, 500);
+    assert_eq!(view.jobs[0].state, "FAILED");
+    assert_eq!(view.jobs_over, [0, 1, 0]);
+    assert_eq!(view.active_jobs, 0);
+}
