@@ -330,7 +330,10 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     s.submit_job(now + 500, job(17)).expect("submitted");
     let mut busy = launches(&outputs(&mut s));
     assert_eq!(busy.iter().filter(|(e, _)| *e == slow).count(), 1);
-    let i = busy.iter().position(|(e, _)| *e == slow).expect("one on it");
+    let i = busy
+        .iter()
+        .position(|(e, _)| *e == slow)
+        .expect("one on it");
     let (e, l) = busy.swap_remove(i);
     report(&mut s, now + 600, e, &l, TaskState::Finished);
     outputs(&mut s);
@@ -361,4 +364,31 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
         s.executors_on_probation().is_empty(),
         "{ran_on_slow} ran on it"
     );
+}
+
+/// ci/sim --cluster seed 3370: an executor that keeps heartbeating while it holds the attempt
+/// of a cancelled job (its kill unanswered) had the scheduler wake every 10 ms to see whether
+/// it was silent yet, so an idle driver never slept. Now it wakes when the silence would be
+/// long enough, about once per heartbeat.
+#[test]
+fn a_talking_executor_holding_an_ended_jobs_attempt_wakes_the_scheduler_once_per_heartbeat() {
+    let mut s = cluster(1, hedge());
+    let job_id = s.submit_job(0, job(1)).expect("submitted");
+    let (on, _) = launches(&outputs(&mut s))[0].clone();
+    assert!(s.cancel_job(MS, job_id));
+    outputs(&mut s);
+    // Heartbeats every 40 ms (under the 50 ms threshold) for two seconds; the attempt's kill
+    // is never answered.
+    let mut wakes = 0;
+    for beat in 1..=50 {
+        let at = beat * 40 * MS;
+        while let Some(t) = s.poll_timeout().filter(|&t| t < at) {
+            s.tick(t);
+            outputs(&mut s);
+            wakes += 1;
+        }
+        s.executor_heard(at, on);
+    }
+    assert!(wakes <= 50, "{wakes} wakes in 50 heartbeats");
+    assert!(s.suspected_executors().is_empty(), "it kept talking");
 }

@@ -401,7 +401,10 @@ fn full_inbox_rejects_or_applies_backpressure() {
 /// Holds its loop on a gate, or answers a ping.
 enum GateMsg {
     /// Tells the first channel it holds the loop, then waits on the second.
-    Hold(crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>),
+    Hold(
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    ),
     Filler,
     Ping(Reply<u32>),
 }

@@ -333,12 +333,13 @@ impl Hedging {
             }
             sweep.copies += found.copies.len();
             sweep.runnable.extend(found.copies.into_iter().flatten());
-            // While it holds overdue attempts it is looked at again: tokens may have come back,
-            // a silence may have grown into suspicion, and it must stop counting as overdue
-            // once they end.
-            let again = found.overdue > 0 || found.unsettled;
-            let recheck = again.then(|| now_us.saturating_add(RECHECK_US));
-            if let Some(next) = [found.next_due_us, recheck].into_iter().flatten().min() {
+            // While it holds overdue attempts of active jobs it is looked at again: tokens may
+            // have come back, and it must stop counting as overdue once they end. Its silence
+            // is looked at again when it would be long enough to suspect it (so an executor
+            // that keeps talking while holding an ended job's attempt wakes no idle driver).
+            let recheck = (found.overdue > 0).then(|| now_us.saturating_add(RECHECK_US));
+            let wake = [found.next_due_us, recheck, found.suspect_at_us];
+            if let Some(next) = wake.into_iter().flatten().min() {
                 debug_assert!(next > now_us, "a check due in the past");
                 e.hedge.check_at = Some(next);
                 self.checks.insert((next, slot, e.id));
@@ -387,12 +388,14 @@ impl Hedging {
             }
             // Any attempt it holds past its threshold counts for suspicion, also one whose job
             // ended (its kill unanswered): the executor still has not spoken.
-            found.unsettled = !h.suspected;
-            if !h.suspected && silent_us >= w.threshold_us.max(silence_min_us) {
+            let silence_us = w.threshold_us.max(silence_min_us);
+            if !h.suspected && silent_us >= silence_us {
                 h.suspected = true;
                 found.suspected = true;
-                found.unsettled = false;
                 stats.suspicions += 1;
+            } else if !h.suspected {
+                let at = h.heard_us.saturating_add(silence_us);
+                found.suspect_at_us = Some(found.suspect_at_us.map_or(at, |t: u64| t.min(at)));
             }
             let task = TaskId(w.task);
             let Some(job) = job_of(job_slots, jobs, task) else {
@@ -441,8 +444,9 @@ struct Overdue {
     /// It was found stalled by this check (holds an overdue attempt, finished nothing since
     /// it was launched).
     stalled: bool,
-    /// It holds an overdue attempt and is not suspected (yet): look again.
-    unsettled: bool,
+    /// It holds an overdue attempt and is not suspected (yet): when its silence would be long
+    /// enough to suspect it, if it stays silent.
+    suspect_at_us: Option<u64>,
 }
 
 /// The job of `task`, if active.
