@@ -440,7 +440,10 @@ pub struct LoopTelemetry {
     /// The origin of the loop's clock (its `now_us` counts from there) in Unix milliseconds.
     epoch_unix_ms: u64,
     jobs: FxHashMap<JobId, JobTrack>,
-    recent_jobs: VecDeque<JobView>,
+    /// Jobs that ended, newest first, as they ended (made into views only when asked).
+    recent_jobs: VecDeque<(JobId, JobTrack, &'static str, u64)>,
+    /// The default pool's name, shared by every job in it.
+    default_pool: std::sync::Arc<str>,
     executors: FxHashMap<ExecutorId, ExecutorTrack>,
     removed: VecDeque<ExecutorView>,
     failures: VecDeque<FailureView>,
@@ -465,6 +468,7 @@ impl LoopTelemetry {
             epoch_unix_ms: unix_ms().saturating_sub(epoch.elapsed().as_millis() as u64),
             jobs: FxHashMap::default(),
             recent_jobs: VecDeque::new(),
+            default_pool: std::sync::Arc::from("default"),
             executors: FxHashMap::default(),
             removed: VecDeque::new(),
             failures: VecDeque::new(),
@@ -498,7 +502,10 @@ impl LoopTelemetry {
             JobTrack {
                 span,
                 function: function.clone(),
-                pool: std::sync::Arc::from(pool),
+                pool: match pool {
+                    "default" => self.default_pool.clone(),
+                    other => std::sync::Arc::from(other),
+                },
                 tasks: tasks as u64,
                 tasks_done: 0,
                 attempts_failed: 0,
@@ -521,7 +528,7 @@ impl LoopTelemetry {
 
     /// A job ended: logged in its span, moved to the recent jobs.
     pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: Ended) {
-        let Some(track) = self.jobs.remove(&job) else {
+        let Some(mut track) = self.jobs.remove(&job) else {
             return;
         };
         let (state, slot) = match outcome {
@@ -530,28 +537,30 @@ impl LoopTelemetry {
             Ended::Cancelled => ("CANCELLED", 2),
         };
         self.jobs_over[slot] += 1;
-        let mut view = track.view(job, state, self.epoch_unix_ms, now_us);
-        self.job_latency.observe(view.duration.as_micros() as u64);
-        let duration_ms = view.duration.as_millis() as u64;
+        let duration_us = now_us.saturating_sub(track.submitted_us);
+        self.job_latency.observe(duration_us);
+        let duration_ms = duration_us / 1000;
         if let Ended::Failed(reasons) = &outcome {
             let first = reasons.first().map_or("", String::as_str);
             tracing::warn!(parent: &track.span, duration_ms,
                 failed_attempts = track.attempts_failed, reason = first, "job failed");
             for reason in reasons.iter().take(JOB_FAILURES_MAX) {
                 let reason = cut(reason);
-                if !view.failures.contains(&reason) {
-                    view.failures.push(reason);
+                if !track.failures.contains(&reason) {
+                    track.failures.push(reason);
                 }
             }
-            view.failures.truncate(JOB_FAILURES_MAX * 2);
+            track.failures.truncate(JOB_FAILURES_MAX * 2);
         } else {
             tracing::info!(parent: &track.span, duration_ms,
                 failed_attempts = track.attempts_failed, outcome = state, "job done");
         }
+        // Its span closes now; the record is kept as it is, a view made of it when asked.
+        drop(std::mem::replace(&mut track.span, tracing::Span::none()));
         if self.recent_jobs.len() == RECENT_JOBS_MAX {
             self.recent_jobs.pop_back();
         }
-        self.recent_jobs.push_front(view);
+        self.recent_jobs.push_front((job, track, state, now_us));
     }
 
     /// An attempt is being launched on `executor`, to the lane `lane` gives (asked only for
@@ -794,7 +803,12 @@ impl LoopTelemetry {
         for job in &mut jobs {
             job.scheduling = scheduling(JobId(job.id)).as_ref().map(JobScheduling::of);
         }
-        jobs.extend(self.recent_jobs.iter().cloned());
+        let epoch_unix_ms = self.epoch_unix_ms;
+        jobs.extend(
+            (self.recent_jobs.iter()).map(|(id, track, state, ended_us)| {
+                track.view(*id, state, epoch_unix_ms, *ended_us)
+            }),
+        );
         DriverView {
             uptime: Duration::from_micros(now_us),
             kills_sent: self.kills_sent,
