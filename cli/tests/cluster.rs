@@ -680,14 +680,21 @@ fn a_frozen_executors_attempts_are_copied_and_it_gets_no_work_until_it_speaks() 
         tasks,
         payload: 8,
     };
-    // Warm-up: the function's run times are known, so the threshold is milliseconds.
-    let warm = job(200);
-    assert_eq!(warm.run(&driver), warm.expected_checksum());
-    frozen.signal("-STOP");
-    // Eight tasks spread over both executors: the frozen one's can only end as copies.
-    let split = job(8);
+    // Eight tasks held at a gate on both executors (the scheduler need not spread them by
+    // itself: a fresh clone's ci/test once saw all eight go to the healthy one), then the
+    // frozen one stops: its attempts can only end as copies (the gate's function is new, so
+    // they are copied after the cold threshold, 200 ms).
+    let gate = Gate::new();
+    let split = HashJob {
+        function: gate.task(),
+        tasks: 8,
+        payload: 8,
+    };
     let before = driver.stats();
-    assert_eq!(split.run(&driver), split.expected_checksum());
+    let both_hold =
+        |view: &ExecutorsView| running(view, "frozen") > 0 && running(view, "healthy") > 0;
+    let checksum = split.run_held(&driver, &gate, both_hold, || frozen.signal("-STOP"));
+    assert_eq!(checksum, split.expected_checksum());
     let after = driver.stats();
     assert_eq!(
         driver.executors_lost(),
