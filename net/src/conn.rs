@@ -7,6 +7,7 @@
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, BytesMut};
 use flint_engine::runtime::{Ctx, Endpoint};
@@ -14,8 +15,49 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 use crate::handshake::Secret;
-use crate::observe::NET;
 use crate::wire::{Frame, FrameDecoder, Message, Role, WireError};
+
+/// Process-wide network counters, bumped by every connection.
+#[derive(Debug, Default)]
+pub struct NetCounters {
+    /// Frames decoded from peers.
+    pub frames_in: AtomicU64,
+    /// Bytes read from peers.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to peers.
+    pub bytes_out: AtomicU64,
+    /// Write calls that sent bytes (each carries one or more frames).
+    pub writes: AtomicU64,
+}
+
+/// This process's network counters.
+pub static NET: NetCounters = NetCounters {
+    frames_in: AtomicU64::new(0),
+    bytes_in: AtomicU64::new(0),
+    bytes_out: AtomicU64::new(0),
+    writes: AtomicU64::new(0),
+};
+
+impl NetCounters {
+    /// Counts read bytes.
+    #[inline]
+    pub fn read(&self, bytes: usize) {
+        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one decoded frame.
+    #[inline]
+    pub fn frame(&self) {
+        self.frames_in.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one write.
+    #[inline]
+    pub fn wrote(&self, bytes: usize) {
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Why a connection ends.
 #[derive(Debug, thiserror::Error)]

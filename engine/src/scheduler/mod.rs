@@ -1164,16 +1164,7 @@ impl Scheduler {
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
         let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
-        // One record for the whole job when its tasks share one function (by pointer: a job
-        // of one function over payloads shares one name).
-        let shared = tasks
-            .first()
-            .map(|t| &t.function)
-            .filter(|first| (tasks.iter()).all(|t| std::sync::Arc::ptr_eq(&t.function, first)));
-        let latency = match (&hedge, shared) {
-            (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
-            _ => None,
-        };
+        let latency = hedge.as_ref().and_then(|_| self.shared_record(&tasks));
         let mut job = Job {
             id,
             pool,
@@ -1230,6 +1221,14 @@ impl Scheduler {
         }
         job.level = job.start_level();
         job
+    }
+
+    /// The hedging run-time record of a job whose tasks share one function (by pointer: a job
+    /// of one function over payloads shares one name), if they do.
+    fn shared_record(&mut self, tasks: &[TaskRec]) -> Option<latency::RecordId> {
+        let first = &tasks.first()?.function;
+        let shared = (tasks.iter()).all(|t| std::sync::Arc::ptr_eq(&t.function, first));
+        shared.then(|| self.hedge.record_of(first))
     }
 
     /// Puts `job` in a free slot of the job table (or a new one) and returns the slot.
@@ -1381,59 +1380,71 @@ impl Scheduler {
                 self.remove_executor_inner(now_us, update.executor, &reason);
             }
             TaskState::Finished | TaskState::Failed | TaskState::Killed => {
-                let Some(run) = exec.running.remove(&key) else {
-                    self.stats.ignored_updates += 1;
-                    return false;
-                };
-                if exec.running.is_empty() {
-                    self.hedge.idle(exec, slot);
-                }
-                exec.free += run.cores;
-                exec.progress_us = now_us;
-                exec.stalled = false;
-                if update.state == TaskState::Finished {
-                    exec.window = exec.window.saturating_add(1).min(exec.cores);
-                    if run.record != book::NO_RECORD {
-                        let took_us = now_us.saturating_sub(run.started_us);
-                        let executors = self.book.len();
-                        let Some(exec) = self.book.get_mut(slot) else {
-                            unreachable!("slot {slot} emptied while reporting");
-                        };
-                        (self.hedge).finished(
-                            exec,
-                            run.record,
-                            (now_us, took_us),
-                            executors,
-                            &mut self.stats,
-                        );
-                    }
-                }
+                return self.apply_final(now_us, slot, update);
+            }
+        }
+        true
+    }
+
+    /// A final update (finished, failed, killed) from the executor in `slot`: the attempt's
+    /// cores freed, its run time scored for hedging, the attempt ended. False (counted as
+    /// ignored) for an attempt the executor does not hold.
+    fn apply_final(&mut self, now_us: u64, slot: u32, update: StatusUpdate) -> bool {
+        let key = (update.task.0, update.attempt);
+        let Some(exec) = self.book.get_mut(slot) else {
+            unreachable!("slot {slot} emptied while reporting");
+        };
+        let Some(run) = exec.running.remove(&key) else {
+            self.stats.ignored_updates += 1;
+            return false;
+        };
+        if exec.running.is_empty() {
+            self.hedge.idle(exec, slot);
+        }
+        exec.free += run.cores;
+        exec.progress_us = now_us;
+        exec.stalled = false;
+        if update.state == TaskState::Finished {
+            exec.window = exec.window.saturating_add(1).min(exec.cores);
+            if run.record != book::NO_RECORD {
+                let took_us = now_us.saturating_sub(run.started_us);
+                let executors = self.book.len();
                 let Some(exec) = self.book.get_mut(slot) else {
                     unreachable!("slot {slot} emptied while reporting");
                 };
-                self.last_finish_us = now_us;
-                let (id, host) = (exec.id, exec.host);
-                self.book.make_offerable(slot);
-                let end = match update.state {
-                    TaskState::Finished => End::Succeeded(update.data),
-                    // Spark counts a kill neither towards max_failures nor for exclusion
-                    // (TaskKilled.countTowardsTaskFailures is false).
-                    TaskState::Killed => {
-                        self.stats.attempts_killed += 1;
-                        End::Failed {
-                            reason: format!("killed by executor: {}", lossy(&update.data)),
-                            counts: false,
-                        }
-                    }
-                    _ => End::Failed {
-                        reason: lossy(&update.data),
-                        counts: true,
-                    },
-                };
-                let attempt = (update.task, update.attempt, run.started_us);
-                self.attempt_ended(now_us, (id, host), attempt, end);
+                (self.hedge).finished(
+                    exec,
+                    run.record,
+                    (now_us, took_us),
+                    executors,
+                    &mut self.stats,
+                );
             }
         }
+        let Some(exec) = self.book.get_mut(slot) else {
+            unreachable!("slot {slot} emptied while reporting");
+        };
+        self.last_finish_us = now_us;
+        let (id, host) = (exec.id, exec.host);
+        self.book.make_offerable(slot);
+        let end = match update.state {
+            TaskState::Finished => End::Succeeded(update.data),
+            // Spark counts a kill neither towards max_failures nor for exclusion
+            // (TaskKilled.countTowardsTaskFailures is false).
+            TaskState::Killed => {
+                self.stats.attempts_killed += 1;
+                End::Failed {
+                    reason: format!("killed by executor: {}", lossy(&update.data)),
+                    counts: false,
+                }
+            }
+            _ => End::Failed {
+                reason: lossy(&update.data),
+                counts: true,
+            },
+        };
+        let attempt = (update.task, update.attempt, run.started_us);
+        self.attempt_ended(now_us, (id, host), attempt, end);
         true
     }
 

@@ -840,6 +840,12 @@ impl DriverObserver {
     }
 }
 
+impl crate::observe::DriverViews for DriverObserver {
+    fn driver_view(&self, timeout: Duration) -> Option<DriverView> {
+        self.view(timeout).ok()
+    }
+}
+
 /// Messages to the driver's endpoint.
 pub(crate) enum DriverMsg {
     /// Submit a job (admitted by the caller under this id).

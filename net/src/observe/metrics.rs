@@ -36,9 +36,8 @@ use prometheus_client::metrics::MetricType;
 pub use prometheus_client::registry::Registry;
 
 use super::http::Response;
-use crate::driver::DriverObserver;
 use crate::handshake::Secret;
-use crate::observe::{cluster_view, ClusterView, DriverView, Histogram, NET};
+use crate::observe::{cluster_view, ClusterView, DriverView, DriverViews, Histogram, NET};
 
 /// The `Content-Type` of OpenMetrics text.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -152,19 +151,21 @@ fn net(enc: &mut DescriptorEncoder) -> Result {
 /// The driver's metrics, asked of its loop at every scrape.
 #[derive(Debug, Clone)]
 pub struct DriverCollector {
-    observer: DriverObserver,
+    views: std::sync::Arc<dyn DriverViews>,
 }
 
 impl DriverCollector {
-    /// Collects from the driver `observer` watches.
-    pub fn new(observer: DriverObserver) -> DriverCollector {
-        DriverCollector { observer }
+    /// Collects from the driver `views` answers for (its `DriverObserver`).
+    pub fn new(views: impl DriverViews) -> DriverCollector {
+        DriverCollector {
+            views: std::sync::Arc::new(views),
+        }
     }
 }
 
 impl Collector for DriverCollector {
     fn encode(&self, enc: DescriptorEncoder) -> Result {
-        let view = self.observer.view(SCRAPE_TIMEOUT).ok();
+        let view = self.views.driver_view(SCRAPE_TIMEOUT);
         encode_driver_or_down(enc, view.as_ref())
     }
 }
@@ -195,8 +196,8 @@ impl Collector for DriverViewCollector {
 
 /// The driver's metrics, asked of it now, in the format `accept` asks for: the text and its
 /// `Content-Type` (see the module docs on embedding).
-pub fn render_driver(observer: &DriverObserver, accept: Option<&str>) -> (String, &'static str) {
-    let view = observer.view(SCRAPE_TIMEOUT).ok().map(std::sync::Arc::new);
+pub fn render_driver(views: &dyn DriverViews, accept: Option<&str>) -> (String, &'static str) {
+    let view = views.driver_view(SCRAPE_TIMEOUT).map(std::sync::Arc::new);
     let format = Format::negotiate(accept);
     let registry = registry_with(Box::new(DriverViewCollector(view)));
     (render(&registry, format), format.content_type())

@@ -1,6 +1,6 @@
 //! What a running process shows about itself: the driver's loop keeps a [`LoopTelemetry`]
 //! (plain values only the loop touches, so recording costs no atomics and no locks) and answers
-//! [`crate::driver::DriverObserver::view`] with a [`DriverView`] built from it and from the
+//! the driver's observer (through [`DriverViews`]) with a [`DriverView`] built from it and from the
 //! scheduler's own counters; the master and the worker are seen through their status answer
 //! ([`cluster_view`]). The metrics ([`metrics`]) and the web UI ([`ui`], over the bounded HTTP
 //! responder in [`http`]) render these views.
@@ -19,6 +19,7 @@
 //!   process ([`NET`]).
 
 pub mod api;
+mod cluster;
 pub mod http;
 pub mod metrics;
 pub mod quantiles;
@@ -28,8 +29,6 @@ pub mod token;
 pub mod ui;
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flint_engine::hash::FxHashMap;
@@ -42,9 +41,17 @@ use quantiles::{Fine, Five, Samples};
 use series::{Point, Series};
 use timeline::{Bar, Launch, Timeline};
 
-use crate::handshake::Secret;
-use crate::standalone::{BlockingClient, ClientError};
-use crate::wire::{AppStatus, ExecutorStatus, List, Message, Role, TaskState, WorkerStatus};
+pub use crate::conn::{NetCounters, NET};
+use crate::wire::TaskState;
+pub use cluster::{cluster_view, AppRow, ClusterExecutorRow, ClusterView, WorkerRow};
+
+/// What answers with a driver's view: the driver's `DriverObserver` (a trait here, so that
+/// `observe`, which renders views, needs nothing of the driver, which makes them).
+pub trait DriverViews: std::fmt::Debug + Send + Sync + 'static {
+    /// The driver's view now, or `None` when its loop did not answer within `timeout` (or
+    /// the driver stopped).
+    fn driver_view(&self, timeout: Duration) -> Option<DriverView>;
+}
 
 /// Where a component's event lines go (executor started, registered, removed): a callback, so
 /// library code never prints. Without one, events are logged with `tracing` at info.
@@ -86,48 +93,6 @@ pub const REMOVED_EXECUTORS_MAX: usize = 50;
 pub const ACTIVE_JOBS_SHOWN_MAX: usize = 100;
 /// Bytes of a failure reason kept for the page.
 const REASON_KEPT_BYTES: usize = 512;
-
-/// Process-wide network counters, bumped by every connection.
-#[derive(Debug, Default)]
-pub struct NetCounters {
-    /// Frames decoded from peers.
-    pub frames_in: AtomicU64,
-    /// Bytes read from peers.
-    pub bytes_in: AtomicU64,
-    /// Bytes written to peers.
-    pub bytes_out: AtomicU64,
-    /// Write calls that sent bytes (each carries one or more frames).
-    pub writes: AtomicU64,
-}
-
-/// This process's network counters.
-pub static NET: NetCounters = NetCounters {
-    frames_in: AtomicU64::new(0),
-    bytes_in: AtomicU64::new(0),
-    bytes_out: AtomicU64::new(0),
-    writes: AtomicU64::new(0),
-};
-
-impl NetCounters {
-    /// Counts read bytes.
-    #[inline]
-    pub fn read(&self, bytes: usize) {
-        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-
-    /// Counts one decoded frame.
-    #[inline]
-    pub fn frame(&self) {
-        self.frames_in.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts one write.
-    #[inline]
-    pub fn wrote(&self, bytes: usize) {
-        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
-        self.writes.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// Upper bounds (microseconds) of the latency histograms' buckets.
 pub const BUCKETS_US: [u64; 20] = [
@@ -853,148 +818,6 @@ impl LoopTelemetry {
             })
             .collect();
         (views, (self.jobs.len() - shown) as u64)
-    }
-}
-
-/// A worker as the master reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WorkerRow {
-    /// Its id.
-    pub id: String,
-    /// The host it is reached at.
-    pub host: String,
-    /// Its port (0: it does not listen).
-    pub port: u16,
-    /// `ALIVE`, `DEAD`, `UNKNOWN`.
-    pub state: String,
-    /// Cores it offers.
-    pub cores: u32,
-    /// Cores in use.
-    pub cores_used: u32,
-    /// Memory it offers (MiB).
-    pub memory_mb: u64,
-    /// Memory in use (MiB).
-    pub memory_used_mb: u64,
-}
-
-/// An application as the master reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AppRow {
-    /// Its id.
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// `WAITING`, `RUNNING`, `FINISHED`, `FAILED`, `KILLED`.
-    pub state: String,
-    /// Cores its executors hold.
-    pub cores_granted: u32,
-    /// Executors it asked for.
-    pub executors_requested: u32,
-    /// Why it waits (empty: it does not).
-    pub waiting: String,
-}
-
-/// An executor as the master (or a worker) reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ClusterExecutorRow {
-    /// Its application.
-    #[serde(rename = "app_id")]
-    pub app: String,
-    /// Its id.
-    pub id: String,
-    /// Its worker.
-    #[serde(rename = "worker_id")]
-    pub worker: String,
-    /// Its cores.
-    pub cores: u32,
-    /// Its state (`LAUNCHING`, `RUNNING`, ...).
-    pub state: String,
-}
-
-/// What a master (or a worker, about itself) answers to a status request; as JSON, the
-/// document `flint status --json` prints and `/api/v1/cluster` serves.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ClusterView {
-    /// Workers, alive first.
-    pub workers: Vec<WorkerRow>,
-    /// Applications.
-    #[serde(rename = "applications")]
-    pub apps: Vec<AppRow>,
-    /// Executors.
-    pub executors: Vec<ClusterExecutorRow>,
-}
-
-/// Asks the master or worker at `addr` for its status, as `flint status` does (a loopback
-/// address stands in for an unspecified one).
-pub fn cluster_view(
-    addr: SocketAddr,
-    secret: Option<Secret>,
-    timeout: Duration,
-) -> Result<ClusterView, ClientError> {
-    let mut addr = addr;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(if addr.is_ipv4() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        });
-    }
-    let mut client = BlockingClient::connect(addr, Role::Client, secret, timeout)?;
-    client.send(&Message::StatusRequest {})?;
-    let frame = client.next_frame()?;
-    let message = frame.message().map_err(ClientError::Malformed)?;
-    let Message::StatusResponse {
-        workers,
-        applications,
-        executors,
-    } = message
-    else {
-        return Err(ClientError::Unexpected(message.kind().name()));
-    };
-    Ok(ClusterView::from_status(workers, applications, executors))
-}
-
-impl ClusterView {
-    /// The view of a `StatusResponse`'s lists.
-    pub fn from_status(
-        workers: List<'_, WorkerStatus<'_>>,
-        applications: List<'_, AppStatus<'_>>,
-        executors: List<'_, ExecutorStatus<'_>>,
-    ) -> ClusterView {
-        let upper = |state: &dyn std::fmt::Display| state.to_string().to_uppercase();
-        ClusterView {
-            workers: (workers.iter())
-                .map(|w| WorkerRow {
-                    id: w.worker_id.to_owned(),
-                    host: w.host.to_owned(),
-                    port: w.port,
-                    state: upper(&w.state),
-                    cores: w.cores,
-                    cores_used: w.cores_used,
-                    memory_mb: w.memory_mb,
-                    memory_used_mb: w.memory_used_mb,
-                })
-                .collect(),
-            apps: (applications.iter())
-                .map(|a| AppRow {
-                    id: a.app_id.to_owned(),
-                    name: a.name.to_owned(),
-                    state: upper(&a.state),
-                    cores_granted: a.cores_granted,
-                    executors_requested: a.executors_requested,
-                    waiting: a.waiting.to_owned(),
-                })
-                .collect(),
-            executors: (executors.iter())
-                .map(|e| ClusterExecutorRow {
-                    app: e.app_id.to_owned(),
-                    id: e.executor_id.to_owned(),
-                    worker: e.worker_id.to_owned(),
-                    cores: e.cores,
-                    state: upper(&e.state),
-                })
-                .collect(),
-        }
     }
 }
 

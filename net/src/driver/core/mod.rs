@@ -20,7 +20,7 @@
 //! `Connection` and its `StreamsState` are the model): `executors.rs` (ids, lanes, what each
 //! lane holds, lane keys, retiring and recently gone executors), `jobs.rs` (active jobs,
 //! deadlines, the events owed to the callers' side), `health.rs` (the stall warnings); beside
-//! them `views.rs` (what the core shows) and `table.rs` (the peer table's settings).
+//! them `registration.rs` (an executor's registration and its lanes' joins), `views.rs` (what the core shows) and `table.rs` (the peer table's settings).
 //!
 //! A peer's life. The handshake, the table's limits (`table.rs`) and the peers' deadlines run
 //! in the transport's sans-IO peer table ([`Peers`], which the master shares), so a simulation
@@ -39,6 +39,7 @@
 mod executors;
 mod health;
 mod jobs;
+mod registration;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -381,103 +382,6 @@ impl DriverCore {
             }
         });
         self.scheduler.status_updates(now, updates);
-    }
-
-    /// Registers an executor on `peer` (its lane 0), or refuses it with the reason (told to
-    /// the peer, whose connection closes).
-    fn register(
-        &mut self,
-        peer: PeerId,
-        r: Registration<'_>,
-        attributes: List<'_, wire::KeyValue<'_>>,
-    ) -> Result<ExecutorId, ConnError> {
-        let mut refusal = self.executors.refusal(&r);
-        if self.stopping {
-            refusal = Some("the driver is stopping".into());
-        }
-        if refusal.is_none() {
-            let info = ExecutorInfo {
-                id: self.executors.next_id(),
-                host: r.host.to_owned(),
-                cores: r.cores.saturating_mul(self.tasks_per_core()),
-                attributes: attributes
-                    .iter()
-                    .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
-                    .collect(),
-            };
-            refusal = (self.scheduler.register_executor(self.now_us, info).err())
-                .map(|refused| refused.to_string());
-        }
-        if let Some(reason) = refusal {
-            tracing::warn!(
-                executor_id = r.executor_id,
-                "registration refused: {reason}"
-            );
-            (self.peers).send(peer, &Message::RegisterExecutorFailed { reason: &reason });
-            return Err(ConnError::Protocol(format!(
-                "registration refused: {reason}"
-            )));
-        }
-        let id = self.executors.next_id();
-        let lane_key = self.executors.add_remote(&r, peer);
-        let registered = Message::RegisteredExecutor {
-            heartbeat_interval_ms: self.heartbeat_interval_ms(),
-            lane_key,
-        };
-        self.send(peer, &registered);
-        let Registration {
-            executor_id,
-            host,
-            cores,
-            lanes,
-        } = r;
-        tracing::info!(executor_id, host, cores, lanes, "executor registered");
-        self.telemetry
-            .executor_registered(id, executor_id, host, cores);
-        debug_assert_eq!(self.executors.id_of(executor_id), Some(id));
-        Ok(id)
-    }
-
-    /// A lane of a registered executor asks to join (see the module docs): its executor, or
-    /// the refusal (told to the peer, whose connection closes).
-    fn join_lane(
-        &mut self,
-        peer: PeerId,
-        executor_id: &str,
-        lane: u32,
-        lane_key: &[u8; 32],
-    ) -> Result<ExecutorId, ConnError> {
-        let id = match self.executors.join_lane(peer, executor_id, lane, lane_key) {
-            Ok(id) => id,
-            Err(reason) => {
-                tracing::warn!(executor_id, lane, "lane refused: {reason}");
-                (self.peers).send(peer, &Message::RegisterExecutorFailed { reason: &reason });
-                return Err(ConnError::Protocol(format!("lane refused: {reason}")));
-            }
-        };
-        let joined = Message::LaneJoined {
-            heartbeat_interval_ms: self.heartbeat_interval_ms(),
-        };
-        self.send(peer, &joined);
-        tracing::info!(executor_id, lane, "executor lane joined");
-        Ok(id)
-    }
-
-    /// A registered lane: a member of the peer table, its heartbeats due.
-    fn open_lane(&mut self, peer: PeerId, executor: ExecutorId, lane: u32) {
-        if let Some((phase, _)) = self.peers.open_mut(peer) {
-            *phase = Phase::Executor(executor, lane);
-        }
-        self.peers.set_standing(peer, Standing::Member);
-        debug_assert!(self.is_executor(peer));
-    }
-
-    fn heartbeat_interval_ms(&self) -> u32 {
-        u32::try_from(self.config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX)
-    }
-
-    fn tasks_per_core(&self) -> u32 {
-        self.config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX)
     }
 
     /// Registers the in-process executor (local mode) with `cores`; the slots its runner

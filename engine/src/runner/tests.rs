@@ -1,0 +1,231 @@
+//! Unit tests of the runner: inline and pooled runs, kills, refusals.
+
+use super::*;
+use crate::pool::{PoolConfig, ShutdownMode, TaskPool};
+use std::sync::atomic::AtomicUsize;
+
+/// A runner over a one-worker pool, and how many kicks it made. `slow_once` sleeps 3 ms
+/// when its payload is `b"slow"`, else returns at once; `boom` panics.
+fn runner(pool: &TaskPool) -> (TaskRunner, Arc<AtomicUsize>) {
+    let kicks = Arc::new(AtomicUsize::new(0));
+    let counter = kicks.clone();
+    let kick: Kick = Arc::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    let mut registry = Registry::with_builtins();
+    registry.register("boom", |_, _| panic!("boom"));
+    registry.register("slow_once", |_, payload| {
+        if payload == b"slow"[..] {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        Ok(Bytes::new())
+    });
+    (TaskRunner::new(pool.handle(), registry, 64, kick), kicks)
+}
+
+fn pool() -> TaskPool {
+    TaskPool::new(PoolConfig {
+        workers: 1,
+        ..PoolConfig::default()
+    })
+    .expect("pool")
+}
+
+fn launch(task: u64, function: &str, payload: &'static [u8]) -> TaskLaunch {
+    TaskLaunch {
+        task: TaskId(task),
+        attempt: 0,
+        function: Arc::from(function),
+        payload: Bytes::from_static(payload),
+        cores: 1,
+        speculative: false,
+    }
+}
+
+/// Drains until `n` final completions came (the pool's finish asynchronously); returns
+/// them, and whether any `Running` report came (only pool runs send one).
+fn finals(runner: &mut TaskRunner, n: usize) -> (Vec<TaskReport>, bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut done, mut running) = (Vec::new(), false);
+    while done.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} completions",
+            done.len()
+        );
+        runner.drain(|c| match c.state {
+            TaskState::Running => running = true,
+            _ => done.push(c),
+        });
+        std::thread::yield_now();
+    }
+    (done, running)
+}
+
+/// Whether one launch of `function` runs inline (it waits for the loop's drain, not on the
+/// pool); waits for its end, which an inline run reaches in that very drain.
+fn ran_inline(runner: &mut TaskRunner, task: u64, function: &str, payload: &'static [u8]) -> bool {
+    runner.launch(launch(task, function, payload));
+    let inline = runner.has_waiting();
+    let (done, running) = finals(runner, 1);
+    assert_eq!(done.len(), 1);
+    assert!(!(inline && running), "an inline run reports no Running");
+    inline
+}
+
+#[test]
+fn a_known_short_function_runs_inline_and_a_slow_one_on_the_pool() {
+    let mut pool = pool();
+    let (mut runner, kicks) = runner(&pool);
+    // Unknown timing: the first runs go to the pool.
+    for i in 0..INLINE_RUNS_MIN {
+        assert!(
+            !ran_inline(&mut runner, i, "noop", b""),
+            "run {i} is not inline"
+        );
+    }
+    // Now known to be short: it completes in the next drain, on this thread, unkicked.
+    let before = kicks.load(Ordering::SeqCst);
+    assert!(ran_inline(&mut runner, 100, "noop", b""));
+    assert_eq!(
+        kicks.load(Ordering::SeqCst),
+        before,
+        "no kick for an inline run"
+    );
+    // A slow function never qualifies.
+    for i in 0..INLINE_RUNS_MIN + 1 {
+        assert!(!ran_inline(&mut runner, 200 + i, "sleep:1", b""));
+    }
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
+fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    let index = runner
+        .functions
+        .find(&runner.registry, &Arc::from("boom"))
+        .expect("registered");
+    for _ in 0..INLINE_RUNS_MIN {
+        runner.functions.entries[index].ran_inline(Duration::from_micros(1));
+    }
+    runner.launch(launch(7, "boom", b""));
+    let mut done = Vec::new();
+    runner.drain(|c| done.push(c));
+    assert_eq!(done.len(), 1, "inline: done in the same drain");
+    assert_eq!(done[0].state, TaskState::Failed);
+    assert_eq!(&done[0].data[..], b"task panicked: boom");
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
+fn two_long_inline_runs_in_a_row_send_the_function_to_the_pool_for_a_while() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    for i in 0..INLINE_RUNS_MIN {
+        assert!(!ran_inline(&mut runner, i, "slow_once", b""));
+    }
+    assert!(ran_inline(&mut runner, 10, "slow_once", b""));
+    // One run over INLINE_RUN_GIVE_UP (a preempted run looks the same): still inline.
+    assert!(ran_inline(&mut runner, 11, "slow_once", b"slow"));
+    assert!(
+        ran_inline(&mut runner, 12, "slow_once", b""),
+        "one long run is forgiven"
+    );
+    // Two in a row: it sits out SIT_OUT_RUNS runs on the pool, then comes back.
+    assert!(ran_inline(&mut runner, 13, "slow_once", b"slow"));
+    assert!(ran_inline(&mut runner, 14, "slow_once", b"slow"));
+    for i in 0..SIT_OUT_RUNS {
+        let inline = ran_inline(&mut runner, 100 + i, "slow_once", b"");
+        assert!(!inline, "sits out run {i}");
+    }
+    assert!(
+        ran_inline(&mut runner, 200, "slow_once", b""),
+        "back inline"
+    );
+    // The second time, twice as long.
+    assert!(ran_inline(&mut runner, 201, "slow_once", b"slow"));
+    assert!(ran_inline(&mut runner, 202, "slow_once", b"slow"));
+    for i in 0..2 * SIT_OUT_RUNS {
+        let inline = ran_inline(&mut runner, 300 + i, "slow_once", b"");
+        assert!(!inline, "sits out run {i} of twice as many");
+    }
+    assert!(
+        ran_inline(&mut runner, 400, "slow_once", b""),
+        "back inline"
+    );
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
+fn a_stretched_inline_run_does_not_make_a_short_function_look_long() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    for i in 0..INLINE_RUNS_MIN {
+        assert!(!ran_inline(&mut runner, i, "slow_once", b""));
+    }
+    let index = runner
+        .functions
+        .find(&runner.registry, &Arc::from("slow_once"))
+        .expect("registered");
+    // A run of 1.5 ms (under the give-up, over the threshold: a preemption, say) would
+    // take the average over 20 us if counted whole.
+    assert_eq!(
+        runner.functions.entries[index].ran_inline(Duration::from_micros(1_500)),
+        None
+    );
+    assert!(ran_inline(&mut runner, 10, "slow_once", b""), "still short");
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
+fn a_drain_runs_inline_work_for_its_round_and_the_rest_waits_for_the_next() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    for i in 0..INLINE_RUNS_MIN {
+        assert!(!ran_inline(&mut runner, i, "noop", b""));
+    }
+    // A round of zero: one run per drain.
+    runner.set_inline_round(Duration::ZERO);
+    for i in 0..3 {
+        runner.launch(launch(100 + i, "noop", b""));
+    }
+    for left in [2, 1, 0] {
+        let mut done = Vec::new();
+        runner.drain(|c| done.push(c.task.0));
+        assert_eq!(done.len(), 1);
+        assert_eq!(runner.has_waiting(), left > 0);
+    }
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
+fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    let index = runner
+        .functions
+        .find(&runner.registry, &Arc::from("boom"))
+        .expect("registered");
+    for _ in 0..INLINE_RUNS_MIN {
+        runner.functions.entries[index].ran_inline(Duration::from_micros(1));
+    }
+    runner.launch(launch(7, "boom", b""));
+    assert!(runner.kill(7, 0));
+    let mut done = Vec::new();
+    runner.drain(|c| done.push(c));
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (done[0].state, &done[0].data[..]),
+        (TaskState::Killed, &b"killed before it started"[..])
+    );
+    // A pool that is shut down refuses: the attempt fails in the next drain.
+    pool.shutdown(ShutdownMode::Drain);
+    runner.launch(launch(8, "sleep:1", b""));
+    let mut done = Vec::new();
+    runner.drain(|c| done.push(c));
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].state, TaskState::Failed);
+    assert!(String::from_utf8_lossy(&done[0].data).starts_with("not run: the task pool refused it"));
+}
