@@ -68,16 +68,7 @@ use crate::observe::{DriverView, LoopTelemetry};
 use crate::wire::{batch, FRAME_SIZE_MAX_DEFAULT};
 use flint_engine::functions::Registry;
 
-/// The most task slots per executor core: executors size their queues for this many.
-pub const TASKS_PER_CORE_MAX: u32 = 1024;
-
-/// The most cores an executor may register with; a registration claiming more is refused
-/// with the reason. (With [`TASKS_PER_CORE_MAX`] that is at most 2^20 slots.)
-pub const EXECUTOR_CORES_MAX: u32 = 1024;
-
-/// The most lanes an executor may run: connections to the driver, each with its own event
-/// loop (see [`crate::executor`]); an executor with more cores shares these among them.
-pub const LANES_MAX: u32 = 16;
+pub use crate::wire::limits::{EXECUTOR_CORES_MAX, LANES_MAX, TASKS_PER_CORE_MAX};
 
 /// How often the driver repeats a warning about a stall (stalled executors, tasks that no
 /// executor can run).

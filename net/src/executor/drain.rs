@@ -32,7 +32,7 @@ impl Lanes {
     pub(super) fn add(&self, lane: EndpointRef<ExecutorEndpoint>) {
         let mut lanes = self.0.lock().unwrap_or_else(|p| p.into_inner());
         assert!(
-            lanes.len() < crate::driver::LANES_MAX as usize,
+            lanes.len() < crate::wire::limits::LANES_MAX as usize,
             "a lane too many"
         );
         lanes.push(lane);

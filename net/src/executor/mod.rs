@@ -3,7 +3,7 @@
 //! event loops, which long tasks never block (they run on the pool's threads).
 //!
 //! Lanes (thread per core, run to completion): an executor of `cores` N runs N lanes (at most
-//! [`crate::driver::LANES_MAX`]; more cores share them), each an event-loop thread with its own
+//! [`crate::wire::limits::LANES_MAX`]; more cores share them), each an event-loop thread with its own
 //! connection to the driver, its own [`ExecutorCore`] and its own task runner. Lane 0 registers
 //! the executor (`RegisterExecutor` with `lanes`) and is given a lane key; lanes 1.. then
 //! connect, run the same handshake and join with the key (`JoinLane`). The driver sees one
@@ -60,7 +60,7 @@ pub struct ExecutorConfig {
     /// The host name it reports.
     pub host: String,
     /// Tasks it runs at once (pool workers), and its lanes (one per core, at most
-    /// [`crate::driver::LANES_MAX`]: see the module docs).
+    /// [`crate::wire::limits::LANES_MAX`]: see the module docs).
     pub cores: u32,
     /// The shared secret, if the driver requires one.
     pub secret: Option<Secret>,
@@ -70,7 +70,7 @@ pub struct ExecutorConfig {
     pub frame_size_max: usize,
     /// Attempts it holds at once per core, running and queued; launches past it fail at once.
     /// A driver sends at most its own `tasks_per_core` per core, which it caps at
-    /// [`crate::driver::TASKS_PER_CORE_MAX`], the default here.
+    /// [`crate::wire::limits::TASKS_PER_CORE_MAX`], the default here.
     pub tasks_per_core: u32,
     /// Where the task threads run: worker `i` on the `i`-th listed CPU. Default: not pinned
     /// (a launcher that knows the machine, such as `flint local`, hands out CPUs).
@@ -93,15 +93,15 @@ impl ExecutorConfig {
             secret: None,
             connect_timeout: Duration::from_secs(30),
             frame_size_max: FRAME_SIZE_MAX_DEFAULT,
-            tasks_per_core: crate::driver::TASKS_PER_CORE_MAX,
+            tasks_per_core: crate::wire::limits::TASKS_PER_CORE_MAX,
             pin: Pinning::None,
             drain_on_sigterm: None,
         }
     }
 
-    /// Its lanes: one per core, at most [`crate::driver::LANES_MAX`] (see the module docs).
+    /// Its lanes: one per core, at most [`crate::wire::limits::LANES_MAX`] (see the module docs).
     pub fn lanes(&self) -> u32 {
-        self.cores.clamp(1, crate::driver::LANES_MAX)
+        self.cores.clamp(1, crate::wire::limits::LANES_MAX)
     }
 
     /// Attempts it holds at once: `tasks_per_core` for each core.

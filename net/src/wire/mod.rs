@@ -18,6 +18,7 @@ mod error;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod limits;
 pub mod message;
 
 pub use codec::{Field, List, ListIter, Reader};

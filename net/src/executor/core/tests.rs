@@ -189,8 +189,8 @@ fn lane_0_registers_the_lanes_and_hands_out_the_key_once_registered() {
 #[test]
 fn cores_beyond_lanes_max_share_the_lanes() {
     let mut many = config(None);
-    many.cores = crate::driver::LANES_MAX * 4;
-    assert_eq!(many.lanes(), crate::driver::LANES_MAX);
+    many.cores = crate::wire::limits::LANES_MAX * 4;
+    assert_eq!(many.lanes(), crate::wire::limits::LANES_MAX);
 }
 
 #[test]
