@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::Backoff;
 use flint_engine::affinity::Pinning;
-use flint_engine::pool::{PoolConfig, Task, TaskPool};
+use flint_engine::pool::{Task, TaskPool, TaskPoolConfig};
 use flint_engine::runtime::{Ctx, Endpoint, Inbox, Reply, Runtime, RuntimeConfig};
 
 const WORKERS: usize = 2;
@@ -225,7 +225,7 @@ impl Drop for StdPool {
 /// The pool pinned to every allowed CPU, or unpinned (the default): on a small shared machine
 /// pinned workers cannot move away from a busy core, so both are measured.
 fn flint_pool(pinned: bool) -> TaskPool {
-    TaskPool::new(PoolConfig {
+    TaskPool::new(TaskPoolConfig {
         workers: WORKERS,
         pin: if pinned {
             Pinning::all()

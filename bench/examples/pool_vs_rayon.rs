@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo run --release -p flint-bench --example pool_vs_rayon`.
 
-use flint_engine::pool::{PoolConfig, Task, TaskPool};
+use flint_engine::pool::{Task, TaskPool, TaskPoolConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 static DONE: AtomicUsize = AtomicUsize::new(0);
@@ -24,7 +24,7 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(d)
     };
-    let pool = TaskPool::new(PoolConfig {
+    let pool = TaskPool::new(TaskPoolConfig {
         workers: env("W", 2) as usize,
         local_batch_max: env("B", 32) as usize,
         spin_before_park: Duration::from_micros(env("S", 20)),

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use flint_engine::pool::{PoolConfig, Task, TaskPool};
+use flint_engine::pool::{Task, TaskPool, TaskPoolConfig};
 use flint_engine::runtime::{Ctx, Endpoint, Runtime, RuntimeConfig};
 
 static STARTED_NS: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -81,7 +81,7 @@ impl Endpoint for Idle {
 fn main() {
     // Spinning is on by default from 2 cores (see `flint_engine::runtime::spinning_pays`); this
     // measures the spinning path with an explicit cap (`FLINT_SPIN=0` would turn it off).
-    let pool = TaskPool::new(PoolConfig {
+    let pool = TaskPool::new(TaskPoolConfig {
         workers: 2,
         spin_before_park: Duration::from_micros(100),
         ..Default::default()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use flint_engine::pool::{
-    PoolConfig, ShutdownMode, SubmitError, Submitted, Task, TaskOutcome, TaskPool,
+    PoolError, ShutdownMode, Submitted, Task, TaskOutcome, TaskPool, TaskPoolConfig,
 };
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -21,7 +21,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 fn pool(workers: usize, inbox_capacity: usize) -> TaskPool {
-    TaskPool::new(PoolConfig {
+    TaskPool::new(TaskPoolConfig {
         workers,
         inbox_capacity,
         ..Default::default()
@@ -112,7 +112,7 @@ fn try_submit_reports_full_and_returns_the_task() {
             Err(r) => break r,
         }
     };
-    assert_eq!(rejected.error, SubmitError::Full { core: Some(0) });
+    assert_eq!(rejected.error, PoolError::Full { core: Some(0) });
     // The rejected task comes back; dropping it unrun reports Cancelled.
     let (tx, rx) = unbounded();
     let mine = Task::with_completion(|| {}, move |o| tx.send(o).unwrap()).on_core(0);
@@ -132,7 +132,7 @@ fn submit_reports_the_requested_core_and_rejects_unknown_cores() {
         0
     );
     let err = pool.try_submit(Task::new(|| {}).on_core(2)).unwrap_err();
-    assert_eq!(err.error, SubmitError::NoSuchCore(2));
+    assert_eq!(err.error, PoolError::NoSuchCore(2));
 }
 
 #[test]
@@ -188,7 +188,7 @@ fn release_when_closed(pool: &TaskPool, release: Sender<()>) -> std::thread::Joi
     std::thread::spawn(move || {
         let mut accepted = 0;
         wait_until("shutdown begun", || match handle.spawn(|| {}) {
-            Err(r) => r.error == SubmitError::Shutdown,
+            Err(r) => r.error == PoolError::Shutdown,
             Ok(_) => {
                 accepted += 1;
                 false
@@ -211,7 +211,7 @@ fn shutdown_drain_runs_queued_tasks() {
     assert_eq!(outcomes, vec![TaskOutcome::Finished; 10]);
     assert_eq!(pool.stats().finished, 11 + probes);
     let err = pool.try_submit(Task::new(|| {})).unwrap_err();
-    assert_eq!(err.error, SubmitError::Shutdown);
+    assert_eq!(err.error, PoolError::Shutdown);
 }
 
 #[test]

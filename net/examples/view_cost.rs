@@ -53,7 +53,7 @@ fn busy() -> LoopTelemetry {
             }
         }
         if job <= 50 {
-            t.job_over(now, id, flint_net::observe::Ended::Succeeded);
+            t.job_over(now, id, flint_net::observe::JobEnd::Succeeded);
         }
     }
     for s in 0..300u64 {

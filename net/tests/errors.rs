@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use flint_engine::standalone::AppSpec;
 use flint_net::observe::http::{
-    Access, Handler, HttpError, HttpLimits, HttpServer, Response, Site,
+    Access, HttpError, HttpHandler, HttpLimits, HttpServer, Response, Site,
 };
 use flint_net::pools::{self, PoolsError};
 use flint_net::{
@@ -162,7 +162,7 @@ fn an_app_client_without_a_master_times_out_registering() {
 
 #[test]
 fn an_http_server_beyond_loopback_needs_a_token() {
-    let handler: Handler = Arc::new(|_| Response::text(200, "ok"));
+    let handler: HttpHandler = Arc::new(|_| Response::text(200, "ok"));
     let refused = HttpServer::start(
         "0.0.0.0:0".parse().expect("addr"),
         Access::Open,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_net::observe::http::flood::{self, connect_from, get, request};
-use flint_net::observe::http::{Access, Handler, HttpLimits, HttpServer, Response, Site};
+use flint_net::observe::http::{Access, HttpHandler, HttpLimits, HttpServer, Response, Site};
 use flint_net::observe::token::ObserveToken;
 
 const TOKEN: &str = "test-observe-token-0123456789";
@@ -22,7 +22,7 @@ fn ip(last: u8) -> IpAddr {
 }
 
 fn server(limits: HttpLimits) -> HttpServer {
-    let handler: Handler = Arc::new(|r| Response::text(200, format!("path {}", r.path)));
+    let handler: HttpHandler = Arc::new(|r| Response::text(200, format!("path {}", r.path)));
     let mut login = Response::ok("text/html", "<form id=\"login\"></form>");
     login.status = 401;
     let site = Site {

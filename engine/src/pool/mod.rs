@@ -66,7 +66,7 @@ use task::Runnable;
 
 /// How to build a [`TaskPool`].
 #[derive(Debug, Clone)]
-pub struct PoolConfig {
+pub struct TaskPoolConfig {
     /// Number of workers; 0 means one per available core.
     pub workers: usize,
     /// Capacity of each worker's inbox (rounded up to a power of two).
@@ -83,7 +83,7 @@ pub struct PoolConfig {
     pub spin_before_park: Duration,
 }
 
-impl Default for PoolConfig {
+impl Default for TaskPoolConfig {
     fn default() -> Self {
         Self {
             workers: 0,
@@ -105,7 +105,7 @@ pub struct Submitted {
 
 /// Why a task was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SubmitError {
+pub enum PoolError {
     /// The inbox is full (`core` when the caller asked for one, otherwise every inbox was).
     #[error("task pool inbox full (core {core:?})")]
     Full {
@@ -123,20 +123,20 @@ pub enum SubmitError {
 /// A task the pool did not accept, handed back with the reason. Dropping it reports
 /// [`TaskOutcome::Cancelled`] to its callback.
 #[derive(Debug)]
-pub struct Rejected {
+pub struct RejectedTask {
     /// Why.
-    pub error: SubmitError,
+    pub error: PoolError,
     /// The task, to retry or drop.
     pub task: Task,
 }
 
-impl std::fmt::Display for Rejected {
+impl std::fmt::Display for RejectedTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.error.fmt(f)
     }
 }
 
-impl std::error::Error for Rejected {}
+impl std::error::Error for RejectedTask {}
 
 /// What to do with queued tasks at shutdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,11 +250,11 @@ impl PoolHandle {
 
     /// Queues `task` without blocking: on its requested core, or else on the next core round
     /// robin (trying the others if that one is full).
-    pub fn try_submit(&self, task: Task) -> Result<Submitted, Rejected> {
+    pub fn try_submit(&self, task: Task) -> Result<Submitted, RejectedTask> {
         let shared = &*self.shared;
         let n = shared.workers.len();
         let reject = |error, job| {
-            Err(Rejected {
+            Err(RejectedTask {
                 error,
                 task: Task {
                     job,
@@ -263,13 +263,13 @@ impl PoolHandle {
             })
         };
         if shared.closed.load(Ordering::Acquire) {
-            return reject(SubmitError::Shutdown, task.job);
+            return reject(PoolError::Shutdown, task.job);
         }
         match task.core {
-            Some(core) if core >= n => reject(SubmitError::NoSuchCore(core), task.job),
+            Some(core) if core >= n => reject(PoolError::NoSuchCore(core), task.job),
             Some(core) => match shared.push_to(core, Item::Task(task.job)) {
                 Ok(()) => Ok(Submitted { core }),
-                Err(item) => reject(SubmitError::Full { core: Some(core) }, into_job(item)),
+                Err(item) => reject(PoolError::Full { core: Some(core) }, into_job(item)),
             },
             None => {
                 let start = shared.next.fetch_add(1, Ordering::Relaxed) % n;
@@ -281,20 +281,20 @@ impl PoolHandle {
                         Err(back) => item = back,
                     }
                 }
-                reject(SubmitError::Full { core: None }, into_job(item))
+                reject(PoolError::Full { core: None }, into_job(item))
             }
         }
     }
 
     /// Queues `task`, blocking while the inbox is full (backpressure). Fails only if the pool
     /// is shut down or the requested core does not exist.
-    pub fn submit(&self, task: Task) -> Result<Submitted, Rejected> {
+    pub fn submit(&self, task: Task) -> Result<Submitted, RejectedTask> {
         let mut task = task;
         let backoff = crossbeam_utils::Backoff::new();
         loop {
             match self.try_submit(task) {
-                Err(Rejected {
-                    error: SubmitError::Full { .. },
+                Err(RejectedTask {
+                    error: PoolError::Full { .. },
                     task: back,
                 }) => {
                     task = back;
@@ -319,7 +319,7 @@ impl PoolHandle {
     }
 
     /// Convenience: `try_submit(Task::new(f))`.
-    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result<Submitted, Rejected> {
+    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result<Submitted, RejectedTask> {
         self.try_submit(Task::new(f))
     }
 
@@ -358,7 +358,7 @@ impl std::fmt::Debug for TaskPool {
 
 impl TaskPool {
     /// Starts the workers.
-    pub fn new(config: PoolConfig) -> std::io::Result<TaskPool> {
+    pub fn new(config: TaskPoolConfig) -> std::io::Result<TaskPool> {
         let n = if config.workers == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -432,17 +432,17 @@ impl TaskPool {
     }
 
     /// See [`PoolHandle::try_submit`].
-    pub fn try_submit(&self, task: Task) -> Result<Submitted, Rejected> {
+    pub fn try_submit(&self, task: Task) -> Result<Submitted, RejectedTask> {
         self.handle.try_submit(task)
     }
 
     /// See [`PoolHandle::submit`].
-    pub fn submit(&self, task: Task) -> Result<Submitted, Rejected> {
+    pub fn submit(&self, task: Task) -> Result<Submitted, RejectedTask> {
         self.handle.submit(task)
     }
 
     /// See [`PoolHandle::spawn`].
-    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result<Submitted, Rejected> {
+    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result<Submitted, RejectedTask> {
         self.handle.spawn(f)
     }
 
@@ -452,7 +452,7 @@ impl TaskPool {
     }
 
     /// Stops the pool with a poison pill per worker and joins the workers. Idempotent (the
-    /// first call's mode wins). Submissions after this fail with [`SubmitError::Shutdown`].
+    /// first call's mode wins). Submissions after this fail with [`PoolError::Shutdown`].
     pub fn shutdown(&mut self, mode: ShutdownMode) {
         let shared = &*self.handle.shared;
         if mode == ShutdownMode::Cancel && !self.threads.is_empty() {

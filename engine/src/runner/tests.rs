@@ -1,7 +1,7 @@
 //! Unit tests of the runner: inline and pooled runs, kills, refusals.
 
 use super::*;
-use crate::pool::{PoolConfig, ShutdownMode, TaskPool};
+use crate::pool::{ShutdownMode, TaskPool, TaskPoolConfig};
 use std::sync::atomic::AtomicUsize;
 
 /// A runner over a one-worker pool, and how many kicks it made. `slow_once` sleeps 3 ms
@@ -24,9 +24,9 @@ fn runner(pool: &TaskPool) -> (TaskRunner, Arc<AtomicUsize>) {
 }
 
 fn pool() -> TaskPool {
-    TaskPool::new(PoolConfig {
+    TaskPool::new(TaskPoolConfig {
         workers: 1,
-        ..PoolConfig::default()
+        ..TaskPoolConfig::default()
     })
     .expect("pool")
 }

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::affinity::Pinning;
-use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+use flint_engine::pool::{ShutdownMode, TaskPool, TaskPoolConfig};
 use flint_engine::runtime::{AskError, EndpointRef, Reply, Runtime, RuntimeConfig, SendError};
 use flint_engine::scheduler::{
     Config as SchedulerConfig, HedgeConfig, JobId, RemovalReason, Stats,
@@ -419,13 +419,13 @@ impl Driver {
         let pool = match config.local_cores {
             None => None,
             Some(cores) => Some(
-                TaskPool::new(PoolConfig {
+                TaskPool::new(TaskPoolConfig {
                     workers: cores as usize,
                     // Submissions try every worker's inbox: together they hold every slot.
                     inbox_capacity: config.tasks_per_core.clamp(1, TASKS_PER_CORE_MAX) as usize,
                     thread_name: "flint-local".into(),
                     pin: config.pin.from_thread(1),
-                    ..PoolConfig::default()
+                    ..TaskPoolConfig::default()
                 })
                 .map_err(|e| DriverError::Start(format!("task pool: {e}")))?,
             ),

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_engine::affinity::Pinning;
-use flint_engine::pool::{PoolConfig, ShutdownMode, TaskPool};
+use flint_engine::pool::{ShutdownMode, TaskPool, TaskPoolConfig};
 use flint_engine::runtime::{Runtime, RuntimeConfig};
 use mio::net::TcpStream;
 
@@ -221,12 +221,12 @@ fn run_once(
     let deadline = flint_engine::runtime::deadline_after(connect_timeout);
     let stream = connect(config.driver, connect_timeout)?;
     // Submissions try every worker's inbox, so together they hold all `in_flight_max`.
-    let mut pool = TaskPool::new(PoolConfig {
+    let mut pool = TaskPool::new(TaskPoolConfig {
         workers: config.cores.max(1) as usize,
         inbox_capacity: config.tasks_per_core.max(1) as usize,
         pin: config.pin.clone(),
         thread_name: "flint-task".into(),
-        ..PoolConfig::default()
+        ..TaskPoolConfig::default()
     })
     .map_err(|e| ExecutorError::Start(format!("task pool: {e}")))?;
     let lanes = config.lanes();

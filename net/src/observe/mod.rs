@@ -367,7 +367,7 @@ struct ExecutorTrack {
 /// How a job ended, as [`LoopTelemetry::job_over`] takes it: taken from the outcome before it
 /// goes to the job's handle (reasons copied only for a failure), so the handle is told first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ended {
+pub enum JobEnd {
     /// Every task succeeded.
     Succeeded,
     /// It failed; the first reasons.
@@ -376,22 +376,22 @@ pub enum Ended {
     Cancelled,
 }
 
-impl Ended {
+impl JobEnd {
     /// How `outcome` ended.
-    pub fn of(outcome: &JobOutcome) -> Ended {
+    pub fn of(outcome: &JobOutcome) -> JobEnd {
         match outcome {
-            JobOutcome::Succeeded(_) => Ended::Succeeded,
+            JobOutcome::Succeeded(_) => JobEnd::Succeeded,
             JobOutcome::Failed(reasons) => {
-                Ended::Failed(reasons.iter().take(JOB_FAILURES_MAX).cloned().collect())
+                JobEnd::Failed(reasons.iter().take(JOB_FAILURES_MAX).cloned().collect())
             }
-            JobOutcome::Cancelled => Ended::Cancelled,
+            JobOutcome::Cancelled => JobEnd::Cancelled,
         }
     }
 }
 
 /// Why the driver refused a peer.
 #[derive(Debug, Clone, Copy)]
-pub enum Refusal {
+pub enum PeerRefusal {
     /// The connection table was full.
     TableFull,
     /// The handshake failed (wrong secret, bad bytes).
@@ -492,20 +492,20 @@ impl LoopTelemetry {
     }
 
     /// A job ended: logged in its span, moved to the recent jobs.
-    pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: Ended) {
+    pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd) {
         let Some(mut track) = self.jobs.remove(&job) else {
             return;
         };
         let (state, slot) = match outcome {
-            Ended::Succeeded => ("SUCCEEDED", 0),
-            Ended::Failed(_) => ("FAILED", 1),
-            Ended::Cancelled => ("CANCELLED", 2),
+            JobEnd::Succeeded => ("SUCCEEDED", 0),
+            JobEnd::Failed(_) => ("FAILED", 1),
+            JobEnd::Cancelled => ("CANCELLED", 2),
         };
         self.jobs_over[slot] += 1;
         let duration_us = now_us.saturating_sub(track.submitted_us);
         self.job_latency.observe(duration_us);
         let duration_ms = duration_us / 1000;
-        if let Ended::Failed(reasons) = &outcome {
+        if let JobEnd::Failed(reasons) = &outcome {
             let first = reasons.first().map_or("", String::as_str);
             tracing::warn!(parent: &track.span, duration_ms,
                 failed_attempts = track.attempts_failed, reason = first, "job failed");
@@ -621,7 +621,7 @@ impl LoopTelemetry {
     }
 
     /// A peer was refused.
-    pub fn refused(&mut self, why: Refusal) {
+    pub fn refused(&mut self, why: PeerRefusal) {
         self.refusals[why as usize] += 1;
     }
 

@@ -103,7 +103,7 @@ fn failures_are_counted_per_job_and_executor() {
     assert_eq!(view.failures[0].reason, "boom");
     assert_eq!(view.round_trip.count, 1);
     let outcome = JobOutcome::Failed(vec!["task 0 failed 4 times".into()]);
-    t.job_over(400, job, Ended::of(&outcome));
+    t.job_over(400, job, JobEnd::of(&outcome));
     let view = t.view(|_| 0, |_| None, 500);
     assert_eq!(view.jobs[0].state, "FAILED");
     assert_eq!(view.jobs_over, [0, 1, 0]);

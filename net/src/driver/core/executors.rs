@@ -52,7 +52,7 @@ pub const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
 pub(super) type AttemptKey = (TaskId, u32);
 
 /// Where an executor's launches go.
-pub(super) enum Link {
+pub(super) enum ExecutorLink {
     Remote(Remote),
     Local,
 }
@@ -373,7 +373,7 @@ pub(super) struct Executors {
     /// Executor ids on the wire, for refusing duplicates (peer-chosen strings: SipHash).
     ids: HashMap<String, ExecutorId>,
     /// Where each executor's launches go: its lanes, or the local runner.
-    links: FxHashMap<ExecutorId, Link>,
+    links: FxHashMap<ExecutorId, ExecutorLink>,
     next: u64,
     /// Executors being stopped or removed for a known reason: the reason their removal gets,
     /// and whether it counts as a loss (a cluster manager's report does, a stop does not).
@@ -441,14 +441,20 @@ impl Executors {
         self.next += 1;
         self.ids.insert(r.executor_id.to_owned(), id);
         let remote = Remote::new(r.lanes, lane_key, peer);
-        assert!(self.links.insert(id, Link::Remote(remote)).is_none());
+        assert!(self
+            .links
+            .insert(id, ExecutorLink::Remote(remote))
+            .is_none());
         self.registered_total += 1;
         lane_key
     }
 
     /// Adds the in-process executor (local mode).
     pub(super) fn add_local(&mut self) {
-        assert!(self.links.insert(LOCAL_EXECUTOR, Link::Local).is_none());
+        assert!(self
+            .links
+            .insert(LOCAL_EXECUTOR, ExecutorLink::Local)
+            .is_none());
     }
 
     /// Lets `peer` join as lane `lane` of `executor_id` with `lane_key`: the executor, or why
@@ -464,23 +470,23 @@ impl Executors {
             return Err(format!("no executor {executor_id:?} is registered"));
         };
         match self.links.get_mut(&id) {
-            Some(Link::Remote(remote)) => remote.admit(peer, lane, lane_key).map(|()| id),
+            Some(ExecutorLink::Remote(remote)) => remote.admit(peer, lane, lane_key).map(|()| id),
             _ => Err(format!("no executor {executor_id:?} is registered")),
         }
     }
 
-    pub(super) fn link(&self, id: ExecutorId) -> Option<&Link> {
+    pub(super) fn link(&self, id: ExecutorId) -> Option<&ExecutorLink> {
         self.links.get(&id)
     }
 
-    pub(super) fn link_mut(&mut self, id: ExecutorId) -> Option<&mut Link> {
+    pub(super) fn link_mut(&mut self, id: ExecutorId) -> Option<&mut ExecutorLink> {
         self.links.get_mut(&id)
     }
 
     /// A remote executor, if `id` is one.
     pub(super) fn remote_mut(&mut self, id: ExecutorId) -> Option<&mut Remote> {
         match self.links.get_mut(&id) {
-            Some(Link::Remote(remote)) => Some(remote),
+            Some(ExecutorLink::Remote(remote)) => Some(remote),
             _ => None,
         }
     }
@@ -488,9 +494,9 @@ impl Executors {
     /// Takes a remote executor's link out (it is leaving); `None` if it left already.
     pub(super) fn take_remote(&mut self, id: ExecutorId) -> Option<Remote> {
         match self.links.remove(&id) {
-            Some(Link::Remote(remote)) => Some(remote),
-            Some(Link::Local) => {
-                self.links.insert(id, Link::Local);
+            Some(ExecutorLink::Remote(remote)) => Some(remote),
+            Some(ExecutorLink::Local) => {
+                self.links.insert(id, ExecutorLink::Local);
                 None
             }
             None => None,
@@ -540,16 +546,16 @@ impl Executors {
     pub(super) fn remote_by_name(&self, executor_id: &str) -> Option<(ExecutorId, PeerId)> {
         let id = *self.ids.get(executor_id)?;
         match self.links.get(&id)? {
-            Link::Remote(remote) => Some((id, remote.lane0()?)),
-            Link::Local => None,
+            ExecutorLink::Remote(remote) => Some((id, remote.lane0()?)),
+            ExecutorLink::Local => None,
         }
     }
 
     /// The remote executors' lane 0 connections (a `StopExecutor` there stops every lane).
     pub(super) fn lane0s(&self) -> impl Iterator<Item = PeerId> + '_ {
         self.links.values().filter_map(|link| match link {
-            Link::Remote(remote) => remote.lane0(),
-            Link::Local => None,
+            ExecutorLink::Remote(remote) => remote.lane0(),
+            ExecutorLink::Local => None,
         })
     }
 

@@ -55,7 +55,7 @@ use flint_engine::scheduler::{
 };
 
 pub use self::executors::LOCAL_EXECUTOR;
-use self::executors::{Departure, Executors, How, Link, Registration};
+use self::executors::{Departure, ExecutorLink, Executors, How, Registration};
 use self::health::Health;
 pub use self::jobs::Event;
 use self::jobs::Jobs;
@@ -64,7 +64,7 @@ use self::table::peers_config;
 use super::{DriverConfig, ExecutorHealth, ExecutorsView, TASKS_PER_CORE_MAX};
 use crate::conn::ConnError;
 use crate::job::Job;
-use crate::observe::{DriverView, Ended, LoopTelemetry, Refusal};
+use crate::observe::{DriverView, JobEnd, LoopTelemetry, PeerRefusal};
 use crate::transport::peers::{Arrival, Peers, Standing};
 use crate::transport::unexpected;
 use crate::wire::{self, batch, Frame, List, Message, Role};
@@ -204,7 +204,7 @@ impl DriverCore {
         self.advance(now_us);
         let result = self.peers.handle_connected(peer, nonce, self.now_us);
         if result.is_err() {
-            self.telemetry.refused(Refusal::TableFull);
+            self.telemetry.refused(PeerRefusal::TableFull);
         }
         self.forget_gone();
         debug_assert!(result.is_err() || self.peers.contains(peer));
@@ -216,7 +216,7 @@ impl DriverCore {
     pub fn refusal(&mut self) -> Option<String> {
         let refusal = self.peers.refusal();
         if refusal.is_some() {
-            self.telemetry.refused(Refusal::TableFull);
+            self.telemetry.refused(PeerRefusal::TableFull);
         }
         refusal
     }
@@ -229,7 +229,7 @@ impl DriverCore {
         let alive = match self.peers.handle_frame(peer, frame, now) {
             Arrival::Unknown => return false,
             Arrival::Failed => {
-                self.telemetry.refused(Refusal::Handshake);
+                self.telemetry.refused(PeerRefusal::Handshake);
                 false
             }
             Arrival::Handshaking => true,
@@ -295,7 +295,7 @@ impl DriverCore {
                 };
                 let executor = self
                     .register(peer, registration, attributes)
-                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
+                    .inspect_err(|_| self.telemetry.refused(PeerRefusal::Registration))?;
                 self.open_lane(peer, executor, 0);
                 Ok(())
             }
@@ -309,7 +309,7 @@ impl DriverCore {
             ) => {
                 let executor = self
                     .join_lane(peer, executor_id, lane, &lane_key)
-                    .inspect_err(|_| self.telemetry.refused(Refusal::Registration))?;
+                    .inspect_err(|_| self.telemetry.refused(PeerRefusal::Registration))?;
                 self.open_lane(peer, executor, lane);
                 Ok(())
             }
@@ -689,13 +689,15 @@ impl DriverCore {
                 continue;
             };
             let joined = match self.executors.link(id) {
-                Some(Link::Remote(remote)) => remote.lanes.get(lane as usize).map(|l| l.peer),
+                Some(ExecutorLink::Remote(remote)) => {
+                    remote.lanes.get(lane as usize).map(|l| l.peer)
+                }
                 _ => None,
             };
             assert_eq!(joined, Some(Some(peer)), "executor {} lane {lane}", id.0);
         }
         for (_, id) in self.executors.remotes() {
-            let Some(Link::Remote(remote)) = self.executors.link(id) else {
+            let Some(ExecutorLink::Remote(remote)) = self.executors.link(id) else {
                 panic!("executor {} named but not linked", id.0);
             };
             for (lane, slot) in remote.lanes.iter().enumerate() {
@@ -723,7 +725,7 @@ impl DriverCore {
             }
             Output::JobOutcome { job, outcome } => {
                 self.telemetry
-                    .job_over(self.now_us, job, Ended::of(&outcome));
+                    .job_over(self.now_us, job, JobEnd::of(&outcome));
                 self.jobs.end(job, outcome);
             }
         }
@@ -732,7 +734,7 @@ impl DriverCore {
     /// A kill of `attempt` to the lane of `executor` that holds it (or the local runner).
     fn kill(&mut self, executor: ExecutorId, attempt: (TaskId, u32), reason: &str) {
         match self.executors.link(executor) {
-            Some(Link::Remote(remote)) => {
+            Some(ExecutorLink::Remote(remote)) => {
                 let Some(peer) = remote.peer_of(attempt) else {
                     return;
                 };
@@ -744,7 +746,7 @@ impl DriverCore {
                 };
                 self.send(peer, &kill);
             }
-            Some(Link::Local) => self.local.push_back(LocalCommand::Kill {
+            Some(ExecutorLink::Local) => self.local.push_back(LocalCommand::Kill {
                 task: attempt.0,
                 attempt: attempt.1,
             }),
@@ -755,7 +757,7 @@ impl DriverCore {
     fn launch(&mut self, executor: ExecutorId, tasks: Vec<TaskLaunch>) {
         let now = self.now_us;
         match self.executors.link_mut(executor) {
-            Some(Link::Remote(remote)) => {
+            Some(ExecutorLink::Remote(remote)) => {
                 let batches = remote.route_all(&tasks, now);
                 for task in &tasks {
                     let lane = || remote.lane_of((task.task, task.attempt));
@@ -773,7 +775,7 @@ impl DriverCore {
                     }
                 }
             }
-            Some(Link::Local) => {
+            Some(ExecutorLink::Local) => {
                 for task in tasks {
                     self.telemetry.launched(now, &task, executor, || 0);
                     self.local.push_back(LocalCommand::Launch(task));

@@ -4,7 +4,7 @@
 
 use flint_engine::scheduler::{ExecutorId, Scheduler};
 
-use super::executors::{Executors, Link};
+use super::executors::{ExecutorLink, Executors};
 use crate::driver::{ExecutorHealth, ExecutorsView};
 use crate::observe::{DriverView, LoopTelemetry};
 
@@ -53,7 +53,7 @@ pub(super) fn driver(
         }
         .to_owned();
         let id = executors.id_of(&executor.executor_id);
-        if let Some(Link::Remote(remote)) = id.and_then(|id| executors.link(id)) {
+        if let Some(ExecutorLink::Remote(remote)) = id.and_then(|id| executors.link(id)) {
             executor.lane_launches = remote.lanes.iter().map(|l| l.launched).collect();
             executor.lanes_joined = remote.lanes_joined();
         }

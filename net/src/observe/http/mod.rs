@@ -147,13 +147,13 @@ impl Response {
 }
 
 /// What answers requests that showed the token.
-pub type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
+pub type HttpHandler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
 
 /// What a server answers.
 #[derive(Clone)]
 pub struct Site {
     /// Answers requests that showed the token (every request with [`Access::Open`]).
-    pub handler: Handler,
+    pub handler: HttpHandler,
     /// Answers anyone gets by path (paced as refusals are): the login page's script, say.
     pub public: Vec<(&'static str, Response)>,
     /// What a browser without the token gets (status `401`): a page that logs it in.
@@ -162,7 +162,7 @@ pub struct Site {
 
 impl Site {
     /// A site of one handler, nothing public.
-    pub fn handler(handler: Handler) -> Site {
+    pub fn handler(handler: HttpHandler) -> Site {
         Site {
             handler,
             public: Vec::new(),

@@ -19,7 +19,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use super::head::{self, encode, form_value, Head, Method, Parsed, BODY_BYTES_MAX};
 use super::pace::{AddrKey, Pace, Verdict};
 use super::table::{Inserted, Table};
-use super::{Access, Handler, HttpLimits, Request, Response, Site, LOG_EVERY};
+use super::{Access, HttpHandler, HttpLimits, Request, Response, Site, LOG_EVERY};
 use crate::observe::token::COOKIE_NAME;
 
 const LISTENER: Token = Token(0);
@@ -594,7 +594,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Starts the workers; their queue's sending side.
 fn start_workers(
     limits: &HttpLimits,
-    handler: Handler,
+    handler: HttpHandler,
     answers: &Arc<Answers>,
 ) -> io::Result<SyncSender<Work>> {
     let (tx, rx) = sync_channel::<Work>(limits.queue_max);
@@ -609,7 +609,7 @@ fn start_workers(
 }
 
 /// A worker: answers requests until the IO thread is gone.
-fn work(rx: &Mutex<Receiver<Work>>, handler: &Handler, answers: &Answers) {
+fn work(rx: &Mutex<Receiver<Work>>, handler: &HttpHandler, answers: &Answers) {
     loop {
         let next = lock(rx).recv();
         let Ok(work) = next else {

@@ -23,7 +23,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::api;
-use super::http::{Access, Handler, HttpError, HttpLimits, HttpServer, Request, Response, Site};
+use super::http::{
+    Access, HttpError, HttpHandler, HttpLimits, HttpServer, Request, Response, Site,
+};
 use super::metrics::{self, ClusterCollector, ClusterRole, SCRAPE_TIMEOUT};
 use crate::driver::DriverObserver;
 use crate::handshake::Secret;
@@ -130,7 +132,7 @@ pub fn login_page() -> String {
 }
 
 /// A site: `handler` for requests with the token, the script and the login page for anyone.
-fn site(handler: Handler) -> Site {
+fn site(handler: HttpHandler) -> Site {
     let mut login = Response::ok("text/html; charset=utf-8", login_page());
     login.status = 401;
     Site {
@@ -310,7 +312,7 @@ pub fn serve_driver(
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
     let cache = ViewCache::start(move || observer.view(SCRAPE_TIMEOUT).map_err(|e| e.to_string()));
-    let handler: Handler = Arc::new(move |request: &Request| match cache.get() {
+    let handler: HttpHandler = Arc::new(move |request: &Request| match cache.get() {
         Ok(view) => driver_answer(request, &view, serve),
         Err(error) if request.path == "/metrics" => {
             metrics::driver_down(request.accept.as_deref(), &error.to_string())
@@ -356,7 +358,7 @@ pub fn serve_cluster(
 ) -> Result<HttpServer, HttpError> {
     let collector = ClusterCollector::new(status_addr, secret, role);
     let cache = ViewCache::start(move || collector.view().map_err(|e| e.to_string()));
-    let handler: Handler = Arc::new(move |request: &Request| match cache.get() {
+    let handler: HttpHandler = Arc::new(move |request: &Request| match cache.get() {
         Ok(view) => cluster_answer(request, &view, role, serve),
         Err(error) if request.path == "/metrics" => {
             metrics::cluster_down(role, request.accept.as_deref(), &error.to_string())
