@@ -321,13 +321,22 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     let launched = launches(&outputs(&mut s));
     let on_slow: Vec<_> = launched.iter().filter(|(e, _)| *e == slow).collect();
     assert_eq!(on_slow.len(), 1, "{launched:?}");
+    // What it runs is copied after the floor (1 ms), not after its function's threshold (the
+    // 99th percentile, about 10 ms here, times 2).
+    let copies = launches(&run_until(&mut s, now + MS));
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    let (copy_on, copy) = copies[0].clone();
+    assert_ne!(copy_on, slow);
+    assert_eq!((copy.task, copy.attempt), (on_slow[0].1.task, 1));
     // One attempt of any size: with the 12 done, a task needing all 8 cores fits on it while
     // the others are full (ci/sim seed 3276: a 2-core task never fitted a probation's 1 slot).
     for (e, l) in &launched {
-        report(&mut s, now + 500, *e, l, TaskState::Finished);
+        report(&mut s, now + 2 * MS, *e, l, TaskState::Finished);
     }
+    // The original won: the copy is killed.
+    report(&mut s, now + 2 * MS, copy_on, &copy, TaskState::Killed);
     outputs(&mut s);
-    s.submit_job(now + 500, job(17)).expect("submitted");
+    s.submit_job(now + 2 * MS, job(17)).expect("submitted");
     let mut busy = launches(&outputs(&mut s));
     assert_eq!(busy.iter().filter(|(e, _)| *e == slow).count(), 1);
     let i = busy
@@ -335,11 +344,11 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
         .position(|(e, _)| *e == slow)
         .expect("one on it");
     let (e, l) = busy.swap_remove(i);
-    report(&mut s, now + 600, e, &l, TaskState::Finished);
+    report(&mut s, now + 3 * MS, e, &l, TaskState::Finished);
     outputs(&mut s);
     let mut wide = TaskSpec::new("f", Bytes::from_static(b"w"));
     wide.cores = 8;
-    s.submit_job(now + 600, JobSpec::new(vec![wide]))
+    s.submit_job(now + 3 * MS, JobSpec::new(vec![wide]))
         .expect("submitted");
     let wide_launch = launches(&outputs(&mut s));
     assert_eq!(wide_launch.len(), 1, "{wide_launch:?}");
@@ -347,7 +356,7 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     let launched: Vec<_> = busy.into_iter().chain(wide_launch).collect();
     // It recovers: fast successes take it off probation.
     for (e, l) in &launched {
-        report(&mut s, now + 500, *e, l, TaskState::Finished);
+        report(&mut s, now + 4 * MS, *e, l, TaskState::Finished);
     }
     outputs(&mut s);
     let mut ran_on_slow = 0;

@@ -20,9 +20,10 @@
 //! - Outliers: each executor has a score, the moving average over 10 ms periods of how many
 //!   times slower than their function's median its successes were. An executor scoring over 4 while its
 //!   peers do not (at most half of the executors) is on *probation*: one attempt at a time, so
-//!   a slow executor (a noisy neighbour, a throttled container) takes little of the work and
-//!   what it takes is hedged, instead of a third of every job waiting on it (Envoy's outlier
-//!   detection is the model). Under 2 it is off probation.
+//!   a slow executor (a noisy neighbour, a throttled container) takes little of the work, and
+//!   what it takes is copied after `floor_us` rather than the percentile threshold, instead of
+//!   a third of every job waiting on it (Envoy's outlier detection is the model). Under 2 it is
+//!   off probation.
 //! - An executor holding an overdue attempt that has finished nothing since it was launched
 //!   (wedged, though it may still heartbeat) is *stalled*, as speculation's rule says, only
 //!   sooner: no new work until it reports a final state.

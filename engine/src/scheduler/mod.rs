@@ -1968,6 +1968,7 @@ impl Scheduler {
             unreachable!("launch for empty job slot {job_slot}");
         };
         let (launch, speculative) = job.start_attempt(now_us, exec_slot, found);
+        let on_probation = (self.book.get(exec_slot)).is_some_and(|e| e.hedge.probation);
         let watch = job.hedge.as_deref().map(|config| {
             if !speculative {
                 self.hedge.earn(config.copy_ratio, config.burst);
@@ -1980,7 +1981,12 @@ impl Scheduler {
                 task: launch.task.0,
                 attempt: launch.attempt,
                 launched_us: now_us,
-                threshold_us: self.hedge.threshold_us(config, record),
+                // An executor on probation is much slower than its peers: what it runs is
+                // copied after the floor, not after the percentile it would exceed anyway.
+                threshold_us: match on_probation {
+                    true => config.floor_us,
+                    false => self.hedge.threshold_us(config, record),
+                },
                 withheld: false,
                 record,
             }
