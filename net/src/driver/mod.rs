@@ -832,8 +832,8 @@ impl DriverObserver {
 }
 
 impl crate::observe::DriverViews for DriverObserver {
-    fn driver_view(&self, timeout: Duration) -> Option<DriverView> {
-        self.view(timeout).ok()
+    fn driver_view(&self, timeout: Duration) -> Result<DriverView, String> {
+        self.view(timeout).map_err(|e| e.to_string())
     }
 }
 

@@ -165,7 +165,7 @@ impl DriverCollector {
 
 impl Collector for DriverCollector {
     fn encode(&self, enc: DescriptorEncoder) -> Result {
-        let view = self.views.driver_view(SCRAPE_TIMEOUT);
+        let view = self.views.driver_view(SCRAPE_TIMEOUT).ok();
         encode_driver_or_down(enc, view.as_ref())
     }
 }
@@ -197,7 +197,10 @@ impl Collector for DriverViewCollector {
 /// The driver's metrics, asked of it now, in the format `accept` asks for: the text and its
 /// `Content-Type` (see the module docs on embedding).
 pub fn render_driver(views: &dyn DriverViews, accept: Option<&str>) -> (String, &'static str) {
-    let view = views.driver_view(SCRAPE_TIMEOUT).map(std::sync::Arc::new);
+    let view = views
+        .driver_view(SCRAPE_TIMEOUT)
+        .ok()
+        .map(std::sync::Arc::new);
     let format = Format::negotiate(accept);
     let registry = registry_with(Box::new(DriverViewCollector(view)));
     (render(&registry, format), format.content_type())

@@ -48,9 +48,9 @@ pub use cluster::{cluster_view, AppRow, ClusterExecutorRow, ClusterView, WorkerR
 /// What answers with a driver's view: the driver's `DriverObserver` (a trait here, so that
 /// `observe`, which renders views, needs nothing of the driver, which makes them).
 pub trait DriverViews: std::fmt::Debug + Send + Sync + 'static {
-    /// The driver's view now, or `None` when its loop did not answer within `timeout` (or
-    /// the driver stopped).
-    fn driver_view(&self, timeout: Duration) -> Option<DriverView>;
+    /// The driver's view now, or why not (its loop did not answer within `timeout`, or the
+    /// driver stopped).
+    fn driver_view(&self, timeout: Duration) -> Result<DriverView, String>;
 }
 
 /// Where a component's event lines go (executor started, registered, removed): a callback, so
@@ -256,7 +256,7 @@ pub struct FailureView {
     pub reason: String,
 }
 
-/// Everything the driver shows: [`crate::driver::DriverObserver::view`].
+/// Everything the driver shows: what [`DriverViews::driver_view`] answers.
 #[derive(Debug, Clone, Default)]
 pub struct DriverView {
     /// Seconds since the driver started.

@@ -77,23 +77,9 @@ pub fn serve_driver(
     secret: Option<Secret>,
     who: &str,
 ) -> Result<Vec<HttpServer>, String> {
-    let mut servers = Vec::new();
-    if args.metrics_listen.is_none() && args.ui_listen.is_none() {
-        return Ok(servers);
-    }
-    let access = observe_access(args.observe_token_file.as_deref(), secret.as_ref(), who)?;
-    for (addr, serve, what) in [
-        (args.metrics_listen, Serve::Metrics, "metrics"),
-        (args.ui_listen, Serve::UiAndMetrics, "web UI"),
-    ] {
-        if let Some(addr) = addr {
-            let server = ui::serve_driver(addr, driver.observer(), access.clone(), serve)
-                .map_err(|e| format!("{what}: {e}"))?;
-            announce(who, what, &server);
-            servers.push(server);
-        }
-    }
-    Ok(servers)
+    serve_each(args, secret.as_ref(), who, |addr, access, serve| {
+        ui::serve_driver(addr, driver.observer(), access, serve)
+    })
 }
 
 /// Starts the metrics and UI servers `args` asks for, of a master or worker answering status
@@ -105,19 +91,30 @@ pub fn serve_cluster(
     role: ClusterRole,
     who: &str,
 ) -> Result<Vec<HttpServer>, String> {
+    serve_each(args, secret.as_ref(), who, |addr, access, serve| {
+        ui::serve_cluster(addr, status, secret.clone(), access, role, serve)
+    })
+}
+
+/// Starts the metrics server and the UI server where `args` asks for them, each with `start`,
+/// under one access rule (the observe token, never the cluster `secret`).
+fn serve_each<E: std::fmt::Display>(
+    args: &ObserveArgs,
+    secret: Option<&Secret>,
+    who: &str,
+    start: impl Fn(SocketAddr, Access, Serve) -> Result<HttpServer, E>,
+) -> Result<Vec<HttpServer>, String> {
     let mut servers = Vec::new();
     if args.metrics_listen.is_none() && args.ui_listen.is_none() {
         return Ok(servers);
     }
-    let access = observe_access(args.observe_token_file.as_deref(), secret.as_ref(), who)?;
+    let access = observe_access(args.observe_token_file.as_deref(), secret, who)?;
     for (addr, serve, what) in [
         (args.metrics_listen, Serve::Metrics, "metrics"),
         (args.ui_listen, Serve::UiAndMetrics, "web UI"),
     ] {
         if let Some(addr) = addr {
-            let server =
-                ui::serve_cluster(addr, status, secret.clone(), access.clone(), role, serve)
-                    .map_err(|e| format!("{what}: {e}"))?;
+            let server = start(addr, access.clone(), serve).map_err(|e| format!("{what}: {e}"))?;
             announce(who, what, &server);
             servers.push(server);
         }

@@ -27,9 +27,8 @@ use super::http::{
     Access, HttpError, HttpHandler, HttpLimits, HttpServer, Request, Response, Site,
 };
 use super::metrics::{self, ClusterCollector, ClusterRole, SCRAPE_TIMEOUT};
-use crate::driver::DriverObserver;
 use crate::handshake::Secret;
-use crate::observe::{ClusterView, DriverView};
+use crate::observe::{ClusterView, DriverView, DriverViews};
 
 pub use cluster::page as cluster_page;
 pub use driver::{job_page, page as driver_page};
@@ -307,11 +306,11 @@ fn driver_answer(request: &Request, view: &Arc<DriverView>, serve: Serve) -> Res
 /// when `serve` says so the pages (`/`, `/job?id=N`) and the JSON API ([`api`]).
 pub fn serve_driver(
     addr: SocketAddr,
-    observer: DriverObserver,
+    observer: impl DriverViews,
     access: Access,
     serve: Serve,
 ) -> Result<HttpServer, HttpError> {
-    let cache = ViewCache::start(move || observer.view(SCRAPE_TIMEOUT).map_err(|e| e.to_string()));
+    let cache = ViewCache::start(move || observer.driver_view(SCRAPE_TIMEOUT));
     let handler: HttpHandler = Arc::new(move |request: &Request| match cache.get() {
         Ok(view) => driver_answer(request, &view, serve),
         Err(error) if request.path == "/metrics" => {
