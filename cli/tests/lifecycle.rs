@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{free_port, open_held, unique, wait_until, wait_until_held, Gate, DEADLINE};
+use common::{
+    free_port, open_held, unique, wait_until, wait_until_held, wait_until_or, Gate, DEADLINE,
+};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -574,13 +576,29 @@ fn a_surplus_executor_the_allocator_deletes_is_drained_and_loses_no_running_atte
     // The target drops below the busy executors: the least busy one is drained, finishes what
     // it runs, and only then is stopped and deleted.
     executors.set_target(1);
-    wait_until("one executor drained", || executors.stats().drained == 1);
+    let explain = || {
+        let view = driver.executors_view();
+        let stats = driver.stats();
+        let (lifecycle, failed) = (executors.stats(), executors.failed());
+        format!(
+            "lifecycle {lifecycle:?} (failed: {failed:?}); driver view {view:?}; driver {stats:?}"
+        )
+    };
+    wait_until_or(
+        "one executor drained",
+        || executors.stats().drained == 1,
+        explain,
+    );
     // It takes no new task: it leaves while tasks still wait for the other one.
-    wait_until("the drained executor gone while tasks wait", || {
-        driver
-            .executors_view()
-            .is_ok_and(|view| view.executors.len() == 1 && view.pending_tasks > 0)
-    });
+    wait_until_or(
+        "the drained executor gone while tasks wait",
+        || {
+            driver
+                .executors_view()
+                .is_ok_and(|view| view.executors.len() == 1 && view.pending_tasks > 0)
+        },
+        explain,
+    );
     match handle.wait_timeout(DEADLINE).expect("job finishes") {
         JobOutcome::Succeeded(results) => assert_eq!(results.len() as u64, tasks),
         other => panic!("job did not succeed: {other:?}"),

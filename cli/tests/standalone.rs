@@ -291,7 +291,7 @@ fn garbage_and_misbehaving_peers_do_not_disturb_the_master() {
     fake.send(&Message::ExecutorStateChanged {
         app_id: "no-such-app",
         executor_id: "../../etc",
-        state: flint_net::wire::ExecutorState::Failed,
+        state: flint_net::wire::ProcessState::Failed,
         message: "nonsense",
         exit_code: Some(-1),
     })

@@ -28,6 +28,23 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// [`wait_until`], and on a timeout `explain()` (the state that was waited on) in the failure.
+pub fn wait_until_or(
+    what: &str,
+    mut condition: impl FnMut() -> bool,
+    explain: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}",
+            explain()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A number no other call in this process returns (for file and directory names).
 pub fn unique() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);

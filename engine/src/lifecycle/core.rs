@@ -271,6 +271,19 @@ impl Lifecycle {
         }
     }
 
+    /// An executor this core deleted as unregistered (its [`LifecycleOutput::Delete`] had
+    /// `registered: false`) turned out registered with the driver by then, which drained it
+    /// instead: it is deleted, like any drained executor, once a load shows it running
+    /// nothing (or at the drain timeout), so no attempt it took meanwhile is lost.
+    pub fn handle_drained(&mut self, name: &str, now_us: u64) {
+        if self.frozen {
+            return;
+        }
+        let fresh = self.draining.insert(name.to_owned(), now_us).is_none();
+        debug_assert!(fresh, "{name} drained twice");
+        self.stats.drained += 1;
+    }
+
     /// Time passed: a listing when due; when the tick is due, the store's snapshots go to the
     /// allocator and the removals, and the allocator decides.
     pub fn handle_timeout(&mut self, now_us: u64) {
@@ -445,6 +458,45 @@ mod tests {
         );
         assert_eq!(l.stats().allocator.failures, 0);
         assert_eq!(l.stats().drained, 1);
+    }
+
+    /// The race the local lifecycle test hit under load: the target drops while the core's
+    /// last load predates an executor's registration, so the core deletes it as unregistered;
+    /// the driver, which has it registered and running tasks, drains it instead. It then goes
+    /// like any drained executor: only once it runs nothing.
+    #[test]
+    fn an_executor_deleted_as_unregistered_that_the_driver_drained_goes_once_idle() {
+        let mut l = creating(2);
+        l.handle_timeout(0);
+        drain(&mut l);
+        l.handle_load(0, 1, [("e0", 1)], MS);
+        l.set_target(1);
+        l.handle_timeout(30 * MS);
+        let out = drain(&mut l);
+        let deleted = LifecycleOutput::Delete {
+            name: "e1".into(),
+            registered: false,
+        };
+        assert!(out.contains(&deleted), "{out:?}");
+        l.handle_drained("e1", 31 * MS);
+        assert_eq!(l.stats().drained, 1);
+        l.handle_load(0, 3, [("e0", 1), ("e1", 2)], 40 * MS);
+        assert_eq!(
+            drain(&mut l),
+            vec![LifecycleOutput::Changed(
+                "e1".into(),
+                ExecutorState::Running
+            )],
+            "registered now, and not deleted: its tasks still run"
+        );
+        l.handle_load(0, 1, [("e0", 1), ("e1", 0)], 50 * MS);
+        assert_eq!(
+            drain(&mut l),
+            vec![LifecycleOutput::Delete {
+                name: "e1".into(),
+                registered: true
+            }]
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ use crate::functions::{Registry, Resolved, TaskContext, TaskError, TaskFn};
 use crate::hash::FxHashMap;
 use crate::pool::{PoolHandle, Task, TaskOutcome};
 use crate::runtime::Inbox;
-use crate::scheduler::{ExecutorId, StatusUpdate, TaskId, TaskLaunch, TaskState};
+use crate::scheduler::{Attempt, ExecutorId, StatusUpdate, TaskId, TaskLaunch, TaskState};
 
 /// An attempt's report: what an executor tells the driver about one run of a task. The
 /// scheduler's [`StatusUpdate`] is this report with the executor that sent it.
@@ -272,7 +272,7 @@ pub struct TaskRunner {
     /// its function's entry (and the generation that index belongs to).
     waiting: VecDeque<(TaskLaunch, usize, u32)>,
     /// Attempts on the pool, for kills and to match their reports.
-    on_pool: FxHashMap<(u64, u32), Arc<PoolAttempt>>,
+    on_pool: FxHashMap<Attempt, Arc<PoolAttempt>>,
     in_flight_max: usize,
     /// Whether short tasks may run on the loop's thread (see the module docs).
     inline: bool,
@@ -379,7 +379,7 @@ impl TaskRunner {
 
     /// Hands `launch` of function `index` to the pool.
     fn submit(&mut self, index: usize, launch: TaskLaunch) {
-        let key = (launch.task.0, launch.attempt);
+        let key = Attempt::new(launch.task, launch.attempt);
         let Some(function) = self.functions.entries.get(index) else {
             unreachable!("function {index} was just found");
         };
@@ -405,7 +405,7 @@ impl TaskRunner {
                     "not run: the task pool refused it (full or shutting down): {}",
                     rejected.error
                 );
-                tracing::warn!(task_id = key.0, attempt = key.1, "{why}");
+                tracing::warn!(task_id = key.task.0, attempt = key.attempt, "{why}");
                 drop(rejected);
                 self.done.push(TaskReport::failed(&launch, why));
             }
@@ -463,15 +463,15 @@ impl TaskRunner {
 
     /// Asks an attempt to stop: one on the pool completes as killed; one waiting to run inline
     /// is killed before it starts. Returns whether the runner held it.
-    pub fn kill(&mut self, task_id: u64, attempt: u32) -> bool {
-        if let Some(cell) = self.on_pool.get(&(task_id, attempt)) {
+    pub fn kill(&mut self, key: Attempt) -> bool {
+        if let Some(cell) = self.on_pool.get(&key) {
             cell.killed.store(true, Ordering::Relaxed);
             return true;
         }
         let at = self
             .waiting
             .iter()
-            .position(|(l, _, _)| l.task.0 == task_id && l.attempt == attempt);
+            .position(|(l, _, _)| l.task == key.task && l.attempt == key.attempt);
         let Some((launch, _, _)) = at.and_then(|i| self.waiting.remove(i)) else {
             return false;
         };
@@ -516,11 +516,11 @@ impl TaskRunner {
         for completion in &self.batch {
             if completion.state != TaskState::Running {
                 self.on_pool
-                    .remove(&(completion.task.0, completion.attempt));
+                    .remove(&Attempt::new(completion.task, completion.attempt));
             }
         }
         for completion in self.batch.drain(..) {
-            let key = (completion.task.0, completion.attempt);
+            let key = Attempt::new(completion.task, completion.attempt);
             if completion.state != TaskState::Running || self.on_pool.contains_key(&key) {
                 each(completion);
             }

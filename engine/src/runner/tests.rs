@@ -212,7 +212,7 @@ fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
         runner.functions.entries[index].ran_inline(Duration::from_micros(1));
     }
     runner.launch(launch(7, "boom", b""));
-    assert!(runner.kill(7, 0));
+    assert!(runner.kill(Attempt::new(TaskId(7), 0)));
     let mut done = Vec::new();
     runner.drain(|c| done.push(c));
     assert_eq!(done.len(), 1);

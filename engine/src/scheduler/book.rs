@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::hedge::ExecHedge;
 use super::order::Cursor;
-use super::types::{ExecutorId, TaskLaunch};
+use super::types::{Attempt, ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
 
 /// One running task attempt, as its executor's book sees it.
@@ -53,7 +53,7 @@ pub(crate) struct Exec {
     pub cores: u32,
     pub free: u32,
     /// Running attempts keyed by (task id, attempt).
-    pub running: FxHashMap<(u64, u32), Run>,
+    pub running: FxHashMap<Attempt, Run>,
     /// Globally excluded until then (0: not excluded).
     pub excluded_until_us: u64,
     /// Counted task failures on it since its last exclusion ended.

@@ -47,7 +47,7 @@ use super::book::{Book, Run};
 use super::job::Job;
 use super::latency::{Latencies, RecordId};
 use super::speculation::queue_copy;
-use super::types::{ExecutorId, HedgeConfig, Stats, TaskId};
+use super::types::{Attempt, ExecutorId, HedgeConfig, Stats, TaskId};
 use crate::hash::FxHashMap;
 
 /// An executor's successes are averaged per period of this long (micros), and its score is
@@ -71,9 +71,8 @@ const RECHECK_US: u64 = 10_000;
 /// One launched attempt as hedging watches it, on its executor, in launch order.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Watch {
-    /// The task's id (`TaskId.0`).
-    pub task: u64,
-    pub attempt: u32,
+    /// The attempt watched.
+    pub key: Attempt,
     pub launched_us: u64,
     /// Overdue after this long.
     pub threshold_us: u64,
@@ -130,8 +129,8 @@ impl ExecHedge {
 
     /// Drops the ended attempts off the front; whether the first one running is overdue at
     /// `now_us`.
-    fn first_overdue(&mut self, running: &FxHashMap<(u64, u32), Run>, now_us: u64) -> bool {
-        while (self.watches.front()).is_some_and(|w| !running.contains_key(&(w.task, w.attempt))) {
+    fn first_overdue(&mut self, running: &FxHashMap<Attempt, Run>, now_us: u64) -> bool {
+        while (self.watches.front()).is_some_and(|w| !running.contains_key(&w.key)) {
             self.watches.pop_front();
         }
         self.watches.front().is_some_and(|w| w.due_us() <= now_us)
@@ -380,7 +379,7 @@ impl Hedging {
         let silence_min_us = self.silence_min_us;
         let mut found = Overdue::default();
         for w in h.watches.iter_mut() {
-            if !running.contains_key(&(w.task, w.attempt)) {
+            if !running.contains_key(&w.key) {
                 continue;
             }
             if w.due_us() > now_us {
@@ -398,7 +397,7 @@ impl Hedging {
                 let at = h.heard_us.saturating_add(silence_us);
                 found.suspect_at_us = Some(found.suspect_at_us.map_or(at, |t: u64| t.min(at)));
             }
-            let task = TaskId(w.task);
+            let task = w.key.task;
             let Some(job) = job_of(job_slots, jobs, task) else {
                 continue; // an ended job's attempt: its kill was sent, nothing to copy
             };

@@ -63,7 +63,7 @@ pub(crate) enum Status {
 
 /// A running attempt, from the task's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Attempt {
+pub(crate) struct Placed {
     pub attempt: u32,
     /// The executor's slot in the book (cleared from here before the slot is freed).
     pub exec: u32,
@@ -88,7 +88,7 @@ pub(crate) struct TaskRec {
     pub next_attempt: u32,
     pub failures: u32,
     /// At most two attempts run at once (the original and one speculative copy).
-    pub attempts: [Option<Attempt>; 2],
+    pub attempts: [Option<Placed>; 2],
     pub speculated: bool,
     /// Per-task exclusion: where it failed (boxed: most tasks never fail).
     pub exclusion: Option<Box<TaskExclusion>>,
@@ -714,7 +714,7 @@ impl Job {
             unreachable!("task {index} found with both attempt slots taken");
         };
         let attempt = t.next_attempt;
-        *free_attempt = Some(Attempt {
+        *free_attempt = Some(Placed {
             attempt,
             exec: exec_slot,
         });

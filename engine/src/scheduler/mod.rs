@@ -222,16 +222,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use types::{
-    AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobInfo,
-    JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason,
-    Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo, TaskLaunch,
-    TaskSpec, TaskState, TaskStatus, Tasks,
+    Attempt, AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
+    JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
+    RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo,
+    TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks,
 };
 
 use crate::hash::FxHashMap;
 use book::{Book, Resume, Run};
 use hedge::{Hedging, Watch};
-use job::{Attempt, Found, Job, JobCounters, JobExclusion, Level, Prefs, Status, TaskRec};
+use job::{Found, Job, JobCounters, JobExclusion, Level, Placed, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use timers::{Keys, Timers};
@@ -353,7 +353,7 @@ struct Gone {
     id: ExecutorId,
     host: u32,
     /// (task, attempt, reported running)
-    attempts: Vec<(TaskId, u32, bool)>,
+    attempts: Vec<(Attempt, bool)>,
 }
 
 /// Jobs one assignment asks at most before it stops (the executor resumes after the last one
@@ -708,7 +708,7 @@ impl Scheduler {
             .flatten()
             .filter_map(|a| {
                 let e = self.book.get(a.exec)?;
-                let run = e.running.get(&(task.0, a.attempt))?;
+                let run = e.running.get(&Attempt::new(task, a.attempt))?;
                 Some(AttemptInfo {
                     attempt: a.attempt,
                     executor: e.id,
@@ -907,7 +907,7 @@ impl Scheduler {
         let blamed = reason.caused_by_app();
         let any_running = exec.running.values().any(|r| r.reported_running);
         let msg = reason.to_string();
-        let mut runs: Vec<((u64, u32), Run)> = exec.running.into_iter().collect();
+        let mut runs: Vec<(Attempt, Run)> = exec.running.into_iter().collect();
         // Deterministic order (the map's is not).
         runs.sort_unstable_by_key(|(k, _)| *k);
         if matches!(reason, RemovalReason::Lost(_)) && !runs.is_empty() {
@@ -919,15 +919,15 @@ impl Scheduler {
                 host: exec.host,
                 attempts: runs
                     .iter()
-                    .map(|((task, attempt), run)| (TaskId(*task), *attempt, run.reported_running))
+                    .map(|(key, run)| (*key, run.reported_running))
                     .collect(),
             });
         }
-        for ((task, attempt), run) in runs {
+        for (key, run) in runs {
             self.attempt_ended(
                 now_us,
                 (exec.id, exec.host),
-                (TaskId(task), attempt, run.started_us),
+                (key, run.started_us),
                 End::Failed {
                     reason: msg.clone(),
                     counts: blamed && (run.reported_running || !any_running),
@@ -947,8 +947,8 @@ impl Scheduler {
         let Some(gone) = self.gone.remove(pos) else {
             unreachable!("position {pos} was just found");
         };
-        let any_running = gone.attempts.iter().any(|a| a.2);
-        for (task, attempt, running) in gone.attempts {
+        let any_running = gone.attempts.iter().any(|a| a.1);
+        for (Attempt { task, attempt }, running) in gone.attempts {
             if !running && any_running {
                 continue;
             }
@@ -1346,7 +1346,7 @@ impl Scheduler {
             self.stats.ignored_updates += 1;
             return false;
         };
-        let key = (update.task.0, update.attempt);
+        let key = Attempt::new(update.task, update.attempt);
         let Some(exec) = self.book.get_mut(slot) else {
             unreachable!(
                 "slot {slot} of registered executor {:?} is empty",
@@ -1390,7 +1390,7 @@ impl Scheduler {
     /// cores freed, its run time scored for hedging, the attempt ended. False (counted as
     /// ignored) for an attempt the executor does not hold.
     fn apply_final(&mut self, now_us: u64, slot: u32, update: StatusUpdate) -> bool {
-        let key = (update.task.0, update.attempt);
+        let key = Attempt::new(update.task, update.attempt);
         let Some(exec) = self.book.get_mut(slot) else {
             unreachable!("slot {slot} emptied while reporting");
         };
@@ -1443,8 +1443,7 @@ impl Scheduler {
                 counts: true,
             },
         };
-        let attempt = (update.task, update.attempt, run.started_us);
-        self.attempt_ended(now_us, (id, host), attempt, end);
+        self.attempt_ended(now_us, (id, host), (key, run.started_us), end);
         true
     }
 
@@ -1978,8 +1977,7 @@ impl Scheduler {
                 None => self.hedge.record_of(&launch.function),
             };
             Watch {
-                task: launch.task.0,
-                attempt: launch.attempt,
+                key: Attempt::new(launch.task, launch.attempt),
                 launched_us: now_us,
                 // An executor on probation is much slower than its peers: what it runs is
                 // copied after the floor, not after the percentile it would exceed anyway.
@@ -2042,7 +2040,7 @@ impl Scheduler {
         assert!(e.free >= cores, "launch over the free cores");
         e.free -= cores;
         e.running.insert(
-            (launch.task.0, launch.attempt),
+            Attempt::new(launch.task, launch.attempt),
             Run {
                 cores,
                 started_us: now_us,
@@ -2077,7 +2075,7 @@ impl Scheduler {
     }
 
     /// Asks the executor holding `a` to kill it; the job no longer counts its cores.
-    fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Attempt, reason: &str) {
+    fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Placed, reason: &str) {
         let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
@@ -2116,7 +2114,7 @@ impl Scheduler {
         &mut self,
         now_us: u64,
         (exec, host): (ExecutorId, u32),
-        (task, attempt, started_us): (TaskId, u32, u64),
+        (Attempt { task, attempt }, started_us): (Attempt, u64),
         end: End,
     ) {
         // An executor keeps attempts of ended jobs until they report (their kill was sent).
@@ -2134,7 +2132,7 @@ impl Scheduler {
                 now_us,
                 job_slot,
                 (exec, host),
-                (task, attempt),
+                Attempt::new(task, attempt),
                 &reason,
                 counts,
             ),
@@ -2254,7 +2252,7 @@ impl Scheduler {
         now_us: u64,
         job_slot: u32,
         (exec, host): (ExecutorId, u32),
-        (task, attempt): (TaskId, u32),
+        Attempt { task, attempt }: Attempt,
         reason: &str,
         counts: bool,
     ) {

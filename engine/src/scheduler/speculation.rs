@@ -15,7 +15,7 @@
 //! is *stalled*: set aside (no new work) until it reports a final state.
 
 use super::job::{Job, Status};
-use super::{ExecutorId, Scheduler, TaskId};
+use super::{Attempt, ExecutorId, Scheduler, TaskId};
 use crate::hash::FxHashMap;
 
 impl Scheduler {
@@ -50,8 +50,7 @@ impl Scheduler {
                 continue;
             }
             let mut stalls = false;
-            for (&(task, _), run) in &e.running {
-                let task = TaskId(task);
+            for (&Attempt { task, .. }, run) in &e.running {
                 let found_thresholds = *thresholds.entry(task.job().0).or_insert_with(|| {
                     job_of(&self.job_slots, &mut self.jobs, task)?.straggler_thresholds_us()
                 });

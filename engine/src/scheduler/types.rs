@@ -37,6 +37,30 @@ impl TaskId {
     }
 }
 
+/// One run of a task: the task and its attempt number (0 for the first run, then one more
+/// for each retry or copy). The one key of an attempt, wherever attempts are kept: the
+/// scheduler's books, hedging, the executor's runner, the driver's timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Attempt {
+    /// The task.
+    pub task: TaskId,
+    /// Which run of it, from 0.
+    pub attempt: u32,
+}
+
+impl Attempt {
+    /// Run `attempt` of `task`.
+    pub fn new(task: TaskId, attempt: u32) -> Attempt {
+        Attempt { task, attempt }
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} attempt {}", self.task, self.attempt)
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "job {} task {}", self.0 >> 32, self.index())

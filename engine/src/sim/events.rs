@@ -97,7 +97,7 @@ impl Sim {
             }
         } else if matches!(reason, RemovalReason::Lost(_)) {
             if let Some(e) = self.execs.get(&id) {
-                let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                let jobs = e.held.keys().map(|key| key.task.job()).collect();
                 self.lost_held.insert(id, jobs);
             }
         }
@@ -189,7 +189,7 @@ impl Sim {
             _ => return Ok(false),
         };
         let run = self.rng.range(1_000, 20_000) * slowness;
-        let key = (launch.task.0, launch.attempt);
+        let key = Attempt::new(launch.task, launch.attempt);
         if let Some(e) = self.execs.get_mut(&id) {
             e.running.insert(key, launch.cores);
             let used: u32 = e.running.values().sum();
@@ -198,7 +198,7 @@ impl Sim {
                 return self.fail(msg);
             }
         }
-        self.at(now + run, Ev::Complete(id, key.0, key.1));
+        self.at(now + run, Ev::Complete(id, key));
         if self.rng.chance(0.3) {
             let t = now + self.net_delay();
             self.send(t, id, key, TaskState::Running, Bytes::new());
@@ -207,12 +207,12 @@ impl Sim {
     }
 
     /// An attempt running on executor `id` ends: failed (injected), killed, lost or finished, reported (sometimes twice). Returns false if the event is ignored (then nothing follows it).
-    pub(super) fn on_complete(&mut self, id: ExecutorId, task: u64, attempt: u32) -> bool {
+    pub(super) fn on_complete(&mut self, id: ExecutorId, key: Attempt) -> bool {
         let now = self.now_us;
         let Some(e) = self.execs.get_mut(&id) else {
             return false;
         };
-        if !e.alive || e.running.remove(&(task, attempt)).is_none() {
+        if !e.alive || e.running.remove(&key).is_none() {
             return false;
         }
         let t = now + self.net_delay();
@@ -226,26 +226,26 @@ impl Sim {
         } else if roll < 23 {
             (TaskState::Lost, Bytes::new())
         } else {
-            self.finished_by_exec.insert(TaskId(task));
-            (TaskState::Finished, expected_result(TaskId(task)))
+            self.finished_by_exec.insert(key.task);
+            (TaskState::Finished, expected_result(key.task))
         };
-        self.send(t, id, (task, attempt), state, data.clone());
+        self.send(t, id, key, state, data.clone());
         if self.rng.chance(0.05) {
             let t2 = t + self.net_delay();
-            self.send(t2, id, (task, attempt), state, data);
+            self.send(t2, id, key, state, data);
         }
         true
     }
 
     /// A kill reaches executor `id`: a running attempt is reported killed. Returns false if the event is ignored (then nothing follows it).
-    pub(super) fn on_kill_arrive(&mut self, id: ExecutorId, task: u64, attempt: u32) -> bool {
+    pub(super) fn on_kill_arrive(&mut self, id: ExecutorId, key: Attempt) -> bool {
         let now = self.now_us;
         let Some(e) = self.execs.get_mut(&id) else {
             return false;
         };
-        if e.alive && e.running.remove(&(task, attempt)).is_some() {
+        if e.alive && e.running.remove(&key).is_some() {
             let t = now + self.net_delay();
-            self.send(t, id, (task, attempt), TaskState::Killed, Bytes::new());
+            self.send(t, id, key, TaskState::Killed, Bytes::new());
         }
         true
     }

@@ -51,9 +51,9 @@ use crate::lifecycle::{
 };
 
 use crate::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobOutcome, JobSetting,
-    JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing, SpeculationConfig,
-    StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
+    Attempt, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobOutcome,
+    JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
+    SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
 /// Largest core count a simulated task asks for.
@@ -139,9 +139,9 @@ enum Ev {
     /// A launch reaches its executor.
     Arrive(ExecutorId, TaskLaunch),
     /// A task attempt's run ends on its executor.
-    Complete(ExecutorId, u64, u32),
+    Complete(ExecutorId, Attempt),
     /// A kill request reaches an executor.
-    KillArrive(ExecutorId, u64, u32),
+    KillArrive(ExecutorId, Attempt),
     /// A status update reaches the driver.
     Deliver(StatusUpdate),
     /// The lifecycle loop runs: snapshot batches, the allocator (churn seeds).
@@ -176,9 +176,9 @@ struct SimExec {
     /// Run time multiplier (stragglers).
     slowness: u64,
     /// Attempts running in the process, with cores.
-    running: BTreeMap<(u64, u32), u32>,
+    running: BTreeMap<Attempt, u32>,
     /// Attempts the scheduler should count as holding cores.
-    held: BTreeMap<(u64, u32), u32>,
+    held: BTreeMap<Attempt, u32>,
     /// Deleted by the allocator: its process is gone and it never registers.
     deleted: bool,
     /// Draining before its deletion: must never receive launches again.
@@ -360,8 +360,8 @@ impl Sim {
     /// keep their tasks off some executors: the idle check does not apply to them).
     fn taint_held(&mut self, id: ExecutorId) {
         if let Some(e) = self.execs.get(&id) {
-            for &(task, _) in e.held.keys() {
-                self.tainted.insert(TaskId(task).job());
+            for key in e.held.keys() {
+                self.tainted.insert(key.task.job());
             }
         }
     }
@@ -456,8 +456,8 @@ impl Sim {
             Ev::Cancel(j) => self.on_cancel(j)?,
             Ev::KillTask(j, i) => self.on_kill_task(j, i)?,
             Ev::Arrive(id, launch) => self.on_arrive(id, launch)?,
-            Ev::Complete(id, task, attempt) => self.on_complete(id, task, attempt),
-            Ev::KillArrive(id, task, attempt) => self.on_kill_arrive(id, task, attempt),
+            Ev::Complete(id, key) => self.on_complete(id, key),
+            Ev::KillArrive(id, key) => self.on_kill_arrive(id, key),
             Ev::Deliver(update) => {
                 self.deliver(update)?;
                 true
@@ -498,14 +498,14 @@ impl Sim {
         &mut self,
         t_us: u64,
         executor: ExecutorId,
-        key: (u64, u32),
+        key: Attempt,
         state: TaskState,
         data: Bytes,
     ) {
         let update = StatusUpdate {
             executor,
-            task: TaskId(key.0),
-            attempt: key.1,
+            task: key.task,
+            attempt: key.attempt,
             state,
             data,
         };
@@ -513,7 +513,7 @@ impl Sim {
     }
 
     fn deliver(&mut self, update: StatusUpdate) -> Result<(), SimError> {
-        let key = (update.task.0, update.attempt);
+        let key = Attempt::new(update.task, update.attempt);
         let id = update.executor;
         let mut lost = false;
         if update.state == TaskState::Failed
@@ -543,7 +543,7 @@ impl Sim {
             }
             if let Some(e) = self.execs.get_mut(&id) {
                 // Removed as lost: a late exit reason may still charge what it held.
-                let jobs = e.held.keys().map(|&(t, _)| TaskId(t).job()).collect();
+                let jobs = e.held.keys().map(|key| key.task.job()).collect();
                 self.lost_held.insert(id, jobs);
                 e.alive = false;
                 e.registered = false;
@@ -583,7 +583,7 @@ impl Sim {
                     ..
                 } => {
                     let t = self.now_us + self.net_delay();
-                    self.at(t, Ev::KillArrive(executor, task.0, attempt));
+                    self.at(t, Ev::KillArrive(executor, Attempt::new(task, attempt)));
                 }
                 Output::TaskResult { task, result } => self.on_result(task, result)?,
                 Output::JobOutcome { job, outcome } => self.on_outcome(job, outcome)?,
@@ -619,7 +619,8 @@ impl Sim {
             );
             return self.fail(msg);
         }
-        e.held.insert((launch.task.0, launch.attempt), launch.cores);
+        e.held
+            .insert(Attempt::new(launch.task, launch.attempt), launch.cores);
         let used: u32 = e.held.values().sum();
         if used > e.info.cores {
             let msg = format!(

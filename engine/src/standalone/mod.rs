@@ -5,6 +5,6 @@
 pub mod master;
 
 pub use master::{
-    AppSpec, AppState, AppView, Config, ExecutorState, ExecutorView, Master, Output, RecoveredApp,
+    AppSpec, AppState, AppView, Config, ExecutorView, Master, Output, ProcessState, RecoveredApp,
     Status, WorkerSpec, WorkerState, WorkerView, NO_WORKER_FITS,
 };

@@ -192,8 +192,8 @@ impl DriverEndpoint {
             };
             match command {
                 LocalCommand::Launch(task) => runner.launch(task),
-                LocalCommand::Kill { task, attempt } => {
-                    runner.kill(task.0, attempt);
+                LocalCommand::Kill(attempt) => {
+                    runner.kill(attempt);
                 }
             }
         }

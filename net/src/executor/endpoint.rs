@@ -142,8 +142,8 @@ impl ExecutorEndpoint {
         while let Some(action) = self.core.poll_action() {
             match action {
                 Action::Launch(launch) => runner.launch(launch),
-                Action::Kill { task_id, attempt } => {
-                    runner.kill(task_id, attempt);
+                Action::Kill(attempt) => {
+                    runner.kill(attempt);
                 }
                 Action::KillAll => runner.kill_all(),
             }

@@ -106,13 +106,13 @@ impl MasterBackend {
 }
 
 /// What the master's executor state means for the lifecycle.
-fn state_of(state: wire::ExecutorState) -> ExecutorState {
+fn state_of(state: wire::ProcessState) -> ExecutorState {
     match state {
-        wire::ExecutorState::Launching => ExecutorState::Pending,
-        wire::ExecutorState::Running => ExecutorState::Running,
-        wire::ExecutorState::Killed => ExecutorState::Deleted,
-        wire::ExecutorState::Exited => ExecutorState::Succeeded,
-        wire::ExecutorState::Failed | wire::ExecutorState::Lost => ExecutorState::Failed {
+        wire::ProcessState::Launching => ExecutorState::Pending,
+        wire::ProcessState::Running => ExecutorState::Running,
+        wire::ProcessState::Killed => ExecutorState::Deleted,
+        wire::ProcessState::Exited => ExecutorState::Succeeded,
+        wire::ProcessState::Failed | wire::ProcessState::Lost => ExecutorState::Failed {
             code: -1,
             caused_by_app: false,
         },
@@ -129,9 +129,9 @@ fn ended_state(exit: Option<&ExecutorExit>) -> ExecutorState {
         return unknown;
     };
     match (exit.state, exit.exit_code) {
-        (wire::ExecutorState::Exited, _) => ExecutorState::Succeeded,
-        (wire::ExecutorState::Killed, _) => ExecutorState::Deleted,
-        (wire::ExecutorState::Failed, Some(code)) => failed_with(code),
+        (wire::ProcessState::Exited, _) => ExecutorState::Succeeded,
+        (wire::ProcessState::Killed, _) => ExecutorState::Deleted,
+        (wire::ProcessState::Failed, Some(code)) => failed_with(code),
         _ => unknown,
     }
 }

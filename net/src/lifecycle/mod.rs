@@ -24,7 +24,7 @@ use flint_engine::lifecycle::{
     Allocation, ExecutorState, Lifecycle, LifecycleConfig, LifecycleOutput, LifecycleStats,
 };
 
-use crate::driver::Driver;
+use crate::driver::{Driver, DriverError};
 use crate::observe::EventSink;
 
 /// What a backend observed.
@@ -256,14 +256,23 @@ impl<B: ExecutorBackend> Runner<B> {
         let mut observed = Vec::new();
         while !self.shared.stop.load(Ordering::SeqCst) {
             self.observe(&mut observed);
-            let Ok(view) = self.driver.executors_view() else {
-                break;
+            // The caller's wishes before the view: a target set after the caller saw some
+            // executors registered meets a view that has them too.
+            self.steer();
+            let view = match self.driver.executors_view() {
+                Ok(view) => view,
+                Err(DriverError::Stopped) => break,
+                Err(error) => {
+                    // Behind, not gone: this round waits, the next one asks again.
+                    tracing::warn!("no executors view from the driver: {error}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
             };
             let now_us = self.now_us();
             let load = view.executors.iter().map(|(n, r)| (n.as_str(), *r));
             self.core
                 .handle_load(view.pending_tasks, view.running_tasks, load, now_us);
-            self.steer();
             self.core.handle_timeout(now_us);
             while let Some(output) = self.core.poll_output() {
                 self.carry_out(output);
@@ -343,8 +352,15 @@ impl<B: ExecutorBackend> Runner<B> {
     }
 
     /// A registered executor is stopped through the driver first (counted as stopped, not
-    /// lost), then the backend deletes it.
+    /// lost), then the backend deletes it. One the core took for unregistered may have
+    /// registered since the last load: the driver drains it instead, and the core deletes it
+    /// once it runs nothing.
     fn delete(&mut self, name: &str, registered: bool) {
+        if !registered && self.driver.drain_executor(name).unwrap_or(false) {
+            self.event(|| format!("executor {name} draining (registered since the last look)"));
+            self.core.handle_drained(name, self.now_us());
+            return;
+        }
         let stopped = registered && self.driver.stop_executor(name).unwrap_or(false);
         let how = if stopped {
             "stopped by the driver"

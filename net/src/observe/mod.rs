@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flint_engine::hash::FxHashMap;
 use flint_engine::scheduler::{
-    ExecutorId, JobId, JobInfo, JobOutcome, LocalityLevel, Stats, TaskId, TaskLaunch,
+    Attempt, ExecutorId, JobId, JobInfo, JobOutcome, LocalityLevel, Stats, TaskId, TaskLaunch,
 };
 use serde::Serialize;
 
@@ -571,9 +571,9 @@ impl LoopTelemetry {
     }
 
     /// The driver asked an executor to kill an attempt.
-    pub fn kill_sent(&mut self, now_us: u64, task: TaskId, attempt: u32) {
+    pub fn kill_sent(&mut self, now_us: u64, attempt: Attempt) {
         self.kills_sent += 1;
-        self.timeline.kill_sent(now_us, task, attempt);
+        self.timeline.kill_sent(now_us, attempt);
     }
 
     /// An executor registered.
@@ -661,7 +661,7 @@ impl LoopTelemetry {
         state: TaskState,
         is_sampled: bool,
     ) {
-        let Some(at) = self.timeline.ended(now, task, attempt, state) else {
+        let Some(at) = self.timeline.ended(now, Attempt::new(task, attempt), state) else {
             return;
         };
         if !is_sampled {

@@ -38,7 +38,7 @@ fn jobs_keep_their_sampled_times_copies_and_bars() {
     }
     let straggler = TaskId::new(job, 5); // not sampled: its copy is tracked anyway
     t.launched(2_000, &launch(straggler, 1, true), ExecutorId(1), || 1);
-    t.kill_sent(3_000, straggler, 0);
+    t.kill_sent(3_000, Attempt::new(straggler, 0));
     for index in 0..64 {
         let task = TaskId::new(job, index);
         let end = 1_000 + 100 * u64::from(index);

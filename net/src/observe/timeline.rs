@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use flint_engine::hash::FxHashMap;
-use flint_engine::scheduler::{ExecutorId, TaskId};
+use flint_engine::scheduler::{Attempt, ExecutorId, TaskId};
 use serde::Serialize;
 
 use crate::wire::TaskState;
@@ -82,7 +82,7 @@ pub struct Tracked {
 /// The timeline's record (see the module docs).
 #[derive(Debug, Default)]
 pub struct Timeline {
-    tracked: FxHashMap<(u64, u32), Tracked>,
+    tracked: FxHashMap<Attempt, Tracked>,
     copies_tracked: usize,
     bars: VecDeque<Bar>,
     window_end_us: u64,
@@ -147,29 +147,21 @@ impl Timeline {
             bar,
             executor: l.executor,
         };
-        self.tracked.insert((l.task.0, l.attempt), tracked);
+        self.tracked
+            .insert(Attempt::new(l.task, l.attempt), tracked);
     }
 
     /// The driver asked for an attempt to be killed.
-    pub fn kill_sent(&mut self, now_us: u64, task: TaskId, attempt: u32) {
-        let bar = self
-            .tracked
-            .get_mut(&(task.0, attempt))
-            .and_then(|t| t.bar.as_mut());
+    pub fn kill_sent(&mut self, now_us: u64, attempt: Attempt) {
+        let bar = self.tracked.get_mut(&attempt).and_then(|t| t.bar.as_mut());
         if let Some(bar) = bar {
             bar.kill_us.get_or_insert(now_us);
         }
     }
 
     /// An attempt reported its final `state`: its launch time, if it was tracked.
-    pub fn ended(
-        &mut self,
-        now_us: u64,
-        task: TaskId,
-        attempt: u32,
-        state: TaskState,
-    ) -> Option<u64> {
-        let tracked = self.tracked.remove(&(task.0, attempt))?;
+    pub fn ended(&mut self, now_us: u64, attempt: Attempt, state: TaskState) -> Option<u64> {
+        let tracked = self.tracked.remove(&attempt)?;
         let outcome = match state {
             TaskState::Finished => Outcome::Succeeded,
             TaskState::Killed => Outcome::Killed,
@@ -180,7 +172,7 @@ impl Timeline {
 
     /// An executor was removed: its tracked attempts end lost.
     pub fn executor_removed(&mut self, now_us: u64, executor: ExecutorId) {
-        let lost: Vec<(u64, u32)> = self
+        let lost: Vec<Attempt> = self
             .tracked
             .iter()
             .filter(|(_, t)| t.executor == executor)
@@ -245,13 +237,21 @@ mod tests {
         t.launched(20, launch(&name, 1, 0, false), false); // neither sampled nor a copy
         t.launched(30, launch(&name, 0, 1, true), false);
         assert!(t.may_track(false), "a copy is tracked");
-        t.kill_sent(40, TaskId::new(JobId(1), 0), 0);
+        t.kill_sent(40, Attempt::new(TaskId::new(JobId(1), 0), 0));
         assert_eq!(
-            t.ended(50, TaskId::new(JobId(1), 0), 0, TaskState::Killed),
+            t.ended(
+                50,
+                Attempt::new(TaskId::new(JobId(1), 0), 0),
+                TaskState::Killed
+            ),
             Some(10)
         );
         assert_eq!(
-            t.ended(60, TaskId::new(JobId(1), 1), 0, TaskState::Finished),
+            t.ended(
+                60,
+                Attempt::new(TaskId::new(JobId(1), 1), 0),
+                TaskState::Finished
+            ),
             None
         );
         t.executor_removed(70, ExecutorId(7));
@@ -285,8 +285,7 @@ mod tests {
                 t.launched(now, launch(&name, index, 0, false), true);
                 t.ended(
                     now + 1,
-                    TaskId::new(JobId(1), index),
-                    0,
+                    Attempt::new(TaskId::new(JobId(1), index), 0),
                     TaskState::Finished,
                 );
             }

@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 
 use bytes::{Bytes, BytesMut};
+use flint_engine::scheduler::{Attempt, TaskId};
 use flint_engine::sim::Rng;
 
 use crate::handshake::{Handshake, Secret};
@@ -49,7 +50,7 @@ pub struct Hostile {
     joined: bool,
     /// Attempts the driver gave it (it runs none of them, and lies about none of them: a
     /// registered executor's word on its own tasks is all a driver has).
-    given: BTreeSet<(u64, u32)>,
+    given: BTreeSet<Attempt>,
     /// Lies told (status updates sent).
     pub lies: u64,
 }
@@ -138,8 +139,11 @@ impl Hostile {
                 Ok(Message::RegisteredExecutor { .. }) => self.registered = true,
                 Ok(Message::LaneJoined { .. }) => self.joined = true,
                 Ok(Message::LaunchTasks { tasks }) => {
-                    self.given
-                        .extend(tasks.iter().map(|t| (t.task_id, t.attempt)));
+                    self.given.extend(
+                        tasks
+                            .iter()
+                            .map(|t| Attempt::new(TaskId(t.task_id), t.attempt)),
+                    );
                 }
                 _ => {}
             }
@@ -157,7 +161,10 @@ impl Hostile {
         }
         let mut owned = Vec::new();
         for (task_id, attempt, payload) in attempts {
-            if self.given.contains(&(*task_id, *attempt)) {
+            if self
+                .given
+                .contains(&Attempt::new(TaskId(*task_id), *attempt))
+            {
                 continue;
             }
             let (state, data) = match rng.range(0, 3) {

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_engine::scheduler::{JobId, JobOutcome, TaskId};
+use flint_engine::scheduler::{Attempt, JobId, JobOutcome, TaskId};
 
 use crate::job::{JobHandle, TaskResult};
 use crate::sim::hostile::HOSTILE_REASON;
@@ -82,7 +82,7 @@ pub struct Ledger {
     pub jobs: Vec<JobRecord>,
     by_id: BTreeMap<u64, usize>,
     /// Every attempt ever launched on an executor.
-    launched: BTreeSet<(u64, u32)>,
+    launched: BTreeSet<Attempt>,
     /// Each honest run that finished: task -> attempt -> its result.
     runs: BTreeMap<u64, BTreeMap<u32, Bytes>>,
     /// Jobs with an injected failure.
@@ -137,7 +137,7 @@ impl Ledger {
                 "launch of task {task_id:#x} with another task's payload"
             ));
         }
-        if !self.launched.insert((task_id, attempt)) {
+        if !self.launched.insert(Attempt::new(TaskId(task_id), attempt)) {
             return Err(format!(
                 "attempt {attempt} of task {task_id:#x} launched twice"
             ));
@@ -167,8 +167,9 @@ impl Ledger {
     /// task of a job still open (a launch to the liar may be in flight, unseen by it, so no
     /// other attempt number is safe).
     pub fn targets(&self, max: usize) -> Vec<(u64, u32, Bytes)> {
-        let launched = (self.launched.iter().rev())
-            .filter_map(|&(task, attempt)| Some((task, attempt, self.payload(task)?.clone())));
+        let launched = (self.launched.iter().rev()).filter_map(|&Attempt { task, attempt }| {
+            Some((task.0, attempt, self.payload(task.0)?.clone()))
+        });
         let never = (self.jobs.iter().filter(|j| j.outcome.is_none())).flat_map(|j| {
             (j.plan.payloads.iter().enumerate()).map(move |(i, p)| {
                 (

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flint_engine::scheduler::JobId;
+use flint_engine::scheduler::{Attempt, JobId};
 use flint_engine::sim::Rng;
 
 use crate::admission::Admission;
@@ -405,7 +405,7 @@ pub struct ExecStep {
     /// It was just seen registered.
     pub registered: bool,
     /// Attempts launched.
-    pub launched: Vec<(u64, u32)>,
+    pub launched: Vec<Attempt>,
 }
 
 impl ExecNode {
@@ -503,7 +503,7 @@ impl ExecNode {
     pub fn attempts(&self, held: impl Fn(ConnId) -> bool) -> Vec<(ConnId, u64, u32)> {
         (self.lanes.iter())
             .filter(|l| l.liveness != Liveness::Dead && held(l.conn))
-            .flat_map(|l| l.runner.attempts().map(|(t, a)| (l.conn, t, a)))
+            .flat_map(|l| l.runner.attempts().map(|a| (l.conn, a.task.0, a.attempt)))
             .collect()
     }
 
@@ -607,11 +607,12 @@ fn step_lane(
                 }
                 tracing::debug!(target: "flint_net::sim", now_us, executor = %name, lane = lane.core.lane(), "launch {task_id:#x}.{attempt}");
                 ledger.launch(task_id, attempt, &payload)?;
-                lane.runner.launch(rng, now_us, task_id, attempt, &payload);
-                step.launched.push((task_id, attempt));
+                let key = Attempt::new(launch.task, attempt);
+                lane.runner.launch(rng, now_us, key, &payload);
+                step.launched.push(key);
             }
-            Action::Kill { task_id, attempt } => {
-                lane.runner.kill(now_us, task_id, attempt);
+            Action::Kill(key) => {
+                lane.runner.kill(now_us, key);
             }
             Action::KillAll => lane.runner = FakeRunner::new(0.0, 1),
         }

@@ -11,7 +11,7 @@ use flint_engine::sim::Rng;
 
 use crate::wire::TaskState;
 use flint_engine::runner::TaskReport;
-use flint_engine::scheduler::TaskId;
+use flint_engine::scheduler::Attempt;
 
 /// What every honest run of `(task_id, attempt)` on `payload` returns: the ids then the
 /// payload, so a result names the run that made it and the input it was given.
@@ -37,7 +37,7 @@ struct Run {
 /// The attempts one executor runs.
 #[derive(Debug, Default)]
 pub struct FakeRunner {
-    running: BTreeMap<(u64, u32), Run>,
+    running: BTreeMap<Attempt, Run>,
     /// Chance that an attempt fails.
     failure_prob: f64,
     /// Run time multiplier (a straggler).
@@ -55,15 +55,7 @@ impl FakeRunner {
     }
 
     /// Starts an attempt at `now_us`; false if that attempt already runs here.
-    pub fn launch(
-        &mut self,
-        rng: &mut Rng,
-        now_us: u64,
-        task_id: u64,
-        attempt: u32,
-        payload: &[u8],
-    ) -> bool {
-        let key = (task_id, attempt);
+    pub fn launch(&mut self, rng: &mut Rng, now_us: u64, key: Attempt, payload: &[u8]) -> bool {
         if self.running.contains_key(&key) {
             return false;
         }
@@ -78,7 +70,10 @@ impl FakeRunner {
                 Bytes::from_static(INJECTED_FAILURE.as_bytes()),
             )
         } else {
-            (TaskState::Finished, result_bytes(task_id, attempt, payload))
+            (
+                TaskState::Finished,
+                result_bytes(key.task.0, key.attempt, payload),
+            )
         };
         self.running.insert(
             key,
@@ -92,8 +87,8 @@ impl FakeRunner {
     }
 
     /// Kills an attempt: its completion (killed) is due at once. False if it does not run here.
-    pub fn kill(&mut self, now_us: u64, task_id: u64, attempt: u32) -> bool {
-        match self.running.get_mut(&(task_id, attempt)) {
+    pub fn kill(&mut self, now_us: u64, key: Attempt) -> bool {
+        match self.running.get_mut(&key) {
             Some(run) => {
                 run.due_us = now_us;
                 run.state = TaskState::Killed;
@@ -105,7 +100,7 @@ impl FakeRunner {
     }
 
     /// The attempts running here.
-    pub fn attempts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+    pub fn attempts(&self) -> impl Iterator<Item = Attempt> + '_ {
         self.running.keys().copied()
     }
 
@@ -123,8 +118,8 @@ impl FakeRunner {
             .min_by_key(|(_, r)| r.due_us)?;
         let run = self.running.remove(&key)?;
         Some(TaskReport {
-            task: TaskId(key.0),
-            attempt: key.1,
+            task: key.task,
+            attempt: key.attempt,
             state: run.state,
             data: run.data,
         })
@@ -134,24 +129,26 @@ impl FakeRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flint_engine::scheduler::TaskId;
 
     #[test]
     fn runs_end_with_their_results_and_kills_end_them_killed() {
         let mut rng = Rng::new(3);
         let mut runner = FakeRunner::new(0.0, 1);
-        assert!(runner.launch(&mut rng, 0, 7, 0, b"in"));
+        let at = |task, attempt| Attempt::new(TaskId(task), attempt);
+        assert!(runner.launch(&mut rng, 0, at(7, 0), b"in"));
         assert!(
-            !runner.launch(&mut rng, 0, 7, 0, b"in"),
+            !runner.launch(&mut rng, 0, at(7, 0), b"in"),
             "one run per attempt"
         );
-        assert!(runner.launch(&mut rng, 0, 8, 1, b"x"));
-        assert!(runner.kill(5, 8, 1));
+        assert!(runner.launch(&mut rng, 0, at(8, 1), b"x"));
+        assert!(runner.kill(5, at(8, 1)));
         let killed = runner.poll_completion(5).map(|c| (c.task.0, c.state));
         assert_eq!(killed, Some((8, TaskState::Killed)));
         let due = runner.poll_timeout().unwrap_or(0);
         let done = runner.poll_completion(due).map(|c| (c.state, c.data));
         assert_eq!(done, Some((TaskState::Finished, result_bytes(7, 0, b"in"))));
         assert_eq!(runner.poll_timeout(), None);
-        assert!(!runner.kill(9, 7, 0));
+        assert!(!runner.kill(9, at(7, 0)));
     }
 }

@@ -20,7 +20,7 @@ use mio::Token;
 
 use crate::handshake::Secret;
 use crate::transport::client::{Link, LinkConfig, Step, CONNECT_TIMEOUT};
-use crate::wire::{ExecutorState, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{ProcessState, Role, FRAME_SIZE_MAX_DEFAULT};
 
 mod session;
 
@@ -50,7 +50,7 @@ pub struct ExecutorExit {
     /// The executor.
     pub id: String,
     /// Its final state (exited, failed, killed, lost).
-    pub state: ExecutorState,
+    pub state: ProcessState,
     /// Its exit code (128 + the signal for one a signal ended), if its process exited.
     pub exit_code: Option<i32>,
 }
@@ -63,7 +63,7 @@ pub struct AppInfo {
     /// Why the master removed it, once it did.
     pub removed: Option<String>,
     /// Its executors that are not over, with their worker and state.
-    pub executors: BTreeMap<String, (String, ExecutorState)>,
+    pub executors: BTreeMap<String, (String, ProcessState)>,
     /// Executors the master placed so far.
     pub executors_added: u64,
     /// Executors that ended (any final state) so far.

@@ -422,7 +422,7 @@ impl MasterCore {
         else {
             return;
         };
-        if state == wire::ExecutorState::Running && message == REATTACH_MESSAGE {
+        if state == wire::ProcessState::Running && message == REATTACH_MESSAGE {
             self.master.executor_reattached(worker, app_id, executor_id);
         } else {
             self.master.executor_state_changed(

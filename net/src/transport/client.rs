@@ -81,7 +81,8 @@ impl Step {
     }
 }
 
-struct Attempt {
+/// One connection attempt: its connection and poll token.
+struct Dial {
     conn: Connection,
     token: Token,
     /// The TCP connect is still under way.
@@ -92,7 +93,7 @@ struct Attempt {
 pub struct Link {
     config: LinkConfig,
     core: LinkCore,
-    attempt: Option<Attempt>,
+    dial: Option<Dial>,
     /// The clock's origin: the core's `now_us` is the time since.
     epoch: Instant,
     /// The one timer and the `now_us` it is armed for (the core's `poll_timeout`).
@@ -124,7 +125,7 @@ impl Link {
         Link {
             config,
             core,
-            attempt: None,
+            dial: None,
             epoch: Instant::now(),
             timer: None,
         }
@@ -152,7 +153,7 @@ impl Link {
 
     /// Our address on the current connection.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        let attempt = self.attempt.as_ref()?;
+        let attempt = self.dial.as_ref()?;
         attempt.conn.local_addr()
     }
 
@@ -186,7 +187,7 @@ impl Link {
     /// Reads a readiness event if it is the link's: the handshake, then the frames after it.
     pub fn read(&mut self, token: Token, event: &Event) -> Option<Step> {
         let now_us = self.now_us();
-        let attempt = self.attempt.as_mut().filter(|a| a.token == token)?;
+        let attempt = self.dial.as_mut().filter(|a| a.token == token)?;
         let mut step = Step::default();
         if attempt.connecting {
             if let Some(why) = connect_failure(attempt, event) {
@@ -257,7 +258,7 @@ impl Link {
 
     /// Ends the connection for `why` and schedules the next attempt (the core logs it).
     pub fn drop_connection<E: Endpoint>(&mut self, why: &str, ctx: &mut Ctx<'_, E>) {
-        if self.attempt.is_none() {
+        if self.dial.is_none() {
             return;
         }
         self.deregister(ctx);
@@ -267,7 +268,7 @@ impl Link {
 
     /// The core's bytes onto the connection, and out.
     fn write(&mut self) -> Result<(), ConnError> {
-        let Some(attempt) = self.attempt.as_mut().filter(|a| !a.connecting) else {
+        let Some(attempt) = self.dial.as_mut().filter(|a| !a.connecting) else {
             return Ok(());
         };
         self.core.poll_transmit(attempt.conn.outbound());
@@ -296,7 +297,7 @@ impl Link {
     }
 
     fn deregister<E: Endpoint>(&mut self, ctx: &mut Ctx<'_, E>) {
-        if let Some(mut attempt) = self.attempt.take() {
+        if let Some(mut attempt) = self.dial.take() {
             let _ = ctx.deregister(attempt.conn.stream_mut(), attempt.token);
         }
     }
@@ -305,14 +306,14 @@ impl Link {
         let now_us = self.now_us();
         match self.open(ctx) {
             Ok((attempt, nonce)) => {
-                self.attempt = Some(attempt);
+                self.dial = Some(attempt);
                 self.core.handle_connected(nonce, now_us);
             }
             Err(why) => self.core.handle_closed(&why, now_us),
         }
     }
 
-    fn open<E: Endpoint>(&self, ctx: &mut Ctx<'_, E>) -> Result<(Attempt, [u8; 32]), String> {
+    fn open<E: Endpoint>(&self, ctx: &mut Ctx<'_, E>) -> Result<(Dial, [u8; 32]), String> {
         let config = &self.config;
         let nonce = random_nonce().map_err(|e| format!("no random nonce: {e}"))?;
         let stream = TcpStream::connect(config.addr).map_err(|e| format!("connect failed: {e}"))?;
@@ -324,7 +325,7 @@ impl Link {
             outbound_max: config.outbound_max,
         };
         let (token, conn) = opener.register(stream, ctx)?;
-        let attempt = Attempt {
+        let attempt = Dial {
             conn,
             token,
             connecting: true,
@@ -342,7 +343,7 @@ fn micros(duration: Duration) -> u64 {
 }
 
 /// Why a connection still connecting failed, if the event says it did.
-fn connect_failure(attempt: &mut Attempt, event: &Event) -> Option<String> {
+fn connect_failure(attempt: &mut Dial, event: &Event) -> Option<String> {
     if event.is_error() || event.is_read_closed() || event.is_write_closed() {
         return Some("connection refused or failed".into());
     }

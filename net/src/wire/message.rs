@@ -112,10 +112,10 @@ wire_enum! {
 
 /// An executor process's state (a worker reports it), a worker's and an application's (the
 /// master's status answer): the engine's own enums, encoded here.
-pub use flint_engine::standalone::{AppState, ExecutorState, WorkerState};
+pub use flint_engine::standalone::{AppState, ProcessState, WorkerState};
 
 wire_enum! {
-    impl Field for ExecutorState {
+    impl Field for ProcessState {
         Launching = 1,
         Running = 2,
         Killed = 3,
@@ -269,7 +269,7 @@ wire_struct! {
         /// Its cores.
         pub cores: u32,
         /// Its state.
-        pub state: ExecutorState,
+        pub state: ProcessState,
     }
 }
 
@@ -494,7 +494,7 @@ messages! {
         /// The executor.
         executor_id: &'a str,
         /// Its new state.
-        state: ExecutorState,
+        state: ProcessState,
         /// What happened.
         message: &'a str,
         /// The exit code, once the process has exited.

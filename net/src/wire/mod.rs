@@ -28,8 +28,8 @@ pub use frame::{
     SEAL_TAG_LEN,
 };
 pub use message::{
-    AppDescription, AppState, AppStatus, AuthMethod, ExecutorState, ExecutorStatus, KeyValue, Kind,
-    Magic, Message, Metric, Role, StatusUpdate, TaskLaunch, TaskState, Version, WorkerState,
+    AppDescription, AppState, AppStatus, AuthMethod, ExecutorStatus, KeyValue, Kind, Magic,
+    Message, Metric, ProcessState, Role, StatusUpdate, TaskLaunch, TaskState, Version, WorkerState,
     WorkerStatus, MAGIC, PROTOCOL_VERSION,
 };
 

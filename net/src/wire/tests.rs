@@ -126,7 +126,7 @@ fn malformed_inputs_give_their_errors() {
         bad_option.put_u32_le(text.len() as u32);
         bad_option.put_slice(text.as_bytes());
     }
-    bad_option.put_u8(ExecutorState::Exited as u8);
+    bad_option.put_u8(ProcessState::Exited as u8);
     bad_option.put_u32_le(0); // empty message
     bad_option.put_u8(2); // option tags are 0 or 1
 

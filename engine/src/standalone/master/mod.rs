@@ -78,7 +78,7 @@ struct Executor {
     worker: String,
     cores: u32,
     memory_mb: u64,
-    state: ExecutorState,
+    state: ProcessState,
     /// When the master placed it (for the launch timeout).
     placed_us: u64,
 }
@@ -349,7 +349,7 @@ impl Master {
                     self.outputs.push_back(Output::ExecutorUpdated {
                         app: app_id.clone(),
                         executor,
-                        state: ExecutorState::Lost,
+                        state: ProcessState::Lost,
                         message: format!("worker {worker} lost: {reason}"),
                         exit_code: None,
                     });
@@ -414,7 +414,7 @@ impl Master {
                 a.executors
                     .iter()
                     .filter(|(_, e)| {
-                        e.state == ExecutorState::Launching
+                        e.state == ProcessState::Launching
                             && now_us.saturating_sub(e.placed_us) > timeout
                     })
                     .map(move |(id, e)| (app.clone(), id.clone(), e.worker.clone()))
@@ -450,7 +450,7 @@ impl Master {
             self.outputs.push_back(Output::ExecutorUpdated {
                 app,
                 executor,
-                state: ExecutorState::Failed,
+                state: ProcessState::Failed,
                 message: format!(
                     "worker {worker} did not start it within {} ms of its launch; placing it elsewhere",
                     timeout / 1000
@@ -558,7 +558,7 @@ impl Master {
             self.outputs.push_back(Output::ExecutorUpdated {
                 app: app.to_owned(),
                 executor: id,
-                state: ExecutorState::Killed,
+                state: ProcessState::Killed,
                 message: "killed at the application's request".into(),
                 exit_code: None,
             });
@@ -574,7 +574,7 @@ impl Master {
         worker: &str,
         app: &str,
         executor: &str,
-        state: ExecutorState,
+        state: ProcessState,
         message: &str,
         exit_code: Option<i32>,
     ) {
@@ -592,7 +592,7 @@ impl Master {
             message: clip(message),
             exit_code,
         });
-        if state == ExecutorState::Running {
+        if state == ProcessState::Running {
             a.state = AppState::Running;
         }
         if !state.is_final() {
@@ -608,8 +608,8 @@ impl Master {
                 w.memory_used_mb = w.memory_used_mb.saturating_sub(e.memory_mb);
             }
         }
-        let normal = state == ExecutorState::Killed
-            || (state == ExecutorState::Exited && exit_code.unwrap_or(0) == 0);
+        let normal = state == ProcessState::Killed
+            || (state == ProcessState::Exited && exit_code.unwrap_or(0) == 0);
         if !normal {
             a.retries += 1;
             a.last_failure = format!(
@@ -620,7 +620,7 @@ impl Master {
             let running = a
                 .executors
                 .values()
-                .any(|e| e.state == ExecutorState::Running);
+                .any(|e| e.state == ProcessState::Running);
             if a.retries >= self.config.max_executor_retries && !running {
                 let reason = format!(
                     "application {app} failed: {} abnormal executor exits in a row with none running (max executor retries {}); last: {}",
@@ -682,7 +682,7 @@ impl Master {
                 worker: worker.to_owned(),
                 cores,
                 memory_mb,
-                state: ExecutorState::Running,
+                state: ProcessState::Running,
                 placed_us: self.now_us,
             },
         );

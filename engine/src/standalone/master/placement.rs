@@ -147,7 +147,7 @@ impl Master {
                 worker: worker_id.to_owned(),
                 cores,
                 memory_mb,
-                state: ExecutorState::Launching,
+                state: ProcessState::Launching,
                 placed_us: self.now_us,
             },
         );

@@ -28,13 +28,13 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-const STATES: [ExecutorState; 6] = [
-    ExecutorState::Launching,
-    ExecutorState::Running,
-    ExecutorState::Killed,
-    ExecutorState::Failed,
-    ExecutorState::Lost,
-    ExecutorState::Exited,
+const STATES: [ProcessState; 6] = [
+    ProcessState::Launching,
+    ProcessState::Running,
+    ProcessState::Killed,
+    ProcessState::Failed,
+    ProcessState::Lost,
+    ProcessState::Exited,
 ];
 
 proptest! {

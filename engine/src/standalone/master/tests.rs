@@ -142,16 +142,14 @@ fn an_executor_stuck_launching_fails_and_is_placed_on_another_worker() {
     let outputs = drain(&mut m);
     assert!(outputs.iter().any(|o| matches!(o,
         Output::KillExecutor { worker, executor, .. } if worker == "stuck" && executor == "0")));
-    assert!(
-        outputs.iter().any(|o| matches!(o,
-        Output::ExecutorUpdated { executor, state: ExecutorState::Failed, .. } if executor == "0"))
-    );
+    assert!(outputs.iter().any(|o| matches!(o,
+        Output::ExecutorUpdated { executor, state: ProcessState::Failed, .. } if executor == "0")));
     assert_eq!(
         launches(&outputs),
         vec![("good".to_string(), "1".to_string())]
     );
     // A RUNNING report from the stuck worker after the fact is ignored.
-    m.executor_state_changed("stuck", &id, "0", ExecutorState::Running, "late", None);
+    m.executor_state_changed("stuck", &id, "0", ProcessState::Running, "late", None);
     assert_eq!(m.status().executors.len(), 1);
 }
 
@@ -254,7 +252,7 @@ fn a_silent_worker_is_removed_its_executors_lost_and_replaced_elsewhere() {
     m.tick(2 * S + 1);
     let out = drain(&mut m);
     assert!(out.iter().any(|o| matches!(o,
-        Output::ExecutorUpdated { app, state: ExecutorState::Lost, .. } if *app == id)));
+        Output::ExecutorUpdated { app, state: ProcessState::Lost, .. } if *app == id)));
     assert!(out.iter().any(|o| matches!(o,
         Output::WorkerRemoved { worker, apps, .. } if worker == "a" && apps == &vec![id.clone()])));
     // The replacement goes to the only worker left.
@@ -270,7 +268,7 @@ fn too_many_abnormal_exits_with_none_running_remove_the_app() {
     let mut out = drain(&mut m);
     for round in 0..3 {
         let (w, e) = launches(&out).pop().expect("a launch");
-        m.executor_state_changed(&w, &id, &e, ExecutorState::Failed, "boom", Some(1));
+        m.executor_state_changed(&w, &id, &e, ProcessState::Failed, "boom", Some(1));
         out = drain(&mut m);
         if round < 2 {
             assert_eq!(launches(&out).len(), 1, "relaunched after failure {round}");
@@ -298,17 +296,17 @@ fn an_app_with_a_running_executor_survives_failures_of_its_others() {
     let mut out = drain(&mut m);
     let mut launched = launches(&out);
     let (w, steady) = launched.remove(0);
-    m.executor_state_changed(&w, &id, &steady, ExecutorState::Running, "", None);
+    m.executor_state_changed(&w, &id, &steady, ProcessState::Running, "", None);
     for _ in 0..10 {
         let (w, e) = launched.pop().expect("a launch");
-        m.executor_state_changed(&w, &id, &e, ExecutorState::Running, "", None);
-        m.executor_state_changed(&w, &id, &e, ExecutorState::Failed, "boom", Some(1));
+        m.executor_state_changed(&w, &id, &e, ProcessState::Running, "", None);
+        m.executor_state_changed(&w, &id, &e, ProcessState::Failed, "boom", Some(1));
         out = drain(&mut m);
         launched = launches(&out);
     }
     assert!(m.app_spec(&id).is_some(), "still registered");
     // Once the steady one fails too, none is running: the count is far past the limit.
-    m.executor_state_changed(&w, &id, &steady, ExecutorState::Failed, "boom", Some(1));
+    m.executor_state_changed(&w, &id, &steady, ProcessState::Failed, "boom", Some(1));
     assert!(m.app_spec(&id).is_none(), "removed");
 }
 
@@ -411,7 +409,7 @@ fn reports_from_the_wrong_worker_are_ignored() {
     let out = drain(&mut m);
     let (w, e) = launches(&out).pop().expect("a launch");
     let other = if w == "a" { "b" } else { "a" };
-    m.executor_state_changed(other, &id, &e, ExecutorState::Failed, "x", Some(1));
+    m.executor_state_changed(other, &id, &e, ProcessState::Failed, "x", Some(1));
     assert!(drain(&mut m).is_empty());
     assert_eq!(m.status().executors.len(), 1);
 }

@@ -109,9 +109,12 @@ pub enum AppState {
     Killed,
 }
 
-/// An executor's state.
+/// An executor process's state as its worker reports it and the master keeps it: Spark's
+/// standalone `ExecutorState`, six values on the wire. Not the lifecycle's view of an executor
+/// ([`crate::lifecycle::ExecutorState`], which any cluster manager feeds, with an exit's code
+/// and blame); `flint_net::lifecycle::master` maps this one to that one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecutorState {
+pub enum ProcessState {
     /// Being started.
     Launching,
     /// Its process runs.
@@ -136,12 +139,12 @@ macro_rules! display_as_name {
         }
     )*};
 }
-display_as_name!(WorkerState, AppState, ExecutorState);
+display_as_name!(WorkerState, AppState, ProcessState);
 
-impl ExecutorState {
+impl ProcessState {
     /// True once the executor is over.
     pub fn is_final(self) -> bool {
-        !matches!(self, ExecutorState::Launching | ExecutorState::Running)
+        !matches!(self, ProcessState::Launching | ProcessState::Running)
     }
 }
 
@@ -212,7 +215,7 @@ pub enum Output {
         /// The executor.
         executor: String,
         /// Its state.
-        state: ExecutorState,
+        state: ProcessState,
         /// What happened.
         message: String,
         /// The exit code, if it exited.
@@ -282,7 +285,7 @@ pub struct ExecutorView {
     /// Its cores.
     pub cores: u32,
     /// Its state.
-    pub state: ExecutorState,
+    pub state: ProcessState,
 }
 
 /// A snapshot of the cluster.

@@ -34,7 +34,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use flint_engine::hash::FxHashMap;
-use flint_engine::scheduler::{ExecutorId, RemovalReason, TaskId, TaskLaunch};
+use flint_engine::scheduler::{Attempt, ExecutorId, RemovalReason, TaskLaunch};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -47,9 +47,6 @@ const GONE_IDS_MAX: usize = 1024;
 
 /// The local executor's id.
 pub const LOCAL_EXECUTOR: ExecutorId = ExecutorId(0);
-
-/// One attempt of one task: the key of everything the driver holds per attempt.
-pub(super) type AttemptKey = (TaskId, u32);
 
 /// Where an executor's launches go.
 pub(super) enum ExecutorLink {
@@ -131,7 +128,7 @@ impl Remote {
             .collect();
         for task in tasks {
             let lane = self.route();
-            self.launched((task.task, task.attempt), lane, now_us);
+            self.launched(Attempt::new(task.task, task.attempt), lane, now_us);
             batches[lane as usize].push(wire::TaskLaunch {
                 task_id: task.task.0,
                 attempt: task.attempt,
@@ -146,13 +143,13 @@ impl Remote {
 
     /// The lane attempt `key` was sent to (0 if it is not held, and always on an executor of
     /// one lane).
-    pub(super) fn lane_of(&self, key: AttemptKey) -> u32 {
+    pub(super) fn lane_of(&self, key: Attempt) -> u32 {
         self.sent.attempts.get(&key).map_or(0, |a| a.2)
     }
 
     /// Attempt `key` goes to `lane` at `now_us`. An executor of one lane keeps no record per
     /// attempt here: the scheduler's book holds what its heartbeats are checked against.
-    fn launched(&mut self, key: AttemptKey, lane: u32, now_us: u64) {
+    fn launched(&mut self, key: Attempt, lane: u32, now_us: u64) {
         if !self.is_laned() {
             self.lanes[0].launched += 1;
             return;
@@ -167,7 +164,7 @@ impl Remote {
     }
 
     /// An executor's report on one of its attempts, from any of its lanes.
-    pub(super) fn reported(&mut self, key: AttemptKey, state: wire::TaskState) {
+    pub(super) fn reported(&mut self, key: Attempt, state: wire::TaskState) {
         if !self.is_laned() {
             return;
         }
@@ -182,7 +179,7 @@ impl Remote {
     }
 
     /// The connection holding attempt `key` (lane 0's if the attempt is not known).
-    pub(super) fn peer_of(&self, key: AttemptKey) -> Option<PeerId> {
+    pub(super) fn peer_of(&self, key: Attempt) -> Option<PeerId> {
         let lane = if self.is_laned() {
             self.sent.attempts.get(&key).map_or(0, |a| a.2)
         } else {
@@ -265,7 +262,7 @@ struct Sent {
     /// Attempts launched and not reported final: when each was launched, whether the
     /// executor reported it RUNNING, and the lane it went to. At most the executor's slots
     /// (the scheduler launches no more than it frees with final reports).
-    attempts: FxHashMap<AttemptKey, (u64, bool, u32)>,
+    attempts: FxHashMap<Attempt, (u64, bool, u32)>,
 }
 
 impl Sent {
@@ -287,7 +284,7 @@ impl Sent {
     }
 
     /// A report on one attempt: the lane that held it, when it is final and was held.
-    fn reported(&mut self, key: AttemptKey, state: wire::TaskState) -> Option<u32> {
+    fn reported(&mut self, key: Attempt, state: wire::TaskState) -> Option<u32> {
         if state == wire::TaskState::Running {
             if let Some((_, running_reported, _)) = self.attempts.get_mut(&key) {
                 *running_reported = true;

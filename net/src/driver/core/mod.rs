@@ -50,8 +50,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::{
-    self, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, Stats, TaskId,
-    TaskLaunch,
+    self, Attempt, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, Stats,
+    TaskId, TaskLaunch,
 };
 
 pub use self::executors::LOCAL_EXECUTOR;
@@ -80,12 +80,7 @@ pub enum LocalCommand {
     /// Run this attempt.
     Launch(TaskLaunch),
     /// Kill this attempt if it still runs.
-    Kill {
-        /// The task.
-        task: TaskId,
-        /// The attempt.
-        attempt: u32,
-    },
+    Kill(Attempt),
 }
 
 /// Counts a caller reads without asking the driver's loop; the endpoint publishes them after
@@ -368,7 +363,7 @@ impl DriverCore {
             let task = TaskId(update.task_id);
             let (attempt, state) = (update.attempt, update.state);
             if let Some(remote) = remote.as_deref_mut() {
-                remote.reported((task, attempt), state);
+                remote.reported(Attempt::new(task, attempt), state);
             }
             telemetry.status_update(now, executor, task, attempt, state, update.data);
             scheduler::StatusUpdate {
@@ -718,7 +713,7 @@ impl DriverCore {
                 task,
                 attempt,
                 reason,
-            } => self.kill(executor, (task, attempt), &reason),
+            } => self.kill(executor, Attempt::new(task, attempt), &reason),
             Output::TaskResult { task, result } => {
                 self.telemetry.task_done(task.job());
                 self.jobs.result(task, result);
@@ -732,24 +727,21 @@ impl DriverCore {
     }
 
     /// A kill of `attempt` to the lane of `executor` that holds it (or the local runner).
-    fn kill(&mut self, executor: ExecutorId, attempt: (TaskId, u32), reason: &str) {
+    fn kill(&mut self, executor: ExecutorId, attempt: Attempt, reason: &str) {
         match self.executors.link(executor) {
             Some(ExecutorLink::Remote(remote)) => {
                 let Some(peer) = remote.peer_of(attempt) else {
                     return;
                 };
-                self.telemetry.kill_sent(self.now_us, attempt.0, attempt.1);
+                self.telemetry.kill_sent(self.now_us, attempt);
                 let kill = Message::KillTask {
-                    task_id: attempt.0 .0,
-                    attempt: attempt.1,
+                    task_id: attempt.task.0,
+                    attempt: attempt.attempt,
                     reason,
                 };
                 self.send(peer, &kill);
             }
-            Some(ExecutorLink::Local) => self.local.push_back(LocalCommand::Kill {
-                task: attempt.0,
-                attempt: attempt.1,
-            }),
+            Some(ExecutorLink::Local) => self.local.push_back(LocalCommand::Kill(attempt)),
             None => {}
         }
     }
@@ -760,7 +752,7 @@ impl DriverCore {
             Some(ExecutorLink::Remote(remote)) => {
                 let batches = remote.route_all(&tasks, now);
                 for task in &tasks {
-                    let lane = || remote.lane_of((task.task, task.attempt));
+                    let lane = || remote.lane_of(Attempt::new(task.task, task.attempt));
                     self.telemetry.launched(now, task, executor, lane);
                 }
                 for (peer, batch) in batches {

@@ -30,7 +30,7 @@ use crate::transport::link::{move_bytes, LinkCore, LinkRules, Received};
 use crate::transport::{encode, unexpected};
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
-use flint_engine::scheduler::{TaskId, TaskLaunch};
+use flint_engine::scheduler::{Attempt, TaskId, TaskLaunch};
 
 /// The heartbeat interval until the driver's `RegisteredExecutor` sets it, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;
@@ -47,12 +47,7 @@ pub enum Action {
     /// [`ExecutorCore::handle_completion`].
     Launch(TaskLaunch),
     /// Ask a running attempt to stop; it completes as killed.
-    Kill {
-        /// The task.
-        task_id: u64,
-        /// The attempt.
-        attempt: u32,
-    },
+    Kill(Attempt),
     /// Ask every running attempt to stop: the executor has ended (see
     /// [`ExecutorCore::poll_exit`]).
     KillAll,
@@ -89,7 +84,7 @@ pub struct ExecutorCore {
     /// Completions to report at the next [`ExecutorCore::poll_transmit`], already bounded.
     updates: Vec<TaskReport>,
     /// Attempts launched and not yet completed.
-    in_flight: FxHashSet<(u64, u32)>,
+    in_flight: FxHashSet<Attempt>,
     /// The function names launches carried, each once (see [`Names`]).
     names: Names,
     heartbeat_interval_us: u64,
@@ -259,7 +254,7 @@ impl ExecutorCore {
         if self.is_ended() {
             return;
         }
-        let key = (completion.task.0, completion.attempt);
+        let key = Attempt::new(completion.task, completion.attempt);
         if self.draining && !self.in_flight.contains(&key) {
             // Reported killed when the executor left.
             return;
@@ -300,10 +295,10 @@ impl ExecutorCore {
     /// runs it elsewhere at once instead of losing it with the executor. How many.
     pub fn handle_leave(&mut self, _now_us: u64) -> usize {
         debug_assert!(self.draining, "leave follows drain");
-        let left: Vec<(u64, u32)> = self.in_flight.drain().collect();
-        for &(task_id, attempt) in &left {
+        let left: Vec<Attempt> = self.in_flight.drain().collect();
+        for &key in &left {
             let why = Bytes::from_static(b"the executor is shutting down (SIGTERM)");
-            self.report_ended(task_id, attempt, TaskState::Killed, why);
+            self.report_ended(key, TaskState::Killed, why);
         }
         self.encode_updates();
         debug_assert!(self.in_flight.is_empty());
@@ -478,8 +473,9 @@ impl ExecutorCore {
             Message::KillTask {
                 task_id, attempt, ..
             } => {
-                if self.in_flight.contains(&(task_id, attempt)) {
-                    self.actions.push_back(Action::Kill { task_id, attempt });
+                let key = Attempt::new(TaskId(task_id), attempt);
+                if self.in_flight.contains(&key) {
+                    self.actions.push_back(Action::Kill(key));
                 }
             }
             Message::HeartbeatAck {} => {}
@@ -498,22 +494,25 @@ impl ExecutorCore {
     /// One launch: a duplicate of an attempt in flight is ignored; one past the in-flight
     /// limit fails at once (a driver keeps within `tasks_per_core`, which is at most that).
     fn launch(&mut self, launch: TaskLaunch) {
-        let (task_id, attempt) = (launch.task.0, launch.attempt);
-        let key = (task_id, attempt);
+        let key = Attempt::new(launch.task, launch.attempt);
         if self.in_flight.contains(&key) {
-            tracing::warn!(task_id, attempt, "duplicate launch ignored");
+            tracing::warn!(
+                task_id = key.task.0,
+                attempt = key.attempt,
+                "duplicate launch ignored"
+            );
             return;
         }
         if self.draining {
             let why = Bytes::from_static(b"the executor is draining (going away)");
-            return self.report_ended(task_id, attempt, TaskState::Killed, why);
+            return self.report_ended(key, TaskState::Killed, why);
         }
         if self.in_flight.len() >= self.in_flight_max {
             let reason = format!(
                 "not run: the executor already holds its maximum of {} attempts",
                 self.in_flight_max
             );
-            return self.report_ended(task_id, attempt, TaskState::Failed, Bytes::from(reason));
+            return self.report_ended(key, TaskState::Failed, Bytes::from(reason));
         }
         self.in_flight.insert(key);
         self.actions.push_back(Action::Launch(launch));
@@ -521,12 +520,12 @@ impl ExecutorCore {
 
     /// An attempt that ends here without running (or without running further): its final
     /// report, queued with the completions.
-    fn report_ended(&mut self, task_id: u64, attempt: u32, state: TaskState, data: Bytes) {
+    fn report_ended(&mut self, key: Attempt, state: TaskState, data: Bytes) {
         debug_assert!(state != TaskState::Running && state != TaskState::Finished);
         self.task_attempts += 1;
         self.updates.push(TaskReport {
-            task: TaskId(task_id),
-            attempt,
+            task: key.task,
+            attempt: key.attempt,
             state,
             data,
         });

@@ -513,10 +513,7 @@ fn kill_task_becomes_a_kill_for_an_attempt_in_flight() {
     }
     assert_eq!(
         actions(&mut core),
-        [Action::Kill {
-            task_id: 7,
-            attempt: 0
-        }],
+        [Action::Kill(Attempt::new(TaskId(7), 0))],
         "task 8 is not here"
     );
 }

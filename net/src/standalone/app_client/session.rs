@@ -9,7 +9,7 @@ use flint_engine::standalone::AppSpec;
 use super::{AppInfo, ExecutorExit, EXITS_KEPT};
 use crate::standalone::with_description;
 use crate::transport::{encode, unexpected};
-use crate::wire::{ExecutorState, List, Message, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{List, Message, ProcessState, FRAME_SIZE_MAX_DEFAULT};
 
 /// The client's protocol state.
 #[derive(Debug)]
@@ -80,7 +80,7 @@ impl AppSession {
                 ..
             } => {
                 info.executors_added += 1;
-                let entry = (worker_id.to_owned(), ExecutorState::Launching);
+                let entry = (worker_id.to_owned(), ProcessState::Launching);
                 info.executors.insert(executor_id.to_owned(), entry);
             }
             Message::ExecutorStateChanged {
@@ -123,11 +123,11 @@ impl AppSession {
     fn executor_changed(
         &self,
         executor_id: &str,
-        (state, exit_code): (ExecutorState, Option<i32>),
+        (state, exit_code): (ProcessState, Option<i32>),
         message: &str,
         info: &mut AppInfo,
     ) {
-        let is_final = !matches!(state, ExecutorState::Launching | ExecutorState::Running);
+        let is_final = !matches!(state, ProcessState::Launching | ProcessState::Running);
         if is_final && !self.unregistering {
             tracing::warn!("executor {executor_id} {state}: {message}");
         }
@@ -278,7 +278,7 @@ mod tests {
         let running = Message::ExecutorStateChanged {
             app_id: "app-1",
             executor_id: "1",
-            state: ExecutorState::Running,
+            state: ProcessState::Running,
             message: "",
             exit_code: None,
         };
@@ -287,12 +287,12 @@ mod tests {
             .expect("ok");
         assert_eq!(
             info.executors.get("1"),
-            Some(&("w1".to_owned(), ExecutorState::Running))
+            Some(&("w1".to_owned(), ProcessState::Running))
         );
         let exited = Message::ExecutorStateChanged {
             app_id: "app-1",
             executor_id: "1",
-            state: ExecutorState::Exited,
+            state: ProcessState::Exited,
             message: "",
             exit_code: Some(0),
         };

@@ -16,7 +16,7 @@ use super::session::{Report, Session};
 use super::{WorkerConfig, WorkerMsg};
 use crate::handshake::SECRET_ENV;
 use crate::transport::send_retrying;
-use crate::wire::{self, ExecutorState};
+use crate::wire::{self, ProcessState};
 
 /// An executor's key: its application's id and its own.
 pub(super) type Key = (String, String);
@@ -75,7 +75,7 @@ impl Supervisor {
             return;
         }
         let started = self.admit(config, launch).and_then(|()| {
-            session.report(report(ExecutorState::Launching, String::new()));
+            session.report(report(ProcessState::Launching, String::new()));
             let dir = config.work_dir.join(app_id).join(executor_id);
             spawn_executor(config, &dir, launch)
                 .and_then(|child| watch(child, key.clone(), ctx.myself()))
@@ -88,7 +88,7 @@ impl Supervisor {
                     "worker {}: executor {app_id}/{executor_id} not started: {message}",
                     config.id
                 );
-                return session.report(report(ExecutorState::Failed, message));
+                return session.report(report(ProcessState::Failed, message));
             }
         };
         tracing::info!(
@@ -104,7 +104,7 @@ impl Supervisor {
             memory_mb,
         };
         self.running.insert(key, running);
-        session.report(report(ExecutorState::Running, format!("pid {pgid}")));
+        session.report(report(ProcessState::Running, format!("pid {pgid}")));
     }
 
     /// Whether the worker takes this launch: ids fit for directory names, room for one more.
@@ -190,14 +190,14 @@ impl Supervisor {
             return;
         };
         let (state, message) = if code == Some(0) {
-            (ExecutorState::Exited, "exited normally".to_owned())
+            (ProcessState::Exited, "exited normally".to_owned())
         } else if running.killing {
-            (ExecutorState::Killed, "killed by the worker".to_owned())
+            (ProcessState::Killed, "killed by the worker".to_owned())
         } else if let Some(signal) = signal {
-            (ExecutorState::Failed, format!("killed by signal {signal}"))
+            (ProcessState::Failed, format!("killed by signal {signal}"))
         } else {
             (
-                ExecutorState::Failed,
+                ProcessState::Failed,
                 format!("exited with code {}", code.unwrap_or(-1)),
             )
         };

@@ -11,14 +11,14 @@ use bytes::BytesMut;
 
 use crate::standalone::REATTACH_MESSAGE;
 use crate::transport::{encode, unexpected};
-use crate::wire::{AppDescription, ExecutorState, Message, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{AppDescription, Message, ProcessState, FRAME_SIZE_MAX_DEFAULT};
 
 /// An executor's state change, to tell the master.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Report {
     pub app: String,
     pub executor: String,
-    pub state: ExecutorState,
+    pub state: ProcessState,
     pub message: String,
     pub exit_code: Option<i32>,
 }
@@ -103,7 +103,7 @@ impl Session {
             let still = Message::ExecutorStateChanged {
                 app_id,
                 executor_id,
-                state: ExecutorState::Running,
+                state: ProcessState::Running,
                 message: REATTACH_MESSAGE,
                 exit_code: None,
             };
@@ -111,7 +111,7 @@ impl Session {
         }
         // Running executors were just announced; only how the others ended is news.
         self.reports
-            .retain(|r| !matches!(r.state, ExecutorState::Launching | ExecutorState::Running));
+            .retain(|r| !matches!(r.state, ProcessState::Launching | ProcessState::Running));
         self.drain_reports(out);
     }
 
@@ -211,7 +211,7 @@ mod tests {
         crate::transport::frames_of(bytes)
     }
 
-    fn report(executor: &str, state: ExecutorState) -> Report {
+    fn report(executor: &str, state: ProcessState) -> Report {
         Report {
             app: "app-1".into(),
             executor: executor.into(),
@@ -232,9 +232,9 @@ mod tests {
     #[test]
     fn a_registration_announces_running_executors_and_only_how_the_others_ended() {
         let mut session = Session::new(16);
-        session.report(report("1", ExecutorState::Launching));
-        session.report(report("1", ExecutorState::Running));
-        session.report(report("2", ExecutorState::Exited));
+        session.report(report("1", ProcessState::Launching));
+        session.report(report("1", ProcessState::Running));
+        session.report(report("2", ProcessState::Exited));
         let mut out = BytesMut::new();
         session.registration(&ME, [("app-1", "1")].into_iter(), &mut out);
         let sent = frames(&out);
@@ -259,7 +259,7 @@ mod tests {
             sent[2].message(),
             Ok(Message::ExecutorStateChanged {
                 executor_id: "2",
-                state: ExecutorState::Exited,
+                state: ProcessState::Exited,
                 ..
             })
         ));
@@ -272,7 +272,7 @@ mod tests {
     fn reports_kept_while_away_are_bounded_and_drop_the_oldest() {
         let mut session = Session::new(2);
         for executor in ["1", "2", "3"] {
-            session.report(report(executor, ExecutorState::Failed));
+            session.report(report(executor, ProcessState::Failed));
         }
         let mut out = BytesMut::new();
         session.drain_reports(&mut out);

@@ -14,7 +14,7 @@ use super::{WorkerConfig, WorkerError};
 use crate::conn::{ConnError, Inbound};
 use crate::transport::server::{Handler, Limits, Server, Standing};
 use crate::transport::{encode, unexpected};
-use crate::wire::{self, ExecutorState, Frame, Message, Role, FRAME_SIZE_MAX_DEFAULT};
+use crate::wire::{self, Frame, Message, ProcessState, Role, FRAME_SIZE_MAX_DEFAULT};
 
 /// Time a status connection has to finish its handshake.
 const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -117,7 +117,7 @@ impl StatusPeers<'_> {
                 executor_id: executor,
                 worker_id: &self.config.id,
                 cores: running.cores,
-                state: ExecutorState::Running,
+                state: ProcessState::Running,
             })
             .collect();
         let response = Message::StatusResponse {
