@@ -15,7 +15,7 @@
 //! FIFO and under FAIR with the jobs spread over 1,000 pools. Flat across N means job selection
 //! and job removal do not scan the active jobs (FAIR: choosing a pool costs O(log pools)).
 //! The `+ticks` rows also ask [`Scheduler::poll_timeout`] after every input and call
-//! [`Scheduler::tick`] when it is due, as the driver does, with 10 us passing per round (so
+//! [`Scheduler::handle_timeout`] when it is due, as the driver does, with 10 us passing per round (so
 //! the 100 ms speculation check and the 1 ms offer deferral come due during a run): flat
 //! across N means the scheduler's timers do not scan the active jobs either.
 //!
@@ -59,11 +59,11 @@ fn setup(executors: u64, tasks: usize) -> Scheduler {
             cores: CORES,
             attributes: Vec::new(),
         };
-        s.register_executor(0, info).expect("fresh executor");
+        s.handle_register(info, 0).expect("fresh executor");
     }
     let payload = Bytes::from_static(b"payload");
     let spec = JobSpec::new(vec![TaskSpec::new("noop", payload); tasks]);
-    s.submit_job(0, spec).expect("within limits");
+    s.handle_submit(spec, 0).expect("within limits");
     s
 }
 
@@ -146,8 +146,7 @@ fn run(s: &mut Scheduler) -> (Duration, u64) {
             panic!("job stuck: nothing in flight and no outcome");
         };
         now += 1;
-        s.status_update(
-            now,
+        s.handle_status(
             StatusUpdate {
                 executor,
                 task,
@@ -155,6 +154,7 @@ fn run(s: &mut Scheduler) -> (Duration, u64) {
                 state: TaskState::Finished,
                 data: result.clone(),
             },
+            now,
         );
         completions += 1;
     }
@@ -263,7 +263,7 @@ struct Run {
 /// Ticks `s` if its timeout is due at `now_us` (the driver's loop: it asks after every input).
 fn tick_if_due(s: &mut Scheduler, now_us: u64) {
     if black_box(s.poll_timeout()).is_some_and(|t| t <= now_us) {
-        s.tick(now_us);
+        s.handle_timeout(now_us);
     }
 }
 
@@ -283,7 +283,7 @@ fn steady_state(run: &Run) -> Duration {
         one_task_job(sharing, pools, submitted)
     };
     for _ in 0..active {
-        s.submit_job(0, one_task()).expect("within limits");
+        s.handle_submit(one_task(), 0).expect("within limits");
     }
     let mut outs = Vec::new();
     let mut inflight = VecDeque::new();
@@ -294,8 +294,7 @@ fn steady_state(run: &Run) -> Duration {
     for _ in 0..rounds {
         let (executor, task, attempt) = inflight.pop_front().expect("a task in flight");
         now += step_us;
-        s.status_update(
-            now,
+        s.handle_status(
             StatusUpdate {
                 executor,
                 task,
@@ -303,11 +302,12 @@ fn steady_state(run: &Run) -> Duration {
                 state: TaskState::Finished,
                 data: result.clone(),
             },
+            now,
         );
         if ticks {
             tick_if_due(&mut s, now);
         }
-        s.submit_job(now, one_task()).expect("within limits");
+        s.handle_submit(one_task(), now).expect("within limits");
         if ticks {
             tick_if_due(&mut s, now);
         }
@@ -331,7 +331,7 @@ fn scheduler_with_executors(sharing: Sharing, active: usize) -> Scheduler {
             cores: CORES,
             attributes: Vec::new(),
         };
-        s.register_executor(0, info).expect("fresh executor");
+        s.handle_register(info, 0).expect("fresh executor");
     }
     s
 }

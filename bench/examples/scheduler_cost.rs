@@ -85,20 +85,19 @@ fn main() -> Result<(), String> {
             cores: SLOTS,
             attributes: Vec::new(),
         };
-        s.register_executor(now_us, info)
-            .map_err(|e| e.to_string())?;
+        s.handle_register(info, now_us).map_err(|e| e.to_string())?;
     }
     for _ in 0..shape.active_jobs {
         let too_big = JobSpec::new(vec![TaskSpec {
             cores: SLOTS + 1,
             ..TaskSpec::new("noop", Bytes::new())
         }]);
-        s.submit_job(
-            now_us,
+        s.handle_submit(
             JobSpec {
                 priority: -1,
                 ..too_big
             },
+            now_us,
         )
         .map_err(|e| e.to_string())?;
     }
@@ -110,7 +109,7 @@ fn main() -> Result<(), String> {
         let slots = shape.executors * u64::from(SLOTS);
         if submitted < shape.tasks && (s.pending_tasks() as u64) < slots {
             let n = shape.tasks_per_job.min(shape.tasks - submitted);
-            s.submit_job(now_us, job(n, 1, 0))
+            s.handle_submit(job(n, 1, 0), now_us)
                 .map_err(|e| e.to_string())?;
             submitted += n;
         }
@@ -132,9 +131,9 @@ fn main() -> Result<(), String> {
         }
         now_us += 10;
         if updates.is_empty() {
-            s.tick(now_us);
+            s.handle_timeout(now_us);
         } else {
-            s.status_updates(now_us, updates.drain(..));
+            s.handle_statuses(updates.drain(..), now_us);
         }
     }
     println!(

@@ -40,7 +40,7 @@ fn cluster(n: u64, hedge: HedgeConfig) -> Scheduler {
             cores: 1,
             attributes: Vec::new(),
         };
-        s.register_executor(0, info).expect("registers");
+        s.handle_register(info, 0).expect("registers");
     }
     s
 }
@@ -89,14 +89,14 @@ fn report(s: &mut Scheduler, now: u64, on: ExecutorId, l: &TaskLaunch, state: Ta
         state,
         data: Bytes::from_static(b"r"),
     };
-    s.status_update(now, update);
+    s.handle_status(update, now);
 }
 
 /// Ticks at every `poll_timeout` up to `until_us`; everything the ticks put out.
 fn run_until(s: &mut Scheduler, until_us: u64) -> Vec<Output> {
     let mut out = Vec::new();
     while let Some(t) = s.poll_timeout().filter(|&t| t <= until_us) {
-        s.tick(t);
+        s.handle_timeout(t);
         out.extend(outputs(s));
     }
     out
@@ -106,7 +106,7 @@ fn run_until(s: &mut Scheduler, until_us: u64) -> Vec<Output> {
 /// got it; the time after the last.
 fn warm_up(s: &mut Scheduler, mut now: u64, jobs: usize, took_us: u64) -> u64 {
     for _ in 0..jobs {
-        s.submit_job(now, job(1)).expect("submitted");
+        s.handle_submit(job(1), now).expect("submitted");
         let launched = launches(&outputs(s));
         assert_eq!(launched.len(), 1);
         now += took_us;
@@ -119,7 +119,7 @@ fn warm_up(s: &mut Scheduler, mut now: u64, jobs: usize, took_us: u64) -> u64 {
 #[test]
 fn a_frozen_executors_one_task_job_is_copied_the_copy_wins_and_the_loser_is_killed() {
     let mut s = cluster(2, hedge());
-    let job_id = s.submit_job(0, job(1)).expect("submitted");
+    let job_id = s.handle_submit(job(1), 0).expect("submitted");
     let first = launches(&outputs(&mut s));
     assert_eq!(first.len(), 1);
     let (frozen, original) = first[0].clone();
@@ -143,12 +143,12 @@ fn a_frozen_executors_one_task_job_is_copied_the_copy_wins_and_the_loser_is_kill
     );
     assert!(out.iter().any(|o| matches!(o,
         Output::JobOutcome { job, .. } if *job == job_id)));
-    s.submit_job(52 * MS, job(2)).expect("submitted");
+    s.handle_submit(job(2), 52 * MS).expect("submitted");
     let next = launches(&outputs(&mut s));
     assert!(!next.is_empty());
     assert!(next.iter().all(|(e, _)| *e == other), "{next:?}");
     // A heartbeat: trusted again.
-    s.executor_heard(53 * MS, frozen);
+    s.handle_heard(frozen, 53 * MS);
     assert!(s.suspected_executors().is_empty());
     let (stats, _) = (s.stats(), ());
     assert_eq!((stats.hedges, stats.speculative_launched), (1, 1));
@@ -160,14 +160,14 @@ fn a_known_function_is_copied_past_its_percentile_times_the_factor_and_not_befor
     // Twenty successes of 2 ms: the 99th percentile is within a quarter over 2 ms, so the
     // threshold is 4 to 5 ms (well over the 1 ms floor, well under the 50 ms cold one).
     let now = warm_up(&mut s, 0, 20, 2 * MS);
-    s.submit_job(now, job(1)).expect("submitted");
+    s.handle_submit(job(1), now).expect("submitted");
     let launched = launches(&outputs(&mut s));
     assert!(
         launches(&run_until(&mut s, now + 4 * MS - 1)).is_empty(),
         "nothing before"
     );
     // Its executor heartbeats: overdue, copied, not suspected.
-    s.executor_heard(now + 4 * MS - 1, launched[0].0);
+    s.handle_heard(launched[0].0, now + 4 * MS - 1);
     let copy = launches(&run_until(&mut s, now + 5 * MS));
     assert_eq!(copy.len(), 1);
     assert_ne!(copy[0].0, launched[0].0);
@@ -189,12 +189,12 @@ fn copies_stay_within_the_bucket_and_the_rest_are_withheld() {
             cores,
             attributes: Vec::new(),
         };
-        s.register_executor(now, info).expect("registers");
+        s.handle_register(info, now).expect("registers");
     };
     // Executor 1 holds a job's five tasks and is frozen from the start; two idle executors
     // join after the launch.
     register(&mut s, 1, 5, 0);
-    s.submit_job(0, job(5)).expect("submitted");
+    s.handle_submit(job(5), 0).expect("submitted");
     assert_eq!(launches(&outputs(&mut s)).len(), 5);
     register(&mut s, 2, 4, MS);
     register(&mut s, 3, 4, MS);
@@ -210,7 +210,7 @@ fn copies_stay_within_the_bucket_and_the_rest_are_withheld() {
 fn hedging_backs_off_while_most_executors_hold_overdue_attempts() {
     let mut s = cluster(3, hedge());
     // A task on each of two executors; the third stays idle.
-    s.submit_job(0, job(2)).expect("submitted");
+    s.handle_submit(job(2), 0).expect("submitted");
     let held = launches(&outputs(&mut s));
     assert_eq!(held.len(), 2);
     // Both keep talking (not suspected) while their attempts run long: two of three
@@ -219,7 +219,7 @@ fn hedging_backs_off_while_most_executors_hold_overdue_attempts() {
     while t < 100 * MS {
         t += MS;
         for (e, _) in &held {
-            s.executor_heard(t, *e);
+            s.handle_heard(*e, t);
         }
         let out = run_until(&mut s, t);
         assert!(launches(&out).is_empty(), "copied at {t}: {out:?}");
@@ -235,7 +235,7 @@ fn after_a_load_spike_the_threshold_follows_and_copies_stop() {
     // percentile moves as soon as a hundredth of the record is that slow.
     now = warm_up(&mut s, now, 5, 20 * MS);
     let before = s.stats().hedges;
-    s.submit_job(now, job(1)).expect("submitted");
+    s.handle_submit(job(1), now).expect("submitted");
     outputs(&mut s);
     let out = run_until(&mut s, now + 30 * MS);
     assert!(launches(&out).is_empty(), "copied during a spike: {out:?}");
@@ -246,7 +246,7 @@ fn after_a_load_spike_the_threshold_follows_and_copies_stop() {
 fn with_exclusion_off_a_copy_may_run_where_the_task_failed_before() {
     let mut s = cluster(2, hedge());
     let now = warm_up(&mut s, 0, 20, 2 * MS);
-    s.submit_job(now, job(1)).expect("submitted");
+    s.handle_submit(job(1), now).expect("submitted");
     let first = launches(&outputs(&mut s));
     let (failed_on, attempt0) = first[0].clone();
     report(&mut s, now + 100, failed_on, &attempt0, TaskState::Failed);
@@ -271,13 +271,13 @@ fn a_job_may_set_its_own_floor_or_turn_hedging_off() {
         cold_us: 5 * MS,
         ..hedge()
     });
-    s.submit_job(0, spec).expect("submitted");
+    s.handle_submit(spec, 0).expect("submitted");
     outputs(&mut s);
     assert_eq!(s.poll_timeout(), Some(5 * MS));
     let mut off = job(1);
     off.hedging = JobSetting::Off;
     let mut s = cluster(2, hedge());
-    s.submit_job(0, off).expect("submitted");
+    s.handle_submit(off, 0).expect("submitted");
     outputs(&mut s);
     assert_eq!(s.poll_timeout(), None, "nothing to watch");
 }
@@ -292,20 +292,20 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
             cores: 8,
             attributes: Vec::new(),
         };
-        s.register_executor(0, info).expect("registers");
+        s.handle_register(info, 0).expect("registers");
     }
     for id in 1..=3 {
-        s.remove_executor(
-            0,
+        s.handle_remove(
             ExecutorId(id),
             flint_engine::scheduler::RemovalReason::Killed,
+            0,
         );
     }
     let slow = ExecutorId(11);
     // Rounds of three tasks, one on each executor: the slow one takes 10 ms, the others 1.
     let mut now = 0;
     for _ in 0..40 {
-        s.submit_job(now, job(3)).expect("submitted");
+        s.handle_submit(job(3), now).expect("submitted");
         let launched = launches(&outputs(&mut s));
         for (e, l) in &launched {
             let took = if *e == slow { 10 * MS } else { MS };
@@ -317,7 +317,7 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     assert_eq!(s.executors_on_probation(), vec![slow]);
     // On probation it takes one attempt at a time: a job of 12 tasks (room for all on the
     // others' 16 cores) gives it one.
-    s.submit_job(now, job(12)).expect("submitted");
+    s.handle_submit(job(12), now).expect("submitted");
     let launched = launches(&outputs(&mut s));
     let on_slow: Vec<_> = launched.iter().filter(|(e, _)| *e == slow).collect();
     assert_eq!(on_slow.len(), 1, "{launched:?}");
@@ -336,7 +336,7 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     // The original won: the copy is killed.
     report(&mut s, now + 2 * MS, copy_on, &copy, TaskState::Killed);
     outputs(&mut s);
-    s.submit_job(now + 2 * MS, job(17)).expect("submitted");
+    s.handle_submit(job(17), now + 2 * MS).expect("submitted");
     let mut busy = launches(&outputs(&mut s));
     assert_eq!(busy.iter().filter(|(e, _)| *e == slow).count(), 1);
     let i = busy
@@ -348,7 +348,7 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     outputs(&mut s);
     let mut wide = TaskSpec::new("f", Bytes::from_static(b"w"));
     wide.cores = 8;
-    s.submit_job(now + 3 * MS, JobSpec::new(vec![wide]))
+    s.handle_submit(JobSpec::new(vec![wide]), now + 3 * MS)
         .expect("submitted");
     let wide_launch = launches(&outputs(&mut s));
     assert_eq!(wide_launch.len(), 1, "{wide_launch:?}");
@@ -362,7 +362,7 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
     let mut ran_on_slow = 0;
     for _ in 0..50 {
         now += 10 * MS;
-        s.submit_job(now, job(3)).expect("submitted");
+        s.handle_submit(job(3), now).expect("submitted");
         for (e, l) in launches(&outputs(&mut s)) {
             ran_on_slow += u32::from(e == slow);
             report(&mut s, now + 500, e, &l, TaskState::Finished);
@@ -382,9 +382,9 @@ fn an_executor_much_slower_than_its_peers_runs_one_attempt_at_a_time_until_it_is
 #[test]
 fn a_talking_executor_holding_an_ended_jobs_attempt_wakes_the_scheduler_once_per_heartbeat() {
     let mut s = cluster(1, hedge());
-    let job_id = s.submit_job(0, job(1)).expect("submitted");
+    let job_id = s.handle_submit(job(1), 0).expect("submitted");
     let (on, _) = launches(&outputs(&mut s))[0].clone();
-    assert!(s.cancel_job(MS, job_id));
+    assert!(s.handle_cancel(job_id, MS));
     outputs(&mut s);
     // Heartbeats every 40 ms (under the 50 ms threshold) for two seconds; the attempt's kill
     // is never answered.
@@ -392,11 +392,11 @@ fn a_talking_executor_holding_an_ended_jobs_attempt_wakes_the_scheduler_once_per
     for beat in 1..=50 {
         let at = beat * 40 * MS;
         while let Some(t) = s.poll_timeout().filter(|&t| t < at) {
-            s.tick(t);
+            s.handle_timeout(t);
             outputs(&mut s);
             wakes += 1;
         }
-        s.executor_heard(at, on);
+        s.handle_heard(on, at);
     }
     assert!(wakes <= 50, "{wakes} wakes in 50 heartbeats");
     assert!(s.suspected_executors().is_empty(), "it kept talking");

@@ -90,8 +90,7 @@ fn update(
     state: TaskState,
     data: &[u8],
 ) {
-    s.status_update(
-        now,
+    s.handle_status(
         StatusUpdate {
             executor: e,
             task: l.task,
@@ -99,6 +98,7 @@ fn update(
             state,
             data: Bytes::copy_from_slice(data),
         },
+        now,
     );
 }
 
@@ -108,33 +108,33 @@ fn registration_refuses_duplicates_zero_cores_and_a_full_table() {
         executors_max: 2,
         ..config()
     });
-    assert_eq!(s.register_executor(0, exec(1, "h", 2)), Ok(()));
+    assert_eq!(s.handle_register(exec(1, "h", 2), 0), Ok(()));
     assert_eq!(
-        s.register_executor(0, exec(1, "h", 2)),
+        s.handle_register(exec(1, "h", 2), 0),
         Err(Refusal::DuplicateId(ExecutorId(1)))
     );
     assert_eq!(
-        s.register_executor(0, exec(2, "h", 0)),
+        s.handle_register(exec(2, "h", 0), 0),
         Err(Refusal::ZeroCores)
     );
-    assert_eq!(s.register_executor(0, exec(2, "h", 1)), Ok(()));
+    assert_eq!(s.handle_register(exec(2, "h", 1), 0), Ok(()));
     assert_eq!(
-        s.register_executor(0, exec(3, "h", 1)),
+        s.handle_register(exec(3, "h", 1), 0),
         Err(Refusal::TooManyExecutors(2))
     );
     assert_eq!(s.executors(), 2);
-    assert!(s.remove_executor(0, ExecutorId(1), RemovalReason::Killed));
-    assert!(!s.remove_executor(0, ExecutorId(1), RemovalReason::Killed));
-    assert_eq!(s.register_executor(0, exec(3, "h", 1)), Ok(()));
+    assert!(s.handle_remove(ExecutorId(1), RemovalReason::Killed, 0));
+    assert!(!s.handle_remove(ExecutorId(1), RemovalReason::Killed, 0));
+    assert_eq!(s.handle_register(exec(3, "h", 1), 0), Ok(()));
 }
 
 #[test]
 fn tasks_spread_over_executors_and_cores_are_never_oversubscribed() {
     let mut s = Scheduler::new(config());
     for i in 0..4 {
-        s.register_executor(0, exec(i, "h", 2)).unwrap();
+        s.handle_register(exec(i, "h", 2), 0).unwrap();
     }
-    let job = s.submit_job(0, JobSpec::new(tasks(10))).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(10)), 0).unwrap();
     let outs = drain(&mut s);
     let ls = launches(&outs);
     assert_eq!(ls.len(), 8, "8 cores, 8 launches");
@@ -173,12 +173,12 @@ fn tasks_spread_over_executors_and_cores_are_never_oversubscribed() {
 #[test]
 fn multi_core_tasks_take_their_cores() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    s.handle_register(exec(1, "h", 4), 0).unwrap();
     let mut ts = tasks(3);
     for t in &mut ts {
         t.cores = 3;
     }
-    s.submit_job(0, JobSpec::new(ts)).unwrap();
+    s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1, "only one 3-core task fits in 4 cores");
     assert_eq!(ls[0].1.cores, 3);
@@ -191,12 +191,12 @@ fn multi_core_tasks_take_their_cores() {
 #[test]
 fn fifo_runs_higher_priority_first_then_submission_order() {
     let mut s = Scheduler::new(config());
-    let low = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    let low = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let mut spec = JobSpec::new(tasks(2));
     spec.priority = 5;
-    let high = s.submit_job(0, spec).unwrap();
-    let later = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
-    s.register_executor(0, exec(1, "h", 6)).unwrap();
+    let high = s.handle_submit(spec, 0).unwrap();
+    let later = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
+    s.handle_register(exec(1, "h", 6), 0).unwrap();
     let order: Vec<JobId> = launches(&drain(&mut s))
         .iter()
         .map(|(_, l)| l.task.job())
@@ -224,9 +224,9 @@ fn fair_sharing_splits_cores_by_pool_weight() {
     a.pool = "small".into();
     let mut b = JobSpec::new(tasks(100));
     b.pool = "big".into();
-    let ja = s.submit_job(0, a).unwrap();
-    let jb = s.submit_job(0, b).unwrap();
-    s.register_executor(0, exec(1, "h", 8)).unwrap();
+    let ja = s.handle_submit(a, 0).unwrap();
+    let jb = s.handle_submit(b, 0).unwrap();
+    s.handle_register(exec(1, "h", 8), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let na = ls.iter().filter(|(_, l)| l.task.job() == ja).count();
     let nb = ls.iter().filter(|(_, l)| l.task.job() == jb).count();
@@ -240,11 +240,11 @@ fn locality_prefers_executor_then_host_then_any_after_the_waits() {
         locality_wait_host_us: 100,
         ..config()
     });
-    s.register_executor(0, exec(1, "ha", 1)).unwrap();
-    s.register_executor(0, exec(2, "ha", 1)).unwrap();
-    s.register_executor(0, exec(3, "hb", 1)).unwrap();
+    s.handle_register(exec(1, "ha", 1), 0).unwrap();
+    s.handle_register(exec(2, "ha", 1), 0).unwrap();
+    s.handle_register(exec(3, "hb", 1), 0).unwrap();
     // Occupy executor 1 so the tasks preferring it must wait or move.
-    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     let first = launches(&drain(&mut s));
     let busy = first[0].0;
     assert_eq!(
@@ -256,13 +256,13 @@ fn locality_prefers_executor_then_host_then_any_after_the_waits() {
     for t in &mut ts {
         t.preferred_executors.push(ExecutorId(1));
     }
-    s.submit_job(10, JobSpec::new(ts)).unwrap();
+    s.handle_submit(JobSpec::new(ts), 10).unwrap();
     assert!(
         launches(&drain(&mut s)).is_empty(),
         "within the executor wait"
     );
     assert_eq!(s.poll_timeout(), Some(110));
-    s.tick(110);
+    s.handle_timeout(110);
     let ls = launches(&drain(&mut s));
     assert_eq!(
         ls.len(),
@@ -271,9 +271,9 @@ fn locality_prefers_executor_then_host_then_any_after_the_waits() {
     );
     assert_eq!(ls[0].0, ExecutorId(2));
     assert_eq!(s.poll_timeout(), Some(210));
-    s.tick(209);
+    s.handle_timeout(209);
     assert!(launches(&drain(&mut s)).is_empty());
-    s.tick(210);
+    s.handle_timeout(210);
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1, "any level after both waits");
     assert_eq!(ls[0].0, ExecutorId(3));
@@ -286,11 +286,11 @@ fn preferred_executor_gets_its_task_at_once() {
         ..config()
     });
     for i in 1..=3 {
-        s.register_executor(0, exec(i, "h", 1)).unwrap();
+        s.handle_register(exec(i, "h", 1), 0).unwrap();
     }
     let mut ts = tasks(1);
     ts[0].preferred_executors.push(ExecutorId(3));
-    s.submit_job(0, JobSpec::new(ts)).unwrap();
+    s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     assert_eq!(ls[0].0, ExecutorId(3));
@@ -302,8 +302,8 @@ fn a_task_is_retried_until_max_failures_then_the_job_fails_with_the_reasons() {
         max_failures: 3,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let mut kept = Vec::new();
     let mut failed_attempts = Vec::new();
     let mut outs = drain(&mut s);
@@ -355,9 +355,9 @@ fn executor_loss_requeues_its_tasks_without_counting_unless_the_app_caused_it() 
         max_failures: 1,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
-    s.register_executor(0, exec(2, "h", 2)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
+    s.handle_register(exec(2, "h", 2), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 4);
     let on_1: Vec<TaskId> = ls
@@ -366,13 +366,13 @@ fn executor_loss_requeues_its_tasks_without_counting_unless_the_app_caused_it() 
         .map(|(_, l)| l.task)
         .collect();
     // Lost: not the tasks' fault, so max_failures = 1 does not fail the job.
-    assert!(s.remove_executor(1, ExecutorId(1), RemovalReason::Lost("gone".into())));
+    assert!(s.handle_remove(ExecutorId(1), RemovalReason::Lost("gone".into()), 1));
     assert!(
         drain(&mut s).is_empty(),
         "no free cores elsewhere, nothing reported"
     );
     assert_eq!(s.job_pending_tasks(job), Some(2));
-    s.register_executor(2, exec(3, "h", 2)).unwrap();
+    s.handle_register(exec(3, "h", 2), 2).unwrap();
     let again = launches(&drain(&mut s));
     let mut relaunched: Vec<TaskId> = again.iter().map(|(_, l)| l.task).collect();
     relaunched.sort();
@@ -384,13 +384,13 @@ fn executor_loss_requeues_its_tasks_without_counting_unless_the_app_caused_it() 
         .iter()
         .all(|(e, l)| *e == ExecutorId(3) && l.attempt == 1));
     // Exit caused by the app counts: with max_failures = 1 the job fails.
-    assert!(s.remove_executor(
-        3,
+    assert!(s.handle_remove(
         ExecutorId(3),
         RemovalReason::Exited {
             code: 137,
             caused_by_app: true
-        }
+        },
+        3
     ));
     let outs = drain(&mut s);
     let out = outcomes(&outs);
@@ -405,8 +405,8 @@ fn executor_loss_requeues_its_tasks_without_counting_unless_the_app_caused_it() 
 #[test]
 fn a_task_reported_lost_removes_its_executor() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Lost, b"");
     assert_eq!(s.executors(), 0);
@@ -416,9 +416,9 @@ fn a_task_reported_lost_removes_its_executor() {
 #[test]
 fn stale_duplicate_and_unknown_updates_are_ignored_and_counted() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
-    s.register_executor(0, exec(2, "h", 2)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
+    s.handle_register(exec(2, "h", 2), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let (e, l) = ls[0].clone();
     let other = if e == ExecutorId(1) {
@@ -454,14 +454,14 @@ fn stale_duplicate_and_unknown_updates_are_ignored_and_counted() {
 #[test]
 fn cancel_kills_running_drops_pending_and_reports_once() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(5))).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(5)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Finished, b"done");
     let first = drain(&mut s);
     assert_eq!(results(&first).len(), 1);
-    assert!(s.cancel_job(2, job));
-    assert!(!s.cancel_job(3, job), "only once");
+    assert!(s.handle_cancel(job, 2));
+    assert!(!s.handle_cancel(job, 3), "only once");
     let outs = drain(&mut s);
     assert_eq!(kills(&outs).len(), 2, "the two running attempts");
     let res = results(&outs);
@@ -474,8 +474,7 @@ fn cancel_kills_running_drops_pending_and_reports_once() {
     // Cores come back when the executor confirms the kills.
     assert_eq!(s.executor_cores(ExecutorId(1)), Some((2, 0)));
     for (e, t, a) in kills(&outs) {
-        s.status_update(
-            3,
+        s.handle_status(
             StatusUpdate {
                 executor: e,
                 task: t,
@@ -483,6 +482,7 @@ fn cancel_kills_running_drops_pending_and_reports_once() {
                 state: TaskState::Killed,
                 data: Bytes::new(),
             },
+            3,
         );
     }
     assert_eq!(s.executor_cores(ExecutorId(1)), Some((2, 2)));
@@ -492,14 +492,14 @@ fn cancel_kills_running_drops_pending_and_reports_once() {
 #[test]
 fn killing_a_task_reports_it_failed_and_the_job_fails_when_the_rest_finish() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert!(
-        s.kill_task(1, TaskId::new(job, 1), "not needed"),
+        s.handle_kill(TaskId::new(job, 1), "not needed", 1),
         "a pending task"
     );
-    assert!(!s.kill_task(1, TaskId::new(job, 1), "again"));
+    assert!(!s.handle_kill(TaskId::new(job, 1), "again", 1));
     let outs = drain(&mut s);
     assert_eq!(
         results(&outs),
@@ -517,10 +517,10 @@ fn killing_a_task_reports_it_failed_and_the_job_fails_when_the_rest_finish() {
 #[test]
 fn killing_a_running_task_asks_its_executor() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     let ls = launches(&drain(&mut s));
-    assert!(s.kill_task(1, ls[0].1.task, "stop"));
+    assert!(s.handle_kill(ls[0].1.task, "stop", 1));
     let outs = drain(&mut s);
     assert_eq!(kills(&outs), vec![(ExecutorId(1), ls[0].1.task, 0)]);
     assert_eq!(outcomes(&outs).len(), 1);
@@ -547,12 +547,12 @@ fn a_job_of_one_function_over_payloads_keeps_the_limits_and_runs_each_payload() 
         payload_max_bytes: 4,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 4)).unwrap();
+    s.handle_register(exec(1, "h", 4), 0).unwrap();
     assert_eq!(
-        s.submit_job(0, same(0, vec![b"a"])).unwrap_err(),
+        s.handle_submit(same(0, vec![b"a"]), 0).unwrap_err(),
         SubmitError::ZeroCores(0)
     );
-    let job = s.submit_job(0, same(1, vec![b"a", b"12345"])).unwrap();
+    let job = s.handle_submit(same(1, vec![b"a", b"12345"]), 0).unwrap();
     match &outcomes(&drain(&mut s))[..] {
         [(j, JobOutcome::Failed(r))] => {
             assert_eq!(*j, job);
@@ -560,7 +560,7 @@ fn a_job_of_one_function_over_payloads_keeps_the_limits_and_runs_each_payload() 
         }
         other => panic!("{other:?}"),
     }
-    s.submit_job(0, same(2, vec![b"x", b"y"])).unwrap();
+    s.handle_submit(same(2, vec![b"x", b"y"]), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let mut seen: Vec<_> = ls
         .iter()
@@ -585,7 +585,7 @@ fn limits_refuse_or_fail_with_clear_errors() {
         ..config()
     });
     assert_eq!(
-        s.submit_job(0, JobSpec::new(tasks(4))).unwrap_err(),
+        s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap_err(),
         SubmitError::TooManyPending {
             active: 0,
             submitted: 4,
@@ -595,12 +595,12 @@ fn limits_refuse_or_fail_with_clear_errors() {
     let mut zero = tasks(1);
     zero[0].cores = 0;
     assert_eq!(
-        s.submit_job(0, JobSpec::new(zero)).unwrap_err(),
+        s.handle_submit(JobSpec::new(zero), 0).unwrap_err(),
         SubmitError::ZeroCores(0)
     );
     let mut big = tasks(2);
     big[1].payload = Bytes::from_static(b"12345");
-    let job = s.submit_job(0, JobSpec::new(big)).unwrap();
+    let job = s.handle_submit(JobSpec::new(big), 0).unwrap();
     let outs = drain(&mut s);
     assert_eq!(results(&outs).len(), 2);
     match &outcomes(&outs)[..] {
@@ -610,15 +610,15 @@ fn limits_refuse_or_fail_with_clear_errors() {
         }
         other => panic!("{other:?}"),
     }
-    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     assert_eq!(
-        s.submit_job(0, JobSpec::new(tasks(1))).unwrap_err(),
+        s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap_err(),
         SubmitError::TooManyJobs(2)
     );
     // An empty job succeeds at once.
     let mut s = Scheduler::new(config());
-    let job = s.submit_job(0, JobSpec::new(Vec::new())).unwrap();
+    let job = s.handle_submit(JobSpec::new(Vec::new()), 0).unwrap();
     assert_eq!(
         outcomes(&drain(&mut s)),
         vec![(job, JobOutcome::Succeeded(Vec::new()))]
@@ -628,8 +628,8 @@ fn limits_refuse_or_fail_with_clear_errors() {
 #[test]
 fn a_job_succeeds_with_its_results_in_task_order() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 3)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(3))).unwrap();
+    s.handle_register(exec(1, "h", 3), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(3)), 0).unwrap();
     let mut ls = launches(&drain(&mut s));
     ls.reverse();
     let mut outs = Vec::new();
@@ -661,15 +661,15 @@ fn unschedulable_jobs_fail_instead_of_hanging() {
         unschedulable_timeout_us: 1_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
     let mut ts = tasks(1);
     ts[0].cores = 4;
-    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let job = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     assert!(drain(&mut s).is_empty());
     assert_eq!(s.poll_timeout(), Some(1_000));
-    s.tick(999);
+    s.handle_timeout(999);
     assert!(drain(&mut s).is_empty());
-    s.tick(1_000);
+    s.handle_timeout(1_000);
     let outs = drain(&mut s);
     assert!(
         matches!(&outcomes(&outs)[..], [(j, JobOutcome::Failed(r))] if *j == job && r[0].contains("no executor"))
@@ -691,8 +691,8 @@ fn exclusion_per_job_then_global_with_expiry() {
         }),
         ..config()
     });
-    s.register_executor(0, exec(1, "bad", 1)).unwrap();
-    let a = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_register(exec(1, "bad", 1), 0).unwrap();
+    let a = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     for _ in 0..2 {
         let ls = launches(&drain(&mut s));
         assert_eq!(ls.len(), 1);
@@ -703,7 +703,7 @@ fn exclusion_per_job_then_global_with_expiry() {
     assert!(launches(&drain(&mut s)).is_empty(), "excluded for job a");
     // Another job still runs there; its failure is the executor's third: global exclusion,
     // and with host_excluded_executors_max = 1 the host too.
-    let b = s.submit_job(2, JobSpec::new(tasks(1))).unwrap();
+    let b = s.handle_submit(JobSpec::new(tasks(1)), 2).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     assert_eq!(ls[0].1.task.job(), b);
@@ -711,7 +711,7 @@ fn exclusion_per_job_then_global_with_expiry() {
     assert!(s.is_excluded(3, ExecutorId(1), None));
     assert!(launches(&drain(&mut s)).is_empty());
     assert!(matches!(
-        s.register_executor(4, exec(2, "bad", 1)),
+        s.handle_register(exec(2, "bad", 1), 4),
         Err(Refusal::HostExcluded {
             until_us: 1_003,
             ..
@@ -720,12 +720,12 @@ fn exclusion_per_job_then_global_with_expiry() {
     assert_eq!(s.stats().executors_excluded, 1);
     // Expiry.
     assert_eq!(s.poll_timeout(), Some(1_003));
-    s.tick(1_003);
+    s.handle_timeout(1_003);
     assert!(!s.is_excluded(1_003, ExecutorId(1), None));
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1, "job b runs again once the exclusion ends");
     assert_eq!(ls[0].1.task.job(), b);
-    assert_eq!(s.register_executor(1_004, exec(2, "bad", 1)), Ok(()));
+    assert_eq!(s.handle_register(exec(2, "bad", 1), 1_004), Ok(()));
 }
 
 /// A scheduler that copies a task running over twice the median (checked every 10 us), with
@@ -741,8 +741,8 @@ fn four_tasks_speculating() -> (Scheduler, JobId, Vec<(ExecutorId, TaskLaunch)>)
         }),
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 4)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    s.handle_register(exec(1, "h", 4), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     (s, job, ls)
 }
@@ -756,11 +756,11 @@ fn speculation_copies_a_straggler_and_the_first_result_wins() {
         update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
         outs.extend(drain(&mut s));
     }
-    s.register_executor(100, exec(2, "h2", 1)).unwrap();
+    s.handle_register(exec(2, "h2", 1), 100).unwrap();
     // Median run 100 us, threshold 200 us: at 150 not yet, at 250 the 4th is a straggler.
-    s.tick(150);
+    s.handle_timeout(150);
     assert!(launches(&drain(&mut s)).is_empty());
-    s.tick(250);
+    s.handle_timeout(250);
     let copy = launches(&drain(&mut s));
     assert_eq!(copy.len(), 1);
     assert_eq!(copy[0].0, ExecutorId(2), "the copy runs elsewhere");
@@ -801,8 +801,8 @@ fn a_failed_copy_beside_a_running_original_lets_the_straggler_be_copied_again() 
         update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
         drain(&mut s);
     }
-    s.register_executor(100, exec(2, "h2", 1)).unwrap();
-    s.tick(250);
+    s.handle_register(exec(2, "h2", 1), 100).unwrap();
+    s.handle_timeout(250);
     let copy = launches(&drain(&mut s));
     assert_eq!(copy.len(), 1, "the straggler is copied");
     assert_eq!((copy[0].0, copy[0].1.task), (ExecutorId(2), ls[3].1.task));
@@ -816,10 +816,10 @@ fn a_failed_copy_beside_a_running_original_lets_the_straggler_be_copied_again() 
         b"copy failed",
     );
     drain(&mut s);
-    s.register_executor(300, exec(3, "h3", 1)).unwrap();
+    s.handle_register(exec(3, "h3", 1), 300).unwrap();
     let mut again = Vec::new();
     for now_us in (400..2_000).step_by(100) {
-        s.tick(now_us);
+        s.handle_timeout(now_us);
         again.extend(launches(&drain(&mut s)));
         if !again.is_empty() {
             break;
@@ -851,20 +851,20 @@ fn speculation_is_on_by_default_with_sparks_thresholds() {
         exclusion: None,
         ..Config::default()
     });
-    s.register_executor(0, exec(1, "h", 4)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    s.handle_register(exec(1, "h", 4), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 4);
     for (e, l) in &ls[..3] {
         update(&mut s, 10_000, *e, l, TaskState::Finished, b"ok");
     }
     drain(&mut s);
-    s.register_executor(10_000, exec(2, "h2", 1)).unwrap();
+    s.handle_register(exec(2, "h2", 1), 10_000).unwrap();
     // 3 of 4 succeeded (75%), median 10 ms: the threshold is max(1.5 x 10 ms, 100 ms).
-    s.tick(50_000);
+    s.handle_timeout(50_000);
     assert!(launches(&drain(&mut s)).is_empty(), "under min_runtime");
     assert_eq!(s.poll_timeout(), Some(150_000), "checked every 100 ms");
-    s.tick(150_000);
+    s.handle_timeout(150_000);
     let copy = launches(&drain(&mut s));
     assert_eq!(copy.len(), 1, "the 4th task is copied");
     assert_eq!(copy[0].0, ExecutorId(2));
@@ -876,8 +876,8 @@ fn a_new_executor_earns_its_slots_so_one_that_lies_about_its_cores_holds_few_tas
     let mut s = Scheduler::new(config());
     assert_eq!(s.config().slow_start_slots, 16);
     // Claims a million slots; gets 16 tasks of 1000.
-    s.register_executor(0, exec(1, "liar", 1_000_000)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(1000))).unwrap();
+    s.handle_register(exec(1, "liar", 1_000_000), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1000)), 0).unwrap();
     let first = launches(&drain(&mut s));
     assert_eq!(first.len(), 16);
     assert_eq!(s.executor_usable(ExecutorId(1)), Some(0));
@@ -900,15 +900,15 @@ fn a_new_executor_earns_its_slots_so_one_that_lies_about_its_cores_holds_few_tas
         Some((1_000_000, 1_000_000 - 17))
     );
     // An idle executor may take one task larger than its window.
-    s.register_executor(30, exec(2, "big", 64)).unwrap();
+    s.handle_register(exec(2, "big", 64), 30).unwrap();
     drain(&mut s);
     let mut big = tasks(2);
     for t in &mut big {
         t.cores = 40;
     }
     let mut s2 = Scheduler::new(config());
-    s2.register_executor(0, exec(1, "h", 64)).unwrap();
-    s2.submit_job(0, JobSpec::new(big)).unwrap();
+    s2.handle_register(exec(1, "h", 64), 0).unwrap();
+    s2.handle_submit(JobSpec::new(big), 0).unwrap();
     let ls = launches(&drain(&mut s2));
     assert_eq!(ls.len(), 1, "one 40-core task on an idle 64-core executor");
     // Off: the whole executor at once.
@@ -916,8 +916,8 @@ fn a_new_executor_earns_its_slots_so_one_that_lies_about_its_cores_holds_few_tas
         slow_start_slots: u32::MAX,
         ..config()
     });
-    s3.register_executor(0, exec(1, "h", 100)).unwrap();
-    s3.submit_job(0, JobSpec::new(tasks(1000))).unwrap();
+    s3.handle_register(exec(1, "h", 100), 0).unwrap();
+    s3.handle_submit(JobSpec::new(tasks(1000)), 0).unwrap();
     assert_eq!(launches(&drain(&mut s3)).len(), 100);
 }
 
@@ -936,19 +936,19 @@ fn an_executor_that_finishes_nothing_is_set_aside_and_its_tasks_copied_after_the
     assert_eq!(timeout, 30_000_000);
     // The stuck executor registers first and takes the whole (small) job: no task ever
     // succeeds, so the quantile rule never applies.
-    s.register_executor(0, exec(1, "stuck", 8)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    s.handle_register(exec(1, "stuck", 8), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
     let stuck = launches(&drain(&mut s));
     assert_eq!(stuck.len(), 4);
-    s.register_executor(1_000, exec(2, "good", 8)).unwrap();
+    s.handle_register(exec(2, "good", 8), 1_000).unwrap();
     assert!(drain(&mut s).is_empty());
-    s.tick(timeout - 1);
+    s.handle_timeout(timeout - 1);
     assert!(
         launches(&drain(&mut s)).is_empty(),
         "not before the timeout"
     );
     assert!(s.stalled_executors().is_empty());
-    s.tick(timeout + 100_000);
+    s.handle_timeout(timeout + 100_000);
     let copies = launches(&drain(&mut s));
     assert_eq!(
         copies.len(),
@@ -968,7 +968,8 @@ fn an_executor_that_finishes_nothing_is_set_aside_and_its_tasks_copied_after_the
     assert_eq!(outcomes(&outs)[0].0, job);
     assert_eq!(results(&outs).len(), 4, "each task reported once");
     // New work avoids the stalled executor until it reports something.
-    s.submit_job(timeout + 20, JobSpec::new(tasks(3))).unwrap();
+    s.handle_submit(JobSpec::new(tasks(3)), timeout + 20)
+        .unwrap();
     let ls = launches(&drain(&mut s));
     assert!(ls.iter().all(|(e, _)| *e == ExecutorId(2)));
     update(
@@ -992,11 +993,11 @@ fn a_full_cluster_of_long_tasks_gets_no_copies_from_the_timeout() {
         slow_start_slots: u32::MAX,
         ..Config::default()
     });
-    s.register_executor(0, exec(1, "a", 2)).unwrap();
-    s.register_executor(0, exec(2, "b", 2)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(4))).unwrap();
+    s.handle_register(exec(1, "a", 2), 0).unwrap();
+    s.handle_register(exec(2, "b", 2), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
     assert_eq!(launches(&drain(&mut s)).len(), 4);
-    s.tick(600_000_000);
+    s.handle_timeout(600_000_000);
     assert!(launches(&drain(&mut s)).is_empty());
     assert!(s.stalled_executors().is_empty());
 }
@@ -1017,9 +1018,9 @@ fn a_straggler_at_the_head_of_the_queue_running_here_does_not_hide_the_next_one(
         }),
         ..config()
     });
-    s.register_executor(0, exec(1, "ha", 2)).unwrap();
-    s.register_executor(0, exec(2, "hb", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(3))).unwrap();
+    s.handle_register(exec(1, "ha", 2), 0).unwrap();
+    s.handle_register(exec(2, "hb", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(3)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 3);
     let on = |e: u64| -> Vec<&TaskLaunch> {
@@ -1035,7 +1036,7 @@ fn a_straggler_at_the_head_of_the_queue_running_here_does_not_hide_the_next_one(
     // Median 100 us, threshold 200 us: both remaining attempts are stragglers, queued in book
     // order (executor 1's first). Only executor 1 has a free core; its own straggler heads
     // the queue; the one running on executor 2 must be copied to it.
-    s.tick(250);
+    s.handle_timeout(250);
     let copies = launches(&drain(&mut s));
     assert_eq!(copies.len(), 1);
     assert_eq!(copies[0].0, ExecutorId(1));
@@ -1053,9 +1054,9 @@ fn same_inputs_same_outputs() {
             ..config()
         });
         for i in 0..5 {
-            s.register_executor(0, exec(i, "h", 3)).unwrap();
+            s.handle_register(exec(i, "h", 3), 0).unwrap();
         }
-        s.submit_job(0, JobSpec::new(tasks(20))).unwrap();
+        s.handle_submit(JobSpec::new(tasks(20)), 0).unwrap();
         drain(&mut s)
     };
     assert_eq!(run(), run());
@@ -1064,10 +1065,10 @@ fn same_inputs_same_outputs() {
 #[test]
 fn a_task_too_big_for_the_free_cores_does_not_hide_smaller_ones_behind_it() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
     let mut ts = tasks(3);
     ts[0].cores = 2;
-    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let job = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     assert_eq!(
@@ -1076,7 +1077,7 @@ fn a_task_too_big_for_the_free_cores_does_not_hide_smaller_ones_behind_it() {
         "the 1-core task behind the 2-core one"
     );
     // Once a 2-core executor joins, the big task runs there.
-    s.register_executor(1, exec(2, "h", 2)).unwrap();
+    s.handle_register(exec(2, "h", 2), 1).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     assert_eq!(
@@ -1091,17 +1092,17 @@ fn a_starved_job_waits_while_an_executor_could_serve_it() {
         unschedulable_timeout_us: 1_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 3)).unwrap();
+    s.handle_register(exec(1, "h", 3), 0).unwrap();
     // Job a holds 2 of 3 cores; job b's 2-core task cannot fit in the 1 free core for now.
     let mut a = tasks(2);
     a[0].cores = 1;
     a[1].cores = 1;
-    s.submit_job(0, JobSpec::new(a)).unwrap();
+    s.handle_submit(JobSpec::new(a), 0).unwrap();
     let running = launches(&drain(&mut s));
     let mut b = tasks(1);
     b[0].cores = 3;
-    let jb = s.submit_job(0, JobSpec::new(b)).unwrap();
-    s.tick(5_000);
+    let jb = s.handle_submit(JobSpec::new(b), 0).unwrap();
+    s.handle_timeout(5_000);
     assert!(
         outcomes(&drain(&mut s)).is_empty(),
         "executor 1 has 3 cores: b must wait"
@@ -1124,9 +1125,9 @@ fn fair_sharing_inside_a_pool_follows_job_weights_and_rebalances_on_completion()
     a.weight = 1;
     let mut b = JobSpec::new(tasks(100));
     b.weight = 2;
-    let ja = s.submit_job(0, a).unwrap();
-    let jb = s.submit_job(0, b).unwrap();
-    s.register_executor(0, exec(1, "h", 6)).unwrap();
+    let ja = s.handle_submit(a, 0).unwrap();
+    let jb = s.handle_submit(b, 0).unwrap();
+    s.handle_register(exec(1, "h", 6), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let count = |ls: &[(ExecutorId, TaskLaunch)], j: JobId| {
         ls.iter().filter(|(_, l)| l.task.job() == j).count()
@@ -1161,17 +1162,17 @@ fn speculation_starts_after_floor_of_quantile_times_tasks_successes() {
         }),
         ..config()
     });
-    s.register_executor(0, exec(1, "a", 10)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(10))).unwrap();
+    s.handle_register(exec(1, "a", 10), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(10)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 10);
     for (e, l) in &ls[..7] {
         update(&mut s, 100, *e, l, TaskState::Finished, b"ok");
     }
     drain(&mut s);
-    s.register_executor(100, exec(2, "b", 3)).unwrap();
+    s.handle_register(exec(2, "b", 3), 100).unwrap();
     // 7 of 10 succeeded = floor(7.5): median 100 us, threshold 150 us.
-    s.tick(1_000);
+    s.handle_timeout(1_000);
     let copies = launches(&drain(&mut s));
     assert_eq!(copies.len(), 3, "the three stragglers are copied");
     assert!(copies.iter().all(|(e, _)| *e == ExecutorId(2)));
@@ -1189,12 +1190,12 @@ fn locality_levels_skip_preferred_executors_that_are_not_registered_and_come_bac
         locality_wait_host_us: 1_000_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "host1", 1)).unwrap(); // execA
-    s.register_executor(0, exec(3, "host2", 1)).unwrap(); // execC
+    s.handle_register(exec(1, "host1", 1), 0).unwrap(); // execA
+    s.handle_register(exec(3, "host2", 1), 0).unwrap(); // execC
     let mut ts = tasks(1);
     ts[0].preferred_executors.push(ExecutorId(2)); // execB, not registered
     ts[0].preferred_hosts.push("host1".into());
-    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let job = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1, "no wait for an executor that is not there");
     assert_eq!(s.job_info(job).unwrap().running, 1);
@@ -1206,14 +1207,14 @@ fn locality_levels_skip_preferred_executors_that_are_not_registered_and_come_bac
         locality_wait_host_us: 1_000_000,
         ..config()
     });
-    s.register_executor(0, exec(0, "host0", 1)).unwrap();
-    s.register_executor(0, exec(1, "host1", 1)).unwrap();
+    s.handle_register(exec(0, "host0", 1), 0).unwrap();
+    s.handle_register(exec(1, "host1", 1), 0).unwrap();
     let mut ts = tasks(3);
     for t in &mut ts {
         t.preferred_executors.push(ExecutorId(2));
         t.preferred_hosts.push("host0".into());
     }
-    let j2 = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let j2 = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1, "only one task: locality");
     assert_eq!(ls[0].0, ExecutorId(0));
@@ -1223,7 +1224,7 @@ fn locality_levels_skip_preferred_executors_that_are_not_registered_and_come_bac
         vec![LocalityLevel::Host, LocalityLevel::Any]
     );
     assert_eq!(info.locality_level, LocalityLevel::Host);
-    s.register_executor(10, exec(2, "host0", 1)).unwrap();
+    s.handle_register(exec(2, "host0", 1), 10).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     assert_eq!(
@@ -1256,13 +1257,13 @@ fn with_no_locality_wait_a_task_goes_to_its_free_preferred_executor_whatever_the
         });
         // Both register before the job, so one offer round sees both.
         for id in order {
-            s.register_executor(0, exec(id, &format!("host{id}"), 1))
+            s.handle_register(exec(id, &format!("host{id}"), 1), 0)
                 .unwrap();
         }
         let mut ts = tasks(1);
         ts[0].preferred_executors.push(ExecutorId(1));
         ts[0].preferred_hosts.push("host1".into());
-        s.submit_job(0, JobSpec::new(ts)).unwrap();
+        s.handle_submit(JobSpec::new(ts), 0).unwrap();
         let ls = launches(&drain(&mut s));
         assert_eq!(ls.len(), 1, "order {order:?}");
         assert_eq!(ls[0].0, ExecutorId(1), "order {order:?}");
@@ -1273,13 +1274,13 @@ fn with_no_locality_wait_a_task_goes_to_its_free_preferred_executor_whatever_the
         locality_wait_host_us: 0,
         ..config()
     });
-    s.register_executor(0, exec(1, "host1", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_register(exec(1, "host1", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     assert_eq!(launches(&drain(&mut s))[0].0, ExecutorId(1));
-    s.register_executor(0, exec(2, "host2", 1)).unwrap();
+    s.handle_register(exec(2, "host2", 1), 0).unwrap();
     let mut ts = tasks(1);
     ts[0].preferred_executors.push(ExecutorId(1));
-    s.submit_job(0, JobSpec::new(ts)).unwrap();
+    s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     assert_eq!(ls[0].0, ExecutorId(2));
@@ -1299,8 +1300,8 @@ fn a_killed_attempt_counts_neither_as_a_failure_nor_for_exclusion() {
         }),
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     // The executor kills it on its own (preempted, say).
     update(
@@ -1345,9 +1346,9 @@ fn a_task_that_failed_on_an_executor_avoids_it() {
         exclusion: Some(ExclusionConfig::default()),
         ..config()
     });
-    s.register_executor(0, exec(1, "h1", 1)).unwrap();
-    s.register_executor(0, exec(2, "h2", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
+    s.handle_register(exec(2, "h2", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let on = |e: u64| {
         ls.iter()
@@ -1386,9 +1387,9 @@ fn a_job_fails_when_executor_loss_leaves_a_task_nowhere_to_run() {
         unschedulable_timeout_us: 1_000,
         ..config()
     });
-    s.register_executor(0, exec(0, "host0", 1)).unwrap();
-    s.register_executor(0, exec(1, "host1", 1)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(0, "host0", 1), 0).unwrap();
+    s.handle_register(exec(1, "host1", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let failed = ls
         .iter()
@@ -1409,18 +1410,18 @@ fn a_job_fails_when_executor_loss_leaves_a_task_nowhere_to_run() {
         "it could still run on executor 1"
     );
     // Executor 1 goes; its task is retried on executor 0, the failed one cannot be.
-    s.remove_executor(2, ExecutorId(1), RemovalReason::Lost("oops".into()));
+    s.handle_remove(ExecutorId(1), RemovalReason::Lost("oops".into()), 2);
     let next = launches(&drain(&mut s));
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].0, ExecutorId(0));
     assert_ne!(next[0].1.task, failed.task);
     assert_eq!(next[0].1.attempt, 1);
-    s.tick(500);
+    s.handle_timeout(500);
     assert!(
         outcomes(&drain(&mut s)).is_empty(),
         "not before the timeout"
     );
-    s.tick(1_002);
+    s.handle_timeout(1_002);
     let outs = drain(&mut s);
     match &outcomes(&outs)[..] {
         [(j, JobOutcome::Failed(r))] => {
@@ -1445,13 +1446,13 @@ fn no_abort_while_an_executor_that_ran_nothing_yet_can_take_the_failed_tasks() {
         slow_start_slots: u32::MAX,
         ..config()
     });
-    s.register_executor(0, exec(0, "host0", 4)).unwrap();
-    s.register_executor(0, exec(1, "host1", 4)).unwrap();
+    s.handle_register(exec(0, "host0", 4), 0).unwrap();
+    s.handle_register(exec(1, "host1", 4), 0).unwrap();
     let mut ts = tasks(2);
     for t in &mut ts {
         t.preferred_hosts.push("host0".into());
     }
-    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let job = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 2);
     assert!(ls.iter().all(|(e, _)| *e == ExecutorId(0)));
@@ -1462,12 +1463,12 @@ fn no_abort_while_an_executor_that_ran_nothing_yet_can_take_the_failed_tasks() {
         launches(&drain(&mut s)).is_empty(),
         "locality keeps executor 1 out for now"
     );
-    s.tick(2_000);
+    s.handle_timeout(2_000);
     assert!(
         outcomes(&drain(&mut s)).is_empty(),
         "executor 1 can run them: no abort"
     );
-    s.tick(10_000);
+    s.handle_timeout(10_000);
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 2);
     assert!(ls.iter().all(|(e, _)| *e == ExecutorId(1)));
@@ -1485,11 +1486,11 @@ fn a_poison_task_fails_its_job_once_late_exit_reasons_are_charged() {
         max_failures: 2,
         ..config()
     });
-    s.register_executor(0, exec(1, "h1", 1)).unwrap();
-    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
+    s.handle_register(exec(2, "h2", 1), 0).unwrap();
     let mut spec = JobSpec::new(tasks(1));
     spec.max_failures = None;
-    let job = s.submit_job(0, spec).unwrap();
+    let job = s.handle_submit(spec, 0).unwrap();
     let crash = RemovalReason::Exited {
         code: 134,
         caused_by_app: true,
@@ -1499,7 +1500,7 @@ fn a_poison_task_fails_its_job_once_late_exit_reasons_are_charged() {
     let ls = launches(&drain(&mut s));
     assert_eq!(ls[0].0, ExecutorId(1));
     running(&mut s, 1, ExecutorId(1), &ls[0].1);
-    assert!(s.remove_executor(2, ExecutorId(1), RemovalReason::Lost("closed".into())));
+    assert!(s.handle_remove(ExecutorId(1), RemovalReason::Lost("closed".into()), 2));
     let retry = launches(&drain(&mut s));
     assert_eq!((retry[0].0, retry[0].1.attempt), (ExecutorId(2), 1));
     assert_eq!(
@@ -1508,7 +1509,7 @@ fn a_poison_task_fails_its_job_once_late_exit_reasons_are_charged() {
         "lost: not counted yet"
     );
     assert!(
-        !s.remove_executor(3, ExecutorId(1), crash.clone()),
+        !s.handle_remove(ExecutorId(1), crash.clone(), 3),
         "already gone"
     );
     assert_eq!(
@@ -1519,11 +1520,11 @@ fn a_poison_task_fails_its_job_once_late_exit_reasons_are_charged() {
     assert!(outcomes(&drain(&mut s)).is_empty());
     // Crash 2 on executor 2: the second charge reaches max_failures = 2.
     running(&mut s, 4, ExecutorId(2), &retry[0].1);
-    assert!(s.remove_executor(5, ExecutorId(2), RemovalReason::Lost("closed".into())));
+    assert!(s.handle_remove(ExecutorId(2), RemovalReason::Lost("closed".into()), 5));
     drain(&mut s);
-    assert!(!s.remove_executor(6, ExecutorId(2), crash.clone()));
+    assert!(!s.handle_remove(ExecutorId(2), crash.clone(), 6));
     assert!(
-        !s.remove_executor(7, ExecutorId(2), crash.clone()),
+        !s.handle_remove(ExecutorId(2), crash.clone(), 7),
         "charged once"
     );
     let outs = drain(&mut s);
@@ -1542,11 +1543,11 @@ fn a_poison_task_fails_its_job_once_late_exit_reasons_are_charged() {
         slow_start_slots: u32::MAX,
         ..config()
     });
-    s.register_executor(0, exec(1, "h1", 2)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(1, "h1", 2), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     running(&mut s, 1, ls[0].0, &ls[0].1);
-    assert!(s.remove_executor(2, ExecutorId(1), crash));
+    assert!(s.handle_remove(ExecutorId(1), crash, 2));
     assert_eq!(
         s.task_info(ls[0].1.task).unwrap().failures,
         1,
@@ -1577,9 +1578,9 @@ fn fair_pools_get_their_min_share_first() {
     a.pool = "1".into();
     let mut b = JobSpec::new(tasks(10));
     b.pool = "2".into();
-    let ja = s.submit_job(0, a).unwrap();
-    let jb = s.submit_job(0, b).unwrap();
-    s.register_executor(0, exec(1, "h", 5)).unwrap();
+    let ja = s.handle_submit(a, 0).unwrap();
+    let jb = s.handle_submit(b, 0).unwrap();
+    s.handle_register(exec(1, "h", 5), 0).unwrap();
     let ls = launches(&drain(&mut s));
     let count = |j: JobId| ls.iter().filter(|(_, l)| l.task.job() == j).count();
     assert_eq!((count(ja), count(jb)), (2, 3), "each pool at its min share");
@@ -1604,9 +1605,9 @@ fn a_fifo_pool_runs_its_jobs_in_order_a_fair_one_shares() {
         a.pool = "q".into();
         let mut b = JobSpec::new(tasks(10));
         b.pool = "q".into();
-        let ja = s.submit_job(0, a).unwrap();
-        let jb = s.submit_job(0, b).unwrap();
-        s.register_executor(0, exec(1, "h", 4)).unwrap();
+        let ja = s.handle_submit(a, 0).unwrap();
+        let jb = s.handle_submit(b, 0).unwrap();
+        s.handle_register(exec(1, "h", 4), 0).unwrap();
         let ls = launches(&drain(&mut s));
         let count = |j: JobId| ls.iter().filter(|(_, l)| l.task.job() == j).count();
         assert_eq!((count(ja), count(jb)), expected, "{mode:?}");
@@ -1629,13 +1630,13 @@ fn per_job_settings_override_the_schedulers() {
         }),
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
     // max_failures 1 and exclusion off: fails at the first failure.
     let mut spec = JobSpec::new(tasks(1));
     spec.max_failures = Some(1);
     spec.exclusion = JobSetting::Off;
     spec.speculation = JobSetting::Off;
-    let job = s.submit_job(0, spec).unwrap();
+    let job = s.handle_submit(spec, 0).unwrap();
     let info = s.job_info(job).unwrap();
     assert_eq!((info.max_failures, info.speculation), (1, false));
     let ls = launches(&drain(&mut s));
@@ -1648,14 +1649,14 @@ fn per_job_settings_override_the_schedulers() {
     // Exclusion off for the job: retried on the executor it failed on.
     let mut spec = JobSpec::new(tasks(1));
     spec.exclusion = JobSetting::Off;
-    s.submit_job(2, spec).unwrap();
+    s.handle_submit(spec, 2).unwrap();
     let ls = launches(&drain(&mut s));
     update(&mut s, 3, ls[0].0, &ls[0].1, TaskState::Failed, b"x");
     let again = launches(&drain(&mut s));
     assert_eq!((again[0].0, again[0].1.attempt), (ExecutorId(1), 1));
     // Speculation on for one job while the scheduler has it off.
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
     let mut spec = JobSpec::new(tasks(2));
     spec.speculation = JobSetting::Custom(SpeculationConfig {
         multiplier: 1.0,
@@ -1664,12 +1665,12 @@ fn per_job_settings_override_the_schedulers() {
         interval_us: 10,
         ..SpeculationConfig::default()
     });
-    let job = s.submit_job(0, spec).unwrap();
+    let job = s.handle_submit(spec, 0).unwrap();
     let ls = launches(&drain(&mut s));
     update(&mut s, 100, ls[0].0, &ls[0].1, TaskState::Finished, b"ok");
     drain(&mut s);
-    s.register_executor(100, exec(2, "h2", 1)).unwrap();
-    s.tick(1_000);
+    s.handle_register(exec(2, "h2", 1), 100).unwrap();
+    s.handle_timeout(1_000);
     assert_eq!(launches(&drain(&mut s)).len(), 1, "the straggler is copied");
     assert_eq!(s.job_info(job).unwrap().speculative_launched, 1);
 }
@@ -1684,10 +1685,10 @@ fn introspection_reports_levels_task_states_attempts_and_counters() {
         max_failures: 3,
         ..config()
     });
-    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
     let mut ts = tasks(2);
     ts[0].preferred_executors.push(ExecutorId(1));
-    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let job = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 1);
     let (e, l) = ls[0].clone();
@@ -1731,12 +1732,12 @@ fn a_job_with_no_executor_at_all_is_not_aborted_as_unschedulable() {
         unschedulable_timeout_us: 1_000,
         ..config()
     });
-    let job = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
-    s.tick(10_000);
+    let job = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
+    s.handle_timeout(10_000);
     assert!(outcomes(&drain(&mut s)).is_empty());
     assert_eq!(s.poll_timeout(), None, "no deadline in the past to spin on");
     assert!(s.starved(10_000));
-    s.register_executor(10_001, exec(1, "h", 1)).unwrap();
+    s.handle_register(exec(1, "h", 1), 10_001).unwrap();
     assert_eq!(launches(&drain(&mut s)).len(), 1);
     assert!(s.job_info(job).is_some());
 }
@@ -1751,11 +1752,11 @@ fn pools_made_for_jobs_are_reused_once_idle() {
         pools: vec![PoolConfig::new("kept")],
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
     for i in 0..50u64 {
         let mut spec = JobSpec::new(tasks(1));
         spec.pool = format!("pool-{i}").into();
-        let job = s.submit_job(i, spec).unwrap();
+        let job = s.handle_submit(spec, i).unwrap();
         let ls = launches(&drain(&mut s));
         assert_eq!(s.job_info(job).unwrap().pool, format!("pool-{i}"));
         update(&mut s, i, ls[0].0, &ls[0].1, TaskState::Finished, b"");
@@ -1774,16 +1775,17 @@ fn single_launch(outs: &[Output]) -> (ExecutorId, TaskLaunch) {
 #[test]
 fn fifo_order_holds_as_jobs_end_out_of_order_and_a_failed_one_is_runnable_again() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
     let one = |priority| JobSpec {
         priority,
         ..JobSpec::new(tasks(1))
     };
-    s.submit_job_with_id(0, JobId(10), one(0)).unwrap();
+    s.handle_submit_with_id(JobId(10), one(0), 0).unwrap();
     let (e, a) = single_launch(&drain(&mut s));
     assert_eq!(a.task.job(), JobId(10));
     for (id, priority) in [(20, 0), (30, 0), (15, 0), (40, 1)] {
-        s.submit_job_with_id(0, JobId(id), one(priority)).unwrap();
+        s.handle_submit_with_id(JobId(id), one(priority), 0)
+            .unwrap();
     }
     assert!(launches(&drain(&mut s)).is_empty(), "the one core is busy");
     // A counted failure puts job 10 back among the runnable jobs, behind the higher priority.
@@ -1795,7 +1797,7 @@ fn fifo_order_holds_as_jobs_end_out_of_order_and_a_failed_one_is_runnable_again(
     assert_eq!(a.task.job(), JobId(10), "the retried job in its FIFO place");
     assert_eq!(a.attempt, 1);
     // Job 20 ends before its turn (out of order); a lower id submitted later goes first.
-    assert!(s.cancel_job(3, JobId(20)));
+    assert!(s.handle_cancel(JobId(20), 3));
     update(&mut s, 4, e, &a, TaskState::Finished, b"");
     let mut order = Vec::new();
     for now in 5..8 {
@@ -1832,10 +1834,10 @@ fn fair_pools_reorder_as_their_running_cores_change() {
             pool: pool.into(),
             ..JobSpec::new(tasks(4))
         };
-        s.submit_job(0, spec).unwrap();
+        s.handle_submit(spec, 0).unwrap();
     }
     let (a, b, z) = (JobId(1), JobId(2), JobId(3));
-    s.register_executor(0, exec(1, "h", 3)).unwrap();
+    s.handle_register(exec(1, "h", 3), 0).unwrap();
     let first: Vec<(JobId, TaskLaunch)> = launches(&drain(&mut s))
         .into_iter()
         .map(|(_, l)| (l.task.job(), l))
@@ -1880,14 +1882,14 @@ fn too_small_for_many_jobs_ahead(sharing: Sharing) {
                 ..TaskSpec::new("f", Bytes::new())
             }])
         };
-        s.submit_job(0, spec).unwrap();
+        s.handle_submit(spec, 0).unwrap();
     }
     let spec = JobSpec {
         pool: "zz".into(),
         ..JobSpec::new(tasks(1))
     };
-    let small = s.submit_job(0, spec).unwrap();
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
+    let small = s.handle_submit(spec, 0).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
     // One offer asks a bounded number of jobs (not all 200): it comes back soon to go on.
     assert!(launches(&drain(&mut s)).is_empty(), "bounded walk: not yet");
     let mut now = 0;
@@ -1898,7 +1900,7 @@ fn too_small_for_many_jobs_ahead(sharing: Sharing) {
             .expect("a deferred executor has a deadline");
         assert!(at <= now + 1_000, "back within 1 ms, not {at}");
         now = at;
-        s.tick(now);
+        s.handle_timeout(now);
         ticks += 1;
         let outs = drain(&mut s);
         if let Some((_, l)) = launches(&outs).pop() {
@@ -1913,7 +1915,7 @@ fn too_small_for_many_jobs_ahead(sharing: Sharing) {
     let mut wakeups = 0;
     while let Some(at) = s.poll_timeout().filter(|&at| at <= now + 1_000_000) {
         now = at;
-        s.tick(now);
+        s.handle_timeout(now);
         assert!(launches(&drain(&mut s)).is_empty());
         wakeups += 1;
         assert!(
@@ -1927,22 +1929,22 @@ fn too_small_for_many_jobs_ahead(sharing: Sharing) {
 #[test]
 fn a_job_passed_in_a_bounded_walk_that_gets_work_meanwhile_is_asked_again() {
     let mut s = Scheduler::new(config());
-    let front = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let front = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     for _ in 0..200 {
         let spec = JobSpec::new(vec![TaskSpec {
             cores: 2,
             ..TaskSpec::new("f", Bytes::new())
         }]);
-        s.submit_job(0, spec).unwrap();
+        s.handle_submit(spec, 0).unwrap();
     }
-    s.register_executor(0, exec(2, "h2", 1)).unwrap();
+    s.handle_register(exec(2, "h2", 1), 0).unwrap();
     let (_, first) = single_launch(&drain(&mut s));
     assert_eq!(first.task.job(), front);
     // Executor 1 walks past the front job (nothing to launch then) into the jobs too big.
-    s.register_executor(0, exec(1, "h1", 1)).unwrap();
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
     assert!(launches(&drain(&mut s)).is_empty());
     // The front job's task comes back; executor 1 is mid-walk behind it.
-    s.remove_executor(1, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    s.handle_remove(ExecutorId(2), RemovalReason::Lost("gone".into()), 1);
     let mut now = 1;
     let mut outs = drain(&mut s);
     for _ in 0..10 {
@@ -1952,7 +1954,7 @@ fn a_job_passed_in_a_bounded_walk_that_gets_work_meanwhile_is_asked_again() {
         now = s
             .poll_timeout()
             .expect("executor 1 comes back to finish its walk");
-        s.tick(now);
+        s.handle_timeout(now);
         outs = drain(&mut s);
     }
     let (e, l) = single_launch(&outs);
@@ -1964,7 +1966,7 @@ fn a_job_passed_in_a_bounded_walk_that_gets_work_meanwhile_is_asked_again() {
 fn preferring(s: &mut Scheduler, now: u64, executor: u64) -> JobId {
     let mut ts = tasks(1);
     ts[0].preferred_executors.push(ExecutorId(executor));
-    s.submit_job(now, JobSpec::new(ts)).unwrap()
+    s.handle_submit(JobSpec::new(ts), now).unwrap()
 }
 
 #[test]
@@ -1975,24 +1977,24 @@ fn poll_timeout_follows_the_earliest_locality_wait_as_jobs_come_and_go() {
         unschedulable_timeout_us: 1_000_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "h1", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     assert_eq!(launches(&drain(&mut s)).len(), 1, "executor 1 is busy");
     let a = preferring(&mut s, 10, 1);
     let b = preferring(&mut s, 20, 1);
     assert_eq!(s.poll_timeout(), Some(110), "a's executor wait ends first");
-    assert!(s.cancel_job(30, a));
+    assert!(s.handle_cancel(a, 30));
     assert_eq!(outcomes(&drain(&mut s)), [(a, JobOutcome::Cancelled)]);
     assert_eq!(s.poll_timeout(), Some(120), "then b's, once a is gone");
-    s.tick(119);
+    s.handle_timeout(119);
     assert_eq!(
         s.job_info(b).unwrap().locality_level,
         LocalityLevel::Executor
     );
-    s.tick(120);
+    s.handle_timeout(120);
     assert_eq!(s.job_info(b).unwrap().locality_level, LocalityLevel::Host);
     assert_eq!(s.poll_timeout(), Some(170), "the host wait runs from 120");
-    s.tick(170);
+    s.handle_timeout(170);
     assert_eq!(s.job_info(b).unwrap().locality_level, LocalityLevel::Any);
     assert_eq!(
         s.poll_timeout(),
@@ -2009,9 +2011,9 @@ fn a_locality_level_left_with_nothing_to_wait_for_widens_at_the_next_tick() {
         locality_wait_host_us: 1_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "h1", 1)).unwrap();
-    s.register_executor(0, exec(2, "h2", 1)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
+    s.handle_register(exec(2, "h2", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     assert_eq!(launches(&drain(&mut s)).len(), 2, "both executors are busy");
     let job = preferring(&mut s, 0, 2);
     // A job whose slot is reused after it was listed for the tick must not confuse it.
@@ -2020,16 +2022,16 @@ fn a_locality_level_left_with_nothing_to_wait_for_widens_at_the_next_tick() {
         s.job_info(job).unwrap().locality_level,
         LocalityLevel::Executor
     );
-    s.remove_executor(5, ExecutorId(2), RemovalReason::Lost("gone".into()));
-    assert!(s.cancel_job(5, gone));
+    s.handle_remove(ExecutorId(2), RemovalReason::Lost("gone".into()), 5);
+    assert!(s.handle_cancel(gone, 5));
     assert_eq!(outcomes(&drain(&mut s)), [(gone, JobOutcome::Cancelled)]);
-    let other = s.submit_job(5, JobSpec::new(tasks(1))).unwrap();
+    let other = s.handle_submit(JobSpec::new(tasks(1)), 5).unwrap();
     assert_eq!(
         s.job_info(job).unwrap().locality_level,
         LocalityLevel::Executor,
         "until the next tick"
     );
-    s.tick(6);
+    s.handle_timeout(6);
     assert_eq!(
         s.job_info(job).unwrap().locality_level,
         LocalityLevel::Any,
@@ -2050,30 +2052,30 @@ fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts
         unschedulable_timeout_us: 1_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
     let big = |s: &mut Scheduler, now: u64, priority: i32| {
         let mut ts = tasks(1);
         ts[0].cores = 4;
-        s.submit_job(
-            now,
+        s.handle_submit(
             JobSpec {
                 priority,
                 ..JobSpec::new(ts)
             },
+            now,
         )
         .unwrap()
     };
     // Executor 1 is kept busy, so `starved` waits for cores it could have.
-    s.submit_job(0, JobSpec::new(tasks(2))).unwrap();
+    s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
     assert_eq!(launches(&drain(&mut s)).len(), 2);
     let low = big(&mut s, 0, 0);
-    let starved = s.submit_job(0, JobSpec::new(tasks(1))).unwrap();
+    let starved = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
     let high = big(&mut s, 0, 5);
     let later = big(&mut s, 500, 0);
     assert_eq!(s.poll_timeout(), Some(1_000));
-    s.tick(999);
+    s.handle_timeout(999);
     assert!(outcomes(&drain(&mut s)).is_empty());
-    s.tick(1_000);
+    s.handle_timeout(1_000);
     let failed: Vec<JobId> = outcomes(&drain(&mut s))
         .into_iter()
         .map(|(j, _)| j)
@@ -2085,7 +2087,7 @@ fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts
         Some(1_500),
         "later's clock, then starved's"
     );
-    s.tick(1_500);
+    s.handle_timeout(1_500);
     let failed: Vec<JobId> = outcomes(&drain(&mut s))
         .into_iter()
         .map(|(j, _)| j)
@@ -2101,25 +2103,25 @@ fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts
 #[test]
 fn valid_levels_follow_the_executors_and_hosts_a_job_prefers_as_they_come_and_go() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(2, "h2", 1)).unwrap();
-    s.register_executor(0, exec(3, "h2", 1)).unwrap();
+    s.handle_register(exec(2, "h2", 1), 0).unwrap();
+    s.handle_register(exec(3, "h2", 1), 0).unwrap();
     // Too big to launch anywhere, so it stays queued; it prefers executor 2, hence host h2.
     let mut ts = tasks(1);
     ts[0].cores = 8;
     ts[0].preferred_executors.push(ExecutorId(2));
-    let job = s.submit_job(0, JobSpec::new(ts)).unwrap();
+    let job = s.handle_submit(JobSpec::new(ts), 0).unwrap();
     // Another job's preferences must not be touched by these executors.
     let other = preferring(&mut s, 0, 9);
     let levels = |s: &Scheduler, j| s.job_info(j).unwrap().valid_levels;
     use LocalityLevel::{Any, Executor, Host};
     assert_eq!(levels(&s, job), [Executor, Host, Any]);
-    s.remove_executor(1, ExecutorId(2), RemovalReason::Lost("gone".into()));
+    s.handle_remove(ExecutorId(2), RemovalReason::Lost("gone".into()), 1);
     assert_eq!(levels(&s, job), [Host, Any], "h2 still has executor 3");
-    s.remove_executor(2, ExecutorId(3), RemovalReason::Lost("gone".into()));
+    s.handle_remove(ExecutorId(3), RemovalReason::Lost("gone".into()), 2);
     assert_eq!(levels(&s, job), [Any], "h2 has no executor left");
-    s.register_executor(3, exec(4, "h2", 1)).unwrap();
+    s.handle_register(exec(4, "h2", 1), 3).unwrap();
     assert_eq!(levels(&s, job), [Host, Any], "h2 is back");
-    s.register_executor(4, exec(2, "h1", 1)).unwrap();
+    s.handle_register(exec(2, "h1", 1), 4).unwrap();
     assert_eq!(levels(&s, job), [Executor, Host, Any], "executor 2 is back");
     assert_eq!(levels(&s, other), [Any], "executor 9 never came");
 }
@@ -2132,8 +2134,8 @@ fn a_job_that_keeps_launching_is_checked_once_per_timeout_and_never_failed() {
         unschedulable_timeout_us: 1_000,
         ..config()
     });
-    s.register_executor(0, exec(1, "h", 1)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(3))).unwrap();
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(3)), 0).unwrap();
     let first = launches(&drain(&mut s));
     assert_eq!(first.len(), 1);
     update(
@@ -2150,7 +2152,7 @@ fn a_job_that_keeps_launching_is_checked_once_per_timeout_and_never_failed() {
         Some(1_000),
         "filed at submission: due early"
     );
-    s.tick(1_000);
+    s.handle_timeout(1_000);
     assert!(outcomes(&drain(&mut s)).is_empty(), "it progressed at 800");
     assert_eq!(
         s.poll_timeout(),
@@ -2163,8 +2165,8 @@ fn a_job_that_keeps_launching_is_checked_once_per_timeout_and_never_failed() {
 #[test]
 fn a_batch_of_updates_fills_the_slots_it_frees_in_one_launch_per_executor() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 4)).unwrap();
-    s.submit_job(0, JobSpec::new(tasks(8))).unwrap();
+    s.handle_register(exec(1, "h", 4), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(8)), 0).unwrap();
     let first = launches(&drain(&mut s));
     assert_eq!(first.len(), 4);
     let ended = first.iter().map(|(e, l)| StatusUpdate {
@@ -2174,7 +2176,7 @@ fn a_batch_of_updates_fills_the_slots_it_frees_in_one_launch_per_executor() {
         state: TaskState::Finished,
         data: Bytes::new(),
     });
-    s.status_updates(10, ended);
+    s.handle_statuses(ended, 10);
     let outs = drain(&mut s);
     let batches: Vec<usize> = outs
         .iter()
@@ -2190,15 +2192,15 @@ fn a_batch_of_updates_fills_the_slots_it_frees_in_one_launch_per_executor() {
 #[test]
 fn a_draining_executor_gets_no_new_work_and_its_running_attempts_finish() {
     let mut s = Scheduler::new(config());
-    s.register_executor(0, exec(1, "h", 2)).unwrap();
-    s.register_executor(0, exec(2, "h", 2)).unwrap();
-    let job = s.submit_job(0, JobSpec::new(tasks(6))).unwrap();
+    s.handle_register(exec(1, "h", 2), 0).unwrap();
+    s.handle_register(exec(2, "h", 2), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(6)), 0).unwrap();
     let ls = launches(&drain(&mut s));
     assert_eq!(ls.len(), 4);
-    assert!(s.drain_executor(ExecutorId(1)));
+    assert!(s.handle_drain(ExecutorId(1)));
     assert_eq!(s.executor_draining(ExecutorId(1)), Some(true));
     assert_eq!(s.executor_draining(ExecutorId(2)), Some(false));
-    assert!(!s.drain_executor(ExecutorId(9)), "not registered");
+    assert!(!s.handle_drain(ExecutorId(9)), "not registered");
     // Its attempts finish normally; the cores they free are not offered again.
     let mut on_two = 0;
     for (i, (e, l)) in ls.iter().enumerate() {

@@ -5,12 +5,12 @@
 //!
 //! The allocator is a state machine driven by its owner with the time in micros:
 //!
-//! - [`Allocator::on_snapshot`]: executor states from the snapshot store (a source says an
+//! - [`Allocator::handle_snapshot`]: executor states from the snapshot store (a source says an
 //!   executor is pending, running, or gone);
-//! - [`Allocator::on_load`]: what the driver sees: tasks pending and running, and each
+//! - [`Allocator::handle_load`]: what the driver sees: tasks pending and running, and each
 //!   registered executor's running tasks (none: idle);
 //! - [`Allocator::set_target`]: a fixed target (without dynamic allocation);
-//! - [`Allocator::tick`]: decides; then [`Allocator::poll_output`] yields
+//! - [`Allocator::handle_timeout`]: decides; then [`Allocator::poll_output`] yields
 //!   [`AllocatorOutput::Create`] (start these executors, named by the allocator),
 //!   [`AllocatorOutput::Delete`] (stop these executors) and, once, [`AllocatorOutput::Stop`].
 //!
@@ -243,13 +243,54 @@ impl Allocator {
         }
     }
 
+    /// When [`Allocator::handle_timeout`] next has a decision to make on what it knows now
+    /// (a new load or snapshot may bring it closer): at once (0) to ask a new total or delete
+    /// over the target, the next batch's time under it, the first pending executor's
+    /// timeout, the first idle executor's release with dynamic allocation; `None` when
+    /// nothing would change. O(executors).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.stopped.is_some() {
+            return None;
+        }
+        let target = match &self.config.dynamic {
+            Some(d) => dynamic_target(d, self.pending_tasks, self.running_tasks),
+            None => self.target,
+        };
+        if self.mode == Mode::RequestTotal && self.requested != Some(target) {
+            return Some(0);
+        }
+        let live = || self.executors.values().filter(|t| !t.deleting);
+        let pending_due = live()
+            .filter_map(|t| match t.phase {
+                Phase::Pending { created_us } => Some(created_us),
+                Phase::Running => None,
+            })
+            .map(|created| created.saturating_add(self.config.pending_timeout_us))
+            .min();
+        let resize = match self.live().cmp(&(target as usize)) {
+            std::cmp::Ordering::Less if self.mode == Mode::Create => Some(
+                (self.last_batch_us).map_or(0, |t| t.saturating_add(self.config.batch_delay_us)),
+            ),
+            std::cmp::Ordering::Greater => match &self.config.dynamic {
+                None => Some(0),
+                Some(_) if self.mode == Mode::Create && pending_due.is_some() => Some(0),
+                Some(d) => (live().filter(|t| t.phase == Phase::Running))
+                    .filter_map(|t| t.idle_since_us)
+                    .map(|since| since.saturating_add(d.idle_timeout_us))
+                    .min(),
+            },
+            _ => None,
+        };
+        [resize, pending_due].into_iter().flatten().min()
+    }
+
     /// The next thing to do.
     pub fn poll_output(&mut self) -> Option<AllocatorOutput> {
         self.outputs.pop_front()
     }
 
     /// Executor states from the snapshot store.
-    pub fn on_snapshot(&mut self, now_us: u64, snapshot: &Snapshot) {
+    pub fn handle_snapshot(&mut self, snapshot: &Snapshot, now_us: u64) {
         if self.mode == Mode::RequestTotal {
             self.adopt(now_us, snapshot);
         }
@@ -314,12 +355,12 @@ impl Allocator {
     /// What the driver sees: tasks pending and running, and each registered executor with the
     /// tasks it runs now (names the allocator does not know are ignored; tracked executors
     /// missing from it count as busy).
-    pub fn on_load<'a>(
+    pub fn handle_load<'a>(
         &mut self,
-        now_us: u64,
         pending_tasks: usize,
         running_tasks: usize,
         executors: impl IntoIterator<Item = (&'a str, u32)>,
+        now_us: u64,
     ) {
         self.pending_tasks = pending_tasks;
         self.running_tasks = running_tasks;
@@ -346,7 +387,7 @@ impl Allocator {
     }
 
     /// Decides what to create and delete at `now_us`.
-    pub fn tick(&mut self, now_us: u64) {
+    pub fn handle_timeout(&mut self, now_us: u64) {
         if self.stopped.is_some() {
             return;
         }
@@ -540,23 +581,30 @@ mod tests {
         for name in names {
             store.update(now, name, state.clone());
         }
-        a.on_snapshot(now, store.current());
+        a.handle_snapshot(store.current(), now);
     }
 
     #[test]
     fn creates_in_batches_per_delay_up_to_the_target() {
         let mut a = Allocator::new(config());
-        a.tick(0);
+        assert_eq!(a.poll_timeout(), Some(0), "under the target, no batch yet");
+        a.handle_timeout(0);
         assert_eq!(created(&drain(&mut a)), vec!["e0", "e1"]);
-        a.tick(50 * MS);
+        assert_eq!(a.poll_timeout(), Some(100 * MS), "the next batch");
+        a.handle_timeout(50 * MS);
         assert!(drain(&mut a).is_empty(), "batch delay not passed");
-        a.tick(100 * MS);
+        a.handle_timeout(100 * MS);
         assert_eq!(created(&drain(&mut a)), vec!["e2", "e3"]);
-        a.tick(200 * MS);
+        a.handle_timeout(200 * MS);
         assert_eq!(created(&drain(&mut a)), vec!["e4"]);
-        a.tick(300 * MS);
+        a.handle_timeout(300 * MS);
         assert!(drain(&mut a).is_empty(), "at the target");
         assert_eq!(a.live(), 5);
+        assert_eq!(
+            a.poll_timeout(),
+            Some(1_000 * MS),
+            "the first pending timeout"
+        );
     }
 
     #[test]
@@ -566,7 +614,7 @@ mod tests {
             initial_target: 2,
             ..config()
         });
-        a.tick(0);
+        a.handle_timeout(0);
         let names = created(&drain(&mut a));
         report(&mut store, &mut a, 10 * MS, &names, ExecutorState::Pending);
         report(
@@ -576,9 +624,9 @@ mod tests {
             &names[..1],
             ExecutorState::Running,
         );
-        a.tick(999 * MS);
+        a.handle_timeout(999 * MS);
         assert!(drain(&mut a).is_empty());
-        a.tick(1_000 * MS);
+        a.handle_timeout(1_000 * MS);
         let out = drain(&mut a);
         assert_eq!(deleted(&out), vec!["e1"]);
         assert_eq!(created(&out), vec!["e2"], "replaced in the same round");
@@ -602,7 +650,7 @@ mod tests {
             initial_target: 6,
             ..config()
         });
-        a.tick(0);
+        a.handle_timeout(0);
         let names = created(&drain(&mut a));
         // e0..e3 run; e4, e5 pending. e0 runs 2 tasks, e1 idle since 10, e2 idle since 20,
         // e3 runs 1.
@@ -613,13 +661,13 @@ mod tests {
             &names[..4],
             ExecutorState::Running,
         );
-        a.on_load(10 * MS, 0, 3, [("e0", 2), ("e1", 0), ("e2", 1), ("e3", 1)]);
-        a.on_load(20 * MS, 0, 3, [("e0", 2), ("e1", 0), ("e2", 0), ("e3", 1)]);
+        a.handle_load(0, 3, [("e0", 2), ("e1", 0), ("e2", 1), ("e3", 1)], 10 * MS);
+        a.handle_load(0, 3, [("e0", 2), ("e1", 0), ("e2", 0), ("e3", 1)], 20 * MS);
         a.set_target(3);
-        a.tick(30 * MS);
+        a.handle_timeout(30 * MS);
         assert_eq!(deleted(&drain(&mut a)), vec!["e5", "e4", "e1"]);
         a.set_target(1);
-        a.tick(40 * MS);
+        a.handle_timeout(40 * MS);
         assert_eq!(
             deleted(&drain(&mut a)),
             vec!["e2", "e3"],
@@ -641,15 +689,26 @@ mod tests {
             }),
             ..config()
         });
-        a.on_load(0, 8, 0, []);
-        a.tick(0);
+        a.handle_load(8, 0, [], 0);
+        a.handle_timeout(0);
         let names = created(&drain(&mut a));
         report(&mut store, &mut a, MS, &names, ExecutorState::Running);
         // One task left on each: the target is 1, but neither is idle.
-        a.on_load(2 * MS, 0, 2, [("e0", 1), ("e1", 1)]);
-        a.tick(3 * MS);
+        a.handle_load(0, 2, [("e0", 1), ("e1", 1)], 2 * MS);
+        a.handle_timeout(3 * MS);
         assert_eq!(a.target(), 1);
         assert!(drain(&mut a).is_empty());
+        assert_eq!(
+            a.poll_timeout(),
+            None,
+            "over the target, but nothing idle to release"
+        );
+        a.handle_load(0, 1, [("e0", 0), ("e1", 1)], 4 * MS);
+        assert_eq!(
+            a.poll_timeout(),
+            Some(4 * MS),
+            "e0 is idle: released at once"
+        );
     }
 
     #[test]
@@ -661,18 +720,18 @@ mod tests {
             tasks_per_executor: 1,
             idle_timeout_us: 100 * MS,
         });
-        a.tick(0);
+        a.handle_timeout(0);
         assert_eq!(drain(&mut a), vec![AllocatorOutput::RequestTotal(1)]);
-        a.on_load(MS, 5, 0, []);
-        a.tick(MS);
+        a.handle_load(5, 0, [], MS);
+        a.handle_timeout(MS);
         assert_eq!(drain(&mut a), vec![AllocatorOutput::RequestTotal(3)]);
         let ids: Vec<String> = ["0", "1", "2"].map(String::from).to_vec();
         report(&mut store, &mut a, 2 * MS, &ids, ExecutorState::Running);
         assert_eq!(a.live(), 3, "adopted");
-        a.on_load(3 * MS, 0, 0, [("0", 0), ("1", 0), ("2", 0)]);
-        a.tick(50 * MS);
+        a.handle_load(0, 0, [("0", 0), ("1", 0), ("2", 0)], 3 * MS);
+        a.handle_timeout(50 * MS);
         assert_eq!(drain(&mut a), vec![AllocatorOutput::RequestTotal(1)]);
-        a.tick(103 * MS);
+        a.handle_timeout(103 * MS);
         assert_eq!(
             drain(&mut a),
             vec![AllocatorOutput::Delete(vec!["0".into(), "1".into()])],
@@ -698,7 +757,7 @@ mod tests {
         });
         let mut now = 0;
         for round in 0..4u64 {
-            a.tick(now);
+            a.handle_timeout(now);
             let names = created(&drain(&mut a));
             assert_eq!(names, vec![format!("e{round}")], "a replacement each time");
             report(&mut store, &mut a, now + MS, &names, ExecutorState::Running);
@@ -714,7 +773,7 @@ mod tests {
             matches!(out.as_slice(), [AllocatorOutput::Stop(reason)] if reason.contains("4 executors failed")),
             "{out:?}"
         );
-        a.tick(now);
+        a.handle_timeout(now);
         assert!(drain(&mut a).is_empty(), "nothing after stopping");
     }
 
@@ -725,14 +784,14 @@ mod tests {
             initial_target: 1,
             ..config()
         });
-        a.tick(0);
+        a.handle_timeout(0);
         let names = created(&drain(&mut a));
         report(&mut store, &mut a, MS, &names, ExecutorState::Running);
         store.replace_all(2 * MS, Vec::new());
-        a.on_snapshot(2 * MS, store.current());
+        a.handle_snapshot(store.current(), 2 * MS);
         assert_eq!(a.live(), 0);
         assert_eq!(a.stats().failures, 1);
-        a.tick(200 * MS);
+        a.handle_timeout(200 * MS);
         assert_eq!(created(&drain(&mut a)), vec!["e1"]);
     }
 
@@ -751,28 +810,28 @@ mod tests {
             ..config()
         });
         assert_eq!(a.target(), 1);
-        a.tick(0);
+        a.handle_timeout(0);
         let first = created(&drain(&mut a));
         assert_eq!(first, vec!["e0"]);
         report(&mut store, &mut a, MS, &first, ExecutorState::Running);
         // A backlog of 100 tasks: the target goes to the maximum.
-        a.on_load(2 * MS, 98, 2, []);
-        a.tick(100 * MS);
+        a.handle_load(98, 2, [], 2 * MS);
+        a.handle_timeout(100 * MS);
         assert_eq!(a.target(), 4);
         let more = created(&drain(&mut a));
         assert_eq!(more, vec!["e1", "e2", "e3"]);
         report(&mut store, &mut a, 110 * MS, &more, ExecutorState::Running);
         assert_eq!(a.stats().peak, 4);
         // 5 tasks left: target 3, but nobody is idle yet.
-        a.on_load(200 * MS, 1, 4, []);
-        a.tick(200 * MS);
+        a.handle_load(1, 4, [], 200 * MS);
+        a.handle_timeout(200 * MS);
         assert_eq!(a.target(), 3);
         assert!(drain(&mut a).is_empty());
         // All idle: only after the idle timeout, and never below min.
-        a.on_load(300 * MS, 0, 0, [("e0", 0), ("e1", 0), ("e2", 0), ("e3", 0)]);
-        a.tick(700 * MS);
+        a.handle_load(0, 0, [("e0", 0), ("e1", 0), ("e2", 0), ("e3", 0)], 300 * MS);
+        a.handle_timeout(700 * MS);
         assert!(drain(&mut a).is_empty(), "not idle long enough");
-        a.tick(800 * MS);
+        a.handle_timeout(800 * MS);
         assert_eq!(deleted(&drain(&mut a)).len(), 3);
         assert_eq!(a.live(), 1);
         report(

@@ -256,7 +256,7 @@ impl Lifecycle {
         }
         if let Some(allocator) = self.allocator.as_mut() {
             let load = self.registered.iter().map(|(n, r)| (n.as_str(), *r));
-            allocator.on_load(now_us, pending_tasks, running_tasks, load);
+            allocator.handle_load(pending_tasks, running_tasks, load, now_us);
         }
         let drained: Vec<String> = (self.draining.keys())
             .filter(|name| {
@@ -303,7 +303,7 @@ impl Lifecycle {
         let Some(allocator) = self.allocator.as_mut() else {
             return;
         };
-        allocator.tick(now_us);
+        allocator.handle_timeout(now_us);
         let mut decided = Vec::new();
         while let Some(output) = allocator.poll_output() {
             decided.push(output);
@@ -319,9 +319,9 @@ impl Lifecycle {
             debug_assert_eq!(delivery.subscriber, self.subscriber, "one subscriber");
             for snapshot in &delivery.snapshots {
                 if let Some(allocator) = self.allocator.as_mut().filter(|_| !self.frozen) {
-                    allocator.on_snapshot(now_us, snapshot);
+                    allocator.handle_snapshot(snapshot, now_us);
                 }
-                for (name, reason) in self.removals.on_snapshot(snapshot) {
+                for (name, reason) in self.removals.handle_snapshot(snapshot) {
                     self.draining.remove(&name);
                     self.stats.removed += 1;
                     self.outputs

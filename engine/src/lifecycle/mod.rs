@@ -66,7 +66,7 @@ impl Removals {
     }
 
     /// The removals `snapshot` calls for, in name order.
-    pub fn on_snapshot(&mut self, snapshot: &Snapshot) -> Vec<(String, RemovalReason)> {
+    pub fn handle_snapshot(&mut self, snapshot: &Snapshot) -> Vec<(String, RemovalReason)> {
         let mut out = Vec::new();
         for (name, state) in snapshot.executors.iter() {
             match removal_reason(state) {
@@ -109,7 +109,7 @@ mod tests {
         store.update(0, "a", ExecutorState::Running);
         store.update(0, "b", ExecutorState::Running);
         store.update(0, "c", ExecutorState::Running);
-        assert!(removals.on_snapshot(store.current()).is_empty());
+        assert!(removals.handle_snapshot(store.current()).is_empty());
         store.update(
             1,
             "a",
@@ -120,7 +120,7 @@ mod tests {
         );
         store.update(1, "b", ExecutorState::Deleted);
         assert_eq!(
-            removals.on_snapshot(store.current()),
+            removals.handle_snapshot(store.current()),
             vec![
                 (
                     "a".to_string(),
@@ -132,12 +132,12 @@ mod tests {
                 ("b".to_string(), RemovalReason::Killed),
             ]
         );
-        assert!(removals.on_snapshot(store.current()).is_empty(), "once");
+        assert!(removals.handle_snapshot(store.current()).is_empty(), "once");
         // A full sync prunes a and b and loses c without a trace.
         store.replace_all(2, Vec::new());
         store.replace_all(3, Vec::new());
         assert_eq!(
-            removals.on_snapshot(store.current()),
+            removals.handle_snapshot(store.current()),
             vec![("c".to_string(), RemovalReason::Killed)]
         );
     }

@@ -6,10 +6,10 @@
 //! A [`Scheduler`] has no IO, no threads and no clock. The driver feeds it events, each with the
 //! current time `now_us` (microseconds on any monotonic clock the driver likes):
 //!
-//! - [`Scheduler::register_executor`] / [`Scheduler::remove_executor`]: executors come and go;
-//! - [`Scheduler::submit_job`] / [`Scheduler::cancel_job`] / [`Scheduler::kill_task`]: work;
-//! - [`Scheduler::status_update`]: what executors report about task attempts;
-//! - [`Scheduler::tick`]: time passed (call it at [`Scheduler::poll_timeout`] at the latest).
+//! - [`Scheduler::handle_register`] / [`Scheduler::handle_remove`]: executors come and go;
+//! - [`Scheduler::handle_submit`] / [`Scheduler::handle_cancel`] / [`Scheduler::handle_kill`]: work;
+//! - [`Scheduler::handle_status`]: what executors report about task attempts;
+//! - [`Scheduler::handle_timeout`]: time passed (call it at [`Scheduler::poll_timeout`] at the latest).
 //!
 //! and drains what it must do with [`Scheduler::poll_output`]: [`Output::Launch`] batches (one
 //! per executor per call), [`Output::Kill`] requests, one [`Output::TaskResult`] per submitted
@@ -70,7 +70,7 @@
 //! that once an executor has been turned away for locality the wait keeps running until the job
 //! has nothing queued, so a free core never idles longer than the sum of the waits while a job
 //! has work for it (Spark's legacy rule could idle it for as long as local launches kept coming).
-//! The driver calls [`Scheduler::tick`] at [`Scheduler::poll_timeout`].
+//! The driver calls [`Scheduler::handle_timeout`] at [`Scheduler::poll_timeout`].
 //!
 //! Valid levels come from the executors registered now (Spark's `computeValidLocalityLevels`,
 //! "skip unsatisfiable locality levels", SPARK-16106): the executor level while some queued
@@ -110,7 +110,7 @@
 //!
 //! An executor whose connection closes is removed as lost before anyone knows why; the cluster
 //! manager's exit reason usually comes later. The scheduler remembers the attempts of the last
-//! 1024 executors removed as lost, and [`Scheduler::remove_executor`] with a later
+//! 1024 executors removed as lost, and [`Scheduler::handle_remove`] with a later
 //! reason that blames the app charges them then (once), so a task that crashes every executor
 //! it runs on fails its job after `max_failures` crashes instead of looping.
 //!
@@ -127,7 +127,7 @@
 //!
 //! # Speculation
 //!
-//! With [`SpeculationConfig`] (on by default; per job with [`JobSpec::speculation`]), `tick`
+//! With [`SpeculationConfig`] (on by default; per job with [`JobSpec::speculation`]), `handle_timeout`
 //! looks for stragglers: once `max(floor(quantile x tasks), 1)` of a job's tasks succeeded
 //! (Spark's `minFinishedForSpeculation`), a task running longer than `multiplier` times their
 //! median run gets one copy on another executor (every straggler not running on the offered
@@ -362,7 +362,7 @@ struct Gone {
 const OFFER_JOBS_MAX: usize = 64;
 
 /// How long an executor whose assignment stopped at [`OFFER_JOBS_MAX`] waits at most before
-/// it is offered again (by [`Scheduler::tick`]; any new work brings it back sooner).
+/// it is offered again (by [`Scheduler::handle_timeout`]; any new work brings it back sooner).
 const OFFER_DEFER_US: u64 = 1_000;
 
 /// What one assignment to an executor did.
@@ -578,7 +578,7 @@ impl Scheduler {
     /// attempts go on (Spark's decommissioning; the lifecycle deletes it once they end). A
     /// state of its own, apart from exclusion and stalls: it never ends, only the removal
     /// follows. Returns false if it is not registered.
-    pub fn drain_executor(&mut self, id: ExecutorId) -> bool {
+    pub fn handle_drain(&mut self, id: ExecutorId) -> bool {
         let Some(slot) = self.book.slot_of(id) else {
             return false;
         };
@@ -590,7 +590,7 @@ impl Scheduler {
         true
     }
 
-    /// Whether a registered executor is draining ([`Scheduler::drain_executor`]).
+    /// Whether a registered executor is draining ([`Scheduler::handle_drain`]).
     pub fn executor_draining(&self, id: ExecutorId) -> Option<bool> {
         Some(self.book.get(self.book.slot_of(id)?)?.draining)
     }
@@ -735,7 +735,7 @@ impl Scheduler {
         })
     }
 
-    /// The earliest time `tick` has work to do (a locality wait ending, a speculation check, an
+    /// The earliest time `handle_timeout` has work to do (a locality wait ending, a speculation check, an
     /// exclusion expiring, an unschedulable job timing out), if any. O(log jobs): the driver
     /// may ask after every input.
     pub fn poll_timeout(&self) -> Option<u64> {
@@ -803,7 +803,7 @@ impl Scheduler {
     // ----- inputs -----
 
     /// Registers an executor, or refuses it (duplicate id, excluded host, zero cores, full).
-    pub fn register_executor(&mut self, now_us: u64, info: ExecutorInfo) -> Result<(), Refusal> {
+    pub fn handle_register(&mut self, info: ExecutorInfo, now_us: u64) -> Result<(), Refusal> {
         if self.book.slot_of(info.id).is_some() {
             return Err(Refusal::DuplicateId(info.id));
         }
@@ -868,7 +868,7 @@ impl Scheduler {
     /// blames the application, the attempts it held then are charged now (once), so a task
     /// that crashes every executor it runs on fails its job after `max_failures` crashes
     /// instead of looping (issue 14 item 7). That call also returns false.
-    pub fn remove_executor(&mut self, now_us: u64, id: ExecutorId, reason: RemovalReason) -> bool {
+    pub fn handle_remove(&mut self, id: ExecutorId, reason: RemovalReason, now_us: u64) -> bool {
         if !self.remove_executor_inner(now_us, id, &reason) {
             if reason.caused_by_app() {
                 self.late_exit_reason(now_us, id, &reason);
@@ -939,7 +939,7 @@ impl Scheduler {
     }
 
     /// Charges a late exit reason that blames the application to the attempts a lost executor
-    /// held (see [`Scheduler::remove_executor`]).
+    /// held (see [`Scheduler::handle_remove`]).
     fn late_exit_reason(&mut self, now_us: u64, id: ExecutorId, reason: &RemovalReason) {
         let Some(pos) = self.gone.iter().position(|g| g.id == id) else {
             return;
@@ -987,21 +987,21 @@ impl Scheduler {
 
     /// Accepts a job, or refuses it without side effects. A job with a task payload over
     /// `payload_max_bytes` is accepted and fails at once (its outcome names the limit).
-    pub fn submit_job(&mut self, now_us: u64, spec: JobSpec) -> Result<JobId, SubmitError> {
+    pub fn handle_submit(&mut self, spec: JobSpec, now_us: u64) -> Result<JobId, SubmitError> {
         let id = JobId(self.next_job);
-        self.submit_job_with_id(now_us, id, spec)?;
+        self.handle_submit_with_id(id, spec, now_us)?;
         Ok(id)
     }
 
-    /// [`submit_job`](Self::submit_job) with an id the caller chose (a driver whose callers
+    /// [`handle_submit`](Self::handle_submit) with an id the caller chose (a driver whose callers
     /// allocate ids so that submitting never waits for the scheduler). The id must be below
     /// 2^32 (it is the high half of its tasks' [`TaskId`]s) and not belong to an active job;
-    /// later [`submit_job`](Self::submit_job) calls pick ids above it. FIFO order is id order.
-    pub fn submit_job_with_id(
+    /// later [`handle_submit`](Self::handle_submit) calls pick ids above it. FIFO order is id order.
+    pub fn handle_submit_with_id(
         &mut self,
-        now_us: u64,
         id: JobId,
         spec: JobSpec,
+        now_us: u64,
     ) -> Result<(), SubmitError> {
         self.check_submission(id, &spec)?;
         let n = spec.tasks.len();
@@ -1049,7 +1049,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The refusals of [`submit_job_with_id`](Self::submit_job_with_id), checked before any
+    /// The refusals of [`handle_submit_with_id`](Self::handle_submit_with_id), checked before any
     /// side effect: a taken or too-large id, too many tasks, jobs or pending tasks, a task
     /// asking for zero cores.
     fn check_submission(&self, id: JobId, spec: &JobSpec) -> Result<(), SubmitError> {
@@ -1249,7 +1249,7 @@ impl Scheduler {
 
     /// Cancels a job: its running attempts are killed, its pending tasks dropped, each task and
     /// the job reported (cancelled) once. Returns false if the job is unknown or already ended.
-    pub fn cancel_job(&mut self, now_us: u64, job: JobId) -> bool {
+    pub fn handle_cancel(&mut self, job: JobId, now_us: u64) -> bool {
         let Some(&slot) = self.job_slots.get(&job.0) else {
             return false;
         };
@@ -1260,9 +1260,9 @@ impl Scheduler {
     }
 
     /// Fails a job now for `reason` (its deadline passed, say): like
-    /// [`cancel_job`](Self::cancel_job), but the outcome is `Failed([reason])`. Returns false if
+    /// [`handle_cancel`](Self::handle_cancel), but the outcome is `Failed([reason])`. Returns false if
     /// the job is unknown or already ended.
-    pub fn fail_job(&mut self, now_us: u64, job: JobId, reason: &str) -> bool {
+    pub fn handle_fail(&mut self, job: JobId, reason: &str, now_us: u64) -> bool {
         let Some(&slot) = self.job_slots.get(&job.0) else {
             return false;
         };
@@ -1274,7 +1274,7 @@ impl Scheduler {
 
     /// Kills a task for good: its running attempts are killed, it is reported failed ("killed:
     /// reason") and its job will fail. Returns false if the task is unknown or already final.
-    pub fn kill_task(&mut self, now_us: u64, task: TaskId, reason: &str) -> bool {
+    pub fn handle_kill(&mut self, task: TaskId, reason: &str, now_us: u64) -> bool {
         let Some(&slot) = self.job_slots.get(&task.job().0) else {
             return false;
         };
@@ -1321,14 +1321,18 @@ impl Scheduler {
 
     /// Handles a status report from an executor. Unknown, stale and duplicate reports are
     /// ignored (and counted).
-    pub fn status_update(&mut self, now_us: u64, update: StatusUpdate) {
-        self.status_updates(now_us, std::iter::once(update));
+    pub fn handle_status(&mut self, update: StatusUpdate, now_us: u64) {
+        self.handle_statuses(std::iter::once(update), now_us);
     }
 
     /// Handles a batch of status reports (an executor's frame of them, say), then makes offers
     /// once: the slots they free are filled in one pass, so their launches leave as one
     /// `Launch` per executor. Unknown, stale and duplicate reports are ignored (and counted).
-    pub fn status_updates(&mut self, now_us: u64, updates: impl IntoIterator<Item = StatusUpdate>) {
+    pub fn handle_statuses(
+        &mut self,
+        updates: impl IntoIterator<Item = StatusUpdate>,
+        now_us: u64,
+    ) {
         let mut ended = false;
         for update in updates {
             ended |= self.apply_update(now_us, update);
@@ -1449,7 +1453,7 @@ impl Scheduler {
 
     /// Time passed: widens locality levels, ends exclusions, looks for stragglers, fails
     /// unschedulable jobs, and makes offers.
-    pub fn tick(&mut self, now_us: u64) {
+    pub fn handle_timeout(&mut self, now_us: u64) {
         let mut new_work = self.widen_due(now_us);
         if now_us >= self.next_expiry_us {
             self.expire_exclusions(now_us);
@@ -1477,7 +1481,7 @@ impl Scheduler {
 
     /// Executor `id` sent something at `now_us` that is not a status update (a heartbeat):
     /// a suspected executor is trusted again (see `hedge.rs`).
-    pub fn executor_heard(&mut self, now_us: u64, id: ExecutorId) {
+    pub fn handle_heard(&mut self, id: ExecutorId, now_us: u64) {
         let Some(slot) = self.book.slot_of(id) else {
             return;
         };

@@ -12,7 +12,7 @@ use bytes::Bytes;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExecutorId(pub u64);
 
-/// A job's identity, assigned by [`super::Scheduler::submit_job`]; never reused.
+/// A job's identity, assigned by [`super::Scheduler::handle_submit`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId(pub u64);
 
@@ -362,7 +362,7 @@ pub enum SubmitError {
     #[error("task {0} asks for zero cores")]
     ZeroCores(u32),
     /// A job with this id is active already (ids chosen by the caller,
-    /// [`super::Scheduler::submit_job_with_id`]).
+    /// [`super::Scheduler::handle_submit_with_id`]).
     #[error("job id {0:?} is in use")]
     DuplicateJob(JobId),
 }
@@ -423,7 +423,7 @@ pub enum JobOutcome {
     Succeeded(Vec<Bytes>),
     /// At least one task failed for good (or was killed); the reasons.
     Failed(Vec<String>),
-    /// Cancelled by [`super::Scheduler::cancel_job`].
+    /// Cancelled by [`super::Scheduler::handle_cancel`].
     Cancelled,
 }
 
@@ -512,7 +512,7 @@ pub struct SpeculationConfig {
     pub quantile: f64,
     /// Never speculate tasks that have run less than this.
     pub min_runtime_us: u64,
-    /// How often `tick` looks for stragglers.
+    /// How often `handle_timeout` looks for stragglers.
     pub interval_us: u64,
     /// A task is also a straggler, whatever the quantile, when it has run longer than this (and
     /// than `multiplier` times its job's median so far, if any task succeeded) while its executor

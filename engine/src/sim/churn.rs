@@ -150,7 +150,7 @@ impl Sim {
             let Some(&id) = c.ids.get(&name) else {
                 return self.fail(format!("drain of unknown executor {name}"));
             };
-            if !self.sched.drain_executor(id) {
+            if !self.sched.handle_drain(id) {
                 return self.fail(format!("drain of unregistered {id:?}"));
             }
             if let Some(e) = self.execs.get_mut(&id) {

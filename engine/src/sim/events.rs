@@ -15,7 +15,7 @@ impl Sim {
             return Ok(false);
         }
         let info = e.info.clone();
-        match self.sched.register_executor(now, info) {
+        match self.sched.handle_register(info, now) {
             Ok(()) => {
                 if let Some(e) = self.execs.get_mut(&id) {
                     e.alive = true;
@@ -52,7 +52,7 @@ impl Sim {
             return Ok(false);
         }
         let info = e.info.clone();
-        match self.sched.register_executor(now, info) {
+        match self.sched.handle_register(info, now) {
             Err(Refusal::DuplicateId(d)) if d == id => self.report.refusals += 1,
             other => return self.fail(format!("duplicate registration of {id:?}: {other:?}")),
         }
@@ -102,7 +102,7 @@ impl Sim {
             }
         }
         let registered = self.execs.get(&id).is_some_and(|e| e.registered);
-        let removed = self.sched.remove_executor(now, id, reason);
+        let removed = self.sched.handle_remove(id, reason, now);
         if removed != registered {
             return self.fail(format!(
                 "remove_executor({id:?}) returned {removed}, registered = {registered}"
@@ -124,7 +124,7 @@ impl Sim {
         };
         let spec = job.spec.clone();
         let n = spec.tasks.len() as u64;
-        match self.sched.submit_job(now, spec) {
+        match self.sched.handle_submit(spec, now) {
             Ok(id) => {
                 self.job_index.insert(id, j);
                 if let Some(job) = self.jobs.get_mut(j) {
@@ -148,7 +148,7 @@ impl Sim {
             return Ok(false);
         };
         let open = self.jobs.get(j).is_some_and(|job| job.outcome.is_none());
-        let accepted = self.sched.cancel_job(now, id);
+        let accepted = self.sched.handle_cancel(id, now);
         if accepted != open {
             return self.fail(format!(
                 "cancel_job({id:?}) returned {accepted} but the job is open: {open}"
@@ -168,7 +168,7 @@ impl Sim {
         };
         let task = TaskId::new(id, i);
         let open = !self.results.contains_key(&task);
-        let killed = self.sched.kill_task(now, task, "user request");
+        let killed = self.sched.handle_kill(task, "user request", now);
         if killed != open {
             return self.fail(format!(
                 "kill_task({task}) returned {killed} but task open = {open}"

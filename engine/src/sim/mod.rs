@@ -418,7 +418,7 @@ impl Sim {
         if self.verbose {
             eprintln!("{:>9} tick", self.now_us);
         }
-        self.sched.tick(self.now_us);
+        self.sched.handle_timeout(self.now_us);
     }
 
     fn open_jobs(&self) -> usize {
@@ -535,7 +535,7 @@ impl Sim {
                 }
             }
         }
-        self.sched.status_update(self.now_us, update);
+        self.sched.handle_status(update, self.now_us);
         if lost {
             // The scheduler treats a LOST task as its executor lost.
             if self.sched.executor_cores(id).is_some() {

@@ -309,7 +309,7 @@ impl AppEndpoint {
     fn on_step(&mut self, step: Step) -> Result<(), String> {
         if step.opened {
             if let Some(out) = self.link.outbound() {
-                self.session.on_open(out);
+                self.session.handle_open(out);
             }
             // The master accepts an application once the handshake is done.
             self.link.established();
@@ -323,7 +323,7 @@ impl AppEndpoint {
             let session = &mut self.session;
             let mut result = Ok(());
             self.shared
-                .update(|info| result = session.on_message(message, info, &mut out));
+                .update(|info| result = session.handle_message(message, info, &mut out));
             if let Some(link_out) = self.link.outbound() {
                 link_out.extend_from_slice(&out);
             }

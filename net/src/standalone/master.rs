@@ -148,7 +148,7 @@ impl MasterHandle {
                         dir.display()
                     );
                 }
-                master.recover(0, recovered.workers, recovered.apps);
+                master.handle_recover(recovered.workers, recovered.apps, 0);
                 Some(journal)
             }
         };
@@ -322,7 +322,7 @@ impl Endpoint for MasterEndpoint {
 
     fn on_timer(&mut self, _timer: TimerId, ctx: &mut Ctx<'_, Self>) {
         let now_us = self.now_us();
-        self.core.handle_tick(now_us);
+        self.core.handle_timeout(now_us);
         self.pump();
         self.sockets.release(ctx);
     }

@@ -49,7 +49,7 @@ pub struct CoreConfig {
     pub apps_connections_max: usize,
     /// Largest frame sent.
     pub frame_size_max: usize,
-    /// How often the endpoint should call [`MasterCore::handle_tick`], in µs.
+    /// How often the endpoint should call [`MasterCore::handle_timeout`], in µs.
     pub tick_period_us: u64,
     /// Whom the master lets in and the bounds of its peer table.
     pub peers: PeersConfig,
@@ -161,9 +161,9 @@ impl MasterCore {
 
     /// Time passed: the state machine's deadlines (heartbeats, launches, recovery) and the
     /// peer table's (handshakes, registrations, idle clients).
-    pub fn handle_tick(&mut self, now_us: u64) {
+    pub fn handle_timeout(&mut self, now_us: u64) {
         self.last_tick_us = now_us;
-        self.master.tick(now_us);
+        self.master.handle_timeout(now_us);
         self.peers.handle_timeout(now_us);
         self.forget_gone();
         self.drive();
@@ -202,9 +202,9 @@ impl MasterCore {
         );
     }
 
-    /// When the core wants its next [`MasterCore::handle_tick`], in µs.
-    pub fn poll_timeout(&self) -> u64 {
-        self.last_tick_us.saturating_add(self.config.tick_period_us)
+    /// When the core wants its next [`MasterCore::handle_timeout`], in µs.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        Some(self.last_tick_us.saturating_add(self.config.tick_period_us))
     }
 
     /// Frames for a peer, in order (poll [`MasterCore::poll_record`] first).
@@ -287,11 +287,11 @@ impl MasterCore {
                 self.workers.remove(&id);
                 tracing::warn!("worker {id} disconnected: {why}");
                 let reason = format!("its connection ended: {why}");
-                self.master.worker_lost(&id, &reason);
+                self.master.handle_worker_lost(&id, &reason);
             }
             Some(Phase::App(id)) if self.apps.get(&id) == Some(&peer) => {
                 self.apps.remove(&id);
-                self.master.app_disconnected(&id);
+                self.master.handle_app_disconnected(&id);
             }
             _ => {
                 if !matches!(why, ConnError::Closed) {
@@ -319,7 +319,7 @@ impl MasterCore {
                 self.register_worker(peer, &m, now_us)
             }
             (Some(Phase::Worker(id)), Message::WorkerHeartbeat { .. }) => {
-                if self.master.worker_heartbeat(now_us, &id) {
+                if self.master.handle_worker_heartbeat(&id, now_us) {
                     // The ack lets the worker notice a master it can no longer reach.
                     self.send(peer, &Message::HeartbeatAck {});
                     Ok(())
@@ -330,7 +330,7 @@ impl MasterCore {
                 }
             }
             (Some(Phase::Worker(id)), m @ Message::ExecutorStateChanged { .. }) => {
-                self.executor_state_changed(&id, &m);
+                self.handle_executor_state(&id, &m);
                 Ok(())
             }
             (Some(Phase::Registering(Role::Driver)), Message::RegisterApplication { app }) => {
@@ -380,7 +380,7 @@ impl MasterCore {
             memory_mb,
         };
         let registered = if crate::standalone::worker::valid_id(&spec.id) {
-            self.master.worker_registered(now_us, spec.clone())
+            self.master.handle_worker_registered(spec.clone(), now_us)
         } else {
             Err(format!(
                 "worker id {:?} is not 1 to {} letters, digits, '-', '_' or '.'",
@@ -411,7 +411,7 @@ impl MasterCore {
         Ok(())
     }
 
-    fn executor_state_changed(&mut self, worker: &str, message: &Message<'_>) {
+    fn handle_executor_state(&mut self, worker: &str, message: &Message<'_>) {
         let &Message::ExecutorStateChanged {
             app_id,
             executor_id,
@@ -423,9 +423,10 @@ impl MasterCore {
             return;
         };
         if state == wire::ProcessState::Running && message == REATTACH_MESSAGE {
-            self.master.executor_reattached(worker, app_id, executor_id);
+            self.master
+                .handle_executor_reattached(worker, app_id, executor_id);
         } else {
-            self.master.executor_state_changed(
+            self.master.handle_executor_state(
                 worker,
                 app_id,
                 executor_id,
@@ -452,7 +453,7 @@ impl MasterCore {
                 spec.name
             );
         }
-        match self.master.app_registered(now_us, spec.clone()) {
+        match self.master.handle_app_registered(spec.clone(), now_us) {
             Ok(app_id) => {
                 self.records
                     .push_back(Record::AppRegistered(app_id.clone(), spec.clone()));
@@ -482,7 +483,7 @@ impl MasterCore {
         total: u32,
         now_us: u64,
     ) -> Result<(), ConnError> {
-        if let Err(reason) = self.master.app_reconnected(now_us, app_id) {
+        if let Err(reason) = self.master.handle_app_reconnected(app_id, now_us) {
             self.send(
                 peer,
                 &Message::ApplicationRemoved {
@@ -500,28 +501,28 @@ impl MasterCore {
             }
         }
         self.set_phase(peer, Phase::App(app_id.to_owned()));
-        self.request_executors(app_id, total);
+        self.handle_request_executors(app_id, total);
         Ok(())
     }
 
     /// A registered application's request (its id already checked).
     fn app_message(&mut self, id: &str, message: Message<'_>) {
         match message {
-            Message::RequestExecutors { total, .. } => self.request_executors(id, total),
+            Message::RequestExecutors { total, .. } => self.handle_request_executors(id, total),
             Message::KillExecutors { executor_ids, .. } => {
                 let ids: Vec<&str> = executor_ids.iter().collect();
-                self.master.kill_executors(id, &ids);
+                self.master.handle_kill_executors(id, &ids);
             }
             Message::UnregisterApplication { .. } => {
                 tracing::info!("application {id} unregistered");
-                self.master.app_unregistered(id);
+                self.master.handle_app_unregistered(id);
             }
             _ => {}
         }
     }
 
-    fn request_executors(&mut self, app_id: &str, total: u32) {
-        if self.master.request_executors(app_id, total) {
+    fn handle_request_executors(&mut self, app_id: &str, total: u32) {
+        if self.master.handle_request_executors(app_id, total) {
             self.records
                 .push_back(Record::ExecutorsRequested(app_id.to_owned(), total));
         }

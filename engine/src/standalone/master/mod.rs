@@ -6,12 +6,12 @@
 //! A [`Master`] has no IO and no clock. The IO layer feeds it events with the current time
 //! `now_us` (any monotonic clock in microseconds):
 //!
-//! - [`Master::worker_registered`], [`Master::worker_heartbeat`], [`Master::worker_lost`]: workers;
-//! - [`Master::app_registered`], [`Master::app_reconnected`], [`Master::app_unregistered`],
-//!   [`Master::app_disconnected`], [`Master::request_executors`], [`Master::kill_executors`]:
+//! - [`Master::handle_worker_registered`], [`Master::handle_worker_heartbeat`], [`Master::handle_worker_lost`]: workers;
+//! - [`Master::handle_app_registered`], [`Master::handle_app_reconnected`], [`Master::handle_app_unregistered`],
+//!   [`Master::handle_app_disconnected`], [`Master::handle_request_executors`], [`Master::handle_kill_executors`]:
 //!   applications;
-//! - [`Master::executor_state_changed`], [`Master::executor_reattached`]: what workers report;
-//! - [`Master::tick`]: time passed (expires silent workers, ends recovery);
+//! - [`Master::handle_executor_state`], [`Master::handle_executor_reattached`]: what workers report;
+//! - [`Master::handle_timeout`]: time passed (expires silent workers, ends recovery);
 //!
 //! and drains what it must do with [`Master::poll_output`].
 //!
@@ -35,12 +35,12 @@
 //!
 //! # Recovery
 //!
-//! After a restart, [`Master::recover`] takes the journaled workers and applications: workers are
+//! After a restart, [`Master::handle_recover`] takes the journaled workers and applications: workers are
 //! UNKNOWN and applications disconnected until they come back. Nothing is placed until every one
-//! of them came back or `recovery_timeout_us` passed (checked on [`Master::tick`], so the
+//! of them came back or `recovery_timeout_us` passed (checked on [`Master::handle_timeout`], so the
 //! executors a worker reports right after registering are adopted first); then the ones still
 //! missing are removed.
-//! Workers report executors that kept running ([`Master::executor_reattached`]) and the master
+//! Workers report executors that kept running ([`Master::handle_executor_reattached`]) and the master
 //! adopts them instead of placing new ones.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -224,7 +224,12 @@ impl Master {
     }
 
     /// Loads journaled state after a restart (see the module docs). Call before anything else.
-    pub fn recover(&mut self, now_us: u64, workers: Vec<WorkerSpec>, apps: Vec<RecoveredApp>) {
+    pub fn handle_recover(
+        &mut self,
+        workers: Vec<WorkerSpec>,
+        apps: Vec<RecoveredApp>,
+        now_us: u64,
+    ) {
         self.now_us = self.now_us.max(now_us);
         if workers.is_empty() && apps.is_empty() {
             return;
@@ -268,7 +273,11 @@ impl Master {
 
     /// A worker registers. Refused (with the reason) when a worker with its id is alive, or
     /// when the master knows too many workers.
-    pub fn worker_registered(&mut self, now_us: u64, spec: WorkerSpec) -> Result<(), String> {
+    pub fn handle_worker_registered(
+        &mut self,
+        spec: WorkerSpec,
+        now_us: u64,
+    ) -> Result<(), String> {
         self.now_us = self.now_us.max(now_us);
         if spec.id.is_empty() {
             return Err("empty worker id".into());
@@ -310,7 +319,7 @@ impl Master {
     }
 
     /// A worker heartbeats. False if it is not alive here (it should register again).
-    pub fn worker_heartbeat(&mut self, now_us: u64, worker: &str) -> bool {
+    pub fn handle_worker_heartbeat(&mut self, worker: &str, now_us: u64) -> bool {
         match self.workers.get_mut(worker) {
             Some(w) if w.state == WorkerState::Alive => {
                 w.last_heard_us = now_us;
@@ -321,7 +330,7 @@ impl Master {
     }
 
     /// A worker is gone (its connection ended, or the IO layer knows otherwise).
-    pub fn worker_lost(&mut self, worker: &str, reason: &str) {
+    pub fn handle_worker_lost(&mut self, worker: &str, reason: &str) {
         self.remove_worker(worker, reason);
         self.schedule();
     }
@@ -375,8 +384,31 @@ impl Master {
         self.prune_dead(self.config.workers_max);
     }
 
+    /// When [`Master::handle_timeout`] next has something to do: the first alive worker's
+    /// heartbeat deadline, the first launch's deadline, the end of recovery; `None` when
+    /// nothing waits on time. O(workers + executors).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let worker_timeout = self.config.worker_timeout_us;
+        let workers = (self.workers.values())
+            .filter(|w| w.state == WorkerState::Alive)
+            .map(|w| {
+                w.last_heard_us
+                    .saturating_add(worker_timeout)
+                    .saturating_add(1)
+            });
+        let launch_timeout = self.config.launch_timeout_us;
+        let launches = (self.apps.values())
+            .flat_map(|a| a.executors.values())
+            .filter(|e| launch_timeout > 0 && e.state == ProcessState::Launching)
+            .map(|e| e.placed_us.saturating_add(launch_timeout).saturating_add(1));
+        workers
+            .chain(launches)
+            .chain(self.recovering_until_us)
+            .min()
+    }
+
     /// Time passed: expires silent workers, ends recovery when its time is up.
-    pub fn tick(&mut self, now_us: u64) {
+    pub fn handle_timeout(&mut self, now_us: u64) {
         self.now_us = self.now_us.max(now_us);
         let timeout = self.config.worker_timeout_us;
         let silent: Vec<String> = self
@@ -462,7 +494,7 @@ impl Master {
     }
 
     /// An application registers; returns its id.
-    pub fn app_registered(&mut self, now_us: u64, spec: AppSpec) -> Result<String, String> {
+    pub fn handle_app_registered(&mut self, spec: AppSpec, now_us: u64) -> Result<String, String> {
         self.now_us = self.now_us.max(now_us);
         let _ = now_us;
         let active = self.apps.values().filter(|a| a.is_active()).count();
@@ -494,7 +526,7 @@ impl Master {
     }
 
     /// An application's driver is back (after a master restart or a lost connection).
-    pub fn app_reconnected(&mut self, now_us: u64, app: &str) -> Result<(), String> {
+    pub fn handle_app_reconnected(&mut self, app: &str, now_us: u64) -> Result<(), String> {
         self.now_us = self.now_us.max(now_us);
         match self.apps.get_mut(app) {
             Some(a) if a.is_active() => {
@@ -508,17 +540,17 @@ impl Master {
     }
 
     /// An application unregistered: it finished.
-    pub fn app_unregistered(&mut self, app: &str) {
+    pub fn handle_app_unregistered(&mut self, app: &str) {
         self.remove_app(app, AppState::Finished, "the application unregistered");
     }
 
     /// An application's driver connection ended: as in Spark, it is finished.
-    pub fn app_disconnected(&mut self, app: &str) {
+    pub fn handle_app_disconnected(&mut self, app: &str) {
         self.remove_app(app, AppState::Finished, "the driver disconnected");
     }
 
     /// An application asks for `total` executors in all.
-    pub fn request_executors(&mut self, app: &str, total: u32) -> bool {
+    pub fn handle_request_executors(&mut self, app: &str, total: u32) -> bool {
         let Some(a) = self.apps.get_mut(app).filter(|a| a.is_active()) else {
             return false;
         };
@@ -528,7 +560,7 @@ impl Master {
     }
 
     /// An application asks to kill some of its executors.
-    pub fn kill_executors(&mut self, app: &str, executors: &[&str]) -> bool {
+    pub fn handle_kill_executors(&mut self, app: &str, executors: &[&str]) -> bool {
         let Some(a) = self.apps.get_mut(app).filter(|a| a.is_active()) else {
             return false;
         };
@@ -569,7 +601,7 @@ impl Master {
 
     /// A worker reports an executor's state. Reports about executors the master does not place
     /// on that worker are ignored.
-    pub fn executor_state_changed(
+    pub fn handle_executor_state(
         &mut self,
         worker: &str,
         app: &str,
@@ -639,7 +671,7 @@ impl Master {
     /// A worker that registered again reports an executor of `app` still running on it. The
     /// master adopts it if it placed it before a restart and has not seen it end; otherwise it
     /// tells the worker to kill it. Returns whether it was adopted.
-    pub fn executor_reattached(&mut self, worker: &str, app: &str, executor: &str) -> bool {
+    pub fn handle_executor_reattached(&mut self, worker: &str, app: &str, executor: &str) -> bool {
         let alive = self.is_worker_alive(worker);
         let number = executor.parse::<u64>().ok();
         let adoptable = match (self.apps.get(app), number) {

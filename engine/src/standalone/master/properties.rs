@@ -52,34 +52,34 @@ proptest! {
         for op in ops {
             match op {
                 Op::RegisterWorker(w, cores, memory_mb) => {
-                    let _ = m.worker_registered(now, WorkerSpec {
+                    let _ = m.handle_worker_registered(WorkerSpec {
                         id: format!("w{w}"), host: "h".into(), port: 1, cores, memory_mb,
-                    });
+                    }, now);
                 }
-                Op::LoseWorker(w) => m.worker_lost(&format!("w{w}"), "test"),
-                Op::Heartbeat(w) => { m.worker_heartbeat(now, &format!("w{w}")); }
-                Op::Advance(us) => { now += us; m.tick(now); }
+                Op::LoseWorker(w) => m.handle_worker_lost(&format!("w{w}"), "test"),
+                Op::Heartbeat(w) => { m.handle_worker_heartbeat(&format!("w{w}"), now); }
+                Op::Advance(us) => { now += us; m.handle_timeout(now); }
                 Op::RegisterApp(cores, max_cores, memory_mb) => {
-                    if let Ok(id) = m.app_registered(now, AppSpec {
+                    if let Ok(id) = m.handle_app_registered(AppSpec {
                         cores_per_executor: cores, max_cores, memory_mb, ..AppSpec::default()
-                    }) {
+                    }, now) {
                         apps.push(id);
                     }
                 }
                 Op::UnregisterApp(a) => {
-                    if let Some(app) = apps.get(a as usize) { m.app_unregistered(app); }
+                    if let Some(app) = apps.get(a as usize) { m.handle_app_unregistered(app); }
                 }
                 Op::Request(a, n) => {
-                    if let Some(app) = apps.get(a as usize) { m.request_executors(app, n); }
+                    if let Some(app) = apps.get(a as usize) { m.handle_request_executors(app, n); }
                 }
                 Op::Kill(a, e) => {
-                    if let Some(app) = apps.get(a as usize) { m.kill_executors(app, &[&e.to_string()]); }
+                    if let Some(app) = apps.get(a as usize) { m.handle_kill_executors(app, &[&e.to_string()]); }
                 }
                 Op::Report(a, e, s) => {
                     if let Some(app) = apps.get(a as usize) {
                         let executor = e.to_string();
                         if let Some(worker) = placed.get(&(app.clone(), executor.clone())) {
-                            m.executor_state_changed(worker, app, &executor, STATES[s as usize], "x", Some(1));
+                            m.handle_executor_state(worker, app, &executor, STATES[s as usize], "x", Some(1));
                         }
                     }
                 }

@@ -70,9 +70,11 @@ fn an_app_without_a_maximum_gets_the_default_cores_and_leaves_the_rest_to_others
         },
         "app",
     );
-    m.worker_registered(0, worker("w1", 2, 1000)).expect("w1");
-    m.worker_registered(0, worker("w2", 2, 1000)).expect("w2");
-    let greedy = m.app_registered(0, app(1, 0, 0)).expect("greedy");
+    m.handle_worker_registered(worker("w1", 2, 1000), 0)
+        .expect("w1");
+    m.handle_worker_registered(worker("w2", 2, 1000), 0)
+        .expect("w2");
+    let greedy = m.handle_app_registered(app(1, 0, 0), 0).expect("greedy");
     assert_eq!(launches(&drain(&mut m)).len(), 2);
     let status = m.status();
     assert!(
@@ -82,7 +84,7 @@ fn an_app_without_a_maximum_gets_the_default_cores_and_leaves_the_rest_to_others
         "{:?}",
         status.apps[0]
     );
-    let other = m.app_registered(0, app(1, 2, 0)).expect("other");
+    let other = m.handle_app_registered(app(1, 2, 0), 0).expect("other");
     assert_eq!(launches(&drain(&mut m)).len(), 2);
     let status = m.status();
     let granted = |id: &str| {
@@ -98,8 +100,9 @@ fn an_app_without_a_maximum_gets_the_default_cores_and_leaves_the_rest_to_others
 #[test]
 fn a_request_no_worker_can_fit_says_so() {
     let mut m = master(true);
-    m.worker_registered(0, worker("w1", 2, 1000)).expect("w1");
-    m.app_registered(0, app(4, 4, 0)).expect("app");
+    m.handle_worker_registered(worker("w1", 2, 1000), 0)
+        .expect("w1");
+    m.handle_app_registered(app(4, 4, 0), 0).expect("app");
     let status = m.status();
     assert!(
         status.apps[0].waiting.starts_with(NO_WORKER_FITS),
@@ -122,23 +125,23 @@ fn an_executor_stuck_launching_fails_and_is_placed_on_another_worker() {
         },
         "app",
     );
-    m.worker_registered(0, worker("stuck", 8, 1000))
+    m.handle_worker_registered(worker("stuck", 8, 1000), 0)
         .expect("stuck");
-    m.worker_registered(0, worker("good", 2, 1000))
+    m.handle_worker_registered(worker("good", 2, 1000), 0)
         .expect("good");
-    let id = m.app_registered(0, app(1, 1, 0)).expect("app");
+    let id = m.handle_app_registered(app(1, 1, 0), 0).expect("app");
     // Most free cores first: the stuck worker gets it.
     assert_eq!(
         launches(&drain(&mut m)),
         vec![("stuck".to_string(), "0".to_string())]
     );
-    m.worker_heartbeat(S / 2, "stuck");
-    m.worker_heartbeat(S / 2, "good");
-    m.tick(S / 2);
+    m.handle_worker_heartbeat("stuck", S / 2);
+    m.handle_worker_heartbeat("good", S / 2);
+    m.handle_timeout(S / 2);
     assert!(launches(&drain(&mut m)).is_empty());
-    m.worker_heartbeat(S + S / 2, "stuck");
-    m.worker_heartbeat(S + S / 2, "good");
-    m.tick(S + S / 2);
+    m.handle_worker_heartbeat("stuck", S + S / 2);
+    m.handle_worker_heartbeat("good", S + S / 2);
+    m.handle_timeout(S + S / 2);
     let outputs = drain(&mut m);
     assert!(outputs.iter().any(|o| matches!(o,
         Output::KillExecutor { worker, executor, .. } if worker == "stuck" && executor == "0")));
@@ -149,7 +152,7 @@ fn an_executor_stuck_launching_fails_and_is_placed_on_another_worker() {
         vec![("good".to_string(), "1".to_string())]
     );
     // A RUNNING report from the stuck worker after the fact is ignored.
-    m.executor_state_changed("stuck", &id, "0", ProcessState::Running, "late", None);
+    m.handle_executor_state("stuck", &id, "0", ProcessState::Running, "late", None);
     assert_eq!(m.status().executors.len(), 1);
 }
 
@@ -157,9 +160,9 @@ fn an_executor_stuck_launching_fails_and_is_placed_on_another_worker() {
 fn spread_out_places_one_executor_per_worker_in_turn() {
     let mut m = master(true);
     for id in ["a", "b", "c"] {
-        m.worker_registered(0, worker(id, 4, 4096)).unwrap();
+        m.handle_worker_registered(worker(id, 4, 4096), 0).unwrap();
     }
-    let id = m.app_registered(0, app(1, 6, 512)).unwrap();
+    let id = m.handle_app_registered(app(1, 6, 512), 0).unwrap();
     assert_eq!(id, "app-test-0001");
     let out = drain(&mut m);
     let counts = per_worker(&out);
@@ -172,9 +175,9 @@ fn spread_out_places_one_executor_per_worker_in_turn() {
 #[test]
 fn packed_fills_the_worker_with_most_free_cores_first() {
     let mut m = master(false);
-    m.worker_registered(0, worker("a", 2, 4096)).unwrap();
-    m.worker_registered(0, worker("b", 8, 4096)).unwrap();
-    m.app_registered(0, app(2, 6, 0)).unwrap();
+    m.handle_worker_registered(worker("a", 2, 4096), 0).unwrap();
+    m.handle_worker_registered(worker("b", 8, 4096), 0).unwrap();
+    m.handle_app_registered(app(2, 6, 0), 0).unwrap();
     let counts = per_worker(&drain(&mut m));
     assert_eq!(counts.get("b"), Some(&3));
     assert_eq!(counts.get("a"), None);
@@ -183,17 +186,17 @@ fn packed_fills_the_worker_with_most_free_cores_first() {
 #[test]
 fn a_worker_claiming_huge_resources_gets_a_bounded_number_of_executors() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", u32::MAX, u64::MAX))
+    m.handle_worker_registered(worker("a", u32::MAX, u64::MAX), 0)
         .unwrap();
-    m.app_registered(0, app(1, 0, 0)).unwrap();
+    m.handle_app_registered(app(1, 0, 0), 0).unwrap();
     assert_eq!(launches(&drain(&mut m)).len(), 10_000);
 }
 
 #[test]
 fn memory_limits_placement() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 8, 1000)).unwrap();
-    m.app_registered(0, app(1, 0, 400)).unwrap();
+    m.handle_worker_registered(worker("a", 8, 1000), 0).unwrap();
+    m.handle_app_registered(app(1, 0, 400), 0).unwrap();
     assert_eq!(launches(&drain(&mut m)).len(), 2);
     let status = m.status();
     assert_eq!(status.workers[0].memory_used_mb, 800);
@@ -203,16 +206,16 @@ fn memory_limits_placement() {
 #[test]
 fn waiting_apps_are_served_fifo_as_resources_free_up() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 2, 4096)).unwrap();
-    let first = m.app_registered(0, app(2, 2, 0)).unwrap();
-    let second = m.app_registered(0, app(2, 2, 0)).unwrap();
-    let third = m.app_registered(0, app(2, 2, 0)).unwrap();
+    m.handle_worker_registered(worker("a", 2, 4096), 0).unwrap();
+    let first = m.handle_app_registered(app(2, 2, 0), 0).unwrap();
+    let second = m.handle_app_registered(app(2, 2, 0), 0).unwrap();
+    let third = m.handle_app_registered(app(2, 2, 0), 0).unwrap();
     let out = drain(&mut m);
     assert_eq!(launches(&out).len(), 1);
     assert!(out
         .iter()
         .any(|o| matches!(o, Output::LaunchExecutor { app, .. } if *app == first)));
-    m.app_unregistered(&first);
+    m.handle_app_unregistered(&first);
     let out = drain(&mut m);
     let launched: Vec<&String> = out
         .iter()
@@ -231,25 +234,33 @@ fn waiting_apps_are_served_fifo_as_resources_free_up() {
 #[test]
 fn a_duplicate_alive_worker_is_refused_and_a_dead_one_may_come_back() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 2, 100)).unwrap();
-    let refusal = m.worker_registered(0, worker("a", 2, 100)).unwrap_err();
+    m.handle_worker_registered(worker("a", 2, 100), 0).unwrap();
+    let refusal = m
+        .handle_worker_registered(worker("a", 2, 100), 0)
+        .unwrap_err();
     assert!(refusal.contains("duplicate worker id"), "{refusal}");
-    m.tick(3 * S);
+    m.handle_timeout(3 * S);
     assert!(!m.is_worker_alive("a"));
-    m.worker_registered(3 * S, worker("a", 2, 100)).unwrap();
+    m.handle_worker_registered(worker("a", 2, 100), 3 * S)
+        .unwrap();
     assert!(m.is_worker_alive("a"));
 }
 
 #[test]
 fn a_silent_worker_is_removed_its_executors_lost_and_replaced_elsewhere() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 2, 4096)).unwrap();
-    m.worker_registered(0, worker("b", 2, 4096)).unwrap();
-    let id = m.app_registered(0, app(1, 2, 0)).unwrap();
+    m.handle_worker_registered(worker("a", 2, 4096), 0).unwrap();
+    m.handle_worker_registered(worker("b", 2, 4096), 0).unwrap();
+    let id = m.handle_app_registered(app(1, 2, 0), 0).unwrap();
     let out = drain(&mut m);
     assert_eq!(per_worker(&out).len(), 2);
-    m.worker_heartbeat(S + S / 2, "b");
-    m.tick(2 * S + 1);
+    m.handle_worker_heartbeat("b", S + S / 2);
+    assert_eq!(
+        m.poll_timeout(),
+        Some(2 * S + 1),
+        "a's heartbeat deadline first"
+    );
+    m.handle_timeout(2 * S + 1);
     let out = drain(&mut m);
     assert!(out.iter().any(|o| matches!(o,
         Output::ExecutorUpdated { app, state: ProcessState::Lost, .. } if *app == id)));
@@ -257,18 +268,23 @@ fn a_silent_worker_is_removed_its_executors_lost_and_replaced_elsewhere() {
         Output::WorkerRemoved { worker, apps, .. } if worker == "a" && apps == &vec![id.clone()])));
     // The replacement goes to the only worker left.
     assert_eq!(launches(&out), vec![("b".to_owned(), "2".to_owned())]);
-    assert!(!m.worker_heartbeat(2 * S + 2, "a"));
+    assert!(!m.handle_worker_heartbeat("a", 2 * S + 2));
+    assert_eq!(
+        m.poll_timeout(),
+        Some(S + S / 2 + 2 * S + 1),
+        "b's deadline (before its replacement launch's, 30 s after placing)"
+    );
 }
 
 #[test]
 fn too_many_abnormal_exits_with_none_running_remove_the_app() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 1, 4096)).unwrap();
-    let id = m.app_registered(0, app(1, 1, 0)).unwrap();
+    m.handle_worker_registered(worker("a", 1, 4096), 0).unwrap();
+    let id = m.handle_app_registered(app(1, 1, 0), 0).unwrap();
     let mut out = drain(&mut m);
     for round in 0..3 {
         let (w, e) = launches(&out).pop().expect("a launch");
-        m.executor_state_changed(&w, &id, &e, ProcessState::Failed, "boom", Some(1));
+        m.handle_executor_state(&w, &id, &e, ProcessState::Failed, "boom", Some(1));
         out = drain(&mut m);
         if round < 2 {
             assert_eq!(launches(&out).len(), 1, "relaunched after failure {round}");
@@ -291,36 +307,36 @@ fn too_many_abnormal_exits_with_none_running_remove_the_app() {
 #[test]
 fn an_app_with_a_running_executor_survives_failures_of_its_others() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 2, 4096)).unwrap();
-    let id = m.app_registered(0, app(1, 2, 0)).unwrap();
+    m.handle_worker_registered(worker("a", 2, 4096), 0).unwrap();
+    let id = m.handle_app_registered(app(1, 2, 0), 0).unwrap();
     let mut out = drain(&mut m);
     let mut launched = launches(&out);
     let (w, steady) = launched.remove(0);
-    m.executor_state_changed(&w, &id, &steady, ProcessState::Running, "", None);
+    m.handle_executor_state(&w, &id, &steady, ProcessState::Running, "", None);
     for _ in 0..10 {
         let (w, e) = launched.pop().expect("a launch");
-        m.executor_state_changed(&w, &id, &e, ProcessState::Running, "", None);
-        m.executor_state_changed(&w, &id, &e, ProcessState::Failed, "boom", Some(1));
+        m.handle_executor_state(&w, &id, &e, ProcessState::Running, "", None);
+        m.handle_executor_state(&w, &id, &e, ProcessState::Failed, "boom", Some(1));
         out = drain(&mut m);
         launched = launches(&out);
     }
     assert!(m.app_spec(&id).is_some(), "still registered");
     // Once the steady one fails too, none is running: the count is far past the limit.
-    m.executor_state_changed(&w, &id, &steady, ProcessState::Failed, "boom", Some(1));
+    m.handle_executor_state(&w, &id, &steady, ProcessState::Failed, "boom", Some(1));
     assert!(m.app_spec(&id).is_none(), "removed");
 }
 
 #[test]
 fn request_and_kill_executors() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 8, 4096)).unwrap();
-    let id = m.app_registered(0, app(1, 0, 0)).unwrap();
-    m.request_executors(&id, 0);
+    m.handle_worker_registered(worker("a", 8, 4096), 0).unwrap();
+    let id = m.handle_app_registered(app(1, 0, 0), 0).unwrap();
+    m.handle_request_executors(&id, 0);
     drain(&mut m);
     let executors = |m: &Master| m.status().executors.len();
     // Unlimited by default: it took all 8 cores before the request came.
     assert_eq!(executors(&m), 8);
-    m.kill_executors(&id, &["0", "1", "nope"]);
+    m.handle_kill_executors(&id, &["0", "1", "nope"]);
     let out = drain(&mut m);
     assert_eq!(
         out.iter()
@@ -329,7 +345,7 @@ fn request_and_kill_executors() {
         2
     );
     assert_eq!(executors(&m), 6);
-    m.request_executors(&id, 7);
+    m.handle_request_executors(&id, 7);
     assert_eq!(launches(&drain(&mut m)).len(), 1);
     assert_eq!(executors(&m), 7);
 }
@@ -338,8 +354,7 @@ fn request_and_kill_executors() {
 fn recovery_adopts_running_executors_and_removes_what_did_not_come_back() {
     let mut m = master(true);
     let spec = app(1, 2, 0);
-    m.recover(
-        0,
+    m.handle_recover(
         vec![worker("a", 2, 4096), worker("b", 2, 4096)],
         vec![
             RecoveredApp {
@@ -355,20 +370,21 @@ fn recovery_adopts_running_executors_and_removes_what_did_not_come_back() {
                 next_executor: 0,
             },
         ],
+        0,
     );
     assert!(m.is_recovering());
-    m.worker_registered(S, worker("a", 2, 4096)).unwrap();
-    assert!(m.executor_reattached("a", "app-old-0001", "0"));
-    assert!(m.executor_reattached("a", "app-old-0001", "1"));
-    assert!(!m.executor_reattached("a", "app-old-0001", "7"));
-    m.app_reconnected(S, "app-old-0001").unwrap();
+    m.handle_worker_registered(worker("a", 2, 4096), S).unwrap();
+    assert!(m.handle_executor_reattached("a", "app-old-0001", "0"));
+    assert!(m.handle_executor_reattached("a", "app-old-0001", "1"));
+    assert!(!m.handle_executor_reattached("a", "app-old-0001", "7"));
+    m.handle_app_reconnected("app-old-0001", S).unwrap();
     let out = drain(&mut m);
     assert_eq!(launches(&out), vec![], "nothing placed while recovering");
     assert!(out
         .iter()
         .any(|o| matches!(o, Output::KillExecutor { executor, .. } if executor == "7")));
-    assert!(m.worker_heartbeat(5 * S, "a"));
-    m.tick(6 * S);
+    assert!(m.handle_worker_heartbeat("a", 5 * S));
+    m.handle_timeout(6 * S);
     let out = drain(&mut m);
     assert!(out.iter().any(|o| matches!(o,
         Output::WorkerRemoved { worker, .. } if worker == "b")));
@@ -385,7 +401,7 @@ fn recovery_adopts_running_executors_and_removes_what_did_not_come_back() {
     assert_eq!(status.workers[0].cores_used, 2);
     // A new app gets an id with this master's prefix.
     assert_eq!(
-        m.app_registered(6 * S, app(1, 1, 0)).unwrap(),
+        m.handle_app_registered(app(1, 1, 0), 6 * S).unwrap(),
         "app-test-0003"
     );
 }
@@ -393,23 +409,23 @@ fn recovery_adopts_running_executors_and_removes_what_did_not_come_back() {
 #[test]
 fn recovery_ends_early_when_everything_came_back() {
     let mut m = master(true);
-    m.recover(0, vec![worker("a", 2, 4096)], vec![]);
-    m.worker_registered(S, worker("a", 2, 4096)).unwrap();
+    m.handle_recover(vec![worker("a", 2, 4096)], vec![], 0);
+    m.handle_worker_registered(worker("a", 2, 4096), S).unwrap();
     assert!(m.is_recovering(), "recovery ends on a tick");
-    m.tick(S);
+    m.handle_timeout(S);
     assert!(!m.is_recovering());
 }
 
 #[test]
 fn reports_from_the_wrong_worker_are_ignored() {
     let mut m = master(true);
-    m.worker_registered(0, worker("a", 1, 4096)).unwrap();
-    m.worker_registered(0, worker("b", 1, 4096)).unwrap();
-    let id = m.app_registered(0, app(1, 1, 0)).unwrap();
+    m.handle_worker_registered(worker("a", 1, 4096), 0).unwrap();
+    m.handle_worker_registered(worker("b", 1, 4096), 0).unwrap();
+    let id = m.handle_app_registered(app(1, 1, 0), 0).unwrap();
     let out = drain(&mut m);
     let (w, e) = launches(&out).pop().expect("a launch");
     let other = if w == "a" { "b" } else { "a" };
-    m.executor_state_changed(other, &id, &e, ProcessState::Failed, "x", Some(1));
+    m.handle_executor_state(other, &id, &e, ProcessState::Failed, "x", Some(1));
     assert!(drain(&mut m).is_empty());
     assert_eq!(m.status().executors.len(), 1);
 }

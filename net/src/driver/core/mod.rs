@@ -317,7 +317,7 @@ impl DriverCore {
             }
             (Phase::Executor(executor, lane), Message::ExecutorDraining {}) => {
                 tracing::info!(?executor, lane, "the executor is draining (going away)");
-                self.scheduler.drain_executor(executor);
+                self.scheduler.handle_drain(executor);
                 Ok(())
             }
             (Phase::Executor(..) | Phase::Client, Message::Shutdown {}) => Err(ConnError::Closed),
@@ -343,7 +343,7 @@ impl DriverCore {
                 return Err(ConnError::Protocol(why));
             }
         }
-        self.scheduler.executor_heard(now, executor);
+        self.scheduler.handle_heard(executor, now);
         self.send(peer, &Message::HeartbeatAck {});
         Ok(())
     }
@@ -376,7 +376,7 @@ impl DriverCore {
                 data: frame.retain(update.data),
             }
         });
-        self.scheduler.status_updates(now, updates);
+        self.scheduler.handle_statuses(updates, now);
     }
 
     /// Registers the in-process executor (local mode) with `cores`; the slots its runner
@@ -390,7 +390,7 @@ impl DriverCore {
             cores: slots,
             attributes: Vec::new(),
         };
-        match self.scheduler.register_executor(self.now_us, info) {
+        match self.scheduler.handle_register(info, self.now_us) {
             Ok(()) => {
                 self.executors.add_local();
                 self.telemetry
@@ -412,7 +412,7 @@ impl DriverCore {
             telemetry.status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
             report.into_update(LOCAL_EXECUTOR)
         });
-        self.scheduler.status_updates(now, updates);
+        self.scheduler.handle_statuses(updates, now);
         self.pump();
         debug_assert!(reports.is_empty());
     }
@@ -475,7 +475,7 @@ impl DriverCore {
         // within the call.
         let deadline_us = deadline.map(|d| now_us.saturating_add(us(d)));
         self.jobs.start(id, deadline_us);
-        if let Err(error) = self.scheduler.submit_job_with_id(now_us, id, spec) {
+        if let Err(error) = self.scheduler.handle_submit_with_id(id, spec, now_us) {
             refused(&mut self.jobs, error.to_string());
         }
     }
@@ -483,7 +483,7 @@ impl DriverCore {
     /// A caller cancelled a job.
     pub fn cancel(&mut self, job: JobId, now_us: u64) {
         self.advance(now_us);
-        self.scheduler.cancel_job(self.now_us, job);
+        self.scheduler.handle_cancel(job, self.now_us);
         self.pump();
     }
 
@@ -516,7 +516,7 @@ impl DriverCore {
         let Some((id, _)) = self.executors.remote_by_name(executor_id) else {
             return false;
         };
-        let drained = self.scheduler.drain_executor(id);
+        let drained = self.scheduler.handle_drain(id);
         debug_assert!(drained, "a registered remote executor is in the scheduler");
         drained
     }
@@ -533,7 +533,7 @@ impl DriverCore {
             // Already removed (its connection closed first): the scheduler charges a reason
             // that blames the application to the attempts it held then.
             tracing::info!(%executor_id, "late exit reason: {reason}");
-            self.scheduler.remove_executor(self.now_us, id, reason);
+            self.scheduler.handle_remove(id, reason, self.now_us);
         }
         self.pump();
     }
@@ -628,12 +628,12 @@ impl DriverCore {
         self.advance(now_us);
         let now = self.now_us;
         if self.scheduler.poll_timeout().is_some_and(|t| t <= now) {
-            self.scheduler.tick(now);
+            self.scheduler.handle_timeout(now);
             self.last_tick_us = now;
         }
         while let Some(id) = self.jobs.due(now) {
             let reason = format!("job {} failed: its deadline passed", id.0);
-            self.scheduler.fail_job(now, id, &reason);
+            self.scheduler.handle_fail(id, &reason, now);
         }
         self.peers.handle_timeout(now);
         self.forget_gone();
@@ -853,7 +853,7 @@ impl DriverCore {
             }
         };
         (self.telemetry).executor_removed(self.now_us, id, &shown, lost);
-        self.scheduler.remove_executor(self.now_us, id, reason);
+        self.scheduler.handle_remove(id, reason, self.now_us);
         debug_assert!(self.executors.link(id).is_none());
     }
 }

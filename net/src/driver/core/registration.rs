@@ -26,7 +26,7 @@ impl DriverCore {
                     .map(|kv| (kv.key.to_owned(), kv.value.to_owned()))
                     .collect(),
             };
-            refusal = (self.scheduler.register_executor(self.now_us, info).err())
+            refusal = (self.scheduler.handle_register(info, self.now_us).err())
                 .map(|refused| refused.to_string());
         }
         if let Some(reason) = refusal {

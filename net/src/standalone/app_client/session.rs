@@ -33,7 +33,7 @@ impl AppSession {
 
     /// The handshake is done: register, or name the application again (the master reattaches
     /// it), and unregister again if that was asked.
-    pub fn on_open(&self, out: &mut BytesMut) {
+    pub fn handle_open(&self, out: &mut BytesMut) {
         match &self.app_id {
             Some(app_id) => {
                 let total = self.executors.unwrap_or(u32::MAX);
@@ -57,7 +57,7 @@ impl AppSession {
 
     /// A message from the master: what it changes in `info`, what to answer in `out`; `Err`
     /// ends the connection.
-    pub fn on_message(
+    pub fn handle_message(
         &mut self,
         message: Message<'_>,
         info: &mut AppInfo,
@@ -211,7 +211,7 @@ mod tests {
         let mut out = BytesMut::new();
         let answer = Message::RegisteredApplication { app_id: "app-1" };
         session
-            .on_message(answer, info, &mut out)
+            .handle_message(answer, info, &mut out)
             .expect("registered");
         out
     }
@@ -221,7 +221,7 @@ mod tests {
         let mut session = AppSession::new(AppSpec::default(), Some(3));
         let mut info = AppInfo::default();
         let mut out = BytesMut::new();
-        session.on_open(&mut out);
+        session.handle_open(&mut out);
         assert_eq!(kinds(&out), [Kind::RegisterApplication as u16]);
         let out = registered(&mut session, &mut info);
         assert_eq!(info.app_id.as_deref(), Some("app-1"));
@@ -233,7 +233,7 @@ mod tests {
             })
         ));
         let mut again = BytesMut::new();
-        session.on_open(&mut again);
+        session.handle_open(&mut again);
         assert!(matches!(
             frames(&again)[0].message(),
             Ok(Message::RequestExecutors {
@@ -251,7 +251,7 @@ mod tests {
         let _ = registered(&mut session, &mut info);
         session.unregister(None);
         let mut out = BytesMut::new();
-        session.on_open(&mut out);
+        session.handle_open(&mut out);
         assert_eq!(
             kinds(&out),
             [
@@ -274,7 +274,9 @@ mod tests {
             cores: 1,
             memory_mb: 1,
         };
-        session.on_message(added, &mut info, &mut out).expect("ok");
+        session
+            .handle_message(added, &mut info, &mut out)
+            .expect("ok");
         let running = Message::ExecutorStateChanged {
             app_id: "app-1",
             executor_id: "1",
@@ -283,7 +285,7 @@ mod tests {
             exit_code: None,
         };
         session
-            .on_message(running, &mut info, &mut out)
+            .handle_message(running, &mut info, &mut out)
             .expect("ok");
         assert_eq!(
             info.executors.get("1"),
@@ -296,7 +298,9 @@ mod tests {
             message: "",
             exit_code: Some(0),
         };
-        session.on_message(exited, &mut info, &mut out).expect("ok");
+        session
+            .handle_message(exited, &mut info, &mut out)
+            .expect("ok");
         assert!(info.executors.is_empty());
         assert_eq!((info.executors_added, info.executors_ended), (1, 1));
         assert!(out.is_empty(), "nothing to answer");
@@ -321,7 +325,9 @@ mod tests {
             executors: List::empty(),
         };
         let mut out = BytesMut::new();
-        session.on_message(status, &mut info, &mut out).expect("ok");
+        session
+            .handle_message(status, &mut info, &mut out)
+            .expect("ok");
         assert_eq!(info.syncs, 1);
         assert_eq!(info.waiting, "no alive worker");
     }
@@ -337,6 +343,6 @@ mod tests {
         let mut info = AppInfo::default();
         let mut out = BytesMut::new();
         let odd = Message::HeartbeatAck {};
-        assert!(session.on_message(odd, &mut info, &mut out).is_err());
+        assert!(session.handle_message(odd, &mut info, &mut out).is_err());
     }
 }

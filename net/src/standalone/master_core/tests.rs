@@ -250,9 +250,9 @@ fn a_silent_worker_expires_is_journaled_removed_and_closed() {
     register_worker(&mut core, WORKER, "w1", 0).expect("registers");
     let _ = sent(&mut core);
     let _ = std::iter::from_fn(|| core.poll_record()).count();
-    core.handle_tick(5 * S);
+    core.handle_timeout(5 * S);
     assert!(core.poll_close().is_none(), "expired too early");
-    core.handle_tick(16 * S);
+    core.handle_timeout(16 * S);
     assert!(!core.master().is_worker_alive("w1"));
     assert_eq!(core.poll_record(), Some(Record::WorkerRemoved("w1".into())));
     let (peer, why) = core.poll_close().expect("the connection closed");
@@ -261,7 +261,7 @@ fn a_silent_worker_expires_is_journaled_removed_and_closed() {
     assert_eq!(core.phase(WORKER), None, "closed, no longer a worker");
     let heartbeat = frame(&Message::WorkerHeartbeat { worker_id: "w1" });
     assert!(core.handle_frame(WORKER, &heartbeat, 17 * S).is_err());
-    assert_eq!(core.poll_timeout(), 16 * S + 250_000);
+    assert_eq!(core.poll_timeout(), Some(16 * S + 250_000));
 }
 
 #[test]
@@ -308,7 +308,7 @@ fn an_application_comes_back_to_a_restarted_master_and_unregisters() {
         executor_limit: Some(0),
         next_executor: 0,
     };
-    master.recover(0, Vec::new(), vec![recovered]);
+    master.handle_recover(Vec::new(), vec![recovered], 0);
     let mut core = MasterCore::new(master, core().config);
     assert!(open(&mut core, APP, Role::Driver), "opens");
     let back = frame(&Message::RequestExecutors {

@@ -84,7 +84,7 @@ impl WorkerEndpoint {
         let message = frame
             .message()
             .map_err(|e| format!("malformed frame from the master: {e}"))?;
-        match self.session.on_message(message) {
+        match self.session.handle_message(message) {
             FromMaster::Registered(interval) => self.registered(interval, ctx),
             FromMaster::Launch {
                 app_id,

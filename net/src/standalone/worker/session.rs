@@ -153,7 +153,7 @@ impl Session {
     }
 
     /// What a message from the master asks.
-    pub fn on_message<'a>(&mut self, message: Message<'a>) -> FromMaster<'a> {
+    pub fn handle_message<'a>(&mut self, message: Message<'a>) -> FromMaster<'a> {
         match message {
             Message::RegisteredWorker {
                 heartbeat_interval_ms,
@@ -291,7 +291,7 @@ mod tests {
         let mut session = Session::new(4);
         let refused = Message::RegisterWorkerFailed { reason: "no" };
         assert!(matches!(
-            session.on_message(refused),
+            session.handle_message(refused),
             FromMaster::End { stop: true, .. }
         ));
         assert!(session.handshake_failure_stops(true));
@@ -303,11 +303,11 @@ mod tests {
             heartbeat_interval_ms: 1,
         };
         assert!(matches!(
-            session.on_message(registered),
+            session.handle_message(registered),
             FromMaster::Registered(d) if d == Duration::from_millis(10)
         ));
         assert!(matches!(
-            session.on_message(refused),
+            session.handle_message(refused),
             FromMaster::End { stop: false, .. }
         ));
         assert!(!session.handshake_failure_stops(true));
@@ -318,11 +318,11 @@ mod tests {
         let mut session = Session::new(4);
         let odd = Message::StatusRequest {};
         assert!(matches!(
-            session.on_message(odd),
+            session.handle_message(odd),
             FromMaster::End { stop: false, ref why } if why.contains("unexpected")
         ));
         assert!(matches!(
-            session.on_message(Message::HeartbeatAck {}),
+            session.handle_message(Message::HeartbeatAck {}),
             FromMaster::Nothing
         ));
     }
