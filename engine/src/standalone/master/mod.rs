@@ -201,6 +201,39 @@ impl Master {
         }
     }
 
+    /// What must hold between inputs, checked on entry to every `handle_*` (debug builds;
+    /// the tests and the cluster simulator run it on every input): each worker's used cores
+    /// and memory are the sums of what is placed on it; every executor an application holds is
+    /// listed on its worker, and every pair a worker lists is held by that application on it.
+    /// The negative space: no executor on a worker the master does not know, no executor held
+    /// by an application that has ended. O(workers + executors).
+    fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        for (id, w) in &self.workers {
+            let placed =
+                (w.executors.iter()).filter_map(|(app, e)| self.apps.get(app)?.executors.get(e));
+            let (cores, memory) = placed.fold((0u64, 0u64), |(c, m), e| {
+                assert_eq!(&e.worker, id, "an executor listed on {id} runs elsewhere");
+                (c + u64::from(e.cores), m + e.memory_mb)
+            });
+            assert_eq!(cores, u64::from(w.cores_used), "worker {id}'s cores");
+            assert_eq!(memory, w.memory_used_mb, "worker {id}'s memory");
+        }
+        for (app, a) in &self.apps {
+            assert!(
+                a.is_active() || a.executors.is_empty(),
+                "ended application {app} holds executors"
+            );
+            for (e, executor) in &a.executors {
+                let w = self.workers.get(&executor.worker);
+                let listed = w.is_some_and(|w| w.executors.contains(&(app.clone(), e.clone())));
+                assert!(listed, "executor {app}/{e} not listed on its worker");
+            }
+        }
+    }
+
     /// The next thing to do, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
@@ -230,6 +263,7 @@ impl Master {
         apps: Vec<RecoveredApp>,
         now_us: u64,
     ) {
+        self.check();
         self.now_us = self.now_us.max(now_us);
         if workers.is_empty() && apps.is_empty() {
             return;
@@ -278,6 +312,7 @@ impl Master {
         spec: WorkerSpec,
         now_us: u64,
     ) -> Result<(), String> {
+        self.check();
         self.now_us = self.now_us.max(now_us);
         if spec.id.is_empty() {
             return Err("empty worker id".into());
@@ -320,6 +355,7 @@ impl Master {
 
     /// A worker heartbeats. False if it is not alive here (it should register again).
     pub fn handle_worker_heartbeat(&mut self, worker: &str, now_us: u64) -> bool {
+        self.check();
         match self.workers.get_mut(worker) {
             Some(w) if w.state == WorkerState::Alive => {
                 w.last_heard_us = now_us;
@@ -331,6 +367,7 @@ impl Master {
 
     /// A worker is gone (its connection ended, or the IO layer knows otherwise).
     pub fn handle_worker_lost(&mut self, worker: &str, reason: &str) {
+        self.check();
         self.remove_worker(worker, reason);
         self.schedule();
     }
@@ -409,6 +446,7 @@ impl Master {
 
     /// Time passed: expires silent workers, ends recovery when its time is up.
     pub fn handle_timeout(&mut self, now_us: u64) {
+        self.check();
         self.now_us = self.now_us.max(now_us);
         let timeout = self.config.worker_timeout_us;
         let silent: Vec<String> = self
@@ -495,6 +533,7 @@ impl Master {
 
     /// An application registers; returns its id.
     pub fn handle_app_registered(&mut self, spec: AppSpec, now_us: u64) -> Result<String, String> {
+        self.check();
         self.now_us = self.now_us.max(now_us);
         let _ = now_us;
         let active = self.apps.values().filter(|a| a.is_active()).count();
@@ -527,6 +566,7 @@ impl Master {
 
     /// An application's driver is back (after a master restart or a lost connection).
     pub fn handle_app_reconnected(&mut self, app: &str, now_us: u64) -> Result<(), String> {
+        self.check();
         self.now_us = self.now_us.max(now_us);
         match self.apps.get_mut(app) {
             Some(a) if a.is_active() => {
@@ -541,16 +581,19 @@ impl Master {
 
     /// An application unregistered: it finished.
     pub fn handle_app_unregistered(&mut self, app: &str) {
+        self.check();
         self.remove_app(app, AppState::Finished, "the application unregistered");
     }
 
     /// An application's driver connection ended: as in Spark, it is finished.
     pub fn handle_app_disconnected(&mut self, app: &str) {
+        self.check();
         self.remove_app(app, AppState::Finished, "the driver disconnected");
     }
 
     /// An application asks for `total` executors in all.
     pub fn handle_request_executors(&mut self, app: &str, total: u32) -> bool {
+        self.check();
         let Some(a) = self.apps.get_mut(app).filter(|a| a.is_active()) else {
             return false;
         };
@@ -561,6 +604,7 @@ impl Master {
 
     /// An application asks to kill some of its executors.
     pub fn handle_kill_executors(&mut self, app: &str, executors: &[&str]) -> bool {
+        self.check();
         let Some(a) = self.apps.get_mut(app).filter(|a| a.is_active()) else {
             return false;
         };
@@ -610,6 +654,7 @@ impl Master {
         message: &str,
         exit_code: Option<i32>,
     ) {
+        self.check();
         let Some(a) = self.apps.get_mut(app) else {
             return;
         };
@@ -672,6 +717,7 @@ impl Master {
     /// master adopts it if it placed it before a restart and has not seen it end; otherwise it
     /// tells the worker to kill it. Returns whether it was adopted.
     pub fn handle_executor_reattached(&mut self, worker: &str, app: &str, executor: &str) -> bool {
+        self.check();
         let alive = self.is_worker_alive(worker);
         let number = executor.parse::<u64>().ok();
         let adoptable = match (self.apps.get(app), number) {
