@@ -212,6 +212,7 @@ mod job;
 mod latency;
 mod order;
 mod prefs;
+mod spare;
 mod speculation;
 mod timers;
 mod types;
@@ -234,6 +235,7 @@ use hedge::{Hedging, Watch};
 use job::{Found, Job, JobCounters, JobExclusion, Level, Placed, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
+use spare::Spare;
 use timers::{Keys, Timers};
 
 /// Longest failure message kept from a peer, in bytes.
@@ -390,6 +392,8 @@ pub struct Scheduler {
     book: Book,
     jobs: Vec<Option<Job>>,
     job_free_slots: Vec<u32>,
+    /// Ended jobs' task and queue vectors, kept for new jobs.
+    spare: Spare,
     /// Job id → slot.
     job_slots: FxHashMap<u64, u32>,
     /// Jobs accepted and without an outcome yet.
@@ -486,6 +490,7 @@ impl Scheduler {
             config,
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
+            spare: Spare::default(),
             job_slots: FxHashMap::default(),
             active: 0,
             runnable,
@@ -1111,7 +1116,12 @@ impl Scheduler {
 
     /// The task records of a new job (host preferences interned in the book), and whether any
     /// task prefers executors, and any prefers hosts or executors.
-    fn build_tasks(book: &mut Book, specs: Tasks) -> (Vec<TaskRec>, bool, bool) {
+    fn build_tasks(
+        book: &mut Book,
+        mut tasks: Vec<TaskRec>,
+        specs: Tasks,
+    ) -> (Vec<TaskRec>, bool, bool) {
+        debug_assert!(tasks.is_empty(), "a spare vector comes empty");
         let specs = match specs {
             Tasks::Each(specs) => specs,
             Tasks::Same {
@@ -1119,16 +1129,16 @@ impl Scheduler {
                 cores,
                 payloads,
             } => {
-                let tasks = payloads
-                    .into_iter()
-                    .map(|payload| TaskRec::new(function.clone(), payload, cores, None))
-                    .collect();
+                let each = payloads.into_iter();
+                tasks.extend(
+                    each.map(|payload| TaskRec::new(function.clone(), payload, cores, None)),
+                );
                 return (tasks, false, false);
             }
         };
         let mut has_exec_prefs = false;
         let mut has_host_prefs = false;
-        let mut tasks = Vec::with_capacity(specs.len());
+        tasks.reserve(specs.len());
         for t in specs {
             let prefs = if t.preferred_executors.is_empty() && t.preferred_hosts.is_empty() {
                 None
@@ -1159,7 +1169,8 @@ impl Scheduler {
             Tasks::Same { cores, .. } => Some(*cores),
             Tasks::Each(_) => None,
         };
-        let (tasks, has_exec_prefs, has_host_prefs) = Self::build_tasks(&mut self.book, spec.tasks);
+        let (tasks, has_exec_prefs, has_host_prefs) =
+            Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
         let defaults = &self.defaults;
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
@@ -1172,15 +1183,13 @@ impl Scheduler {
             priority: spec.priority,
             tasks,
             keep_results: spec.keep_results,
-            result_bytes_max: spec
-                .result_bytes_max
-                .unwrap_or(self.config.result_bytes_max),
+            result_bytes_max: (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max),
             result_bytes: 0,
             pending: n,
             running: 0,
             running_cores: 0,
             final_count: 0,
-            classes: Vec::new(),
+            classes: self.spare.classes(),
             has_exec_prefs,
             has_host_prefs,
             live_exec_keys: 0,
@@ -2061,6 +2070,13 @@ impl Scheduler {
         e.batch.push(launch);
     }
 
+    /// Hands back the vector of an [`Output::Launch`] once its tasks are sent (what it still
+    /// holds is dropped), so that later batches reuse it instead of allocating. Optional:
+    /// a driver that drops the vector loses only the reuse.
+    pub fn recycle_launches(&mut self, tasks: Vec<TaskLaunch>) {
+        self.spare.keep_launches(tasks);
+    }
+
     /// Emits the batched launches, one `Launch` per executor.
     fn flush(&mut self) {
         for slot in self.batched.drain(..) {
@@ -2068,8 +2084,10 @@ impl Scheduler {
                 unreachable!("batched launches for empty executor slot {slot}");
             };
             if !e.batch.is_empty() {
-                // The next batch starts at this one's size: one allocation a batch, no growth.
-                let next = Vec::with_capacity(e.batch.len());
+                // The next batch reuses a vector the driver handed back, or starts at this
+                // one's size: at most one allocation a batch.
+                let next = (self.spare.launches.pop())
+                    .unwrap_or_else(|| Vec::with_capacity(e.batch.len()));
                 self.outputs.push_back(Output::Launch {
                     executor: e.id,
                     tasks: std::mem::replace(&mut e.batch, next),
@@ -2216,7 +2234,8 @@ impl Scheduler {
             };
             (self.hedge).succeeded(config, record, now_us.saturating_sub(started_us));
         }
-        if job.speculation.is_some() {
+        // A job whose last task this was has nothing left to speculate on.
+        if job.speculation.is_some() && job.final_count < job.tasks.len() {
             job.durations_us.push(now_us.saturating_sub(started_us));
             if !std::mem::replace(&mut job.durations_dirty, true) {
                 self.spec_dirty.push(job_slot);
@@ -2524,6 +2543,7 @@ impl Scheduler {
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;
         self.job_free_slots.push(job_slot);
+        self.spare.keep(job.tasks, job.classes);
     }
 
     /// The speculation check period: the scheduler's, or the default's when only some jobs

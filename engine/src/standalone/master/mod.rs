@@ -46,108 +46,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod placement;
+mod records;
 mod types;
 
+use records::{App, Executor, Worker};
 pub use types::*;
-
-#[derive(Debug)]
-struct Worker {
-    spec: WorkerSpec,
-    state: WorkerState,
-    last_heard_us: u64,
-    cores_used: u32,
-    memory_used_mb: u64,
-    /// (app, executor) pairs placed here.
-    executors: BTreeSet<(String, String)>,
-}
-
-impl Worker {
-    fn fits(&self, cores: u32, memory_mb: u64) -> bool {
-        self.state == WorkerState::Alive
-            && self.spec.cores.saturating_sub(self.cores_used) >= cores
-            && self.spec.memory_mb.saturating_sub(self.memory_used_mb) >= memory_mb
-    }
-
-    fn free_cores(&self) -> u32 {
-        self.spec.cores.saturating_sub(self.cores_used)
-    }
-}
-
-#[derive(Debug)]
-struct Executor {
-    worker: String,
-    cores: u32,
-    memory_mb: u64,
-    state: ProcessState,
-    /// When the master placed it (for the launch timeout).
-    placed_us: u64,
-}
-
-#[derive(Debug)]
-struct App {
-    spec: AppSpec,
-    seq: u64,
-    state: AppState,
-    connected: bool,
-    executors: BTreeMap<String, Executor>,
-    executor_limit: Option<u32>,
-    next_executor: u64,
-    retries: u32,
-    last_failure: String,
-    /// Executors numbered below this may be adopted when a worker reports them (recovery).
-    adoptable_below: u64,
-    /// Executors that ended, so a late report does not bring them back.
-    ended: BTreeSet<u64>,
-    /// Workers that did not launch one of its executors in time: not used for it again.
-    avoided_workers: BTreeSet<String>,
-}
-
-impl App {
-    fn cores_granted(&self) -> u32 {
-        self.executors.values().map(|e| e.cores).sum()
-    }
-
-    fn cores_per_executor(&self) -> u32 {
-        self.spec.cores_per_executor.max(1)
-    }
-
-    /// Its maximum total cores: its own, else the master's default; 0: no limit.
-    fn max_cores(&self, default_cores: u32) -> u32 {
-        if self.spec.max_cores == 0 {
-            default_cores
-        } else {
-            self.spec.max_cores
-        }
-    }
-
-    /// Executors it may still get: by its request, then by its cores.
-    fn wanted(&self, default_cores: u32) -> u32 {
-        let by_limit = self.executor_limit.map_or(u32::MAX, |limit| {
-            limit.saturating_sub(self.executors.len() as u32)
-        });
-        let max_cores = self.max_cores(default_cores);
-        let by_cores = if max_cores == 0 {
-            u32::MAX
-        } else {
-            max_cores.saturating_sub(self.cores_granted()) / self.cores_per_executor()
-        };
-        by_limit.min(by_cores)
-    }
-
-    fn requested(&self, default_cores: u32) -> u32 {
-        let max_cores = self.max_cores(default_cores);
-        let by_cores = if max_cores == 0 {
-            u32::MAX
-        } else {
-            max_cores / self.cores_per_executor()
-        };
-        self.executor_limit.map_or(by_cores, |l| l.min(by_cores))
-    }
-
-    fn is_active(&self) -> bool {
-        matches!(self.state, AppState::Waiting | AppState::Running)
-    }
-}
 
 /// The standalone master (see the module docs).
 #[derive(Debug)]

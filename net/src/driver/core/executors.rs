@@ -110,41 +110,21 @@ impl Remote {
         lane as u32
     }
 
-    /// Routes `tasks` launched at `now_us`, each to the joined lane holding the fewest: each
-    /// lane's connection (if joined) and its batch.
-    pub(super) fn route_all<'a>(
-        &mut self,
-        tasks: &'a [TaskLaunch],
-        now_us: u64,
-    ) -> Vec<(Option<PeerId>, Vec<wire::TaskLaunch<'a>>)> {
-        // One lane (the usual case) takes them all: sized once.
-        let each = if self.lanes.len() == 1 {
-            tasks.len()
-        } else {
-            0
-        };
-        let mut batches: Vec<Vec<wire::TaskLaunch<'a>>> = (0..self.lanes.len())
-            .map(|_| Vec::with_capacity(each))
-            .collect();
+    /// Routes `tasks` launched at `now_us`, each to the joined lane holding the fewest:
+    /// `lanes` gets each task's lane, in order (emptied first).
+    pub(super) fn route_all(&mut self, tasks: &[TaskLaunch], now_us: u64, lanes: &mut Vec<u32>) {
+        lanes.clear();
         for task in tasks {
             let lane = self.route();
             self.launched(Attempt::new(task.task, task.attempt), lane, now_us);
-            batches[lane as usize].push(wire::TaskLaunch {
-                task_id: task.task.0,
-                attempt: task.attempt,
-                cores: task.cores,
-                function: &task.function,
-                payload: &task.payload,
-            });
+            lanes.push(lane);
         }
-        let peers = self.lanes.iter().map(|lane| lane.peer);
-        peers.zip(batches).collect()
+        debug_assert_eq!(lanes.len(), tasks.len());
     }
 
-    /// The lane attempt `key` was sent to (0 if it is not held, and always on an executor of
-    /// one lane).
-    pub(super) fn lane_of(&self, key: Attempt) -> u32 {
-        self.sent.attempts.get(&key).map_or(0, |a| a.2)
+    /// Each lane's connection (`None` until it joins), by lane.
+    pub(super) fn lane_peers(&self) -> impl Iterator<Item = Option<PeerId>> + '_ {
+        self.lanes.iter().map(|lane| lane.peer)
     }
 
     /// Attempt `key` goes to `lane` at `now_us`. An executor of one lane keeps no record per

@@ -135,6 +135,25 @@ pub struct DriverCore {
     now_us: u64,
     scheduler_timeout: SchedulerTimeout,
     last_tick_us: u64,
+    /// Vectors a launch fills and empties, kept so that a launch allocates none.
+    scratch: Scratch,
+}
+
+/// Vectors [`DriverCore`] fills and empties within one call, kept between calls.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// Each launched task's lane.
+    lanes: Vec<u32>,
+    /// One lane's launch batch (empty between calls: its borrows end with the call).
+    batch: Vec<wire::TaskLaunch<'static>>,
+}
+
+/// `v` emptied, as a vector of `U`, keeping its allocation when `T` and `U` have one layout
+/// (the standard library collects an empty `IntoIter` into the same buffer then): how a
+/// vector of borrowing items outlives the borrows.
+fn emptied<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
 }
 
 impl DriverCore {
@@ -155,6 +174,7 @@ impl DriverCore {
             now_us: 0,
             scheduler_timeout: SchedulerTimeout::default(),
             last_tick_us: 0,
+            scratch: Scratch::default(),
         }
     }
 
@@ -746,16 +766,27 @@ impl DriverCore {
         }
     }
 
-    fn launch(&mut self, executor: ExecutorId, tasks: Vec<TaskLaunch>) {
+    fn launch(&mut self, executor: ExecutorId, mut tasks: Vec<TaskLaunch>) {
         let now = self.now_us;
         match self.executors.link_mut(executor) {
             Some(ExecutorLink::Remote(remote)) => {
-                let batches = remote.route_all(&tasks, now);
-                for task in &tasks {
-                    let lane = || remote.lane_of(Attempt::new(task.task, task.attempt));
-                    self.telemetry.launched(now, task, executor, lane);
+                let mut lanes = std::mem::take(&mut self.scratch.lanes);
+                remote.route_all(&tasks, now, &mut lanes);
+                for (task, &lane) in tasks.iter().zip(&lanes) {
+                    self.telemetry.launched(now, task, executor, || lane);
                 }
-                for (peer, batch) in batches {
+                // One batch per lane, in a vector kept from launch to launch.
+                let mut batch: Vec<wire::TaskLaunch<'_>> = std::mem::take(&mut self.scratch.batch);
+                for (lane, peer) in (0u32..).zip(remote.lane_peers()) {
+                    batch.clear();
+                    let routed = tasks.iter().zip(&lanes).filter(|(_, l)| **l == lane);
+                    batch.extend(routed.map(|(task, _)| wire::TaskLaunch {
+                        task_id: task.task.0,
+                        attempt: task.attempt,
+                        cores: task.cores,
+                        function: &task.function,
+                        payload: &task.payload,
+                    }));
                     let out = peer.and_then(|peer| self.peers.outbound(peer));
                     let (Some(out), false) = (out, batch.is_empty()) else {
                         continue;
@@ -766,9 +797,11 @@ impl DriverCore {
                         tracing::error!(executor = executor.0, "launch not sent: {error}");
                     }
                 }
+                self.scratch.batch = emptied(batch);
+                self.scratch.lanes = lanes;
             }
             Some(ExecutorLink::Local) => {
-                for task in tasks {
+                for task in tasks.drain(..) {
                     self.telemetry.launched(now, &task, executor, || 0);
                     self.local.push_back(LocalCommand::Launch(task));
                 }
@@ -778,6 +811,7 @@ impl DriverCore {
                 "launch for an unknown executor dropped"
             ),
         }
+        self.scheduler.recycle_launches(tasks);
     }
 
     /// Encodes a message for a peer.

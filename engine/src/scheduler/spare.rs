@@ -1,0 +1,99 @@
+//! Vectors of ended jobs and sent launch batches, kept for new ones: a small job and a
+//! launch batch allocate nothing in steady state. Every kind is bounded in count and in the
+//! capacity of what it keeps, so a burst of big jobs is given back to the allocator.
+
+use super::job::{Queues, TaskRec};
+use super::TaskLaunch;
+
+/// Spare vectors kept at most, of each kind.
+const SPARE_MAX: usize = 256;
+/// The largest spare vector kept, in elements: a big job's vectors go back to the allocator.
+const SPARE_CAPACITY_MAX: usize = 8;
+
+/// Ended jobs' task and queue vectors, emptied and kept for new jobs, so a small job
+/// allocates neither in steady state. Bounded: [`SPARE_MAX`] of each, none over
+/// [`SPARE_CAPACITY_MAX`] elements.
+#[derive(Debug, Default)]
+pub(super) struct Spare {
+    tasks: Vec<Vec<TaskRec>>,
+    classes: Vec<Vec<Queues>>,
+    /// Launch batches the driver handed back ([`Scheduler::recycle_launches`]).
+    pub(super) launches: Vec<Vec<TaskLaunch>>,
+}
+
+/// Spare launch batches kept at most (one per executor launched to in a round is plenty).
+const SPARE_LAUNCHES_MAX: usize = 16;
+/// The largest spare launch batch kept, in launches.
+const SPARE_LAUNCHES_CAPACITY_MAX: usize = 1024;
+
+impl Spare {
+    /// Keeps an ended job's vectors (their elements dropped) if there is room for them.
+    pub(super) fn keep(&mut self, mut tasks: Vec<TaskRec>, mut classes: Vec<Queues>) {
+        if self.tasks.len() < SPARE_MAX && tasks.capacity() <= SPARE_CAPACITY_MAX {
+            tasks.clear();
+            self.tasks.push(tasks);
+        }
+        if self.classes.len() < SPARE_MAX && classes.capacity() <= SPARE_CAPACITY_MAX {
+            classes.clear();
+            self.classes.push(classes);
+        }
+    }
+
+    /// Keeps a sent launch batch's vector (its launches dropped) if there is room for it.
+    pub(super) fn keep_launches(&mut self, mut launches: Vec<TaskLaunch>) {
+        if self.launches.len() < SPARE_LAUNCHES_MAX
+            && launches.capacity() <= SPARE_LAUNCHES_CAPACITY_MAX
+        {
+            launches.clear();
+            self.launches.push(launches);
+        }
+    }
+
+    /// An empty task vector, kept or new.
+    pub(super) fn tasks(&mut self) -> Vec<TaskRec> {
+        self.tasks.pop().unwrap_or_default()
+    }
+
+    /// An empty queue vector, kept or new.
+    pub(super) fn classes(&mut self) -> Vec<Queues> {
+        self.classes.pop().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_vectors_come_back_empty_and_big_or_surplus_ones_are_dropped() {
+        let mut spare = Spare::default();
+        let mut launches = Vec::with_capacity(4);
+        launches.push(TaskLaunch {
+            task: super::super::TaskId(1),
+            attempt: 0,
+            function: "f".into(),
+            payload: bytes::Bytes::new(),
+            cores: 1,
+            speculative: false,
+        });
+        spare.keep_launches(launches);
+        let back = spare.launches.pop().expect("kept");
+        assert!(
+            back.is_empty() && back.capacity() >= 4,
+            "emptied, allocation kept"
+        );
+        spare.keep_launches(Vec::with_capacity(SPARE_LAUNCHES_CAPACITY_MAX + 1));
+        assert!(spare.launches.is_empty(), "too big to keep");
+        for _ in 0..SPARE_LAUNCHES_MAX + 5 {
+            spare.keep_launches(Vec::with_capacity(1));
+        }
+        assert_eq!(spare.launches.len(), SPARE_LAUNCHES_MAX, "bounded");
+        spare.keep(
+            Vec::with_capacity(SPARE_CAPACITY_MAX + 1),
+            Vec::with_capacity(1),
+        );
+        assert_eq!((spare.tasks.len(), spare.classes.len()), (0, 1));
+        assert!(spare.tasks().capacity() == 0, "none kept: a new, empty one");
+        assert!(spare.classes().capacity() >= 1);
+    }
+}
