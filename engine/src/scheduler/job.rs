@@ -791,15 +791,19 @@ impl Job {
         multiplier: f64,
         min_runtime_us: u64,
     ) -> Option<u64> {
-        let total = self.tasks.len();
-        // Spark's `minFinishedForSpeculation`: floor(quantile x tasks), at least 1 (SPARK-37580).
-        let needed = ((quantile * total as f64).floor() as usize).max(1);
-        if self.durations_us.len() < needed || self.durations_us.is_empty() {
+        if !self.quantile_met(quantile) {
             return None;
         }
         let median = self.median_us()?;
         let threshold = (median as f64 * multiplier) as u64;
         Some(threshold.max(min_runtime_us))
+    }
+
+    /// Whether `quantile` of the tasks succeeded: Spark's `minFinishedForSpeculation`,
+    /// floor(quantile x tasks), at least 1 (SPARK-37580).
+    pub fn quantile_met(&self, quantile: f64) -> bool {
+        let needed = ((quantile * self.tasks.len() as f64).floor() as usize).max(1);
+        self.durations_us.len() >= needed
     }
 
     /// The median successful run so far, if any task succeeded.

@@ -26,13 +26,14 @@ impl Scheduler {
         if self.spec_jobs == 0 {
             return false;
         }
-        self.refresh_medians();
+        self.count_quantiles();
         // Thresholds are worked out only for the jobs of the attempts looked at (memoized):
         // the check costs O(executors + attempts looked at), not O(active jobs).
         let any_quantile = self.quantile_jobs > 0;
         let timeout_min_us = self.spec_timeouts_us.keys().next().copied();
         let timeout_min_us = timeout_min_us.unwrap_or(u64::MAX);
         let mut thresholds: FxHashMap<u64, Option<(Option<u64>, u64)>> = FxHashMap::default();
+        let mut floors: FxHashMap<u64, Option<u64>> = FxHashMap::default();
         let last_finish_us = self.last_finish_us;
         let idle_exists = self
             .book
@@ -51,13 +52,20 @@ impl Scheduler {
             }
             let mut stalls = false;
             for (&Attempt { task, .. }, run) in &e.running {
+                // Younger than both thresholds can be: not a straggler, and no median needed.
+                let age = now_us.saturating_sub(run.started_us);
+                let floor = *floors.entry(task.job().0).or_insert_with(|| {
+                    job_of(&self.job_slots, &mut self.jobs, task)?.straggler_floor_us()
+                });
+                if floor.is_none_or(|floor| age <= floor) {
+                    continue;
+                }
                 let found_thresholds = *thresholds.entry(task.job().0).or_insert_with(|| {
                     job_of(&self.job_slots, &mut self.jobs, task)?.straggler_thresholds_us()
                 });
                 let Some((by_quantile, by_timeout)) = found_thresholds else {
                     continue; // an ended job's attempt, or a job without speculation
                 };
-                let age = now_us.saturating_sub(run.started_us);
                 let silent_since_launch = e.progress_us <= run.started_us;
                 let straggler = by_quantile.is_some_and(|t| age > t)
                     || (age > by_timeout
@@ -103,10 +111,10 @@ impl Scheduler {
         }
     }
 
-    /// Brings the medians of the jobs with successes since the last check up to date (as
-    /// every check did for every job: a median is recomputed once its successes grew by an
-    /// eighth), and counts the jobs that reached their quantile.
-    fn refresh_medians(&mut self) {
+    /// Counts the jobs with successes since the last check that reached their quantile. Their
+    /// medians are worked out later, only for a job one of whose attempts is old enough to
+    /// be a straggler (a median is recomputed once its successes grew by an eighth).
+    fn count_quantiles(&mut self) {
         let mut dirty = std::mem::take(&mut self.spec_dirty);
         for slot in dirty.drain(..) {
             // A slot whose job ended (or was replaced: its flag says) since.
@@ -116,9 +124,9 @@ impl Scheduler {
             if !std::mem::take(&mut job.durations_dirty) {
                 continue;
             }
-            let reached = job
-                .straggler_thresholds_us()
-                .is_some_and(|(q, _)| q.is_some());
+            // Counted without the median: only the count of successes decides.
+            let quantile = job.speculation.as_deref().map(|sc| sc.quantile);
+            let reached = quantile.is_some_and(|q| job.quantile_met(q));
             if reached && !job.quantile_reached {
                 job.quantile_reached = true;
                 self.quantile_jobs += 1;
@@ -140,6 +148,14 @@ impl Job {
             sc.timeout_us.max((m as f64 * sc.multiplier) as u64)
         });
         Some((by_quantile, by_timeout))
+    }
+
+    /// With speculation on, the least either threshold of
+    /// [`Job::straggler_thresholds_us`] can be (they are at least `min_runtime_us` and
+    /// `timeout_us`): an attempt no older is no straggler, whatever the median.
+    fn straggler_floor_us(&self) -> Option<u64> {
+        let sc = self.speculation.as_deref()?;
+        Some(sc.min_runtime_us.min(sc.timeout_us))
     }
 }
 
