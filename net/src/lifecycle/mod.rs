@@ -410,6 +410,55 @@ mod tests {
         }
     }
 
+    /// The race a target drop can lose: the core decided on a load taken before an executor
+    /// registered, so it deletes it as unregistered. The driver has it registered (and may
+    /// have given it work): it is drained instead, not deleted, and counted as drained.
+    #[test]
+    fn an_executor_deleted_as_unregistered_that_registered_since_is_drained_not_deleted() {
+        let driver = Arc::new(Driver::builder().start().expect("driver"));
+        let addr = driver.local_addr().expect("listening");
+        let config = crate::executor::ExecutorConfig::new(addr, "e0");
+        let registry = flint_engine::functions::Registry::with_builtins();
+        let executor = std::thread::spawn(move || crate::executor::run(config, registry));
+        driver
+            .wait_for_executors(1, Duration::from_secs(20))
+            .expect("e0 registers");
+        let (_observe, observed) = channel();
+        let (calls, called) = channel();
+        let config = RunnerConfig {
+            lifecycle: LifecycleConfig::new(Allocation::Follow),
+            events: None,
+            thread_name: "test-lifecycle".into(),
+        };
+        let mut runner = Runner {
+            core: Lifecycle::new(config.lifecycle.clone(), 0),
+            config,
+            backend: Scripted { observed, calls },
+            driver: driver.clone(),
+            shared: Arc::new(Shared::default()),
+            epoch: Instant::now(),
+            frozen: false,
+            started: 0,
+        };
+        runner.delete("e0", false);
+        assert_eq!(
+            called.try_recv().ok(),
+            None,
+            "not deleted while it may run work"
+        );
+        assert_eq!(runner.core.stats().drained, 1);
+        let view = driver.executors_view().expect("view");
+        assert_eq!(view.executors.len(), 1, "still registered, drained");
+        // Unknown to the driver: deleted at once.
+        runner.delete("e1", false);
+        assert_eq!(called.try_recv().ok().as_deref(), Some("delete e1 false"));
+        driver
+            .stop_executors(Duration::from_secs(20))
+            .expect("stopped");
+        let summary = executor.join().expect("executor thread");
+        assert!(summary.is_ok(), "{summary:?}");
+    }
+
     #[test]
     fn observations_become_removals_once_with_their_reasons() {
         let (observe, observed) = channel();
