@@ -6,11 +6,14 @@
 //!
 //! [`LifecycleThread`] runs the loop on a thread of its own, every round: what the backend
 //! observed (its watch source's changes and the listings it was asked for) goes into the core,
-//! then the driver's load ([`Driver::executors_view`]), then the core's timeout; its outputs
-//! become backend calls (`create`, `request_total`, `delete`, `list`) and driver calls
-//! (`drain_executor` when the allocator wants a registered executor gone: it gets no new work,
-//! and is deleted once a load shows it running nothing; `stop_executor` before a registered
-//! executor is deleted; `remove_executor` with the exit reason), and event lines.
+//! then the caller's wishes (freeze, a new target), then the driver's load
+//! ([`Driver::executors_view`]; a slow answer skips the round, a stopped driver ends the loop),
+//! then the core's timeout; its outputs become backend calls (`create`, `request_total`,
+//! `delete`, `list`) and driver calls (`drain_executor` when the allocator wants a registered
+//! executor gone: it gets no new work, and is deleted once a load shows it running nothing;
+//! the same for one deleted as unregistered that the driver has registered since the last load;
+//! `stop_executor` before a registered executor is deleted; `remove_executor` with the exit
+//! reason), and event lines.
 
 pub mod local;
 pub mod master;
