@@ -73,12 +73,22 @@ fn bucket_bound_us(b: usize) -> u64 {
 pub(super) struct Latencies {
     ids: FxHashMap<Arc<str>, RecordId>,
     records: Vec<Record>,
+    /// The name asked last and its record: a job of one function over payloads shares one
+    /// name, so the next job of that function finds its record by pointer, without hashing
+    /// the name.
+    last: Option<(Arc<str>, RecordId)>,
 }
 
 impl Latencies {
     /// The record of `function`, made if new (past [`FUNCTIONS_MAX`], the shared last one).
     pub(super) fn id(&mut self, function: &Arc<str>) -> RecordId {
+        if let Some((name, id)) = &self.last {
+            if Arc::ptr_eq(name, function) {
+                return *id;
+            }
+        }
         if let Some(&id) = self.ids.get(function) {
+            self.last = Some((function.clone(), id));
             return id;
         }
         if self.records.len() >= FUNCTIONS_MAX {
@@ -87,6 +97,7 @@ impl Latencies {
         let id = self.records.len() as RecordId;
         self.records.push(Record::default());
         self.ids.insert(function.clone(), id);
+        self.last = Some((function.clone(), id));
         if self.records.len() == FUNCTIONS_MAX {
             tracing::warn!(
                 "{FUNCTIONS_MAX} task functions have latency records: later ones share one"
@@ -210,5 +221,19 @@ mod tests {
             assert!((id as usize) < FUNCTIONS_MAX);
         }
         assert_eq!(l.records.len(), FUNCTIONS_MAX);
+    }
+
+    #[test]
+    fn a_name_finds_its_record_by_pointer_or_by_value() {
+        let mut l = Latencies::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let (ia, ib) = (l.id(&a), l.id(&b));
+        assert_ne!(ia, ib);
+        // The same names again, shared (the cached pointer) and copied (by value).
+        assert_eq!(l.id(&b), ib);
+        assert_eq!(l.id(&Arc::from("a")), ia);
+        assert_eq!(l.id(&a), ia);
+        assert_eq!(l.id(&Arc::from("b")), ib);
+        assert_eq!(l.records.len(), 2);
     }
 }

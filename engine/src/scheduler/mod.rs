@@ -50,7 +50,7 @@
 //! missed). So the work per offer is bounded (two walks of 64),
 //! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
 //!
-//! What the tick must look at is kept sorted too (`timers.rs`, B-trees by time): each job with
+//! What the tick must look at is kept sorted too (`timers.rs`, by time): each job with
 //! tasks queued has its unschedulable clock (its last progress) and, while at a locality level
 //! below "any", the end of its wait; both are set again whenever the job changes (O(log jobs),
 //! O(1) when they did not move), and a job whose level has nothing left to wait for (the
@@ -206,6 +206,7 @@
 //! back only with a final update for an attempt the executor actually holds, or with the executor.
 
 mod book;
+mod clocks;
 mod exclusion;
 mod hedge;
 mod job;
@@ -1037,7 +1038,9 @@ impl Scheduler {
             self.pref_jobs += 1;
         }
         self.active += 1;
-        self.sync_job(slot);
+        // Listed, but its timers wait for the offers below: a job they launch whole (a
+        // service's small job, usually) never enters the timers at all.
+        self.list_job(slot);
         self.pending_total += n;
         self.unfinished_total += n;
         if let Some((i, len)) = oversized {
@@ -1049,6 +1052,7 @@ impl Scheduler {
         } else {
             self.book.unblock_all();
             self.offer(now_us);
+            self.sync_timers(slot);
         }
         self.flush();
         Ok(())
@@ -1918,6 +1922,12 @@ impl Scheduler {
     /// as runnable (after its pending or straggler queues changed).
     fn sync_job(&mut self, job_slot: u32) {
         self.sync_timers(job_slot);
+        self.list_job(job_slot);
+    }
+
+    /// Files a job's new preference keys and lists it as runnable, or unlists it, after its
+    /// queues changed (its timers apart: [`Scheduler::sync_job`] does both).
+    fn list_job(&mut self, job_slot: u32) {
         self.file_pref_keys(job_slot);
         let Some(job) = self
             .jobs

@@ -9,10 +9,13 @@
 //!   `unschedulable_timeout_us` has passed since its last progress (launch, retry or check).
 //!
 //! Each job's keys are stored here per job slot, so an entry is always removed under the key
-//! it was inserted with; setting a job's keys costs O(log jobs), and only when they change.
-//! The scheduler sets them after every change to a job ([`Scheduler::sync_job`](super)).
+//! it was inserted with; setting a job's keys costs O(log jobs) (O(1) for the usual
+//! unschedulable clock: `clocks.rs`), and only when they change. The scheduler sets them
+//! after every change to a job ([`Scheduler::sync_job`](super)).
 
 use std::collections::BTreeSet;
+
+use super::clocks::Clocks;
 
 /// One job's entries: its locality deadline and its last progress (the unschedulable clock),
 /// each `None` while it has none, and whether it waits in the skip list.
@@ -30,7 +33,7 @@ pub(crate) struct Timers {
     /// (deadline, job slot) of the jobs waiting for a locality level to widen.
     level: BTreeSet<(u64, u32)>,
     /// (last progress, job slot) of the jobs with tasks queued.
-    progress: BTreeSet<(u64, u32)>,
+    progress: Clocks,
     /// Keys per job slot, as inserted.
     keys: Vec<Keys>,
     /// Per job slot: listed in `skips` since the last drain.
@@ -64,7 +67,7 @@ impl Timers {
             return;
         }
         rekey(&mut self.level, slot, old.level_us, keys.level_us);
-        rekey(&mut self.progress, slot, old.progress_us, progress_us);
+        (self.progress).rekey(slot, old.progress_us, progress_us);
         *old = Keys {
             level_us: keys.level_us,
             progress_us,
@@ -78,7 +81,7 @@ impl Timers {
             return;
         };
         if old.progress_us.is_some() {
-            rekey(&mut self.progress, slot, old.progress_us, Some(progress_us));
+            (self.progress).rekey(slot, old.progress_us, Some(progress_us));
             old.progress_us = Some(progress_us);
         }
     }
@@ -120,7 +123,7 @@ impl Timers {
 
     /// The earliest last progress of a job with tasks queued.
     pub fn progress_first_us(&self) -> Option<u64> {
-        self.progress.first().map(|&(t, _)| t)
+        self.progress.first()
     }
 
     /// Moves into `out` the slots of the jobs whose locality deadline is at or before `now_us`,
@@ -147,8 +150,8 @@ impl Timers {
         out.extend(
             self.progress
                 .iter()
-                .take_while(|&&(t, _)| now_us.saturating_sub(t) >= timeout_us)
-                .map(|&(_, s)| s),
+                .take_while(|&(t, _)| now_us.saturating_sub(t) >= timeout_us)
+                .map(|(_, s)| s),
         );
     }
 

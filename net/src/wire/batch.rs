@@ -76,6 +76,14 @@ fn reserve(out: &mut BytesMut, sizes: impl Iterator<Item = usize>, frame_size_ma
     out.reserve(items.saturating_add(frames * (FRAME_OVERHEAD_BYTES + super::HEADER_LEN)));
 }
 
+/// `v` emptied, as a vector of `U`, keeping its allocation when `T` and `U` have one layout
+/// (the standard library collects an empty `IntoIter` into the same buffer then): how a
+/// vector of borrowing items (a batch to encode) outlives the borrows, kept from call to call.
+pub fn emptied<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
+}
+
 /// Appends `tasks` as `LaunchTasks` frames. Fails (leaving what it appended so far) only when
 /// one task's function and payload exceed [`item_bytes_max`].
 pub fn encode_launches(
@@ -138,6 +146,16 @@ mod tests {
             ends.push(start);
         }
         ends
+    }
+
+    #[test]
+    fn an_emptied_vector_keeps_its_allocation_across_element_types() {
+        let text = String::from("borrowed");
+        let mut borrowing: Vec<&str> = Vec::with_capacity(10);
+        borrowing.push(&text);
+        let kept: Vec<&'static str> = emptied(borrowing);
+        assert!(kept.is_empty());
+        assert_eq!(kept.capacity(), 10, "the same buffer, not a new one");
     }
 
     #[test]

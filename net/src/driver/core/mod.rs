@@ -148,14 +148,6 @@ struct Scratch {
     batch: Vec<wire::TaskLaunch<'static>>,
 }
 
-/// `v` emptied, as a vector of `U`, keeping its allocation when `T` and `U` have one layout
-/// (the standard library collects an empty `IntoIter` into the same buffer then): how a
-/// vector of borrowing items outlives the borrows.
-fn emptied<T, U>(mut v: Vec<T>) -> Vec<U> {
-    v.clear();
-    v.into_iter().map(|_| unreachable!("emptied")).collect()
-}
-
 impl DriverCore {
     /// A driver with no peers and no jobs; `telemetry` is what it shows, `seed` (32 bytes
     /// from the operating system's random source, or fixed in a simulation) keys its lane keys.
@@ -797,7 +789,7 @@ impl DriverCore {
                         tracing::error!(executor = executor.0, "launch not sent: {error}");
                     }
                 }
-                self.scratch.batch = emptied(batch);
+                self.scratch.batch = batch::emptied(batch);
                 self.scratch.lanes = lanes;
             }
             Some(ExecutorLink::Local) => {

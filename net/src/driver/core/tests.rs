@@ -802,13 +802,3 @@ fn the_local_executor_gets_launches_and_its_completions_end_the_job() {
         other => panic!("{other:?}"),
     }
 }
-
-#[test]
-fn an_emptied_vector_keeps_its_allocation_across_element_types() {
-    let text = String::from("borrowed");
-    let mut borrowing: Vec<&str> = Vec::with_capacity(10);
-    borrowing.push(&text);
-    let kept: Vec<&'static str> = super::emptied(borrowing);
-    assert!(kept.is_empty());
-    assert_eq!(kept.capacity(), 10, "the same buffer, not a new one");
-}

@@ -83,6 +83,9 @@ pub struct ExecutorCore {
     actions: VecDeque<Action>,
     /// Completions to report at the next [`ExecutorCore::poll_transmit`], already bounded.
     updates: Vec<TaskReport>,
+    /// The wire view of `updates` being encoded (empty between calls: its borrows end with
+    /// the call), kept so that a batch allocates nothing.
+    batch: Vec<wire::StatusUpdate<'static>>,
     /// Attempts launched and not yet completed.
     in_flight: FxHashSet<Attempt>,
     /// The function names launches carried, each once (see [`Names`]).
@@ -166,6 +169,7 @@ impl ExecutorCore {
             transmit: BytesMut::new(),
             actions: VecDeque::new(),
             updates: Vec::new(),
+            batch: Vec::new(),
             in_flight: FxHashSet::default(),
             names: Names::default(),
             heartbeat_interval_us: HEARTBEAT_INTERVAL_MS_DEFAULT * 1000,
@@ -554,22 +558,21 @@ impl ExecutorCore {
         if self.updates.is_empty() {
             return;
         }
-        let batch: Vec<wire::StatusUpdate> = self
-            .updates
-            .iter()
-            .map(|update| wire::StatusUpdate {
-                task_id: update.task.0,
-                attempt: update.attempt,
-                state: update.state,
-                data: &update.data,
-            })
-            .collect();
+        let mut batch: Vec<wire::StatusUpdate<'_>> =
+            batch::emptied(std::mem::take(&mut self.batch));
+        batch.extend(self.updates.iter().map(|update| wire::StatusUpdate {
+            task_id: update.task.0,
+            attempt: update.attempt,
+            state: update.state,
+            data: &update.data,
+        }));
         if let Err(error) =
             batch::encode_status_updates(&batch, &mut self.transmit, self.frame_size_max)
         {
             // Unreachable: `bound_report` keeps every update within a frame.
             tracing::error!(executor_id = %self.executor_id, "status updates not sent: {error}");
         }
+        self.batch = batch::emptied(batch);
         self.updates.clear();
     }
 
