@@ -397,6 +397,9 @@ pub struct Scheduler {
     spare: Spare,
     /// Job id → slot.
     job_slots: FxHashMap<u64, u32>,
+    /// The last (job id, slot) `attempt_ended` looked up: a batch of completions is mostly of
+    /// one job. Cleared when that job is removed ([`NO_JOB`] for none).
+    job_hint: (u64, u32),
     /// Jobs accepted and without an outcome yet.
     active: usize,
     /// The active jobs that have something to launch, in sharing order: offers look only at
@@ -463,6 +466,9 @@ struct Defaults {
     exclusion: Option<Arc<ExclusionConfig>>,
 }
 
+/// No job's id (ids are below 2^32): an empty [`Scheduler::job_hint`].
+const NO_JOB: u64 = u64::MAX;
+
 /// Active jobs up to which debug builds check `poll_timeout` against a walk of every job.
 #[cfg(debug_assertions)]
 const POLL_TIMEOUT_CHECK_JOBS_MAX: usize = 1024;
@@ -493,6 +499,7 @@ impl Scheduler {
             job_free_slots: Vec::new(),
             spare: Spare::default(),
             job_slots: FxHashMap::default(),
+            job_hint: (NO_JOB, 0),
             active: 0,
             runnable,
             touched: Vec::new(),
@@ -1202,7 +1209,7 @@ impl Scheduler {
             level_since_us: now_us,
             last_progress_us: now_us,
             exclusion: JobExclusion::default(),
-            durations_us: Vec::new(),
+            durations_us: self.spare.durations(),
             durations_dirty: false,
             quantile_reached: false,
             median_cache: (0, 0),
@@ -2150,8 +2157,18 @@ impl Scheduler {
         end: End,
     ) {
         // An executor keeps attempts of ended jobs until they report (their kill was sent).
-        let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
-            return;
+        let job_slot = match self.job_hint {
+            (id, slot) if id == task.job().0 => {
+                debug_assert_eq!(self.job_slots.get(&id), Some(&slot), "a stale job hint");
+                slot
+            }
+            _ => {
+                let Some(&slot) = self.job_slots.get(&task.job().0) else {
+                    return;
+                };
+                self.job_hint = (task.job().0, slot);
+                slot
+            }
         };
         if !self.release_attempt(job_slot, task, attempt) {
             return;
@@ -2548,12 +2565,15 @@ impl Scheduler {
                 None => unreachable!("a job's speculation timeout is counted"),
             }
         }
+        if self.job_hint.0 == job.id.0 {
+            self.job_hint = (NO_JOB, 0);
+        }
         let removed = self.job_slots.remove(&job.id.0);
         assert_eq!(removed, Some(job_slot), "an active job is listed by its id");
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;
         self.job_free_slots.push(job_slot);
-        self.spare.keep(job.tasks, job.classes);
+        self.spare.keep(job.tasks, job.classes, job.durations_us);
     }
 
     /// The speculation check period: the scheduler's, or the default's when only some jobs

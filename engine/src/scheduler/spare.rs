@@ -1,4 +1,4 @@
-//! Vectors of ended jobs and sent launch batches, kept for new ones: a small job and a
+//! Vectors of ended jobs (tasks, queues, run times) and sent launch batches, kept for new ones: a small job and a
 //! launch batch allocate nothing in steady state. Every kind is bounded in count and in the
 //! capacity of what it keeps, so a burst of big jobs is given back to the allocator.
 
@@ -10,13 +10,14 @@ const SPARE_MAX: usize = 256;
 /// The largest spare vector kept, in elements: a big job's vectors go back to the allocator.
 const SPARE_CAPACITY_MAX: usize = 8;
 
-/// Ended jobs' task and queue vectors, emptied and kept for new jobs, so a small job
-/// allocates neither in steady state. Bounded: [`SPARE_MAX`] of each, none over
+/// Ended jobs' task, queue and run-time vectors, emptied and kept for new jobs, so a small
+/// job allocates none of them in steady state. Bounded: [`SPARE_MAX`] of each, none over
 /// [`SPARE_CAPACITY_MAX`] elements.
 #[derive(Debug, Default)]
 pub(super) struct Spare {
     tasks: Vec<Vec<TaskRec>>,
     classes: Vec<Vec<Queues>>,
+    durations: Vec<Vec<u64>>,
     /// Launch batches the driver handed back ([`Scheduler::recycle_launches`]).
     pub(super) launches: Vec<Vec<TaskLaunch>>,
 }
@@ -28,15 +29,10 @@ const SPARE_LAUNCHES_CAPACITY_MAX: usize = 1024;
 
 impl Spare {
     /// Keeps an ended job's vectors (their elements dropped) if there is room for them.
-    pub(super) fn keep(&mut self, mut tasks: Vec<TaskRec>, mut classes: Vec<Queues>) {
-        if self.tasks.len() < SPARE_MAX && tasks.capacity() <= SPARE_CAPACITY_MAX {
-            tasks.clear();
-            self.tasks.push(tasks);
-        }
-        if self.classes.len() < SPARE_MAX && classes.capacity() <= SPARE_CAPACITY_MAX {
-            classes.clear();
-            self.classes.push(classes);
-        }
+    pub(super) fn keep(&mut self, tasks: Vec<TaskRec>, classes: Vec<Queues>, durations: Vec<u64>) {
+        keep_in(&mut self.tasks, tasks);
+        keep_in(&mut self.classes, classes);
+        keep_in(&mut self.durations, durations);
     }
 
     /// Keeps a sent launch batch's vector (its launches dropped) if there is room for it.
@@ -57,6 +53,19 @@ impl Spare {
     /// An empty queue vector, kept or new.
     pub(super) fn classes(&mut self) -> Vec<Queues> {
         self.classes.pop().unwrap_or_default()
+    }
+
+    /// An empty run-time vector, kept or new.
+    pub(super) fn durations(&mut self) -> Vec<u64> {
+        self.durations.pop().unwrap_or_default()
+    }
+}
+
+/// Keeps `v` (emptied) in `kept` if there is room for it and it is small.
+fn keep_in<T>(kept: &mut Vec<Vec<T>>, mut v: Vec<T>) {
+    if kept.len() < SPARE_MAX && v.capacity() <= SPARE_CAPACITY_MAX {
+        v.clear();
+        kept.push(v);
     }
 }
 
@@ -91,9 +100,15 @@ mod tests {
         spare.keep(
             Vec::with_capacity(SPARE_CAPACITY_MAX + 1),
             Vec::with_capacity(1),
+            vec![5, 6],
         );
         assert_eq!((spare.tasks.len(), spare.classes.len()), (0, 1));
         assert!(spare.tasks().capacity() == 0, "none kept: a new, empty one");
         assert!(spare.classes().capacity() >= 1);
+        let durations = spare.durations();
+        assert!(
+            durations.is_empty() && durations.capacity() >= 2,
+            "emptied, kept"
+        );
     }
 }

@@ -89,7 +89,12 @@ impl Frame {
     /// copied otherwise, so a small part never keeps a large frame (or the receive buffer it
     /// was split from) alive. Memory held is then at most about twice what is retained.
     pub fn retain(&self, part: &[u8]) -> Bytes {
-        if part.len() >= RETAIN_SHARE_MIN_BYTES && part.len().saturating_mul(2) >= self.body.len() {
+        if part.is_empty() {
+            // The usual result of a task that returns nothing: no copy to make.
+            Bytes::new()
+        } else if part.len() >= RETAIN_SHARE_MIN_BYTES
+            && part.len().saturating_mul(2) >= self.body.len()
+        {
             self.share_or_copy(part)
         } else {
             Bytes::copy_from_slice(part)
