@@ -405,6 +405,9 @@ pub struct LoopTelemetry {
     /// The origin of the loop's clock (its `now_us` counts from there) in Unix milliseconds.
     epoch_unix_ms: u64,
     jobs: FxHashMap<JobId, JobTrack>,
+    /// Tasks of one job done since its record was last counted up: results come in runs of
+    /// one job, so a task's result costs no lookup ([`LoopTelemetry::task_done`]).
+    done_pending: (JobId, u64),
     /// Jobs that ended, newest first, as they ended (made into views only when asked).
     recent_jobs: VecDeque<(JobId, JobTrack, &'static str, u64)>,
     /// The default pool's name, shared by every job in it.
@@ -432,6 +435,7 @@ impl LoopTelemetry {
         LoopTelemetry {
             epoch_unix_ms: unix_ms().saturating_sub(epoch.elapsed().as_millis() as u64),
             jobs: FxHashMap::default(),
+            done_pending: (JobId(u64::MAX), 0),
             recent_jobs: VecDeque::new(),
             default_pool: std::sync::Arc::from("default"),
             executors: FxHashMap::default(),
@@ -486,13 +490,35 @@ impl LoopTelemetry {
     /// A task of `job` reached its final result.
     #[inline]
     pub fn task_done(&mut self, job: JobId) {
+        if self.done_pending.0 == job {
+            self.done_pending.1 += 1;
+        } else {
+            self.count_done();
+            self.done_pending = (job, 1);
+        }
+    }
+
+    /// Adds the pending run of done tasks to its job's record.
+    fn count_done(&mut self) {
+        let job = self.done_pending.0;
+        let done = std::mem::take(&mut self.done_pending.1);
         if let Some(track) = self.jobs.get_mut(&job) {
-            track.tasks_done += 1;
+            track.tasks_done += done;
+        }
+    }
+
+    /// Tasks of `job` done and not yet added to its record.
+    fn done_pending(&self, job: JobId) -> u64 {
+        if self.done_pending.0 == job {
+            self.done_pending.1
+        } else {
+            0
         }
     }
 
     /// A job ended: logged in its span, moved to the recent jobs.
     pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd) {
+        self.count_done();
         let Some(mut track) = self.jobs.remove(&job) else {
             return;
         };
@@ -814,7 +840,9 @@ impl LoopTelemetry {
             .iter()
             .filter_map(|id| {
                 let track = self.jobs.get(id)?;
-                Some(track.view(*id, "RUNNING", self.epoch_unix_ms, now_us))
+                let mut view = track.view(*id, "RUNNING", self.epoch_unix_ms, now_us);
+                view.tasks_done += self.done_pending(*id);
+                Some(view)
             })
             .collect();
         (views, (self.jobs.len() - shown) as u64)

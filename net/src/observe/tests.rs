@@ -109,3 +109,30 @@ fn failures_are_counted_per_job_and_executor() {
     assert_eq!(view.jobs_over, [0, 1, 0]);
     assert_eq!(view.active_jobs, 0);
 }
+
+#[test]
+fn tasks_done_are_counted_per_job_across_interleaved_runs() {
+    let mut t = LoopTelemetry::new(Instant::now());
+    let (a, b) = (JobId(1), JobId(2));
+    let f = std::sync::Arc::from("f");
+    t.job_submitted(0, a, &f, 5, "default");
+    t.job_submitted(0, b, &f, 5, "default");
+    for job in [a, a, b, a, b, b, b] {
+        t.task_done(job);
+    }
+    let done = |t: &LoopTelemetry| {
+        let view = t.view(|_| 0, |_| None, 1_000);
+        let mut done: Vec<(u64, u64)> = view.jobs.iter().map(|j| (j.id, j.tasks_done)).collect();
+        done.sort_unstable();
+        done
+    };
+    assert_eq!(
+        done(&t),
+        [(1, 3), (2, 4)],
+        "the run still pending counts too"
+    );
+    t.task_done(b);
+    t.job_over(2_000, b, JobEnd::Succeeded);
+    t.task_done(a);
+    assert_eq!(done(&t), [(1, 4), (2, 5)], "an ended job keeps its count");
+}
