@@ -1841,11 +1841,12 @@ impl Scheduler {
                 self.speculatable_total = self.speculatable_total.saturating_sub(popped);
                 touched.push(job_slot);
             }
-            // Asking may have moved its locality level along (or emptied a preference queue).
-            set_timers(&mut self.timers, job_slot, job, waits);
             if let Some(found) = found {
+                // Its timers are set once it launched (`settle`).
                 return (Some((job_slot, found)), None);
             }
+            // Asking may have moved its locality level along (or emptied a preference queue).
+            set_timers(&mut self.timers, job_slot, job, waits);
             if local_only {
                 break;
             }
