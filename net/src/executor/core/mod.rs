@@ -499,7 +499,10 @@ impl ExecutorCore {
     /// limit fails at once (a driver keeps within `tasks_per_core`, which is at most that).
     fn launch(&mut self, launch: TaskLaunch) {
         let key = Attempt::new(launch.task, launch.attempt);
-        if self.in_flight.contains(&key) {
+        // The usual launch costs one look at the in-flight set: the insert says whether it
+        // was a duplicate.
+        let refusal = self.draining || self.in_flight.len() >= self.in_flight_max;
+        if refusal && self.in_flight.contains(&key) || !refusal && !self.in_flight.insert(key) {
             tracing::warn!(
                 task_id = key.task.0,
                 attempt = key.attempt,
@@ -511,14 +514,13 @@ impl ExecutorCore {
             let why = Bytes::from_static(b"the executor is draining (going away)");
             return self.report_ended(key, TaskState::Killed, why);
         }
-        if self.in_flight.len() >= self.in_flight_max {
+        if refusal {
             let reason = format!(
                 "not run: the executor already holds its maximum of {} attempts",
                 self.in_flight_max
             );
             return self.report_ended(key, TaskState::Failed, Bytes::from(reason));
         }
-        self.in_flight.insert(key);
         self.actions.push_back(Action::Launch(launch));
     }
 
