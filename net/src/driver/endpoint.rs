@@ -178,9 +178,8 @@ impl DriverEndpoint {
         let counts = self.core.counts();
         self.stats.publish(self.core.stats());
         self.counters.publish(&counts);
-        while let Some(event) = self.core.poll_event() {
-            self.handles.deliver(event);
-        }
+        let core = &mut self.core;
+        self.handles.deliver_all(|| core.poll_event());
         self.handles.executors_registered(counts.executors);
     }
 

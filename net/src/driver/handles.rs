@@ -1,7 +1,7 @@
 //! The callers' side of the driver's loop: each active job's shared state (what its
 //! [`crate::job::JobHandle`] reads) and result observer, the room each job holds under the
 //! admission limits, and the callers waiting for executors. The endpoint (and the cluster
-//! simulator) hands every [`Event`] the core polls out to [`Handles::deliver`]; this is where
+//! simulator) hands every [`Event`] the core polls out to [`Handles::deliver_all`]; this is where
 //! user code (a result observer) runs, never inside the core.
 
 use std::sync::Arc;
@@ -66,24 +66,33 @@ impl Handles {
         true
     }
 
-    /// Hands one of the core's events to its job: a result to the handle and the observer, an
-    /// outcome to the handle (giving its room back).
-    pub(crate) fn deliver(&mut self, event: Event) {
-        match event {
-            Event::TaskResult { task, result } => {
-                let Some(entry) = self.jobs.get_mut(&task.job()) else {
-                    return;
-                };
-                let result = result.as_ref().map_err(String::as_str);
-                entry.shared.task_done(task.index(), result);
-                if let Some(observer) = entry.observer.as_mut() {
-                    observer(task.index(), result);
+    /// Hands the core's events (from `next`, until it has none) to their jobs: a result to
+    /// the handle and the observer, an outcome to the handle (giving its room back). A run of
+    /// results of one job looks the job up once.
+    pub(crate) fn deliver_all(&mut self, mut next: impl FnMut() -> Option<Event>) {
+        let mut current: Option<(JobId, &mut Entry)> = None;
+        while let Some(event) = next() {
+            match event {
+                Event::TaskResult { task, result } => {
+                    let job = task.job();
+                    if current.as_ref().is_none_or(|(id, _)| *id != job) {
+                        current = self.jobs.get_mut(&job).map(|entry| (job, entry));
+                    }
+                    let Some((_, entry)) = current.as_mut() else {
+                        continue;
+                    };
+                    let result = result.as_ref().map_err(String::as_str);
+                    entry.shared.task_done(task.index(), result);
+                    if let Some(observer) = entry.observer.as_mut() {
+                        observer(task.index(), result);
+                    }
                 }
-            }
-            Event::JobOutcome { job, outcome } => {
-                if let Some(entry) = self.jobs.remove(&job) {
-                    self.admission.release(entry.tasks);
-                    entry.shared.finish(outcome);
+                Event::JobOutcome { job, outcome } => {
+                    current = None;
+                    if let Some(entry) = self.jobs.remove(&job) {
+                        self.admission.release(entry.tasks);
+                        entry.shared.finish(outcome);
+                    }
                 }
             }
         }

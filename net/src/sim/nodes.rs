@@ -258,9 +258,8 @@ impl DriverNode {
 
     /// Hands the core's events to the jobs' handles, as the endpoint does.
     fn hand_events(&mut self) {
-        while let Some(event) = self.core.poll_event() {
-            self.handles.deliver(event);
-        }
+        let core = &mut self.core;
+        self.handles.deliver_all(|| core.poll_event());
     }
 
     /// Carries out the core's outputs: cancels from handles in, results and outcomes to the
