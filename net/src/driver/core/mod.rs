@@ -129,7 +129,6 @@ pub struct DriverCore {
     stopping: bool,
     /// What the driver shows ([`crate::observe`]).
     telemetry: Box<LoopTelemetry>,
-    outputs: Vec<Output>,
     local: std::collections::VecDeque<LocalCommand>,
     /// The latest input's time.
     now_us: u64,
@@ -161,7 +160,6 @@ impl DriverCore {
             health: Health::default(),
             stopping: false,
             telemetry,
-            outputs: Vec::new(),
             local: std::collections::VecDeque::new(),
             now_us: 0,
             scheduler_timeout: SchedulerTimeout::default(),
@@ -663,15 +661,13 @@ impl DriverCore {
     /// Carries out everything the scheduler decided: launches and kills to their executors,
     /// results and outcomes to the events for the callers' side.
     fn pump(&mut self) {
-        self.scheduler.drain_outputs(&mut self.outputs);
         if self.telemetry.point_due(self.now_us) {
             views::take_point(&self.scheduler, &mut self.telemetry, self.now_us);
         }
-        let mut outputs = std::mem::take(&mut self.outputs);
-        for output in outputs.drain(..) {
+        // Carrying an output out gives the scheduler no input, so no new output comes of it.
+        while let Some(output) = self.scheduler.poll_output() {
             self.carry_out(output);
         }
-        self.outputs = outputs;
         self.check();
     }
 
