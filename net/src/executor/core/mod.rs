@@ -499,10 +499,13 @@ impl ExecutorCore {
     /// limit fails at once (a driver keeps within `tasks_per_core`, which is at most that).
     fn launch(&mut self, launch: TaskLaunch) {
         let key = Attempt::new(launch.task, launch.attempt);
-        // The usual launch costs one look at the in-flight set: the insert says whether it
-        // was a duplicate.
         let refusal = self.draining || self.in_flight.len() >= self.in_flight_max;
-        if refusal && self.in_flight.contains(&key) || !refusal && !self.in_flight.insert(key) {
+        let duplicate = match refusal {
+            true => self.in_flight.contains(&key),
+            // Taken in now if new: the usual launch looks at the in-flight set once.
+            false => !self.in_flight.insert(key),
+        };
+        if duplicate {
             tracing::warn!(
                 task_id = key.task.0,
                 attempt = key.attempt,
