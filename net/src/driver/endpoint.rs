@@ -154,7 +154,8 @@ impl DriverEndpoint {
             self.run_local();
             self.deliver();
             while let Some((peer, frames)) = self.core.poll_transmit() {
-                self.sockets.append(token_of(peer), frames);
+                let spare = self.sockets.append(token_of(peer), frames);
+                self.core.recycle_transmit(peer, spare);
             }
             while let Some((peer, why)) = self.core.poll_close() {
                 tracing::debug!(?peer, "closing a connection: {why}");

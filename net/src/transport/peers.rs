@@ -124,6 +124,9 @@ impl<S> Peer<S> {
     }
 }
 
+/// The largest buffer [`Peers::recycle`] keeps for a peer's next frames (bytes).
+pub const SPARE_OUT_MAX: usize = 64 * 1024;
+
 /// A peer table keyed by `K`; `S` is the role's state for each open peer.
 pub struct Peers<K, S> {
     config: PeersConfig,
@@ -455,6 +458,23 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         self.next_check_us
     }
 
+    /// Hands back a buffer once the frames [`Peers::poll_transmit`] gave out are on their
+    /// connection (what it still holds is dropped): `peer`'s next frames are encoded into it
+    /// instead of a new one that grows frame by frame. Optional; a buffer over
+    /// [`SPARE_OUT_MAX`] bytes, or one for a peer that has frames again, is dropped.
+    pub fn recycle(&mut self, peer: K, mut spare: BytesMut) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if p.out.is_empty()
+            && p.out.capacity() < spare.capacity()
+            && spare.capacity() <= SPARE_OUT_MAX
+        {
+            spare.clear();
+            p.out = spare;
+        }
+    }
+
     /// The next peer with frames to send, and the frames (append them to its connection).
     pub fn poll_transmit(&mut self) -> Option<(K, BytesMut)> {
         if let Some(farewell) = self.farewells.pop_front() {
@@ -680,6 +700,30 @@ mod tests {
         assert_eq!(peers.handle_frame(1, &frame, MS), Arrival::Open);
         assert_eq!(peers.handle_frame(9, &frame, MS), Arrival::Unknown);
         assert_eq!(closed(&mut peers), vec![9], "an unknown peer is dropped");
+    }
+
+    #[test]
+    fn a_recycled_buffer_takes_the_peers_next_frames_and_a_big_one_is_dropped() {
+        let mut peers = table(8, 8, 8);
+        handshake(&mut peers, 1, Role::Executor, 0);
+        peers.open(1, (), Standing::Member);
+        let beat = Message::HeartbeatAck {};
+        peers.send(1, &beat);
+        let (_, sent) = peers.poll_transmit().expect("frames for peer 1");
+        // The IO layer wrote them and hands back a buffer with room.
+        let mut spare = BytesMut::with_capacity(4096);
+        spare.extend_from_slice(b"already written");
+        let kept = spare.as_ptr();
+        peers.recycle(1, spare);
+        peers.send(1, &beat);
+        let (_, next) = peers.poll_transmit().expect("frames for peer 1");
+        assert_eq!(next.as_ptr(), kept, "encoded into the recycled buffer");
+        assert_eq!(frames_of(&next).len(), 1, "holding only the new frame");
+        assert_eq!(&next[..], &sent[..], "the same frame as before");
+        peers.recycle(1, BytesMut::with_capacity(SPARE_OUT_MAX + 1));
+        peers.send(1, &beat);
+        let (_, after) = peers.poll_transmit().expect("frames for peer 1");
+        assert!(after.capacity() <= SPARE_OUT_MAX, "too big to keep");
     }
 
     #[test]

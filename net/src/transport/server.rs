@@ -200,17 +200,21 @@ impl Sockets {
     }
 
     /// Appends frames to a connection's outbound buffer (taking `frames` when it is empty).
-    pub fn append(&mut self, token: Token, frames: BytesMut) {
+    /// Returns a spare buffer to hand back to whoever encoded the frames (its bytes are no
+    /// longer needed): the connection's emptied one, or `frames` once copied.
+    pub fn append(&mut self, token: Token, mut frames: BytesMut) -> BytesMut {
         let Some(socket) = self.conns.get_mut(&token) else {
-            return;
+            return frames;
         };
         let outbound = socket.conn.outbound();
         if outbound.is_empty() {
-            *outbound = frames;
+            // The frames' buffer becomes the connection's; its emptied one goes back.
+            std::mem::swap(outbound, &mut frames);
         } else {
             outbound.extend_from_slice(&frames);
         }
         self.dirty.push(token);
+        frames
     }
 
     /// Marks a connection to flush (it became writable).
@@ -452,7 +456,8 @@ impl<S> Server<S> {
     /// it closed itself told to the handler.
     fn settle(&mut self, handler: &mut impl Handler<S>) {
         while let Some((token, bytes)) = self.peers.poll_transmit() {
-            self.sockets.append(token, bytes);
+            let spare = self.sockets.append(token, bytes);
+            self.peers.recycle(token, spare);
         }
         while let Some((token, state, why)) = self.peers.poll_gone() {
             handler.on_closed(token, state, &why);

@@ -587,6 +587,12 @@ impl DriverCore {
         self.peers.poll_transmit()
     }
 
+    /// Hands back a buffer once its frames are on their connection (see
+    /// [`Peers::recycle`](crate::transport::Peers::recycle)): the peer's next frames reuse it.
+    pub fn recycle_transmit(&mut self, peer: PeerId, spare: BytesMut) {
+        self.peers.recycle(peer, spare);
+    }
+
     /// The next peer to close, and why: the IO layer writes what it has for it (drain
     /// [`DriverCore::poll_transmit`] first), then drops it. The core has forgotten it.
     pub fn poll_close(&mut self) -> Option<(PeerId, ConnError)> {
