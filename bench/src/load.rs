@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write as _};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -240,7 +240,6 @@ struct Pending {
     handle: JobHandle,
     sent: SentAt,
     tasks: u32,
-    observed: Arc<AtomicU32>,
 }
 
 /// The payloads of a job: the same bytes shared by every task, except for `hash`, whose
@@ -352,8 +351,6 @@ impl Runner<'_> {
     /// Submits one job of `count` tasks sent at `sent`.
     fn submit(&mut self, count: u64, sent: SentAt) -> Result<(), String> {
         let shared = self.shared.clone();
-        let observed = Arc::new(AtomicU32::new(0));
-        let seen = observed.clone();
         let epoch = self.epoch;
         let times = sent.clone();
         let job = Job::new(self.spec.task.clone(), self.payloads.take(count))
@@ -363,7 +360,6 @@ impl Runner<'_> {
                 shared
                     .meter()
                     .record(times.of(index), now_ns, result.map(|b| &b[..]));
-                seen.fetch_add(1, Ordering::Relaxed);
                 let done = shared.completed.fetch_add(1, Ordering::AcqRel) + 1;
                 if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
                     shared.submitter.unpark();
@@ -387,7 +383,6 @@ impl Runner<'_> {
             handle,
             sent,
             tasks: count as u32,
-            observed,
         });
         Ok(())
     }
@@ -407,7 +402,9 @@ impl Runner<'_> {
             let Some(done) = self.pending.remove(index) else {
                 return;
             };
-            let observed = done.observed.load(Ordering::Acquire);
+            // The job is finished: the driver handed each result the handle counts to the
+            // observer (`submit`'s) before it set the outcome.
+            let observed = done.handle.tasks_done().min(u64::from(done.tasks)) as u32;
             let outcome = done.handle.wait_timeout(Duration::ZERO);
             if matches!(outcome, Ok(JobOutcome::Succeeded(_))) || observed >= done.tasks {
                 continue;
