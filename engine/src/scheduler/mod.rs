@@ -2529,7 +2529,11 @@ impl Scheduler {
     }
 
     fn remove_job(&mut self, job_slot: u32) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize).and_then(Option::take) else {
+        // Worked on where it is and dropped there: a job record is large to move.
+        let Some(entry) = self.jobs.get_mut(job_slot as usize) else {
+            unreachable!("remove of job slot {job_slot} beyond the table");
+        };
+        let Some(job) = entry.as_mut() else {
             unreachable!("remove of empty job slot {job_slot}");
         };
         let key = job.fifo_key();
@@ -2574,7 +2578,13 @@ impl Scheduler {
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;
         self.job_free_slots.push(job_slot);
-        self.spare.keep(job.tasks, job.classes, job.durations_us);
+        let vectors = (
+            std::mem::take(&mut job.tasks),
+            std::mem::take(&mut job.classes),
+            std::mem::take(&mut job.durations_us),
+        );
+        *entry = None;
+        self.spare.keep(vectors.0, vectors.1, vectors.2);
     }
 
     /// The speculation check period: the scheduler's, or the default's when only some jobs
