@@ -215,6 +215,8 @@ mod order;
 mod prefs;
 mod spare;
 mod speculation;
+#[cfg(test)]
+mod tests;
 mod timers;
 mod types;
 
@@ -407,6 +409,10 @@ pub struct Scheduler {
     runnable: Order,
     /// Scratch: jobs whose straggler queue changed during an offer.
     touched: Vec<u32>,
+    /// A job being submitted while no other job has work: the submission's offers ask it
+    /// after the (empty) sharing order without listing it first, so a job launched whole at
+    /// once never enters the order ([`Scheduler::handle_submit_with_id`]).
+    unlisted_new: Option<u32>,
     pools: Vec<Pool>,
     pool_ids: FxHashMap<String, u32>,
     next_job: u64,
@@ -503,6 +509,7 @@ impl Scheduler {
             active: 0,
             runnable,
             touched: Vec::new(),
+            unlisted_new: None,
             pools,
             pool_ids,
             next_job: 1,
@@ -1045,20 +1052,29 @@ impl Scheduler {
             self.pref_jobs += 1;
         }
         self.active += 1;
-        // Listed, but its timers wait for the offers below: a job they launch whole (a
-        // service's small job, usually) never enters the timers at all.
-        self.list_job(slot);
         self.pending_total += n;
         self.unfinished_total += n;
         if let Some((i, len)) = oversized {
+            self.list_job(slot);
             let reason = format!(
                 "task {i} payload is {len} bytes, over payload_max_bytes = {}",
                 self.config.payload_max_bytes
             );
             self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
         } else {
+            // Its timers and (when no other job has work) its listing wait for the offers
+            // below: a job they launch whole (a service's small job, usually) enters neither.
+            // Alone, it is last in any order; with preferences, the locality pass needs it
+            // listed.
+            if self.runnable.is_empty() && !has_prefs {
+                self.unlisted_new = Some(slot);
+            } else {
+                self.list_job(slot);
+            }
             self.book.unblock_all();
             self.offer(now_us);
+            self.unlisted_new = None;
+            self.list_job(slot);
             self.sync_timers(slot);
         }
         self.flush();
@@ -1813,7 +1829,8 @@ impl Scheduler {
     ) -> (Option<(u32, Found)>, Option<u32>) {
         let waits = self.waits();
         let mut last_asked = None;
-        for (asked, job_slot) in self.runnable.iter_after(after).enumerate() {
+        let jobs = self.runnable.iter_after(after).chain(self.unlisted_new);
+        for (asked, job_slot) in jobs.enumerate() {
             if asked == OFFER_JOBS_MAX {
                 return (None, last_asked);
             }
@@ -1950,6 +1967,10 @@ impl Scheduler {
         }
         job.in_runnable = want;
         if want {
+            if self.unlisted_new == Some(job_slot) {
+                // Listed now: walks find it in the order.
+                self.unlisted_new = None;
+            }
             let Some(pool) = self.pools.get(job.pool as usize) else {
                 unreachable!("job in unknown pool {}", job.pool);
             };

@@ -193,6 +193,11 @@ impl Order {
         self.fair
     }
 
+    /// Whether no job is listed.
+    pub fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+
     /// Runnable jobs (tests).
     #[cfg(test)]
     pub fn len(&self) -> usize {

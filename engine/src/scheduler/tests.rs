@@ -1,0 +1,68 @@
+//! Unit tests of the scheduler's internal bookkeeping (its behaviour through the public API
+//! is tested in `engine/tests/scheduler.rs`).
+
+use bytes::Bytes;
+
+use super::*;
+
+fn spec(n: usize) -> JobSpec {
+    let tasks: Vec<TaskSpec> = (0..n)
+        .map(|i| TaskSpec::new("f", Bytes::from(vec![i as u8])))
+        .collect();
+    JobSpec::new(tasks)
+}
+
+fn executor(id: u64, cores: u32) -> ExecutorInfo {
+    ExecutorInfo {
+        id: ExecutorId(id),
+        host: "h".into(),
+        cores,
+        attributes: Vec::new(),
+    }
+}
+
+fn launched(s: &mut Scheduler) -> usize {
+    let mut outs = Vec::new();
+    s.drain_outputs(&mut outs);
+    (outs.iter())
+        .map(|o| match o {
+            Output::Launch { tasks, .. } => tasks.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn a_job_launched_whole_at_submission_enters_neither_the_order_nor_the_timers() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 4,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 4), 0).expect("registered");
+    s.handle_submit(spec(1), 10).expect("accepted");
+    assert_eq!(launched(&mut s), 1);
+    assert_eq!((s.runnable.len(), s.timers.lens()), (0, (0, 0)));
+    // One that does not fit whole is listed, with its unschedulable clock, after its offers.
+    s.handle_submit(spec(5), 20).expect("accepted");
+    assert_eq!(launched(&mut s), 3, "the executor's free slots");
+    assert_eq!((s.runnable.len(), s.timers.lens()), (1, (0, 1)));
+    let listed = s.unlisted_new;
+    assert_eq!(listed, None, "nothing left unlisted after a submission");
+    // With a job listed, the next one is listed before its offers (and waits behind it).
+    s.handle_submit(spec(1), 30).expect("accepted");
+    assert_eq!(launched(&mut s), 0, "no free slot");
+    assert_eq!((s.runnable.len(), s.timers.lens()), (2, (0, 2)));
+}
+
+#[test]
+fn a_job_submitted_with_no_executor_is_listed_and_runs_when_one_comes() {
+    let mut s = Scheduler::new(Config::default());
+    s.handle_submit(spec(2), 0).expect("accepted");
+    assert_eq!(launched(&mut s), 0);
+    assert_eq!(s.runnable.len(), 1);
+    s.handle_register(executor(1, 2), 10).expect("registered");
+    assert!(
+        launched(&mut s) > 0,
+        "the listed job is found by the new executor's offer"
+    );
+}
