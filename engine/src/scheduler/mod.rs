@@ -444,7 +444,10 @@ pub struct Scheduler {
     /// Active jobs with speculation on.
     spec_jobs: usize,
     /// The speculation timeouts of the active jobs with speculation on, with how many jobs
-    /// have each (the least one decides which executors the straggler check looks at).
+    /// have each (the least one with jobs decides which executors the straggler check looks
+    /// at). A timeout whose jobs all ended stays, at zero, while there are at most
+    /// [`SPEC_TIMEOUTS_KEPT`]: the next job with it (usually the same as the last) costs no
+    /// insertion.
     spec_timeouts_us: BTreeMap<u64, u32>,
     /// Active jobs with speculation on whose successes reached their quantile (monotonic:
     /// successes only grow).
@@ -455,6 +458,8 @@ pub struct Scheduler {
     /// When each job next needs the tick (locality waits, the unschedulable clock).
     timers: Timers,
     /// Unconfigured pools with no job, reused first at the pool limit (lowest index first).
+    /// Kept only once the pools reach that limit (`pools_at_limit`): before it no pool is
+    /// reused, so a pool going idle and busy again with every job costs nothing.
     idle_pools: BTreeSet<u32>,
     /// Scratch for the locality pass of an offer.
     scratch: Vec<u32>,
@@ -471,6 +476,9 @@ struct Defaults {
     hedging: Option<Arc<HedgeConfig>>,
     exclusion: Option<Arc<ExclusionConfig>>,
 }
+
+/// Speculation timeouts kept at zero jobs, at most (see `Scheduler::spec_timeouts_us`).
+const SPEC_TIMEOUTS_KEPT: usize = 8;
 
 /// No job's id (ids are below 2^32): an empty [`Scheduler::job_hint`].
 const NO_JOB: u64 = u64::MAX;
@@ -1038,7 +1046,9 @@ impl Scheduler {
             unreachable!("pool {pool} was just resolved");
         };
         pool_rec.jobs += 1;
-        self.idle_pools.remove(&pool);
+        if self.pools_at_limit() {
+            self.idle_pools.remove(&pool);
+        }
         let oversized = spec.tasks.first_payload_over(self.config.payload_max_bytes);
         let job = self.build_job(now_us, id, pool, spec);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
@@ -1116,7 +1126,7 @@ impl Scheduler {
             return p;
         }
         let fresh = Pool::new(&PoolConfig::new(name.to_owned()), false);
-        let idle = (self.pools.len() >= self.config.pools.len() + self.config.jobs_max)
+        let idle = (self.pools_at_limit())
             .then(|| self.idle_pools.first().map(|&i| i as usize))
             .flatten();
         let p = match idle {
@@ -1134,11 +1144,30 @@ impl Scheduler {
             None => {
                 self.runnable.set_pool(self.pools.len() as u32, fresh.key());
                 self.pools.push(fresh);
+                if self.pools.len() == self.pools_max() {
+                    // At the limit from now on (pools are never removed): idle ones are kept.
+                    self.idle_pools = (self.pools.iter().enumerate())
+                        .filter(|(_, p)| !p.configured && p.jobs == 0)
+                        .map(|(i, _)| i as u32)
+                        .collect();
+                }
                 (self.pools.len() - 1) as u32
             }
         };
         self.pool_ids.insert(name.to_owned(), p);
         p
+    }
+
+    /// Whether the pools reached their limit (configured ones plus `jobs_max`), past which a
+    /// new pool name takes an idle unconfigured pool.
+    fn pools_at_limit(&self) -> bool {
+        self.pools.len() >= self.pools_max()
+    }
+
+    /// The pools kept at most but for a moment: configured ones plus `jobs_max` (more than
+    /// active jobs can hold).
+    fn pools_max(&self) -> usize {
+        self.config.pools.len() + self.config.jobs_max
     }
 
     /// The task records of a new job (host preferences interned in the book), and whether any
@@ -2550,6 +2579,7 @@ impl Scheduler {
     }
 
     fn remove_job(&mut self, job_slot: u32) {
+        let track_idle = self.pools_at_limit();
         // Worked on where it is and dropped there: a job record is large to move.
         let Some(entry) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("remove of job slot {job_slot} beyond the table");
@@ -2570,7 +2600,7 @@ impl Scheduler {
         }
         assert!(p.jobs > 0, "pool {} counts its jobs", p.name);
         p.jobs -= 1;
-        if p.jobs == 0 && !p.configured {
+        if p.jobs == 0 && !p.configured && track_idle {
             self.idle_pools.insert(job.pool);
         }
         if job.has_exec_prefs || job.has_host_prefs {
@@ -2583,8 +2613,9 @@ impl Scheduler {
         if let Some(sc) = &job.speculation {
             self.spec_jobs -= 1;
             self.quantile_jobs -= usize::from(job.quantile_reached);
+            let kept = self.spec_timeouts_us.len() <= SPEC_TIMEOUTS_KEPT;
             match self.spec_timeouts_us.get_mut(&sc.timeout_us) {
-                Some(1) => {
+                Some(1) if !kept => {
                     self.spec_timeouts_us.remove(&sc.timeout_us);
                 }
                 Some(n) => *n -= 1,

@@ -30,7 +30,10 @@ impl Scheduler {
         // Thresholds are worked out only for the jobs of the attempts looked at (memoized):
         // the check costs O(executors + attempts looked at), not O(active jobs).
         let any_quantile = self.quantile_jobs > 0;
-        let timeout_min_us = self.spec_timeouts_us.keys().next().copied();
+        // Timeouts left at zero jobs are skipped: at most `SPEC_TIMEOUTS_KEPT` of them.
+        let timeout_min_us = (self.spec_timeouts_us.iter())
+            .find(|&(_, &jobs)| jobs > 0)
+            .map(|(&t, _)| t);
         let timeout_min_us = timeout_min_us.unwrap_or(u64::MAX);
         let mut thresholds: FxHashMap<u64, Option<(Option<u64>, u64)>> = FxHashMap::default();
         let mut floors: FxHashMap<u64, Option<u64>> = FxHashMap::default();
