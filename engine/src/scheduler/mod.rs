@@ -1126,7 +1126,8 @@ impl Scheduler {
             return p;
         }
         let fresh = Pool::new(&PoolConfig::new(name.to_owned()), false);
-        let idle = (self.pools_at_limit())
+        let idle = self
+            .pools_at_limit()
             .then(|| self.idle_pools.first().map(|&i| i as usize))
             .flatten();
         let p = match idle {
