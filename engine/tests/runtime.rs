@@ -363,8 +363,13 @@ impl Endpoint for Blocker {
     }
 }
 
-#[test]
-fn full_inbox_rejects_or_applies_backpressure() {
+/// A one-loop runtime with an inbox of 4 whose loop is held inside a [`Blocker`]'s handler
+/// until the sender is used: the inbox fills.
+fn held_loop() -> (
+    Runtime,
+    flint_engine::runtime::EndpointRef<Blocker>,
+    crossbeam_channel::Sender<()>,
+) {
     let rt = Runtime::new(RuntimeConfig {
         threads: 1,
         inbox_capacity: 4,
@@ -377,6 +382,12 @@ fn full_inbox_rejects_or_applies_backpressure() {
         .spawn("blocker", Blocker { release: rx })
         .unwrap();
     b.send(true).unwrap();
+    (rt, b, tx)
+}
+
+#[test]
+fn full_inbox_rejects_or_applies_backpressure() {
+    let (_rt, b, tx) = held_loop();
     let mut accepted = 0;
     wait_until("inbox full", || match b.send(false) {
         Ok(()) => {
@@ -553,4 +564,58 @@ fn a_round_of_messages_ends_with_one_batch_end() {
         "no batch end without a handler call before it: {ends:?}"
     );
     drop(rt);
+}
+
+/// Records the notices it gets, in order, beside its messages.
+struct Noticed {
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Endpoint for Noticed {
+    type Msg = u32;
+    fn on_message(&mut self, msg: u32, _ctx: &mut Ctx<'_, Self>) {
+        self.log.lock().unwrap().push(format!("m{msg}"));
+    }
+    fn on_notify(&mut self, what: u32, _ctx: &mut Ctx<'_, Self>) {
+        self.log.lock().unwrap().push(format!("n{what}"));
+    }
+}
+
+#[test]
+fn a_notice_reaches_on_notify_in_order_with_messages_and_fails_once_stopped() {
+    let rt = runtime(1);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let r = rt
+        .handle()
+        .spawn("noticed", Noticed { log: log.clone() })
+        .unwrap();
+    r.send(1).unwrap();
+    r.notify(7).unwrap();
+    r.send(2).unwrap();
+    r.notify(u32::MAX).unwrap();
+    wait_until("four inputs", || log.lock().unwrap().len() == 4);
+    assert_eq!(*log.lock().unwrap(), ["m1", "n7", "m2", "n4294967295"]);
+    r.stop().unwrap();
+    wait_until("stopped visible", || !r.is_alive());
+    assert!(matches!(r.notify(3), Err(SendError::Stopped(3))));
+}
+
+#[test]
+fn a_full_inbox_hands_the_notice_back() {
+    let (_rt, b, tx) = held_loop();
+    let mut accepted = 0;
+    wait_until("inbox full", || match b.notify(9) {
+        Ok(()) => {
+            accepted += 1;
+            false
+        }
+        Err(SendError::Full(what)) => {
+            assert_eq!(what, 9, "the notice comes back");
+            true
+        }
+        Err(e) => panic!("unexpected {e}"),
+    });
+    assert!(accepted <= 5, "bounded: accepted {accepted}");
+    tx.send(()).unwrap();
+    wait_until("room again", || b.notify(9).is_ok());
 }

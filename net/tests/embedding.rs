@@ -99,3 +99,27 @@ fn a_busy_driver_and_a_call_from_its_loop_are_not_reported_stopped() {
         driver.executors_view().is_ok()
     });
 }
+
+/// A driver whose loop stopped (an observer panicked on it) refuses jobs as `Stopped` and
+/// hands them back, rather than queueing them for a loop that will never take them.
+#[test]
+fn a_driver_whose_loop_stopped_hands_jobs_back_as_stopped() {
+    let driver = Driver::builder()
+        .local(1, Registry::with_builtins())
+        .start()
+        .expect("driver starts");
+    let job = Job::new("noop", vec![Bytes::new()]).on_result(|_, _| panic!("observer bug"));
+    driver.submit(job).expect("submitted").detach();
+    common::wait_until("the loop stops", || {
+        matches!(driver.executors_view(), Err(DriverError::Stopped))
+    });
+    let rejected = driver
+        .try_submit(Job::new("noop", vec![Bytes::from_static(b"x")]))
+        .expect_err("refused");
+    assert!(
+        matches!(rejected.error, DriverError::Stopped),
+        "{:?}",
+        rejected.error
+    );
+    assert_eq!(driver.active_jobs(), 1, "only the first job was admitted");
+}

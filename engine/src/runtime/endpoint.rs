@@ -32,6 +32,12 @@ pub trait Endpoint: Send + Sized + 'static {
     /// Handles one message.
     fn on_message(&mut self, msg: Self::Msg, ctx: &mut Ctx<'_, Self>);
 
+    /// A wake-up another thread sent with [`EndpointRef::notify`]: `what` says which (an
+    /// endpoint that drains a queue of its own when told, say).
+    fn on_notify(&mut self, what: u32, ctx: &mut Ctx<'_, Self>) {
+        let _ = (what, ctx);
+    }
+
     /// A mio source this endpoint registered (see [`Ctx::register`]) is ready.
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
         let _ = (token, event, ctx);
@@ -389,6 +395,20 @@ impl<E: Endpoint> EndpointRef<E> {
         self.shared.loops[self.state.loop_index]
             .push(envelope)
             .map_err(|e| SendError::Full(e.into_msg::<E::Msg>()))
+    }
+
+    /// Wakes the endpoint with `what` ([`Endpoint::on_notify`]) without a message: nothing
+    /// is allocated, where [`send`](Self::send) boxes its message. For a kick that tells the
+    /// endpoint to drain a queue of its own. Fails as `send` does.
+    pub fn notify(&self, what: u32) -> Result<(), SendError<u32>> {
+        let what = self.check(what)?;
+        let envelope = Envelope::Notify {
+            id: self.state.id,
+            what,
+        };
+        self.shared.loops[self.state.loop_index]
+            .push(envelope)
+            .map_err(|e| SendError::Full(e.into_notice()))
     }
 
     /// Like [`send`](Self::send) but waits (spinning, then sleeping briefly) while the inbox

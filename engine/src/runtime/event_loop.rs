@@ -61,8 +61,18 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// What goes through a loop's inbox.
 pub(crate) enum Envelope {
     Spawn(Box<dyn ErasedEndpoint>),
-    Deliver { id: u64, msg: Box<dyn Any + Send> },
-    Stop { id: u64 },
+    Deliver {
+        id: u64,
+        msg: Box<dyn Any + Send>,
+    },
+    /// A wake-up without a message (`EndpointRef::notify`): nothing to allocate.
+    Notify {
+        id: u64,
+        what: u32,
+    },
+    Stop {
+        id: u64,
+    },
     Poison,
 }
 
@@ -75,6 +85,14 @@ impl Envelope {
                 Err(_) => unreachable!("EndpointRef<E> only builds envelopes of E::Msg"),
             },
             _ => unreachable!("EndpointRef::send only builds Deliver envelopes"),
+        }
+    }
+
+    /// What a `Notify` envelope built by `EndpointRef::notify` carries.
+    pub(crate) fn into_notice(self) -> u32 {
+        match self {
+            Envelope::Notify { what, .. } => what,
+            _ => unreachable!("EndpointRef::notify only builds Notify envelopes"),
         }
     }
 }
@@ -206,6 +224,7 @@ pub(crate) trait ErasedEndpoint: Send {
     fn id(&self) -> u64;
     fn start(&mut self, inner: &mut LoopInner) -> Outcome;
     fn message(&mut self, msg: Box<dyn Any + Send>, inner: &mut LoopInner) -> Outcome;
+    fn notice(&mut self, what: u32, inner: &mut LoopInner) -> Outcome;
     fn readiness(&mut self, token: Token, event: &Event, inner: &mut LoopInner) -> Outcome;
     fn timer(&mut self, timer: TimerId, inner: &mut LoopInner) -> Outcome;
     fn batch_end(&mut self, inner: &mut LoopInner) -> Outcome;
@@ -264,6 +283,10 @@ impl<E: Endpoint> ErasedEndpoint for Holder<E> {
                 Outcome::Continue
             }
         }
+    }
+
+    fn notice(&mut self, what: u32, inner: &mut LoopInner) -> Outcome {
+        self.call(inner, "on_notify", |ep, ctx| ep.on_notify(what, ctx))
     }
 
     fn readiness(&mut self, token: Token, event: &Event, inner: &mut LoopInner) -> Outcome {
@@ -441,6 +464,12 @@ impl EventLoop {
             Envelope::Deliver { id, msg } => {
                 if let Some(ep) = self.endpoints.get_mut(&id) {
                     let outcome = ep.message(msg, &mut self.inner);
+                    self.apply(id, outcome);
+                }
+            }
+            Envelope::Notify { id, what } => {
+                if let Some(ep) = self.endpoints.get_mut(&id) {
+                    let outcome = ep.notice(what, &mut self.inner);
                     self.apply(id, outcome);
                 }
             }

@@ -25,13 +25,19 @@ use mio::Token;
 
 use super::core::{us, DriverCore, LocalCommand, PeerId};
 use super::handles::Handles;
+use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
 use crate::admission::Admission;
 use crate::conn::ConnError;
-use crate::transport::send_retrying;
+use crate::transport::notify_retrying;
 use crate::transport::server::{Admit, Sockets};
 use flint_engine::functions::Registry;
 use flint_engine::runner::{TaskReport, TaskRunner};
+
+/// The notice ([`Endpoint::on_notify`]) of jobs waiting in the submissions queue.
+pub(crate) const SUBMITTED: u32 = 0;
+/// The notice of the local runner's completions waiting.
+const LOCAL_DONE: u32 = 1;
 
 /// The driver on its loop (see the module docs).
 pub(crate) struct DriverEndpoint {
@@ -49,6 +55,10 @@ pub(crate) struct DriverEndpoint {
     /// The zero timer that brings the loop back while the local runner's short tasks wait.
     resume: Option<TimerId>,
     admission: Arc<Admission>,
+    /// Jobs callers queued (`submissions.rs`).
+    submissions: Arc<Submissions>,
+    /// A drain left queued jobs (a flood): the resume timer brings the loop back for them.
+    submissions_left: bool,
     /// The jobs' handles and observers, and the callers waiting for executors.
     handles: Handles,
     /// What callers read without asking the loop, published after every round.
@@ -83,7 +93,7 @@ impl DriverEndpoint {
         config: &DriverConfig,
         listener: TcpListener,
         epoch: Instant,
-        admission: Arc<Admission>,
+        (admission, submissions): (Arc<Admission>, Arc<Submissions>),
         local: Option<(PoolHandle, Registry)>,
     ) -> DriverEndpoint {
         let inbound = super::core::inbound(config);
@@ -101,6 +111,8 @@ impl DriverEndpoint {
             timer: None,
             resume: None,
             admission,
+            submissions,
+            submissions_left: false,
         }
     }
 
@@ -255,15 +267,16 @@ impl DriverEndpoint {
         }
     }
 
-    /// Brings the loop back at once while the local runner's short tasks wait.
+    /// Brings the loop back at once while the local runner's short tasks or queued jobs wait.
     fn resume_if_waiting(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let waiting = self.runner.as_ref().is_some_and(TaskRunner::has_waiting);
+        let waiting =
+            self.submissions_left || self.runner.as_ref().is_some_and(TaskRunner::has_waiting);
         if !waiting || self.resume.is_some() {
             return;
         }
         match ctx.timer_once(Duration::ZERO) {
             Ok(timer) => self.resume = Some(timer),
-            Err(error) => tracing::error!("no timer to resume local tasks: {error}"),
+            Err(error) => tracing::error!("no timer to resume local tasks or queued jobs: {error}"),
         }
     }
 
@@ -274,23 +287,26 @@ impl DriverEndpoint {
         let cores = self.local_cores.unwrap_or(1);
         let slots = self.core.add_local_executor(cores, self.now_us());
         let me = ctx.myself();
-        let kick = Arc::new(move || send_retrying(&me, || DriverMsg::LocalKick));
+        let kick = Arc::new(move || notify_retrying(&me, LOCAL_DONE));
         self.runner = Some(TaskRunner::new(pool, registry, slots as usize, kick));
+    }
+
+    /// Takes the queued submissions (see `submissions.rs`), a queue's worth at most: the
+    /// resume timer brings the loop back for the rest after its round.
+    fn take_submissions(&mut self, now_us: u64) {
+        let (handles, core) = (&mut self.handles, &mut self.core);
+        self.submissions_left = (self.submissions).drain(|s| submit(handles, core, s, now_us));
+        self.admission.room_made();
     }
 
     fn on_msg(&mut self, msg: DriverMsg) {
         let now_us = self.now_us();
         let core = &mut self.core;
         match msg {
-            DriverMsg::Submit {
-                id,
-                mut job,
-                shared,
-            } => {
-                let observer = job.observer.take();
-                if self.handles.open(id, shared, observer, job.payloads.len()) {
-                    core.submit(id, job, now_us);
-                }
+            DriverMsg::Submit(submission) => {
+                // The queued ones were submitted before it.
+                self.take_submissions(now_us);
+                submit(&mut self.handles, &mut self.core, *submission, now_us);
             }
             DriverMsg::Cancel(job) => core.cancel(job, now_us),
             DriverMsg::WhenExecutors { count, reply } => {
@@ -300,7 +316,6 @@ impl DriverEndpoint {
             DriverMsg::StopExecutors(reply) => {
                 let _ = reply.send(core.stop_executors());
             }
-            DriverMsg::LocalKick => self.drain_local(),
             DriverMsg::Executors(reply) => {
                 let _ = reply.send(core.executors_view());
             }
@@ -326,6 +341,20 @@ impl DriverEndpoint {
     }
 }
 
+/// A job a caller submitted: opened on the callers' side, then given to the core (unless its
+/// handle cancelled it already).
+fn submit(handles: &mut Handles, core: &mut DriverCore, submission: Submission, now_us: u64) {
+    let Submission {
+        id,
+        mut job,
+        shared,
+    } = submission;
+    let observer = job.observer.take();
+    if handles.open(id, shared, observer, job.payloads.len()) {
+        core.submit(id, job, now_us);
+    }
+}
+
 impl Endpoint for DriverEndpoint {
     type Msg = DriverMsg;
 
@@ -342,6 +371,13 @@ impl Endpoint for DriverEndpoint {
         self.on_msg(msg);
     }
 
+    fn on_notify(&mut self, what: u32, _ctx: &mut Ctx<'_, Self>) {
+        match what {
+            SUBMITTED => self.take_submissions(self.now_us()),
+            _ => self.drain_local(),
+        }
+    }
+
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
         if self.sockets.is_listener(token) {
             self.accept(ctx);
@@ -352,8 +388,11 @@ impl Endpoint for DriverEndpoint {
 
     fn on_timer(&mut self, timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
         if self.resume == Some(timer) {
-            // The round's end runs what waits.
+            // The round's end runs the local tasks that wait.
             self.resume = None;
+            if self.submissions_left {
+                self.take_submissions(self.now_us());
+            }
             return;
         }
         if self.timer.is_some_and(|(armed, _)| armed == timer) {
@@ -369,6 +408,10 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        // Queued jobs are taken, to end with the others below.
+        let now_us = self.now_us();
+        let (handles, core) = (&mut self.handles, &mut self.core);
+        (self.submissions).take_stranded(|s| submit(handles, core, s, now_us));
         self.core.shutdown();
         self.deliver();
         while let Some((peer, frames)) = self.core.poll_transmit() {

@@ -44,6 +44,7 @@
 pub(crate) mod core;
 mod endpoint;
 pub(crate) mod handles;
+mod submissions;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -54,12 +55,13 @@ use flint_engine::affinity::Pinning;
 use flint_engine::pool::{ShutdownMode, TaskPool, TaskPoolConfig};
 use flint_engine::runtime::{AskError, EndpointRef, Reply, Runtime, RuntimeConfig, SendError};
 use flint_engine::scheduler::{
-    Config as SchedulerConfig, HedgeConfig, JobId, RemovalReason, Stats,
+    Config as SchedulerConfig, HedgeConfig, JobId, JobOutcome, RemovalReason, Stats,
 };
 use mio::net::TcpListener;
 
 use self::core::DriverCore;
 use self::endpoint::DriverEndpoint;
+use self::submissions::{Submission, Submissions};
 use crate::admission::Admission;
 pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
 use crate::handshake::Secret;
@@ -231,6 +233,8 @@ pub struct Driver {
     epoch: Instant,
     /// Where every handle's cancel goes.
     canceller: Arc<dyn Canceller>,
+    /// Jobs on their way to the loop.
+    submissions: Arc<Submissions>,
 }
 
 /// A handle's cancel, told to the loop: a message, or (its inbox full) a flag the loop looks
@@ -447,8 +451,15 @@ impl Driver {
             .map_err(|e| DriverError::Start(format!("no seed for lane keys: {e}")))?;
         let core = DriverCore::new(config.clone(), telemetry, seed);
         let local = pool.as_ref().map(|pool| (pool.handle(), registry));
-        let endpoint =
-            DriverEndpoint::new(core, &config, listener, epoch, admission.clone(), local);
+        let submissions = Arc::new(Submissions::new(submissions::QUEUED_MAX));
+        let endpoint = DriverEndpoint::new(
+            core,
+            &config,
+            listener,
+            epoch,
+            (admission.clone(), submissions.clone()),
+            local,
+        );
         let (counters, stats) = endpoint.published();
         let endpoint = runtime
             .handle()
@@ -468,6 +479,7 @@ impl Driver {
             stats,
             epoch,
             canceller,
+            submissions,
         })
     }
 
@@ -539,6 +551,13 @@ impl Driver {
                 job: Box::new(job),
             });
         }
+        if !self.endpoint.is_alive() {
+            // Its loop stopped (a handler panicked): no job goes in.
+            return Err(Rejected {
+                error: DriverError::Stopped,
+                job: Box::new(job),
+            });
+        }
         let id = match self.admission.admit(&job) {
             Ok(id) => id,
             Err(error) => {
@@ -551,26 +570,32 @@ impl Driver {
         };
         let tasks = job.payloads.len();
         let shared = Arc::new(JobShared::new(job.stream));
-        let msg = DriverMsg::Submit {
+        let submission = Submission {
             id,
             job,
             shared: shared.clone(),
         };
-        if let Err(error) = self.endpoint.send(msg) {
-            self.admission.release(tasks);
-            let busy = matches!(error, SendError::Full(_));
-            let DriverMsg::Submit { job, .. } = error.into_inner() else {
-                unreachable!("the message sent was a Submit");
-            };
-            let error = if busy {
-                DriverError::Busy
-            } else {
-                DriverError::Stopped
-            };
-            return Err(Rejected {
-                error,
-                job: Box::new(job),
-            });
+        match self.submissions.push(submission) {
+            Ok(kick) => self.kick(kick),
+            Err(submission) => {
+                let msg = DriverMsg::Submit(Box::new(submission));
+                if let Err(error) = self.endpoint.send(msg) {
+                    self.admission.release(tasks);
+                    let busy = matches!(error, SendError::Full(_));
+                    let DriverMsg::Submit(submission) = error.into_inner() else {
+                        unreachable!("the message sent was a Submit");
+                    };
+                    let error = if busy {
+                        DriverError::Busy
+                    } else {
+                        DriverError::Stopped
+                    };
+                    return Err(Rejected {
+                        error,
+                        job: Box::new(submission.job),
+                    });
+                }
+            }
         }
         Ok(JobHandle {
             id: id.0,
@@ -579,6 +604,25 @@ impl Driver {
             canceller: self.canceller.clone(),
             detached: false,
         })
+    }
+
+    /// After a job was queued: tells the loop if `kick` (no kick was pending). A full inbox
+    /// needs no kick (its messages are before the pending one); a loop that stopped since
+    /// `try_submit` looked takes no job, so the queued ones end here, failed.
+    fn kick(&self, kick: bool) {
+        let sent = match kick {
+            true => self.endpoint.notify(endpoint::SUBMITTED),
+            false => Ok(()),
+        };
+        if matches!(sent, Err(SendError::Stopped(_) | SendError::Shutdown(_)))
+            || !self.endpoint.is_alive()
+        {
+            self.submissions.take_stranded(|stranded| {
+                self.admission.release(stranded.job.payloads.len());
+                let reason = "the driver stopped".to_owned();
+                stranded.shared.finish(JobOutcome::Failed(vec![reason]));
+            });
+        }
     }
 
     /// Submits a job from a plain thread: as [`try_submit`](Self::try_submit), but while the
@@ -839,15 +883,9 @@ impl crate::observe::DriverViews for DriverObserver {
 
 /// Messages to the driver's endpoint.
 pub(crate) enum DriverMsg {
-    /// Submit a job (admitted by the caller under this id).
-    Submit {
-        /// Its id.
-        id: JobId,
-        /// The job.
-        job: Job,
-        /// Where its results and outcome go.
-        shared: Arc<JobShared>,
-    },
+    /// Submit a job: one the submissions queue had no room for (boxed: the message stays
+    /// small for the others).
+    Submit(Box<Submission>),
     /// Cancel a job.
     Cancel(JobId),
     /// Answer once at least this many executors are registered.
@@ -859,8 +897,6 @@ pub(crate) enum DriverMsg {
     },
     /// Send `StopExecutor` to every remote executor; replies with how many.
     StopExecutors(Reply<usize>),
-    /// Local tasks completed.
-    LocalKick,
     /// The backlog and the executors.
     Executors(Reply<ExecutorsView>),
     /// The executors that get less work or none.

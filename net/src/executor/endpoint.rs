@@ -22,15 +22,13 @@ use mio::{Interest, Token};
 use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot, KeySlot};
 use crate::conn::{ConnError, Connection};
-use crate::transport::send_retrying;
+use crate::transport::notify_retrying;
 use flint_engine::functions::Registry;
 use flint_engine::runner::TaskRunner;
 
 /// Messages to the executor's endpoint.
 #[derive(Debug)]
 pub enum ExecutorMsg {
-    /// Task completions are waiting (the round's end drains them).
-    Kick,
     /// The executor is going away (SIGTERM): tell the driver, take no new task.
     Drain,
     /// How many attempts this lane has in flight.
@@ -209,7 +207,9 @@ impl Endpoint for ExecutorEndpoint {
         }
         if let Some((pool, registry)) = self.pool.take() {
             let me = ctx.myself();
-            let kick = Arc::new(move || send_retrying(&me, || ExecutorMsg::Kick));
+            // Task completions are waiting: a notice wakes the loop (the round's end drains
+            // them).
+            let kick = Arc::new(move || notify_retrying(&me, 0));
             let mut runner = TaskRunner::new(pool, registry, self.in_flight_max, kick)
                 .with_executor(self.core.executor_id());
             runner.set_inline_round(INLINE_ROUND);
@@ -221,8 +221,6 @@ impl Endpoint for ExecutorEndpoint {
 
     fn on_message(&mut self, msg: ExecutorMsg, ctx: &mut Ctx<'_, Self>) {
         match msg {
-            // The round's end (`drive`) drains.
-            ExecutorMsg::Kick => {}
             ExecutorMsg::Drain => self.core.handle_drain(self.now_us()),
             ExecutorMsg::InFlight(reply) => {
                 self.run_actions();

@@ -33,6 +33,19 @@ pub fn unexpected(message: &Message<'_>, from: &str) -> String {
     format!("unexpected {} from {from}", message.kind().name())
 }
 
+/// Wakes an endpoint with `what` ([`EndpointRef::notify`]: a kick, no message allocated), from
+/// a thread off the loop, waiting while the inbox is full; gives up only when the endpoint is
+/// gone.
+pub fn notify_retrying<E: Endpoint>(to: &EndpointRef<E>, what: u32) {
+    loop {
+        match to.notify(what) {
+            Ok(()) => return,
+            Err(SendError::Full(_)) => std::thread::yield_now(),
+            Err(_) => return,
+        }
+    }
+}
+
 /// Sends a message that must not be lost (from a thread off the loop, such as a child's
 /// waiter), waiting while the inbox is full; gives up only when the endpoint is gone.
 pub fn send_retrying<E: Endpoint>(to: &EndpointRef<E>, make: impl Fn() -> E::Msg) {
