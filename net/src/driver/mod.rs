@@ -629,7 +629,8 @@ impl Driver {
     /// loop's inbox is full it backs off and tries again (for up to a minute) rather than
     /// handing the job back. Async code uses [`submit_async`](Self::submit_async).
     pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
-        let deadline = flint_engine::runtime::deadline_after(Duration::from_secs(60));
+        // The clock is read only once the loop is busy (most submissions go through at once).
+        let mut deadline = None;
         let mut tries = 0u32;
         let mut job = job;
         loop {
@@ -638,7 +639,11 @@ impl Driver {
                 Err(Rejected {
                     error: DriverError::Busy,
                     job: back,
-                }) if Instant::now() < deadline => {
+                }) if Instant::now()
+                    < *deadline.get_or_insert_with(|| {
+                        flint_engine::runtime::deadline_after(Duration::from_secs(60))
+                    }) =>
+                {
                     job = *back;
                     tries = tries.saturating_add(1);
                     if tries < 16 {
