@@ -413,6 +413,9 @@ pub struct Scheduler {
     /// after the (empty) sharing order without listing it first, so a job launched whole at
     /// once never enters the order ([`Scheduler::handle_submit_with_id`]).
     unlisted_new: Option<u32>,
+    /// Launches of submissions wait for [`Scheduler::release_launches`]
+    /// ([`Scheduler::hold_launches`]).
+    holding: bool,
     pools: Vec<Pool>,
     pool_ids: FxHashMap<String, u32>,
     next_job: u64,
@@ -518,6 +521,7 @@ impl Scheduler {
             runnable,
             touched: Vec::new(),
             unlisted_new: None,
+            holding: false,
             pools,
             pool_ids,
             next_job: 1,
@@ -1087,8 +1091,24 @@ impl Scheduler {
             self.list_job(slot);
             self.sync_timers(slot);
         }
-        self.flush();
+        if !self.holding {
+            self.flush();
+        }
         Ok(())
+    }
+
+    /// Holds the launches of the submissions that follow until
+    /// [`release_launches`](Self::release_launches): a burst of jobs submitted together leaves
+    /// as one [`Output::Launch`] per executor rather than one per job. Any other input emits
+    /// what is held with its own launches.
+    pub fn hold_launches(&mut self) {
+        self.holding = true;
+    }
+
+    /// Emits the launches held since [`hold_launches`](Self::hold_launches).
+    pub fn release_launches(&mut self) {
+        self.holding = false;
+        self.flush();
     }
 
     /// The refusals of [`handle_submit_with_id`](Self::handle_submit_with_id), checked before any

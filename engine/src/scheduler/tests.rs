@@ -66,3 +66,42 @@ fn a_job_submitted_with_no_executor_is_listed_and_runs_when_one_comes() {
         "the listed job is found by the new executor's offer"
     );
 }
+
+/// The launches of each `Output::Launch` emitted, in tasks.
+fn launch_batches(s: &mut Scheduler) -> Vec<usize> {
+    let mut outs = Vec::new();
+    s.drain_outputs(&mut outs);
+    (outs.iter())
+        .filter_map(|o| match o {
+            Output::Launch { tasks, .. } => Some(tasks.len()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn held_launches_of_a_burst_leave_as_one_batch_and_any_other_input_emits_them() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 8,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 8), 0).expect("registered");
+    s.hold_launches();
+    for at in 1..=3 {
+        s.handle_submit(spec(1), at).expect("accepted");
+    }
+    assert_eq!(launch_batches(&mut s), Vec::<usize>::new(), "held");
+    s.release_launches();
+    assert_eq!(launch_batches(&mut s), [3], "one batch for the burst");
+    // Unreleased, they still leave with the next input's launches.
+    s.hold_launches();
+    s.handle_submit(spec(1), 10).expect("accepted");
+    s.handle_submit(spec(1), 11).expect("accepted");
+    assert!(s.handle_cancel(JobId(1), 12), "a job of the first burst");
+    assert_eq!(launch_batches(&mut s), [2]);
+    // Not holding: one batch per submission, as before.
+    s.release_launches();
+    s.handle_submit(spec(1), 20).expect("accepted");
+    s.handle_submit(spec(1), 21).expect("accepted");
+    assert_eq!(launch_batches(&mut s), [1, 1]);
+}

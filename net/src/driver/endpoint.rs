@@ -29,10 +29,12 @@ use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
 use crate::admission::Admission;
 use crate::conn::ConnError;
+use crate::job::Job;
 use crate::transport::notify_retrying;
 use crate::transport::server::{Admit, Sockets};
 use flint_engine::functions::Registry;
 use flint_engine::runner::{TaskReport, TaskRunner};
+use flint_engine::scheduler::JobId;
 
 /// The notice ([`Endpoint::on_notify`]) of jobs waiting in the submissions queue.
 pub(crate) const SUBMITTED: u32 = 0;
@@ -293,9 +295,16 @@ impl DriverEndpoint {
 
     /// Takes the queued submissions (see `submissions.rs`), a queue's worth at most: the
     /// resume timer brings the loop back for the rest after its round.
+    /// They go to the core as one burst, whose launches leave together.
     fn take_submissions(&mut self, now_us: u64) {
-        let (handles, core) = (&mut self.handles, &mut self.core);
-        self.submissions_left = (self.submissions).drain(|s| submit(handles, core, s, now_us));
+        let (handles, submissions) = (&mut self.handles, &self.submissions);
+        self.submissions_left = (self.core).submit_burst(now_us, |burst| {
+            submissions.drain(|s| {
+                if let Some((id, job)) = open(handles, s) {
+                    burst.submit(id, job);
+                }
+            })
+        });
         self.admission.room_made();
     }
 
@@ -341,16 +350,23 @@ impl DriverEndpoint {
     }
 }
 
-/// A job a caller submitted: opened on the callers' side, then given to the core (unless its
-/// handle cancelled it already).
-fn submit(handles: &mut Handles, core: &mut DriverCore, submission: Submission, now_us: u64) {
+/// A job a caller submitted, opened on the callers' side: what goes to the core (nothing if
+/// its handle cancelled it already).
+fn open(handles: &mut Handles, submission: Submission) -> Option<(JobId, Job)> {
     let Submission {
         id,
         mut job,
         shared,
     } = submission;
     let observer = job.observer.take();
-    if handles.open(id, shared, observer, job.payloads.len()) {
+    handles
+        .open(id, shared, observer, job.payloads.len())
+        .then_some((id, job))
+}
+
+/// A job a caller submitted, on its own (see [`open`]).
+fn submit(handles: &mut Handles, core: &mut DriverCore, submission: Submission, now_us: u64) {
+    if let Some((id, job)) = open(handles, submission) {
         core.submit(id, job, now_us);
     }
 }

@@ -117,6 +117,19 @@ struct SchedulerTimeout {
     stale: bool,
 }
 
+/// A burst of submissions under way ([`DriverCore::submit_burst`]).
+pub struct Burst<'a> {
+    core: &'a mut DriverCore,
+}
+
+impl Burst<'_> {
+    /// Submits `job` under `id` (see [`DriverCore::submit`]); its launches wait for the burst's
+    /// end.
+    pub fn submit(&mut self, id: JobId, job: Job) {
+        self.core.submit_inner(id, job);
+    }
+}
+
 /// The driver's state machine (see the module docs).
 pub struct DriverCore {
     config: DriverConfig,
@@ -438,7 +451,19 @@ impl DriverCore {
         self.pump();
     }
 
+    /// Submits a burst of jobs at `now_us`: `each` hands every job of it to
+    /// [`Burst::submit`]; their launches leave together, one batch per executor, after it.
+    pub fn submit_burst<R>(&mut self, now_us: u64, each: impl FnOnce(&mut Burst<'_>) -> R) -> R {
+        self.advance(now_us);
+        self.scheduler.hold_launches();
+        let result = each(&mut Burst { core: self });
+        self.scheduler.release_launches();
+        self.pump();
+        result
+    }
+
     fn submit_inner(&mut self, id: JobId, job: Job) {
+        // Scheduler outputs wait for the pump (after one job, or after a burst).
         debug_assert!(job.observer.is_none(), "an observer reached the core");
         let Job {
             function,
