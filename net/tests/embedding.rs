@@ -123,3 +123,45 @@ fn a_driver_whose_loop_stopped_hands_jobs_back_as_stopped() {
     );
     assert_eq!(driver.active_jobs(), 1, "only the first job was admitted");
 }
+
+/// A job queued while the loop's inbox is full (its notice refused) still runs once the loop
+/// gets going: the loop looks at the submissions queue at the end of its rounds.
+#[test]
+fn a_job_queued_while_the_inbox_is_full_runs_when_the_loop_is_back() {
+    let driver = Driver::builder()
+        .local(1, Registry::with_builtins())
+        .start()
+        .expect("driver starts");
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let blocker = Job::new("noop", vec![Bytes::new()]).on_result(move |_, _| {
+        let _ = blocked_tx.send(());
+        // Hold the driver's loop until the test has filled its inbox.
+        let _ = release_rx.lock().expect("lock").recv_timeout(DEADLINE);
+    });
+    let held = driver.submit(blocker).expect("submitted");
+    blocked_rx.recv_timeout(DEADLINE).expect("the loop is held");
+    // Fill the inbox with messages that are not submissions.
+    let mut full = false;
+    for _ in 0..1_000_000 {
+        if let Err(DriverError::Busy) = driver.remove_executor("nobody", RemovalReason::Killed) {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the inbox filled");
+    // Queued; its notice finds the inbox full.
+    let queued = driver
+        .try_submit(Job::new("echo", vec![Bytes::from_static(b"q")]))
+        .expect("queued");
+    release_tx.send(()).expect("release");
+    assert!(matches!(
+        held.wait_timeout(DEADLINE),
+        Ok(JobOutcome::Succeeded(_))
+    ));
+    assert_eq!(
+        queued.wait_timeout(DEADLINE).expect("runs"),
+        JobOutcome::Succeeded(vec![Bytes::from_static(b"q")])
+    );
+}

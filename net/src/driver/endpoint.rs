@@ -238,6 +238,11 @@ impl DriverEndpoint {
     /// connection's). A timer armed earlier than needed is kept (it fires, and the next one is
     /// armed then); none is armed while nothing is pending.
     fn after_event(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if !self.submissions.is_empty() {
+            // A caller whose notice found the inbox full sent none: the round's end is when
+            // the loop looks (a full inbox means rounds to come).
+            self.take_submissions(self.now_us());
+        }
         self.drain();
         self.resume_if_waiting(ctx);
         self.sockets.release(ctx);

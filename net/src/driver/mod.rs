@@ -607,8 +607,9 @@ impl Driver {
     }
 
     /// After a job was queued: tells the loop if `kick` (no kick was pending). A full inbox
-    /// needs no kick (its messages are before the pending one); a loop that stopped since
-    /// `try_submit` looked takes no job, so the queued ones end here, failed.
+    /// needs no notice (the loop looks at the queue at the end of each round, and a full inbox
+    /// means rounds to come); a loop that stopped since `try_submit` looked takes no job, so
+    /// the queued ones end here, failed.
     fn kick(&self, kick: bool) {
         let sent = match kick {
             true => self.endpoint.notify(endpoint::SUBMITTED),

@@ -6,7 +6,9 @@
 //! message; a burst of submissions paid that per job. Here a caller pushes its [`Submission`]
 //! into the queue (its slots allocated once) and, only if no kick is pending, wakes the loop
 //! with a notice (`EndpointRef::notify`: nothing allocated); the loop takes every queued
-//! submission when the notice arrives. The protocol is the task runner's
+//! submission when the notice arrives, and at the end of any round in which it finds some
+//! queued (a caller whose notice found the inbox full sends none: a full inbox means rounds to
+//! come). The protocol is the task runner's
 //! (`flint_engine::runner`): the loop clears `kick_pending` before it pops, a caller sets it
 //! after it pushed, so a submission pushed during a drain is either popped by it or kicks
 //! again: none is stranded. A drain takes a queue's worth at most; the loop comes back for
@@ -66,6 +68,11 @@ impl Submissions {
             each(submission);
         }
         !self.queue.is_empty() && !self.kick_pending.swap(true, Ordering::SeqCst)
+    }
+
+    /// Whether nothing is queued (a snapshot).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
     }
 
     /// Every queued submission, taken by a caller once no loop will take them (it stopped).
