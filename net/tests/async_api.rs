@@ -10,7 +10,7 @@ use common::{wait_until, DEADLINE};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -147,15 +147,7 @@ fn limits_are_checked_on_the_callers_thread_and_the_job_comes_back() {
 #[test]
 fn a_full_inbox_hands_jobs_back_and_submit_async_waits_without_blocking() {
     let driver = Arc::new(local_driver(1));
-    let (blocked_tx, blocked_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let release_rx = Mutex::new(release_rx);
-    let blocker = Job::new("noop", vec![Bytes::new()]).on_result(move |_, _| {
-        let _ = blocked_tx.send(());
-        let _ = release_rx.lock().expect("lock").recv_timeout(DEADLINE);
-    });
-    let held = driver.submit(blocker).expect("submitted");
-    blocked_rx.recv_timeout(DEADLINE).expect("the loop is held");
+    let (held, release_tx) = common::hold_loop(&driver);
     let mut accepted = Vec::new();
     let busy = loop {
         match driver.try_submit(Job::new("noop", vec![Bytes::new()])) {

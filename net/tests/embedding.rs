@@ -132,16 +132,7 @@ fn a_job_queued_while_the_inbox_is_full_runs_when_the_loop_is_back() {
         .local(1, Registry::with_builtins())
         .start()
         .expect("driver starts");
-    let (blocked_tx, blocked_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let release_rx = Mutex::new(release_rx);
-    let blocker = Job::new("noop", vec![Bytes::new()]).on_result(move |_, _| {
-        let _ = blocked_tx.send(());
-        // Hold the driver's loop until the test has filled its inbox.
-        let _ = release_rx.lock().expect("lock").recv_timeout(DEADLINE);
-    });
-    let held = driver.submit(blocker).expect("submitted");
-    blocked_rx.recv_timeout(DEADLINE).expect("the loop is held");
+    let (held, release_tx) = common::hold_loop(&driver);
     // Fill the inbox with messages that are not submissions.
     let mut full = false;
     for _ in 0..1_000_000 {

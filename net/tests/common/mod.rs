@@ -33,3 +33,22 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// Submits a job whose result observer holds `driver`'s loop (observers run on it) until the
+/// returned sender is used or [`DEADLINE`] passes; returns once the loop is held, with the
+/// job's handle.
+pub fn hold_loop(
+    driver: &flint_net::driver::Driver,
+) -> (flint_net::job::JobHandle, std::sync::mpsc::Sender<()>) {
+    let (blocked_tx, blocked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let blocker =
+        flint_net::job::Job::new("noop", vec![bytes::Bytes::new()]).on_result(move |_, _| {
+            let _ = blocked_tx.send(());
+            let _ = release_rx.lock().expect("lock").recv_timeout(DEADLINE);
+        });
+    let held = driver.submit(blocker).expect("submitted");
+    blocked_rx.recv_timeout(DEADLINE).expect("the loop is held");
+    (held, release_tx)
+}
