@@ -1054,13 +1054,13 @@ impl Scheduler {
             self.idle_pools.remove(&pool);
         }
         let oversized = spec.tasks.first_payload_over(self.config.payload_max_bytes);
-        let job = self.build_job(now_us, id, pool, spec);
+        let slot = self.free_slot();
+        let job = self.build_job(now_us, (id, slot), pool, spec);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
-        if let Some(sc) = &job.speculation {
+        if let Some(timeout_us) = job.speculation.as_ref().map(|sc| sc.timeout_us) {
             self.spec_jobs += 1;
-            *self.spec_timeouts_us.entry(sc.timeout_us).or_insert(0) += 1;
+            *self.spec_timeouts_us.entry(timeout_us).or_insert(0) += 1;
         }
-        let slot = self.store_job(job);
         self.job_slots.insert(id.0, slot);
         if has_prefs {
             self.pref_jobs += 1;
@@ -1238,8 +1238,15 @@ impl Scheduler {
     }
 
     /// A new job's record in pool `pool`, its settings resolved against the scheduler's
-    /// defaults, every task queued and its locality level chosen.
-    fn build_job(&mut self, now_us: u64, id: JobId, pool: u32, spec: JobSpec) -> Job {
+    /// defaults, every task queued and its locality level chosen: built where it stays, in
+    /// the empty job table slot `slot` (a job record is large to move).
+    fn build_job(
+        &mut self,
+        now_us: u64,
+        (id, slot): (JobId, u32),
+        pool: u32,
+        spec: JobSpec,
+    ) -> &Job {
         let n = spec.tasks.len();
         // One function over payloads: every task the same size, none with preferences.
         let uniform = match &spec.tasks {
@@ -1253,7 +1260,12 @@ impl Scheduler {
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
         let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
         let latency = hedge.as_ref().and_then(|_| self.shared_record(&tasks));
-        let mut job = Job {
+        let (classes, durations_us) = (self.spare.classes(), self.spare.durations());
+        let Some(entry) = self.jobs.get_mut(slot as usize) else {
+            unreachable!("job slot {slot} beyond the table");
+        };
+        debug_assert!(entry.is_none(), "job slot {slot} taken");
+        let job = entry.insert(Job {
             id,
             pool,
             weight: spec.weight.max(1),
@@ -1266,7 +1278,7 @@ impl Scheduler {
             running: 0,
             running_cores: 0,
             final_count: 0,
-            classes: self.spare.classes(),
+            classes,
             has_exec_prefs,
             has_host_prefs,
             live_exec_keys: 0,
@@ -1275,7 +1287,7 @@ impl Scheduler {
             level_since_us: now_us,
             last_progress_us: now_us,
             exclusion: JobExclusion::default(),
-            durations_us: self.spare.durations(),
+            durations_us,
             durations_dirty: false,
             quantile_reached: false,
             median_cache: (0, 0),
@@ -1294,7 +1306,7 @@ impl Scheduler {
             new_pref_keys: Vec::new(),
             filed_pref_keys: Vec::new(),
             counters: JobCounters::default(),
-        };
+        });
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         match uniform {
@@ -1317,17 +1329,12 @@ impl Scheduler {
         shared.then(|| self.hedge.record_of(first))
     }
 
-    /// Puts `job` in a free slot of the job table (or a new one) and returns the slot.
-    fn store_job(&mut self, job: Job) -> u32 {
+    /// A free slot of the job table (or a new one), empty, for a new job.
+    fn free_slot(&mut self) -> u32 {
         match self.job_free_slots.pop() {
-            Some(s) => {
-                if let Some(entry) = self.jobs.get_mut(s as usize) {
-                    *entry = Some(job);
-                }
-                s
-            }
+            Some(s) => s,
             None => {
-                self.jobs.push(Some(job));
+                self.jobs.push(None);
                 (self.jobs.len() - 1) as u32
             }
         }
