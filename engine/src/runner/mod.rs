@@ -21,12 +21,10 @@
 //! twice per sit-out.
 //!
 //! Everything else runs on the pinned task pool. Completion protocol there: a pool worker pushes
-//! its [`TaskReport`] into a bounded lock-free queue, then sets the `kick_pending` flag; only the
-//! worker that flips it from false to true calls the `kick` callback (which sends one message to
-//! the loop). The loop clears the flag *before* it drains the queue, so a completion pushed
-//! during the drain either is drained or flips the flag and kicks again: none is stranded, and
-//! while the loop is busy, completions pile up and leave in one batch (one `StatusUpdates`
-//! frame, one write). The queue holds two reports for every attempt the runner may hold, so a
+//! its [`TaskReport`] into a bounded lock-free queue with the kick protocol
+//! ([`crate::runtime::Kicked`]): only the worker whose push finds no kick pending calls the
+//! `kick` callback (which wakes the loop once), and none is stranded; while the loop is busy,
+//! completions pile up and leave in one batch (one `StatusUpdates` frame, one write). The queue holds two reports for every attempt the runner may hold, so a
 //! worker never waits for room in practice; if it must, it yields (backpressure), since only
 //! the loop drains. The loop never pushes into that queue: what it completes itself (inline
 //! runs, an unknown function, a launch the pool refused) goes to a list it owns.
@@ -41,7 +39,7 @@ use bytes::Bytes;
 use crate::functions::{Registry, Resolved, TaskContext, TaskError, TaskFn};
 use crate::hash::FxHashMap;
 use crate::pool::{PoolHandle, Task, TaskOutcome};
-use crate::runtime::Inbox;
+use crate::runtime::Kicked;
 use crate::scheduler::{Attempt, ExecutorId, StatusUpdate, TaskId, TaskLaunch, TaskState};
 
 /// An attempt's report: what an executor tells the driver about one run of a task. The
@@ -240,8 +238,7 @@ struct PoolAttempt {
 }
 
 struct Shared {
-    done: Inbox<TaskReport>,
-    kick_pending: AtomicBool,
+    done: Kicked<TaskReport>,
     kick: Kick,
 }
 
@@ -250,15 +247,17 @@ impl Shared {
     fn complete(&self, mut completion: TaskReport) {
         loop {
             match self.done.push(completion) {
-                Ok(_) => break,
+                Ok(kick) => {
+                    if kick {
+                        (self.kick)();
+                    }
+                    return;
+                }
                 Err(back) => {
                     completion = back;
                     std::thread::yield_now();
                 }
             }
-        }
-        if !self.kick_pending.swap(true, Ordering::SeqCst) {
-            (self.kick)();
         }
     }
 }
@@ -301,8 +300,7 @@ impl TaskRunner {
     pub fn new(pool: PoolHandle, registry: Registry, in_flight_max: usize, kick: Kick) -> Self {
         let in_flight_max = in_flight_max.max(1);
         let shared = Arc::new(Shared {
-            done: Inbox::new(2 * in_flight_max),
-            kick_pending: AtomicBool::new(false),
+            done: Kicked::new(2 * in_flight_max),
             kick,
         });
         TaskRunner {
@@ -500,17 +498,10 @@ impl TaskRunner {
         if self.on_pool.is_empty() {
             return;
         }
-        self.shared.kick_pending.store(false, Ordering::SeqCst);
         // At most one queue's worth per call, so a flood of completions cannot starve the loop;
         // if some are left, the loop is kicked again to come back for them.
-        let batch_max = self.shared.done.capacity();
-        while self.batch.len() < batch_max {
-            let Some(completion) = self.shared.done.pop() else {
-                break;
-            };
-            self.batch.push(completion);
-        }
-        if !self.shared.done.is_empty() && !self.shared.kick_pending.swap(true, Ordering::SeqCst) {
+        let batch = &mut self.batch;
+        if self.shared.done.drain(|completion| batch.push(completion)) {
             (self.shared.kick)();
         }
         for completion in &self.batch {

@@ -35,12 +35,14 @@
 mod endpoint;
 mod event_loop;
 pub mod inbox;
+pub mod kicked;
 mod timer;
 
 pub use endpoint::{AskError, AskFuture, Ctx, Endpoint, EndpointRef, Reply, SendError};
 pub(crate) use event_loop::panic_message;
 pub use event_loop::LoopCtxError;
 pub use inbox::Inbox;
+pub use kicked::Kicked;
 pub use timer::{TimerError, TimerId};
 
 use std::any::TypeId;

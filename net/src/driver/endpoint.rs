@@ -432,7 +432,7 @@ impl Endpoint for DriverEndpoint {
         // Queued jobs are taken, to end with the others below.
         let now_us = self.now_us();
         let (handles, core) = (&mut self.handles, &mut self.core);
-        (self.submissions).take_stranded(|s| submit(handles, core, s, now_us));
+        (self.submissions).take_all(|s| submit(handles, core, s, now_us));
         self.core.shutdown();
         self.deliver();
         while let Some((peer, frames)) = self.core.poll_transmit() {

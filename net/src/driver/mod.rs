@@ -618,7 +618,7 @@ impl Driver {
         if matches!(sent, Err(SendError::Stopped(_) | SendError::Shutdown(_)))
             || !self.endpoint.is_alive()
         {
-            self.submissions.take_stranded(|stranded| {
+            self.submissions.take_all(|stranded| {
                 self.admission.release(stranded.job.payloads.len());
                 let reason = "the driver stopped".to_owned();
                 stranded.shared.finish(JobOutcome::Failed(vec![reason]));
