@@ -21,15 +21,9 @@ fn executor(id: u64, cores: u32) -> ExecutorInfo {
     }
 }
 
+/// The tasks launched by the outputs emitted so far.
 fn launched(s: &mut Scheduler) -> usize {
-    let mut outs = Vec::new();
-    s.drain_outputs(&mut outs);
-    (outs.iter())
-        .map(|o| match o {
-            Output::Launch { tasks, .. } => tasks.len(),
-            _ => 0,
-        })
-        .sum()
+    launch_batches(s).into_iter().sum()
 }
 
 #[test]
