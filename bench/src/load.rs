@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_cli::summary::{indexed_payload, Recorder, Summary};
+use flint_engine::clock;
 use flint_net::driver::Driver;
 use flint_net::job::{Job, JobHandle, JobOutcome};
 use hdrhistogram::Histogram;
@@ -215,8 +216,10 @@ impl Shared {
         self.meter.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn now_ns(&self, epoch: Instant) -> u64 {
-        epoch.elapsed().as_nanos() as u64
+    /// Nanoseconds since `epoch` (a [`clock::now_ns`] reading): read once per task result, so
+    /// the cheap clock, not `Instant` (see `flint_engine::clock`).
+    fn now_ns(&self, epoch: u64) -> u64 {
+        clock::elapsed_ns(epoch)
     }
 }
 
@@ -326,7 +329,7 @@ struct Runner<'a> {
     driver: &'a Driver,
     spec: &'a LoadSpec,
     shared: Arc<Shared>,
-    epoch: Instant,
+    epoch: u64,
     measure_from_ns: u64,
     pending: VecDeque<Pending>,
     payloads: Payloads,
@@ -576,7 +579,7 @@ impl Runner<'_> {
 /// Runs one load against `driver` and returns what it measured.
 pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
     let lanes = check_spec(spec)?;
-    let epoch = Instant::now();
+    let epoch = clock::now_ns();
     let measure_from_ns = spec.warmup.as_nanos() as u64;
     let meter = Arc::new(Mutex::new(Meter::new(measure_from_ns)));
     let stats_before = driver.stats();
@@ -664,7 +667,7 @@ fn run_lane(
     driver: &Driver,
     spec: &LoadSpec,
     meter: Arc<Mutex<Meter>>,
-    epoch: Instant,
+    epoch: u64,
     lane: u64,
     lanes: u64,
 ) -> Result<(u64, bool), String> {

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod clock;
 pub mod functions;
 pub mod hash;
 pub mod lifecycle;

@@ -32,10 +32,11 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::clock;
 use crate::functions::{Registry, Resolved, TaskContext, TaskError, TaskFn};
 use crate::hash::FxHashMap;
 use crate::pool::{PoolHandle, Task, TaskOutcome};
@@ -113,8 +114,7 @@ struct Timing {
 }
 
 impl Timing {
-    fn record(&self, took: Duration) {
-        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+    fn record(&self, ns: u64) {
         let runs = self.runs.fetch_add(1, Ordering::Relaxed);
         let average = self.average_ns.load(Ordering::Relaxed);
         let next = if runs == 0 {
@@ -155,21 +155,22 @@ impl Function {
         let runs = self.timing.runs.load(Ordering::Relaxed);
         runs >= INLINE_RUNS_MIN
             && runs >= self.inline.after_runs
-            && self.timing.average_ns.load(Ordering::Relaxed) < INLINE_RUN_MAX.as_nanos() as u64
+            && self.timing.average_ns.load(Ordering::Relaxed) < nanos(INLINE_RUN_MAX)
     }
 
-    /// An inline run that took `took`. A long one is not averaged in: a run preempted midway
+    /// An inline run that took `took_ns`. A long one is not averaged in: a run preempted midway
     /// looks the same, and the run after it rarely is, so only the second long run in a row
     /// sends the function to the pool for a while; returns the runs it sits out then.
-    fn ran_inline(&mut self, took: Duration) -> Option<u64> {
+    fn ran_inline(&mut self, took_ns: u64) -> Option<u64> {
         let record = &mut self.inline;
-        if took <= INLINE_RUN_GIVE_UP {
+        if took_ns <= nanos(INLINE_RUN_GIVE_UP) {
             record.long_before = false;
             record.short_streak = record.short_streak.saturating_add(1);
             if record.short_streak >= STRIKES_FORGOTTEN {
                 record.strikes = 0;
             }
-            self.timing.record(took.min(INLINE_RUN_COUNTED_MAX));
+            self.timing
+                .record(took_ns.min(nanos(INLINE_RUN_COUNTED_MAX)));
             return None;
         }
         record.short_streak = 0;
@@ -416,8 +417,9 @@ impl TaskRunner {
         if self.waiting.is_empty() {
             return;
         }
-        let mut last = Instant::now();
-        let round_end = last + self.inline_round;
+        // One clock reading per run: each run is timed from the end of the one before.
+        let mut last = clock::now_ns();
+        let round_end = last.saturating_add(nanos(self.inline_round));
         while let Some((launch, index, generation)) = self.waiting.pop_front() {
             let found = if generation == self.functions.generation {
                 Ok(index)
@@ -430,13 +432,13 @@ impl TaskRunner {
                         unreachable!("function {index} was just found");
                     };
                     let (state, data) = run_inline(function, &launch);
-                    let now = Instant::now();
-                    let took = now.duration_since(last);
+                    let now = clock::now_ns();
+                    let took_ns = now.saturating_sub(last);
                     last = now;
-                    if let Some(sit_out) = function.ran_inline(took) {
+                    if let Some(sit_out) = function.ran_inline(took_ns) {
                         tracing::info!(
                             task_id = launch.task.0,
-                            took_us = took.as_micros() as u64,
+                            took_us = took_ns / 1_000,
                             sit_out,
                             "a task expected to be short ran long inline twice in a row; its \
                              function runs on the pool for a while"
@@ -621,9 +623,9 @@ impl PoolRun {
                 Bytes::from_static(b"killed before it started"),
             );
         }
-        let started = Instant::now();
+        let started = clock::now_ns();
         let result = (self.function)(&ctx, payload);
-        self.timing.record(started.elapsed());
+        self.timing.record(clock::elapsed_ns(started));
         match result {
             Ok(result) => (TaskState::Finished, result),
             Err(_) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
@@ -632,6 +634,16 @@ impl PoolRun {
                 (TaskState::Failed, Bytes::from(error.0))
             }
         }
+    }
+}
+
+/// `duration` in nanoseconds (saturating; the runner's limits are far below `u64::MAX` ns).
+const fn nanos(duration: Duration) -> u64 {
+    let ns = duration.as_nanos();
+    if ns > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ns as u64
     }
 }
 

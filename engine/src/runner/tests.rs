@@ -3,6 +3,7 @@
 use super::*;
 use crate::pool::{ShutdownMode, TaskPool, TaskPoolConfig};
 use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
 
 /// A runner over a one-worker pool, and how many kicks it made. `slow_once` sleeps 3 ms
 /// when its payload is `b"slow"`, else returns at once; `boom` panics.
@@ -108,7 +109,7 @@ fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
         .find(&runner.registry, &Arc::from("boom"))
         .expect("registered");
     for _ in 0..INLINE_RUNS_MIN {
-        runner.functions.entries[index].ran_inline(Duration::from_micros(1));
+        runner.functions.entries[index].ran_inline(1_000);
     }
     runner.launch(launch(7, "boom", b""));
     let mut done = Vec::new();
@@ -171,10 +172,7 @@ fn a_stretched_inline_run_does_not_make_a_short_function_look_long() {
         .expect("registered");
     // A run of 1.5 ms (under the give-up, over the threshold: a preemption, say) would
     // take the average over 20 us if counted whole.
-    assert_eq!(
-        runner.functions.entries[index].ran_inline(Duration::from_micros(1_500)),
-        None
-    );
+    assert_eq!(runner.functions.entries[index].ran_inline(1_500_000), None);
     assert!(ran_inline(&mut runner, 10, "slow_once", b""), "still short");
     pool.shutdown(ShutdownMode::Drain);
 }
@@ -209,7 +207,7 @@ fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
         .find(&runner.registry, &Arc::from("boom"))
         .expect("registered");
     for _ in 0..INLINE_RUNS_MIN {
-        runner.functions.entries[index].ran_inline(Duration::from_micros(1));
+        runner.functions.entries[index].ran_inline(1_000);
     }
     runner.launch(launch(7, "boom", b""));
     assert!(runner.kill(Attempt::new(TaskId(7), 0)));
