@@ -208,6 +208,7 @@
 mod book;
 mod clocks;
 mod exclusion;
+mod fifo;
 mod hedge;
 mod job;
 mod latency;

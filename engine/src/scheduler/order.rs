@@ -4,16 +4,20 @@
 //! by Spark's `FairSchedulingAlgorithm`, and per pool an ordered set of its runnable jobs (by
 //! FIFO key, or by running cores over weight in a FAIR pool).
 //!
-//! Every set is a B-tree: listing or unlisting a job, and re-keying a pool or a job whose
-//! running cores changed, costs O(log n) (a handful of node visits at 100,000 jobs), never a
-//! shift of the jobs behind it; the first candidate is the leftmost entry. Keys are stored here
+//! Every set is a B-tree, but for the FIFO set ([`Fifo`]: a queue, with a B-tree for the keys
+//! that come out of order): listing or unlisting a job, and re-keying a pool or a job whose
+//! running cores changed, costs O(log n) (a handful of node visits at 100,000 jobs; O(1) for
+//! the usual FIFO listing at the back and unlisting at the front), never a shift of the jobs
+//! behind it; the first candidate is the leftmost entry. Keys are stored here
 //! (per pool, and per job slot while listed) so an entry is always removed under the key it was
 //! inserted with.
 
 use std::cmp::Ordering;
-use std::collections::{btree_map, btree_set, BTreeMap, BTreeSet};
+use std::collections::{btree_set, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
+
+use super::fifo::{self, Fifo};
 
 /// A job's FIFO key: higher priority first (negated), then submission (its id).
 pub(crate) type FifoKey = (i64, u64);
@@ -104,10 +108,8 @@ pub(crate) enum Cursor {
 /// type rather than a chain of adapters, so starting one is a few instructions (every offer
 /// starts one).
 pub(crate) enum Walk<'a> {
-    /// FIFO from the start.
-    Fifo(btree_map::Values<'a, FifoKey, u32>),
-    /// FIFO after a key.
-    FifoAfter(btree_map::Range<'a, FifoKey, u32>),
+    /// FIFO, from the start or after a key.
+    Fifo(fifo::Iter<'a>),
     /// FAIR: the rest of the pool the walk resumes in, then the pools after it, each pool's
     /// jobs in turn.
     Fair {
@@ -123,8 +125,7 @@ impl Iterator for Walk<'_> {
 
     fn next(&mut self) -> Option<u32> {
         match self {
-            Walk::Fifo(values) => values.next().copied(),
-            Walk::FifoAfter(range) => range.next().map(|(_, slot)| *slot),
+            Walk::Fifo(jobs) => jobs.next(),
             Walk::Fair {
                 order,
                 in_pool,
@@ -163,7 +164,7 @@ struct PoolEntry {
 pub(crate) struct Order {
     fair: bool,
     /// Every runnable job by FIFO key (the FIFO order; under FAIR, for walks over all of them).
-    fifo: BTreeMap<FifoKey, u32>,
+    fifo: Fifo,
     /// FAIR: the pools with runnable jobs, in FAIR order: (key, pool id).
     pools: BTreeSet<(PoolKey, u32)>,
     /// FAIR: by pool id.
@@ -180,7 +181,7 @@ impl Order {
     pub fn new(fair: bool) -> Order {
         Order {
             fair,
-            fifo: BTreeMap::new(),
+            fifo: Fifo::default(),
             pools: BTreeSet::new(),
             entries: Vec::new(),
             filed: Vec::new(),
@@ -207,7 +208,7 @@ impl Order {
     /// The runnable jobs' slots in FIFO order (tests).
     #[cfg(test)]
     pub fn fifo(&self) -> impl Iterator<Item = u32> + '_ {
-        self.fifo.values().copied()
+        self.fifo.iter_after(None)
     }
 
     /// The runnable jobs' slots in sharing order (FIFO, or FAIR: pools, then jobs per pool),
@@ -217,10 +218,8 @@ impl Order {
     /// walk from the start; [`Order::moves`] tells).
     pub fn iter_after(&self, from: Option<&Cursor>) -> Walk<'_> {
         match (self.fair, from) {
-            (false, Some(Cursor::Fifo(key))) => {
-                Walk::FifoAfter(self.fifo.range((Excluded(*key), Unbounded)))
-            }
-            (false, _) => Walk::Fifo(self.fifo.values()),
+            (false, Some(Cursor::Fifo(key))) => Walk::Fifo(self.fifo.iter_after(Some(*key))),
+            (false, _) => Walk::Fifo(self.fifo.iter_after(None)),
             (true, from) => {
                 let (pool_from, in_pool) = match from {
                     Some(Cursor::Fair(pool, job)) => {
@@ -281,8 +280,8 @@ impl Order {
     /// Lists a job (slot `slot`, FIFO key `fifo`, in `pool` with share `share`) as runnable.
     /// Its pool's key must have been set.
     pub fn insert(&mut self, slot: u32, fifo: FifoKey, pool: u32, share: Ratio) {
-        let had = self.fifo.insert(fifo, slot);
-        assert!(had.is_none(), "job slot {slot} listed twice");
+        let fresh = self.fifo.insert(fifo, slot);
+        assert!(fresh, "job slot {slot} listed twice");
         if !self.fair {
             return;
         }
@@ -304,7 +303,7 @@ impl Order {
 
     /// Unlists a runnable job.
     pub fn remove(&mut self, slot: u32, fifo: FifoKey) {
-        let had = self.fifo.remove(&fifo);
+        let had = self.fifo.remove(fifo);
         assert_eq!(had, Some(slot), "job slot {slot} listed under its FIFO key");
         if !self.fair {
             return;
