@@ -64,7 +64,7 @@ fn job(n: u64, cores: u32, priority: i32) -> JobSpec {
         ..JobSpec::new(Tasks::Same {
             function: "noop".into(),
             cores,
-            payloads: vec![Bytes::new(); n as usize],
+            payloads: vec![Bytes::new(); n as usize].into(),
         })
     }
 }

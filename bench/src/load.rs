@@ -32,7 +32,7 @@ use bytes::Bytes;
 use flint_cli::summary::{indexed_payload, Recorder, Summary};
 use flint_engine::clock;
 use flint_net::driver::Driver;
-use flint_net::job::{Job, JobHandle, JobOutcome};
+use flint_net::job::{Job, JobHandle, JobOutcome, Payloads as JobPayloads};
 use hdrhistogram::Histogram;
 
 /// Width of a throughput-over-time bucket.
@@ -252,6 +252,8 @@ struct Payloads {
     indexed: bool,
     len: usize,
     next_index: u64,
+    /// The last list of shared payloads handed out, for the next job of as many tasks.
+    list: Option<Arc<[Bytes]>>,
 }
 
 impl Payloads {
@@ -261,21 +263,35 @@ impl Payloads {
             indexed: task == "hash" || task.starts_with("hash:"),
             len,
             next_index: 0,
+            list: None,
         }
     }
 
-    fn take(&mut self, count: u64) -> Vec<Bytes> {
-        (0..count)
-            .map(|_| {
-                let index = self.next_index;
-                self.next_index += 1;
-                if self.indexed {
-                    Bytes::from(indexed_payload(index, self.len))
-                } else {
-                    self.shared.clone()
-                }
-            })
-            .collect()
+    /// The payloads of a job of `count` tasks: without an index in them, one list shared by
+    /// every job of that size (as a service submits the same inputs with every request), and a
+    /// one-task job's single payload; no vector per job either way.
+    fn take(&mut self, count: u64) -> JobPayloads {
+        if self.indexed {
+            return (0..count).map(|_| self.next_indexed()).collect();
+        }
+        self.next_index += count;
+        if count == 1 {
+            return JobPayloads::from(self.shared.clone());
+        }
+        match &self.list {
+            Some(list) if list.len() as u64 == count => JobPayloads::from(list.clone()),
+            _ => {
+                let list: Arc<[Bytes]> = (0..count).map(|_| self.shared.clone()).collect();
+                self.list = Some(list.clone());
+                JobPayloads::from(list)
+            }
+        }
+    }
+
+    fn next_indexed(&mut self) -> Bytes {
+        let index = self.next_index;
+        self.next_index += 1;
+        Bytes::from(indexed_payload(index, self.len))
     }
 }
 
@@ -356,7 +372,7 @@ impl Runner<'_> {
         let shared = self.shared.clone();
         let epoch = self.epoch;
         let times = sent.clone();
-        let job = Job::new(self.spec.task.clone(), self.payloads.take(count))
+        let job = Job::with_payloads(self.spec.task.clone(), self.payloads.take(count))
             .keep_results(false)
             .on_result(move |index, result| {
                 let now_ns = shared.now_ns(epoch);

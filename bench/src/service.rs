@@ -239,7 +239,8 @@ pub fn run(spec: &ServiceSpec) -> Result<ServiceResult, String> {
         driver: cluster.driver.clone(),
         task: spec.task.as_str().into(),
         resolved,
-        payloads: vec![Bytes::from(vec![7u8; spec.payload_bytes]); spec.tasks_per_request as usize],
+        payloads: vec![Bytes::from(vec![7u8; spec.payload_bytes]); spec.tasks_per_request as usize]
+            .into(),
     });
     if spec.fault.is_some() && spec.executors == 0 {
         cluster.stop();
@@ -287,12 +288,13 @@ struct Service {
     driver: Arc<Driver>,
     task: std::sync::Arc<str>,
     resolved: Resolved,
-    payloads: Vec<Bytes>,
+    /// Every request's inputs: one list its jobs share (no vector per request).
+    payloads: std::sync::Arc<[Bytes]>,
 }
 
 /// One job per request, awaited.
 async fn flint_handler(State(service): State<Arc<Service>>) -> StatusCode {
-    let job = Job::new(service.task.clone(), service.payloads.clone())
+    let job = Job::with_payloads(service.task.clone(), service.payloads.clone())
         .keep_results(false)
         .deadline(JOB_DEADLINE);
     match service.driver.submit_async(job).await {

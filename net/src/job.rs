@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 
 pub use flint_engine::scheduler::{
-    ExclusionConfig, HedgeConfig, JobOutcome, JobSetting, SpeculationConfig,
+    ExclusionConfig, HedgeConfig, JobOutcome, JobSetting, Payloads, SpeculationConfig,
 };
 use flint_engine::scheduler::{ExecutorId, JobId, JobSpec, TaskSpec, Tasks};
 
@@ -40,7 +40,7 @@ pub struct TaskLocality {
 pub struct Job {
     /// Shared: a caller that submits many jobs of one function hands each the same name.
     pub(crate) function: Arc<str>,
-    pub(crate) payloads: Vec<Bytes>,
+    pub(crate) payloads: Payloads,
     pub(crate) cores: u32,
     pub(crate) observer: Option<ResultObserver>,
     pub(crate) keep_results: bool,
@@ -95,9 +95,16 @@ impl Job {
     /// that submits many jobs of one function can keep it as an `Arc<str>` and hand each a
     /// clone.
     pub fn new(function: impl Into<Arc<str>>, payloads: Vec<Bytes>) -> Self {
+        Job::with_payloads(function, payloads)
+    }
+
+    /// [`Job::new`] over payloads held another way ([`Payloads`]): one `Bytes` for a one-task
+    /// job (no vector to allocate, or for the driver to free), or an `Arc<[Bytes]>` that many
+    /// jobs share (a service submitting the same inputs with every request).
+    pub fn with_payloads(function: impl Into<Arc<str>>, payloads: impl Into<Payloads>) -> Self {
         Job {
             function: function.into(),
-            payloads,
+            payloads: payloads.into(),
             cores: 1,
             observer: None,
             keep_results: true,
@@ -232,7 +239,7 @@ impl Job {
 /// the wire to the scheduler's, if it is registered. Errors name what is wrong.
 pub(crate) fn job_spec(
     function: Arc<str>,
-    payloads: Vec<Bytes>,
+    payloads: Payloads,
     cores: u32,
     keep_results: bool,
     result_bytes_max: Option<u64>,
@@ -291,7 +298,7 @@ pub(crate) fn job_spec(
 fn tasks_with_locality(
     function: &std::sync::Arc<str>,
     cores: u32,
-    payloads: Vec<Bytes>,
+    payloads: Payloads,
     locality: Vec<TaskLocality>,
     executor_id: impl Fn(&str) -> Option<ExecutorId>,
 ) -> Vec<TaskSpec> {
@@ -708,7 +715,7 @@ mod tests {
                 payloads,
             } => {
                 assert_eq!((&**function, *cores), ("noop", 2));
-                assert_eq!(payloads, &vec![Bytes::from_static(b"a"), Bytes::new()]);
+                assert_eq!(&payloads[..], [Bytes::from_static(b"a"), Bytes::new()]);
             }
             Tasks::Each(_) => panic!("a plain job's tasks are one function over its payloads"),
         }

@@ -213,6 +213,7 @@ mod hedge;
 mod job;
 mod latency;
 mod order;
+pub mod payloads;
 mod prefs;
 mod spare;
 mod speculation;
@@ -226,6 +227,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use payloads::Payloads;
 pub use types::{
     Attempt, AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
     JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,

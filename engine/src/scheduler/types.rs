@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::payloads::Payloads;
+
 /// An executor's identity, chosen by whoever starts executors (the driver or a cluster manager).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExecutorId(pub u64);
@@ -192,7 +194,7 @@ pub enum Tasks {
         /// Cores each task occupies while it runs (at least 1).
         cores: u32,
         /// The tasks' inputs, in task order.
-        payloads: Vec<Bytes>,
+        payloads: Payloads,
     },
 }
 
