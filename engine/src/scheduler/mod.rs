@@ -1209,10 +1209,13 @@ impl Scheduler {
                 cores,
                 payloads,
             } => {
-                let each = payloads.into_iter();
-                tasks.extend(
-                    each.map(|payload| TaskRec::new(function.clone(), payload, cores, None)),
-                );
+                let task = |payload| TaskRec::new(function.clone(), payload, cores, None);
+                // A big job's payloads come as a vector: its own iterator fills the records
+                // fastest (a `Payloads` iterator matches its form at every payload).
+                match payloads.try_into_vec() {
+                    Ok(payloads) => tasks.extend(payloads.into_iter().map(task)),
+                    Err(payloads) => tasks.extend(payloads.into_iter().map(task)),
+                }
                 return (tasks, false, false);
             }
         };
