@@ -272,6 +272,16 @@ fn driver_metrics_match_the_job_and_need_the_token() {
     promtool_check(metrics, &token, "the driver");
     // The driver's own summary agrees.
     assert!(driver.wait().success(), "{}", driver.stderr());
+    // The token it made for its servers went with it: no credential left in the temp dir.
+    let token_file = common::observe_token_path(&driver.stderr()).expect("the token's file");
+    let token_dir = std::path::Path::new(&token_file)
+        .parent()
+        .expect("its directory");
+    assert!(
+        !token_dir.exists(),
+        "{} is left after the driver ended",
+        token_dir.display()
+    );
     let summary = driver.stdout();
     assert!(
         summary.contains(&format!("\"succeeded\":{tasks}")),

@@ -201,10 +201,7 @@ pub fn raise_descriptor_limit(wanted: u64) -> u64 {
 pub fn wait_observe_token(stderr: impl Fn() -> String) -> String {
     let mut path = None;
     wait_until("the observe token's file to be printed", || {
-        path = stderr().lines().find_map(|line| {
-            let rest = line.split("observe token in ").nth(1)?;
-            Some(rest.split(' ').next()?.to_owned())
-        });
+        path = observe_token_path(&stderr());
         path.is_some()
     });
     let path = path.unwrap_or_default();
@@ -212,6 +209,15 @@ pub fn wait_observe_token(stderr: impl Fn() -> String) -> String {
         .unwrap_or_else(|e| panic!("observe token file {path}: {e}"))
         .trim()
         .to_owned()
+}
+
+/// The observe token's file a role printed (`observe token in PATH`) in `stderr`, if it did.
+#[allow(dead_code)] // not every test binary looks at the path itself
+pub fn observe_token_path(stderr: &str) -> Option<String> {
+    stderr.lines().find_map(|line| {
+        let rest = line.split("observe token in ").nth(1)?;
+        Some(rest.split(' ').next()?.to_owned())
+    })
 }
 
 /// Runs `flint ARGS` to its end with `env` added; its output.

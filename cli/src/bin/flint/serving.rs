@@ -44,29 +44,56 @@ pub struct DriverObserveArgs {
     pub observe_linger_ms: u64,
 }
 
+/// The metrics and UI servers one process runs, and the private directory of the token made
+/// for them, if one was: removed when they stop (the process ends), so that a run does not
+/// leave a credential behind in the temporary directory. A token file the operator named stays.
+#[derive(Default)]
+pub struct Serving {
+    _servers: Vec<HttpServer>,
+    token_dir: Option<PathBuf>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(dir) = self.token_dir.take() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
 /// Who may read the servers of `who`: holders of the observe token in `token_file` (made
-/// there if missing) or, without one, of a new token in a new private file; with neither a
-/// file nor a cluster `secret`, anyone on loopback. The token's file is printed, never the
-/// token; a token equal to the cluster secret is refused.
+/// there if missing) or, without one, of a new token in a new private file (its directory
+/// returned, to remove at the end); with neither a file nor a cluster `secret`, anyone on
+/// loopback. The token's file is printed, never the token; a token equal to the cluster secret
+/// is refused.
 fn observe_access(
     token_file: Option<&Path>,
     secret: Option<&Secret>,
     who: &str,
-) -> Result<Access, String> {
-    let (token, path) = match (token_file, secret) {
+) -> Result<(Access, Option<PathBuf>), String> {
+    let (token, path, made) = match (token_file, secret) {
         (Some(path), _) => {
             let (token, _) = ObserveToken::load_or_create(path).map_err(|e| e.to_string())?;
-            (token, path.to_owned())
+            (token, path.to_owned(), false)
         }
-        (None, Some(_)) => ObserveToken::create_in_temp_dir().map_err(|e| e.to_string())?,
-        (None, None) => return Ok(Access::Open),
+        (None, Some(_)) => {
+            let (token, path) = ObserveToken::create_in_temp_dir().map_err(|e| e.to_string())?;
+            (token, path, true)
+        }
+        (None, None) => return Ok((Access::Open, None)),
     };
-    token.check_not_secret(secret).map_err(|e| e.to_string())?;
+    let dir = made.then(|| path.parent().map(Path::to_owned)).flatten();
+    if let Err(error) = token.check_not_secret(secret) {
+        if let Some(dir) = &dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        return Err(error.to_string());
+    }
     eprintln!(
         "{who}: observe token in {} (Authorization: Bearer TOKEN, or log in on the page)",
         path.display()
     );
-    Ok(Access::Token(token))
+    Ok((Access::Token(token), dir))
 }
 
 /// Starts the metrics and UI servers `args` asks for, watching `driver`; `who` names it in
@@ -76,7 +103,7 @@ pub fn serve_driver(
     args: &ObserveArgs,
     secret: Option<Secret>,
     who: &str,
-) -> Result<Vec<HttpServer>, String> {
+) -> Result<Serving, String> {
     serve_each(args, secret.as_ref(), who, |addr, access, serve| {
         ui::serve_driver(addr, driver.observer(), access, serve)
     })
@@ -90,7 +117,7 @@ pub fn serve_cluster(
     secret: Option<Secret>,
     role: ClusterRole,
     who: &str,
-) -> Result<Vec<HttpServer>, String> {
+) -> Result<Serving, String> {
     serve_each(args, secret.as_ref(), who, |addr, access, serve| {
         ui::serve_cluster(addr, status, secret.clone(), access, role, serve)
     })
@@ -103,12 +130,14 @@ fn serve_each<E: std::fmt::Display>(
     secret: Option<&Secret>,
     who: &str,
     start: impl Fn(SocketAddr, Access, Serve) -> Result<HttpServer, E>,
-) -> Result<Vec<HttpServer>, String> {
-    let mut servers = Vec::new();
+) -> Result<Serving, String> {
+    let mut serving = Serving::default();
     if args.metrics_listen.is_none() && args.ui_listen.is_none() {
-        return Ok(servers);
+        return Ok(serving);
     }
-    let access = observe_access(args.observe_token_file.as_deref(), secret, who)?;
+    let (access, token_dir) = observe_access(args.observe_token_file.as_deref(), secret, who)?;
+    // From here, a server that fails to start removes the token it was made for too.
+    serving.token_dir = token_dir;
     for (addr, serve, what) in [
         (args.metrics_listen, Serve::Metrics, "metrics"),
         (args.ui_listen, Serve::UiAndMetrics, "web UI"),
@@ -116,10 +145,10 @@ fn serve_each<E: std::fmt::Display>(
         if let Some(addr) = addr {
             let server = start(addr, access.clone(), serve).map_err(|e| format!("{what}: {e}"))?;
             announce(who, what, &server);
-            servers.push(server);
+            serving._servers.push(server);
         }
     }
-    Ok(servers)
+    Ok(serving)
 }
 
 /// Prints where a server listens (never the token).

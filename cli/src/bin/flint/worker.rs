@@ -11,7 +11,7 @@ use flint_net::observe::metrics::ClusterRole;
 use flint_net::standalone::worker::{WorkerConfig, WorkerError};
 
 use crate::secrets::SecretArgs;
-use crate::serving::{serve_cluster, ObserveArgs};
+use crate::serving::{serve_cluster, ObserveArgs, Serving};
 
 /// `flint worker`'s flags.
 #[derive(Args)]
@@ -100,7 +100,7 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                 &format!("flint worker {id}"),
             )?
         }
-        _ => Vec::new(),
+        _ => Serving::default(),
     };
     config.secret = secret;
     config.allow_insecure_bind = args.secret.allow_insecure_bind;
