@@ -44,51 +44,48 @@ pub struct DriverObserveArgs {
     pub observe_linger_ms: u64,
 }
 
-/// The metrics and UI servers one process runs, and the private directory of the token made
-/// for them, if one was: removed when they stop (the process ends), so that a run does not
-/// leave a credential behind in the temporary directory. A token file the operator named stays.
+/// The metrics and UI servers one process runs, held until it ends, with the private directory
+/// of the token made for them, if one was.
 #[derive(Default)]
 pub struct Serving {
     _servers: Vec<HttpServer>,
-    token_dir: Option<PathBuf>,
+    _token_dir: Option<TokenDir>,
 }
 
-impl Drop for Serving {
+/// A directory made for a token, removed when dropped (the process's servers stop, or fail to
+/// start), so that a run does not leave a credential behind in the temporary directory. A
+/// token file the operator named is never one.
+struct TokenDir(PathBuf);
+
+impl Drop for TokenDir {
     fn drop(&mut self) {
-        if let Some(dir) = self.token_dir.take() {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
 /// Who may read the servers of `who`: holders of the observe token in `token_file` (made
 /// there if missing) or, without one, of a new token in a new private file (its directory
-/// returned, to remove at the end); with neither a file nor a cluster `secret`, anyone on
+/// returned, removed when dropped); with neither a file nor a cluster `secret`, anyone on
 /// loopback. The token's file is printed, never the token; a token equal to the cluster secret
 /// is refused.
 fn observe_access(
     token_file: Option<&Path>,
     secret: Option<&Secret>,
     who: &str,
-) -> Result<(Access, Option<PathBuf>), String> {
-    let (token, path, made) = match (token_file, secret) {
+) -> Result<(Access, Option<TokenDir>), String> {
+    let (token, path, dir) = match (token_file, secret) {
         (Some(path), _) => {
             let (token, _) = ObserveToken::load_or_create(path).map_err(|e| e.to_string())?;
-            (token, path.to_owned(), false)
+            (token, path.to_owned(), None)
         }
         (None, Some(_)) => {
             let (token, path) = ObserveToken::create_in_temp_dir().map_err(|e| e.to_string())?;
-            (token, path, true)
+            let dir = path.parent().map(|dir| TokenDir(dir.to_owned()));
+            (token, path, dir)
         }
         (None, None) => return Ok((Access::Open, None)),
     };
-    let dir = made.then(|| path.parent().map(Path::to_owned)).flatten();
-    if let Err(error) = token.check_not_secret(secret) {
-        if let Some(dir) = &dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        return Err(error.to_string());
-    }
+    token.check_not_secret(secret).map_err(|e| e.to_string())?;
     eprintln!(
         "{who}: observe token in {} (Authorization: Bearer TOKEN, or log in on the page)",
         path.display()
@@ -131,13 +128,12 @@ fn serve_each<E: std::fmt::Display>(
     who: &str,
     start: impl Fn(SocketAddr, Access, Serve) -> Result<HttpServer, E>,
 ) -> Result<Serving, String> {
-    let mut serving = Serving::default();
     if args.metrics_listen.is_none() && args.ui_listen.is_none() {
-        return Ok(serving);
+        return Ok(Serving::default());
     }
+    // A server that fails to start drops the token's directory with it.
     let (access, token_dir) = observe_access(args.observe_token_file.as_deref(), secret, who)?;
-    // From here, a server that fails to start removes the token it was made for too.
-    serving.token_dir = token_dir;
+    let mut servers = Vec::new();
     for (addr, serve, what) in [
         (args.metrics_listen, Serve::Metrics, "metrics"),
         (args.ui_listen, Serve::UiAndMetrics, "web UI"),
@@ -145,10 +141,13 @@ fn serve_each<E: std::fmt::Display>(
         if let Some(addr) = addr {
             let server = start(addr, access.clone(), serve).map_err(|e| format!("{what}: {e}"))?;
             announce(who, what, &server);
-            serving._servers.push(server);
+            servers.push(server);
         }
     }
-    Ok(serving)
+    Ok(Serving {
+        _servers: servers,
+        _token_dir: token_dir,
+    })
 }
 
 /// Prints where a server listens (never the token).
