@@ -1,5 +1,6 @@
 //! Drives the scheduler state machine alone, in one thread, the way the driver does (launches
-//! out, every launched attempt finished at once in one batch of status updates), for counting
+//! out and their vectors handed back, every launched attempt finished at once, each
+//! executor's reports as one batch of status updates, as its frame would bring them), for counting
 //! its instructions per task with callgrind as the shape of the work grows (`ci/cost_growth`
 //! runs it at two sizes and takes the marginal, as `ci/cost` does):
 //!
@@ -69,6 +70,47 @@ fn job(n: u64, cores: u32, priority: i32) -> JobSpec {
     }
 }
 
+/// What the driver's core does with the scheduler's outputs, cheaply: each launch batch's
+/// attempts finish at once (their reports wait for the next round, one batch per executor,
+/// as its frame would bring them) and the batch's vector goes back to the scheduler.
+#[derive(Default)]
+struct Io {
+    outputs: Vec<Output>,
+    /// Per executor launched to: its reports.
+    reports: Vec<Vec<StatusUpdate>>,
+    /// The last round's `reports`, emptied.
+    emptied: Vec<Vec<StatusUpdate>>,
+    /// Emptied report batches, for reuse.
+    spare: Vec<Vec<StatusUpdate>>,
+    /// Results seen.
+    done: u64,
+}
+
+impl Io {
+    /// Carries out what the scheduler decided after an input (the driver's `pump`).
+    fn carry(&mut self, s: &mut Scheduler) {
+        s.drain_outputs(&mut self.outputs);
+        for output in self.outputs.drain(..) {
+            match output {
+                Output::Launch { executor, tasks } => {
+                    let mut batch = self.spare.pop().unwrap_or_default();
+                    batch.extend(tasks.iter().map(|t| StatusUpdate {
+                        executor,
+                        task: t.task,
+                        attempt: t.attempt,
+                        state: TaskState::Finished,
+                        data: Bytes::new(),
+                    }));
+                    self.reports.push(batch);
+                    s.recycle_launches(tasks);
+                }
+                Output::TaskResult { .. } => self.done += 1,
+                Output::Kill { .. } | Output::JobOutcome { .. } => {}
+            }
+        }
+    }
+}
+
 fn main() -> Result<(), String> {
     let shape = parse()?;
     let mut s = Scheduler::new(Config {
@@ -101,10 +143,9 @@ fn main() -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     }
-    let mut outputs = Vec::new();
-    let mut updates = Vec::new();
-    let (mut submitted, mut done) = (0u64, 0u64);
-    while done < shape.tasks {
+    let mut io = Io::default();
+    let mut submitted = 0u64;
+    while io.done < shape.tasks {
         // Enough queued to fill every executor's slots (and no more: the measured work).
         let slots = shape.executors * u64::from(SLOTS);
         if submitted < shape.tasks && (s.pending_tasks() as u64) < slots {
@@ -112,29 +153,21 @@ fn main() -> Result<(), String> {
             s.handle_submit(job(n, 1, 0), now_us)
                 .map_err(|e| e.to_string())?;
             submitted += n;
-        }
-        s.drain_outputs(&mut outputs);
-        for output in outputs.drain(..) {
-            match output {
-                Output::Launch { executor, tasks } => {
-                    updates.extend(tasks.into_iter().map(|t| StatusUpdate {
-                        executor,
-                        task: t.task,
-                        attempt: t.attempt,
-                        state: TaskState::Finished,
-                        data: Bytes::new(),
-                    }));
-                }
-                Output::TaskResult { .. } => done += 1,
-                Output::Kill { .. } | Output::JobOutcome { .. } => {}
-            }
+            io.carry(&mut s);
         }
         now_us += 10;
-        if updates.is_empty() {
+        // This round's reports; the next round's gather in the emptied vector of the last.
+        let mut reports = std::mem::replace(&mut io.reports, std::mem::take(&mut io.emptied));
+        if reports.is_empty() {
             s.handle_timeout(now_us);
-        } else {
-            s.handle_statuses(updates.drain(..), now_us);
+            io.carry(&mut s);
         }
+        for mut batch in reports.drain(..) {
+            s.handle_statuses(batch.drain(..), now_us);
+            io.spare.push(batch);
+            io.carry(&mut s);
+        }
+        io.emptied = reports;
     }
     println!(
         "{} tasks in jobs of {}, {} other jobs active, {} executors",

@@ -2219,3 +2219,65 @@ fn a_draining_executor_gets_no_new_work_and_its_running_attempts_finish() {
     assert_eq!(s.job_pending_tasks(job), Some(0));
     assert_eq!(s.stats().attempts_failed, 0);
 }
+
+/// One offer round over several free executors: the first job in FIFO order gives them its
+/// tasks in turn (one each, round-robin, as Spark's offers do), and when it runs dry the round
+/// goes on to the next job. The jobs' listing and timers are settled by the end of the round:
+/// `poll_timeout` (which checks the timers against a scan of the jobs in debug builds) agrees,
+/// and a job submitted next gets the next free slot.
+#[test]
+fn a_round_over_free_executors_takes_the_first_jobs_tasks_in_turn_then_the_next_jobs() {
+    let mut s = Scheduler::new(config());
+    for i in 1..=3 {
+        s.handle_register(exec(i, "h", 2), 0).unwrap();
+    }
+    // Every slot busy, then two jobs queue behind.
+    s.handle_submit(JobSpec::new(tasks(6)), 0).unwrap();
+    let busy = launches(&drain(&mut s));
+    assert_eq!(busy.len(), 6);
+    let a = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
+    let b = s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
+    assert!(launches(&drain(&mut s)).is_empty(), "no free slot");
+    // All six end in one batch: the three executors are offered in one round.
+    let ended = busy.iter().map(|(e, l)| StatusUpdate {
+        executor: *e,
+        task: l.task,
+        attempt: l.attempt,
+        state: TaskState::Finished,
+        data: Bytes::new(),
+    });
+    s.handle_statuses(ended, 10);
+    let round = launches(&drain(&mut s));
+    assert_eq!(round.len(), 6, "every freed slot filled");
+    let on = |job: JobId| -> Vec<ExecutorId> {
+        let mut v: Vec<_> = (round.iter())
+            .filter(|(_, l)| l.task.job() == job)
+            .map(|(e, _)| *e)
+            .collect();
+        v.sort();
+        v
+    };
+    let on_a = on(a);
+    assert_eq!(on_a.len(), 2, "the first job's tasks all went");
+    assert_ne!(on_a[0], on_a[1], "one each, in turn: {on_a:?}");
+    assert_eq!(on(b).len(), 4, "the next job took the rest");
+    for i in 1..=3 {
+        assert_eq!(
+            s.executor_cores(ExecutorId(i)),
+            Some((2, 0)),
+            "executor {i} full"
+        );
+    }
+    assert_eq!(
+        (s.job_pending_tasks(a), s.job_pending_tasks(b)),
+        (Some(0), Some(0))
+    );
+    // No job has tasks queued: no unschedulable clock is left filed (checked in debug builds).
+    let _ = s.poll_timeout();
+    let c = s.handle_submit(JobSpec::new(tasks(1)), 20).unwrap();
+    let (e, l) = round[0].clone();
+    update(&mut s, 30, e, &l, TaskState::Finished, b"");
+    let next = launches(&drain(&mut s));
+    assert_eq!(next.len(), 1);
+    assert_eq!((next[0].0, next[0].1.task.job()), (e, c));
+}

@@ -412,6 +412,9 @@ pub struct Scheduler {
     runnable: Order,
     /// Scratch: jobs whose straggler queue changed during an offer.
     touched: Vec<u32>,
+    /// Within an offer round: the job the last assignments launched from, not yet settled,
+    /// while it is the first job in FIFO order with work ([`Scheduler::assign_one`]).
+    unsettled: Option<u32>,
     /// A job being submitted while no other job has work: the submission's offers ask it
     /// after the (empty) sharing order without listing it first, so a job launched whole at
     /// once never enters the order ([`Scheduler::handle_submit_with_id`]).
@@ -523,6 +526,7 @@ impl Scheduler {
             active: 0,
             runnable,
             touched: Vec::new(),
+            unsettled: None,
             unlisted_new: None,
             holding: false,
             pools,
@@ -1819,6 +1823,17 @@ impl Scheduler {
                 Assigned::Nothing => self.book.unlist(slot),
             }
         }
+        if self.unsettled.is_some() {
+            self.settle_streak();
+        }
+    }
+
+    /// Settles the job the last assignments launched from without settling it, if any.
+    #[inline(never)]
+    fn settle_streak(&mut self) {
+        if let Some(job_slot) = self.unsettled.take() {
+            self.settle(job_slot);
+        }
     }
 
     /// Gives one task to the executor in `slot`, if any job has one for it. With
@@ -1833,6 +1848,13 @@ impl Scheduler {
     /// (or were missed), so one more walk starts at once from the start. `local_only` walks (the locality pass) are capped too but leave the
     /// cursor alone: the full pass that follows decides.
     fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
+        if self.unsettled.is_some() {
+            if let Some(assigned) = self.assign_from_streak(now_us, slot, local_only) {
+                return assigned;
+            }
+            // A walk sees the order and timers as they are.
+            self.settle_streak();
+        }
         let Some((id, host, free, resume)) = self.take_offer(now_us, slot, local_only) else {
             return Assigned::Nothing;
         };
@@ -1843,7 +1865,8 @@ impl Scheduler {
                 (r.work_seq, r.usable, r.moves)
             });
         let after = resume.as_ref().map(|r| &r.after);
-        let (launched, capped_at) = self.walk_jobs(
+        let from_front = after.is_none();
+        let (launched, capped_at, first_with_work) = self.walk_jobs(
             now_us,
             slot,
             (id, host, free),
@@ -1857,7 +1880,13 @@ impl Scheduler {
             if !local_only && self.may_fill() {
                 self.fill(now_us, job_slot, slot, (id, host));
             }
-            self.settle(job_slot);
+            if !local_only && from_front && first_with_work && self.may_streak(job_slot) {
+                // The next executors of this round take its tasks without a walk; it is
+                // settled once, when the round ends or a walk needs it settled.
+                self.unsettled = Some(job_slot);
+            } else {
+                self.settle(job_slot);
+            }
             assigned = Assigned::Launched;
         } else if let Some(last) = capped_at.filter(|_| !local_only) {
             self.defer_walk(slot, last, work_seq, usable, moves);
@@ -1889,13 +1918,15 @@ impl Scheduler {
         local_only: bool,
         after: Option<&Cursor>,
         touched: &mut Vec<u32>,
-    ) -> (Option<(u32, Found)>, Option<u32>) {
+    ) -> (Option<(u32, Found)>, Option<u32>, bool) {
         let waits = self.waits();
         let mut last_asked = None;
+        // No job asked before the one found had work (for any executor).
+        let mut first_with_work = true;
         let jobs = self.runnable.iter_after(after).chain(self.unlisted_new);
         for (asked, job_slot) in jobs.enumerate() {
             if asked == OFFER_JOBS_MAX {
-                return (None, last_asked);
+                return (None, last_asked, false);
             }
             last_asked = Some(job_slot);
             let Some(job) = self
@@ -1905,7 +1936,11 @@ impl Scheduler {
             else {
                 unreachable!("runnable job slot {job_slot} is empty");
             };
-            if !job.has_work() || job.excludes(id, host) {
+            if !job.has_work() {
+                continue;
+            }
+            if job.excludes(id, host) {
+                first_with_work = false;
                 continue;
             }
             if local_only && !(job.has_exec_prefs || job.has_host_prefs) {
@@ -1923,15 +1958,57 @@ impl Scheduler {
             }
             if let Some(found) = found {
                 // Its timers are set once it launched (`settle`).
-                return (Some((job_slot, found)), None);
+                return (Some((job_slot, found)), None, first_with_work);
             }
+            first_with_work = false;
             // Asking may have moved its locality level along (or emptied a preference queue).
             set_timers(&mut self.timers, job_slot, job, waits);
             if local_only {
                 break;
             }
         }
-        (None, None)
+        (None, None, false)
+    }
+
+    /// Whether the job in `job_slot`, which just launched as the first job in the sharing
+    /// order with work, may give the next executors of this offer round tasks without a walk
+    /// ([`Scheduler::assign_from_streak`]): under FIFO (where it stays first while it has
+    /// work: nothing is submitted or requeued within a round), when it prefers no executor
+    /// or host and has tasks queued, and when other executors wait their turn.
+    fn may_streak(&self, job_slot: u32) -> bool {
+        let job = self.jobs.get(job_slot as usize).and_then(Option::as_ref);
+        !self.runnable.fair()
+            && self.book.offerable_len() > 1
+            && job.is_some_and(|j| j.pending > 0 && !j.has_exec_prefs && !j.has_host_prefs)
+    }
+
+    /// The executor in `slot` takes a task from the round's unsettled job, which is first in
+    /// FIFO order with work, as a walk from the front would give it: a queued task (a
+    /// walk asks queued tasks before stragglers). None (with the job still unsettled) when
+    /// that does not apply here: the executor resumes a capped walk, the job excludes it or
+    /// has nothing queued that fits; the caller settles it and walks.
+    #[inline(never)]
+    fn assign_from_streak(&mut self, now_us: u64, slot: u32, local_only: bool) -> Option<Assigned> {
+        let job_slot = self.unsettled.filter(|_| !local_only)?;
+        let e = self.book.get(slot)?;
+        if e.resume.is_some() {
+            return None;
+        }
+        let (id, host, free) = (e.id, e.host, e.usable());
+        if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
+            return Some(Assigned::Nothing);
+        }
+        let waits = self.waits();
+        let job = live_job(&mut self.jobs, job_slot);
+        if job.pending == 0 || job.excludes(id, host) {
+            return None;
+        }
+        let found = job.find_pending(now_us, waits, (id, host), free, false)?;
+        self.start(now_us, job_slot, slot, found);
+        if self.may_fill() {
+            self.fill(now_us, job_slot, slot, (id, host));
+        }
+        Some(Assigned::Launched)
     }
 
     /// The offer the executor in `slot` makes: its id, host and usable slots, and (unless
@@ -2056,6 +2133,7 @@ impl Scheduler {
     /// which just gave it one, while it has usable slots and the job, which prefers no
     /// executor, has queued tasks that fit: what one assignment after another would do, with
     /// the walk, the timers and the sharing order looked at once for them all (`settle`).
+    #[inline(always)]
     fn fill(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, (id, host): (ExecutorId, u32)) {
         let waits = self.waits();
         loop {
@@ -2121,6 +2199,7 @@ impl Scheduler {
 
     /// Files job `job_slot` again after launches: its timers and runnable listing, then its
     /// place in the FAIR order.
+    #[inline(always)]
     fn settle(&mut self, job_slot: u32) {
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
         self.sync_job(job_slot);
@@ -2168,6 +2247,11 @@ impl Scheduler {
         }
         if e.batch.is_empty() {
             self.batched.push(exec_slot);
+            if e.batch.capacity() == 0 {
+                // Its first launch since its last batch left: a vector the driver handed back,
+                // or one for as many as it can take now.
+                e.batch = self.spare.launches(e.free as usize + 1);
+            }
         }
         e.batch.push(launch);
     }
@@ -2186,13 +2270,11 @@ impl Scheduler {
                 unreachable!("batched launches for empty executor slot {slot}");
             };
             if !e.batch.is_empty() {
-                // The next batch reuses a vector the driver handed back, or starts at this
-                // one's size: at most one allocation a batch.
-                let next = (self.spare.launches.pop())
-                    .unwrap_or_else(|| Vec::with_capacity(e.batch.len()));
+                // The executor's next batch takes a vector when it begins (`batch_launch`):
+                // one an executor launched to once does not hold one idle.
                 self.outputs.push_back(Output::Launch {
                     executor: e.id,
-                    tasks: std::mem::replace(&mut e.batch, next),
+                    tasks: std::mem::take(&mut e.batch),
                 });
             }
         }

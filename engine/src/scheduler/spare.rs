@@ -19,11 +19,17 @@ pub(super) struct Spare {
     classes: Vec<Vec<Queues>>,
     durations: Vec<Vec<u64>>,
     /// Launch batches the driver handed back ([`Scheduler::recycle_launches`]).
-    pub(super) launches: Vec<Vec<TaskLaunch>>,
+    launches: Vec<Vec<TaskLaunch>>,
+    /// The capacity of `launches`, summed, in launches.
+    launches_capacity: usize,
 }
 
-/// Spare launch batches kept at most (one per executor launched to in a round is plenty).
-const SPARE_LAUNCHES_MAX: usize = 16;
+/// Spare launch batches kept at most: one per executor a round launches to (a job spread over
+/// a big cluster gives each executor one task, so as many batches come back), within
+/// [`SPARE_LAUNCHES_TOTAL`].
+const SPARE_LAUNCHES_MAX: usize = 4096;
+/// The spare launch batches' capacity, summed, kept at most, in launches (about 5 MB).
+const SPARE_LAUNCHES_TOTAL: usize = 65_536;
 /// The largest spare launch batch kept, in launches.
 const SPARE_LAUNCHES_CAPACITY_MAX: usize = 1024;
 
@@ -37,11 +43,25 @@ impl Spare {
 
     /// Keeps a sent launch batch's vector (its launches dropped) if there is room for it.
     pub(super) fn keep_launches(&mut self, mut launches: Vec<TaskLaunch>) {
+        let capacity = launches.capacity();
         if self.launches.len() < SPARE_LAUNCHES_MAX
-            && launches.capacity() <= SPARE_LAUNCHES_CAPACITY_MAX
+            && (1..=SPARE_LAUNCHES_CAPACITY_MAX).contains(&capacity)
+            && self.launches_capacity + capacity <= SPARE_LAUNCHES_TOTAL
         {
             launches.clear();
             self.launches.push(launches);
+            self.launches_capacity += capacity;
+        }
+    }
+
+    /// An empty launch batch: a kept one, or a new one for `expected` launches.
+    pub(super) fn launches(&mut self, expected: usize) -> Vec<TaskLaunch> {
+        match self.launches.pop() {
+            Some(kept) => {
+                self.launches_capacity -= kept.capacity();
+                kept
+            }
+            None => Vec::with_capacity(expected),
         }
     }
 
@@ -86,17 +106,29 @@ mod tests {
             speculative: false,
         });
         spare.keep_launches(launches);
-        let back = spare.launches.pop().expect("kept");
+        let back = spare.launches(0);
         assert!(
             back.is_empty() && back.capacity() >= 4,
             "emptied, allocation kept"
         );
+        assert_eq!(spare.launches_capacity, 0, "given out");
+        assert!(spare.launches(7).capacity() >= 7, "none kept: a new one");
         spare.keep_launches(Vec::with_capacity(SPARE_LAUNCHES_CAPACITY_MAX + 1));
-        assert!(spare.launches.is_empty(), "too big to keep");
+        spare.keep_launches(Vec::new());
+        assert!(spare.launches.is_empty(), "too big, or nothing, to keep");
         for _ in 0..SPARE_LAUNCHES_MAX + 5 {
             spare.keep_launches(Vec::with_capacity(1));
         }
-        assert_eq!(spare.launches.len(), SPARE_LAUNCHES_MAX, "bounded");
+        assert_eq!(spare.launches.len(), SPARE_LAUNCHES_MAX, "bounded in count");
+        let mut spare = Spare::default();
+        for _ in 0..SPARE_LAUNCHES_TOTAL / SPARE_LAUNCHES_CAPACITY_MAX + 5 {
+            spare.keep_launches(Vec::with_capacity(SPARE_LAUNCHES_CAPACITY_MAX));
+        }
+        assert!(
+            spare.launches_capacity <= SPARE_LAUNCHES_TOTAL
+                && spare.launches.len() == SPARE_LAUNCHES_TOTAL / SPARE_LAUNCHES_CAPACITY_MAX,
+            "bounded in capacity"
+        );
         spare.keep(
             Vec::with_capacity(SPARE_CAPACITY_MAX + 1),
             Vec::with_capacity(1),
