@@ -2250,7 +2250,10 @@ impl Scheduler {
             if e.batch.capacity() == 0 {
                 // Its first launch since its last batch left: a vector the driver handed back,
                 // or one for as many as it can take now.
-                e.batch = self.spare.launches(e.free as usize + 1);
+                let empty =
+                    std::mem::replace(&mut e.batch, self.spare.launches(e.free as usize + 1));
+                // It holds no allocation: nothing to drop.
+                std::mem::forget(empty);
             }
         }
         e.batch.push(launch);
