@@ -17,13 +17,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flint_engine::clock;
 use flint_engine::pool::PoolHandle;
 use flint_engine::runtime::{Ctx, Endpoint, TimerId};
 use mio::event::Event;
 use mio::net::TcpListener;
 use mio::Token;
 
-use super::core::{us, DriverCore, LocalCommand, PeerId};
+use super::core::{DriverCore, LocalCommand, PeerId};
 use super::handles::Handles;
 use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
@@ -44,8 +45,9 @@ const LOCAL_DONE: u32 = 1;
 /// The driver on its loop (see the module docs).
 pub(crate) struct DriverEndpoint {
     core: DriverCore,
-    /// The origin of the core's clock.
-    epoch: Instant,
+    /// The origin of the core's clock, on [`clock`]'s (the cheap reading of the monotonic
+    /// clock `Instant` reads: this loop reads it a few times per event).
+    epoch_ns: u64,
     /// The listener and the connections; a connection's token is its [`PeerId`].
     sockets: Sockets,
     local: Option<(PoolHandle, Registry)>,
@@ -78,6 +80,11 @@ impl Admit for DriverCore {
     }
 }
 
+/// Microseconds since `epoch_ns` (a [`clock::now_ns`] reading).
+fn since_us(epoch_ns: u64) -> u64 {
+    clock::elapsed_ns(epoch_ns) / 1_000
+}
+
 /// A connection's peer id.
 fn peer_of(token: Token) -> PeerId {
     PeerId(token.0 as u64)
@@ -104,7 +111,7 @@ impl DriverEndpoint {
             counters: Arc::default(),
             stats: Arc::default(),
             core,
-            epoch,
+            epoch_ns: clock::now_ns().saturating_sub(epoch.elapsed().as_nanos() as u64),
             sockets: Sockets::new(listener, inbound, Some(config.heartbeat_timeout)),
             local,
             local_cores: config.local_cores,
@@ -124,7 +131,7 @@ impl DriverEndpoint {
     }
 
     fn now_us(&self) -> u64 {
-        us(self.epoch.elapsed())
+        since_us(self.epoch_ns)
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
@@ -138,10 +145,10 @@ impl DriverEndpoint {
             return;
         }
         let peer = peer_of(token);
-        let (core, epoch) = (&mut self.core, self.epoch);
+        let (core, epoch_ns) = (&mut self.core, self.epoch_ns);
         let mut closed_by_core = false;
         let result = self.sockets.read(token, |frame| {
-            if core.handle_frame(peer, &frame, us(epoch.elapsed())) {
+            if core.handle_frame(peer, &frame, since_us(epoch_ns)) {
                 Ok(())
             } else {
                 closed_by_core = true;

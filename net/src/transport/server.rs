@@ -25,10 +25,10 @@
 //! together for a role whose peers need no core of their own (the worker's status listener).
 //! Peers are named by their `mio` [`Token`].
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use flint_engine::hash::{FxHashMap, FxHashSet};
 use flint_engine::runtime::{Ctx, Endpoint};
 use mio::event::Event;
 use mio::net::TcpListener;
@@ -77,12 +77,12 @@ pub struct Sockets {
     listener: TcpListener,
     listener_token: Option<Token>,
     inbound: Inbound,
-    conns: HashMap<Token, Socket>,
+    conns: FxHashMap<Token, Socket>,
     /// Connections to flush after this event.
     dirty: Vec<Token>,
     stuck_timeout_us: Option<u64>,
     /// Watched connections with bytes stuck (see [`Socket::write_stuck_since_us`]).
-    stuck: HashSet<Token>,
+    stuck: FxHashSet<Token>,
     /// Connections closed since the last [`Sockets::release`]: their tokens are still the
     /// loop's until they are deregistered there.
     closed: Vec<(Token, Connection)>,
@@ -110,10 +110,10 @@ impl Sockets {
             listener,
             listener_token: None,
             inbound,
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             dirty: Vec::new(),
             stuck_timeout_us: stuck_timeout.map(us),
-            stuck: HashSet::new(),
+            stuck: FxHashSet::default(),
             closed: Vec::new(),
         }
     }
