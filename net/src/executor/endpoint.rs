@@ -12,8 +12,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use flint_engine::clock;
 use flint_engine::pool::PoolHandle;
 use flint_engine::runtime::{Ctx, Endpoint, Reply, TimerId};
 use mio::event::Event;
@@ -23,6 +24,7 @@ use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot, KeySlot};
 use crate::conn::{ConnError, Connection};
 use crate::transport::notify_retrying;
+use crate::wire::Frame;
 use flint_engine::functions::Registry;
 use flint_engine::runner::TaskRunner;
 
@@ -60,8 +62,10 @@ pub(super) struct ExecutorEndpoint {
     task_attempts: Arc<AtomicU64>,
     /// A lane the driver had no room for: it stopped without ending the executor.
     left_out: bool,
-    /// Where the core's clock starts.
-    epoch: Instant,
+    /// Where the core's clock starts, on [`clock`]'s (read a few times per event).
+    epoch_ns: u64,
+    /// The frames of one readiness, handed to the core after the read (kept emptied).
+    frames: Vec<Frame>,
     /// The armed timer and the core's deadline it is for.
     timer: Option<(TimerId, u64)>,
     /// The zero timer that brings the loop back for short tasks still waiting, if armed.
@@ -86,7 +90,8 @@ impl ExecutorEndpoint {
             key: shared.key.clone(),
             task_attempts: shared.task_attempts.clone(),
             left_out: false,
-            epoch: Instant::now(),
+            epoch_ns: clock::now_ns(),
+            frames: Vec::new(),
             timer: None,
             resume: None,
         }
@@ -94,7 +99,7 @@ impl ExecutorEndpoint {
 
     /// The core's clock: microseconds since the endpoint was made.
     fn now_us(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+        clock::elapsed_ns(self.epoch_ns) / 1_000
     }
 
     /// After an input: carry out the core's actions, write what it transmits, then stop if it
@@ -237,15 +242,16 @@ impl Endpoint for ExecutorEndpoint {
 
     fn on_readiness(&mut self, _token: Token, event: &Event, _ctx: &mut Ctx<'_, Self>) {
         if event.is_readable() || event.is_read_closed() || event.is_error() {
-            let mut frames = Vec::new();
-            let read = self.conn.read_frames(|_, frame| {
+            let (conn, frames) = (&mut self.conn, &mut self.frames);
+            let read = conn.read_frames(|_, frame| {
                 frames.push(frame);
                 Ok(())
             });
             let now_us = self.now_us();
-            for frame in &frames {
+            for frame in &self.frames {
                 self.core.handle_frame(frame, now_us);
             }
+            self.frames.clear();
             if let Err(error) = read {
                 self.core.handle_closed(match error {
                     ConnError::Closed => "the driver closed the connection".to_owned(),
