@@ -15,7 +15,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 use crate::handshake::Secret;
-use crate::wire::{Frame, FrameDecoder, Message, Role, WireError};
+use crate::wire::{Frame, FrameDecoder, Message, Role, WireError, READ_BUFFER_MIN};
 
 /// Process-wide network counters, bumped by every connection.
 #[derive(Debug, Default)]
@@ -162,19 +162,21 @@ impl Connection {
         }
     }
 
-    /// Drops the read buffer (64 KiB once anything was read) when it holds nothing: an idle
-    /// connection holds no read buffer, the next read allocates one. Frames already handed out
-    /// keep their part of the old buffer alive as long as they need it.
+    /// Drops the read buffer when it holds nothing and its allocation is larger than
+    /// [`READ_BUFFER_MIN`] (a big frame's): an idle connection holds at most that much, and
+    /// the small one it keeps takes the next frames without an allocation per read. Frames
+    /// already handed out keep their part of the old buffer alive as long as they need it.
     fn release_read_buffer(&mut self) {
-        if self.decoder.buffered_len() == 0 {
+        if self.decoder.buffered_len() == 0 && self.decoder.allocated() > READ_BUFFER_MIN {
             self.decoder = FrameDecoder::new(self.frame_size_max);
         }
     }
 
-    /// Bytes of read buffer this connection holds (0 while idle).
+    /// Bytes of read buffer allocation this connection holds (at most [`READ_BUFFER_MIN`]
+    /// while idle).
     #[cfg(test)]
-    pub fn read_buffer_capacity(&self) -> usize {
-        self.decoder.capacity()
+    pub fn read_buffer_allocated(&self) -> usize {
+        self.decoder.allocated()
     }
 
     /// Writes queued frames until the queue is empty or the socket would block.
@@ -265,30 +267,68 @@ impl Inbound {
 mod tests {
     use super::*;
 
+    /// Reads until one frame arrives (within a deadline); returns it.
+    fn read_one(conn: &mut Connection) -> Frame {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut got = None;
+        while got.is_none() {
+            assert!(std::time::Instant::now() < deadline, "no frame arrived");
+            conn.read_frames(|_, frame| {
+                got = Some(frame);
+                Ok(())
+            })
+            .expect("reads");
+        }
+        got.expect("a frame")
+    }
+
+    /// An idle connection holds at most a small read buffer, and that one takes the next small
+    /// frames without a new allocation; a big frame's buffer is dropped once it is read.
     #[test]
-    fn an_idle_connection_holds_no_read_buffer() {
+    fn an_idle_connection_holds_at_most_a_small_read_buffer() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let mut peer =
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let (accepted, _) = listener.accept().expect("accept");
         accepted.set_nonblocking(true).expect("nonblocking");
         let mut conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
-        assert_eq!(conn.read_buffer_capacity(), 0, "allocated before any read");
-        let mut frame = BytesMut::new();
+        assert_eq!(conn.read_buffer_allocated(), 0, "allocated before any read");
+        let mut small = BytesMut::new();
         Message::Shutdown {}
-            .encode(&mut frame, 1 << 20)
+            .encode(&mut small, 1 << 20)
             .expect("encodes");
-        peer.write_all(&frame).expect("write");
-        let mut frames = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while frames == 0 {
-            assert!(std::time::Instant::now() < deadline, "no frame arrived");
-            conn.read_frames(|_, _| {
-                frames += 1;
-                Ok(())
-            })
-            .expect("reads");
-        }
-        assert_eq!(conn.read_buffer_capacity(), 0, "kept a buffer while idle");
+        peer.write_all(&small).expect("write");
+        let first = read_one(&mut conn);
+        assert_eq!(
+            conn.read_buffer_allocated(),
+            READ_BUFFER_MIN,
+            "a small buffer kept"
+        );
+        // The next small frame lands in the same allocation, beside the first (still held).
+        peer.write_all(&small).expect("write");
+        let second = read_one(&mut conn);
+        assert_eq!(conn.read_buffer_allocated(), READ_BUFFER_MIN);
+        let (a, b) = (
+            first.body().as_ptr() as usize,
+            second.body().as_ptr() as usize,
+        );
+        assert!(
+            b > a && b - a < READ_BUFFER_MIN,
+            "one allocation: {a:#x} then {b:#x}"
+        );
+        // A frame bigger than the small buffer: its buffer goes once the connection is idle.
+        let mut big = BytesMut::new();
+        let reason = "x".repeat(64 * 1024);
+        Message::RegisterExecutorFailed { reason: &reason }
+            .encode(&mut big, 1 << 20)
+            .expect("encodes");
+        peer.write_all(&big).expect("write");
+        let frame = read_one(&mut conn);
+        assert!(frame.body().len() > READ_BUFFER_MIN);
+        assert_eq!(
+            conn.read_buffer_allocated(),
+            0,
+            "kept a big buffer while idle"
+        );
     }
 }

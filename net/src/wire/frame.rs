@@ -135,10 +135,18 @@ thread_local! {
         std::cell::RefCell::new(vec![0; READ_CHUNK_LEN].into_boxed_slice());
 }
 
+/// The least a read buffer is allocated with: small frames (a launch batch, a frame of status
+/// updates) follow one another in one allocation, not one each. It is also the most a
+/// connection's idle read buffer may hold ([`FrameDecoder::allocated`]).
+pub const READ_BUFFER_MIN: usize = 4096;
+
 /// Turns a byte stream into frames, whatever the chunking.
 #[derive(Debug)]
 pub struct FrameDecoder {
     buf: BytesMut,
+    /// Bytes in `buf`'s allocation (0 before the first read): every allocation is made in
+    /// [`FrameDecoder::make_room`], so it is known.
+    allocated: usize,
     frame_size_max: usize,
 }
 
@@ -147,8 +155,30 @@ impl FrameDecoder {
     pub fn new(frame_size_max: usize) -> Self {
         FrameDecoder {
             buf: BytesMut::new(),
+            allocated: 0,
             frame_size_max,
         }
+    }
+
+    /// Bytes of the allocation the buffer is in (0 until the first read). Frames handed out
+    /// share it, so it may outlive the decoder.
+    pub fn allocated(&self) -> usize {
+        self.allocated
+    }
+
+    /// Room for `additional` more bytes: in the buffer's allocation if it has it, or has it
+    /// once what is buffered moves to its front (possible when no frame handed out still
+    /// holds part of it), else in a new allocation of at least [`READ_BUFFER_MIN`] bytes that
+    /// takes what is buffered.
+    fn make_room(&mut self, additional: usize) {
+        if self.buf.capacity() - self.buf.len() >= additional || self.buf.try_reclaim(additional) {
+            return;
+        }
+        let size = (self.buf.len() + additional).max(READ_BUFFER_MIN);
+        let mut fresh = BytesMut::with_capacity(size);
+        fresh.extend_from_slice(&self.buf);
+        self.allocated = fresh.capacity();
+        self.buf = fresh;
     }
 
     /// Bytes received and not yet returned as frames.
@@ -163,6 +193,7 @@ impl FrameDecoder {
 
     /// Appends received bytes.
     pub fn extend_from_slice(&mut self, data: &[u8]) {
+        self.make_room(data.len());
         self.buf.extend_from_slice(data);
     }
 
@@ -185,13 +216,13 @@ impl FrameDecoder {
                 let mut scratch = scratch.borrow_mut();
                 let result = source.read(&mut scratch[..]);
                 if let Ok(got) = result {
-                    self.buf
-                        .extend_from_slice(scratch.get(..got).unwrap_or_default());
+                    self.extend_from_slice(scratch.get(..got).unwrap_or_default());
                 }
                 result
             });
         }
         let start = self.buf.len();
+        self.make_room(pending);
         self.buf.resize(start + pending, 0);
         let result = source.read(self.buf.get_mut(start..).unwrap_or_default());
         let got = *result.as_ref().unwrap_or(&0);
@@ -218,7 +249,7 @@ impl FrameDecoder {
         }
         let frame_len = HEADER_LEN + len;
         if self.buf.len() < frame_len {
-            self.buf.reserve(frame_len - self.buf.len());
+            self.make_room(frame_len - self.buf.len());
             return Ok(None);
         }
         self.buf.advance(HEADER_LEN);

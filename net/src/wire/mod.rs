@@ -25,7 +25,7 @@ pub use codec::{Field, List, ListIter, Reader};
 pub use error::WireError;
 pub use frame::{
     encode_frame, Frame, FrameDecoder, FLAG_SEALED, FRAME_SIZE_MAX_DEFAULT, HEADER_LEN,
-    SEAL_TAG_LEN,
+    READ_BUFFER_MIN, SEAL_TAG_LEN,
 };
 pub use message::{
     AppDescription, AppState, AppStatus, AuthMethod, ExecutorStatus, KeyValue, Kind, Magic,
