@@ -50,6 +50,19 @@ fn launches(outs: &[Output]) -> Vec<(ExecutorId, TaskLaunch)> {
         .collect()
 }
 
+/// Each launched attempt's report that it finished with an empty result.
+fn finished(launched: &[(ExecutorId, TaskLaunch)]) -> Vec<StatusUpdate> {
+    (launched.iter())
+        .map(|(e, l)| StatusUpdate {
+            executor: *e,
+            task: l.task,
+            attempt: l.attempt,
+            state: TaskState::Finished,
+            data: Bytes::new(),
+        })
+        .collect()
+}
+
 fn results(outs: &[Output]) -> Vec<(TaskId, Result<Bytes, String>)> {
     outs.iter()
         .filter_map(|o| match o {
@@ -2169,14 +2182,7 @@ fn a_batch_of_updates_fills_the_slots_it_frees_in_one_launch_per_executor() {
     s.handle_submit(JobSpec::new(tasks(8)), 0).unwrap();
     let first = launches(&drain(&mut s));
     assert_eq!(first.len(), 4);
-    let ended = first.iter().map(|(e, l)| StatusUpdate {
-        executor: *e,
-        task: l.task,
-        attempt: l.attempt,
-        state: TaskState::Finished,
-        data: Bytes::new(),
-    });
-    s.handle_statuses(ended, 10);
+    s.handle_statuses(finished(&first), 10);
     let outs = drain(&mut s);
     let batches: Vec<usize> = outs
         .iter()
@@ -2239,14 +2245,7 @@ fn a_round_over_free_executors_takes_the_first_jobs_tasks_in_turn_then_the_next_
     let b = s.handle_submit(JobSpec::new(tasks(4)), 0).unwrap();
     assert!(launches(&drain(&mut s)).is_empty(), "no free slot");
     // All six end in one batch: the three executors are offered in one round.
-    let ended = busy.iter().map(|(e, l)| StatusUpdate {
-        executor: *e,
-        task: l.task,
-        attempt: l.attempt,
-        state: TaskState::Finished,
-        data: Bytes::new(),
-    });
-    s.handle_statuses(ended, 10);
+    s.handle_statuses(finished(&busy), 10);
     let round = launches(&drain(&mut s));
     assert_eq!(round.len(), 6, "every freed slot filled");
     let on = |job: JobId| -> Vec<ExecutorId> {
