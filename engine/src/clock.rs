@@ -30,6 +30,13 @@ pub fn elapsed_ns(since: u64) -> u64 {
     now_ns().saturating_sub(since)
 }
 
+/// Whole microseconds from `since` (a [`now_ns`] reading) to now: the `now_us` a sans-IO core
+/// is fed, counted from an endpoint's epoch.
+#[inline]
+pub fn elapsed_us(since: u64) -> u64 {
+    elapsed_ns(since) / 1_000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +60,7 @@ mod tests {
             "{by_us} ns here against {by_instant} ns by Instant"
         );
         assert_eq!(elapsed_ns(u64::MAX), 0);
+        assert_eq!(elapsed_us(u64::MAX), 0);
+        assert!(elapsed_us(a) >= 5_000, "microseconds of the same span");
     }
 }

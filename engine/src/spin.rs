@@ -25,7 +25,7 @@
 //! `FLINT_SPIN=1` (or `on`) turns it on even on one core (BENCHMARKS.md, "Adaptive spinning").
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 
@@ -168,7 +168,7 @@ impl Drop for SpinPermit<'_> {
 }
 
 /// One thread's spin-before-park, adapted to its recent idle-to-work gaps (sans-IO: every
-/// input carries `now`). Call [`idle`](Self::idle) on each idle round until it says park,
+/// input carries `now_ns`, nanoseconds on [`crate::clock::now_ns`]'s clock). Call [`idle`](Self::idle) on each idle round until it says park,
 /// [`work`](Self::work) when work arrives, and [`parking`](Self::parking) before parking.
 #[derive(Debug)]
 pub struct AdaptiveSpin {
@@ -176,11 +176,11 @@ pub struct AdaptiveSpin {
     spin_max_ns: u64,
     /// Recent idle-to-work gaps, a moving average.
     gap_ns: u64,
-    idle_since: Option<Instant>,
+    idle_since_ns: Option<u64>,
     /// This idle period's spin: until when, under which permit.
-    spin: Option<(Instant, SpinPermit<'static>)>,
+    spin: Option<(u64, SpinPermit<'static>)>,
     /// The latest idle round of this period (to notice a preemption).
-    last_round: Option<Instant>,
+    last_round_ns: Option<u64>,
     /// Whether this idle period began with a spin (to judge it when it ends).
     spun: bool,
     misses: u32,
@@ -202,9 +202,9 @@ impl AdaptiveSpin {
             budget,
             spin_max_ns,
             gap_ns: spin_max_ns / 2,
-            idle_since: None,
+            idle_since_ns: None,
             spin: None,
-            last_round: None,
+            last_round_ns: None,
             spun: false,
             misses: 0,
             skip: 0,
@@ -212,21 +212,21 @@ impl AdaptiveSpin {
         }
     }
 
-    /// An idle round at `now`: true to go on spinning, false to park.
-    pub fn idle(&mut self, now: Instant) -> bool {
-        if self.idle_since.is_none() {
+    /// An idle round at `now_ns`: true to go on spinning, false to park.
+    pub fn idle(&mut self, now_ns: u64) -> bool {
+        if self.idle_since_ns.is_none() {
             self.budget.set_busy(&mut self.counted_busy, false);
-            self.idle_since = Some(now);
-            self.spin = self.plan(now);
+            self.idle_since_ns = Some(now_ns);
+            self.spin = self.plan(now_ns);
             self.spun = self.spin.is_some();
         }
-        let last_round = self.last_round.replace(now);
-        if self.spin.is_some() && last_round.is_some_and(|at| preempted(at, now)) {
+        let last_round = self.last_round_ns.replace(now_ns);
+        if self.spin.is_some() && last_round.is_some_and(|at| preempted(at, now_ns)) {
             self.preempted();
             return false;
         }
         match &self.spin {
-            Some((until, _)) if now < *until => true,
+            Some((until_ns, _)) if now_ns < *until_ns => true,
             _ => {
                 self.spin = None;
                 false
@@ -245,7 +245,7 @@ impl AdaptiveSpin {
     }
 
     /// Whether this idle period spins, and until when.
-    fn plan(&mut self, now: Instant) -> Option<(Instant, SpinPermit<'static>)> {
+    fn plan(&mut self, now_ns: u64) -> Option<(u64, SpinPermit<'static>)> {
         if self.skip > 0 {
             self.skip -= 1;
             return None;
@@ -255,7 +255,7 @@ impl AdaptiveSpin {
             return None;
         }
         let permit = self.budget.try_acquire()?;
-        Some((now + Duration::from_nanos(spin_ns), permit))
+        Some((now_ns.saturating_add(spin_ns), permit))
     }
 
     /// How long the next idle period would spin: twice the recent gap, capped, or zero when
@@ -268,15 +268,14 @@ impl AdaptiveSpin {
         }
     }
 
-    /// Work arrived at `now` (while spinning or after a park).
-    pub fn work(&mut self, now: Instant) {
+    /// Work arrived at `now_ns` (while spinning or after a park).
+    pub fn work(&mut self, now_ns: u64) {
         self.budget.set_busy(&mut self.counted_busy, true);
-        self.last_round = None;
-        let Some(since) = self.idle_since.take() else {
+        self.last_round_ns = None;
+        let Some(since_ns) = self.idle_since_ns.take() else {
             return;
         };
-        let gap_ns =
-            u64::try_from(now.saturating_duration_since(since).as_nanos()).unwrap_or(u64::MAX);
+        let gap_ns = now_ns.saturating_sub(since_ns);
         self.gap_ns = (self.gap_ns / 4).saturating_mul(3) + gap_ns / 4;
         if self.spin.take().is_some() {
             self.misses = 0;
@@ -289,7 +288,7 @@ impl AdaptiveSpin {
     /// The thread parks now: a spin in this idle period did not pay.
     pub fn parking(&mut self) {
         self.spin = None;
-        self.last_round = None;
+        self.last_round_ns = None;
     }
 
     fn missed(&mut self) {
@@ -302,7 +301,7 @@ impl AdaptiveSpin {
 
     /// Whether an idle period is open (work since then has not been reported).
     pub fn is_idle(&self) -> bool {
-        self.idle_since.is_some()
+        self.idle_since_ns.is_some()
     }
 
     /// Whether this thread holds a spin permit now.
@@ -337,16 +336,17 @@ fn spin_until_in(
     let Some(_permit) = budget.try_acquire() else {
         return done();
     };
-    let started = Instant::now();
+    let (spin_max_ns, gap_ns) = (nanos(spin_max), nanos(preempted_gap));
+    let started = crate::clock::now_ns();
     let mut last_round = started;
     let backoff = crossbeam_utils::Backoff::new();
     loop {
         if done() {
             return true;
         }
-        let now = Instant::now();
-        let preempted = now.saturating_duration_since(last_round) > preempted_gap;
-        if now.saturating_duration_since(started) >= spin_max || preempted {
+        let now = crate::clock::now_ns();
+        let preempted = now.saturating_sub(last_round) > gap_ns;
+        if now.saturating_sub(started) >= spin_max_ns || preempted {
             return false;
         }
         last_round = now;
@@ -354,9 +354,14 @@ fn spin_until_in(
     }
 }
 
-/// Whether a spinning thread whose previous round was at `last_round` was preempted since.
-fn preempted(last_round: Instant, now: Instant) -> bool {
-    now.saturating_duration_since(last_round) > PREEMPTED_GAP
+/// Whether a spinning thread whose previous round was at `last_round_ns` was preempted since.
+fn preempted(last_round_ns: u64, now_ns: u64) -> bool {
+    now_ns.saturating_sub(last_round_ns) > nanos(PREEMPTED_GAP)
+}
+
+/// Nanoseconds in `d`, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A gap no spin sees: for tests that time a whole spin on a machine that may preempt it.
@@ -368,6 +373,13 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
     use std::sync::Arc;
+    use std::time::Instant;
+
+    /// A moment to start from (the spin's times are plain nanoseconds, any origin).
+    const T0: u64 = 1_000_000_000;
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+    const GAP_NS: u64 = PREEMPTED_GAP.as_nanos() as u64;
 
     fn leaked(max: usize) -> &'static SpinBudget {
         Box::leak(Box::new(SpinBudget::new(max)))
@@ -419,33 +431,29 @@ mod tests {
     }
 
     /// An idle period that spins, then parks, then gets work after the spin ran out.
-    fn idle_period_that_misses(spin: &mut AdaptiveSpin, start: Instant, gap: Duration) -> bool {
+    fn idle_period_that_misses(spin: &mut AdaptiveSpin, start: u64, gap_ns: u64) -> bool {
         let spun = spin.idle(start);
         // Rounds a microsecond apart until the spin runs out and the idle round says park.
         let mut round = start;
         while spin.idle(round) {
-            round += Duration::from_micros(1);
-            assert!(round < start + Duration::from_millis(1), "a spin ends");
+            round += US;
+            assert!(round < start + MS, "a spin ends");
         }
         spin.parking();
-        spin.work(start + gap);
+        spin.work(start + gap_ns);
         spun
     }
 
     #[test]
     fn a_thread_whose_spins_never_pay_stops_spinning() {
         let mut spin = AdaptiveSpin::with_budget(Duration::from_micros(50), leaked(1));
-        let mut now = Instant::now();
+        let mut now = T0;
         let mut spun = Vec::new();
         for _ in 0..40 {
             // Work always comes 20 us after the thread went idle, but only once the thread
             // has parked (it comes to the parked thread's inbox): each spin is wasted.
-            spun.push(idle_period_that_misses(
-                &mut spin,
-                now,
-                Duration::from_micros(20),
-            ));
-            now += Duration::from_millis(20);
+            spun.push(idle_period_that_misses(&mut spin, now, 20 * US));
+            now += 20 * MS;
         }
         assert!(spun[..MISSES_MAX as usize].iter().all(|&s| s));
         let late = spun[20..].iter().filter(|&&s| s).count();
@@ -456,14 +464,14 @@ mod tests {
     fn spins_that_pay_go_on_and_follow_the_gap() {
         let budget = leaked(1);
         let mut spin = AdaptiveSpin::with_budget(Duration::from_micros(50), budget);
-        let mut now = Instant::now();
+        let mut now = T0;
         for _ in 0..40 {
             assert!(spin.idle(now), "a spin that pays is never given up");
             assert_eq!(budget.spinning(), 1);
-            now += Duration::from_micros(5);
+            now += 5 * US;
             spin.work(now);
             assert_eq!(budget.spinning(), 0, "work gives the permit back");
-            now += Duration::from_micros(100);
+            now += 100 * US;
         }
         // The recent gap is 5 us: spin about twice that, not the 50 us cap.
         let spin_ns = spin.spin_ns();
@@ -474,7 +482,7 @@ mod tests {
     fn busy_threads_take_places_from_spinners() {
         let budget = leaked(2);
         let mut worker = AdaptiveSpin::with_budget(Duration::from_micros(50), budget);
-        let now = Instant::now();
+        let now = T0;
         worker.work(now);
         worker.work(now);
         assert_eq!(budget.busy(), 1, "counted once");
@@ -486,7 +494,7 @@ mod tests {
         drop(spinner);
         assert!(worker.idle(now), "idle, it is no longer busy and may spin");
         assert_eq!(budget.busy(), 0);
-        worker.work(now + Duration::from_micros(3));
+        worker.work(now + 3 * US);
         assert_eq!((budget.busy(), budget.spinning()), (1, 0));
         drop(worker);
         assert_eq!(budget.busy(), 0, "a dropped spinner is not busy");
@@ -542,18 +550,15 @@ mod tests {
     fn a_preempted_spin_parks_at_once_and_skips_the_next_spins() {
         let budget = leaked(1);
         let mut spin = AdaptiveSpin::with_budget(Duration::from_micros(50), budget);
-        let now = Instant::now();
+        let now = T0;
         assert!(spin.idle(now), "the first spin starts");
-        assert!(
-            spin.idle(now + Duration::from_micros(1)),
-            "rounds close together go on"
-        );
-        let late = now + Duration::from_micros(1) + PREEMPTED_GAP + Duration::from_micros(1);
+        assert!(spin.idle(now + US), "rounds close together go on");
+        let late = now + US + GAP_NS + US;
         assert!(!spin.idle(late), "a round long after the last means park");
         assert_eq!(budget.spinning(), 0, "the permit is given back");
         spin.parking();
-        spin.work(late + Duration::from_micros(5));
-        let mut at = late + Duration::from_millis(1);
+        spin.work(late + 5 * US);
+        let mut at = late + MS;
         assert!(
             !spin.idle(at),
             "the period after a preemption does not spin"
@@ -562,8 +567,8 @@ mod tests {
         // Once the skips run out, spins that pay (work 5 us into the idle period) go on.
         let mut spun = 0;
         for _ in 0..8 {
-            spin.work(at + Duration::from_micros(5));
-            at += Duration::from_millis(1);
+            spin.work(at + 5 * US);
+            at += MS;
             if spin.idle(at) {
                 spun += 1;
             } else {
@@ -601,11 +606,11 @@ mod tests {
     #[test]
     fn long_gaps_and_an_empty_budget_mean_no_spin() {
         let mut spin = AdaptiveSpin::with_budget(Duration::from_micros(50), leaked(1));
-        let mut now = Instant::now();
+        let mut now = T0;
         for _ in 0..20 {
             spin.idle(now);
             spin.parking();
-            now += Duration::from_millis(5);
+            now += 5 * MS;
             spin.work(now);
         }
         assert_eq!(spin.spin_ns(), 0);
@@ -614,7 +619,7 @@ mod tests {
         let budget = leaked(1);
         let _held = budget.try_acquire().expect("the only place");
         let mut spin = AdaptiveSpin::with_budget(Duration::from_micros(50), budget);
-        assert!(!spin.idle(Instant::now()), "no permit, no spin");
+        assert!(!spin.idle(T0), "no permit, no spin");
         assert!(!spin.is_spinning());
     }
 }

@@ -2,7 +2,6 @@
 //! exit path after the poison pill.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_deque::Steal;
 
@@ -91,7 +90,7 @@ impl Worker {
                 self.execute_after_idle(job, &mut spin);
                 continue;
             }
-            if spin.idle(Instant::now()) {
+            if spin.idle(crate::clock::now_ns()) {
                 // Adaptive and within the process's budget of spinners (`crate::spin`).
                 std::hint::spin_loop();
                 continue;
@@ -119,7 +118,7 @@ impl Worker {
     /// is open: the spin learns the gap (a clock read only then).
     fn execute_after_idle(&mut self, job: Box<dyn Runnable>, spin: &mut AdaptiveSpin) {
         if spin.is_idle() {
-            spin.work(Instant::now());
+            spin.work(crate::clock::now_ns());
         }
         self.execute(job);
     }

@@ -3,11 +3,13 @@
 
 use std::any::Any;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::clock;
+use crate::hash::FxHashMap;
 
 use mio::event::{Event, Source};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -173,7 +175,8 @@ impl LoopShared {
 pub(crate) struct LoopInner {
     pub(crate) poll: Poll,
     pub(crate) timers: Timers,
-    tokens: HashMap<usize, u64>,
+    /// Which endpoint registered each token (looked up per readiness event).
+    tokens: FxHashMap<usize, u64>,
     next_token: usize,
 }
 
@@ -340,7 +343,7 @@ impl EventLoop {
             inner: LoopInner {
                 poll,
                 timers: Timers::new(config.timers_max),
-                tokens: HashMap::new(),
+                tokens: FxHashMap::default(),
                 next_token: 0,
             },
             endpoints: IdMap::default(),
@@ -364,7 +367,7 @@ impl EventLoop {
         let mut spin = AdaptiveSpin::new(self.spin_before_park);
         // Until the poison pill.
         while let Some(handled) = self.drain_inbox(me) {
-            let now = Instant::now();
+            let now = clock::now_ns();
             self.fire_timers(now);
             self.end_batch();
             let has_sources = !self.inner.tokens.is_empty();
@@ -382,11 +385,8 @@ impl EventLoop {
                     continue;
                 }
             } else {
-                timeout = self
-                    .inner
-                    .timers
-                    .next_deadline()
-                    .map(|d| d.saturating_duration_since(now));
+                timeout = (self.inner.timers.next_deadline_ns())
+                    .map(|d| Duration::from_nanos(d.saturating_sub(now)));
                 if timeout != Some(Duration::ZERO) {
                     parked = me.inbox.park_prepare();
                     if !parked {
@@ -406,7 +406,7 @@ impl EventLoop {
                 continue;
             }
             if events.iter().any(|event| event.token() != WAKER_TOKEN) {
-                spin.work(Instant::now());
+                spin.work(clock::now_ns());
             }
             self.dispatch(&events);
             self.end_batch();
@@ -478,9 +478,9 @@ impl EventLoop {
         }
     }
 
-    fn fire_timers(&mut self, now: Instant) {
+    fn fire_timers(&mut self, now_ns: u64) {
         // Bounded: at most as many as are due now (periodic ones re-arm in the future).
-        while let Some((id, timer)) = self.inner.timers.pop_due(now) {
+        while let Some((id, timer)) = self.inner.timers.pop_due(now_ns) {
             if let Some(ep) = self.endpoints.get_mut(&id) {
                 let outcome = ep.timer(timer, &mut self.inner);
                 self.apply(id, outcome);

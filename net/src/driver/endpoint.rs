@@ -80,11 +80,6 @@ impl Admit for DriverCore {
     }
 }
 
-/// Microseconds since `epoch_ns` (a [`clock::now_ns`] reading).
-fn since_us(epoch_ns: u64) -> u64 {
-    clock::elapsed_ns(epoch_ns) / 1_000
-}
-
 /// A connection's peer id.
 fn peer_of(token: Token) -> PeerId {
     PeerId(token.0 as u64)
@@ -131,7 +126,7 @@ impl DriverEndpoint {
     }
 
     fn now_us(&self) -> u64 {
-        since_us(self.epoch_ns)
+        clock::elapsed_us(self.epoch_ns)
     }
 
     fn accept(&mut self, ctx: &mut Ctx<'_, Self>) {
@@ -148,7 +143,7 @@ impl DriverEndpoint {
         let (core, epoch_ns) = (&mut self.core, self.epoch_ns);
         let mut closed_by_core = false;
         let result = self.sockets.read(token, |frame| {
-            if core.handle_frame(peer, &frame, since_us(epoch_ns)) {
+            if core.handle_frame(peer, &frame, clock::elapsed_us(epoch_ns)) {
                 Ok(())
             } else {
                 closed_by_core = true;

@@ -99,7 +99,7 @@ impl ExecutorEndpoint {
 
     /// The core's clock: microseconds since the endpoint was made.
     fn now_us(&self) -> u64 {
-        clock::elapsed_ns(self.epoch_ns) / 1_000
+        clock::elapsed_us(self.epoch_ns)
     }
 
     /// After an input: carry out the core's actions, write what it transmits, then stop if it
