@@ -24,7 +24,7 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::Token;
 
-use super::core::{DriverCore, LocalCommand, PeerId};
+use super::core::{Counts, DriverCore, LocalCommand, PeerId};
 use super::handles::Handles;
 use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
@@ -67,6 +67,9 @@ pub(crate) struct DriverEndpoint {
     handles: Handles,
     /// What callers read without asking the loop, published after every round.
     counters: Arc<Counters>,
+    /// The counts last published: they change seldom, and publishing them is four
+    /// sequentially consistent stores, so only a change is published.
+    published: Counts,
     stats: Arc<PublishedStats>,
 }
 
@@ -104,6 +107,7 @@ impl DriverEndpoint {
         DriverEndpoint {
             handles: Handles::new(admission.clone()),
             counters: Arc::default(),
+            published: Counts::default(),
             stats: Arc::default(),
             core,
             epoch_ns: clock::now_ns().saturating_sub(epoch.elapsed().as_nanos() as u64),
@@ -194,7 +198,10 @@ impl DriverEndpoint {
     fn deliver(&mut self) {
         let counts = self.core.counts();
         self.stats.publish(self.core.stats());
-        self.counters.publish(&counts);
+        if counts != self.published {
+            self.counters.publish(&counts);
+            self.published = counts;
+        }
         let core = &mut self.core;
         self.handles.deliver_all(|| core.poll_event());
         self.handles.executors_registered(counts.executors);
