@@ -1990,14 +1990,12 @@ impl Scheduler {
     #[inline(never)]
     fn assign_from_streak(&mut self, now_us: u64, slot: u32, local_only: bool) -> Option<Assigned> {
         let job_slot = self.unsettled.filter(|_| !local_only)?;
-        let e = self.book.get(slot)?;
-        if e.resume.is_some() {
+        if self.book.get(slot)?.resume.is_some() {
             return None;
         }
-        let (id, host, free) = (e.id, e.host, e.usable());
-        if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, host) {
+        let Some((id, host, free)) = self.usable(now_us, slot) else {
             return Some(Assigned::Nothing);
-        }
+        };
         let waits = self.waits();
         let job = live_job(&mut self.jobs, job_slot);
         if job.pending == 0 || job.excludes(id, host) {
@@ -2025,13 +2023,21 @@ impl Scheduler {
             unreachable!("offerable slot {slot} is empty");
         };
         assert!(!e.draining, "draining executor {:?} offered", e.id);
-        let (id, host, free) = (e.id, e.host, e.usable());
-        let excluded_until_us = e.excluded_until_us;
         let resume = if local_only { None } else { e.resume.take() };
-        if free == 0 || self.globally_excluded(now_us, excluded_until_us, host) {
+        let (id, host, free) = self.usable(now_us, slot)?;
+        Some((id, host, free, resume))
+    }
+
+    /// The executor in `slot` as an offer: its id, host and usable slots; None if it has no
+    /// usable slot or is excluded everywhere.
+    #[inline]
+    fn usable(&self, now_us: u64, slot: u32) -> Option<(ExecutorId, u32, u32)> {
+        let e = self.book.get(slot)?;
+        let free = e.usable();
+        if free == 0 || self.globally_excluded(now_us, e.excluded_until_us, e.host) {
             return None;
         }
-        Some((id, host, free, resume))
+        Some((e.id, e.host, free))
     }
 
     /// Saves where a capped walk of the executor in `slot` stopped (after job `last`), with the
