@@ -2,7 +2,7 @@
 //! attempts run where, and which executors are worth offering to.
 //!
 //! Executors live in a slab (slots are reused after removal). Each executor keeps its running
-//! attempts in its own map, so losing it costs time proportional to its own tasks. Executors with
+//! attempts in its own slab (`runs.rs`), so losing it costs time proportional to its own tasks. Executors with
 //! free cores sit in one of two indexable sets:
 //!
 //! - `offerable`: worth offering; the scheduler walks it round-robin with a rotating cursor;
@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use super::hedge::ExecHedge;
 use super::order::Cursor;
-use super::types::{Attempt, ExecutorId, TaskLaunch};
+use super::runs::Runs;
+use super::types::{ExecutorId, TaskLaunch};
 use crate::hash::FxHashMap;
 
 /// One running task attempt, as its executor's book sees it.
@@ -52,8 +53,8 @@ pub(crate) struct Exec {
     pub host: u32,
     pub cores: u32,
     pub free: u32,
-    /// Running attempts keyed by (task id, attempt).
-    pub running: FxHashMap<Attempt, Run>,
+    /// Running attempts, each at the index its task record keeps (`runs.rs`).
+    pub running: Runs,
     /// Globally excluded until then (0: not excluded).
     pub excluded_until_us: u64,
     /// Counted task failures on it since its last exclusion ended.
@@ -178,6 +179,14 @@ impl Book {
         self.execs.iter().flatten()
     }
 
+    /// Every registered executor with its slot.
+    #[cfg(debug_assertions)]
+    pub fn slots(&self) -> impl Iterator<Item = (u32, &Exec)> {
+        (0u32..)
+            .zip(&self.execs)
+            .filter_map(|(s, e)| Some((s, e.as_ref()?)))
+    }
+
     /// All registered executors, mutably.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Exec> {
         self.execs.iter_mut().flatten()
@@ -219,7 +228,7 @@ impl Book {
             host,
             cores,
             free: cores,
-            running: FxHashMap::default(),
+            running: Runs::default(),
             excluded_until_us: 0,
             failures: 0,
             batch: Vec::new(),

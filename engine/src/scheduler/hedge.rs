@@ -43,9 +43,10 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use super::book::{Book, Run};
+use super::book::Book;
 use super::job::Job;
 use super::latency::{Latencies, RecordId};
+use super::runs::Runs;
 use super::speculation::queue_copy;
 use super::types::{Attempt, ExecutorId, HedgeConfig, Stats, TaskId};
 use crate::hash::FxHashMap;
@@ -73,6 +74,8 @@ const RECHECK_US: u64 = 10_000;
 pub(crate) struct Watch {
     /// The attempt watched.
     pub key: Attempt,
+    /// Where its run is in its executor's running attempts.
+    pub run: u32,
     pub launched_us: u64,
     /// Overdue after this long.
     pub threshold_us: u64,
@@ -129,8 +132,8 @@ impl ExecHedge {
 
     /// Drops the ended attempts off the front; whether the first one running is overdue at
     /// `now_us`.
-    fn first_overdue(&mut self, running: &FxHashMap<Attempt, Run>, now_us: u64) -> bool {
-        while (self.watches.front()).is_some_and(|w| !running.contains_key(&w.key)) {
+    fn first_overdue(&mut self, running: &Runs, now_us: u64) -> bool {
+        while (self.watches.front()).is_some_and(|w| running.get(w.run, w.key).is_none()) {
             self.watches.pop_front();
         }
         self.watches.front().is_some_and(|w| w.due_us() <= now_us)
@@ -379,7 +382,7 @@ impl Hedging {
         let silence_min_us = self.silence_min_us;
         let mut found = Overdue::default();
         for w in h.watches.iter_mut() {
-            if !running.contains_key(&w.key) {
+            if running.get(w.run, w.key).is_none() {
                 continue;
             }
             if w.due_us() > now_us {

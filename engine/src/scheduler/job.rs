@@ -67,6 +67,8 @@ pub(crate) struct Placed {
     pub attempt: u32,
     /// The executor's slot in the book (cleared from here before the slot is freed).
     pub exec: u32,
+    /// Where the run is in that executor's running attempts (`runs.rs`).
+    pub run: u32,
 }
 
 /// Locality preferences, boxed because most tasks have none.
@@ -690,14 +692,15 @@ impl Job {
         None
     }
 
-    /// Starts an attempt of the task `found` on executor slot `exec_slot`: the attempt slot
-    /// taken, the task (if pending) marked running and the job's counts moved along. Returns
+    /// Starts an attempt of the task `found` on executor slot `exec_slot`, its run to be booked
+    /// at index `run` of that executor's running attempts: the attempt slot taken, the task
+    /// (if pending) marked running and the job's counts moved along. Returns
     /// the launch to send and whether it is a speculative copy.
     #[inline]
     pub fn start_attempt(
         &mut self,
         now_us: u64,
-        exec_slot: u32,
+        (exec_slot, run): (u32, u32),
         found: Found,
     ) -> (TaskLaunch, bool) {
         let (index, speculative) = match found {
@@ -717,6 +720,7 @@ impl Job {
         *free_attempt = Some(Placed {
             attempt,
             exec: exec_slot,
+            run,
         });
         t.next_attempt += 1;
         self.counters.launched += 1;

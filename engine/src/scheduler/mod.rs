@@ -215,6 +215,7 @@ mod latency;
 mod order;
 pub mod payloads;
 mod prefs;
+mod runs;
 mod spare;
 mod speculation;
 #[cfg(test)]
@@ -747,7 +748,7 @@ impl Scheduler {
             .flatten()
             .filter_map(|a| {
                 let e = self.book.get(a.exec)?;
-                let run = e.running.get(&Attempt::new(task, a.attempt))?;
+                let run = e.running.get(a.run, Attempt::new(task, a.attempt))?;
                 Some(AttemptInfo {
                     attempt: a.attempt,
                     executor: e.id,
@@ -799,8 +800,31 @@ impl Scheduler {
                 self.poll_timeout_scan(),
                 "the timers agree with the jobs"
             );
+            self.check_runs();
         }
         t
+    }
+
+    /// Debug builds: every executor's running attempts are consistent, each run not orphaned
+    /// is the one its task record points at, and each orphaned one has no task record pointing
+    /// at it. O(running attempts).
+    #[cfg(debug_assertions)]
+    fn check_runs(&self) {
+        for (slot, e) in self.book.slots() {
+            e.running.check();
+            for (index, key, orphan) in e.running.entries() {
+                let placed = self.job(key.task.job()).and_then(|j| {
+                    let t = j.tasks.get(key.task.index() as usize)?;
+                    (t.attempts.iter().flatten())
+                        .find(|p| p.attempt == key.attempt && p.exec == slot)
+                        .copied()
+                });
+                match orphan {
+                    false => assert_eq!(placed.map(|p| p.run), Some(index), "{key:?} unplaced"),
+                    true => assert!(placed.is_none(), "{key:?} orphaned but placed"),
+                }
+            }
+        }
     }
 
     /// [`Scheduler::poll_timeout`] from a walk of all active jobs (checks the timers in debug
@@ -946,8 +970,8 @@ impl Scheduler {
         let blamed = reason.caused_by_app();
         let any_running = exec.running.values().any(|r| r.reported_running);
         let msg = reason.to_string();
-        let mut runs: Vec<(Attempt, Run)> = exec.running.into_iter().collect();
-        // Deterministic order (the map's is not).
+        let mut runs: Vec<(Attempt, Run)> = exec.running.into_runs();
+        // In attempt order (the slab's follows launches and reports).
         runs.sort_unstable_by_key(|(k, _)| *k);
         if matches!(reason, RemovalReason::Lost(_)) && !runs.is_empty() {
             if self.gone.len() >= GONE_MAX {
@@ -1464,19 +1488,20 @@ impl Scheduler {
             // Trusted again: it reported.
             self.book.make_offerable(slot);
         }
-        let Some(exec) = self.book.get_mut(slot) else {
-            unreachable!("slot {slot} emptied while reporting");
-        };
         match update.state {
             TaskState::Running => {
-                match exec.running.get_mut(&key) {
+                let index = self.run_index(slot, key);
+                let Some(exec) = self.book.get_mut(slot) else {
+                    unreachable!("slot {slot} emptied while reporting");
+                };
+                match index.and_then(|i| exec.running.get_mut(i, key)) {
                     Some(run) => run.reported_running = true,
                     None => self.stats.ignored_updates += 1,
                 }
                 return false;
             }
             TaskState::Lost => {
-                if !exec.running.contains_key(&key) {
+                if self.run_index(slot, key).is_none() {
                     self.stats.ignored_updates += 1;
                     return false;
                 }
@@ -1493,15 +1518,46 @@ impl Scheduler {
         true
     }
 
+    /// Where the executor in `slot` keeps the run of `key`, if it holds one: the index its task
+    /// record keeps (the job looked up once, then the task by index), else the orphans' (a run
+    /// the scheduler killed, or of an ended job). O(1) whatever the executor sends.
+    #[inline(always)]
+    fn run_index(&self, slot: u32, key: Attempt) -> Option<u32> {
+        let job = key.task.job().0;
+        let job_slot = match self.job_hint {
+            (id, job_slot) if id == job => Some(job_slot),
+            _ => self.job_slots.get(&job).copied(),
+        };
+        let placed = job_slot
+            .and_then(|j| self.jobs.get(j as usize)?.as_ref())
+            .and_then(|j| j.tasks.get(key.task.index() as usize))
+            .and_then(|t| {
+                (t.attempts.iter().flatten()).find(|p| p.attempt == key.attempt && p.exec == slot)
+            });
+        let running = &self.book.get(slot)?.running;
+        match placed {
+            Some(p) => {
+                debug_assert!(
+                    running.get(p.run, key).is_some(),
+                    "{key:?} placed at {}",
+                    p.run
+                );
+                Some(p.run)
+            }
+            None => running.orphan_index(key),
+        }
+    }
+
     /// A final update (finished, failed, killed) from the executor in `slot`: the attempt's
     /// cores freed, its run time scored for hedging, the attempt ended. False (counted as
     /// ignored) for an attempt the executor does not hold.
     fn apply_final(&mut self, now_us: u64, slot: u32, update: StatusUpdate) -> bool {
         let key = Attempt::new(update.task, update.attempt);
+        let index = self.run_index(slot, key);
         let Some(exec) = self.book.get_mut(slot) else {
             unreachable!("slot {slot} emptied while reporting");
         };
-        let Some(run) = exec.running.remove(&key) else {
+        let Some(run) = index.and_then(|i| exec.running.remove(i, key)) else {
             self.stats.ignored_updates += 1;
             return false;
         };
@@ -2165,8 +2221,11 @@ impl Scheduler {
         else {
             unreachable!("launch for empty job slot {job_slot}");
         };
-        let (launch, speculative) = job.start_attempt(now_us, exec_slot, found);
-        let on_probation = (self.book.get(exec_slot)).is_some_and(|e| e.hedge.probation);
+        let Some(e) = self.book.get(exec_slot) else {
+            unreachable!("launch on empty executor slot {exec_slot}");
+        };
+        let (on_probation, run) = (e.hedge.probation, e.running.vacant());
+        let (launch, speculative) = job.start_attempt(now_us, (exec_slot, run), found);
         let watch = job.hedge.as_deref().map(|config| {
             if !speculative {
                 self.hedge.earn(config.copy_ratio, config.burst);
@@ -2177,6 +2236,7 @@ impl Scheduler {
             };
             Watch {
                 key: Attempt::new(launch.task, launch.attempt),
+                run,
                 launched_us: now_us,
                 // An executor on probation is much slower than its peers: what it runs is
                 // copied after the floor, not after the percentile it would exceed anyway.
@@ -2239,7 +2299,7 @@ impl Scheduler {
         };
         assert!(e.free >= cores, "launch over the free cores");
         e.free -= cores;
-        e.running.insert(
+        let run = e.running.insert(
             Attempt::new(launch.task, launch.attempt),
             Run {
                 cores,
@@ -2247,6 +2307,10 @@ impl Scheduler {
                 reported_running: false,
                 record: watch.map_or(book::NO_RECORD, |w| w.record),
             },
+        );
+        debug_assert!(
+            watch.is_none_or(|w| w.run == run),
+            "booked where it was placed"
         );
         if let Some(watch) = watch {
             self.hedge.launched(e, exec_slot, watch);
@@ -2303,7 +2367,7 @@ impl Scheduler {
         };
         let cores = u64::from(t.cores);
         give_back_cores(&mut self.runnable, &mut self.pools, job_slot, job, cores);
-        let Some(e) = self.book.get(a.exec) else {
+        let Some(e) = self.book.get_mut(a.exec) else {
             // Only the executor being removed right now has left the book with attempts still
             // on tasks (they end one by one): nothing to ask it.
             assert_eq!(
@@ -2315,6 +2379,8 @@ impl Scheduler {
             );
             return;
         };
+        // Its run stays booked until the executor reports it, found by key from now on.
+        e.running.orphan(a.run, Attempt::new(task, a.attempt));
         self.outputs.push_back(Output::Kill {
             executor: e.id,
             task,

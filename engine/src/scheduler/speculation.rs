@@ -54,7 +54,7 @@ impl Scheduler {
                 continue;
             }
             let mut stalls = false;
-            for (&Attempt { task, .. }, run) in &e.running {
+            for (&Attempt { task, .. }, run) in e.running.iter() {
                 // Younger than both thresholds can be: not a straggler, and no median needed.
                 let age = now_us.saturating_sub(run.started_us);
                 let floor = *floors.entry(task.job().0).or_insert_with(|| {
