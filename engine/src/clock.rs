@@ -37,6 +37,21 @@ pub fn elapsed_us(since: u64) -> u64 {
     elapsed_ns(since) / 1_000
 }
 
+/// The earliest of some deadlines (`None`: that one is not set), `None` if none is. A plain
+/// loop: an array's `into_iter().flatten().min()` costs about 90 instructions for four, and
+/// loops ask this once per round.
+#[inline]
+pub fn earliest(deadlines: &[Option<u64>]) -> Option<u64> {
+    let mut first = None;
+    for &deadline in deadlines {
+        first = match (first, deadline) {
+            (Some(a), Some(b)) => Some(u64::min(a, b)),
+            (a, b) => a.or(b),
+        };
+    }
+    first
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +77,13 @@ mod tests {
         assert_eq!(elapsed_ns(u64::MAX), 0);
         assert_eq!(elapsed_us(u64::MAX), 0);
         assert!(elapsed_us(a) >= 5_000, "microseconds of the same span");
+    }
+
+    #[test]
+    fn the_earliest_deadline_is_the_least_one_set() {
+        assert_eq!(earliest(&[]), None);
+        assert_eq!(earliest(&[None, None]), None);
+        assert_eq!(earliest(&[None, Some(7), Some(3), None]), Some(3));
+        assert_eq!(earliest(&[Some(0), Some(u64::MAX)]), Some(0));
     }
 }

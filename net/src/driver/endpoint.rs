@@ -256,10 +256,7 @@ impl DriverEndpoint {
         self.resume_if_waiting(ctx);
         self.sockets.release(ctx);
         let stuck = self.sockets.stuck_deadline_us();
-        let deadline = [self.core.poll_timeout(), stuck]
-            .into_iter()
-            .flatten()
-            .min();
+        let deadline = clock::earliest(&[self.core.poll_timeout(), stuck]);
         match (deadline, self.timer) {
             (None, None) => {}
             (None, Some((timer, _))) => {

@@ -252,8 +252,9 @@ impl Sockets {
             let flushed = socket.conn.flush();
             let after = socket.conn.outbound_len();
             if after == 0 {
-                socket.write_stuck_since_us = None;
-                self.stuck.remove(&token);
+                if socket.write_stuck_since_us.take().is_some() {
+                    self.stuck.remove(&token);
+                }
             } else if after < before || socket.write_stuck_since_us.is_none() {
                 socket.write_stuck_since_us = Some(now_us);
                 if self.stuck_timeout_us.is_some() && watched(token) {

@@ -48,6 +48,7 @@ mod views;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use flint_engine::clock;
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::{
     self, Attempt, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, Stats,
@@ -640,15 +641,12 @@ impl DriverCore {
     /// is pending.
     pub fn poll_timeout(&mut self) -> Option<u64> {
         let jobs_active = !self.jobs.is_empty();
-        [
+        clock::earliest(&[
             self.scheduler_deadline(),
             self.peers.poll_timeout(),
             self.jobs.next_deadline(),
             self.health.poll_timeout(jobs_active),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        ])
     }
 
     /// The scheduler's timeout, asked again after inputs came (O(log jobs)), no earlier than
