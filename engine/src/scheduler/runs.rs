@@ -1,10 +1,11 @@
 //! One executor's running attempts, from launch to the executor's final report: a slab whose
 //! index the attempt's task record ([`Placed::run`](super::job::Placed)) and hedging watch keep,
 //! so a report finds its run without hashing (an FxHashMap insert and removal cost about 60
-//! instructions a task, the lookup through the task record about 25). The few runs no task record points at any more (the scheduler killed
-//! them, or their job ended: the executor holds them until it reports) are also kept by key,
-//! so a report of one is found in O(1) as well, and a report of an attempt the executor does
-//! not hold (stale, duplicate or made up) costs one index check and one hash lookup.
+//! instructions a task, the lookup through the task record about 25). The few runs no task
+//! record points at any more (the scheduler killed them, or their job ended: the executor
+//! holds them until it reports) are also kept by key, so a report of one is found in O(1) as
+//! well, and a report of an attempt the executor does not hold (stale, duplicate or made up)
+//! costs one index check and one hash lookup.
 //!
 //! Bounded by the executor's slots: an entry lives from its launch to its report or the
 //! executor's removal, and freed indices are reused.
