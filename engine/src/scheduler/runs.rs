@@ -5,7 +5,7 @@
 //! record points at any more (the scheduler killed them, or their job ended: the executor
 //! holds them until it reports) are also kept by key, so a report of one is found in O(1) as
 //! well, and a report of an attempt the executor does not hold (stale, duplicate or made up)
-//! costs one index check and one hash lookup.
+//! costs the job's lookup and one hash lookup.
 //!
 //! Bounded by the executor's slots: an entry lives from its launch to its report or the
 //! executor's removal, and freed indices are reused.
