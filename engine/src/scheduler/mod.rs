@@ -813,14 +813,9 @@ impl Scheduler {
         for (slot, e) in self.book.slots() {
             e.running.check();
             for (index, key, orphan) in e.running.entries() {
-                let placed = self.job(key.task.job()).and_then(|j| {
-                    let t = j.tasks.get(key.task.index() as usize)?;
-                    (t.attempts.iter().flatten())
-                        .find(|p| p.attempt == key.attempt && p.exec == slot)
-                        .copied()
-                });
+                let placed = self.placed_run(slot, key);
                 match orphan {
-                    false => assert_eq!(placed.map(|p| p.run), Some(index), "{key:?} unplaced"),
+                    false => assert_eq!(placed, Some(index), "{key:?} unplaced"),
                     true => assert!(placed.is_none(), "{key:?} orphaned but placed"),
                 }
             }
@@ -1523,29 +1518,34 @@ impl Scheduler {
     /// the scheduler killed, or of an ended job). O(1) whatever the executor sends.
     #[inline(always)]
     fn run_index(&self, slot: u32, key: Attempt) -> Option<u32> {
-        let job = key.task.job().0;
-        let job_slot = match self.job_hint {
-            (id, job_slot) if id == job => Some(job_slot),
-            _ => self.job_slots.get(&job).copied(),
-        };
-        let placed = job_slot
-            .and_then(|j| self.jobs.get(j as usize)?.as_ref())
-            .and_then(|j| j.tasks.get(key.task.index() as usize))
-            .and_then(|t| {
-                (t.attempts.iter().flatten()).find(|p| p.attempt == key.attempt && p.exec == slot)
-            });
+        let placed = self.placed_run(slot, key);
         let running = &self.book.get(slot)?.running;
         match placed {
-            Some(p) => {
+            Some(index) => {
                 debug_assert!(
-                    running.get(p.run, key).is_some(),
-                    "{key:?} placed at {}",
-                    p.run
+                    running.get(index, key).is_some(),
+                    "{key:?} placed at {index}"
                 );
-                Some(p.run)
+                Some(index)
             }
             None => running.orphan_index(key),
         }
+    }
+
+    /// Where `key`'s task record says its run is on the executor in `slot`, if it says so.
+    #[inline(always)]
+    fn placed_run(&self, slot: u32, key: Attempt) -> Option<u32> {
+        let job = key.task.job().0;
+        let job_slot = match self.job_hint {
+            (id, job_slot) if id == job => job_slot,
+            _ => *self.job_slots.get(&job)?,
+        };
+        let t = (self.jobs.get(job_slot as usize)?.as_ref())?
+            .tasks
+            .get(key.task.index() as usize)?;
+        (t.attempts.iter().flatten())
+            .find(|p| p.attempt == key.attempt && p.exec == slot)
+            .map(|p| p.run)
     }
 
     /// A final update (finished, failed, killed) from the executor in `slot`: the attempt's
