@@ -8,9 +8,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::clock;
-use crate::hash::FxHashMap;
-
 use mio::event::{Event, Source};
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -18,6 +15,8 @@ use super::endpoint::{Ctx, Endpoint, EndpointRef};
 use super::inbox::Inbox;
 use super::timer::{TimerId, Timers};
 use super::{IdMap, RuntimeConfig, RuntimeShared};
+use crate::clock;
+use crate::hash::FxHashMap;
 use crate::spin::AdaptiveSpin;
 
 const WAKER_TOKEN: Token = Token(usize::MAX);

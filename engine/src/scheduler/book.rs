@@ -2,8 +2,8 @@
 //! attempts run where, and which executors are worth offering to.
 //!
 //! Executors live in a slab (slots are reused after removal). Each executor keeps its running
-//! attempts in its own slab (`runs.rs`), so losing it costs time proportional to its own tasks. Executors with
-//! free cores sit in one of two indexable sets:
+//! attempts in its own slab (`runs.rs`), so losing it costs time proportional to its own tasks.
+//! Executors with free cores sit in one of two indexable sets:
 //!
 //! - `offerable`: worth offering; the scheduler walks it round-robin with a rotating cursor;
 //! - `blocked`: the last offer found nothing for it (locality wait, exclusion, too few cores).
