@@ -813,7 +813,8 @@ impl Scheduler {
         for (slot, e) in self.book.slots() {
             e.running.check();
             for (index, key, orphan) in e.running.entries() {
-                let placed = self.placed_run(slot, key);
+                let placed = (self.job_slots.get(&key.task.job().0))
+                    .and_then(|&job_slot| self.placed_run(job_slot, slot, key));
                 match orphan {
                     false => assert_eq!(placed, Some(index), "{key:?} unplaced"),
                     true => assert!(placed.is_none(), "{key:?} orphaned but placed"),
@@ -1517,8 +1518,9 @@ impl Scheduler {
     /// record keeps (the job looked up once, then the task by index), else the orphans' (a run
     /// the scheduler killed, or of an ended job). O(1) whatever the executor sends.
     #[inline(always)]
-    fn run_index(&self, slot: u32, key: Attempt) -> Option<u32> {
-        let placed = self.placed_run(slot, key);
+    fn run_index(&mut self, slot: u32, key: Attempt) -> Option<u32> {
+        let placed = (self.hinted_job_slot(key.task.job().0))
+            .and_then(|job_slot| self.placed_run(job_slot, slot, key));
         let running = &self.book.get(slot)?.running;
         match placed {
             Some(index) => {
@@ -1532,14 +1534,27 @@ impl Scheduler {
         }
     }
 
-    /// Where `key`'s task record says its run is on the executor in `slot`, if it says so.
+    /// The slot of active job `job`, through the hint of the job reported last (a report
+    /// looks its job up once, then its attempt's end finds it in the hint).
     #[inline(always)]
-    fn placed_run(&self, slot: u32, key: Attempt) -> Option<u32> {
-        let job = key.task.job().0;
-        let job_slot = match self.job_hint {
-            (id, job_slot) if id == job => job_slot,
-            _ => *self.job_slots.get(&job)?,
-        };
+    fn hinted_job_slot(&mut self, job: u64) -> Option<u32> {
+        match self.job_hint {
+            (id, slot) if id == job => {
+                debug_assert_eq!(self.job_slots.get(&id), Some(&slot), "a stale job hint");
+                Some(slot)
+            }
+            _ => {
+                let slot = *self.job_slots.get(&job)?;
+                self.job_hint = (job, slot);
+                Some(slot)
+            }
+        }
+    }
+
+    /// Where `key`'s task record (in `job_slot`) says its run is on the executor in `slot`, if
+    /// it says so.
+    #[inline(always)]
+    fn placed_run(&self, job_slot: u32, slot: u32, key: Attempt) -> Option<u32> {
         let t = (self.jobs.get(job_slot as usize)?.as_ref())?
             .tasks
             .get(key.task.index() as usize)?;
@@ -2399,18 +2414,8 @@ impl Scheduler {
         end: End,
     ) {
         // An executor keeps attempts of ended jobs until they report (their kill was sent).
-        let job_slot = match self.job_hint {
-            (id, slot) if id == task.job().0 => {
-                debug_assert_eq!(self.job_slots.get(&id), Some(&slot), "a stale job hint");
-                slot
-            }
-            _ => {
-                let Some(&slot) = self.job_slots.get(&task.job().0) else {
-                    return;
-                };
-                self.job_hint = (task.job().0, slot);
-                slot
-            }
+        let Some(job_slot) = self.hinted_job_slot(task.job().0) else {
+            return;
         };
         if !self.release_attempt(job_slot, task, attempt) {
             return;
