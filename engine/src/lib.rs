@@ -10,6 +10,7 @@ pub mod affinity;
 pub mod clock;
 pub mod functions;
 pub mod hash;
+pub mod ids;
 pub mod lifecycle;
 mod loom;
 pub mod pool;

@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -494,11 +495,57 @@ pub const WAIT_SPIN_MAX: Duration = Duration::from_micros(20);
 /// A waiting caller spins only when at most this many of its job's tasks are left.
 pub const WAIT_SPIN_TASKS_LEFT: u64 = 1;
 
-/// Where a handle's cancel goes: the driver's side of its jobs, one per driver and shared by
-/// every handle (so a handle costs no allocation for it).
-pub(crate) trait Canceller: Send + Sync {
+/// Where a handle's cancel and, when it is dropped, its job's state go: the driver's side of
+/// its jobs, one per driver and shared by every handle (so a handle costs no allocation for it).
+pub(crate) trait DriverSide: Send + Sync {
     /// Job `id` was cancelled by its handle (its shared state says so already).
     fn cancel(&self, id: JobId);
+    /// A dropped handle's state, kept for a new job if nothing else holds it.
+    fn give_back(&self, shared: Arc<JobShared>);
+}
+
+/// Most job states kept for new jobs ([`SpareStates`]): about 150 bytes each.
+const SPARE_STATES_MAX: usize = 1024;
+
+/// Job states kept for new jobs, so that a job's submission allocates none in steady state:
+/// a state comes back when its job's handle or the driver's record of it, whichever goes last,
+/// lets go of it, emptied at once (it holds no results or wakers while it waits), at most
+/// [`SPARE_STATES_MAX`]; a state that anything else still holds is never kept.
+#[derive(Default)]
+pub(crate) struct SpareStates(Mutex<Vec<Arc<JobShared>>>);
+
+impl SpareStates {
+    /// A new job's state: a spare one if any, else a new one.
+    pub(crate) fn take(&self, stream: bool) -> Arc<JobShared> {
+        let spare = self.lock().pop();
+        if let Some(mut shared) = spare {
+            if let Some(state) = Arc::get_mut(&mut shared) {
+                state.stream = stream;
+                return shared;
+            }
+        }
+        Arc::new(JobShared::new(stream))
+    }
+
+    /// Keeps `shared` for a new job if this is its last holder (else it goes with the last).
+    pub(crate) fn give(&self, mut shared: Arc<JobShared>) {
+        let Some(state) = Arc::get_mut(&mut shared) else {
+            return;
+        };
+        // Its results, outcome and waker go now, not when it is taken again.
+        *state = JobShared::new(false);
+        let mut spare = self.lock();
+        if spare.len() < SPARE_STATES_MAX {
+            spare.push(shared);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<JobShared>>> {
+        // A poisoned lock holds a plain vector of unique states: still consistent.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// A submitted job. Dropping it cancels the job unless it has ended or was
@@ -506,8 +553,9 @@ pub(crate) trait Canceller: Send + Sync {
 pub struct JobHandle {
     pub(crate) id: u64,
     pub(crate) tasks: u64,
-    pub(crate) shared: Arc<JobShared>,
-    pub(crate) canceller: Arc<dyn Canceller>,
+    /// Taken out only by the handle's drop.
+    pub(crate) shared: ManuallyDrop<Arc<JobShared>>,
+    pub(crate) driver: Arc<dyn DriverSide>,
     pub(crate) detached: bool,
 }
 
@@ -545,7 +593,7 @@ impl JobHandle {
     /// `Cancelled` unless it was already decided.
     pub fn cancel(&self) {
         self.shared.cancel();
-        self.canceller.cancel(JobId(self.id));
+        self.driver.cancel(JobId(self.id));
     }
 
     /// Lets the job run to its end without this handle: dropping a handle otherwise cancels
@@ -623,6 +671,11 @@ impl Drop for JobHandle {
         if !self.detached && !self.shared.is_ended() {
             self.cancel();
         }
+        // SAFETY: this is the handle's drop, and `shared` is read nowhere after this line, so
+        // taking it out leaves no use of the emptied field (and it is dropped exactly once:
+        // `ManuallyDrop` keeps the handle's own drop glue from dropping it again).
+        let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
+        self.driver.give_back(shared);
     }
 }
 
@@ -731,5 +784,37 @@ mod tests {
             |_| None
         )
         .is_err());
+    }
+
+    /// A job state comes back for a new job only from its last holder, and comes back as new:
+    /// no outcome, results, count, cancel or end of the job it served.
+    #[test]
+    fn a_spare_state_is_kept_only_from_its_last_holder_and_comes_back_new() {
+        let spare = SpareStates::default();
+        let first = spare.take(true);
+        let first_ptr = Arc::as_ptr(&first);
+        first.task_done(0, Ok(&Bytes::from_static(b"result")));
+        first.cancel();
+        first.finish(JobOutcome::Succeeded(vec![Bytes::from_static(b"x")]));
+        let other_holder = first.clone();
+        spare.give(first);
+        assert_eq!(spare.lock().len(), 0, "a state another holds is not kept");
+        spare.give(other_holder);
+        assert_eq!(spare.lock().len(), 1, "its last holder's gives it back");
+
+        let second = spare.take(false);
+        assert_eq!(Arc::as_ptr(&second), first_ptr, "the spare state is reused");
+        assert_eq!(second.tasks_done.load(Ordering::Relaxed), 0);
+        assert!(!second.is_cancelled() && !second.is_ended() && !second.stream);
+        let state = second.lock();
+        assert!(state.outcome.is_none() && !state.ended && state.results.is_empty());
+        assert!(state.waker.is_none() && state.blocked == 0);
+        drop(state);
+        assert_eq!(spare.lock().len(), 0);
+
+        for _ in 0..SPARE_STATES_MAX + 10 {
+            spare.give(Arc::new(JobShared::new(false)));
+        }
+        assert_eq!(spare.lock().len(), SPARE_STATES_MAX, "bounded");
     }
 }

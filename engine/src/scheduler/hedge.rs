@@ -49,7 +49,7 @@ use super::latency::{Latencies, RecordId};
 use super::runs::Runs;
 use super::speculation::queue_copy;
 use super::types::{Attempt, ExecutorId, HedgeConfig, Stats, TaskId};
-use crate::hash::FxHashMap;
+use crate::ids::IdMap;
 
 /// An executor's successes are averaged per period of this long (micros), and its score is
 /// the moving average of those periods: a burst of late successes (a preempted process on a
@@ -301,7 +301,7 @@ impl Hedging {
         &mut self,
         now_us: u64,
         book: &mut Book,
-        job_slots: &FxHashMap<u64, u32>,
+        job_slots: &IdMap<u32>,
         jobs: &mut [Option<Job>],
         stats: &mut Stats,
     ) -> Sweep {
@@ -366,7 +366,7 @@ impl Hedging {
         now_us: u64,
         e: &mut super::book::Exec,
         executors: usize,
-        (job_slots, jobs): (&FxHashMap<u64, u32>, &mut [Option<Job>]),
+        (job_slots, jobs): (&IdMap<u32>, &mut [Option<Job>]),
         stats: &mut Stats,
     ) -> Overdue {
         let super::book::Exec {
@@ -454,10 +454,10 @@ struct Overdue {
 
 /// The job of `task`, if active.
 fn job_of<'a>(
-    job_slots: &FxHashMap<u64, u32>,
+    job_slots: &IdMap<u32>,
     jobs: &'a mut [Option<Job>],
     task: TaskId,
 ) -> Option<&'a mut Job> {
-    let slot = *job_slots.get(&task.job().0)?;
+    let slot = *job_slots.get(task.job().0)?;
     jobs.get_mut(slot as usize)?.as_mut()
 }

@@ -237,6 +237,7 @@ pub use types::{
 };
 
 use crate::hash::FxHashMap;
+use crate::ids::IdMap;
 use book::{Book, Resume, Run};
 use hedge::{Hedging, Watch};
 use job::{Found, Job, JobCounters, JobExclusion, Level, Placed, Prefs, Status, TaskRec};
@@ -402,7 +403,7 @@ pub struct Scheduler {
     /// Ended jobs' task and queue vectors, kept for new jobs.
     spare: Spare,
     /// Job id → slot.
-    job_slots: FxHashMap<u64, u32>,
+    job_slots: IdMap<u32>,
     /// The last (job id, slot) `attempt_ended` looked up: a batch of completions is mostly of
     /// one job. Cleared when that job is removed ([`NO_JOB`] for none).
     job_hint: (u64, u32),
@@ -425,6 +426,8 @@ pub struct Scheduler {
     holding: bool,
     pools: Vec<Pool>,
     pool_ids: FxHashMap<String, u32>,
+    /// The pool [`Self::resolve_pool`] found last (its name may have changed since).
+    last_pool: u32,
     next_job: u64,
     /// Tasks pending over all jobs.
     pending_total: usize,
@@ -522,7 +525,7 @@ impl Scheduler {
             jobs: Vec::new(),
             job_free_slots: Vec::new(),
             spare: Spare::default(),
-            job_slots: FxHashMap::default(),
+            job_slots: IdMap::new(),
             job_hint: (NO_JOB, 0),
             active: 0,
             runnable,
@@ -532,6 +535,7 @@ impl Scheduler {
             holding: false,
             pools,
             pool_ids,
+            last_pool: 0,
             next_job: 1,
             pending_total: 0,
             speculatable_total: 0,
@@ -702,7 +706,7 @@ impl Scheduler {
     }
 
     fn job(&self, id: JobId) -> Option<&Job> {
-        let slot = *self.job_slots.get(&id.0)?;
+        let slot = *self.job_slots.get(id.0)?;
         self.jobs.get(slot as usize)?.as_ref()
     }
 
@@ -813,7 +817,7 @@ impl Scheduler {
         for (slot, e) in self.book.slots() {
             e.running.check();
             for (index, key, orphan) in e.running.entries() {
-                let placed = (self.job_slots.get(&key.task.job().0))
+                let placed = (self.job_slots.get(key.task.job().0))
                     .and_then(|&job_slot| self.placed_run(job_slot, slot, key));
                 match orphan {
                     false => assert_eq!(placed, Some(index), "{key:?} unplaced"),
@@ -1011,7 +1015,7 @@ impl Scheduler {
             if !running && any_running {
                 continue;
             }
-            let Some(&job_slot) = self.job_slots.get(&task.job().0) else {
+            let Some(&job_slot) = self.job_slots.get(task.job().0) else {
                 continue; // the job ended since
             };
             let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
@@ -1027,7 +1031,7 @@ impl Scheduler {
             self.stats.late_failures += 1;
             let why = format!("{reason} (learned after the executor was lost)");
             self.count_failure(now_us, job_slot, (id, gone.host), task, attempt, &why);
-            if self.job_slots.get(&task.job().0) != Some(&job_slot) {
+            if self.job_slots.get(task.job().0) != Some(&job_slot) {
                 continue; // that failure ended the job
             }
             // A task now over its limit with nothing running fails its job here; one that
@@ -1142,7 +1146,7 @@ impl Scheduler {
     /// side effect: a taken or too-large id, too many tasks, jobs or pending tasks, a task
     /// asking for zero cores.
     fn check_submission(&self, id: JobId, spec: &JobSpec) -> Result<(), SubmitError> {
-        if id.0 > u64::from(u32::MAX) || self.job_slots.contains_key(&id.0) {
+        if id.0 > u64::from(u32::MAX) || self.job_slots.contains_key(id.0) {
             return Err(SubmitError::DuplicateJob(id));
         }
         let n = spec.tasks.len();
@@ -1169,6 +1173,22 @@ impl Scheduler {
     /// pools plus `jobs_max` (more than active jobs can hold), an unconfigured pool with no job
     /// is reused for the new name.
     fn resolve_pool(&mut self, name: &str) -> u32 {
+        // Jobs mostly name the pool the one before named: one comparison, no hashing.
+        let last = self.last_pool;
+        if self
+            .pools
+            .get(last as usize)
+            .is_some_and(|p| *p.name == *name)
+        {
+            return last;
+        }
+        let p = self.find_or_make_pool(name);
+        self.last_pool = p;
+        p
+    }
+
+    /// [`Self::resolve_pool`] past its check of the last pool named.
+    fn find_or_make_pool(&mut self, name: &str) -> u32 {
         if let Some(&p) = self.pool_ids.get(name) {
             return p;
         }
@@ -1373,7 +1393,7 @@ impl Scheduler {
     /// Cancels a job: its running attempts are killed, its pending tasks dropped, each task and
     /// the job reported (cancelled) once. Returns false if the job is unknown or already ended.
     pub fn handle_cancel(&mut self, job: JobId, now_us: u64) -> bool {
-        let Some(&slot) = self.job_slots.get(&job.0) else {
+        let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
         };
         self.abort_job(slot, JobOutcome::Cancelled, "job cancelled");
@@ -1386,7 +1406,7 @@ impl Scheduler {
     /// [`handle_cancel`](Self::handle_cancel), but the outcome is `Failed([reason])`. Returns false if
     /// the job is unknown or already ended.
     pub fn handle_fail(&mut self, job: JobId, reason: &str, now_us: u64) -> bool {
-        let Some(&slot) = self.job_slots.get(&job.0) else {
+        let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
         };
         self.abort_job(slot, JobOutcome::Failed(vec![reason.to_owned()]), reason);
@@ -1398,7 +1418,7 @@ impl Scheduler {
     /// Kills a task for good: its running attempts are killed, it is reported failed ("killed:
     /// reason") and its job will fail. Returns false if the task is unknown or already final.
     pub fn handle_kill(&mut self, task: TaskId, reason: &str, now_us: u64) -> bool {
-        let Some(&slot) = self.job_slots.get(&task.job().0) else {
+        let Some(&slot) = self.job_slots.get(task.job().0) else {
             return false;
         };
         let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
@@ -1540,11 +1560,11 @@ impl Scheduler {
     fn hinted_job_slot(&mut self, job: u64) -> Option<u32> {
         match self.job_hint {
             (id, slot) if id == job => {
-                debug_assert_eq!(self.job_slots.get(&id), Some(&slot), "a stale job hint");
+                debug_assert_eq!(self.job_slots.get(id), Some(&slot), "a stale job hint");
                 Some(slot)
             }
             _ => {
-                let slot = *self.job_slots.get(&job)?;
+                let slot = *self.job_slots.get(job)?;
                 self.job_hint = (job, slot);
                 Some(slot)
             }
@@ -2821,7 +2841,7 @@ impl Scheduler {
         if self.job_hint.0 == job.id.0 {
             self.job_hint = (NO_JOB, 0);
         }
-        let removed = self.job_slots.remove(&job.id.0);
+        let removed = self.job_slots.remove(job.id.0);
         assert_eq!(removed, Some(job_slot), "an active job is listed by its id");
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;

@@ -17,6 +17,7 @@
 use super::job::{Job, Status};
 use super::{Attempt, ExecutorId, Scheduler, TaskId};
 use crate::hash::FxHashMap;
+use crate::ids::IdMap;
 
 impl Scheduler {
     /// Queues a copy of each straggler and marks stalled executors; returns whether it queued
@@ -165,11 +166,11 @@ impl Job {
 /// The job of `task`, if active.
 #[inline]
 fn job_of<'a>(
-    job_slots: &FxHashMap<u64, u32>,
+    job_slots: &IdMap<u32>,
     jobs: &'a mut [Option<Job>],
     task: TaskId,
 ) -> Option<&'a mut Job> {
-    let slot = *job_slots.get(&task.job().0)?;
+    let slot = *job_slots.get(task.job().0)?;
     jobs.get_mut(slot as usize)?.as_mut()
 }
 
@@ -177,11 +178,11 @@ fn job_of<'a>(
 /// running a single attempt. Returns its job's slot and whether the job was listed as runnable.
 #[inline]
 pub(super) fn queue_copy(
-    job_slots: &FxHashMap<u64, u32>,
+    job_slots: &IdMap<u32>,
     jobs: &mut [Option<Job>],
     task: TaskId,
 ) -> Option<(u32, bool)> {
-    let Some(&slot) = job_slots.get(&task.job().0) else {
+    let Some(&slot) = job_slots.get(task.job().0) else {
         unreachable!("thresholds only for active jobs");
     };
     let Some(job) = jobs.get_mut(slot as usize).and_then(Option::as_mut) else {

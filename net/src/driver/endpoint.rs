@@ -30,7 +30,7 @@ use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
 use crate::admission::Admission;
 use crate::conn::ConnError;
-use crate::job::Job;
+use crate::job::{Job, SpareStates};
 use crate::transport::notify_retrying;
 use crate::transport::server::{Admit, Sockets};
 use flint_engine::functions::Registry;
@@ -100,12 +100,12 @@ impl DriverEndpoint {
         config: &DriverConfig,
         listener: TcpListener,
         epoch: Instant,
-        (admission, submissions): (Arc<Admission>, Arc<Submissions>),
+        (admission, submissions, spare): (Arc<Admission>, Arc<Submissions>, Arc<SpareStates>),
         local: Option<(PoolHandle, Registry)>,
     ) -> DriverEndpoint {
         let inbound = super::core::inbound(config);
         DriverEndpoint {
-            handles: Handles::new(admission.clone()),
+            handles: Handles::new(admission.clone(), spare),
             counters: Arc::default(),
             published: Counts::default(),
             stats: Arc::default(),

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use flint_engine::hash::FxHashMap;
+use flint_engine::ids::IdMap;
 use flint_engine::runtime::Reply;
 use flint_engine::scheduler::{JobId, JobOutcome};
 
 use super::core::Event;
 use crate::admission::Admission;
-use crate::job::{JobShared, ResultObserver};
+use crate::job::{JobShared, ResultObserver, SpareStates};
 
 /// Callers waiting for executors at once, at most.
 const EXECUTOR_WAITERS_MAX: usize = 4096;
@@ -27,18 +27,21 @@ struct Entry {
 
 /// The callers' side (see the module docs).
 pub(crate) struct Handles {
-    jobs: FxHashMap<JobId, Entry>,
+    jobs: IdMap<Entry>,
     /// Callers waiting for a number of executors.
     waiters: Vec<(usize, Reply<()>)>,
     admission: Arc<Admission>,
+    /// Where an ended job's state goes if its handle is gone already.
+    spare: Arc<SpareStates>,
 }
 
 impl Handles {
-    pub(crate) fn new(admission: Arc<Admission>) -> Handles {
+    pub(crate) fn new(admission: Arc<Admission>, spare: Arc<SpareStates>) -> Handles {
         Handles {
-            jobs: FxHashMap::default(),
+            jobs: IdMap::new(),
             waiters: Vec::new(),
             admission,
+            spare,
         }
     }
 
@@ -61,7 +64,7 @@ impl Handles {
             observer,
             tasks,
         };
-        let before = self.jobs.insert(id, entry);
+        let before = self.jobs.insert(id.0, entry);
         assert!(before.is_none(), "job {} opened twice", id.0);
         true
     }
@@ -76,7 +79,7 @@ impl Handles {
                 Event::TaskResult { task, result } => {
                     let job = task.job();
                     if current.as_ref().is_none_or(|(id, _)| *id != job) {
-                        current = self.jobs.get_mut(&job).map(|entry| (job, entry));
+                        current = self.jobs.get_mut(job.0).map(|entry| (job, entry));
                     }
                     let Some((_, entry)) = current.as_mut() else {
                         continue;
@@ -89,9 +92,10 @@ impl Handles {
                 }
                 Event::JobOutcome { job, outcome } => {
                     current = None;
-                    if let Some(entry) = self.jobs.remove(&job) {
+                    if let Some(entry) = self.jobs.remove(job.0) {
                         self.admission.release(entry.tasks);
                         entry.shared.finish(outcome);
+                        self.spare.give(entry.shared);
                     }
                 }
             }
@@ -110,7 +114,7 @@ impl Handles {
         }
         (self.jobs.iter())
             .filter(|(_, entry)| entry.shared.is_cancelled())
-            .map(|(id, _)| *id)
+            .map(|(id, _)| JobId(id))
             .collect()
     }
 

@@ -65,7 +65,7 @@ use self::submissions::{Submission, Submissions};
 use crate::admission::Admission;
 pub use crate::admission::FUNCTION_NAME_MAX_BYTES;
 use crate::handshake::Secret;
-use crate::job::{Canceller, Job, JobHandle, JobShared};
+use crate::job::{DriverSide, Job, JobHandle, JobShared, SpareStates};
 use crate::observe::{DriverView, LoopTelemetry};
 use crate::wire::{batch, FRAME_SIZE_MAX_DEFAULT};
 use flint_engine::functions::Registry;
@@ -231,20 +231,26 @@ pub struct Driver {
     stats: Arc<PublishedStats>,
     /// The endpoint's clock origin.
     epoch: Instant,
-    /// Where every handle's cancel goes.
-    canceller: Arc<dyn Canceller>,
+    /// Where every handle's cancel and dropped state go.
+    side: Arc<DriverHandles>,
     /// Jobs on their way to the loop.
     submissions: Arc<Submissions>,
 }
 
-/// A handle's cancel, told to the loop: a message, or (its inbox full) a flag the loop looks
-/// at after its next round.
-struct DriverCanceller {
+/// The driver's side of its handles: a cancel is told to the loop (a message, or, its inbox
+/// full, a flag the loop looks at after its next round); a dropped handle's state goes to the
+/// spare states new jobs take theirs from.
+struct DriverHandles {
     endpoint: EndpointRef<DriverEndpoint>,
     admission: Arc<Admission>,
+    spare: Arc<SpareStates>,
 }
 
-impl Canceller for DriverCanceller {
+impl DriverSide for DriverHandles {
+    fn give_back(&self, shared: Arc<JobShared>) {
+        self.spare.give(shared);
+    }
+
     fn cancel(&self, id: JobId) {
         if self.endpoint.send(DriverMsg::Cancel(id)).is_err() {
             self.admission
@@ -452,12 +458,13 @@ impl Driver {
         let core = DriverCore::new(config.clone(), telemetry, seed);
         let local = pool.as_ref().map(|pool| (pool.handle(), registry));
         let submissions = Arc::new(Submissions::new(submissions::QUEUED_MAX));
+        let spare = Arc::new(SpareStates::default());
         let endpoint = DriverEndpoint::new(
             core,
             &config,
             listener,
             epoch,
-            (admission.clone(), submissions.clone()),
+            (admission.clone(), submissions.clone(), spare.clone()),
             local,
         );
         let (counters, stats) = endpoint.published();
@@ -465,9 +472,10 @@ impl Driver {
             .handle()
             .spawn("driver", endpoint)
             .map_err(|e| DriverError::Start(format!("driver endpoint: {e}")))?;
-        let canceller = Arc::new(DriverCanceller {
+        let side = Arc::new(DriverHandles {
             endpoint: endpoint.clone(),
             admission: admission.clone(),
+            spare,
         });
         Ok(Driver {
             runtime: Some(runtime),
@@ -478,7 +486,7 @@ impl Driver {
             admission,
             stats,
             epoch,
-            canceller,
+            side,
             submissions,
         })
     }
@@ -569,7 +577,7 @@ impl Driver {
             }
         };
         let tasks = job.payloads.len();
-        let shared = Arc::new(JobShared::new(job.stream));
+        let shared = self.side.spare.take(job.stream);
         let submission = Submission {
             id,
             job,
@@ -600,8 +608,8 @@ impl Driver {
         Ok(JobHandle {
             id: id.0,
             tasks: tasks as u64,
-            shared,
-            canceller: self.canceller.clone(),
+            shared: std::mem::ManuallyDrop::new(shared),
+            driver: self.side.clone(),
             detached: false,
         })
     }

@@ -32,6 +32,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flint_engine::hash::FxHashMap;
+use flint_engine::ids::IdMap;
 use flint_engine::scheduler::{
     Attempt, ExecutorId, JobId, JobInfo, JobOutcome, LocalityLevel, Stats, TaskId, TaskLaunch,
 };
@@ -404,7 +405,7 @@ pub enum PeerRefusal {
 pub struct LoopTelemetry {
     /// The origin of the loop's clock (its `now_us` counts from there) in Unix milliseconds.
     epoch_unix_ms: u64,
-    jobs: FxHashMap<JobId, JobTrack>,
+    jobs: IdMap<JobTrack>,
     /// Tasks of one job done since its record was last counted up: results come in runs of
     /// one job, so a task's result costs no lookup ([`LoopTelemetry::task_done`]).
     done_pending: (JobId, u64),
@@ -434,7 +435,7 @@ impl LoopTelemetry {
     pub fn new(epoch: Instant) -> LoopTelemetry {
         LoopTelemetry {
             epoch_unix_ms: unix_ms().saturating_sub(epoch.elapsed().as_millis() as u64),
-            jobs: FxHashMap::default(),
+            jobs: IdMap::new(),
             done_pending: (JobId(u64::MAX), 0),
             recent_jobs: VecDeque::new(),
             default_pool: std::sync::Arc::from("default"),
@@ -467,7 +468,7 @@ impl LoopTelemetry {
         tracing::info!(parent: &span, "job submitted");
         self.jobs_submitted += 1;
         self.jobs.insert(
-            job,
+            job.0,
             JobTrack {
                 span,
                 function: function.clone(),
@@ -502,7 +503,7 @@ impl LoopTelemetry {
     fn count_done(&mut self) {
         let job = self.done_pending.0;
         let done = std::mem::take(&mut self.done_pending.1);
-        if let Some(track) = self.jobs.get_mut(&job) {
+        if let Some(track) = self.jobs.get_mut(job.0) {
             track.tasks_done += done;
         }
     }
@@ -519,7 +520,7 @@ impl LoopTelemetry {
     /// A job ended: logged in its span, moved to the recent jobs.
     pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd) {
         self.count_done();
-        let Some(mut track) = self.jobs.remove(&job) else {
+        let Some(mut track) = self.jobs.remove(job.0) else {
             return;
         };
         let (state, slot) = match outcome {
@@ -574,7 +575,7 @@ impl LoopTelemetry {
     fn track_launch(&mut self, now: u64, launch: &TaskLaunch, executor: ExecutorId, lane: u32) {
         let (task, attempt) = (launch.task, launch.attempt);
         let is_sampled = sampled(task);
-        if let Some(track) = self.jobs.get_mut(&task.job()) {
+        if let Some(track) = self.jobs.get_mut(task.job().0) {
             track.copies += u64::from(launch.speculative);
             if attempt == 0 && is_sampled {
                 let queued = now.saturating_sub(track.submitted_us);
@@ -697,7 +698,7 @@ impl LoopTelemetry {
         self.round_trip.observe(trip);
         self.trips.observe(trip);
         if state == TaskState::Finished {
-            if let Some(track) = self.jobs.get_mut(&task.job()) {
+            if let Some(track) = self.jobs.get_mut(task.job().0) {
                 track.durations.offer(trip, task.0);
             }
         }
@@ -751,7 +752,7 @@ impl LoopTelemetry {
         } else {
             reason
         };
-        if let Some(track) = self.jobs.get_mut(&task.job()) {
+        if let Some(track) = self.jobs.get_mut(task.job().0) {
             track.attempts_failed += 1;
             tracing::info!(parent: &track.span, task = task.index(), attempt,
                 %executor_id, reason = %reason, "task attempt failed");
@@ -829,7 +830,7 @@ impl LoopTelemetry {
 
     /// The newest [`ACTIVE_JOBS_SHOWN_MAX`] active jobs, newest first, and how many more run.
     fn active_jobs(&self, now_us: u64) -> (Vec<JobView>, u64) {
-        let mut ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        let mut ids: Vec<JobId> = self.jobs.keys().map(JobId).collect();
         let shown = ids.len().min(ACTIVE_JOBS_SHOWN_MAX);
         if ids.len() > shown {
             ids.select_nth_unstable_by_key(shown, |id| std::cmp::Reverse(id.0));
@@ -839,7 +840,7 @@ impl LoopTelemetry {
         let views = ids
             .iter()
             .filter_map(|id| {
-                let track = self.jobs.get(id)?;
+                let track = self.jobs.get(id.0)?;
                 let mut view = track.view(*id, "RUNNING", self.epoch_unix_ms, now_us);
                 view.tasks_done += self.done_pending(*id);
                 Some(view)

@@ -19,20 +19,25 @@ use crate::driver::handles::Handles;
 use crate::driver::DriverConfig;
 use crate::executor::core::{Action, ExecutorCore};
 use crate::executor::{ExecutorConfig, ExecutorError};
-use crate::job::{Canceller, Job, JobHandle, JobShared};
+use crate::job::{DriverSide, Job, JobHandle, JobShared, SpareStates};
 use crate::observe::LoopTelemetry;
 use crate::sim::ledger::Ledger;
 use crate::sim::network::{ConnId, Delivery, End, Network};
 use crate::sim::runner::FakeRunner;
 use crate::wire::{FrameDecoder, TaskState};
 
-/// The cancels handles posted, for the next pump (the real loop takes them off its inbox).
+/// The cancels handles posted, for the next pump (the real loop takes them off its inbox), and
+/// the job states they let go of, kept for new jobs as the real driver keeps them.
 #[derive(Default)]
-pub(crate) struct Cancels(Mutex<Vec<JobId>>);
+pub(crate) struct Cancels(Mutex<Vec<JobId>>, Arc<SpareStates>);
 
-impl Canceller for Cancels {
+impl DriverSide for Cancels {
     fn cancel(&self, id: JobId) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+    }
+
+    fn give_back(&self, shared: Arc<JobShared>) {
+        self.1.give(shared);
     }
 }
 
@@ -99,14 +104,15 @@ impl DriverNode {
             config.scheduler.jobs_max,
         ));
         let telemetry = Box::new(LoopTelemetry::new(Instant::now()));
+        let cancels = Arc::new(Cancels::default());
         DriverNode {
             frame_size_max: config.frame_size_max,
             heartbeat_timeout_us: us(config.heartbeat_timeout),
             outbound_max: config.outbound_max,
             core: DriverCore::new(config, telemetry, [7; 32]),
-            handles: Handles::new(admission.clone()),
+            handles: Handles::new(admission.clone(), cancels.1.clone()),
             admission,
-            cancels: Arc::new(Cancels::default()),
+            cancels,
             conns: BTreeMap::new(),
             wakeups: 0,
             frames: 0,
@@ -134,7 +140,7 @@ impl DriverNode {
     pub fn submit(&mut self, mut job: Job, now_us: u64) -> Result<JobHandle, String> {
         let id = self.admission.admit(&job).map_err(|e| e.to_string())?;
         let tasks = job.payloads.len() as u64;
-        let shared = Arc::new(JobShared::new(job.stream));
+        let shared = self.cancels.1.take(job.stream);
         let observer = job.observer.take();
         if (self.handles).open(id, shared.clone(), observer, tasks as usize) {
             self.core.submit(id, job, now_us);
@@ -143,8 +149,8 @@ impl DriverNode {
         Ok(JobHandle {
             id: id.0,
             tasks,
-            shared,
-            canceller: self.cancels.clone(),
+            shared: std::mem::ManuallyDrop::new(shared),
+            driver: self.cancels.clone(),
             detached: false,
         })
     }

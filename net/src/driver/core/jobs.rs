@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use bytes::Bytes;
-use flint_engine::hash::FxHashSet;
+use flint_engine::ids::IdMap;
 use flint_engine::scheduler::{JobId, JobOutcome, TaskId};
 
 /// What the core tells the callers' side: the endpoint delivers each to the job's handle and
@@ -33,7 +33,7 @@ pub enum Event {
 /// The active jobs, their deadlines and the events owed (see the module docs).
 #[derive(Default)]
 pub(super) struct Jobs {
-    active: FxHashSet<JobId>,
+    active: IdMap<()>,
     /// Jobs' deadlines, earliest first (entries of ended jobs are dropped lazily).
     deadlines: BinaryHeap<Reverse<(u64, JobId)>>,
     events: VecDeque<Event>,
@@ -42,7 +42,8 @@ pub(super) struct Jobs {
 impl Jobs {
     /// Job `id` starts, failing at `deadline_us` if it has one.
     pub(super) fn start(&mut self, id: JobId, deadline_us: Option<u64>) {
-        assert!(self.active.insert(id), "job {} started twice", id.0);
+        let before = self.active.insert(id.0, ());
+        assert!(before.is_none(), "job {} started twice", id.0);
         if let Some(at_us) = deadline_us {
             self.deadlines.push(Reverse((at_us, id)));
         }
@@ -51,7 +52,7 @@ impl Jobs {
     /// A task's result, owed to the callers' side.
     pub(super) fn result(&mut self, task: TaskId, result: Result<Bytes, String>) {
         debug_assert!(
-            self.active.contains(&task.job()),
+            self.active.contains_key(task.job().0),
             "a result of an ended job"
         );
         self.events.push_back(Event::TaskResult { task, result });
@@ -59,7 +60,7 @@ impl Jobs {
 
     /// Job `id` ended (active or never started: refused before the scheduler took it).
     pub(super) fn end(&mut self, job: JobId, outcome: JobOutcome) {
-        self.active.remove(&job);
+        self.active.remove(job.0);
         self.events.push_back(Event::JobOutcome { job, outcome });
     }
 
@@ -74,14 +75,16 @@ impl Jobs {
     /// Every active job, removed (the driver stops).
     pub(super) fn drain(&mut self) -> Vec<JobId> {
         self.deadlines.clear();
-        self.active.drain().collect()
+        (self.active.drain().into_iter())
+            .map(|(id, ())| JobId(id))
+            .collect()
     }
 
     /// The earliest deadline of an active job.
     pub(super) fn next_deadline(&mut self) -> Option<u64> {
         // Deadlines of jobs that ended are no reason to wake.
         while let Some(Reverse((_, id))) = self.deadlines.peek() {
-            if self.active.contains(id) {
+            if self.active.contains_key(id.0) {
                 break;
             }
             self.deadlines.pop();
