@@ -200,7 +200,18 @@ struct Functions {
 
 impl Functions {
     /// The index of `name`'s entry, resolved in `registry` if new.
+    #[inline]
     fn find(&mut self, registry: &Registry, name: &Arc<str>) -> Result<usize, TaskError> {
+        // Launches mostly share the name of the one before (the same job's, or jobs of one
+        // function naming it with one `Arc`): a pointer comparison, inline, for those.
+        if (self.entries.get(self.last)).is_some_and(|f| Arc::ptr_eq(&f.name, name)) {
+            return Ok(self.last);
+        }
+        self.find_by_name(registry, name)
+    }
+
+    /// [`Functions::find`] past its check of the last entry's name by pointer.
+    fn find_by_name(&mut self, registry: &Registry, name: &Arc<str>) -> Result<usize, TaskError> {
         let same = |f: &Function| Arc::ptr_eq(&f.name, name) || *f.name == **name;
         if self.entries.get(self.last).is_some_and(same) {
             return Ok(self.last);
