@@ -220,6 +220,21 @@ impl<V> IdMap<V> {
         (self.slots.iter_mut().flatten()).chain(self.older.values_mut())
     }
 
+    /// Keeps only the entries `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64, &mut V) -> bool) {
+        for offset in 0..self.len {
+            let at = self.at(offset);
+            let id = self.base + offset as u64;
+            if self.slots[at].as_mut().is_some_and(|v| !keep(id, v)) {
+                self.slots[at] = None;
+                self.in_window -= 1;
+            }
+        }
+        self.trim();
+        self.older.retain(|&id, v| keep(id, v));
+        self.check();
+    }
+
     /// Removes every entry and returns them with their ids (the map keeps its memory).
     pub fn drain(&mut self) -> Vec<(u64, V)> {
         let mut all = Vec::with_capacity(self.len());
@@ -340,6 +355,11 @@ mod tests {
                     1 => top + next() % (2 * WINDOW_MAX as u64),
                     _ => top.saturating_sub(next() % 300),
                 };
+                if r % 997 == 0 {
+                    let odd = |id: u64| id % 2 == 1;
+                    map.retain(|id, _| odd(id));
+                    model.retain(|id, _| odd(*id));
+                }
                 match (r >> 8) % 4 {
                     0 | 1 => {
                         top = top.max(id + 1);

@@ -16,7 +16,6 @@ use super::inbox::Inbox;
 use super::timer::{TimerId, Timers};
 use super::{IdMap, RuntimeConfig, RuntimeShared};
 use crate::clock;
-use crate::hash::FxHashMap;
 use crate::spin::AdaptiveSpin;
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -175,7 +174,7 @@ pub(crate) struct LoopInner {
     pub(crate) poll: Poll,
     pub(crate) timers: Timers,
     /// Which endpoint registered each token (looked up per readiness event).
-    tokens: FxHashMap<usize, u64>,
+    tokens: IdMap<u64>,
     next_token: usize,
 }
 
@@ -192,7 +191,7 @@ impl LoopInner {
         if self.next_token == WAKER_TOKEN.0 {
             self.next_token = 0;
         }
-        self.tokens.insert(token.0, endpoint);
+        self.tokens.insert(token.0 as u64, endpoint);
         Ok(token)
     }
 
@@ -202,11 +201,11 @@ impl LoopInner {
         source: &mut S,
         token: Token,
     ) -> Result<(), LoopCtxError> {
-        if self.tokens.get(&token.0) != Some(&endpoint) {
+        if self.tokens.get(token.0 as u64) != Some(&endpoint) {
             return Err(LoopCtxError::NotOwner(token));
         }
         self.poll.registry().deregister(source)?;
-        self.tokens.remove(&token.0);
+        self.tokens.remove(token.0 as u64);
         Ok(())
     }
 
@@ -342,10 +341,10 @@ impl EventLoop {
             inner: LoopInner {
                 poll,
                 timers: Timers::new(config.timers_max),
-                tokens: FxHashMap::default(),
+                tokens: IdMap::new(),
                 next_token: 0,
             },
-            endpoints: IdMap::default(),
+            endpoints: IdMap::new(),
             touched: Vec::new(),
             shared,
             batch_max: config.batch_max.max(1),
@@ -442,10 +441,10 @@ impl EventLoop {
             if token == WAKER_TOKEN {
                 continue;
             }
-            let Some(&id) = self.inner.tokens.get(&token.0) else {
+            let Some(&id) = self.inner.tokens.get(token.0 as u64) else {
                 continue;
             };
-            if let Some(ep) = self.endpoints.get_mut(&id) {
+            if let Some(ep) = self.endpoints.get_mut(id) {
                 let outcome = ep.readiness(token, event, &mut self.inner);
                 self.apply(id, outcome);
             }
@@ -461,13 +460,13 @@ impl EventLoop {
                 self.apply(id, outcome);
             }
             Envelope::Deliver { id, msg } => {
-                if let Some(ep) = self.endpoints.get_mut(&id) {
+                if let Some(ep) = self.endpoints.get_mut(id) {
                     let outcome = ep.message(msg, &mut self.inner);
                     self.apply(id, outcome);
                 }
             }
             Envelope::Notify { id, what } => {
-                if let Some(ep) = self.endpoints.get_mut(&id) {
+                if let Some(ep) = self.endpoints.get_mut(id) {
                     let outcome = ep.notice(what, &mut self.inner);
                     self.apply(id, outcome);
                 }
@@ -480,7 +479,7 @@ impl EventLoop {
     fn fire_timers(&mut self, now_ns: u64) {
         // Bounded: at most as many as are due now (periodic ones re-arm in the future).
         while let Some((id, timer)) = self.inner.timers.pop_due(now_ns) {
-            if let Some(ep) = self.endpoints.get_mut(&id) {
+            if let Some(ep) = self.endpoints.get_mut(id) {
                 let outcome = ep.timer(timer, &mut self.inner);
                 self.apply(id, outcome);
             }
@@ -490,7 +489,7 @@ impl EventLoop {
     /// Runs `on_batch_end` of each endpoint whose handlers ran since the last call (once each).
     fn end_batch(&mut self) {
         while let Some(id) = self.touched.pop() {
-            if let Some(ep) = self.endpoints.get_mut(&id) {
+            if let Some(ep) = self.endpoints.get_mut(id) {
                 let outcome = ep.batch_end(&mut self.inner);
                 if !matches!(outcome, Outcome::Continue) {
                     self.apply(id, outcome);
@@ -510,7 +509,7 @@ impl EventLoop {
             Outcome::Stop => true,
             Outcome::Panicked => false,
         };
-        let Some(mut ep) = self.endpoints.remove(&id) else {
+        let Some(mut ep) = self.endpoints.remove(id) else {
             return;
         };
         if run_on_stop {
@@ -534,10 +533,10 @@ impl EventLoop {
     }
 
     fn stop_all(&mut self) {
-        let mut ids: Vec<u64> = self.endpoints.keys().copied().collect();
+        let mut ids: Vec<u64> = self.endpoints.keys().collect();
         ids.sort_unstable();
         for id in ids {
-            if let Some(mut ep) = self.endpoints.remove(&id) {
+            if let Some(mut ep) = self.endpoints.remove(id) {
                 ep.stop(&mut self.inner);
                 self.forget(id, ep);
             }

@@ -55,8 +55,8 @@ use std::time::{Duration, Instant};
 use crate::affinity::Pinning;
 use event_loop::LoopShared;
 
-/// Tables keyed by the runtime's own ids.
-pub(crate) type IdMap<V> = crate::hash::FxHashMap<u64, V>;
+/// Tables keyed by the runtime's own ids (handed out in increasing order).
+pub(crate) use crate::ids::IdMap;
 
 /// The instant `timeout` from now, saturating: a timeout too large to add (`Duration::MAX` from
 /// a careless caller) is a deadline a century away rather than a panic.

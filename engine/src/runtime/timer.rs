@@ -7,7 +7,7 @@
 //! compares plain integers, without `Instant`'s `timespec` arithmetic).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use super::IdMap;
@@ -49,7 +49,7 @@ impl Timers {
     pub(crate) fn new(timers_max: usize) -> Self {
         Self {
             heap: BinaryHeap::new(),
-            live: HashMap::default(),
+            live: IdMap::new(),
             next_id: 1,
             timers_max,
         }
@@ -88,9 +88,9 @@ impl Timers {
     /// Cancels a timer owned by `endpoint`; false if it was not live (fired, cancelled, or
     /// someone else's).
     pub(crate) fn cancel(&mut self, endpoint: u64, id: TimerId) -> bool {
-        match self.live.get(&id.0) {
+        match self.live.get(id.0) {
             Some(e) if e.endpoint == endpoint => {
-                self.live.remove(&id.0);
+                self.live.remove(id.0);
                 self.compact();
                 true
             }
@@ -108,14 +108,14 @@ impl Timers {
             self.heap = self
                 .live
                 .iter()
-                .map(|(id, e)| Reverse((e.deadline_ns, *id)))
+                .map(|(id, e)| Reverse((e.deadline_ns, id)))
                 .collect();
         }
     }
 
     fn skip_stale(&mut self) {
         while let Some(Reverse((deadline_ns, id))) = self.heap.peek() {
-            match self.live.get(id) {
+            match self.live.get(*id) {
                 Some(e) if e.deadline_ns == *deadline_ns => return,
                 _ => {
                     self.heap.pop();
@@ -138,7 +138,7 @@ impl Timers {
             return None;
         }
         self.heap.pop();
-        let entry = self.live.get_mut(&id)?;
+        let entry = self.live.get_mut(id)?;
         let endpoint = entry.endpoint;
         match entry.period_ns {
             Some(period_ns) => {
@@ -151,7 +151,7 @@ impl Timers {
                 self.heap.push(Reverse((next, id)));
             }
             None => {
-                self.live.remove(&id);
+                self.live.remove(id);
             }
         }
         Some((endpoint, TimerId(id)))

@@ -28,7 +28,8 @@
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use flint_engine::hash::{FxHashMap, FxHashSet};
+use flint_engine::hash::FxHashSet;
+use flint_engine::ids::IdMap;
 use flint_engine::runtime::{Ctx, Endpoint};
 use mio::event::Event;
 use mio::net::TcpListener;
@@ -77,7 +78,7 @@ pub struct Sockets {
     listener: TcpListener,
     listener_token: Option<Token>,
     inbound: Inbound,
-    conns: FxHashMap<Token, Socket>,
+    conns: IdMap<Socket>,
     /// Connections to flush after this event.
     dirty: Vec<Token>,
     stuck_timeout_us: Option<u64>,
@@ -110,7 +111,7 @@ impl Sockets {
             listener,
             listener_token: None,
             inbound,
-            conns: FxHashMap::default(),
+            conns: IdMap::new(),
             dirty: Vec::new(),
             stuck_timeout_us: stuck_timeout.map(us),
             stuck: FxHashSet::default(),
@@ -142,7 +143,7 @@ impl Sockets {
 
     /// Whether `token` is one of its connections.
     pub fn contains(&self, token: Token) -> bool {
-        self.conns.contains_key(&token)
+        self.conns.contains_key(token.0 as u64)
     }
 
     /// Accepts until the listener would block. `admit` is asked first for each newcomer (a
@@ -174,7 +175,7 @@ impl Sockets {
                 conn,
                 write_stuck_since_us: None,
             };
-            self.conns.insert(token, socket);
+            self.conns.insert(token.0 as u64, socket);
             match admit.connected(token, nonce, now_us) {
                 Ok(()) => self.dirty.push(token),
                 Err(error) => {
@@ -192,7 +193,7 @@ impl Sockets {
         token: Token,
         mut on_frame: impl FnMut(Frame) -> Result<(), ConnError>,
     ) -> Result<(), ConnError> {
-        let Some(socket) = self.conns.get_mut(&token) else {
+        let Some(socket) = self.conns.get_mut(token.0 as u64) else {
             return Ok(());
         };
         self.dirty.push(token);
@@ -203,7 +204,7 @@ impl Sockets {
     /// Returns a spare buffer to hand back to whoever encoded the frames (its bytes are no
     /// longer needed): the connection's emptied one, or `frames` once copied.
     pub fn append(&mut self, token: Token, mut frames: BytesMut) -> BytesMut {
-        let Some(socket) = self.conns.get_mut(&token) else {
+        let Some(socket) = self.conns.get_mut(token.0 as u64) else {
             return frames;
         };
         let outbound = socket.conn.outbound();
@@ -219,7 +220,7 @@ impl Sockets {
 
     /// Marks a connection to flush (it became writable).
     pub fn touch(&mut self, token: Token) {
-        if self.conns.contains_key(&token) {
+        if self.conns.contains_key(token.0 as u64) {
             self.dirty.push(token);
         }
     }
@@ -227,7 +228,7 @@ impl Sockets {
     /// Writes what a connection has queued, best effort, and drops it.
     pub fn close(&mut self, token: Token) {
         self.stuck.remove(&token);
-        if let Some(mut socket) = self.conns.remove(&token) {
+        if let Some(mut socket) = self.conns.remove(token.0 as u64) {
             let _ = socket.conn.flush();
             self.closed.push((token, socket.conn));
         }
@@ -245,7 +246,7 @@ impl Sockets {
         dirty.dedup();
         let mut failed = Vec::new();
         for &token in &dirty {
-            let Some(socket) = self.conns.get_mut(&token) else {
+            let Some(socket) = self.conns.get_mut(token.0 as u64) else {
                 continue;
             };
             let before = socket.conn.outbound_len();
@@ -275,6 +276,9 @@ impl Sockets {
 
     /// Drops the watched connections stuck past the timeout: the ones dropped, and why.
     pub fn expire_stuck(&mut self, now_us: u64) -> Vec<(Token, ConnError)> {
+        if self.stuck.is_empty() {
+            return Vec::new();
+        }
         let expired: Vec<Token> = (self.stuck.iter())
             .filter(|token| self.stuck_deadline(**token).is_some_and(|t| t <= now_us))
             .copied()
@@ -282,9 +286,12 @@ impl Sockets {
         let timeout_ms = self.stuck_timeout_us.unwrap_or(0) / 1000;
         let mut dropped = Vec::new();
         for token in expired {
-            let queued = self.conns.get(&token).map_or(0, |s| s.conn.outbound_len());
+            let queued = self
+                .conns
+                .get(token.0 as u64)
+                .map_or(0, |s| s.conn.outbound_len());
             self.stuck.remove(&token);
-            if let Some(socket) = self.conns.remove(&token) {
+            if let Some(socket) = self.conns.remove(token.0 as u64) {
                 self.closed.push((token, socket.conn));
             }
             let why = ConnError::Protocol(format!(
@@ -297,6 +304,11 @@ impl Sockets {
 
     /// When the next stuck connection counts as not reading.
     pub fn stuck_deadline_us(&self) -> Option<u64> {
+        // Asked every loop round; a set that held some once keeps its buckets, and iterating
+        // walks them all.
+        if self.stuck.is_empty() {
+            return None;
+        }
         (self.stuck.iter())
             .filter_map(|token| self.stuck_deadline(*token))
             .min()
@@ -311,7 +323,7 @@ impl Sockets {
 
     /// When a stuck connection counts as not reading (strictly after the timeout).
     fn stuck_deadline(&self, token: Token) -> Option<u64> {
-        let since = self.conns.get(&token)?.write_stuck_since_us?;
+        let since = self.conns.get(token.0 as u64)?.write_stuck_since_us?;
         let timeout_us = self.stuck_timeout_us?;
         Some(since.saturating_add(timeout_us).saturating_add(1))
     }
