@@ -26,7 +26,8 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use flint_engine::hash::FxHashMap;
+use flint_engine::ids::IdMap;
+use mio::Token;
 
 use crate::conn::{ConnError, Inbound, TABLE_FULL};
 use crate::handshake::Handshake;
@@ -113,6 +114,7 @@ struct Peer<S> {
 
 impl<S> Peer<S> {
     /// Its frames to send, sealed when the connection is.
+    #[inline]
     fn take_out(&mut self) -> BytesMut {
         let mut out = std::mem::take(&mut self.out);
         let plain_len = std::mem::take(&mut self.plain_len).min(out.len());
@@ -124,14 +126,42 @@ impl<S> Peer<S> {
     }
 }
 
+/// Queues `peer` (its record `found`) on `transmit` for polling, unless it is queued already.
+#[inline]
+fn queue_once<K, S>(transmit: &mut VecDeque<K>, peer: K, found: &mut Peer<S>) {
+    if !found.queued {
+        found.queued = true;
+        transmit.push_back(peer);
+    }
+}
+
 /// The largest buffer [`Peers::recycle`] keeps for a peer's next frames (bytes).
 pub const SPARE_OUT_MAX: usize = 64 * 1024;
+
+/// A peer table's key: a connection number the IO layer hands out, in increasing order as a
+/// rule (so the table is an [`IdMap`]), and never reuses while the table knows the peer.
+pub trait PeerKey: Copy + Eq + Hash + Ord + std::fmt::Debug {
+    /// The number.
+    fn number(self) -> u64;
+    /// The key of number `n`.
+    fn from_number(n: u64) -> Self;
+}
+
+impl PeerKey for Token {
+    fn number(self) -> u64 {
+        self.0 as u64
+    }
+    fn from_number(n: u64) -> Self {
+        Token(n as usize)
+    }
+}
 
 /// A peer table keyed by `K`; `S` is the role's state for each open peer.
 pub struct Peers<K, S> {
     config: PeersConfig,
-    /// By key (the IO layer's connection numbers, never a peer's bytes: a fast hash is safe).
-    peers: FxHashMap<K, Peer<S>>,
+    /// By key (the IO layer's connection numbers, handed out in increasing order, never a
+    /// peer's bytes).
+    peers: IdMap<Peer<S>>,
     /// Peers with frames to poll, in the order they got them.
     transmit: VecDeque<K>,
     /// Closed peers' last frames (a refusal, say), polled before anything else.
@@ -151,12 +181,12 @@ impl<K, S> std::fmt::Debug for Peers<K, S> {
     }
 }
 
-impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
+impl<K: PeerKey, S> Peers<K, S> {
     /// An empty table.
     pub fn new(config: PeersConfig) -> Self {
         Peers {
             config,
-            peers: FxHashMap::default(),
+            peers: IdMap::new(),
             transmit: VecDeque::new(),
             farewells: VecDeque::new(),
             closes: VecDeque::new(),
@@ -177,7 +207,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// Whether it holds `peer` (in the handshake or past it).
     pub fn contains(&self, peer: K) -> bool {
-        self.peers.contains_key(&peer)
+        self.peers.contains_key(peer.number())
     }
 
     /// The open peers' states, in no order.
@@ -196,7 +226,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// The peers held, in no order.
     pub fn keys(&self) -> impl Iterator<Item = K> + '_ {
-        self.peers.keys().copied()
+        self.peers.keys().map(K::from_number)
     }
 
     /// A connection arrived; `nonce` is fresh for it, our `Hello` is queued at once. A full
@@ -238,7 +268,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             seal: None,
             plain_len: 0,
         };
-        self.peers.insert(peer, state);
+        self.peers.insert(peer.number(), state);
         self.queue(peer);
         self.watch(expiry(now_us, self.config.limits.handshake_timeout));
         self.check();
@@ -258,7 +288,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// A frame from a peer: a step of its handshake, or the role's (see [`Arrival`]).
     pub fn handle_frame(&mut self, peer: K, frame: &Frame, now_us: u64) -> Arrival {
-        let Some(state) = self.peers.get_mut(&peer) else {
+        let Some(state) = self.peers.get_mut(peer.number()) else {
             self.closes
                 .push_back((peer, ConnError::Protocol("unknown peer".into())));
             return Arrival::Unknown;
@@ -288,7 +318,11 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// (see [`crate::seal`]), else as it came. `None`: its seal is wrong (injected, changed,
     /// replayed, or a frame not sealed), and the peer is closed (in [`Peers::poll_gone`]).
     pub fn unseal(&mut self, peer: K, frame: &Frame) -> Option<Frame> {
-        let opened = match self.peers.get_mut(&peer).and_then(|p| p.seal.as_mut()) {
+        let opened = match self
+            .peers
+            .get_mut(peer.number())
+            .and_then(|p| p.seal.as_mut())
+        {
             None => return Some(frame.clone()),
             Some(seal) => seal.open(frame),
         };
@@ -312,7 +346,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
                 self.evict_oldest(client, "clients_max");
             }
         }
-        if let Some(found) = self.peers.get_mut(&peer) {
+        if let Some(found) = self.peers.get_mut(peer.number()) {
             found.phase = Phase::Open(state);
         }
         self.set_standing(peer, standing);
@@ -328,7 +362,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// How a peer counts from now on; its deadline runs from its last word.
     pub fn set_standing(&mut self, peer: K, standing: Standing) {
-        let Some(found) = self.peers.get_mut(&peer) else {
+        let Some(found) = self.peers.get_mut(peer.number()) else {
             return;
         };
         found.standing = standing;
@@ -347,12 +381,12 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// How a peer counts now.
     pub fn standing(&self, peer: K) -> Option<Standing> {
-        Some(self.peers.get(&peer)?.standing)
+        Some(self.peers.get(peer.number())?.standing)
     }
 
     /// An open peer's state.
     pub fn state(&self, peer: K) -> Option<&S> {
-        match &self.peers.get(&peer)?.phase {
+        match &self.peers.get(peer.number())?.phase {
             Phase::Open(state) => Some(state),
             Phase::Handshake(_) => None,
         }
@@ -361,8 +395,8 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// An open peer's state and its outbound buffer, to append frames to (it is queued for
     /// [`Peers::poll_transmit`]).
     pub fn open_mut(&mut self, peer: K) -> Option<(&mut S, &mut BytesMut)> {
-        self.queue_once(peer);
-        let found = self.peers.get_mut(&peer)?;
+        let found = self.peers.get_mut(peer.number())?;
+        queue_once(&mut self.transmit, peer, found);
         match &mut found.phase {
             Phase::Open(state) => Some((state, &mut found.out)),
             Phase::Handshake(_) => None,
@@ -372,8 +406,9 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// A peer's outbound buffer, to append frames to (it is queued for
     /// [`Peers::poll_transmit`]); `None` once it is closed.
     pub fn outbound(&mut self, peer: K) -> Option<&mut BytesMut> {
-        self.queue_once(peer);
-        Some(&mut self.peers.get_mut(&peer)?.out)
+        let found = self.peers.get_mut(peer.number())?;
+        queue_once(&mut self.transmit, peer, found);
+        Some(&mut found.out)
     }
 
     /// Encodes a message for a peer.
@@ -387,7 +422,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// Closes a peer: its last frames go out, then the IO layer drops it
     /// ([`Peers::poll_close`]). The state of an open peer is handed back.
     pub fn close(&mut self, peer: K, why: ConnError) -> Option<S> {
-        let mut state = self.peers.remove(&peer)?;
+        let mut state = self.peers.remove(peer.number())?;
         let out = state.take_out();
         if !out.is_empty() {
             self.farewells.push_back((peer, out));
@@ -402,7 +437,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// The IO layer lost a peer: it is forgotten, nothing more goes to it. The state of an
     /// open peer is handed back.
     pub fn remove(&mut self, peer: K) -> Option<S> {
-        match self.peers.remove(&peer)?.phase {
+        match self.peers.remove(peer.number())?.phase {
             Phase::Open(state) => Some(state),
             Phase::Handshake(_) => None,
         }
@@ -416,7 +451,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         let limits = &self.config.limits;
         let mut expired = Vec::new();
         let mut next: Option<u64> = None;
-        for (key, peer) in &self.peers {
+        for (key, peer) in self.peers.iter() {
             // A peer in the handshake is registering.
             let (since_us, timeout, what) = match peer.standing {
                 Standing::Registering => (
@@ -436,7 +471,8 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             };
             let at_us = expiry(since_us, timeout);
             if at_us <= now_us {
-                expired.push((*key, format!("{what} {} ms", timeout.as_millis())));
+                let key = K::from_number(key);
+                expired.push((key, format!("{what} {} ms", timeout.as_millis())));
             } else {
                 next = Some(next.map_or(at_us, |t| t.min(at_us)));
             }
@@ -463,7 +499,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     /// instead of a new one that grows frame by frame. Optional; a buffer over
     /// [`SPARE_OUT_MAX`] bytes, or one for a peer that has frames again, is dropped.
     pub fn recycle(&mut self, peer: K, mut spare: BytesMut) {
-        let Some(p) = self.peers.get_mut(&peer) else {
+        let Some(p) = self.peers.get_mut(peer.number()) else {
             return;
         };
         if p.out.is_empty()
@@ -481,7 +517,7 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
             return Some(farewell);
         }
         while let Some(peer) = self.transmit.pop_front() {
-            let Some(state) = self.peers.get_mut(&peer) else {
+            let Some(state) = self.peers.get_mut(peer.number()) else {
                 continue;
             };
             state.queued = false;
@@ -528,9 +564,9 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
         // The queue may still name peers that left (dropped when polled), never miss one
         // that says it is queued.
         let in_queue: std::collections::HashSet<&K> = self.transmit.iter().collect();
-        for (key, peer) in &self.peers {
+        for (key, peer) in self.peers.iter() {
             assert!(
-                !peer.queued || in_queue.contains(key),
+                !peer.queued || in_queue.contains(&K::from_number(key)),
                 "a queued peer is in the queue"
             );
         }
@@ -556,17 +592,18 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
 
     /// Puts a peer with frames in the transmit queue (once).
     fn queue(&mut self, peer: K) {
-        if self.peers.get(&peer).is_some_and(|p| !p.out.is_empty()) {
+        if self
+            .peers
+            .get(peer.number())
+            .is_some_and(|p| !p.out.is_empty())
+        {
             self.queue_once(peer);
         }
     }
 
     fn queue_once(&mut self, peer: K) {
-        if let Some(state) = self.peers.get_mut(&peer) {
-            if !state.queued {
-                state.queued = true;
-                self.transmit.push_back(peer);
-            }
+        if let Some(found) = self.peers.get_mut(peer.number()) {
+            queue_once(&mut self.transmit, peer, found);
         }
     }
 
@@ -579,8 +616,8 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug, S> Peers<K, S> {
     fn evict_oldest(&mut self, matching: impl Fn(&Peer<S>) -> bool, limit: &str) -> bool {
         let oldest = (self.peers.iter())
             .filter(|(_, p)| matching(p))
-            .min_by_key(|(key, p)| (p.opened_us, **key))
-            .map(|(key, _)| *key);
+            .min_by_key(|(key, p)| (p.opened_us, *key))
+            .map(|(key, _)| K::from_number(key));
         let Some(peer) = oldest else {
             return false;
         };
@@ -616,6 +653,15 @@ mod tests {
 
     use super::*;
     use crate::transport::frames_of;
+
+    impl PeerKey for u32 {
+        fn number(self) -> u64 {
+            u64::from(self)
+        }
+        fn from_number(n: u64) -> Self {
+            n as u32
+        }
+    }
     use crate::wire::FRAME_SIZE_MAX_DEFAULT;
 
     const MS: u64 = 1_000;

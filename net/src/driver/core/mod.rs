@@ -75,6 +75,15 @@ use crate::wire::{self, batch, Frame, List, Message, Role};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u64);
 
+impl crate::transport::peers::PeerKey for PeerId {
+    fn number(self) -> u64 {
+        self.0
+    }
+    fn from_number(n: u64) -> Self {
+        PeerId(n)
+    }
+}
+
 /// What the in-process executor (local mode) is to do: the IO layer hands it to its runner.
 #[derive(Debug)]
 pub enum LocalCommand {
