@@ -114,6 +114,12 @@ impl Remote {
     /// `lanes` gets each task's lane, in order (emptied first).
     pub(super) fn route_all(&mut self, tasks: &[TaskLaunch], now_us: u64, lanes: &mut Vec<u32>) {
         lanes.clear();
+        if !self.is_laned() {
+            // One lane: every task goes to it, with no record per attempt (see `launched`).
+            self.lanes[0].launched += tasks.len() as u64;
+            lanes.resize(tasks.len(), 0);
+            return;
+        }
         for task in tasks {
             let lane = self.route();
             self.launched(Attempt::new(task.task, task.attempt), lane, now_us);
