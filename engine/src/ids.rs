@@ -8,8 +8,10 @@
 //! on), and an id below the window, or one the window had to let go of to stay within
 //! [`WINDOW_MAX`] slots, lives in a hash map beside it. Whatever the order of inserts and
 //! removals, each id is in exactly one of the two, memory is bounded by the entries plus
-//! `WINDOW_MAX` slots, and every operation is O(1) amortized (an entry moves from the window
-//! to the hash map at most once).
+//! `WINDOW_MAX` slots (the ring keeps the largest size it grew to: up to `WINDOW_MAX` times
+//! `size_of::<Option<V>>()`), and every operation is O(1) amortized (an entry moves from the
+//! window to the hash map at most once); walking every entry (`iter`, `values`) visits the
+//! ring's slots too, so it is for views and rare checks, not for every event.
 
 use crate::hash::FxHashMap;
 
