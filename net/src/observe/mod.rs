@@ -26,13 +26,13 @@ pub mod quantiles;
 pub mod series;
 pub mod timeline;
 pub mod token;
+mod tracks;
 pub mod ui;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flint_engine::hash::FxHashMap;
-use flint_engine::ids::IdMap;
 use flint_engine::scheduler::{
     Attempt, ExecutorId, JobId, JobInfo, JobOutcome, LocalityLevel, Stats, TaskId, TaskLaunch,
 };
@@ -41,6 +41,7 @@ use serde::Serialize;
 use quantiles::{Fine, Five, Samples};
 use series::{Point, Series};
 use timeline::{Bar, Launch, Timeline};
+use tracks::Tracks;
 
 pub use crate::conn::{NetCounters, NET};
 use crate::wire::TaskState;
@@ -405,12 +406,11 @@ pub enum PeerRefusal {
 pub struct LoopTelemetry {
     /// The origin of the loop's clock (its `now_us` counts from there) in Unix milliseconds.
     epoch_unix_ms: u64,
-    jobs: IdMap<JobTrack>,
+    /// The active and recent jobs' records.
+    jobs: Tracks,
     /// Tasks of one job done since its record was last counted up: results come in runs of
     /// one job, so a task's result costs no lookup ([`LoopTelemetry::task_done`]).
     done_pending: (JobId, u64),
-    /// Jobs that ended, newest first, as they ended (made into views only when asked).
-    recent_jobs: VecDeque<(JobId, JobTrack, &'static str, u64)>,
     /// The default pool's name, shared by every job in it.
     default_pool: std::sync::Arc<str>,
     executors: FxHashMap<ExecutorId, ExecutorTrack>,
@@ -435,9 +435,8 @@ impl LoopTelemetry {
     pub fn new(epoch: Instant) -> LoopTelemetry {
         LoopTelemetry {
             epoch_unix_ms: unix_ms().saturating_sub(epoch.elapsed().as_millis() as u64),
-            jobs: IdMap::new(),
+            jobs: Tracks::default(),
             done_pending: (JobId(u64::MAX), 0),
-            recent_jobs: VecDeque::new(),
             default_pool: std::sync::Arc::from("default"),
             executors: FxHashMap::default(),
             removed: VecDeque::new(),
@@ -467,8 +466,8 @@ impl LoopTelemetry {
         let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
         tracing::info!(parent: &span, "job submitted");
         self.jobs_submitted += 1;
-        self.jobs.insert(
-            job.0,
+        self.jobs.open(
+            job,
             JobTrack {
                 span,
                 function: function.clone(),
@@ -503,7 +502,7 @@ impl LoopTelemetry {
     fn count_done(&mut self) {
         let job = self.done_pending.0;
         let done = std::mem::take(&mut self.done_pending.1);
-        if let Some(track) = self.jobs.get_mut(job.0) {
+        if let Some(track) = self.jobs.get_mut(job) {
             track.tasks_done += done;
         }
     }
@@ -520,13 +519,13 @@ impl LoopTelemetry {
     /// A job ended: logged in its span, moved to the recent jobs.
     pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd) {
         self.count_done();
-        let Some(mut track) = self.jobs.remove(job.0) else {
-            return;
-        };
         let (state, slot) = match outcome {
             JobEnd::Succeeded => ("SUCCEEDED", 0),
             JobEnd::Failed(_) => ("FAILED", 1),
             JobEnd::Cancelled => ("CANCELLED", 2),
+        };
+        let Some(track) = self.jobs.close(job, state, now_us) else {
+            return;
         };
         self.jobs_over[slot] += 1;
         let duration_us = now_us.saturating_sub(track.submitted_us);
@@ -549,10 +548,6 @@ impl LoopTelemetry {
         }
         // Its span closes now; the record is kept as it is, a view made of it when asked.
         drop(std::mem::replace(&mut track.span, tracing::Span::none()));
-        if self.recent_jobs.len() == RECENT_JOBS_MAX {
-            self.recent_jobs.pop_back();
-        }
-        self.recent_jobs.push_front((job, track, state, now_us));
     }
 
     /// An attempt is being launched on `executor`, to the lane `lane` gives (asked only for
@@ -575,7 +570,7 @@ impl LoopTelemetry {
     fn track_launch(&mut self, now: u64, launch: &TaskLaunch, executor: ExecutorId, lane: u32) {
         let (task, attempt) = (launch.task, launch.attempt);
         let is_sampled = sampled(task);
-        if let Some(track) = self.jobs.get_mut(task.job().0) {
+        if let Some(track) = self.jobs.get_mut(task.job()) {
             track.copies += u64::from(launch.speculative);
             if attempt == 0 && is_sampled {
                 let queued = now.saturating_sub(track.submitted_us);
@@ -698,7 +693,7 @@ impl LoopTelemetry {
         self.round_trip.observe(trip);
         self.trips.observe(trip);
         if state == TaskState::Finished {
-            if let Some(track) = self.jobs.get_mut(task.job().0) {
+            if let Some(track) = self.jobs.get_mut(task.job()) {
                 track.durations.offer(trip, task.0);
             }
         }
@@ -723,7 +718,7 @@ impl LoopTelemetry {
             kills_sent: self.kills_sent,
             running,
             pending,
-            jobs_active: self.jobs.len() as u64,
+            jobs_active: self.jobs.active() as u64,
             job_latency: None,
             round_trip: None,
         };
@@ -752,7 +747,7 @@ impl LoopTelemetry {
         } else {
             reason
         };
-        if let Some(track) = self.jobs.get_mut(task.job().0) {
+        if let Some(track) = self.jobs.get_mut(task.job()) {
             track.attempts_failed += 1;
             tracing::info!(parent: &track.span, task = task.index(), attempt,
                 %executor_id, reason = %reason, "task attempt failed");
@@ -797,14 +792,13 @@ impl LoopTelemetry {
         }
         let epoch_unix_ms = self.epoch_unix_ms;
         jobs.extend(
-            (self.recent_jobs.iter()).map(|(id, track, state, ended_us)| {
-                track.view(*id, state, epoch_unix_ms, *ended_us)
-            }),
+            (self.jobs.recent())
+                .map(|(id, track, state, ended_us)| track.view(id, state, epoch_unix_ms, ended_us)),
         );
         DriverView {
             uptime: Duration::from_micros(now_us),
             kills_sent: self.kills_sent,
-            active_jobs: self.jobs.len() as u64,
+            active_jobs: self.jobs.active() as u64,
             jobs_submitted: self.jobs_submitted,
             jobs_over: self.jobs_over,
             refusals: vec![
@@ -830,7 +824,7 @@ impl LoopTelemetry {
 
     /// The newest [`ACTIVE_JOBS_SHOWN_MAX`] active jobs, newest first, and how many more run.
     fn active_jobs(&self, now_us: u64) -> (Vec<JobView>, u64) {
-        let mut ids: Vec<JobId> = self.jobs.keys().map(JobId).collect();
+        let mut ids: Vec<JobId> = self.jobs.active_ids().collect();
         let shown = ids.len().min(ACTIVE_JOBS_SHOWN_MAX);
         if ids.len() > shown {
             ids.select_nth_unstable_by_key(shown, |id| std::cmp::Reverse(id.0));
@@ -840,13 +834,13 @@ impl LoopTelemetry {
         let views = ids
             .iter()
             .filter_map(|id| {
-                let track = self.jobs.get(id.0)?;
+                let track = self.jobs.get(*id)?;
                 let mut view = track.view(*id, "RUNNING", self.epoch_unix_ms, now_us);
                 view.tasks_done += self.done_pending(*id);
                 Some(view)
             })
             .collect();
-        (views, (self.jobs.len() - shown) as u64)
+        (views, (self.jobs.active() - shown) as u64)
     }
 }
 

@@ -1,0 +1,152 @@
+//! The telemetry's job records, from a job's submission until it leaves the recent jobs. Each
+//! record stays in one slot of a slab for all that time: the active jobs map an id to its slot,
+//! the recent jobs are slot numbers, newest first. A job's end moves a slot number (4 bytes),
+//! not its record (about 200); a slot freed by the oldest recent job takes the next job's record.
+
+use std::collections::VecDeque;
+
+use flint_engine::ids::IdMap;
+use flint_engine::scheduler::JobId;
+
+use super::{JobTrack, RECENT_JOBS_MAX};
+
+/// Active and recent jobs' records (see the module docs).
+#[derive(Default)]
+pub(super) struct Tracks {
+    /// Every record, in use or free.
+    slots: Vec<JobTrack>,
+    /// Slots whose record may be replaced.
+    free: Vec<u32>,
+    /// Active jobs: id to slot.
+    active: IdMap<u32>,
+    /// Jobs that ended, newest first: id, slot, final state, when it ended (micros).
+    recent: VecDeque<(JobId, u32, &'static str, u64)>,
+}
+
+impl Tracks {
+    /// Files the record of `job`, just submitted (its id not active yet).
+    pub fn open(&mut self, job: JobId, track: JobTrack) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = track;
+                slot
+            }
+            None => {
+                self.slots.push(track);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 job records")
+            }
+        };
+        let replaced = self.active.insert(job.0, slot);
+        debug_assert!(replaced.is_none(), "job {} opened twice", job.0);
+    }
+
+    /// The record of active job `job`.
+    #[inline]
+    pub fn get(&self, job: JobId) -> Option<&JobTrack> {
+        let slot = *self.active.get(job.0)?;
+        self.slots.get(slot as usize)
+    }
+
+    /// The record of active job `job`, to change.
+    #[inline]
+    pub fn get_mut(&mut self, job: JobId) -> Option<&mut JobTrack> {
+        let slot = *self.active.get(job.0)?;
+        self.slots.get_mut(slot as usize)
+    }
+
+    /// Moves active job `job` to the front of the recent jobs, ended in `state` at `ended_us`,
+    /// and returns its record for the last changes; the oldest recent job past
+    /// [`RECENT_JOBS_MAX`] gives its slot up. None if `job` is not active.
+    pub fn close(
+        &mut self,
+        job: JobId,
+        state: &'static str,
+        ended_us: u64,
+    ) -> Option<&mut JobTrack> {
+        let slot = self.active.remove(job.0)?;
+        if self.recent.len() == RECENT_JOBS_MAX {
+            if let Some((_, oldest, _, _)) = self.recent.pop_back() {
+                self.free.push(oldest);
+            }
+        }
+        self.recent.push_front((job, slot, state, ended_us));
+        self.slots.get_mut(slot as usize)
+    }
+
+    /// How many jobs are active.
+    pub fn active(&self) -> usize {
+        self.active.len()
+    }
+
+    /// The active jobs' ids, in no order.
+    pub fn active_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.active.keys().map(JobId)
+    }
+
+    /// The recent jobs, newest first: id, record, final state, when it ended.
+    pub fn recent(&self) -> impl Iterator<Item = (JobId, &JobTrack, &'static str, u64)> + '_ {
+        (self.recent.iter()).filter_map(|&(job, slot, state, ended_us)| {
+            Some((job, self.slots.get(slot as usize)?, state, ended_us))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::quantiles::Samples;
+    use super::*;
+
+    fn track(tasks: u64) -> JobTrack {
+        JobTrack {
+            span: tracing::Span::none(),
+            function: "f".into(),
+            pool: "default".into(),
+            tasks,
+            tasks_done: 0,
+            attempts_failed: 0,
+            copies: 0,
+            submitted_us: 0,
+            failures: Vec::new(),
+            durations: Samples::default(),
+            delays: Samples::default(),
+        }
+    }
+
+    #[test]
+    fn records_stay_put_until_the_oldest_recent_job_gives_its_slot_up() {
+        let mut t = Tracks::default();
+        let jobs = RECENT_JOBS_MAX as u64 * 3;
+        // Ten jobs active at a time; each ends in submission order.
+        for id in 0..jobs {
+            t.open(JobId(id), track(id));
+            if id >= 10 {
+                let ended = JobId(id - 10);
+                let closed = t.close(ended, "SUCCEEDED", id).expect("active");
+                assert_eq!(closed.tasks, ended.0, "its own record");
+                closed.tasks_done = ended.0 * 2;
+            }
+            assert_eq!(t.active(), (id + 1).min(10) as usize);
+            // At most eleven active (one opened before one closes), the recent ones, no more.
+            assert!(t.slots.len() <= RECENT_JOBS_MAX + 11, "slots reused");
+        }
+        assert!(t.close(JobId(0), "SUCCEEDED", 0).is_none(), "ended before");
+        assert!(t.get(JobId(jobs)).is_none(), "never opened");
+        let recent: Vec<_> = t.recent().collect();
+        assert_eq!(recent.len(), RECENT_JOBS_MAX);
+        for (i, (job, record, state, ended_us)) in recent.into_iter().enumerate() {
+            let expected = jobs - 11 - i as u64;
+            assert_eq!(
+                (job, state, ended_us),
+                (JobId(expected), "SUCCEEDED", expected + 10)
+            );
+            assert_eq!((record.tasks, record.tasks_done), (expected, expected * 2));
+        }
+        let mut active: Vec<u64> = t.active_ids().map(|j| j.0).collect();
+        active.sort_unstable();
+        assert_eq!(active, (jobs - 10..jobs).collect::<Vec<_>>());
+        for id in jobs - 10..jobs {
+            assert_eq!(t.get(JobId(id)).map(|r| r.tasks), Some(id));
+            t.get_mut(JobId(id)).expect("active").copies = 1;
+        }
+    }
+}
