@@ -1676,3 +1676,26 @@ fn the_master_refuses_worker_ids_that_are_not_plain_names() {
     assert_eq!(status_now(port).workers.len(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The ports tests give their child processes to listen on come from below the kernel's
+/// ephemeral range (none of this machine's connections can take one before the child binds it)
+/// and are never handed out twice.
+#[test]
+fn free_ports_are_outside_the_ephemeral_range_and_distinct() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("range");
+    let first: u16 = range
+        .split_whitespace()
+        .next()
+        .expect("low")
+        .parse()
+        .expect("a port");
+    let ports: Vec<u16> = (0..200).map(|_| common::free_port()).collect();
+    let mut distinct = ports.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ports.len(), "handed out twice");
+    assert!(
+        ports.iter().all(|&p| p < first),
+        "{ports:?} against {first}"
+    );
+}

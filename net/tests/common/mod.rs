@@ -26,12 +26,36 @@ pub fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port free now, for a test's child process (or driver) to listen on a moment later.
+/// It comes from below the kernel's ephemeral range: a port `bind(:0)` hands out comes from
+/// that range, and once released it may be given to any connection opened on this machine
+/// before the listener binds it (a worker once failed to listen so, mid-`ci/test`). One test
+/// process never hands out a port twice.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let low = 10_000u16.min(first_ephemeral / 2).max(1_024);
+    if first_ephemeral <= low {
+        // No room below the range: take one from it.
+        return (TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()))
+            .map(|a| a.port())
+            .expect("a free port");
+    }
+    let span = u64::from(first_ephemeral - low);
+    // Test binaries run one after another; each starts elsewhere in the span anyway.
+    let start = u64::from(std::process::id()).wrapping_mul(7_919);
+    for _ in 0..span {
+        let next = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = low + (start.wrapping_add(next) % span) as u16;
+        // Free on every address (the child may listen on 127.0.0.2 or .3).
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{first_ephemeral}");
 }
 
 /// Submits a job whose result observer holds `driver`'s loop (observers run on it) until the
