@@ -45,7 +45,7 @@ struct SerdeTask<'a> {
     task_id: u64,
     attempt: u32,
     cores: u32,
-    function: &'a str,
+    function: u32,
     payload: &'a [u8],
 }
 
@@ -92,7 +92,7 @@ impl Batch for Launch {
             task_id,
             attempt: 0,
             cores: 1,
-            function: "echo",
+            function: 0,
             payload,
         }
     }

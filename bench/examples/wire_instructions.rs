@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             task_id,
             attempt: 0,
             cores: 1,
-            function: "echo",
+            function: 0,
             payload: &[],
         })
         .collect();

@@ -161,12 +161,16 @@ fn an_executor_flooded_with_unknown_functions_reports_every_failure_and_keeps_he
         lane_key: [0; 32],
     });
     const TASKS: u64 = 3000;
+    wire.send(&Message::DefineFunction {
+        index: 0,
+        name: "no-such-function",
+    });
     let launches: Vec<TaskLaunch<'_>> = (0..TASKS)
         .map(|i| TaskLaunch {
             task_id: i,
             attempt: 0,
             cores: 1,
-            function: "no-such-function",
+            function: 0,
             payload: &[],
         })
         .collect();

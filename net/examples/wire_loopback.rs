@@ -107,7 +107,7 @@ fn send(
             task_id,
             attempt: 0,
             cores: 1,
-            function: "noop",
+            function: 0,
             payload: &payload,
         }));
         next_id = end;

@@ -47,7 +47,7 @@ fn iterating_a_batch_of_1000_tasks_allocates_nothing_per_task() {
             task_id: i as u64,
             attempt: 0,
             cores: 1,
-            function: "echo",
+            function: 0,
             payload,
         })
         .collect();

@@ -85,17 +85,13 @@ pub fn emptied<T, U>(mut v: Vec<T>) -> Vec<U> {
 }
 
 /// Appends `tasks` as `LaunchTasks` frames. Fails (leaving what it appended so far) only when
-/// one task's function and payload exceed [`item_bytes_max`].
+/// one task's payload exceeds [`item_bytes_max`].
 pub fn encode_launches(
     tasks: &[TaskLaunch<'_>],
     out: &mut BytesMut,
     frame_size_max: usize,
 ) -> Result<(), WireError> {
-    let size = |i: usize| {
-        tasks
-            .get(i)
-            .map_or(0, |t| t.payload.len() + t.function.len())
-    };
+    let size = |i: usize| tasks.get(i).map_or(0, |t| t.payload.len());
     reserve(out, (0..tasks.len()).map(size), frame_size_max);
     let mut start = 0;
     while start < tasks.len() {

@@ -19,7 +19,8 @@ pub const MAGIC: [u8; 4] = *b"FLNT";
 /// (`RegisterExecutor.lanes`, `RegisteredExecutor.lane_key`, `JoinLane`, `LaneJoined`).
 /// 3: the proofs cover the whole transcript and the connector proves itself first; frames to
 /// and from a master or a worker are sealed (`crate::handshake`, `crate::seal`).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 4: a launch names its function by an index the connection defined (`DefineFunction`).
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// The handshake's magic field: reads only [`MAGIC`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,8 +174,9 @@ wire_struct! {
         pub attempt: u32,
         /// Cores the task needs.
         pub cores: u32,
-        /// The registered function to run.
-        pub function: &'a str,
+        /// The registered function to run: an index this connection defined with
+        /// `DefineFunction` before (below [`FUNCTIONS_PER_CONNECTION`](super::limits::FUNCTIONS_PER_CONNECTION)).
+        pub function: u32,
         /// The function's input.
         pub payload: &'a [u8],
     }
@@ -592,6 +594,14 @@ messages! {
     /// An executor is going away (it got SIGTERM): the driver gives it no new task; the ones
     /// it runs end or come back as killed (Spark's executor decommissioning).
     ExecutorDraining = 28 {},
+    /// The driver names function `index` for the launches that follow on this connection
+    /// (replacing the name it had). Each connection has [`FUNCTIONS_PER_CONNECTION`](super::limits::FUNCTIONS_PER_CONNECTION) indexes.
+    DefineFunction = 29 {
+        /// The index launches will carry.
+        index: u32,
+        /// The registered function's name.
+        name: &'a str,
+    },
 }
 
 impl<'a> Message<'a> {

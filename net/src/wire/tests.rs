@@ -290,7 +290,7 @@ fn an_oversize_message_is_refused_by_the_encoder_and_leaves_the_buffer_as_it_was
         task_id: 1,
         attempt: 0,
         cores: 1,
-        function: "echo",
+        function: 0,
         payload: &payload,
     }];
     let message = Message::LaunchTasks {
@@ -321,7 +321,7 @@ fn a_decoded_batch_iterates_to_the_tasks_that_were_sent_and_shares_their_payload
             task_id: i as u64,
             attempt: 1,
             cores: 1,
-            function: "hash",
+            function: 3,
             payload,
         })
         .collect();

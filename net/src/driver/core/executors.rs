@@ -38,6 +38,7 @@ use flint_engine::scheduler::{Attempt, ExecutorId, RemovalReason, TaskLaunch};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::functions::Defined;
 use super::PeerId;
 use crate::driver::{EXECUTOR_CORES_MAX, LANES_MAX};
 use crate::wire;
@@ -78,6 +79,8 @@ pub(super) struct Lane {
     pub(super) launched: u64,
     /// Its last heartbeat reported fewer attempts than it must know of.
     suspect: bool,
+    /// The functions its connection has defined, by index.
+    pub(super) functions: Defined,
 }
 
 impl Remote {
@@ -126,11 +129,6 @@ impl Remote {
             lanes.push(lane);
         }
         debug_assert_eq!(lanes.len(), tasks.len());
-    }
-
-    /// Each lane's connection (`None` until it joins), by lane.
-    pub(super) fn lane_peers(&self) -> impl Iterator<Item = Option<PeerId>> + '_ {
-        self.lanes.iter().map(|lane| lane.peer)
     }
 
     /// Attempt `key` goes to `lane` at `now_us`. An executor of one lane keeps no record per

@@ -37,6 +37,7 @@
 //! Lanes, and the executors that heartbeat but do not read their launches: see `executors.rs`.
 
 mod executors;
+mod functions;
 mod health;
 mod jobs;
 mod registration;
@@ -57,6 +58,7 @@ use flint_engine::scheduler::{
 
 pub use self::executors::LOCAL_EXECUTOR;
 use self::executors::{Departure, ExecutorLink, Executors, How, Registration};
+use self::functions::Index;
 use self::health::Health;
 pub use self::jobs::Event;
 use self::jobs::Jobs;
@@ -803,25 +805,51 @@ impl DriverCore {
                 }
                 // One batch per lane, in a vector kept from launch to launch.
                 let mut batch: Vec<wire::TaskLaunch<'_>> = std::mem::take(&mut self.scratch.batch);
-                for (lane, peer) in (0u32..).zip(remote.lane_peers()) {
-                    batch.clear();
-                    let routed = tasks.iter().zip(&lanes).filter(|(_, l)| **l == lane);
-                    batch.extend(routed.map(|(task, _)| wire::TaskLaunch {
-                        task_id: task.task.0,
-                        attempt: task.attempt,
-                        cores: task.cores,
-                        function: &task.function,
-                        payload: &task.payload,
-                    }));
-                    let out = peer.and_then(|peer| self.peers.outbound(peer));
-                    let (Some(out), false) = (out, batch.is_empty()) else {
+                let frame_size_max = self.config.frame_size_max;
+                for (lane, slot) in (0u32..).zip(remote.lanes.iter_mut()) {
+                    let mut routed = (tasks.iter().zip(&lanes))
+                        .filter(|(_, l)| **l == lane)
+                        .map(|(task, _)| task)
+                        .peekable();
+                    let out = match routed.peek() {
+                        Some(_) => slot.peer.and_then(|peer| self.peers.outbound(peer)),
+                        None => None,
+                    };
+                    let Some(out) = out else {
                         continue;
                     };
-                    // Payloads are bounded below a frame (`Driver::start`), so this fits.
-                    let frame_size_max = self.config.frame_size_max;
-                    if let Err(error) = batch::encode_launches(&batch, out, frame_size_max) {
-                        tracing::error!(executor = executor.0, "launch not sent: {error}");
+                    batch.clear();
+                    for task in routed {
+                        let function = match slot.functions.index_of(&task.function) {
+                            Index::Known(index) => index,
+                            Index::New { index, taken } => {
+                                if taken {
+                                    // The launches batched under the index's old name go first.
+                                    send_launches(&batch, out, frame_size_max, executor);
+                                    batch.clear();
+                                }
+                                let define = Message::DefineFunction {
+                                    index,
+                                    name: &task.function,
+                                };
+                                if let Err(error) = define.encode(out, frame_size_max) {
+                                    tracing::error!(
+                                        executor = executor.0,
+                                        "function not defined: {error}"
+                                    );
+                                }
+                                index
+                            }
+                        };
+                        batch.push(wire::TaskLaunch {
+                            task_id: task.task.0,
+                            attempt: task.attempt,
+                            cores: task.cores,
+                            function,
+                            payload: &task.payload,
+                        });
                     }
+                    send_launches(&batch, out, frame_size_max, executor);
                 }
                 self.scratch.batch = batch::emptied(batch);
                 self.scratch.lanes = lanes;
@@ -921,4 +949,20 @@ impl DriverCore {
 /// Micros in a duration, saturating.
 pub(crate) fn us(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Appends a lane's batch of launches to its connection's output (nothing if it is empty).
+fn send_launches(
+    batch: &[wire::TaskLaunch<'_>],
+    out: &mut BytesMut,
+    frame_size_max: usize,
+    executor: ExecutorId,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    // Payloads are bounded below a frame (`Driver::start`), so this fits.
+    if let Err(error) = batch::encode_launches(batch, out, frame_size_max) {
+        tracing::error!(executor = executor.0, "launch not sent: {error}");
+    }
 }

@@ -802,3 +802,60 @@ fn the_local_executor_gets_launches_and_its_completions_end_the_job() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A launch names its function by an index its connection defined: one `DefineFunction` per
+/// name, ahead of the launches using it; past `FUNCTIONS_PER_CONNECTION` names in one batch,
+/// the launches under an index's old name go out before it is defined anew.
+#[test]
+fn launches_name_functions_by_index_defined_ahead_even_past_the_table() {
+    use crate::wire::limits::FUNCTIONS_PER_CONNECTION;
+    let jobs = FUNCTIONS_PER_CONNECTION as usize + 44;
+    let mut config = config();
+    config.scheduler.slow_start_slots = jobs as u32 + 1;
+    let mut core = new_core(config);
+    // Queued before any executor: the registration's one offer round launches them all, in
+    // one batch of as many functions.
+    let mut function_of = FxHashMap::default();
+    for i in 0..jobs {
+        let name = format!("f{i}");
+        let id = submit(
+            &mut core,
+            Job::new(name.as_str(), vec![Bytes::from("x")]),
+            MS,
+        );
+        function_of.insert(id.0, name);
+    }
+    // One core more than the jobs, for the last launch below.
+    let (alive, frames) = register(&mut core, PeerId(1), "e1", jobs as u32 + 1, 2 * MS);
+    assert!(alive && registered(&frames));
+    let mut defined: FxHashMap<u32, String> = FxHashMap::default();
+    let (mut defines, mut launched) = (0, 0);
+    for frame in &frames {
+        match frame.message() {
+            Ok(Message::DefineFunction { index, name }) => {
+                assert!(index < FUNCTIONS_PER_CONNECTION);
+                defined.insert(index, name.to_owned());
+                defines += 1;
+            }
+            Ok(Message::LaunchTasks { tasks }) => {
+                for task in tasks {
+                    let name = defined.get(&task.function).expect("defined ahead");
+                    assert_eq!(Some(name), function_of.get(&(task.task_id >> 32)));
+                    launched += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((defines, launched), (jobs, jobs));
+    // A name defined lately needs no new definition.
+    let last = format!("f{}", jobs - 1);
+    submit(
+        &mut core,
+        Job::new(last.as_str(), vec![Bytes::from("y")]),
+        3 * MS,
+    );
+    let frames = sent_to(&mut core, PeerId(1));
+    let kinds: Vec<u16> = frames.iter().map(Frame::kind).collect();
+    assert_eq!(kinds, [wire::Kind::LaunchTasks as u16]);
+}

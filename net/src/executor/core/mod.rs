@@ -28,6 +28,7 @@ use flint_engine::hash::FxHashSet;
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
 use crate::transport::link::{move_bytes, LinkCore, LinkRules, Received};
 use crate::transport::{encode, unexpected};
+use crate::wire::limits::FUNCTIONS_PER_CONNECTION;
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::{Attempt, TaskId, TaskLaunch};
@@ -88,8 +89,8 @@ pub struct ExecutorCore {
     batch: Vec<wire::StatusUpdate<'static>>,
     /// Attempts launched and not yet completed.
     in_flight: FxHashSet<Attempt>,
-    /// The function names launches carried, each once (see [`Names`]).
-    names: Names,
+    /// The functions the driver defined on this lane (see [`Functions`]).
+    functions: Functions,
     heartbeat_interval_us: u64,
     heartbeat_next_us: Option<u64>,
     /// Attempts that reached a final state here.
@@ -171,7 +172,7 @@ impl ExecutorCore {
             updates: Vec::new(),
             batch: Vec::new(),
             in_flight: FxHashSet::default(),
-            names: Names::default(),
+            functions: Functions::default(),
             heartbeat_interval_us: HEARTBEAT_INTERVAL_MS_DEFAULT * 1000,
             heartbeat_next_us: None,
             task_attempts: 0,
@@ -404,7 +405,7 @@ impl ExecutorCore {
                 "a report over a frame queued"
             );
         }
-        assert!(self.names.names.len() <= NAMES_MAX);
+        assert!(self.functions.names.len() <= FUNCTIONS_PER_CONNECTION as usize);
     }
 
     /// The handshake succeeded: lane 0 asks to register, the others to join.
@@ -460,12 +461,20 @@ impl ExecutorCore {
             Message::RegisterExecutorFailed { reason } => {
                 return Err(ExecutorError::Refused(reason.to_owned()))
             }
+            Message::DefineFunction { index, name } => self.functions.define(index, name)?,
             Message::LaunchTasks { tasks } => {
                 for task in tasks {
+                    let Some(function) = self.functions.get(task.function) else {
+                        let key = Attempt::new(TaskId(task.task_id), task.attempt);
+                        let why = format!("no function defined as {} on this lane", task.function);
+                        tracing::warn!(task_id = task.task_id, attempt = task.attempt, "{why}");
+                        self.report_ended(key, TaskState::Failed, Bytes::from(why));
+                        continue;
+                    };
                     let launch = TaskLaunch {
                         task: TaskId(task.task_id),
                         attempt: task.attempt,
-                        function: self.names.get(task.function),
+                        function,
                         payload: frame.share(task.payload),
                         cores: task.cores,
                         // Not on the wire: an executor runs a copy like any attempt.
@@ -600,38 +609,39 @@ impl ExecutorCore {
     }
 }
 
-/// Function names as launches carry them, each kept once as a shared `Arc<str>`, so a launch
-/// costs no allocation for its name: at most [`NAMES_MAX`] (another name replaces the oldest),
-/// the one asked last checked first.
+/// The functions the driver defined on this lane, by index (`DefineFunction`; launches name
+/// one by index). A name defined again shares the `Arc` it had, so the runner's pointer check
+/// finds it.
 #[derive(Debug, Default)]
-struct Names {
-    names: Vec<Arc<str>>,
-    last: usize,
-    next_out: usize,
+struct Functions {
+    names: Vec<Option<Arc<str>>>,
 }
 
-/// Function names an executor lane keeps (see [`Names`]).
-const NAMES_MAX: usize = 64;
+impl Functions {
+    /// Defines `index` as `name`. Fails for an index past [`FUNCTIONS_PER_CONNECTION`].
+    fn define(&mut self, index: u32, name: &str) -> Result<(), ExecutorError> {
+        if index >= FUNCTIONS_PER_CONNECTION {
+            return Err(ExecutorError::DriverGone(format!(
+                "the driver defined function index {index}, past the {FUNCTIONS_PER_CONNECTION} \
+                 a connection has"
+            )));
+        }
+        let shared = match (self.names.iter().flatten()).find(|n| ***n == *name) {
+            Some(known) => known.clone(),
+            None => Arc::from(name),
+        };
+        let index = index as usize;
+        if index >= self.names.len() {
+            self.names.resize(index + 1, None);
+        }
+        self.names[index] = Some(shared);
+        Ok(())
+    }
 
-impl Names {
-    fn get(&mut self, name: &str) -> Arc<str> {
-        if let Some(found) = self.names.get(self.last).filter(|n| ***n == *name) {
-            return found.clone();
-        }
-        if let Some(i) = self.names.iter().position(|n| **n == *name) {
-            self.last = i;
-            return self.names[i].clone();
-        }
-        let shared: Arc<str> = Arc::from(name);
-        if self.names.len() < NAMES_MAX {
-            self.last = self.names.len();
-            self.names.push(shared.clone());
-        } else {
-            self.last = self.next_out;
-            self.names[self.next_out] = shared.clone();
-            self.next_out = (self.next_out + 1) % NAMES_MAX;
-        }
-        shared
+    /// The function `index` names, if defined.
+    #[inline]
+    fn get(&self, index: u32) -> Option<Arc<str>> {
+        self.names.get(index as usize)?.clone()
     }
 }
 

@@ -82,18 +82,33 @@ fn registered(interval_ms: u32, now_us: u64) -> ExecutorCore {
     core
 }
 
+/// Launches `tasks` (id, function, payload) as a driver does: each function defined (by the
+/// order it first appears in) ahead of the launches naming it by index.
 fn launch(core: &mut ExecutorCore, tasks: &[(u64, &str, &[u8])], now_us: u64) {
+    let mut out = BytesMut::new();
+    let mut names: Vec<&str> = Vec::new();
+    for &(_, function, _) in tasks {
+        if !names.contains(&function) {
+            let index = names.len() as u32;
+            names.push(function);
+            let define = Message::DefineFunction {
+                index,
+                name: function,
+            };
+            define.encode(&mut out, FRAME_SIZE_MAX).expect("encodes");
+        }
+    }
+    let index = |name: &str| names.iter().position(|n| *n == name).expect("defined") as u32;
     let launches: Vec<TaskLaunch> = tasks
         .iter()
         .map(|&(task_id, function, payload)| TaskLaunch {
             task_id,
             attempt: 0,
             cores: 1,
-            function,
+            function: index(function),
             payload,
         })
         .collect();
-    let mut out = BytesMut::new();
     batch::encode_launches(&launches, &mut out, FRAME_SIZE_MAX).expect("encodes");
     core.handle_bytes(&out, now_us);
 }
@@ -438,10 +453,15 @@ fn frames_split_anywhere_are_taken_whole() {
         task_id: 5,
         attempt: 2,
         cores: 1,
-        function: "echo",
+        function: 7,
         payload: b"split",
     }];
     let mut out = BytesMut::new();
+    let define = Message::DefineFunction {
+        index: 7,
+        name: "echo",
+    };
+    define.encode(&mut out, FRAME_SIZE_MAX).expect("encodes");
     batch::encode_launches(&tasks, &mut out, FRAME_SIZE_MAX).expect("encodes");
     for byte in out.iter() {
         assert!(
@@ -584,4 +604,42 @@ fn refusals_and_a_lost_driver_end_with_typed_errors() {
         core.poll_exit(),
         Some(Err(ExecutorError::DriverGone(_)))
     ));
+}
+
+#[test]
+fn a_launch_naming_an_undefined_function_fails_and_a_define_past_the_table_ends_the_executor() {
+    let mut core = registered(500, 0);
+    launch(&mut core, &[(1, "echo", b"a")], 10);
+    assert_eq!(
+        actions(&mut core),
+        [launched(1, 0, "echo", Bytes::from_static(b"a"))]
+    );
+    // Index 1 was never defined: the attempt fails at once, the executor goes on.
+    let tasks = [TaskLaunch {
+        task_id: 2,
+        attempt: 0,
+        cores: 1,
+        function: 1,
+        payload: b"b",
+    }];
+    let mut out = BytesMut::new();
+    batch::encode_launches(&tasks, &mut out, FRAME_SIZE_MAX).expect("encodes");
+    core.handle_bytes(&out, 20);
+    assert!(actions(&mut core).is_empty(), "nothing to run");
+    let frames = sent(&mut core);
+    assert_eq!(kinds(&frames), [Kind::StatusUpdates]);
+    let Ok(Message::StatusUpdates { updates }) = frames[0].message() else {
+        panic!("a StatusUpdates");
+    };
+    let updates: Vec<_> = (updates.iter()).map(|u| (u.task_id, u.state)).collect();
+    assert_eq!(updates, [(2, TaskState::Failed)]);
+    assert!(!core.is_ended());
+    // Redefined, an index names the new function; one past the table is a protocol error.
+    let mut out = BytesMut::new();
+    for (index, name) in [(0, "hash"), (FUNCTIONS_PER_CONNECTION, "echo")] {
+        let define = Message::DefineFunction { index, name };
+        define.encode(&mut out, FRAME_SIZE_MAX).expect("encodes");
+    }
+    core.handle_bytes(&out, 30);
+    assert!(core.is_ended(), "a define past the table ends it");
 }
