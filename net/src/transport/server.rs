@@ -37,7 +37,7 @@ use mio::{Interest, Token};
 
 use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound};
 use crate::handshake::random_nonce;
-use crate::transport::peers::{Arrival, Peers, PeersConfig};
+use crate::transport::peers::{Arrival, PeerKey, Peers, PeersConfig};
 pub use crate::transport::peers::{Limits, Standing};
 use crate::wire::{Frame, Role};
 
@@ -143,7 +143,7 @@ impl Sockets {
 
     /// Whether `token` is one of its connections.
     pub fn contains(&self, token: Token) -> bool {
-        self.conns.contains_key(token.0 as u64)
+        self.conns.contains_key(token.number())
     }
 
     /// Accepts until the listener would block. `admit` is asked first for each newcomer (a
@@ -175,7 +175,7 @@ impl Sockets {
                 conn,
                 write_stuck_since_us: None,
             };
-            self.conns.insert(token.0 as u64, socket);
+            self.conns.insert(token.number(), socket);
             match admit.connected(token, nonce, now_us) {
                 Ok(()) => self.dirty.push(token),
                 Err(error) => {
@@ -193,7 +193,7 @@ impl Sockets {
         token: Token,
         mut on_frame: impl FnMut(Frame) -> Result<(), ConnError>,
     ) -> Result<(), ConnError> {
-        let Some(socket) = self.conns.get_mut(token.0 as u64) else {
+        let Some(socket) = self.conns.get_mut(token.number()) else {
             return Ok(());
         };
         self.dirty.push(token);
@@ -204,7 +204,7 @@ impl Sockets {
     /// Returns a spare buffer to hand back to whoever encoded the frames (its bytes are no
     /// longer needed): the connection's emptied one, or `frames` once copied.
     pub fn append(&mut self, token: Token, mut frames: BytesMut) -> BytesMut {
-        let Some(socket) = self.conns.get_mut(token.0 as u64) else {
+        let Some(socket) = self.conns.get_mut(token.number()) else {
             return frames;
         };
         let outbound = socket.conn.outbound();
@@ -220,7 +220,7 @@ impl Sockets {
 
     /// Marks a connection to flush (it became writable).
     pub fn touch(&mut self, token: Token) {
-        if self.conns.contains_key(token.0 as u64) {
+        if self.conns.contains_key(token.number()) {
             self.dirty.push(token);
         }
     }
@@ -228,7 +228,7 @@ impl Sockets {
     /// Writes what a connection has queued, best effort, and drops it.
     pub fn close(&mut self, token: Token) {
         self.stuck.remove(&token);
-        if let Some(mut socket) = self.conns.remove(token.0 as u64) {
+        if let Some(mut socket) = self.conns.remove(token.number()) {
             let _ = socket.conn.flush();
             self.closed.push((token, socket.conn));
         }
@@ -246,7 +246,7 @@ impl Sockets {
         dirty.dedup();
         let mut failed = Vec::new();
         for &token in &dirty {
-            let Some(socket) = self.conns.get_mut(token.0 as u64) else {
+            let Some(socket) = self.conns.get_mut(token.number()) else {
                 continue;
             };
             let before = socket.conn.outbound_len();
@@ -288,10 +288,10 @@ impl Sockets {
         for token in expired {
             let queued = self
                 .conns
-                .get(token.0 as u64)
+                .get(token.number())
                 .map_or(0, |s| s.conn.outbound_len());
             self.stuck.remove(&token);
-            if let Some(socket) = self.conns.remove(token.0 as u64) {
+            if let Some(socket) = self.conns.remove(token.number()) {
                 self.closed.push((token, socket.conn));
             }
             let why = ConnError::Protocol(format!(
@@ -323,7 +323,7 @@ impl Sockets {
 
     /// When a stuck connection counts as not reading (strictly after the timeout).
     fn stuck_deadline(&self, token: Token) -> Option<u64> {
-        let since = self.conns.get(token.0 as u64)?.write_stuck_since_us?;
+        let since = self.conns.get(token.number())?.write_stuck_since_us?;
         let timeout_us = self.stuck_timeout_us?;
         Some(since.saturating_add(timeout_us).saturating_add(1))
     }
