@@ -13,7 +13,8 @@ use flint_engine::scheduler::{JobId, SubmitError};
 
 use crate::job::Job;
 
-/// Longest function name a job may name, in bytes (it travels in every launch).
+/// Longest function name a job may name, in bytes (it travels in a `DefineFunction`; an
+/// executor refuses a longer one).
 pub const FUNCTION_NAME_MAX_BYTES: usize = 1024;
 
 /// The caller side of the driver's limits.

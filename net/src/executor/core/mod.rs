@@ -26,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use flint_engine::hash::FxHashSet;
 
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
+use crate::admission::FUNCTION_NAME_MAX_BYTES;
 use crate::transport::link::{move_bytes, LinkCore, LinkRules, Received};
 use crate::transport::{encode, unexpected};
 use crate::wire::limits::FUNCTIONS_PER_CONNECTION;
@@ -463,12 +464,13 @@ impl ExecutorCore {
             }
             Message::DefineFunction { index, name } => self.functions.define(index, name)?,
             Message::LaunchTasks { tasks } => {
+                let mut undefined = None;
                 for task in tasks {
                     let Some(function) = self.functions.get(task.function) else {
                         let key = Attempt::new(TaskId(task.task_id), task.attempt);
-                        let why = format!("no function defined as {} on this lane", task.function);
-                        tracing::warn!(task_id = task.task_id, attempt = task.attempt, "{why}");
-                        self.report_ended(key, TaskState::Failed, Bytes::from(why));
+                        let why = Bytes::from_static(UNDEFINED_FUNCTION);
+                        self.report_ended(key, TaskState::Failed, why);
+                        undefined = Some(undefined.map_or((task.function, 1), |(i, n)| (i, n + 1)));
                         continue;
                     };
                     let launch = TaskLaunch {
@@ -481,6 +483,13 @@ impl ExecutorCore {
                         speculative: false,
                     };
                     self.launch(launch);
+                }
+                if let Some((index, failed)) = undefined {
+                    tracing::warn!(
+                        index,
+                        failed,
+                        "launches naming a function index never defined failed"
+                    );
                 }
             }
             Message::KillTask {
@@ -609,6 +618,10 @@ impl ExecutorCore {
     }
 }
 
+/// Why a launch naming an index the driver never defined on this lane failed.
+const UNDEFINED_FUNCTION: &[u8] =
+    b"not run: the launch names a function index the driver never defined on this lane";
+
 /// The functions the driver defined on this lane, by index (`DefineFunction`; launches name
 /// one by index). A name defined again shares the `Arc` it had, so the runner's pointer check
 /// finds it.
@@ -618,12 +631,19 @@ struct Functions {
 }
 
 impl Functions {
-    /// Defines `index` as `name`. Fails for an index past [`FUNCTIONS_PER_CONNECTION`].
+    /// Defines `index` as `name`. Fails for an index past [`FUNCTIONS_PER_CONNECTION`] or a
+    /// name longer than a driver lets a job name ([`FUNCTION_NAME_MAX_BYTES`]).
     fn define(&mut self, index: u32, name: &str) -> Result<(), ExecutorError> {
         if index >= FUNCTIONS_PER_CONNECTION {
             return Err(ExecutorError::DriverGone(format!(
                 "the driver defined function index {index}, past the {FUNCTIONS_PER_CONNECTION} \
                  a connection has"
+            )));
+        }
+        if name.len() > FUNCTION_NAME_MAX_BYTES {
+            return Err(ExecutorError::DriverGone(format!(
+                "the driver defined a function name of {} bytes, over {FUNCTION_NAME_MAX_BYTES}",
+                name.len()
             )));
         }
         let shared = match (self.names.iter().flatten()).find(|n| ***n == *name) {

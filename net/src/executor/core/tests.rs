@@ -642,4 +642,15 @@ fn a_launch_naming_an_undefined_function_fails_and_a_define_past_the_table_ends_
     }
     core.handle_bytes(&out, 30);
     assert!(core.is_ended(), "a define past the table ends it");
+    // So is a name longer than any job may name.
+    let mut core = registered(500, 0);
+    let long = "f".repeat(crate::admission::FUNCTION_NAME_MAX_BYTES + 1);
+    let mut out = BytesMut::new();
+    let define = Message::DefineFunction {
+        index: 0,
+        name: &long,
+    };
+    define.encode(&mut out, FRAME_SIZE_MAX).expect("encodes");
+    core.handle_bytes(&out, 10);
+    assert!(core.is_ended(), "an overlong name ends it");
 }
