@@ -442,13 +442,14 @@ impl TaskRunner {
                     let Some(function) = self.functions.entries.get_mut(index) else {
                         unreachable!("function {index} was just found");
                     };
-                    let (state, data) = run_inline(function, &launch);
+                    let (task, attempt) = (launch.task, launch.attempt);
+                    let (state, data) = run_inline(function, task, attempt, launch.payload);
                     let now = clock::now_ns();
                     let took_ns = now.saturating_sub(last);
                     last = now;
                     if let Some(sit_out) = function.ran_inline(took_ns) {
                         tracing::info!(
-                            task_id = launch.task.0,
+                            task_id = task.0,
                             took_us = took_ns / 1_000,
                             sit_out,
                             "a task expected to be short ran long inline twice in a row; its \
@@ -456,8 +457,8 @@ impl TaskRunner {
                         );
                     }
                     TaskReport {
-                        task: launch.task,
-                        attempt: launch.attempt,
+                        task,
+                        attempt,
                         state,
                         data,
                     }
@@ -500,14 +501,19 @@ impl TaskRunner {
         }
     }
 
-    /// Runs waiting short attempts (for a round at most), then hands every completion to
-    /// `each`: the loop's own first, then the pool's in completion order. A pool attempt's
-    /// `Running` report whose final state is in the same batch is left out: the final state
-    /// says more. Call it after a batch of launches and when the `kick` callback's message
-    /// arrives; if [`TaskRunner::has_waiting`] then, call it again after the loop's next turn.
-    pub fn drain(&mut self, mut each: impl FnMut(TaskReport)) {
+    /// Runs waiting short attempts (for a round at most), then appends every completion to
+    /// `out`: the loop's own first, then the pool's in completion order (an empty `out` takes
+    /// over the loop's list, so nothing is copied). A pool attempt's `Running` report whose
+    /// final state is in the same batch is left out: the final state says more. Call it after
+    /// a batch of launches and when the `kick` callback's message arrives; if
+    /// [`TaskRunner::has_waiting`] then, call it again after the loop's next turn.
+    pub fn drain(&mut self, out: &mut Vec<TaskReport>) {
         self.run_waiting();
-        self.done.drain(..).for_each(&mut each);
+        if out.is_empty() {
+            std::mem::swap(out, &mut self.done);
+        } else {
+            out.append(&mut self.done);
+        }
         if self.on_pool.is_empty() {
             return;
         }
@@ -523,12 +529,11 @@ impl TaskRunner {
                     .remove(&Attempt::new(completion.task, completion.attempt));
             }
         }
-        for completion in self.batch.drain(..) {
+        let on_pool = &self.on_pool;
+        out.extend(self.batch.drain(..).filter(|completion| {
             let key = Attempt::new(completion.task, completion.attempt);
-            if completion.state != TaskState::Running || self.on_pool.contains_key(&key) {
-                each(completion);
-            }
-        }
+            completion.state != TaskState::Running || on_pool.contains_key(&key)
+        }));
     }
 }
 
@@ -543,14 +548,14 @@ fn killed_before_start(launch: &TaskLaunch) -> TaskReport {
 }
 
 /// Runs a short attempt here, on the loop's thread: its state and data (a panic fails it).
-fn run_inline(function: &Function, launch: &TaskLaunch) -> (TaskState, Bytes) {
-    let ctx = TaskContext::new(
-        launch.task.0,
-        launch.attempt,
-        function.resolved.argument.as_deref(),
-    );
+fn run_inline(
+    function: &Function,
+    task: TaskId,
+    attempt: u32,
+    payload: Bytes,
+) -> (TaskState, Bytes) {
+    let ctx = TaskContext::new(task.0, attempt, function.resolved.argument.as_deref());
     let run = &function.resolved.function;
-    let payload = launch.payload.clone();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx, payload))) {
         Ok(Ok(result)) => (TaskState::Finished, result),
         Ok(Err(error)) => (TaskState::Failed, Bytes::from(error.0)),

@@ -54,10 +54,14 @@ fn finals(runner: &mut TaskRunner, n: usize) -> (Vec<TaskReport>, bool) {
             "only {} of {n} completions",
             done.len()
         );
-        runner.drain(|c| match c.state {
-            TaskState::Running => running = true,
-            _ => done.push(c),
-        });
+        let mut batch = Vec::new();
+        runner.drain(&mut batch);
+        for c in batch {
+            match c.state {
+                TaskState::Running => running = true,
+                _ => done.push(c),
+            }
+        }
         std::thread::yield_now();
     }
     (done, running)
@@ -113,7 +117,7 @@ fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
     }
     runner.launch(launch(7, "boom", b""));
     let mut done = Vec::new();
-    runner.drain(|c| done.push(c));
+    runner.drain(&mut done);
     assert_eq!(done.len(), 1, "inline: done in the same drain");
     assert_eq!(done[0].state, TaskState::Failed);
     assert_eq!(&done[0].data[..], b"task panicked: boom");
@@ -191,7 +195,7 @@ fn a_drain_runs_inline_work_for_its_round_and_the_rest_waits_for_the_next() {
     }
     for left in [2, 1, 0] {
         let mut done = Vec::new();
-        runner.drain(|c| done.push(c.task.0));
+        runner.drain(&mut done);
         assert_eq!(done.len(), 1);
         assert_eq!(runner.has_waiting(), left > 0);
     }
@@ -212,7 +216,7 @@ fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
     runner.launch(launch(7, "boom", b""));
     assert!(runner.kill(Attempt::new(TaskId(7), 0)));
     let mut done = Vec::new();
-    runner.drain(|c| done.push(c));
+    runner.drain(&mut done);
     assert_eq!(done.len(), 1);
     assert_eq!(
         (done[0].state, &done[0].data[..]),
@@ -222,7 +226,7 @@ fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
     pool.shutdown(ShutdownMode::Drain);
     runner.launch(launch(8, "sleep:1", b""));
     let mut done = Vec::new();
-    runner.drain(|c| done.push(c));
+    runner.drain(&mut done);
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].state, TaskState::Failed);
     assert!(String::from_utf8_lossy(&done[0].data).starts_with("not run: the task pool refused it"));

@@ -226,8 +226,7 @@ impl DriverEndpoint {
         let Some(runner) = self.runner.as_mut() else {
             return;
         };
-        let completions = &mut self.completions;
-        runner.drain(|completion| completions.push(completion));
+        runner.drain(&mut self.completions);
         if !self.completions.is_empty() {
             let now_us = self.now_us();
             self.core

@@ -26,7 +26,7 @@ use crate::conn::{ConnError, Connection};
 use crate::transport::notify_retrying;
 use crate::wire::Frame;
 use flint_engine::functions::Registry;
-use flint_engine::runner::TaskRunner;
+use flint_engine::runner::{TaskReport, TaskRunner};
 
 /// Messages to the executor's endpoint.
 #[derive(Debug)]
@@ -66,6 +66,8 @@ pub(super) struct ExecutorEndpoint {
     epoch_ns: u64,
     /// The frames of one readiness, handed to the core after the read (kept emptied).
     frames: Vec<Frame>,
+    /// The runner's completions on their way to the core (kept emptied).
+    completions: Vec<TaskReport>,
     /// The armed timer and the core's deadline it is for.
     timer: Option<(TimerId, u64)>,
     /// The zero timer that brings the loop back for short tasks still waiting, if armed.
@@ -92,6 +94,7 @@ impl ExecutorEndpoint {
             left_out: false,
             epoch_ns: clock::now_ns(),
             frames: Vec::new(),
+            completions: Vec::new(),
             timer: None,
             resume: None,
         }
@@ -142,17 +145,21 @@ impl ExecutorEndpoint {
         let Some(runner) = self.runner.as_mut() else {
             return;
         };
+        self.core
+            .poll_launches()
+            .for_each(|launch| runner.launch(launch));
         while let Some(action) = self.core.poll_action() {
             match action {
-                Action::Launch(launch) => runner.launch(launch),
                 Action::Kill(attempt) => {
                     runner.kill(attempt);
                 }
                 Action::KillAll => runner.kill_all(),
             }
         }
-        let core = &mut self.core;
-        runner.drain(|completion| core.handle_completion(completion, now_us));
+        runner.drain(&mut self.completions);
+        if !self.completions.is_empty() {
+            (self.core).handle_completions(&mut self.completions, now_us);
+        }
     }
 
     /// Brings the loop back at once while short tasks wait for the next round.

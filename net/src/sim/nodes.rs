@@ -600,22 +600,23 @@ fn step_lane(
         }
         lane.core.handle_completion(c, now_us);
     }
+    let lane_no = lane.core.lane();
+    for launch in lane.core.poll_launches() {
+        let (task_id, attempt, payload) = (launch.task.0, launch.attempt, launch.payload);
+        if *launch.function != *super::FUNCTION {
+            return Err(format!(
+                "launch of task {task_id:#x} with function {:?}",
+                launch.function
+            ));
+        }
+        tracing::debug!(target: "flint_net::sim", now_us, executor = %name, lane = lane_no, "launch {task_id:#x}.{attempt}");
+        ledger.launch(task_id, attempt, &payload)?;
+        let key = Attempt::new(launch.task, attempt);
+        lane.runner.launch(rng, now_us, key, &payload);
+        step.launched.push(key);
+    }
     while let Some(action) = lane.core.poll_action() {
         match action {
-            Action::Launch(launch) => {
-                let (task_id, attempt, payload) = (launch.task.0, launch.attempt, launch.payload);
-                if *launch.function != *super::FUNCTION {
-                    return Err(format!(
-                        "launch of task {task_id:#x} with function {:?}",
-                        launch.function
-                    ));
-                }
-                tracing::debug!(target: "flint_net::sim", now_us, executor = %name, lane = lane.core.lane(), "launch {task_id:#x}.{attempt}");
-                ledger.launch(task_id, attempt, &payload)?;
-                let key = Attempt::new(launch.task, attempt);
-                lane.runner.launch(rng, now_us, key, &payload);
-                step.launched.push(key);
-            }
             Action::Kill(key) => {
                 lane.runner.kill(now_us, key);
             }

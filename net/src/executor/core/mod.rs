@@ -41,13 +41,10 @@ pub const HEARTBEAT_INTERVAL_MS_MIN: u64 = 10;
 /// The longest heartbeat interval a driver may ask for, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_MAX: u64 = 60_000;
 
-/// What the executor must do to its tasks, from [`ExecutorCore::poll_action`].
+/// What the executor must do to its running tasks, from [`ExecutorCore::poll_action`] (the
+/// attempts to run come from [`ExecutorCore::poll_launches`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Run this attempt: the registered function (`name` or `name:ARG`, shared by every launch
-    /// that names it) on its payload (which shares the driver's frame). Its completions go to
-    /// [`ExecutorCore::handle_completion`].
-    Launch(TaskLaunch),
     /// Ask a running attempt to stop; it completes as killed.
     Kill(Attempt),
     /// Ask every running attempt to stop: the executor has ended (see
@@ -82,6 +79,8 @@ pub struct ExecutorCore {
     link: LinkCore,
     /// Encoded frames not yet handed to [`ExecutorCore::poll_transmit`].
     transmit: BytesMut,
+    /// Attempts to run, in the order the driver sent them (see [`ExecutorCore::poll_launches`]).
+    launches: Vec<TaskLaunch>,
     actions: VecDeque<Action>,
     /// Completions to report at the next [`ExecutorCore::poll_transmit`], already bounded.
     updates: Vec<TaskReport>,
@@ -169,6 +168,7 @@ impl ExecutorCore {
             phase: Phase::Handshake,
             link,
             transmit: BytesMut::new(),
+            launches: Vec::new(),
             actions: VecDeque::new(),
             updates: Vec::new(),
             batch: Vec::new(),
@@ -257,21 +257,44 @@ impl ExecutorCore {
     /// in-flight set and counts as an attempt run; each goes out at the next
     /// [`ExecutorCore::poll_transmit`], a result too large for a frame failing its task.
     pub fn handle_completion(&mut self, mut completion: TaskReport, _now_us: u64) {
+        if !self.is_ended() && self.accept(&mut completion) {
+            self.updates.push(completion);
+        }
+        self.check();
+    }
+
+    /// Feeds a batch of completions as [`ExecutorCore::handle_completion`] does each, taking
+    /// them out of `completions` (when none are queued, its buffer is taken over and nothing
+    /// is copied).
+    pub fn handle_completions(&mut self, completions: &mut Vec<TaskReport>, _now_us: u64) {
         if self.is_ended() {
+            completions.clear();
             return;
         }
+        completions.retain_mut(|completion| self.accept(completion));
+        if self.updates.is_empty() {
+            std::mem::swap(&mut self.updates, completions);
+        } else {
+            self.updates.append(completions);
+        }
+        self.check();
+    }
+
+    /// One completion, bounded to a frame; whether it is to be reported (not when the
+    /// executor, draining, reported it killed already).
+    #[inline]
+    fn accept(&mut self, completion: &mut TaskReport) -> bool {
         let key = Attempt::new(completion.task, completion.attempt);
         if self.draining && !self.in_flight.contains(&key) {
             // Reported killed when the executor left.
-            return;
+            return false;
         }
         if completion.state != TaskState::Running {
             self.in_flight.remove(&key);
             self.task_attempts += 1;
         }
-        bound_report(&mut completion, self.frame_size_max);
-        self.updates.push(completion);
-        self.check();
+        bound_report(completion, self.frame_size_max);
+        true
     }
 
     /// The executor is going away (SIGTERM): the driver is told (`ExecutorDraining`) and
@@ -355,7 +378,17 @@ impl ExecutorCore {
         handshake + move_bytes(&mut self.transmit, out)
     }
 
-    /// The next thing to do to the tasks, in the order the driver asked.
+    /// The attempts to run, in the order the driver sent them, each taken out: the registered
+    /// function (`name` or `name:ARG`, shared by every launch that names it) on its payload
+    /// (which shares the driver's frame). Their completions go to
+    /// [`ExecutorCore::handle_completions`]. Carry them out before
+    /// [`ExecutorCore::poll_action`]'s, which may kill one of them.
+    pub fn poll_launches(&mut self) -> std::vec::Drain<'_, TaskLaunch> {
+        self.launches.drain(..)
+    }
+
+    /// The next thing to do to the running tasks, in the order the driver asked (after
+    /// [`ExecutorCore::poll_launches`]).
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
@@ -542,7 +575,7 @@ impl ExecutorCore {
             );
             return self.report_ended(key, TaskState::Failed, Bytes::from(reason));
         }
-        self.actions.push_back(Action::Launch(launch));
+        self.launches.push(launch);
     }
 
     /// An attempt that ends here without running (or without running further): its final
@@ -610,6 +643,7 @@ impl ExecutorCore {
         tracing::info!(executor_id = %self.executor_id, completed, "ran {completed} task attempts");
         self.phase = Phase::Ended;
         self.heartbeat_next_us = None;
+        self.launches.clear();
         self.actions.clear();
         self.actions.push_back(Action::KillAll);
         self.exit = Some(reason.map(|()| ExecutorSummary {

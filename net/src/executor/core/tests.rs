@@ -113,9 +113,17 @@ fn launch(core: &mut ExecutorCore, tasks: &[(u64, &str, &[u8])], now_us: u64) {
     core.handle_bytes(&out, now_us);
 }
 
-/// The action a one-core launch of attempt `attempt` of `task_id` becomes.
-fn launched(task_id: u64, attempt: u32, function: &str, payload: Bytes) -> Action {
-    Action::Launch(flint_engine::scheduler::TaskLaunch {
+/// What the core asked for, launches first (the order the endpoint carries them out in).
+#[derive(Debug, PartialEq)]
+enum Asked {
+    Launch(flint_engine::scheduler::TaskLaunch),
+    Kill(Attempt),
+    KillAll,
+}
+
+/// What a one-core launch of attempt `attempt` of `task_id` becomes.
+fn launched(task_id: u64, attempt: u32, function: &str, payload: Bytes) -> Asked {
+    Asked::Launch(flint_engine::scheduler::TaskLaunch {
         task: TaskId(task_id),
         attempt,
         function: Arc::from(function),
@@ -125,8 +133,15 @@ fn launched(task_id: u64, attempt: u32, function: &str, payload: Bytes) -> Actio
     })
 }
 
-fn actions(core: &mut ExecutorCore) -> Vec<Action> {
-    std::iter::from_fn(|| core.poll_action()).collect()
+fn actions(core: &mut ExecutorCore) -> Vec<Asked> {
+    let mut asked: Vec<Asked> = core.poll_launches().map(Asked::Launch).collect();
+    asked.extend(
+        std::iter::from_fn(|| core.poll_action()).map(|action| match action {
+            Action::Kill(attempt) => Asked::Kill(attempt),
+            Action::KillAll => Asked::KillAll,
+        }),
+    );
+    asked
 }
 
 fn done(task_id: u64, state: TaskState, data: &[u8]) -> TaskReport {
@@ -306,7 +321,7 @@ fn a_wrong_secret_is_refused_and_the_driver_told_why() {
         matches!(&exit, Err(ExecutorError::Refused(r)) if r.contains("wrong shared secret")),
         "{exit:?}"
     );
-    assert_eq!(actions(&mut core), [Action::KillAll]);
+    assert_eq!(actions(&mut core), [Asked::KillAll]);
 }
 
 #[test]
@@ -533,7 +548,7 @@ fn kill_task_becomes_a_kill_for_an_attempt_in_flight() {
     }
     assert_eq!(
         actions(&mut core),
-        [Action::Kill(Attempt::new(TaskId(7), 0))],
+        [Asked::Kill(Attempt::new(TaskId(7), 0))],
         "task 8 is not here"
     );
 }
@@ -551,7 +566,7 @@ fn stop_executor_ends_with_what_it_ran() {
         Some(Ok(ExecutorSummary { task_attempts: 1 }))
     );
     assert_eq!(core.poll_exit(), None, "the exit comes once");
-    assert_eq!(actions(&mut core), [Action::KillAll]);
+    assert_eq!(actions(&mut core), [Asked::KillAll]);
     assert_eq!(core.poll_timeout(), None, "no heartbeat after the end");
     // Nothing more is taken in.
     launch(&mut core, &[(3, "c", b"")], 40);
