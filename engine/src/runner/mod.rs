@@ -161,6 +161,7 @@ impl Function {
     /// An inline run that took `took_ns`. A long one is not averaged in: a run preempted midway
     /// looks the same, and the run after it rarely is, so only the second long run in a row
     /// sends the function to the pool for a while; returns the runs it sits out then.
+    #[inline(always)]
     fn ran_inline(&mut self, took_ns: u64) -> Option<u64> {
         let record = &mut self.inline;
         if took_ns <= nanos(INLINE_RUN_GIVE_UP) {
@@ -173,6 +174,14 @@ impl Function {
                 .record(took_ns.min(nanos(INLINE_RUN_COUNTED_MAX)));
             return None;
         }
+        self.ran_long()
+    }
+
+    /// [`Function::ran_inline`] for a long run.
+    #[cold]
+    #[inline(never)]
+    fn ran_long(&mut self) -> Option<u64> {
+        let record = &mut self.inline;
         record.short_streak = 0;
         if !std::mem::replace(&mut record.long_before, true) {
             return None;
@@ -211,6 +220,7 @@ impl Functions {
     }
 
     /// [`Functions::find`] past its check of the last entry's name by pointer.
+    #[inline(never)]
     fn find_by_name(&mut self, registry: &Registry, name: &Arc<str>) -> Result<usize, TaskError> {
         let same = |f: &Function| Arc::ptr_eq(&f.name, name) || *f.name == **name;
         if self.entries.get(self.last).is_some_and(same) {
@@ -370,11 +380,11 @@ impl TaskRunner {
                 "not run: the runner already holds its maximum of {} attempts",
                 self.in_flight_max
             );
-            return self.done.push(TaskReport::failed(&launch, why));
+            return self.refuse(&launch, why);
         }
         let index = match self.functions.find(&self.registry, &launch.function) {
             Ok(index) => index,
-            Err(error) => return self.done.push(TaskReport::failed(&launch, error.0)),
+            Err(error) => return self.refuse(&launch, error.0),
         };
         let Some(function) = self.functions.entries.get(index) else {
             unreachable!("function {index} was just found");
@@ -387,7 +397,15 @@ impl TaskRunner {
         }
     }
 
+    /// Fails `launch` at once, for `why` (reported at the next drain).
+    #[cold]
+    #[inline(never)]
+    fn refuse(&mut self, launch: &TaskLaunch, why: String) {
+        self.done.push(TaskReport::failed(launch, why));
+    }
+
     /// Hands `launch` of function `index` to the pool.
+    #[inline(never)]
     fn submit(&mut self, index: usize, launch: TaskLaunch) {
         let key = Attempt::new(launch.task, launch.attempt);
         let Some(function) = self.functions.entries.get(index) else {
@@ -448,13 +466,7 @@ impl TaskRunner {
                     let took_ns = now.saturating_sub(last);
                     last = now;
                     if let Some(sit_out) = function.ran_inline(took_ns) {
-                        tracing::info!(
-                            task_id = task.0,
-                            took_us = took_ns / 1_000,
-                            sit_out,
-                            "a task expected to be short ran long inline twice in a row; its \
-                             function runs on the pool for a while"
-                        );
+                        log_sit_out(task, took_ns, sit_out);
                     }
                     TaskReport {
                         task,
@@ -514,9 +526,14 @@ impl TaskRunner {
         } else {
             out.append(&mut self.done);
         }
-        if self.on_pool.is_empty() {
-            return;
+        if !self.on_pool.is_empty() {
+            self.drain_pool(out);
         }
+    }
+
+    /// [`TaskRunner::drain`]'s part for the pool's completions.
+    #[inline(never)]
+    fn drain_pool(&mut self, out: &mut Vec<TaskReport>) {
         // At most one queue's worth per call, so a flood of completions cannot starve the loop;
         // if some are left, the loop is kicked again to come back for them.
         let batch = &mut self.batch;
@@ -535,6 +552,20 @@ impl TaskRunner {
             completion.state != TaskState::Running || on_pool.contains_key(&key)
         }));
     }
+}
+
+/// Says that `task`'s function runs on the pool for `sit_out` runs: its inline run took
+/// `took_ns`, long, as the one before it.
+#[cold]
+#[inline(never)]
+fn log_sit_out(task: TaskId, took_ns: u64, sit_out: u64) {
+    tracing::info!(
+        task_id = task.0,
+        took_us = took_ns / 1_000,
+        sit_out,
+        "a task expected to be short ran long inline twice in a row; its function runs on the \
+         pool for a while"
+    );
 }
 
 /// The report of a waiting attempt killed before it ran.

@@ -271,7 +271,15 @@ impl ExecutorCore {
             completions.clear();
             return;
         }
-        completions.retain_mut(|completion| self.accept(completion));
+        let mut i = 0;
+        while let Some(completion) = completions.get_mut(i) {
+            if self.accept(completion) {
+                i += 1;
+            } else {
+                // Only while draining: rare, and a batch is short.
+                completions.remove(i);
+            }
+        }
         if self.updates.is_empty() {
             std::mem::swap(&mut self.updates, completions);
         } else {
@@ -282,7 +290,7 @@ impl ExecutorCore {
 
     /// One completion, bounded to a frame; whether it is to be reported (not when the
     /// executor, draining, reported it killed already).
-    #[inline]
+    #[inline(always)]
     fn accept(&mut self, completion: &mut TaskReport) -> bool {
         let key = Attempt::new(completion.task, completion.attempt);
         if self.draining && !self.in_flight.contains(&key) {
@@ -548,34 +556,39 @@ impl ExecutorCore {
 
     /// One launch: a duplicate of an attempt in flight is ignored; one past the in-flight
     /// limit fails at once (a driver keeps within `tasks_per_core`, which is at most that).
+    #[inline(always)]
     fn launch(&mut self, launch: TaskLaunch) {
         let key = Attempt::new(launch.task, launch.attempt);
-        let refusal = self.draining || self.in_flight.len() >= self.in_flight_max;
-        let duplicate = match refusal {
-            true => self.in_flight.contains(&key),
-            // Taken in now if new: the usual launch looks at the in-flight set once.
-            false => !self.in_flight.insert(key),
-        };
-        if duplicate {
+        let room = !self.draining && self.in_flight.len() < self.in_flight_max;
+        // Taken in now if new: the usual launch looks at the in-flight set once.
+        if room && self.in_flight.insert(key) {
+            self.launches.push(launch);
+        } else {
+            self.launch_refused(key, room);
+        }
+    }
+
+    /// A launch not taken in: a duplicate (found in flight, whether or not there was `room`),
+    /// or one that comes while draining or past the in-flight limit.
+    #[cold]
+    #[inline(never)]
+    fn launch_refused(&mut self, key: Attempt, room: bool) {
+        if room || self.in_flight.contains(&key) {
             tracing::warn!(
                 task_id = key.task.0,
                 attempt = key.attempt,
                 "duplicate launch ignored"
             );
-            return;
-        }
-        if self.draining {
+        } else if self.draining {
             let why = Bytes::from_static(b"the executor is draining (going away)");
-            return self.report_ended(key, TaskState::Killed, why);
-        }
-        if refusal {
+            self.report_ended(key, TaskState::Killed, why);
+        } else {
             let reason = format!(
                 "not run: the executor already holds its maximum of {} attempts",
                 self.in_flight_max
             );
-            return self.report_ended(key, TaskState::Failed, Bytes::from(reason));
+            self.report_ended(key, TaskState::Failed, Bytes::from(reason));
         }
-        self.launches.push(launch);
     }
 
     /// An attempt that ends here without running (or without running further): its final
@@ -701,8 +714,19 @@ impl Functions {
 
 /// Keeps a report within what one frame carries: a result too large for a frame fails its task
 /// with the reason (the driver never sees a wrong success), and a failure's text is cut to
-/// [`batch::REASON_BYTES_MAX`].
+/// [`batch::REASON_BYTES_MAX`]. A result that fits, the usual report, is checked inline.
+#[inline(always)]
 fn bound_report(update: &mut TaskReport, frame_size_max: usize) {
+    let fits = update.data.len() <= batch::item_bytes_max(frame_size_max);
+    if update.state != TaskState::Finished || !fits {
+        bound_report_cold(update, frame_size_max);
+    }
+}
+
+/// [`bound_report`] past its check of a result that fits.
+#[cold]
+#[inline(never)]
+fn bound_report_cold(update: &mut TaskReport, frame_size_max: usize) {
     let result_max = batch::item_bytes_max(frame_size_max);
     if update.state == TaskState::Finished && update.data.len() > result_max {
         update.state = TaskState::Failed;

@@ -399,6 +399,11 @@ fn a_launch_past_the_in_flight_limit_fails_at_once() {
         "{}",
         updates[0].2
     );
+    // A duplicate of an attempt in flight, with no room left: ignored, not failed.
+    launch(&mut core, &[(0, "noop", b"")], 11);
+    assert!(actions(&mut core).is_empty());
+    assert!(sent(&mut core).is_empty(), "nothing reported");
+    assert_eq!(core.in_flight(), 4);
 }
 
 type StatusUpdateOwned = (u64, TaskState, String);
@@ -531,6 +536,61 @@ fn a_drain_tells_the_driver_kills_new_launches_and_the_leave_reports_the_rest_ki
     // Task 2's late completion is not reported twice.
     core.handle_completion(done(2, TaskState::Finished, b"late"), 60);
     assert!(sent(&mut core).is_empty());
+}
+
+#[test]
+fn a_batch_of_completions_is_reported_in_order_without_those_reported_killed_at_the_leave() {
+    let mut core = registered(500, 0);
+    launch(
+        &mut core,
+        &[(1, "a", b""), (2, "b", b""), (3, "c", b"")],
+        10,
+    );
+    assert_eq!(actions(&mut core).len(), 3);
+    sent(&mut core);
+    // A batch queued behind one completion already waiting: appended after it.
+    core.handle_completion(done(1, TaskState::Finished, b"r1"), 20);
+    let mut batch = vec![
+        done(2, TaskState::Running, b""),
+        done(3, TaskState::Failed, b"it broke"),
+    ];
+    core.handle_completions(&mut batch, 20);
+    assert!(batch.is_empty(), "taken out");
+    assert_eq!(core.in_flight(), 1, "task 2 runs on");
+    let states = |frames: &[Frame]| -> Vec<(u64, TaskState)> {
+        (frames.iter())
+            .filter_map(|f| match f.message() {
+                Ok(Message::StatusUpdates { updates }) => Some(
+                    updates
+                        .iter()
+                        .map(|u| (u.task_id, u.state))
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    assert_eq!(
+        states(&sent(&mut core)),
+        [
+            (1, TaskState::Finished),
+            (2, TaskState::Running),
+            (3, TaskState::Failed)
+        ]
+    );
+    // Draining, then leaving: task 2 is reported killed; its completions in a later batch
+    // are dropped.
+    core.handle_drain(30);
+    assert_eq!(core.handle_leave(40), 1);
+    sent(&mut core);
+    let mut batch = vec![
+        done(2, TaskState::Finished, b"late"),
+        done(2, TaskState::Finished, b"later"),
+    ];
+    core.handle_completions(&mut batch, 50);
+    assert!(batch.is_empty());
+    assert!(states(&sent(&mut core)).is_empty(), "not reported twice");
 }
 
 #[test]
