@@ -3,7 +3,8 @@
 //! process.
 //!
 //! Run to completion: a launch of a function whose runs are known to be short (an average under
-//! [`INLINE_RUN_MAX`] over at least [`INLINE_RUNS_MIN`] runs) waits in the runner for the
+//! the runner's threshold, [`TaskRunner::set_inline_max`], over at least [`INLINE_RUNS_MIN`]
+//! runs) waits in the runner for the
 //! loop's own thread, which runs it at its next [`TaskRunner::drain`]: no hand-off to a pool
 //! thread and back, no allocation, no atomic read-modify-write. A drain runs such work for at
 //! most its round ([`TaskRunner::set_inline_round`]), then returns; what is left waits for the
@@ -82,8 +83,9 @@ impl TaskReport {
 /// Called (from a pool worker) when completions are waiting and the loop was not yet told.
 pub type Kick = Arc<dyn Fn() + Send + Sync>;
 
-/// A function runs inline when its average run is under this.
-pub const INLINE_RUN_MAX: Duration = Duration::from_micros(20);
+/// A function runs inline when its average run is under this, unless set otherwise
+/// ([`TaskRunner::set_inline_max`]).
+pub const INLINE_RUN_MAX_DEFAULT: Duration = Duration::from_micros(20);
 /// Runs a function needs on record before it may run inline.
 pub const INLINE_RUNS_MIN: u64 = 8;
 /// How long one drain runs inline work at most, unless set otherwise
@@ -98,10 +100,6 @@ pub const SIT_OUT_RUNS: u64 = 16;
 const STRIKES_MAX: u32 = 12;
 /// Short inline runs in a row after which a function's strikes are forgotten.
 const STRIKES_FORGOTTEN: u32 = 4096;
-/// The most one inline run adds to its function's average: twice the threshold, so a run
-/// that a preemption stretched cannot make a short function look long by itself, while a
-/// function that became slow crosses the threshold within a few runs.
-const INLINE_RUN_COUNTED_MAX: Duration = Duration::from_micros(40);
 /// Function names a runner keeps resolved and timed; another name replaces the oldest.
 pub const FUNCTIONS_MAX: usize = 64;
 
@@ -149,20 +147,23 @@ struct Function {
 }
 
 impl Function {
-    /// Whether a launch of it runs inline: its runs are known, short on average, and it is not
-    /// sitting out.
-    fn is_short(&self) -> bool {
+    /// Whether a launch of it runs inline: its runs are known, under `max_ns` on average, and
+    /// it is not sitting out.
+    fn is_short(&self, max_ns: u64) -> bool {
         let runs = self.timing.runs.load(Ordering::Relaxed);
         runs >= INLINE_RUNS_MIN
             && runs >= self.inline.after_runs
-            && self.timing.average_ns.load(Ordering::Relaxed) < nanos(INLINE_RUN_MAX)
+            && self.timing.average_ns.load(Ordering::Relaxed) < max_ns
     }
 
     /// An inline run that took `took_ns`. A long one is not averaged in: a run preempted midway
     /// looks the same, and the run after it rarely is, so only the second long run in a row
-    /// sends the function to the pool for a while; returns the runs it sits out then.
+    /// sends the function to the pool for a while; returns the runs it sits out then. A short
+    /// run adds at most `counted_max_ns` to the average: twice the threshold, so a run that a
+    /// preemption stretched cannot make a short function look long by itself, while a function
+    /// that became slow crosses the threshold within a few runs.
     #[inline(always)]
-    fn ran_inline(&mut self, took_ns: u64) -> Option<u64> {
+    fn ran_inline(&mut self, took_ns: u64, counted_max_ns: u64) -> Option<u64> {
         let record = &mut self.inline;
         if took_ns <= nanos(INLINE_RUN_GIVE_UP) {
             record.long_before = false;
@@ -170,8 +171,7 @@ impl Function {
             if record.short_streak >= STRIKES_FORGOTTEN {
                 record.strikes = 0;
             }
-            self.timing
-                .record(took_ns.min(nanos(INLINE_RUN_COUNTED_MAX)));
+            self.timing.record(took_ns.min(counted_max_ns));
             return None;
         }
         self.ran_long()
@@ -298,6 +298,8 @@ pub struct TaskRunner {
     /// Whether short tasks may run on the loop's thread (see the module docs).
     inline: bool,
     inline_round: Duration,
+    /// Functions whose runs average under this run inline.
+    inline_max: Duration,
     /// Completions made on the loop's thread, reported at the next drain.
     done: Vec<TaskReport>,
     shared: Arc<Shared>,
@@ -334,6 +336,7 @@ impl TaskRunner {
             in_flight_max,
             inline: true,
             inline_round: INLINE_ROUND_DEFAULT,
+            inline_max: INLINE_RUN_MAX_DEFAULT,
             done: Vec::new(),
             shared,
             batch: Vec::new(),
@@ -357,6 +360,14 @@ impl TaskRunner {
     /// the loop's other work may wait for them.
     pub fn set_inline_round(&mut self, round: Duration) {
         self.inline_round = round;
+    }
+
+    /// Runs inline the functions whose runs average under `max` (default
+    /// [`INLINE_RUN_MAX_DEFAULT`]): a loop whose round is long next to it (an executor's lane)
+    /// saves the hand-off to a pool thread and back, which costs more than a short run; one that
+    /// also schedules (local mode's driver) keeps it low, so its pool runs the work beside it.
+    pub fn set_inline_max(&mut self, max: Duration) {
+        self.inline_max = max;
     }
 
     /// Attempts launched and not yet drained as completions.
@@ -389,7 +400,7 @@ impl TaskRunner {
         let Some(function) = self.functions.entries.get(index) else {
             unreachable!("function {index} was just found");
         };
-        if self.inline && function.is_short() {
+        if self.inline && function.is_short(nanos(self.inline_max)) {
             self.waiting
                 .push_back((launch, index, self.functions.generation));
         } else {
@@ -449,6 +460,7 @@ impl TaskRunner {
         // One clock reading per run: each run is timed from the end of the one before.
         let mut last = clock::now_ns();
         let round_end = last.saturating_add(nanos(self.inline_round));
+        let counted_max_ns = nanos(self.inline_max).saturating_mul(2);
         while let Some((launch, index, generation)) = self.waiting.pop_front() {
             let found = if generation == self.functions.generation {
                 Ok(index)
@@ -465,7 +477,7 @@ impl TaskRunner {
                     let now = clock::now_ns();
                     let took_ns = now.saturating_sub(last);
                     last = now;
-                    if let Some(sit_out) = function.ran_inline(took_ns) {
+                    if let Some(sit_out) = function.ran_inline(took_ns, counted_max_ns) {
                         log_sit_out(task, took_ns, sit_out);
                     }
                     TaskReport {

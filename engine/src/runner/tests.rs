@@ -5,6 +5,9 @@ use crate::pool::{ShutdownMode, TaskPool, TaskPoolConfig};
 use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
+/// What a short inline run adds to its average at most, at the default threshold.
+const COUNTED_MAX_NS: u64 = 2 * nanos(INLINE_RUN_MAX_DEFAULT);
+
 /// A runner over a one-worker pool, and how many kicks it made. `slow_once` sleeps 3 ms
 /// when its payload is `b"slow"`, else returns at once; `boom` panics.
 fn runner(pool: &TaskPool) -> (TaskRunner, Arc<AtomicUsize>) {
@@ -113,7 +116,7 @@ fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
         .find(&runner.registry, &Arc::from("boom"))
         .expect("registered");
     for _ in 0..INLINE_RUNS_MIN {
-        runner.functions.entries[index].ran_inline(1_000);
+        runner.functions.entries[index].ran_inline(1_000, COUNTED_MAX_NS);
     }
     runner.launch(launch(7, "boom", b""));
     let mut done = Vec::new();
@@ -164,6 +167,29 @@ fn two_long_inline_runs_in_a_row_send_the_function_to_the_pool_for_a_while() {
 }
 
 #[test]
+fn a_higher_inline_threshold_runs_a_longer_function_inline() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    let index = runner
+        .functions
+        .find(&runner.registry, &Arc::from("slow_once"))
+        .expect("registered");
+    for _ in 0..INLINE_RUNS_MIN {
+        runner.functions.entries[index].timing.record(50_000);
+    }
+    // 50 us on average: the pool's at the default threshold (its own quick run leaves the
+    // average over 40 us)...
+    runner.launch(launch(1, "slow_once", b""));
+    assert!(!runner.has_waiting(), "on the pool");
+    let (done, _) = finals(&mut runner, 1);
+    assert_eq!(done[0].state, TaskState::Finished);
+    // ...inline under a threshold of 100 us (a lane's).
+    runner.set_inline_max(Duration::from_micros(100));
+    assert!(ran_inline(&mut runner, 2, "slow_once", b""));
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
 fn a_stretched_inline_run_does_not_make_a_short_function_look_long() {
     let mut pool = pool();
     let (mut runner, _kicks) = runner(&pool);
@@ -176,7 +202,10 @@ fn a_stretched_inline_run_does_not_make_a_short_function_look_long() {
         .expect("registered");
     // A run of 1.5 ms (under the give-up, over the threshold: a preemption, say) would
     // take the average over 20 us if counted whole.
-    assert_eq!(runner.functions.entries[index].ran_inline(1_500_000), None);
+    assert_eq!(
+        runner.functions.entries[index].ran_inline(1_500_000, COUNTED_MAX_NS),
+        None
+    );
     assert!(ran_inline(&mut runner, 10, "slow_once", b""), "still short");
     pool.shutdown(ShutdownMode::Drain);
 }
@@ -211,7 +240,7 @@ fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
         .find(&runner.registry, &Arc::from("boom"))
         .expect("registered");
     for _ in 0..INLINE_RUNS_MIN {
-        runner.functions.entries[index].ran_inline(1_000);
+        runner.functions.entries[index].ran_inline(1_000, COUNTED_MAX_NS);
     }
     runner.launch(launch(7, "boom", b""));
     assert!(runner.kill(Attempt::new(TaskId(7), 0)));
