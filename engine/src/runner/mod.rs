@@ -298,8 +298,8 @@ pub struct TaskRunner {
     /// Whether short tasks may run on the loop's thread (see the module docs).
     inline: bool,
     inline_round: Duration,
-    /// Functions whose runs average under this run inline.
-    inline_max: Duration,
+    /// Functions whose runs average under this (in nanoseconds) run inline.
+    inline_max_ns: u64,
     /// Completions made on the loop's thread, reported at the next drain.
     done: Vec<TaskReport>,
     shared: Arc<Shared>,
@@ -336,7 +336,7 @@ impl TaskRunner {
             in_flight_max,
             inline: true,
             inline_round: INLINE_ROUND_DEFAULT,
-            inline_max: INLINE_RUN_MAX_DEFAULT,
+            inline_max_ns: nanos(INLINE_RUN_MAX_DEFAULT),
             done: Vec::new(),
             shared,
             batch: Vec::new(),
@@ -367,7 +367,7 @@ impl TaskRunner {
     /// saves the hand-off to a pool thread and back, which costs more than a short run; one that
     /// also schedules (local mode's driver) keeps it low, so its pool runs the work beside it.
     pub fn set_inline_max(&mut self, max: Duration) {
-        self.inline_max = max;
+        self.inline_max_ns = nanos(max);
     }
 
     /// Attempts launched and not yet drained as completions.
@@ -400,7 +400,7 @@ impl TaskRunner {
         let Some(function) = self.functions.entries.get(index) else {
             unreachable!("function {index} was just found");
         };
-        if self.inline && function.is_short(nanos(self.inline_max)) {
+        if self.inline && function.is_short(self.inline_max_ns) {
             self.waiting
                 .push_back((launch, index, self.functions.generation));
         } else {
@@ -460,7 +460,7 @@ impl TaskRunner {
         // One clock reading per run: each run is timed from the end of the one before.
         let mut last = clock::now_ns();
         let round_end = last.saturating_add(nanos(self.inline_round));
-        let counted_max_ns = nanos(self.inline_max).saturating_mul(2);
+        let counted_max_ns = self.inline_max_ns.saturating_mul(2);
         while let Some((launch, index, generation)) = self.waiting.pop_front() {
             let found = if generation == self.functions.generation {
                 Ok(index)
