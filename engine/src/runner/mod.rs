@@ -4,9 +4,9 @@
 //!
 //! Run to completion: a launch of a function whose runs are known to be short (an average under
 //! the runner's threshold, [`TaskRunner::set_inline_max`], over at least [`INLINE_RUNS_MIN`]
-//! runs) waits in the runner for the
-//! loop's own thread, which runs it at its next [`TaskRunner::drain`]: no hand-off to a pool
-//! thread and back, no allocation, no atomic read-modify-write. A drain runs such work for at
+//! runs) waits in the runner for the loop's own thread, which runs it at its next
+//! [`TaskRunner::drain`]: no hand-off to a pool thread and back, no allocation, no atomic
+//! read-modify-write. A drain runs such work for at
 //! most its round ([`TaskRunner::set_inline_round`]), then returns; what is left waits for the
 //! next round ([`TaskRunner::has_waiting`]: the caller comes back after one turn of its loop),
 //! so reads, heartbeats and kills are held up at most a round. Whether a function runs inline

@@ -46,6 +46,13 @@ fn launch(task: u64, function: &str, payload: &'static [u8]) -> TaskLaunch {
     }
 }
 
+/// The index of `function`'s entry in the runner (resolved now if new).
+fn entry(runner: &mut TaskRunner, function: &str) -> usize {
+    (runner.functions)
+        .find(&runner.registry, &Arc::from(function))
+        .expect("registered")
+}
+
 /// Drains until `n` final completions came (the pool's finish asynchronously); returns
 /// them, and whether any `Running` report came (only pool runs send one).
 fn finals(runner: &mut TaskRunner, n: usize) -> (Vec<TaskReport>, bool) {
@@ -111,10 +118,7 @@ fn a_known_short_function_runs_inline_and_a_slow_one_on_the_pool() {
 fn an_inline_panic_fails_its_attempt_and_the_loop_goes_on() {
     let mut pool = pool();
     let (mut runner, _kicks) = runner(&pool);
-    let index = runner
-        .functions
-        .find(&runner.registry, &Arc::from("boom"))
-        .expect("registered");
+    let index = entry(&mut runner, "boom");
     for _ in 0..INLINE_RUNS_MIN {
         runner.functions.entries[index].ran_inline(1_000, COUNTED_MAX_NS);
     }
@@ -170,10 +174,7 @@ fn two_long_inline_runs_in_a_row_send_the_function_to_the_pool_for_a_while() {
 fn a_higher_inline_threshold_runs_a_longer_function_inline() {
     let mut pool = pool();
     let (mut runner, _kicks) = runner(&pool);
-    let index = runner
-        .functions
-        .find(&runner.registry, &Arc::from("slow_once"))
-        .expect("registered");
+    let index = entry(&mut runner, "slow_once");
     for _ in 0..INLINE_RUNS_MIN {
         runner.functions.entries[index].timing.record(50_000);
     }
@@ -196,10 +197,7 @@ fn a_stretched_inline_run_does_not_make_a_short_function_look_long() {
     for i in 0..INLINE_RUNS_MIN {
         assert!(!ran_inline(&mut runner, i, "slow_once", b""));
     }
-    let index = runner
-        .functions
-        .find(&runner.registry, &Arc::from("slow_once"))
-        .expect("registered");
+    let index = entry(&mut runner, "slow_once");
     // A run of 1.5 ms (under the give-up, over the threshold: a preemption, say) would
     // take the average over 20 us if counted whole.
     assert_eq!(
@@ -235,10 +233,7 @@ fn a_drain_runs_inline_work_for_its_round_and_the_rest_waits_for_the_next() {
 fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
     let mut pool = pool();
     let (mut runner, _kicks) = runner(&pool);
-    let index = runner
-        .functions
-        .find(&runner.registry, &Arc::from("boom"))
-        .expect("registered");
+    let index = entry(&mut runner, "boom");
     for _ in 0..INLINE_RUNS_MIN {
         runner.functions.entries[index].ran_inline(1_000, COUNTED_MAX_NS);
     }

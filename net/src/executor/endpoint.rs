@@ -6,10 +6,9 @@
 //! join with, once registered.
 //!
 //! Short tasks (runs under [`INLINE_RUN_MAX`] on average) run on the lane's own thread, for at
-//! most [`INLINE_ROUND`] per turn of its loop
-//! (what is left waits for the next turn, which a zero timer brings at once); the rest run on
-//! the pool's threads (see `flint_engine::runner`), so a long task never delays a heartbeat or
-//! a kill request.
+//! most [`INLINE_ROUND`] per turn of its loop (what is left waits for the next turn, which a
+//! zero timer brings at once); the rest run on the pool's threads (see `flint_engine::runner`),
+//! so a long task never delays a heartbeat or a kill request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -408,6 +408,22 @@ fn a_launch_past_the_in_flight_limit_fails_at_once() {
 
 type StatusUpdateOwned = (u64, TaskState, String);
 
+/// The task and state of every status update in `frames`, in order.
+fn states(frames: &[Frame]) -> Vec<(u64, TaskState)> {
+    (frames.iter())
+        .filter_map(|f| match f.message() {
+            Ok(Message::StatusUpdates { updates }) => Some(
+                updates
+                    .iter()
+                    .map(|u| (u.task_id, u.state))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 fn owned(update: wire::StatusUpdate<'_>) -> StatusUpdateOwned {
     (
         update.task_id,
@@ -513,20 +529,8 @@ fn a_drain_tells_the_driver_kills_new_launches_and_the_leave_reports_the_rest_ki
     assert_eq!(core.in_flight(), 1);
     assert_eq!(core.handle_leave(50), 1, "task 2 still runs");
     assert_eq!(core.in_flight(), 0);
-    let frames = sent(&mut core);
-    let updates: Vec<StatusUpdateOwned> = frames
-        .iter()
-        .filter_map(|f| match f.message() {
-            Ok(Message::StatusUpdates { updates }) => {
-                Some(updates.iter().map(owned).collect::<Vec<_>>())
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    let states: Vec<(u64, TaskState)> = updates.iter().map(|u| (u.0, u.1)).collect();
     assert_eq!(
-        states,
+        states(&sent(&mut core)),
         [
             (3, TaskState::Killed),
             (1, TaskState::Finished),
@@ -557,20 +561,6 @@ fn a_batch_of_completions_is_reported_in_order_without_those_reported_killed_at_
     core.handle_completions(&mut batch, 20);
     assert!(batch.is_empty(), "taken out");
     assert_eq!(core.in_flight(), 1, "task 2 runs on");
-    let states = |frames: &[Frame]| -> Vec<(u64, TaskState)> {
-        (frames.iter())
-            .filter_map(|f| match f.message() {
-                Ok(Message::StatusUpdates { updates }) => Some(
-                    updates
-                        .iter()
-                        .map(|u| (u.task_id, u.state))
-                        .collect::<Vec<_>>(),
-                ),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    };
     assert_eq!(
         states(&sent(&mut core)),
         [
