@@ -23,7 +23,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use flint_engine::hash::FxHashSet;
 
 use super::{ExecutorConfig, ExecutorError, ExecutorSummary};
 use crate::admission::FUNCTION_NAME_MAX_BYTES;
@@ -33,6 +32,9 @@ use crate::wire::limits::FUNCTIONS_PER_CONNECTION;
 use crate::wire::{self, batch, Frame, FrameDecoder, List, Message, Metric, Role, TaskState};
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::{Attempt, TaskId, TaskLaunch};
+use in_flight::InFlight;
+
+mod in_flight;
 
 /// The heartbeat interval until the driver's `RegisteredExecutor` sets it, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 500;
@@ -88,7 +90,7 @@ pub struct ExecutorCore {
     /// the call), kept so that a batch allocates nothing.
     batch: Vec<wire::StatusUpdate<'static>>,
     /// Attempts launched and not yet completed.
-    in_flight: FxHashSet<Attempt>,
+    in_flight: InFlight,
     /// The functions the driver defined on this lane (see [`Functions`]).
     functions: Functions,
     heartbeat_interval_us: u64,
@@ -172,7 +174,7 @@ impl ExecutorCore {
             actions: VecDeque::new(),
             updates: Vec::new(),
             batch: Vec::new(),
-            in_flight: FxHashSet::default(),
+            in_flight: InFlight::new(),
             functions: Functions::default(),
             heartbeat_interval_us: HEARTBEAT_INTERVAL_MS_DEFAULT * 1000,
             heartbeat_next_us: None,
@@ -293,12 +295,12 @@ impl ExecutorCore {
     #[inline(always)]
     fn accept(&mut self, completion: &mut TaskReport) -> bool {
         let key = Attempt::new(completion.task, completion.attempt);
-        if self.draining && !self.in_flight.contains(&key) {
+        if self.draining && !self.in_flight.contains(key) {
             // Reported killed when the executor left.
             return false;
         }
         if completion.state != TaskState::Running {
-            self.in_flight.remove(&key);
+            self.in_flight.remove(key);
             self.task_attempts += 1;
         }
         bound_report(completion, self.frame_size_max);
@@ -332,7 +334,7 @@ impl ExecutorCore {
     /// runs it elsewhere at once instead of losing it with the executor. How many.
     pub fn handle_leave(&mut self, _now_us: u64) -> usize {
         debug_assert!(self.draining, "leave follows drain");
-        let left: Vec<Attempt> = self.in_flight.drain().collect();
+        let left = self.in_flight.take_all();
         for &key in &left {
             let why = Bytes::from_static(b"the executor is shutting down (SIGTERM)");
             self.report_ended(key, TaskState::Killed, why);
@@ -537,7 +539,7 @@ impl ExecutorCore {
                 task_id, attempt, ..
             } => {
                 let key = Attempt::new(TaskId(task_id), attempt);
-                if self.in_flight.contains(&key) {
+                if self.in_flight.contains(key) {
                     self.actions.push_back(Action::Kill(key));
                 }
             }
@@ -573,7 +575,7 @@ impl ExecutorCore {
     #[cold]
     #[inline(never)]
     fn launch_refused(&mut self, key: Attempt, room: bool) {
-        if room || self.in_flight.contains(&key) {
+        if room || self.in_flight.contains(key) {
             tracing::warn!(
                 task_id = key.task.0,
                 attempt = key.attempt,
