@@ -386,6 +386,20 @@ impl TaskRunner {
     /// already (the executor's core drops duplicates, the scheduler makes none). An unknown
     /// function, a launch past the in-flight limit or one the pool refuses fails at once.
     pub fn launch(&mut self, launch: TaskLaunch) {
+        self.take(launch);
+    }
+
+    /// [`TaskRunner::launch`] for each of `launches`, in order: a batch's moves into the
+    /// runner in one loop.
+    pub fn launch_all(&mut self, launches: impl IntoIterator<Item = TaskLaunch>) {
+        for launch in launches {
+            self.take(launch);
+        }
+    }
+
+    /// [`TaskRunner::launch`]'s work.
+    #[inline(always)]
+    fn take(&mut self, launch: TaskLaunch) {
         if self.running() >= self.in_flight_max {
             let why = format!(
                 "not run: the runner already holds its maximum of {} attempts",

@@ -152,9 +152,7 @@ impl ExecutorEndpoint {
         let Some(runner) = self.runner.as_mut() else {
             return;
         };
-        self.core
-            .poll_launches()
-            .for_each(|launch| runner.launch(launch));
+        runner.launch_all(self.core.poll_launches());
         while let Some(action) = self.core.poll_action() {
             match action {
                 Action::Kill(attempt) => {

@@ -47,14 +47,14 @@ fn is_char_start(byte: Option<u8>) -> bool {
     byte.is_none_or(|b| b & 0xC0 != 0x80)
 }
 
-/// The end of the run that starts at item `start` and fits in one frame (at least one item):
-/// `size(i)` is item `i`'s variable part, `len` the items in all.
+/// The end of the run that starts at item `start` and fits in one frame (at least one item),
+/// and the bytes its items take: `size(i)` is item `i`'s variable part, `len` the items in all.
 fn run_end(
     start: usize,
     len: usize,
     frame_size_max: usize,
     size: impl Fn(usize) -> usize,
-) -> usize {
+) -> (usize, usize) {
     let budget = frame_size_max.saturating_sub(FRAME_OVERHEAD_BYTES);
     let mut used = 0usize;
     let mut end = start;
@@ -66,14 +66,13 @@ fn run_end(
         used = used.saturating_add(cost);
         end += 1;
     }
-    end
+    (end, used)
 }
 
-/// Reserves room in `out` for items of these variable sizes, so a batch grows its buffer once.
-fn reserve(out: &mut BytesMut, sizes: impl Iterator<Item = usize>, frame_size_max: usize) {
-    let items: usize = sizes.map(|s| s.saturating_add(ITEM_OVERHEAD_BYTES)).sum();
-    let frames = items / frame_size_max.max(1) + 1;
-    out.reserve(items.saturating_add(frames * (FRAME_OVERHEAD_BYTES + super::HEADER_LEN)));
+/// Reserves room in `out` for a frame whose items take `items` bytes, so it grows its buffer
+/// at most once a frame.
+fn reserve(out: &mut BytesMut, items: usize) {
+    out.reserve(items.saturating_add(FRAME_OVERHEAD_BYTES + super::HEADER_LEN));
 }
 
 /// `v` emptied, as a vector of `U`, keeping its allocation when `T` and `U` have one layout
@@ -92,10 +91,10 @@ pub fn encode_launches(
     frame_size_max: usize,
 ) -> Result<(), WireError> {
     let size = |i: usize| tasks.get(i).map_or(0, |t| t.payload.len());
-    reserve(out, (0..tasks.len()).map(size), frame_size_max);
     let mut start = 0;
     while start < tasks.len() {
-        let end = run_end(start, tasks.len(), frame_size_max, size);
+        let (end, items) = run_end(start, tasks.len(), frame_size_max, size);
+        reserve(out, items);
         let run = tasks.get(start..end).unwrap_or_default();
         Message::LaunchTasks {
             tasks: List::from_items(run),
@@ -114,10 +113,10 @@ pub fn encode_status_updates(
     frame_size_max: usize,
 ) -> Result<(), WireError> {
     let size = |i: usize| updates.get(i).map_or(0, |u| u.data.len());
-    reserve(out, (0..updates.len()).map(size), frame_size_max);
     let mut start = 0;
     while start < updates.len() {
-        let end = run_end(start, updates.len(), frame_size_max, size);
+        let (end, items) = run_end(start, updates.len(), frame_size_max, size);
+        reserve(out, items);
         let run = updates.get(start..end).unwrap_or_default();
         Message::StatusUpdates {
             updates: List::from_items(run),
@@ -138,7 +137,7 @@ mod tests {
         let mut ends = Vec::new();
         let mut start = 0;
         while start < sizes.len() {
-            start = run_end(start, sizes.len(), frame_size_max, |i| sizes[i]);
+            start = run_end(start, sizes.len(), frame_size_max, |i| sizes[i]).0;
             ends.push(start);
         }
         ends
