@@ -171,7 +171,10 @@ impl<'a> Field<'a> for &'a [u8] {
     #[inline]
     fn write(&self, out: &mut BytesMut) {
         out.put_u32_le(self.len() as u32);
-        out.put_slice(self);
+        // An empty one (a task's empty payload or result) skips the copy's call.
+        if !self.is_empty() {
+            out.put_slice(self);
+        }
     }
     #[cfg(test)]
     fn sample(rng: &mut super::sample::Rng, out: &mut BytesMut) {
