@@ -267,7 +267,7 @@ fn with_exclusion_off_a_copy_may_run_where_the_task_failed_before() {
 fn a_job_may_set_its_own_floor_or_turn_hedging_off() {
     let mut s = cluster(2, hedge());
     let mut spec = job(1);
-    spec.hedging = JobSetting::Custom(HedgeConfig {
+    spec.hedging = JobSetting::custom(HedgeConfig {
         cold_us: 5 * MS,
         ..hedge()
     });

@@ -1671,7 +1671,7 @@ fn per_job_settings_override_the_schedulers() {
     let mut s = Scheduler::new(config());
     s.handle_register(exec(1, "h", 2), 0).unwrap();
     let mut spec = JobSpec::new(tasks(2));
-    spec.speculation = JobSetting::Custom(SpeculationConfig {
+    spec.speculation = JobSetting::custom(SpeculationConfig {
         multiplier: 1.0,
         quantile: 0.5,
         min_runtime_us: 0,

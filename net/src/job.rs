@@ -175,7 +175,7 @@ impl Job {
     /// floor is 1 ms ([`HedgeConfig`], `DriverConfig::scheduler.hedging`).
     pub fn hedge_after(mut self, after: Duration) -> Self {
         let floor_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
-        self.scheduling().hedging = JobSetting::Custom(HedgeConfig {
+        self.scheduling().hedging = JobSetting::custom(HedgeConfig {
             floor_us,
             ..HedgeConfig::default()
         });
@@ -247,6 +247,19 @@ pub(crate) fn job_spec(
     scheduling: Option<Box<JobScheduling>>,
     executor_id: impl Fn(&str) -> Option<ExecutorId>,
 ) -> Result<JobSpec, String> {
+    let Some(scheduling) = scheduling else {
+        // Most jobs: every setting the scheduler's, no preferences.
+        let tasks = Tasks::Same {
+            function,
+            cores,
+            payloads,
+        };
+        return Ok(JobSpec {
+            keep_results,
+            result_bytes_max,
+            ..JobSpec::new(tasks)
+        });
+    };
     let JobScheduling {
         pool,
         weight,
@@ -256,7 +269,7 @@ pub(crate) fn job_spec(
         speculation,
         exclusion,
         hedging,
-    } = scheduling.map(|s| *s).unwrap_or_default();
+    } = *scheduling;
     if locality.len() > payloads.len() {
         return Err(format!(
             "{} locality entries for {} tasks",
@@ -721,7 +734,7 @@ mod tests {
             .priority(-2)
             .max_failures(7)
             .speculation(JobSetting::Off)
-            .exclusion(JobSetting::Custom(ExclusionConfig::default()))
+            .exclusion(JobSetting::custom(ExclusionConfig::default()))
             .locality(vec![TaskLocality {
                 executors: vec!["e1".into(), "unknown".into()],
                 hosts: vec!["h1".into()],
@@ -741,7 +754,7 @@ mod tests {
         assert_eq!(spec.speculation, JobSetting::Off);
         assert_eq!(
             spec.exclusion,
-            JobSetting::Custom(ExclusionConfig::default())
+            JobSetting::custom(ExclusionConfig::default())
         );
         let Tasks::Each(tasks) = &spec.tasks else {
             panic!("a job with locality lists its tasks one by one");
@@ -772,6 +785,12 @@ mod tests {
             }
             Tasks::Each(_) => panic!("a plain job's tasks are one function over its payloads"),
         }
+        // A job that sets nothing has every setting the scheduler's.
+        assert_eq!((&*spec.pool, spec.weight, spec.priority), ("default", 1, 0));
+        assert_eq!((spec.keep_results, spec.max_failures), (true, None));
+        assert_eq!(spec.speculation, JobSetting::Inherit);
+        assert_eq!(spec.exclusion, JobSetting::Inherit);
+        assert_eq!(spec.hedging, JobSetting::Inherit);
         let too_many = Job::new("noop", vec![Bytes::new()])
             .locality(vec![TaskLocality::default(), TaskLocality::default()]);
         assert!(job_spec(

@@ -289,6 +289,8 @@ pub struct JobSpec {
 }
 
 /// A per-job setting: inherit the scheduler's, turn it off for this job, or use this value.
+/// A value of its own is shared ([`JobSetting::custom`] makes one): the scheduler keeps it as
+/// it is, and a job spec stays small to move (most jobs inherit every setting).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum JobSetting<T> {
     /// The scheduler's setting.
@@ -297,17 +299,13 @@ pub enum JobSetting<T> {
     /// Off for this job.
     Off,
     /// This job's own.
-    Custom(T),
+    Custom(Arc<T>),
 }
 
-impl<T: Clone> JobSetting<T> {
-    /// The setting in effect given the scheduler's.
-    pub fn resolve(&self, scheduler: Option<&T>) -> Option<T> {
-        match self {
-            JobSetting::Inherit => scheduler.cloned(),
-            JobSetting::Off => None,
-            JobSetting::Custom(t) => Some(t.clone()),
-        }
+impl<T> JobSetting<T> {
+    /// This job's own setting `value`.
+    pub fn custom(value: T) -> Self {
+        JobSetting::Custom(Arc::new(value))
     }
 
     /// The setting in effect given the scheduler's, shared with it when inherited (a job
@@ -316,7 +314,18 @@ impl<T: Clone> JobSetting<T> {
         match self {
             JobSetting::Inherit => scheduler.cloned(),
             JobSetting::Off => None,
-            JobSetting::Custom(t) => Some(Arc::new(t)),
+            JobSetting::Custom(t) => Some(t),
+        }
+    }
+}
+
+impl<T: Clone> JobSetting<T> {
+    /// The setting in effect given the scheduler's.
+    pub fn resolve(&self, scheduler: Option<&T>) -> Option<T> {
+        match self {
+            JobSetting::Inherit => scheduler.cloned(),
+            JobSetting::Off => None,
+            JobSetting::Custom(t) => Some(T::clone(t)),
         }
     }
 }

@@ -218,7 +218,7 @@ impl Sim {
             spec.speculation = if self.rng.chance(0.5) {
                 JobSetting::Off
             } else {
-                JobSetting::Custom(SpeculationConfig {
+                JobSetting::custom(SpeculationConfig {
                     multiplier: 1.5,
                     quantile: 0.5,
                     min_runtime_us: self.rng.range(0, 20_000),
@@ -231,7 +231,7 @@ impl Sim {
             spec.exclusion = if self.rng.chance(0.5) {
                 JobSetting::Off
             } else {
-                JobSetting::Custom(ExclusionConfig {
+                JobSetting::custom(ExclusionConfig {
                     task_executor_failures_max: self.rng.range(1, 2) as u32,
                     task_host_failures_max: self.rng.range(1, 3) as u32,
                     ..ExclusionConfig::default()
