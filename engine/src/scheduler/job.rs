@@ -217,7 +217,9 @@ pub(crate) struct Job {
     pub level_since_us: u64,
     /// Last launch (or submission): the unschedulable clock.
     pub last_progress_us: u64,
-    pub exclusion: JobExclusion,
+    /// Where the job failed, once it failed somewhere with exclusion on (boxed: most jobs
+    /// never do).
+    pub exclusion: Option<Box<JobExclusion>>,
     /// Successful run times, kept only with speculation on.
     pub durations_us: Vec<u64>,
     /// Successes were added to `durations_us` since the last straggler check (the job is in
@@ -761,9 +763,10 @@ impl Job {
 
     /// Whether this executor (or its host) is excluded for this job.
     pub fn excludes(&self, exec: ExecutorId, host: u32) -> bool {
-        let x = &self.exclusion;
-        (!x.executors.is_empty() && x.executors.contains(&exec))
-            || (!x.hosts.is_empty() && x.hosts.contains(&host))
+        self.exclusion.as_ref().is_some_and(|x| {
+            (!x.executors.is_empty() && x.executors.contains(&exec))
+                || (!x.hosts.is_empty() && x.hosts.contains(&host))
+        })
     }
 
     /// Counts a failure on `exec`/`host` against this job; excludes them past the limits.
@@ -774,7 +777,7 @@ impl Job {
         exec_max: u32,
         host_max: u32,
     ) {
-        let x = &mut self.exclusion;
+        let x = self.exclusion.get_or_insert_with(Box::default);
         let n = x.exec_failures.entry(exec).or_insert(0);
         *n += 1;
         if *n >= exec_max {
@@ -900,7 +903,7 @@ mod tests {
             level: Level::Executor,
             level_since_us: 0,
             last_progress_us: 0,
-            exclusion: JobExclusion::default(),
+            exclusion: None,
             durations_us: Vec::new(),
             durations_dirty: false,
             quantile_reached: false,

@@ -240,7 +240,7 @@ use crate::hash::FxHashMap;
 use crate::ids::IdMap;
 use book::{Book, Resume, Run};
 use hedge::{Hedging, Watch};
-use job::{Found, Job, JobCounters, JobExclusion, Level, Placed, Prefs, Status, TaskRec};
+use job::{Found, Job, JobCounters, Level, Placed, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use spare::Spare;
@@ -734,7 +734,8 @@ impl Scheduler {
             max_failures: j.max_failures,
             speculation: j.speculation.is_some(),
             excluded_executors: {
-                let mut v: Vec<ExecutorId> = j.exclusion.executors.iter().copied().collect();
+                let excluded = j.exclusion.iter().flat_map(|x| x.executors.iter());
+                let mut v: Vec<ExecutorId> = excluded.copied().collect();
                 v.sort_unstable();
                 v
             },
@@ -1336,7 +1337,7 @@ impl Scheduler {
             level: Level::Any,
             level_since_us: now_us,
             last_progress_us: now_us,
-            exclusion: JobExclusion::default(),
+            exclusion: None,
             durations_us,
             durations_dirty: false,
             quantile_reached: false,
