@@ -163,13 +163,21 @@ fn bump<K: PartialEq + Copy>(counts: &mut Vec<(K, u32)>, key: K, max: u32, exclu
 pub(crate) struct Queues {
     /// Cores of every task in these queues.
     pub cores: u32,
-    pub by_exec: FxHashMap<ExecutorId, VecDeque<u32>>,
-    pub by_host: FxHashMap<u32, VecDeque<u32>>,
     /// Tasks without preferences never queued yet, in index order, ahead of `no_pref`: a new
     /// job of one function over payloads queues all its tasks at once as this range (no push
     /// per task, no allocation).
     pub fresh: std::ops::Range<u32>,
     pub no_pref: VecDeque<u32>,
+    /// The queues of tasks with preferences, made with the first (boxed: most jobs have none,
+    /// and a small job's queues are built and dropped with it).
+    pub prefs: Option<Box<PrefQueues>>,
+}
+
+/// Pending-task queues of tasks with preferences, for tasks of one size.
+#[derive(Debug, Default)]
+pub(crate) struct PrefQueues {
+    pub by_exec: FxHashMap<ExecutorId, VecDeque<u32>>,
+    pub by_host: FxHashMap<u32, VecDeque<u32>>,
     /// Tasks with preferences, for the "any" level.
     pub any: VecDeque<u32>,
 }
@@ -396,6 +404,7 @@ impl Job {
         match &t.prefs {
             None => q.no_pref.push_back(i),
             Some(p) => {
+                let q = q.prefs.get_or_insert_with(Box::default);
                 for &e in &p.executors {
                     let host = host_of(e);
                     let queue = q.by_exec.entry(e).or_insert_with(|| {
@@ -476,11 +485,13 @@ impl Job {
         let exec_keys = self
             .classes
             .iter()
+            .filter_map(|q| q.prefs.as_ref())
             .filter(|q| q.by_exec.contains_key(&exec))
             .count() as u32;
         let host_keys = if host_changed {
             self.classes
                 .iter()
+                .filter_map(|q| q.prefs.as_ref())
                 .filter(|q| q.by_host.contains_key(&host))
                 .count() as u32
         } else {
@@ -595,12 +606,13 @@ impl Job {
             }
         }
         if allowed >= Level::Any {
-            for q in classes.iter_mut().filter(|q| q.cores <= free) {
+            let fitting = classes.iter_mut().filter(|q| q.cores <= free);
+            for q in fitting.filter_map(|q| q.prefs.as_mut()) {
                 if let Some(i) = pop_pending(&mut q.any, tasks, free, exec, host) {
                     return Some(Found::Pending(i, Some(Level::Any)));
                 }
             }
-        } else if classes.iter().any(|q| !q.any.is_empty()) {
+        } else if (classes.iter().filter_map(|q| q.prefs.as_ref())).any(|q| !q.any.is_empty()) {
             self.delay_rejected = true;
         }
         None
@@ -616,7 +628,8 @@ impl Job {
             live_exec_keys,
             ..
         } = &mut *self;
-        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+        let fitting = classes.iter_mut().filter(|q| q.cores <= free);
+        for q in fitting.filter_map(|q| q.prefs.as_mut()) {
             let Some(queue) = q.by_exec.get_mut(&exec) else {
                 continue;
             };
@@ -643,7 +656,8 @@ impl Job {
             live_host_keys,
             ..
         } = &mut *self;
-        for q in classes.iter_mut().filter(|q| q.cores <= free) {
+        let fitting = classes.iter_mut().filter(|q| q.cores <= free);
+        for q in fitting.filter_map(|q| q.prefs.as_mut()) {
             let Some(queue) = q.by_host.get_mut(&host) else {
                 continue;
             };
