@@ -12,6 +12,7 @@
 //!
 //! Full executors are in neither set, so an assignment never scans idle or busy executors.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::hedge::ExecHedge;
@@ -136,6 +137,9 @@ pub(crate) struct Book {
     execs: Vec<Option<Exec>>,
     free_slots: Vec<u32>,
     ids: FxHashMap<ExecutorId, u32>,
+    /// The executor last found by id, and its slot: a batch of status updates comes from one
+    /// executor, so most lookups skip the hash (cleared when that executor goes).
+    last_found: Cell<Option<(ExecutorId, u32)>>,
     pub hosts: Vec<Host>,
     host_ids: FxHashMap<Arc<str>, u32>,
     offerable: Vec<u32>,
@@ -160,8 +164,16 @@ impl Book {
     }
 
     /// The slot of a registered executor.
+    #[inline]
     pub fn slot_of(&self, id: ExecutorId) -> Option<u32> {
-        self.ids.get(&id).copied()
+        match self.last_found.get() {
+            Some((last, slot)) if last == id => Some(slot),
+            _ => {
+                let slot = self.ids.get(&id).copied()?;
+                self.last_found.set(Some((id, slot)));
+                Some(slot)
+            }
+        }
     }
 
     /// The executor in `slot`.
@@ -268,6 +280,9 @@ impl Book {
     /// Removes an executor, returning its slot and record.
     pub fn remove(&mut self, id: ExecutorId) -> Option<(u32, Exec)> {
         let slot = self.ids.remove(&id)?;
+        if self.last_found.get().is_some_and(|(last, _)| last == id) {
+            self.last_found.set(None);
+        }
         self.unlist(slot);
         let exec = self.execs.get_mut(slot as usize)?.take()?;
         if let Some(h) = self.hosts.get_mut(exec.host as usize) {
@@ -443,6 +458,31 @@ mod tests {
         assert_eq!(b.insert(ExecutorId(9), h, 1, 1, 0), 2, "slot reused");
         assert_eq!(b.slot_of(ExecutorId(9)), Some(2));
         assert_eq!(b.len(), 4);
+    }
+
+    #[test]
+    fn a_gone_executor_is_not_found_by_its_id_even_just_after_a_lookup() {
+        let mut b = Book::new(0);
+        let h = b.host_index("h");
+        for i in 0..3 {
+            b.insert(ExecutorId(i), h, 1, 1, 0);
+        }
+        assert_eq!(b.slot_of(ExecutorId(2)), Some(2));
+        assert_eq!(b.slot_of(ExecutorId(2)), Some(2), "found again");
+        b.remove(ExecutorId(2)).expect("registered");
+        assert_eq!(b.slot_of(ExecutorId(2)), None, "gone");
+        // Its slot goes to another executor; it comes back in a new one.
+        assert_eq!(b.insert(ExecutorId(7), h, 1, 1, 0), 2);
+        assert_eq!(b.slot_of(ExecutorId(2)), None);
+        assert_eq!(b.insert(ExecutorId(2), h, 1, 1, 0), 3);
+        for _ in 0..2 {
+            assert_eq!(b.slot_of(ExecutorId(2)), Some(3));
+            assert_eq!(b.slot_of(ExecutorId(7)), Some(2));
+            assert_eq!(b.slot_of(ExecutorId(0)), Some(0));
+        }
+        b.remove(ExecutorId(0)).expect("registered");
+        assert_eq!(b.slot_of(ExecutorId(0)), None);
+        assert_eq!(b.slot_of(ExecutorId(7)), Some(2), "others stay");
     }
 
     #[test]
