@@ -94,8 +94,13 @@ impl Timers {
     }
 
     /// Job `slot` ended: its entries go (a stale skip entry stays until the next drain).
+    #[inline]
     pub fn remove(&mut self, slot: u32) {
-        self.set(slot, Keys::default());
+        // Most jobs end with nothing filed (their last launch cleared it): no call then.
+        let filed = self.keys.get(slot as usize);
+        if filed.is_some_and(|k| *k != Keys::default()) {
+            self.set(slot, Keys::default());
+        }
         if let Some(listed) = self.skip_listed.get_mut(slot as usize) {
             *listed = false;
         }
