@@ -340,6 +340,37 @@ struct JobTrack {
 }
 
 impl JobTrack {
+    /// Takes `new`'s place where this record lies (its slot freed), keeping its vectors' room:
+    /// a job's record is written field by field, and its samples allocate nothing after the
+    /// first jobs.
+    fn refill(&mut self, new: JobTrack) {
+        let JobTrack {
+            span,
+            function,
+            pool,
+            tasks,
+            tasks_done,
+            attempts_failed,
+            copies,
+            submitted_us,
+            failures,
+            durations,
+            delays,
+        } = new;
+        debug_assert!(failures.is_empty() && durations.is_empty() && delays.is_empty());
+        self.span = span;
+        self.function = function;
+        self.pool = pool;
+        self.tasks = tasks;
+        self.tasks_done = tasks_done;
+        self.attempts_failed = attempts_failed;
+        self.copies = copies;
+        self.submitted_us = submitted_us;
+        self.failures.clear();
+        self.durations.clear();
+        self.delays.clear();
+    }
+
     /// Its view: `state`, ended at `now_us` or running then.
     fn view(&self, id: JobId, state: &'static str, epoch_unix_ms: u64, now_us: u64) -> JobView {
         JobView {

@@ -114,6 +114,17 @@ pub struct Samples {
 }
 
 impl Samples {
+    /// Empties the sample, keeping its room.
+    pub fn clear(&mut self) {
+        self.values.clear();
+        self.seen = 0;
+    }
+
+    /// Whether no value was offered.
+    pub fn is_empty(&self) -> bool {
+        self.seen == 0
+    }
+
     /// Offers one value; `salt` (the task's id, say) picks the slot it may replace.
     pub fn offer(&mut self, us: u64, salt: u64) {
         self.seen += 1;

@@ -1,7 +1,8 @@
 //! The telemetry's job records, from a job's submission until it leaves the recent jobs. Each
 //! record stays in one slot of a slab for all that time: the active jobs map an id to its slot,
 //! the recent jobs are slot numbers, newest first. A job's end moves a slot number (4 bytes),
-//! not its record (about 200); a slot freed by the oldest recent job takes the next job's record.
+//! not its record (about 200); a slot freed by the oldest recent job takes the next job's record,
+//! written in place over the old one, whose vectors keep their room.
 
 use std::collections::VecDeque;
 
@@ -28,7 +29,10 @@ impl Tracks {
     pub fn open(&mut self, job: JobId, track: JobTrack) {
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slots[slot as usize] = track;
+                let Some(freed) = self.slots.get_mut(slot as usize) else {
+                    unreachable!("free job record slot {slot} beyond the slab");
+                };
+                freed.refill(track);
                 slot
             }
             None => {
@@ -148,5 +152,41 @@ mod tests {
             assert_eq!(t.get(JobId(id)).map(|r| r.tasks), Some(id));
             t.get_mut(JobId(id)).expect("active").copies = 1;
         }
+    }
+
+    #[test]
+    fn a_reused_slot_keeps_nothing_of_the_job_before() {
+        let mut t = Tracks::default();
+        let first = JobId(0);
+        t.open(first, track(1));
+        let closed = t.close(first, "FAILED", 5).expect("active");
+        closed.tasks_done = 1;
+        closed.attempts_failed = 2;
+        closed.copies = 3;
+        closed.failures.push("boom".into());
+        closed.durations.offer(40, 1);
+        closed.delays.offer(7, 1);
+        // The first job leaves the recent ones: its slot takes the next job's record.
+        for id in 1..=RECENT_JOBS_MAX as u64 {
+            t.open(JobId(id), track(1));
+            t.close(JobId(id), "SUCCEEDED", id);
+        }
+        let next = JobId(RECENT_JOBS_MAX as u64 + 1);
+        t.open(next, track(9));
+        assert_eq!(
+            t.slots.len(),
+            RECENT_JOBS_MAX + 1,
+            "the freed slot was reused"
+        );
+        let record = t.get(next).expect("active");
+        assert_eq!(record.tasks, 9);
+        let counts = (record.tasks_done, record.attempts_failed, record.copies);
+        assert_eq!(counts, (0, 0, 0));
+        assert!(record.failures.is_empty());
+        assert!(record.durations.is_empty() && record.delays.is_empty());
+        assert!(
+            record.durations.five().is_none(),
+            "no sample of the job before"
+        );
     }
 }
