@@ -174,8 +174,8 @@ impl Meter {
         if sent_ns < self.measure_from_ns {
             return;
         }
-        let latency = Duration::from_nanos(now_ns.saturating_sub(sent_ns));
-        self.recorder.record(result, latency);
+        let latency_ns = now_ns.saturating_sub(sent_ns);
+        self.recorder.record_ns(result, latency_ns);
         let since_ns = now_ns.saturating_sub(self.measure_from_ns);
         let bucket = (since_ns / BUCKET.as_nanos() as u64) as usize;
         if self.timeline.len() <= bucket {
@@ -183,8 +183,7 @@ impl Meter {
         }
         self.timeline[bucket] += 1;
         self.rotate(now_ns);
-        self.interval
-            .saturating_record((latency.as_micros() as u64).max(1));
+        self.interval.saturating_record((latency_ns / 1_000).max(1));
         self.last_result_ns = self.last_result_ns.max(now_ns);
     }
 

@@ -214,9 +214,9 @@ pub fn run_job(
         .job(Job::new(args.task.clone(), payloads))
         .keep_results(false)
         .on_result(move |_, result| {
-            let latency = Duration::from_nanos(clock::elapsed_ns(start_ns));
+            let latency_ns = clock::elapsed_ns(start_ns);
             let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
-            recorder.record(result.map(|bytes| &bytes[..]), latency);
+            recorder.record_ns(result.map(|bytes| &bytes[..]), latency_ns);
         });
     let handle = driver.submit(job).map_err(|e| e.to_string())?;
     let show_progress = !args.json && std::io::stderr().is_terminal();

@@ -596,6 +596,16 @@ impl Scheduler {
         self.active
     }
 
+    /// Whether `job` was accepted and has no outcome yet.
+    pub fn is_active(&self, job: JobId) -> bool {
+        self.job_slots.contains_key(job.0)
+    }
+
+    /// The jobs accepted and without an outcome yet, in no set order.
+    pub fn active_job_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.job_slots.keys().map(JobId)
+    }
+
     /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
     pub fn job_pending_tasks(&self, job: JobId) -> Option<usize> {
         self.job(job).map(|j| j.pending)

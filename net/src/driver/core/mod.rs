@@ -514,16 +514,19 @@ impl DriverCore {
             None => std::sync::Arc::from(""),
         };
         (self.telemetry).job_submitted(now_us, id, &function, n, &spec.pool);
-        if self.jobs.is_empty() {
+        if self.scheduler.active_jobs() == 0 {
             // The first stall check one interval after work arrives.
             self.health.work_arrived(now_us);
         }
-        // The job starts first: the scheduler may end it (no tasks, a payload over the limit)
-        // within the call.
-        let deadline_us = deadline.map(|d| now_us.saturating_add(us(d)));
-        self.jobs.start(id, deadline_us);
-        if let Err(error) = self.scheduler.handle_submit_with_id(id, spec, now_us) {
-            refused(&mut self.jobs, error.to_string());
+        match self.scheduler.handle_submit_with_id(id, spec, now_us) {
+            // Filed even if the scheduler ended it within the call (no tasks, a payload over
+            // the limit): a deadline of an ended job is dropped when it comes up.
+            Ok(()) => {
+                if let Some(d) = deadline {
+                    self.jobs.set_deadline(id, now_us.saturating_add(us(d)));
+                }
+            }
+            Err(error) => refused(&mut self.jobs, error.to_string()),
         }
     }
 
@@ -592,12 +595,13 @@ impl DriverCore {
         for peer in peers {
             self.send(peer, &Message::Shutdown {});
         }
-        for id in self.jobs.drain() {
+        self.jobs.clear_deadlines();
+        let active: Vec<JobId> = self.scheduler.active_job_ids().collect();
+        for id in active {
             let reason = "the driver stopped".to_owned();
             self.jobs
                 .end(id, scheduler::JobOutcome::Failed(vec![reason]));
         }
-        debug_assert!(self.jobs.is_empty());
     }
 
     // ----- views -----
@@ -651,11 +655,13 @@ impl DriverCore {
     /// the jobs' deadlines and, while jobs are active, the stall checks. `None` while nothing
     /// is pending.
     pub fn poll_timeout(&mut self) -> Option<u64> {
-        let jobs_active = !self.jobs.is_empty();
+        let jobs_active = self.scheduler.active_jobs() > 0;
+        let scheduler = &self.scheduler;
+        let job_deadline = self.jobs.next_deadline(|id| scheduler.is_active(id));
         clock::earliest(&[
             self.scheduler_deadline(),
             self.peers.poll_timeout(),
-            self.jobs.next_deadline(),
+            job_deadline,
             self.health.poll_timeout(jobs_active),
         ])
     }
@@ -681,19 +687,21 @@ impl DriverCore {
             self.scheduler.handle_timeout(now);
             self.last_tick_us = now;
         }
-        while let Some(id) = self.jobs.due(now) {
+        while let Some(id) = (self.jobs).due(now, |id| self.scheduler.is_active(id)) {
             let reason = format!("job {} failed: its deadline passed", id.0);
             self.scheduler.handle_fail(id, &reason, now);
         }
         self.peers.handle_timeout(now);
         self.forget_gone();
-        let (executors, jobs_active) = (&self.executors, !self.jobs.is_empty());
+        let (executors, jobs_active) = (&self.executors, self.scheduler.active_jobs() > 0);
         self.health
             .handle_timeout(now, jobs_active, &self.scheduler, |id| {
                 executors.name_of(id)
             });
         self.pump();
-        debug_assert!(self.jobs.next_deadline().is_none_or(|at| at > now));
+        let scheduler = &self.scheduler;
+        let next = self.jobs.next_deadline(|id| scheduler.is_active(id));
+        debug_assert!(next.is_none_or(|at| at > now));
     }
 
     // ----- internals -----
@@ -714,8 +722,8 @@ impl DriverCore {
     /// What must hold after every input (debug builds and the simulators, which run with
     /// assertions on): the peer table within its bounds; every lane the core routes to is a
     /// peer in that executor's phase, and every executor peer is a joined lane of a registered
-    /// executor (never a lane of one that left); the scheduler knows exactly the executors and
-    /// jobs the core does. O(peers + executors).
+    /// executor (never a lane of one that left); the scheduler knows exactly the executors the
+    /// core does. O(peers + executors).
     fn check(&self) {
         if !cfg!(debug_assertions) {
             return;
@@ -726,7 +734,6 @@ impl DriverCore {
             self.scheduler.executors(),
             "executors"
         );
-        assert_eq!(self.jobs.len(), self.scheduler.active_jobs(), "active jobs");
         for peer in self.peers.keys() {
             let Some(&Phase::Executor(id, lane)) = self.peers.state(peer) else {
                 continue;
