@@ -69,6 +69,17 @@ const PROBATION_BELOW: f64 = 2.0;
 /// While an executor holds overdue attempts it is looked at again this often (micros).
 const RECHECK_US: u64 = 10_000;
 
+/// Micros as `f64`, through `i64`: one instruction on x86-64 where `u64` takes six, and run
+/// times are far below 2^63 micros (larger ones count as 2^63).
+fn us_f64(us: u64) -> f64 {
+    us.min(i64::MAX as u64) as i64 as f64
+}
+
+/// `f64` micros back, through `i64` (negative and NaN give 0, too large gives 2^63).
+fn f64_us(us: f64) -> u64 {
+    (us as i64).max(0) as u64
+}
+
 /// One launched attempt as hedging watches it, on its executor, in launch order.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Watch {
@@ -192,7 +203,7 @@ impl Hedging {
     /// The threshold of an attempt of a function with record `record` under `config`.
     pub fn threshold_us(&self, config: &HedgeConfig, record: RecordId) -> u64 {
         match self.latencies.percentile_us(record) {
-            Some(p) => ((p as f64 * config.factor) as u64).max(config.floor_us),
+            Some(p) => f64_us(us_f64(p) * config.factor).max(config.floor_us),
             None => config.cold_us.max(config.floor_us),
         }
     }
@@ -268,7 +279,7 @@ impl Hedging {
             return;
         };
         let h = &mut e.hedge;
-        let ratio = took_us as f64 / median_us.max(1) as f64;
+        let ratio = us_f64(took_us) / us_f64(median_us.max(1));
         let (start_us, sum, n) = &mut h.period;
         *sum += ratio.min(SCORE_RATIO_MAX);
         *n += 1;
@@ -460,4 +471,25 @@ fn job_of<'a>(
 ) -> Option<&'a mut Job> {
     let slot = *job_slots.get(task.job().0)?;
     jobs.get_mut(slot as usize)?.as_mut()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{f64_us, us_f64};
+
+    #[test]
+    fn micros_go_to_f64_and_back_within_range_and_saturate_outside_it() {
+        for us in [0, 1, 999, 1_000_000, 1 << 40] {
+            assert_eq!(f64_us(us_f64(us)), us);
+        }
+        assert_eq!(
+            us_f64(u64::MAX),
+            i64::MAX as f64,
+            "past 2^63 counts as 2^63"
+        );
+        assert_eq!(f64_us(-5.0), 0);
+        assert_eq!(f64_us(f64::NAN), 0);
+        assert_eq!(f64_us(1e30), i64::MAX as u64);
+        assert_eq!(f64_us(2.5 * 1_000.0), 2_500);
+    }
 }
