@@ -142,16 +142,33 @@ impl Connection {
     /// one frame and one read. Stops at the first error `on_frame` returns.
     pub fn read_frames(
         &mut self,
+        on_frame: impl FnMut(&mut Self, Frame) -> Result<(), ConnError>,
+    ) -> Result<(), ConnError> {
+        self.read_frames_until(ReadUntil::WouldBlock, on_frame)
+    }
+
+    /// [`read_frames`](Self::read_frames), stopping where `until` says the socket is drained.
+    pub fn read_frames_until(
+        &mut self,
+        until: ReadUntil,
         mut on_frame: impl FnMut(&mut Self, Frame) -> Result<(), ConnError>,
     ) -> Result<(), ConnError> {
+        let mut drained = false;
         loop {
             while let Some(frame) = self.decoder.next_frame()? {
                 NET.frame();
                 on_frame(self, frame)?;
             }
-            match self.decoder.read_from(&mut self.stream) {
-                Ok(0) => return Err(ConnError::Closed),
-                Ok(read) => NET.read(read),
+            if drained {
+                self.release_read_buffer();
+                return Ok(());
+            }
+            match self.decoder.read_some(&mut self.stream) {
+                Ok((0, _)) => return Err(ConnError::Closed),
+                Ok((read, filled)) => {
+                    NET.read(read);
+                    drained = !filled && until == ReadUntil::Short;
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     self.release_read_buffer();
                     return Ok(());
@@ -197,6 +214,31 @@ impl Connection {
             return Err(ConnError::Backlog(self.outbound_max));
         }
         Ok(())
+    }
+}
+
+/// How far [`Connection::read_frames_until`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadUntil {
+    /// Until the socket would block (or the peer closed).
+    WouldBlock,
+    /// Until a read does not fill the room it was given: the socket was drained then, and
+    /// under edge-triggered readiness (mio's) the next bytes or the peer's close come as a new
+    /// event, so the read that would only hear "would block" (a system call per wake-up) is
+    /// left out.
+    Short,
+}
+
+impl ReadUntil {
+    /// How far to read on readiness `event`: to "would block" when it says the peer closed
+    /// or the socket failed (that close came with this event and no new one will tell it),
+    /// else to a short read.
+    pub fn of(event: &mio::event::Event) -> ReadUntil {
+        if event.is_read_closed() || event.is_error() {
+            ReadUntil::WouldBlock
+        } else {
+            ReadUntil::Short
+        }
     }
 }
 
@@ -280,6 +322,46 @@ mod tests {
             .expect("reads");
         }
         got.expect("a frame")
+    }
+
+    /// Reading to a short read delivers every frame, a big one over several reads too; the
+    /// peer's close is heard by reading to "would block" (what a readiness event saying the
+    /// peer closed asks for).
+    #[test]
+    fn reading_to_a_short_read_delivers_every_frame_and_would_block_hears_the_close() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut peer =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        accepted.set_nonblocking(true).expect("nonblocking");
+        let mut conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
+        let mut frames = BytesMut::new();
+        Message::Shutdown {}
+            .encode(&mut frames, 1 << 20)
+            .expect("encodes");
+        let reason = "x".repeat(200 * 1024);
+        Message::RegisterExecutorFailed { reason: &reason }
+            .encode(&mut frames, 1 << 20)
+            .expect("encodes");
+        peer.write_all(&frames).expect("write");
+        drop(peer);
+        let mut bodies = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while bodies.len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "frames lost: {bodies:?}"
+            );
+            conn.read_frames_until(ReadUntil::Short, |_, frame| {
+                bodies.push(frame.body().len());
+                Ok(())
+            })
+            .expect("no error before the close is read");
+        }
+        assert_eq!(bodies[0], 0);
+        assert!(bodies[1] > 200 * 1024, "{bodies:?}");
+        let closed = conn.read_frames_until(ReadUntil::WouldBlock, |_, _| Ok(()));
+        assert!(matches!(closed, Err(ConnError::Closed)), "{closed:?}");
     }
 
     /// An idle connection holds at most a small read buffer, and that one takes the next small

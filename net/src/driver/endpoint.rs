@@ -29,7 +29,7 @@ use super::handles::Handles;
 use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
 use crate::admission::Admission;
-use crate::conn::ConnError;
+use crate::conn::{ConnError, ReadUntil};
 use crate::job::{Job, SpareStates};
 use crate::transport::notify_retrying;
 use crate::transport::server::{Admit, Sockets};
@@ -146,7 +146,7 @@ impl DriverEndpoint {
         let peer = peer_of(token);
         let (core, epoch_ns) = (&mut self.core, self.epoch_ns);
         let mut closed_by_core = false;
-        let result = self.sockets.read(token, |frame| {
+        let result = self.sockets.read(token, ReadUntil::of(event), |frame| {
             if core.handle_frame(peer, &frame, clock::elapsed_us(epoch_ns)) {
                 Ok(())
             } else {

@@ -22,7 +22,7 @@ use mio::{Interest, Token};
 
 use super::core::{Action, ExecutorCore};
 use super::{ExecutorError, ExitSlot, KeySlot};
-use crate::conn::{ConnError, Connection};
+use crate::conn::{ConnError, Connection, ReadUntil};
 use crate::transport::notify_retrying;
 use crate::wire::Frame;
 use flint_engine::functions::Registry;
@@ -256,7 +256,7 @@ impl Endpoint for ExecutorEndpoint {
     fn on_readiness(&mut self, _token: Token, event: &Event, _ctx: &mut Ctx<'_, Self>) {
         if event.is_readable() || event.is_read_closed() || event.is_error() {
             let (conn, frames) = (&mut self.conn, &mut self.frames);
-            let read = conn.read_frames(|_, frame| {
+            let read = conn.read_frames_until(ReadUntil::of(event), |_, frame| {
                 frames.push(frame);
                 Ok(())
             });

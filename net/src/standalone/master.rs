@@ -29,7 +29,7 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::Token;
 
-use crate::conn::Inbound;
+use crate::conn::{Inbound, ReadUntil};
 use crate::handshake::Secret;
 use crate::standalone::journal::Journal;
 use crate::standalone::master_core::{CoreConfig, MasterCore};
@@ -253,7 +253,7 @@ impl MasterEndpoint {
         let now_us = self.now_us();
         let core = &mut self.core;
         let mut closed_by_core = false;
-        let result = self.sockets.read(token, |frame| {
+        let result = self.sockets.read(token, ReadUntil::WouldBlock, |frame| {
             let result = core.handle_frame(token, &frame, now_us);
             closed_by_core = result.is_err();
             result

@@ -35,7 +35,7 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 
-use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound};
+use crate::conn::{accept_next, refuse, ConnError, Connection, Inbound, ReadUntil};
 use crate::handshake::random_nonce;
 use crate::transport::peers::{Arrival, PeerKey, Peers, PeersConfig};
 pub use crate::transport::peers::{Limits, Standing};
@@ -186,18 +186,22 @@ impl Sockets {
         }
     }
 
-    /// Reads a connection until its socket would block or `on_frame` fails; the first error
-    /// (the socket's or `on_frame`'s). The connection is flushed with the others.
+    /// Reads a connection as far as `until` says (see [`ReadUntil`]) or until `on_frame`
+    /// fails; the first error (the socket's or `on_frame`'s). The connection is flushed with
+    /// the others.
     pub fn read(
         &mut self,
         token: Token,
+        until: ReadUntil,
         mut on_frame: impl FnMut(Frame) -> Result<(), ConnError>,
     ) -> Result<(), ConnError> {
         let Some(socket) = self.conns.get_mut(token.number()) else {
             return Ok(());
         };
         self.dirty.push(token);
-        socket.conn.read_frames(|_, frame| on_frame(frame))
+        socket
+            .conn
+            .read_frames_until(until, |_, frame| on_frame(frame))
     }
 
     /// Appends frames to a connection's outbound buffer (taking `frames` when it is empty).
@@ -455,7 +459,7 @@ impl<S> Server<S> {
     fn read(&mut self, token: Token, handler: &mut impl Handler<S>) {
         let now_us = self.now_us(Instant::now());
         let peers = &mut self.peers;
-        let result = (self.sockets).read(token, |frame| {
+        let result = (self.sockets).read(token, ReadUntil::WouldBlock, |frame| {
             on_frame(peers, token, frame, now_us, handler)
         });
         if let Err(error) = result {

@@ -205,6 +205,13 @@ impl FrameDecoder {
     /// received, not 64 KiB that had to be zeroed for every read. A frame larger than that is
     /// read straight into the buffer.
     pub fn read_from(&mut self, source: &mut impl Read) -> io::Result<usize> {
+        self.read_some(source).map(|(got, _)| got)
+    }
+
+    /// [`read_from`](Self::read_from), also saying whether the read filled all the room it
+    /// was given. A stream socket's read hands over everything it holds up to that room, so a
+    /// read that did not fill it found the socket drained at that moment.
+    pub fn read_some(&mut self, source: &mut impl Read) -> io::Result<(usize, bool)> {
         let pending = match parse_header(&self.buf) {
             Some((len, _, _)) if len <= self.frame_size_max + SEAL_TAG_LEN => {
                 (HEADER_LEN + len).saturating_sub(self.buf.len())
@@ -214,11 +221,10 @@ impl FrameDecoder {
         if pending <= READ_CHUNK_LEN {
             return SCRATCH.with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
-                let result = source.read(&mut scratch[..]);
-                if let Ok(got) = result {
-                    self.extend_from_slice(scratch.get(..got).unwrap_or_default());
-                }
-                result
+                let room = scratch.len();
+                let got = source.read(&mut scratch[..])?;
+                self.extend_from_slice(scratch.get(..got).unwrap_or_default());
+                Ok((got, got == room))
             });
         }
         let start = self.buf.len();
@@ -227,7 +233,7 @@ impl FrameDecoder {
         let result = source.read(self.buf.get_mut(start..).unwrap_or_default());
         let got = *result.as_ref().unwrap_or(&0);
         self.buf.truncate(start + got);
-        result
+        result.map(|got| (got, got == pending))
     }
 
     /// The next complete frame, `Ok(None)` if more bytes are needed, or the error that makes

@@ -378,3 +378,78 @@ fn write_seed_corpus() {
         write("handshake", format!("hello-{role}"), &hello);
     }
 }
+
+/// A source handing out its bytes in the chunks given (one chunk at most per read, as a
+/// socket hands over what has arrived), then "would block"; it counts its reads.
+struct Chunks {
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    reads: usize,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reads += 1;
+        let Some(chunk) = self.chunks.front_mut() else {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        };
+        let n = chunk.len().min(buf.len());
+        buf[..n].copy_from_slice(&chunk[..n]);
+        chunk.drain(..n);
+        if chunk.is_empty() {
+            self.chunks.pop_front();
+        }
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_read_says_whether_it_filled_its_room_so_a_drained_socket_is_not_read_again() {
+    // One frame of 100 KiB: the first read fills the 64 KiB scratch, the second takes the
+    // rest and does not fill its room (the socket was drained then).
+    let mut frame = BytesMut::new();
+    encode_frame(&mut frame, Kind::StatusUpdates, 1 << 20, |out| {
+        out.put_bytes(7, 100 * 1024)
+    })
+    .expect("encodes");
+    let mut source = Chunks {
+        chunks: [frame.to_vec()].into(),
+        reads: 0,
+    };
+    let mut decoder = FrameDecoder::new(1 << 20);
+    let (got, filled) = decoder.read_some(&mut source).expect("reads");
+    assert_eq!(
+        (got, filled),
+        (64 * 1024, true),
+        "a full read: more may wait"
+    );
+    assert_eq!(
+        decoder.next_frame().expect("valid"),
+        None,
+        "not complete yet"
+    );
+    let (got, filled) = decoder.read_some(&mut source).expect("reads");
+    assert_eq!(
+        (got, filled),
+        (frame.len() - 64 * 1024, false),
+        "a short read"
+    );
+    let whole = decoder.next_frame().expect("valid").expect("complete");
+    assert_eq!(whole.body().len(), 100 * 1024);
+    assert_eq!(source.reads, 2);
+    // A small frame arriving in two pieces: each read is short, and nothing is lost.
+    let mut small = BytesMut::new();
+    encode_frame(&mut small, Kind::Heartbeat, 1 << 20, |out| {
+        out.put_bytes(1, 10)
+    })
+    .expect("encodes");
+    let (head, tail) = small.split_at(5);
+    source.chunks = [head.to_vec(), tail.to_vec()].into();
+    assert_eq!(decoder.read_some(&mut source).expect("reads"), (5, false));
+    assert_eq!(decoder.next_frame().expect("valid"), None);
+    assert_eq!(
+        decoder.read_some(&mut source).expect("reads"),
+        (tail.len(), false)
+    );
+    let frame = decoder.next_frame().expect("valid").expect("complete");
+    assert_eq!(frame.body().len(), 10);
+}
