@@ -309,6 +309,17 @@ impl Inbound {
 mod tests {
     use super::*;
 
+    /// A connection over loopback (frames and backlog up to 1 MiB) and its peer's socket.
+    fn connected() -> (std::net::TcpStream, Connection) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let peer =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        accepted.set_nonblocking(true).expect("nonblocking");
+        let conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
+        (peer, conn)
+    }
+
     /// Reads until one frame arrives (within a deadline); returns it.
     fn read_one(conn: &mut Connection) -> Frame {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -329,12 +340,7 @@ mod tests {
     /// peer closed asks for).
     #[test]
     fn reading_to_a_short_read_delivers_every_frame_and_would_block_hears_the_close() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut peer =
-            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        let (accepted, _) = listener.accept().expect("accept");
-        accepted.set_nonblocking(true).expect("nonblocking");
-        let mut conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
+        let (mut peer, mut conn) = connected();
         let mut frames = BytesMut::new();
         Message::Shutdown {}
             .encode(&mut frames, 1 << 20)
@@ -368,12 +374,7 @@ mod tests {
     /// frames without a new allocation; a big frame's buffer is dropped once it is read.
     #[test]
     fn an_idle_connection_holds_at_most_a_small_read_buffer() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut peer =
-            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        let (accepted, _) = listener.accept().expect("accept");
-        accepted.set_nonblocking(true).expect("nonblocking");
-        let mut conn = Connection::new(TcpStream::from_std(accepted), 1 << 20, 1 << 20);
+        let (mut peer, mut conn) = connected();
         assert_eq!(conn.read_buffer_allocated(), 0, "allocated before any read");
         let mut small = BytesMut::new();
         Message::Shutdown {}
