@@ -301,10 +301,11 @@ fn timers_fire_once_periodically_and_cancel() {
     assert_eq!(ticks, 3, "no tick after the periodic timer was cancelled");
 }
 
-/// Registers a UDP socket on its loop and counts datagrams.
+/// Registers a UDP socket on its loop and counts datagrams; each message takes `per_message`.
 struct Udp {
     socket: mio::net::UdpSocket,
     got: Arc<AtomicUsize>,
+    per_message: Duration,
 }
 
 impl Endpoint for Udp {
@@ -313,7 +314,12 @@ impl Endpoint for Udp {
         ctx.register(&mut self.socket, mio::Interest::READABLE)
             .unwrap();
     }
-    fn on_message(&mut self, _: (), _ctx: &mut Ctx<'_, Self>) {}
+    fn on_message(&mut self, _: (), _ctx: &mut Ctx<'_, Self>) {
+        let until = Instant::now() + self.per_message;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
     fn on_readiness(&mut self, _t: mio::Token, _e: &mio::event::Event, _ctx: &mut Ctx<'_, Self>) {
         let mut buf = [0u8; 64];
         while let Ok(n) = self.socket.recv(&mut buf) {
@@ -335,6 +341,7 @@ fn endpoints_get_readiness_of_registered_sources() {
             Udp {
                 socket,
                 got: got.clone(),
+                per_message: Duration::ZERO,
             },
         )
         .unwrap();
@@ -347,6 +354,62 @@ fn endpoints_get_readiness_of_registered_sources() {
     let before = got.load(Ordering::SeqCst);
     client.send_to(b"ping", addr).unwrap();
     wait_until("second datagram", || got.load(Ordering::SeqCst) > before);
+}
+
+/// A loop that keeps getting messages still hears its sockets: a round that takes the whole
+/// inbox skips the poll (the next round's park polls), but never two rounds in a row, so an
+/// inbox that never runs dry (slow messages, a fast sender, rounds that never reach
+/// `batch_max`) cannot hold a datagram back.
+#[test]
+fn readiness_is_heard_while_messages_keep_coming() {
+    let rt = Runtime::new(RuntimeConfig {
+        threads: 1,
+        inbox_capacity: 64,
+        batch_max: 1 << 20,
+        ..Default::default()
+    })
+    .expect("runtime");
+    let socket = mio::net::UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    let udp = (rt.handle())
+        .spawn(
+            "udp",
+            Udp {
+                socket,
+                got: got.clone(),
+                per_message: Duration::from_micros(20),
+            },
+        )
+        .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    wait_until("first datagram", || {
+        client.send_to(b"ping", addr).unwrap();
+        got.load(Ordering::SeqCst) > 0
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let flood = {
+        let (stop, sent) = (stop.clone(), sent.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if udp.send(()).is_ok() {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    wait_until("the flood under way", || {
+        sent.load(Ordering::SeqCst) > 1_000
+    });
+    let before = got.load(Ordering::SeqCst);
+    client.send_to(b"ping", addr).unwrap();
+    wait_until("a datagram during the flood", || {
+        got.load(Ordering::SeqCst) > before
+    });
+    assert!(!flood.is_finished(), "the flood ran all along");
+    stop.store(true, Ordering::SeqCst);
+    flood.join().unwrap();
 }
 
 /// Blocks its loop until released, so the inbox fills.

@@ -363,6 +363,8 @@ impl EventLoop {
         let me = &shared.loops[self.index];
         let mut events = Events::with_capacity(self.events_capacity);
         let mut spin = AdaptiveSpin::new(self.spin_before_park);
+        // The last round handled messages and left the sockets unpolled.
+        let mut poll_skipped = false;
         // Until the poison pill.
         while let Some(handled) = self.drain_inbox(me) {
             let now = clock::now_ns();
@@ -373,7 +375,13 @@ impl EventLoop {
             let mut parked = false;
             if handled > 0 {
                 spin.work(now);
-                if !has_sources {
+                // An inbox taken whole is likely empty now: the next round looks again and,
+                // finding nothing, polls as it parks, one system call where polling now
+                // first would make two. Never twice in a row, so a stream of messages does
+                // not keep the sockets waiting.
+                let skip = handled < self.batch_max && !poll_skipped;
+                if !has_sources || skip {
+                    poll_skipped = has_sources;
                     continue;
                 }
             } else if spin.idle(now) {
@@ -393,6 +401,7 @@ impl EventLoop {
                     spin.parking();
                 }
             }
+            poll_skipped = false;
             let polled = self.inner.poll.poll(&mut events, timeout);
             if parked {
                 me.inbox.park_done();
