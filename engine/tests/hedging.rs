@@ -34,15 +34,20 @@ fn hedge() -> HedgeConfig {
 fn cluster(n: u64, hedge: HedgeConfig) -> Scheduler {
     let mut s = Scheduler::new(config(hedge));
     for id in 1..=n {
-        let info = ExecutorInfo {
-            id: ExecutorId(id),
-            host: format!("h{id}"),
-            cores: 1,
-            attributes: Vec::new(),
-        };
-        s.handle_register(info, 0).expect("registers");
+        register(&mut s, id, 1, 0);
     }
     s
+}
+
+/// Registers executor `id` with `cores` at `now`.
+fn register(s: &mut Scheduler, id: u64, cores: u32, now: u64) {
+    let info = ExecutorInfo {
+        id: ExecutorId(id),
+        host: format!("h{id}"),
+        cores,
+        attributes: Vec::new(),
+    };
+    s.handle_register(info, now).expect("registers");
 }
 
 fn job(n: usize) -> JobSpec {
@@ -182,15 +187,6 @@ fn copies_stay_within_the_bucket_and_the_rest_are_withheld() {
         ..hedge()
     };
     let mut s = Scheduler::new(config(bounded));
-    let register = |s: &mut Scheduler, id: u64, cores: u32, now: u64| {
-        let info = ExecutorInfo {
-            id: ExecutorId(id),
-            host: format!("h{id}"),
-            cores,
-            attributes: Vec::new(),
-        };
-        s.handle_register(info, now).expect("registers");
-    };
     // Executor 1 holds a job's five tasks and is frozen from the start; two idle executors
     // join after the launch.
     register(&mut s, 1, 5, 0);
@@ -280,6 +276,40 @@ fn a_job_may_set_its_own_floor_or_turn_hedging_off() {
     s.handle_submit(off, 0).expect("submitted");
     outputs(&mut s);
     assert_eq!(s.poll_timeout(), None, "nothing to watch");
+}
+
+#[test]
+fn an_attempt_overdue_behind_one_with_a_longer_threshold_is_copied_at_its_own_threshold() {
+    let mut s = Scheduler::new(config(hedge()));
+    // A job of its own that is copied after 100 ms, then one copied after 5 ms, both on
+    // executor 1, which then freezes; executor 2 joins after.
+    register(&mut s, 1, 2, 0);
+    let mut patient = job(1);
+    patient.hedging = JobSetting::custom(HedgeConfig {
+        cold_us: 100 * MS,
+        ..hedge()
+    });
+    s.handle_submit(patient, 0).expect("submitted");
+    let first = launches(&outputs(&mut s));
+    let mut hasty = job(1);
+    hasty.hedging = JobSetting::custom(HedgeConfig {
+        cold_us: 5 * MS,
+        ..hedge()
+    });
+    s.handle_submit(hasty, MS).expect("submitted");
+    let second = launches(&outputs(&mut s));
+    assert_eq!((first.len(), second.len()), (1, 1));
+    assert_eq!(first[0].0, second[0].0, "both on one executor");
+    register(&mut s, 2, 1, 2 * MS);
+    // The second is copied at its own threshold, though the first, launched before it on the
+    // same executor, is not overdue yet.
+    let copies = launches(&run_until(&mut s, 6 * MS));
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(
+        (copies[0].1.task, copies[0].1.attempt),
+        (second[0].1.task, 1)
+    );
+    assert_ne!(copies[0].0, second[0].0);
 }
 
 #[test]

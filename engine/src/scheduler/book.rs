@@ -32,8 +32,38 @@ pub(crate) struct Run {
     /// `TaskInfo.launching`, SPARK-39955).
     pub reported_running: bool,
     /// The run-time record of its function when its job hedges (`hedge.rs`), else
-    /// [`NO_RECORD`].
+    /// [`NO_RECORD`]: hedging watches the runs that have one.
     pub record: u32,
+    /// Hedging's threshold for it: overdue once it has run this long (micros).
+    pub threshold_us: u64,
+    /// A hedging check passed it over (counted once in `Stats::hedges_withheld`).
+    pub withheld: bool,
+}
+
+impl Run {
+    /// A run launched at `started_us` holding `cores`, hedged with `(record, threshold_us)`
+    /// when its job hedges.
+    pub fn new(cores: u32, started_us: u64, hedged: Option<(u32, u64)>) -> Run {
+        let (record, threshold_us) = hedged.unwrap_or((NO_RECORD, 0));
+        Run {
+            cores,
+            started_us,
+            reported_running: false,
+            record,
+            threshold_us,
+            withheld: false,
+        }
+    }
+
+    /// Whether hedging watches it.
+    pub fn hedged(&self) -> bool {
+        self.record != NO_RECORD
+    }
+
+    /// When hedging counts it overdue.
+    pub fn due_us(&self) -> u64 {
+        self.started_us.saturating_add(self.threshold_us)
+    }
 }
 
 /// [`Run::record`] of an attempt whose job does not hedge.

@@ -4,7 +4,7 @@
 //! one frozen executor holds its requests until the heartbeat timeout. Hedging works per
 //! attempt, for a job of any size:
 //!
-//! - Each launch is watched on its executor ([`Watch`], in launch order) with a threshold: the
+//! - Each launch is watched on its executor (its [`Run`](super::book::Run) keeps its threshold): the
 //!   recent `percentile` of its function's successful run times times `factor`, at least
 //!   `floor_us` (`cold_us` until the function has `min_samples` successes; `latency.rs` keeps
 //!   the run times). An attempt still running past it is *overdue*.
@@ -33,22 +33,23 @@
 //!   executor), and copies of attempts on executors that are not suspected are withheld: they
 //!   would only add load.
 //!
-//! Cost: a launch pushes one [`Watch`] (no allocation in steady state) and, when its executor
-//! had nothing watched, one entry in the check set; a success records one sample. Checks run
-//! only at the earliest watched deadline: each looks at the executors whose check is due, drops
-//! their ended attempts from the front, and stops at the first attempt not yet overdue, so a
-//! check costs O(overdue attempts), and an executor whose attempts end in time is looked at
-//! about once per threshold. (An attempt launched behind one with a longer threshold is
-//! looked at no sooner than that one: threshold differ only between functions.)
+//! Cost: a launch books its threshold in its run (the executor's slab of running attempts,
+//! `runs.rs`, which it is booked in anyway) and, when its executor has no check pending, files
+//! one in the check set; a success records one sample and scores its executor, in one call.
+//! Checks run only at the earliest watched deadline: each looks at the running attempts of the
+//! executors whose check is due (O(attempts running there), bounded by their slots), copies
+//! the overdue ones and files the next check at the earliest deadline of the others. An
+//! executor whose attempts end in time is looked at about once per threshold, whatever number
+//! of attempts it ran meanwhile.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 use super::book::Book;
 use super::job::Job;
 use super::latency::{Latencies, RecordId};
 use super::runs::Runs;
 use super::speculation::queue_copy;
-use super::types::{Attempt, ExecutorId, HedgeConfig, Stats, TaskId};
+use super::types::{ExecutorId, HedgeConfig, Stats, TaskId};
 use crate::ids::IdMap;
 
 /// An executor's successes are averaged per period of this long (micros), and its score is
@@ -80,33 +81,9 @@ fn f64_us(us: f64) -> u64 {
     (us as i64).max(0) as u64
 }
 
-/// One launched attempt as hedging watches it, on its executor, in launch order.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Watch {
-    /// The attempt watched.
-    pub key: Attempt,
-    /// Where its run is in its executor's running attempts.
-    pub run: u32,
-    pub launched_us: u64,
-    /// Overdue after this long.
-    pub threshold_us: u64,
-    /// A check passed it over (counted once in [`Stats::hedges_withheld`]).
-    pub withheld: bool,
-    /// Its function's run-time record.
-    pub record: RecordId,
-}
-
-impl Watch {
-    fn due_us(&self) -> u64 {
-        self.launched_us.saturating_add(self.threshold_us)
-    }
-}
-
 /// What hedging keeps per executor.
 #[derive(Debug)]
 pub(crate) struct ExecHedge {
-    /// Its watched attempts in launch order (ended ones dropped lazily from the front).
-    watches: VecDeque<Watch>,
     /// Its pending entry in [`Hedging::checks`], if any.
     check_at: Option<u64>,
     /// When it last sent anything the scheduler hears of (a status update, a heartbeat).
@@ -129,7 +106,6 @@ impl ExecHedge {
     /// An executor registered at `now_us`.
     pub fn new(now_us: u64) -> ExecHedge {
         ExecHedge {
-            watches: VecDeque::new(),
             check_at: None,
             heard_us: now_us,
             suspected: false,
@@ -141,13 +117,9 @@ impl ExecHedge {
         }
     }
 
-    /// Drops the ended attempts off the front; whether the first one running is overdue at
-    /// `now_us`.
-    fn first_overdue(&mut self, running: &Runs, now_us: u64) -> bool {
-        while (self.watches.front()).is_some_and(|w| running.get(w.run, w.key).is_none()) {
-            self.watches.pop_front();
-        }
-        self.watches.front().is_some_and(|w| w.due_us() <= now_us)
+    /// Whether an attempt it runs is overdue at `now_us`.
+    fn any_overdue(running: &Runs, now_us: u64) -> bool {
+        running.values().any(|r| r.hedged() && r.due_us() <= now_us)
     }
 
     /// The executor sent something at `now_us`; whether that ended a suspicion.
@@ -171,7 +143,7 @@ pub(super) struct Sweep {
 pub(super) struct Hedging {
     /// Run times per function.
     latencies: Latencies,
-    /// When executors' watches are next looked at, as (time, slot, id): kept lazily (an entry
+    /// When executors' running attempts are next looked at, as (time, slot, id): kept lazily (an entry
     /// whose executor left, or whose check moved, is dropped when it comes up).
     checks: BTreeSet<(u64, u32, ExecutorId)>,
     /// Copy tokens (see [`HedgeConfig::copy_ratio`]); the bucket starts full.
@@ -213,23 +185,22 @@ impl Hedging {
         (self.latencies).record(record, us, config.percentile, config.min_samples);
     }
 
-    /// An attempt launched on executor `e` (in `slot`) is watched.
-    pub fn launched(&mut self, e: &mut super::book::Exec, slot: u32, watch: Watch) {
+    /// An attempt launched on executor `e` (in `slot`), overdue at `due_us`, is watched: the
+    /// executor's check is filed for then, unless one comes sooner.
+    pub fn launched(&mut self, e: &mut super::book::Exec, slot: u32, due_us: u64) {
         let h = &mut e.hedge;
-        h.watches.push_back(watch);
-        let at = watch.due_us();
         match h.check_at {
-            Some(check) if check <= at => {}
-            // Its check is later than this attempt's threshold (a front that has ended, whose
-            // threshold was longer): moved earlier.
+            Some(check) if check <= due_us => {}
+            // Its check is later than this attempt's threshold (attempts of a function with a
+            // longer threshold): moved earlier.
             Some(check) => {
                 self.checks.remove(&(check, slot, e.id));
-                h.check_at = Some(at);
-                self.checks.insert((at, slot, e.id));
+                h.check_at = Some(due_us);
+                self.checks.insert((due_us, slot, e.id));
             }
             None => {
-                h.check_at = Some(at);
-                self.checks.insert((at, slot, e.id));
+                h.check_at = Some(due_us);
+                self.checks.insert((due_us, slot, e.id));
             }
         }
     }
@@ -251,7 +222,6 @@ impl Hedging {
     pub fn idle(&mut self, e: &mut super::book::Exec, slot: u32) {
         debug_assert!(e.running.is_empty());
         let h = &mut e.hedge;
-        h.watches.clear();
         if let Some(at) = h.check_at.take() {
             self.checks.remove(&(at, slot, e.id));
         }
@@ -329,7 +299,7 @@ impl Hedging {
                 continue; // it left (the slot is reused), or its check moved
             }
             e.hedge.check_at = None;
-            let overdue = e.hedge.first_overdue(&e.running, now_us);
+            let overdue = ExecHedge::any_overdue(&e.running, now_us);
             self.count_overdue(&mut e.hedge, overdue);
             due.push(slot);
         }
@@ -392,17 +362,18 @@ impl Hedging {
         let silent_us = now_us.saturating_sub(h.heard_us);
         let silence_min_us = self.silence_min_us;
         let mut found = Overdue::default();
-        for w in h.watches.iter_mut() {
-            if running.get(w.run, w.key).is_none() {
+        for (key, run) in running.iter_mut() {
+            if !run.hedged() {
                 continue;
             }
-            if w.due_us() > now_us {
-                found.next_due_us = Some(w.due_us());
-                break;
+            if run.due_us() > now_us {
+                let due_us = run.due_us();
+                found.next_due_us = Some(found.next_due_us.map_or(due_us, |t| t.min(due_us)));
+                continue;
             }
             // Any attempt it holds past its threshold counts for suspicion, also one whose job
             // ended (its kill unanswered): the executor still has not spoken.
-            let silence_us = w.threshold_us.max(silence_min_us);
+            let silence_us = run.threshold_us.max(silence_min_us);
             if !h.suspected && silent_us >= silence_us {
                 h.suspected = true;
                 found.suspected = true;
@@ -411,14 +382,14 @@ impl Hedging {
                 let at = h.heard_us.saturating_add(silence_us);
                 found.suspect_at_us = Some(found.suspect_at_us.map_or(at, |t: u64| t.min(at)));
             }
-            let task = w.key.task;
+            let task = key.task;
             let Some(job) = job_of(job_slots, jobs, task) else {
                 continue; // an ended job's attempt: its kill was sent, nothing to copy
             };
             found.overdue += 1;
             // It has finished nothing since this attempt was launched (a wedged executor that
             // still heartbeats): stalled, no new work until it reports a final state.
-            if *progress_us <= w.launched_us && !std::mem::replace(stalled, true) {
+            if *progress_us <= run.started_us && !std::mem::replace(stalled, true) {
                 found.stalled = true;
             }
             let Some(t) = job.tasks.get(task.index() as usize) else {
@@ -429,7 +400,7 @@ impl Hedging {
             }
             let tokens = self.tokens.get_or_insert(0.0);
             if (slow_cluster && !h.suspected) || *tokens < 1.0 {
-                if !std::mem::replace(&mut w.withheld, true) {
+                if !std::mem::replace(&mut run.withheld, true) {
                     stats.hedges_withheld += 1;
                 }
                 continue;

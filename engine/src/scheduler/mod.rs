@@ -239,7 +239,7 @@ pub use types::{
 use crate::hash::FxHashMap;
 use crate::ids::IdMap;
 use book::{Book, Resume, Run};
-use hedge::{Hedging, Watch};
+use hedge::Hedging;
 use job::{Found, Job, JobCounters, Level, Placed, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
@@ -2270,9 +2270,11 @@ impl Scheduler {
         let Some(e) = self.book.get(exec_slot) else {
             unreachable!("launch on empty executor slot {exec_slot}");
         };
-        let (on_probation, run) = (e.hedge.probation, e.running.vacant());
-        let (launch, speculative) = job.start_attempt(now_us, (exec_slot, run), found);
-        let watch = job.hedge.as_deref().map(|config| {
+        let on_probation = e.hedge.probation;
+        let (launch, speculative) =
+            job.start_attempt(now_us, (exec_slot, e.running.vacant()), found);
+        // A hedged run keeps its function's record and its threshold.
+        let hedged = job.hedge.as_deref().map(|config| {
             if !speculative {
                 self.hedge.earn(config.copy_ratio, config.burst);
             }
@@ -2280,19 +2282,13 @@ impl Scheduler {
                 Some(record) => record,
                 None => self.hedge.record_of(&launch.function),
             };
-            Watch {
-                key: Attempt::new(launch.task, launch.attempt),
-                run,
-                launched_us: now_us,
-                // An executor on probation is much slower than its peers: what it runs is
-                // copied after the floor, not after the percentile it would exceed anyway.
-                threshold_us: match on_probation {
-                    true => config.floor_us,
-                    false => self.hedge.threshold_us(config, record),
-                },
-                withheld: false,
-                record,
-            }
+            // An executor on probation is much slower than its peers: what it runs is copied
+            // after the floor, not after the percentile it would exceed anyway.
+            let threshold_us = match on_probation {
+                true => config.floor_us,
+                false => self.hedge.threshold_us(config, record),
+            };
+            (record, threshold_us)
         });
         if speculative {
             self.stats.speculative_launched += 1;
@@ -2305,7 +2301,7 @@ impl Scheduler {
             unreachable!("job in unknown pool {}", job.pool);
         };
         p.running_cores += u64::from(cores);
-        self.batch_launch(now_us, exec_slot, launch, watch);
+        self.batch_launch(now_us, exec_slot, launch, hedged);
         self.stats.launched += 1;
     }
 
@@ -2330,14 +2326,15 @@ impl Scheduler {
     }
 
     /// Books `launch` on the executor in `exec_slot` (its cores taken, the run recorded from
-    /// `now_us`) and batches it for the next [`flush`](Self::flush).
+    /// `now_us`, hedged with `(record, threshold_us)` when its job hedges) and batches it for
+    /// the next [`flush`](Self::flush).
     #[inline]
     fn batch_launch(
         &mut self,
         now_us: u64,
         exec_slot: u32,
         launch: TaskLaunch,
-        watch: Option<Watch>,
+        hedged: Option<(u32, u64)>,
     ) {
         let cores = launch.cores;
         let Some(e) = self.book.get_mut(exec_slot) else {
@@ -2345,21 +2342,11 @@ impl Scheduler {
         };
         assert!(e.free >= cores, "launch over the free cores");
         e.free -= cores;
-        let run = e.running.insert(
-            Attempt::new(launch.task, launch.attempt),
-            Run {
-                cores,
-                started_us: now_us,
-                reported_running: false,
-                record: watch.map_or(book::NO_RECORD, |w| w.record),
-            },
-        );
-        debug_assert!(
-            watch.is_none_or(|w| w.run == run),
-            "booked where it was placed"
-        );
-        if let Some(watch) = watch {
-            self.hedge.launched(e, exec_slot, watch);
+        let run = Run::new(cores, now_us, hedged);
+        e.running
+            .insert(Attempt::new(launch.task, launch.attempt), run);
+        if hedged.is_some() {
+            self.hedge.launched(e, exec_slot, run.due_us());
         }
         if e.batch.is_empty() {
             self.batched.push(exec_slot);

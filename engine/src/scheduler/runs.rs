@@ -133,6 +133,14 @@ impl Runs {
         self.slots.iter().flatten().map(|e| &e.run)
     }
 
+    /// Every run with its attempt, in slab order, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Attempt, &mut Run)> {
+        self.slots
+            .iter_mut()
+            .flatten()
+            .map(|e| (&e.key, &mut e.run))
+    }
+
     /// Every run with its attempt, taken out (the executor leaves).
     pub fn into_runs(self) -> Vec<(Attempt, Run)> {
         self.slots
@@ -181,12 +189,7 @@ mod tests {
     }
 
     fn run(started_us: u64) -> Run {
-        Run {
-            cores: 1,
-            started_us,
-            reported_running: false,
-            record: super::super::book::NO_RECORD,
-        }
+        Run::new(1, started_us, None)
     }
 
     #[test]
