@@ -42,7 +42,8 @@
 //! executor whose attempts end in time is looked at about once per threshold, whatever number
 //! of attempts it ran meanwhile.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::book::Book;
 use super::job::Job;
@@ -84,8 +85,6 @@ fn f64_us(us: f64) -> u64 {
 /// What hedging keeps per executor.
 #[derive(Debug)]
 pub(crate) struct ExecHedge {
-    /// Its pending entry in [`Hedging::checks`], if any.
-    check_at: Option<u64>,
     /// When it last sent anything the scheduler hears of (a status update, a heartbeat).
     heard_us: u64,
     /// Holds overdue attempts and was silent as long: no new launches (see the module docs).
@@ -106,7 +105,6 @@ impl ExecHedge {
     /// An executor registered at `now_us`.
     pub fn new(now_us: u64) -> ExecHedge {
         ExecHedge {
-            check_at: None,
             heard_us: now_us,
             suspected: false,
             overdue: false,
@@ -143,9 +141,8 @@ pub(super) struct Sweep {
 pub(super) struct Hedging {
     /// Run times per function.
     latencies: Latencies,
-    /// When executors' running attempts are next looked at, as (time, slot, id): kept lazily (an entry
-    /// whose executor left, or whose check moved, is dropped when it comes up).
-    checks: BTreeSet<(u64, u32, ExecutorId)>,
+    /// When executors' running attempts are next looked at.
+    checks: Checks,
     /// Copy tokens (see [`HedgeConfig::copy_ratio`]); the bucket starts full.
     tokens: Option<f64>,
     /// Executors whose last check found overdue attempts.
@@ -187,21 +184,9 @@ impl Hedging {
 
     /// An attempt launched on executor `e` (in `slot`), overdue at `due_us`, is watched: the
     /// executor's check is filed for then, unless one comes sooner.
-    pub fn launched(&mut self, e: &mut super::book::Exec, slot: u32, due_us: u64) {
-        let h = &mut e.hedge;
-        match h.check_at {
-            Some(check) if check <= due_us => {}
-            // Its check is later than this attempt's threshold (attempts of a function with a
-            // longer threshold): moved earlier.
-            Some(check) => {
-                self.checks.remove(&(check, slot, e.id));
-                h.check_at = Some(due_us);
-                self.checks.insert((due_us, slot, e.id));
-            }
-            None => {
-                h.check_at = Some(due_us);
-                self.checks.insert((due_us, slot, e.id));
-            }
+    pub fn launched(&mut self, e: &super::book::Exec, slot: u32, due_us: u64) {
+        if self.checks.at(slot).is_none_or(|check| check > due_us) {
+            self.checks.file(slot, e.id, due_us);
         }
     }
 
@@ -214,23 +199,21 @@ impl Hedging {
 
     /// When the next check is due.
     pub fn next_check_us(&self) -> Option<u64> {
-        self.checks.first().map(|&(at, _, _)| at)
+        self.checks.first()
     }
 
     /// Executor `e` (in `slot`) runs nothing now: nothing of it to watch, no check to wake
     /// for (an idle driver sleeps).
     pub fn idle(&mut self, e: &mut super::book::Exec, slot: u32) {
         debug_assert!(e.running.is_empty());
-        let h = &mut e.hedge;
-        if let Some(at) = h.check_at.take() {
-            self.checks.remove(&(at, slot, e.id));
-        }
-        self.count_overdue(h, false);
+        self.checks.clear(slot);
+        self.count_overdue(&mut e.hedge, false);
     }
 
-    /// An executor left: it no longer counts as overdue or on probation (its entries in the
-    /// check set are dropped when they come up).
-    pub fn executor_left(&mut self, h: &ExecHedge) {
+    /// The executor that was in `slot` left: it has no check, and no longer counts as overdue
+    /// or on probation.
+    pub fn executor_left(&mut self, slot: u32, h: &ExecHedge) {
+        self.checks.clear(slot);
         self.overdue_execs -= usize::from(h.overdue);
         self.probation_execs -= usize::from(h.probation);
     }
@@ -287,18 +270,10 @@ impl Hedging {
         stats: &mut Stats,
     ) -> Sweep {
         let mut due = Vec::new();
-        while let Some(&(at, slot, id)) = self.checks.first() {
-            if at > now_us {
-                break;
-            }
-            self.checks.pop_first();
-            let Some(e) = book.get_mut(slot) else {
-                continue;
+        while let Some((slot, id)) = self.checks.pop_due(now_us) {
+            let Some(e) = book.get_mut(slot).filter(|e| e.id == id) else {
+                unreachable!("a check of executor {id:?} that left slot {slot}");
             };
-            if e.id != id || e.hedge.check_at != Some(at) {
-                continue; // it left (the slot is reused), or its check moved
-            }
-            e.hedge.check_at = None;
             let overdue = ExecHedge::any_overdue(&e.running, now_us);
             self.count_overdue(&mut e.hedge, overdue);
             due.push(slot);
@@ -325,8 +300,7 @@ impl Hedging {
             let wake = [found.next_due_us, recheck, found.suspect_at_us];
             if let Some(next) = wake.into_iter().flatten().min() {
                 debug_assert!(next > now_us, "a check due in the past");
-                e.hedge.check_at = Some(next);
-                self.checks.insert((next, slot, e.id));
+                self.checks.file(slot, e.id, next);
             }
         }
         sweep
@@ -415,6 +389,106 @@ impl Hedging {
     }
 }
 
+/// Stale entries [`Checks`] keeps beyond as many as its live ones before it compacts: few, so
+/// that its heap stays about as small as the executors checked (each push and pop walks it).
+const STALE_CHECKS_MAX: usize = 16;
+
+/// When each executor's running attempts are next looked at: at most one check per executor
+/// slot. A binary heap of (time, slot, id) orders them; moving or clearing a slot's check
+/// leaves its old entry behind, stale (`filed` says which entry of a slot is live), and stale
+/// entries leave when they come to the top, so the top is always live (an idle driver is
+/// woken by no check it cleared), or at a compaction once they outnumber the live ones (as
+/// the runtime's timers do, `runtime/timer.rs`). Filing and clearing cost a heap push and
+/// pops of a heap about as large as the executors checked, where an ordered set cost two
+/// B-tree updates for each executor that idles between small jobs.
+#[derive(Debug, Default)]
+struct Checks {
+    heap: BinaryHeap<Reverse<(u64, u32, ExecutorId)>>,
+    /// Per executor slot: its live check's time and the executor's id.
+    filed: Vec<Option<(u64, ExecutorId)>>,
+    /// Slots with a live check.
+    live: usize,
+}
+
+impl Checks {
+    /// When slot `slot`'s check is due, if it has one.
+    fn at(&self, slot: u32) -> Option<u64> {
+        self.filed
+            .get(slot as usize)
+            .copied()
+            .flatten()
+            .map(|(at, _)| at)
+    }
+
+    /// The earliest check's time.
+    fn first(&self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Files executor `id`'s check (in `slot`) at `at`, in place of the one it had.
+    fn file(&mut self, slot: u32, id: ExecutorId, at: u64) {
+        let i = slot as usize;
+        if self.filed.len() <= i {
+            self.filed.resize(i + 1, None);
+        }
+        if self.filed[i].replace((at, id)).is_none() {
+            self.live += 1;
+        }
+        self.heap.push(Reverse((at, slot, id)));
+        if self.heap.len() > 2 * self.live + STALE_CHECKS_MAX {
+            let filed = &self.filed;
+            (self.heap).retain(|Reverse((at, slot, id))| Self::is_live(filed, *at, *slot, *id));
+        }
+        // The entry it replaced, if any, was later (a check only moves earlier): the top is
+        // still live.
+        debug_assert!(self
+            .heap
+            .peek()
+            .is_some_and(|Reverse((at, slot, id))| Self::is_live(&self.filed, *at, *slot, *id)));
+    }
+
+    /// Slot `slot` has no check any more (its executor idles or left).
+    fn clear(&mut self, slot: u32) {
+        if let Some(f) = self.filed.get_mut(slot as usize) {
+            if f.take().is_some() {
+                self.live -= 1;
+                self.drop_stale();
+            }
+        }
+    }
+
+    /// The slot and executor of a check due at `now_us`, taken (the slot has none after).
+    fn pop_due(&mut self, now_us: u64) -> Option<(u32, ExecutorId)> {
+        let &Reverse((at, slot, id)) = self.heap.peek()?;
+        if at > now_us {
+            return None;
+        }
+        self.heap.pop();
+        debug_assert!(
+            Self::is_live(&self.filed, at, slot, id),
+            "a stale check on top"
+        );
+        self.filed[slot as usize] = None;
+        self.live -= 1;
+        self.drop_stale();
+        Some((slot, id))
+    }
+
+    fn is_live(filed: &[Option<(u64, ExecutorId)>], at: u64, slot: u32, id: ExecutorId) -> bool {
+        filed.get(slot as usize) == Some(&Some((at, id)))
+    }
+
+    /// Pops stale entries off the top.
+    fn drop_stale(&mut self) {
+        while let Some(&Reverse((at, slot, id))) = self.heap.peek() {
+            if Self::is_live(&self.filed, at, slot, id) {
+                break;
+            }
+            self.heap.pop();
+        }
+    }
+}
+
 /// What one executor's check found.
 #[derive(Debug, Default)]
 struct Overdue {
@@ -446,7 +520,51 @@ fn job_of<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::{f64_us, us_f64};
+    use super::{f64_us, us_f64, Checks};
+    use crate::scheduler::types::ExecutorId;
+
+    #[test]
+    fn checks_come_due_in_time_order_and_a_moved_or_cleared_one_never_does() {
+        let (a, b) = (ExecutorId(1), ExecutorId(2));
+        let mut c = Checks::default();
+        c.file(0, a, 10);
+        c.file(1, b, 20);
+        c.clear(0);
+        assert_eq!(c.first(), Some(20), "a cleared check is not the first");
+        c.file(0, a, 30);
+        c.file(0, a, 5);
+        assert_eq!((c.at(0), c.first()), (Some(5), Some(5)), "moved earlier");
+        assert_eq!(c.pop_due(4), None);
+        assert_eq!(c.pop_due(5), Some((0, a)));
+        assert_eq!(c.at(0), None, "taken");
+        assert_eq!(c.pop_due(100), Some((1, b)));
+        assert_eq!(c.pop_due(100), None, "the check moved from 30 never comes");
+        assert_eq!(c.first(), None, "nothing left to wake for");
+        // The slot's next executor.
+        c.file(0, b, 40);
+        c.clear(0);
+        assert_eq!(c.first(), None);
+    }
+
+    #[test]
+    fn stale_checks_behind_a_live_one_stay_bounded() {
+        let mut c = Checks::default();
+        c.file(0, ExecutorId(1), 1);
+        // An executor idling between small jobs: its check filed and cleared, over and over,
+        // each behind the first.
+        for t in 0..10_000 {
+            c.file(1, ExecutorId(2), 10 + t);
+            c.clear(1);
+            // At most twice the live checks (two at most here) plus the stale allowance.
+            assert!(
+                c.heap.len() <= 2 * 2 + super::STALE_CHECKS_MAX,
+                "{} entries",
+                c.heap.len()
+            );
+        }
+        assert_eq!(c.pop_due(u64::MAX), Some((0, ExecutorId(1))));
+        assert_eq!((c.first(), c.heap.len()), (None, 0));
+    }
 
     #[test]
     fn micros_go_to_f64_and_back_within_range_and_saturate_outside_it() {

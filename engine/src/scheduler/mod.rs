@@ -968,7 +968,7 @@ impl Scheduler {
         let Some((exec_slot, exec)) = self.book.remove(id) else {
             return false;
         };
-        self.hedge.executor_left(&exec.hedge);
+        self.hedge.executor_left(exec_slot, &exec.hedge);
         self.removing = Some(exec_slot);
         if exec.excluded_until_us > now_us {
             let Some(h) = self.book.hosts.get_mut(exec.host as usize) else {
