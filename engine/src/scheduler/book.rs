@@ -67,7 +67,7 @@ impl Run {
 }
 
 /// [`Run::record`] of an attempt whose job does not hedge.
-pub(crate) const NO_RECORD: u32 = u32::MAX;
+const NO_RECORD: u32 = u32::MAX;
 
 /// Which offer set an executor is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1615,7 +1615,7 @@ impl Scheduler {
         exec.stalled = false;
         if update.state == TaskState::Finished {
             exec.window = exec.window.saturating_add(1).min(exec.cores);
-            if run.record != book::NO_RECORD {
+            if run.hedged() {
                 let took_us = now_us.saturating_sub(run.started_us);
                 let executors = self.book.len();
                 let Some(exec) = self.book.get_mut(slot) else {
