@@ -4,10 +4,11 @@
 //! one frozen executor holds its requests until the heartbeat timeout. Hedging works per
 //! attempt, for a job of any size:
 //!
-//! - Each launch is watched on its executor (its [`Run`](super::book::Run) keeps its threshold): the
-//!   recent `percentile` of its function's successful run times times `factor`, at least
-//!   `floor_us` (`cold_us` until the function has `min_samples` successes; `latency.rs` keeps
-//!   the run times). An attempt still running past it is *overdue*.
+//! - Each launch is watched on its executor with a threshold, which its
+//!   [`Run`](super::book::Run) keeps: the recent `percentile` of its function's successful
+//!   run times times `factor`, at least `floor_us` (`cold_us` until the function has
+//!   `min_samples` successes; `latency.rs` keeps the run times). An attempt still running
+//!   past it is *overdue*.
 //! - An overdue attempt gets one copy (queued as a speculative copy: the first result wins, the
 //!   other attempt is killed), while tokens last: each first launch adds `copy_ratio` of one,
 //!   up to `burst`, so copies stay a small fraction of attempts in steady state.
@@ -35,12 +36,12 @@
 //!
 //! Cost: a launch books its threshold in its run (the executor's slab of running attempts,
 //! `runs.rs`, which it is booked in anyway) and, when its executor has no check pending, files
-//! one in the check set; a success records one sample and scores its executor, in one call.
-//! Checks run only at the earliest watched deadline: each looks at the running attempts of the
-//! executors whose check is due (O(attempts running there), bounded by their slots), copies
-//! the overdue ones and files the next check at the earliest deadline of the others. An
-//! executor whose attempts end in time is looked at about once per threshold, whatever number
-//! of attempts it ran meanwhile.
+//! one in the check set ([`Checks`]); a success records one sample and moves its executor's
+//! score. Checks run only at the earliest watched deadline: each looks at the running
+//! attempts of the executors whose check is due (O(attempts running there), bounded by their
+//! slots), copies the overdue ones and files the next check at the earliest deadline of the
+//! others. An executor whose attempts end in time is looked at about once per threshold,
+//! whatever number of attempts it ran meanwhile.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
