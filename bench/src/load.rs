@@ -29,6 +29,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_cli::latency::LatencyCounts;
 use flint_cli::summary::{indexed_payload, Recorder, Summary};
 use flint_engine::clock;
 use flint_net::driver::Driver;
@@ -150,7 +151,7 @@ struct Meter {
     measure_from_ns: u64,
     recorder: Recorder,
     timeline: Vec<u64>,
-    interval: Histogram<u64>,
+    interval: LatencyCounts,
     interval_start_ns: u64,
     intervals: Vec<Interval>,
     last_result_ns: u64,
@@ -163,7 +164,7 @@ impl Meter {
             measure_from_ns,
             recorder: Recorder::new(),
             timeline: Vec::new(),
-            interval: Recorder::new().histogram().clone(),
+            interval: LatencyCounts::new(),
             interval_start_ns: measure_from_ns,
             intervals: Vec::new(),
             last_result_ns: measure_from_ns,
@@ -183,7 +184,7 @@ impl Meter {
         }
         self.timeline[bucket] += 1;
         self.rotate(now_ns);
-        self.interval.saturating_record((latency_ns / 1_000).max(1));
+        self.interval.record_us((latency_ns / 1_000).max(1));
         self.last_result_ns = self.last_result_ns.max(now_ns);
     }
 
@@ -200,8 +201,8 @@ impl Meter {
         if self.interval.is_empty() {
             return;
         }
-        let fresh = Histogram::new_from(&self.interval);
-        let histogram = std::mem::replace(&mut self.interval, fresh);
+        let histogram = self.interval.to_histogram();
+        self.interval.clear();
         self.intervals.push(Interval {
             start: Duration::from_nanos(self.interval_start_ns - self.measure_from_ns),
             length: Duration::from_nanos(length_ns),
@@ -642,7 +643,7 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
     );
     Ok(RunResult {
         summary,
-        histogram: meter.recorder.histogram().clone(),
+        histogram: meter.recorder.histogram(),
         intervals: std::mem::take(&mut meter.intervals),
         timeline: std::mem::take(&mut meter.timeline),
         offered_per_s: match spec.mode {

@@ -1,6 +1,6 @@
 //! The summary a job run prints (`flint local`, `flint driver`, `flint submit`, `flint-load`):
-//! counts, throughput, submit-to-result latency percentiles from an HDR histogram, and the
-//! checksum anyone can recompute.
+//! counts, throughput, submit-to-result latency percentiles from an HDR histogram (counted in
+//! its buckets as results arrive, [`crate::latency`]), and the checksum anyone can recompute.
 //!
 //! The checksum is the wrapping `u64` sum over all tasks of the first 8 bytes of each result read
 //! as `u64` little-endian (0 for a result shorter than 8 bytes).
@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+
+use crate::latency::LatencyCounts;
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,7 +30,7 @@ pub struct Latency {
 /// Collects results as they arrive.
 #[derive(Debug)]
 pub struct Recorder {
-    latency_us: Histogram<u64>,
+    latency_us: LatencyCounts,
     succeeded: u64,
     failed: u64,
     checksum: u64,
@@ -43,10 +45,8 @@ impl Default for Recorder {
 impl Recorder {
     /// An empty recorder (latencies from 1 us to 1 hour, 3 significant digits).
     pub fn new() -> Self {
-        let latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3)
-            .unwrap_or_else(|_| unreachable!("constant bounds are valid"));
         Recorder {
-            latency_us,
+            latency_us: LatencyCounts::new(),
             succeeded: 0,
             failed: 0,
             checksum: 0,
@@ -71,8 +71,7 @@ impl Recorder {
             }
             Err(_) => self.failed += 1,
         }
-        self.latency_us
-            .saturating_record((latency_ns / 1_000).max(1));
+        self.latency_us.record_us((latency_ns / 1_000).max(1));
     }
 
     /// Tasks recorded.
@@ -80,9 +79,9 @@ impl Recorder {
         self.succeeded + self.failed
     }
 
-    /// The latency histogram (for logs and reports).
-    pub fn histogram(&self) -> &Histogram<u64> {
-        &self.latency_us
+    /// The latency histogram (for logs and reports), built from the counts.
+    pub fn histogram(&self) -> Histogram<u64> {
+        self.latency_us.to_histogram()
     }
 
     /// The summary of a run that took `elapsed`.
@@ -93,7 +92,7 @@ impl Recorder {
         executors_lost: u64,
         elapsed: Duration,
     ) -> Summary {
-        let h = &self.latency_us;
+        let h = self.latency_us.to_histogram();
         let latency = if h.is_empty() {
             Latency::default()
         } else {

@@ -779,7 +779,7 @@ mod tests {
             format!("rate-{rate_per_s}"),
             RunResult {
                 summary,
-                histogram: recorder.histogram().clone(),
+                histogram: recorder.histogram(),
                 intervals: Vec::new(),
                 timeline: Vec::new(),
                 offered_per_s: Some(rate_per_s),
