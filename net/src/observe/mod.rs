@@ -678,8 +678,9 @@ impl LoopTelemetry {
         self.refusals[why as usize] += 1;
     }
 
-    /// A status update from `executor` (before the scheduler sees it): counts, samples,
-    /// and a failure's reason logged in its job's span.
+    /// A status update from `executor` (before the scheduler sees it): samples, and a
+    /// failure's reason logged in its job's span. The finished ones of a batch are counted
+    /// once for it, by [`LoopTelemetry::tasks_finished`].
     #[inline]
     pub fn status_update(
         &mut self,
@@ -691,17 +692,23 @@ impl LoopTelemetry {
         data: &[u8],
     ) {
         match state {
-            TaskState::Finished => {
-                if let Some(track) = self.executors.get_mut(&executor) {
-                    track.view.tasks_finished += 1;
-                }
-            }
+            TaskState::Finished => {}
             TaskState::Running => return,
             _ => self.attempt_failed(executor, task, attempt, state, data),
         }
         let is_sampled = sampled(task);
         if self.timeline.may_track(is_sampled) {
             self.tracked_ended(now_us, task, attempt, state, is_sampled);
+        }
+    }
+
+    /// `executor` reported `finished` attempts finished (a batch's worth).
+    pub fn tasks_finished(&mut self, executor: ExecutorId, finished: u64) {
+        if finished == 0 {
+            return;
+        }
+        if let Some(track) = self.executors.get_mut(&executor) {
+            track.view.tasks_finished += finished;
         }
     }
 

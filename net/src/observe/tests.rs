@@ -94,6 +94,7 @@ fn failures_are_counted_per_job_and_executor() {
         TaskState::Finished,
         b"",
     );
+    t.tasks_finished(ExecutorId(1), 1);
     let view = t.view(|_| 1, |_| None, 300);
     assert_eq!(view.executors[0].tasks_failed, 1);
     assert_eq!(view.executors[0].tasks_finished, 1);

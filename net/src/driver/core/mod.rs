@@ -53,7 +53,7 @@ use flint_engine::clock;
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::{
     self, Attempt, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, Stats,
-    TaskId, TaskLaunch,
+    TaskId, TaskLaunch, TaskState,
 };
 
 pub use self::executors::LOCAL_EXECUTOR;
@@ -393,6 +393,7 @@ impl DriverCore {
         let now = self.now_us;
         let mut remote = self.executors.remote_mut(executor);
         let telemetry = &mut self.telemetry;
+        let mut finished = 0;
         // One batch for the scheduler: the slots it frees are filled in one pass.
         let updates = updates.into_iter().map(|update| {
             let task = TaskId(update.task_id);
@@ -400,6 +401,7 @@ impl DriverCore {
             if let Some(remote) = remote.as_deref_mut() {
                 remote.reported(Attempt::new(task, attempt), state);
             }
+            finished += u64::from(state == TaskState::Finished);
             telemetry.status_update(now, executor, task, attempt, state, update.data);
             scheduler::StatusUpdate {
                 executor,
@@ -412,6 +414,7 @@ impl DriverCore {
             }
         });
         self.scheduler.handle_statuses(updates, now);
+        self.telemetry.tasks_finished(executor, finished);
     }
 
     /// Registers the in-process executor (local mode) with `cores`; the slots its runner
@@ -442,12 +445,15 @@ impl DriverCore {
         self.advance(now_us);
         let now = self.now_us;
         let telemetry = &mut self.telemetry;
+        let mut finished = 0;
         let updates = reports.drain(..).map(|report| {
             let (task, attempt, state) = (report.task, report.attempt, report.state);
+            finished += u64::from(state == TaskState::Finished);
             telemetry.status_update(now, LOCAL_EXECUTOR, task, attempt, state, &report.data);
             report.into_update(LOCAL_EXECUTOR)
         });
         self.scheduler.handle_statuses(updates, now);
+        self.telemetry.tasks_finished(LOCAL_EXECUTOR, finished);
         self.pump();
         debug_assert!(reports.is_empty());
     }
