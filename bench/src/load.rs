@@ -634,7 +634,7 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
     let tail_ns = end_ns.saturating_sub(meter.interval_start_ns).max(1);
     meter.close_interval(tail_ns);
     let elapsed = Duration::from_nanos(end_ns.saturating_sub(measure_from_ns));
-    let failed_now = meter.recorder.summary(0, 0, 0, elapsed).failed;
+    let failed_now = meter.recorder.failed();
     let launched = stats.launched - stats_before.launched;
     let succeeded = stats.succeeded - stats_before.succeeded;
     // Attempts beyond one per task (warm-up tasks included: retries are rare and the scheduler

@@ -234,7 +234,7 @@ pub fn run_job(
     let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
     let retried = stats
         .launched
-        .saturating_sub(stats.succeeded + recorder.summary(0, 0, 0, elapsed).failed);
+        .saturating_sub(stats.succeeded + recorder.failed());
     Ok(recorder.summary(args.tasks, retried, driver.executors_lost(), elapsed))
 }
 

@@ -79,6 +79,11 @@ impl Recorder {
         self.succeeded + self.failed
     }
 
+    /// Tasks recorded as failed.
+    pub fn failed(&self) -> u64 {
+        self.failed
+    }
+
     /// The latency histogram (for logs and reports), built from the counts.
     pub fn histogram(&self) -> Histogram<u64> {
         self.latency_us.to_histogram()
