@@ -429,8 +429,12 @@ impl Runner<'_> {
             // The job is finished: the driver handed each result the handle counts to the
             // observer (`submit`'s) before it set the outcome.
             let observed = done.handle.tasks_done().min(u64::from(done.tasks)) as u32;
+            // Every result seen (the rule): the outcome need not be taken from the handle.
+            if observed >= done.tasks {
+                continue;
+            }
             let outcome = done.handle.wait_timeout(Duration::ZERO);
-            if matches!(outcome, Ok(JobOutcome::Succeeded(_))) || observed >= done.tasks {
+            if matches!(outcome, Ok(JobOutcome::Succeeded(_))) {
                 continue;
             }
             let now_ns = self.now_ns();
