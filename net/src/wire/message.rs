@@ -8,7 +8,7 @@
 
 use bytes::BytesMut;
 
-use super::codec::{wire_enum, wire_struct, Field, List, Reader};
+use super::codec::{head, wire_enum, wire_struct, Field, List, Reader, WireByte};
 use super::frame::encode_frame;
 use super::WireError;
 
@@ -165,35 +165,100 @@ wire_struct! {
     }
 }
 
-wire_struct! {
-    /// One task in a `LaunchTasks` batch.
-    pub struct TaskLaunch<'a> {
-        /// The task's id, unique within its driver.
-        pub task_id: u64,
-        /// Which attempt of the task this is, from 0.
-        pub attempt: u32,
-        /// Cores the task needs.
-        pub cores: u32,
-        /// The registered function to run: an index this connection defined with
-        /// `DefineFunction` before (below [`FUNCTIONS_PER_CONNECTION`](super::limits::FUNCTIONS_PER_CONNECTION)).
-        pub function: u32,
-        /// The function's input.
-        pub payload: &'a [u8],
+/// One task in a `LaunchTasks` batch. Encoded as its fields in order, like a
+/// `wire_struct!`'s; read and written by hand, its fixed head at once (`codec::head`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskLaunch<'a> {
+    /// The task's id, unique within its driver.
+    pub task_id: u64,
+    /// Which attempt of the task this is, from 0.
+    pub attempt: u32,
+    /// Cores the task needs.
+    pub cores: u32,
+    /// The registered function to run: an index this connection defined with
+    /// `DefineFunction` before (below [`FUNCTIONS_PER_CONNECTION`](super::limits::FUNCTIONS_PER_CONNECTION)).
+    pub function: u32,
+    /// The function's input.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Field<'a> for TaskLaunch<'a> {
+    /// Id, attempt, cores, function and the payload's length.
+    const ENCODED_LEN_MIN: usize = 24;
+    #[inline]
+    fn read(reader: &mut Reader<'a>) -> Result<Self, WireError> {
+        let h: &[u8; 24] = reader.array()?;
+        Ok(TaskLaunch {
+            task_id: head::u64_at(h, 0),
+            attempt: head::u32_at(h, 8),
+            cores: head::u32_at(h, 12),
+            function: head::u32_at(h, 16),
+            payload: reader.take(head::u32_at(h, 20) as usize)?,
+        })
+    }
+    #[inline]
+    fn write(&self, out: &mut BytesMut) {
+        let mut h = [0u8; 24];
+        head::put(&mut h, 0, &self.task_id.to_le_bytes());
+        head::put(&mut h, 8, &self.attempt.to_le_bytes());
+        head::put(&mut h, 12, &self.cores.to_le_bytes());
+        head::put(&mut h, 16, &self.function.to_le_bytes());
+        head::put(&mut h, 20, &head::len_u32(self.payload));
+        head::finish(out, &h, self.payload);
+    }
+    #[cfg(test)]
+    fn sample(rng: &mut super::sample::Rng, out: &mut BytesMut) {
+        <u64 as Field>::sample(rng, out);
+        <u32 as Field>::sample(rng, out);
+        <u32 as Field>::sample(rng, out);
+        <u32 as Field>::sample(rng, out);
+        <&[u8] as Field>::sample(rng, out);
     }
 }
 
-wire_struct! {
-    /// One entry in a `StatusUpdates` batch.
-    pub struct StatusUpdate<'a> {
-        /// The task's id.
-        pub task_id: u64,
-        /// The attempt this is about.
-        pub attempt: u32,
-        /// The attempt's new state.
-        pub state: TaskState,
-        /// `Finished`: the result. `Failed`, `Killed`, `Lost`: UTF-8 text saying why.
-        /// `Running`: empty.
-        pub data: &'a [u8],
+/// One entry in a `StatusUpdates` batch. Encoded as its fields in order, like a
+/// `wire_struct!`'s; read and written by hand, its fixed head at once (`codec::head`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusUpdate<'a> {
+    /// The task's id.
+    pub task_id: u64,
+    /// The attempt this is about.
+    pub attempt: u32,
+    /// The attempt's new state.
+    pub state: TaskState,
+    /// `Finished`: the result. `Failed`, `Killed`, `Lost`: UTF-8 text saying why.
+    /// `Running`: empty.
+    pub data: &'a [u8],
+}
+
+impl<'a> Field<'a> for StatusUpdate<'a> {
+    /// Id, attempt, state and the data's length.
+    const ENCODED_LEN_MIN: usize = 17;
+    #[inline]
+    fn read(reader: &mut Reader<'a>) -> Result<Self, WireError> {
+        let h: &[u8; 17] = reader.array()?;
+        Ok(StatusUpdate {
+            task_id: head::u64_at(h, 0),
+            attempt: head::u32_at(h, 8),
+            state: TaskState::read(&mut Reader::new(std::slice::from_ref(&h[12])))?,
+            data: reader.take(head::u32_at(h, 13) as usize)?,
+        })
+    }
+    #[inline]
+    fn write(&self, out: &mut BytesMut) {
+        let mut h = [0u8; 17];
+        head::put(&mut h, 0, &self.task_id.to_le_bytes());
+        head::put(&mut h, 8, &self.attempt.to_le_bytes());
+        h[12] = self.state.wire_byte();
+        head::put(&mut h, 13, &head::len_u32(self.data));
+        head::finish(out, &h, self.data);
+    }
+    #[cfg(test)]
+    fn sample(rng: &mut super::sample::Rng, out: &mut BytesMut) {
+        <u64 as Field>::sample(rng, out);
+        <u32 as Field>::sample(rng, out);
+        <TaskState as Field>::sample(rng, out);
+        <&[u8] as Field>::sample(rng, out);
     }
 }
 

@@ -453,3 +453,79 @@ fn a_read_says_whether_it_filled_its_room_so_a_drained_socket_is_not_read_again(
     let frame = decoder.next_frame().expect("valid").expect("complete");
     assert_eq!(frame.body().len(), 10);
 }
+
+/// A launch and a status update, read and written with their fixed head at once, keep the
+/// encoding of their fields one by one; a bad state byte and a short head are refused.
+#[test]
+fn hot_items_keep_the_field_by_field_encoding() {
+    use codec::{Field, Reader};
+    let mut fields = BytesMut::new();
+    fields.put_u64_le(0x0102_0304_0506_0708);
+    fields.put_u32_le(3);
+    fields.put_u32_le(2);
+    fields.put_u32_le(7);
+    fields.put_u32_le(5);
+    fields.put_slice(b"hello");
+    let launch = TaskLaunch {
+        task_id: 0x0102_0304_0506_0708,
+        attempt: 3,
+        cores: 2,
+        function: 7,
+        payload: b"hello",
+    };
+    let mut written = BytesMut::new();
+    launch.write(&mut written);
+    assert_eq!(&written[..], &fields[..]);
+    let mut reader = Reader::new(&fields);
+    assert_eq!(TaskLaunch::read(&mut reader), Ok(launch));
+    reader.finish().expect("every byte read");
+
+    for (state, byte) in [(TaskState::Finished, 2u8), (TaskState::Lost, 5)] {
+        let mut fields = BytesMut::new();
+        fields.put_u64_le(u64::MAX);
+        fields.put_u32_le(1);
+        fields.put_u8(byte);
+        fields.put_u32_le(0);
+        let update = StatusUpdate {
+            task_id: u64::MAX,
+            attempt: 1,
+            state,
+            data: b"",
+        };
+        let mut written = BytesMut::new();
+        update.write(&mut written);
+        assert_eq!(&written[..], &fields[..], "{state:?}");
+        assert_eq!(StatusUpdate::read(&mut Reader::new(&fields)), Ok(update));
+    }
+
+    let mut bad_state = BytesMut::new();
+    bad_state.put_u64_le(1);
+    bad_state.put_u32_le(0);
+    bad_state.put_u8(9);
+    bad_state.put_u32_le(0);
+    assert_eq!(
+        StatusUpdate::read(&mut Reader::new(&bad_state)),
+        Err(WireError::InvalidValue {
+            field: "TaskState",
+            value: 9
+        })
+    );
+    assert_eq!(
+        StatusUpdate::read(&mut Reader::new(&bad_state[..16])),
+        Err(WireError::Truncated {
+            needed: 17,
+            remaining: 16
+        })
+    );
+    let mut long_payload = fields.clone();
+    long_payload.truncate(20);
+    long_payload.put_u32_le(6); // one byte more than follows
+    long_payload.put_slice(b"hello");
+    assert_eq!(
+        TaskLaunch::read(&mut Reader::new(&long_payload)),
+        Err(WireError::Truncated {
+            needed: 6,
+            remaining: 5
+        })
+    );
+}
