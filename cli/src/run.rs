@@ -5,7 +5,6 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -186,6 +185,27 @@ pub fn validate(job: &JobArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// How long a run waits for its results once the job ended: the driver drops the job's
+/// observer right after it hands the outcome over, so this is never reached while it runs.
+const HANDBACK_WAIT: Duration = Duration::from_secs(10);
+
+/// The results' recorder, owned by the job's result observer on the driver's loop (so a
+/// result takes no lock) and handed back when the driver drops the observer, which it does
+/// once the job's outcome is handed over: every result is recorded by then.
+struct Handback {
+    recorder: Option<Recorder>,
+    to: std::sync::mpsc::SyncSender<Recorder>,
+}
+
+impl Drop for Handback {
+    fn drop(&mut self) {
+        if let Some(recorder) = self.recorder.take() {
+            // Room for one, sent once: never blocks; nobody waits if the run gave up.
+            let _ = self.to.try_send(recorder);
+        }
+    }
+}
+
 /// Submits the job, shows progress, waits, and summarizes. `abort` is asked every 200 ms; a
 /// reason from it cancels the job, as does `--no-executor-timeout-s` of tasks waiting with no
 /// executor able to run them.
@@ -203,11 +223,14 @@ pub fn run_job(
             .map(|i| Bytes::from(indexed_payload(i, payload)))
             .collect()
     };
-    let recorder = Arc::new(Mutex::new(Recorder::new()));
+    let (handed_back, recorder_back) = std::sync::mpsc::sync_channel(1);
+    let mut observer = Handback {
+        recorder: Some(Recorder::new()),
+        to: handed_back,
+    };
     let start = Instant::now();
     // Read once per result: the cheap clock (see `flint_engine::clock`).
     let start_ns = clock::now_ns();
-    let observer = recorder.clone();
     // Results are checksummed as they arrive; the outcome need not keep them.
     let job = args
         .scheduling
@@ -215,8 +238,9 @@ pub fn run_job(
         .keep_results(false)
         .on_result(move |_, result| {
             let latency_ns = clock::elapsed_ns(start_ns);
-            let mut recorder = observer.lock().unwrap_or_else(|p| p.into_inner());
-            recorder.record_ns(result.map(|bytes| &bytes[..]), latency_ns);
+            if let Some(recorder) = observer.recorder.as_mut() {
+                recorder.record_ns(result.map(|bytes| &bytes[..]), latency_ns);
+            }
         });
     let handle = driver.submit(job).map_err(|e| e.to_string())?;
     let show_progress = !args.json && std::io::stderr().is_terminal();
@@ -231,7 +255,8 @@ pub fn run_job(
         }
     }
     let stats = driver.stats();
-    let recorder = recorder.lock().unwrap_or_else(|p| p.into_inner());
+    let recorder = (recorder_back.recv_timeout(HANDBACK_WAIT))
+        .map_err(|_| "the driver did not hand the job's results back".to_string())?;
     let retried = stats
         .launched
         .saturating_sub(stats.succeeded + recorder.failed());
