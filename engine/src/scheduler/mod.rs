@@ -1552,16 +1552,15 @@ impl Scheduler {
     fn run_index(&mut self, slot: u32, key: Attempt) -> Option<u32> {
         let placed = (self.hinted_job_slot(key.task.job().0))
             .and_then(|job_slot| self.placed_run(job_slot, slot, key));
-        let running = &self.book.get(slot)?.running;
         match placed {
             Some(index) => {
                 debug_assert!(
-                    running.get(index, key).is_some(),
+                    (self.book.get(slot)).is_some_and(|e| e.running.get(index, key).is_some()),
                     "{key:?} placed at {index}"
                 );
                 Some(index)
             }
-            None => running.orphan_index(key),
+            None => self.book.get(slot)?.running.orphan_index(key),
         }
     }
 
@@ -1600,6 +1599,9 @@ impl Scheduler {
     fn apply_final(&mut self, now_us: u64, slot: u32, update: StatusUpdate) -> bool {
         let key = Attempt::new(update.task, update.attempt);
         let index = self.run_index(slot, key);
+        let executors = self.book.len();
+        // One look at the executor for the whole report (hedging and the stats are fields of
+        // their own).
         let Some(exec) = self.book.get_mut(slot) else {
             unreachable!("slot {slot} emptied while reporting");
         };
@@ -1617,10 +1619,6 @@ impl Scheduler {
             exec.window = exec.window.saturating_add(1).min(exec.cores);
             if run.hedged() {
                 let took_us = now_us.saturating_sub(run.started_us);
-                let executors = self.book.len();
-                let Some(exec) = self.book.get_mut(slot) else {
-                    unreachable!("slot {slot} emptied while reporting");
-                };
                 (self.hedge).finished(
                     exec,
                     run.record,
@@ -1630,11 +1628,8 @@ impl Scheduler {
                 );
             }
         }
-        let Some(exec) = self.book.get_mut(slot) else {
-            unreachable!("slot {slot} emptied while reporting");
-        };
-        self.last_finish_us = now_us;
         let (id, host) = (exec.id, exec.host);
+        self.last_finish_us = now_us;
         self.book.make_offerable(slot);
         let end = match update.state {
             TaskState::Finished => End::Succeeded(update.data),
