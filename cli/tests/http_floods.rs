@@ -11,7 +11,7 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::cluster::{scratch, Proc};
+use common::cluster::{scratch, Proc, Scratch};
 use common::free_port;
 use flint_net::observe::http::flood::{self, Flood};
 
@@ -31,6 +31,8 @@ struct Target {
     _executor: Proc,
     http: SocketAddr,
     token: String,
+    /// Last, so it goes after the processes.
+    _dir: Scratch,
 }
 
 fn target(name: &str) -> Target {
@@ -76,6 +78,7 @@ fn target(name: &str) -> Target {
         _executor: executor,
         http,
         token,
+        _dir: dir,
     }
 }
 

@@ -63,7 +63,26 @@ fn flint() -> PathBuf {
     path
 }
 
-fn scratch() -> PathBuf {
+/// A test's scratch directory: removed when it is dropped, unless the test is failing (then
+/// it stays, with the submitter's output and the pods' logs in it).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch() -> Scratch {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "flint-k8s-test-{}-{}",
@@ -72,7 +91,7 @@ fn scratch() -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch dir");
-    dir
+    Scratch(dir)
 }
 
 struct Submit {

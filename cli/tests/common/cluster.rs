@@ -26,7 +26,32 @@ pub fn secret() -> Option<Secret> {
     Some(Secret::new(SECRET).expect("non-empty"))
 }
 
-pub fn scratch(name: &str) -> PathBuf {
+/// A test's scratch directory: removed when it is dropped, unless the test is failing (then
+/// it stays, with the processes' output in it, for whoever reads the failure).
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!(
         "flint-sa-{}-{name}-{}",
         std::process::id(),
@@ -34,7 +59,7 @@ pub fn scratch(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    Scratch(dir)
 }
 
 /// A `flint` process with stdout and stderr in files; killed on drop.
