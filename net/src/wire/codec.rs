@@ -240,26 +240,15 @@ pub trait WireByte: Copy {
 pub(crate) mod head {
     use bytes::{BufMut, BytesMut};
 
-    /// The little-endian `u64` at `at` of head `h`.
+    /// The `W` bytes at `at` of head `h`, for `u64::from_le_bytes` and the like.
     #[inline(always)]
-    pub fn u64_at<const N: usize>(h: &[u8; N], at: usize) -> u64 {
-        debug_assert!(at + 8 <= N, "a u64 at {at} of a {N}-byte head");
-        let mut raw = [0; 8];
-        if let Some(src) = h.get(at..at + 8) {
+    pub fn bytes_at<const N: usize, const W: usize>(h: &[u8; N], at: usize) -> [u8; W] {
+        debug_assert!(at + W <= N, "{W} bytes at {at} of a {N}-byte head");
+        let mut raw = [0; W];
+        if let Some(src) = h.get(at..at + W) {
             raw.copy_from_slice(src);
         }
-        u64::from_le_bytes(raw)
-    }
-
-    /// The little-endian `u32` at `at` of head `h`.
-    #[inline(always)]
-    pub fn u32_at<const N: usize>(h: &[u8; N], at: usize) -> u32 {
-        debug_assert!(at + 4 <= N, "a u32 at {at} of a {N}-byte head");
-        let mut raw = [0; 4];
-        if let Some(src) = h.get(at..at + 4) {
-            raw.copy_from_slice(src);
-        }
-        u32::from_le_bytes(raw)
+        raw
     }
 
     /// Writes `bytes` at `at` of head `h`.

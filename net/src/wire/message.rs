@@ -189,11 +189,11 @@ impl<'a> Field<'a> for TaskLaunch<'a> {
     fn read(reader: &mut Reader<'a>) -> Result<Self, WireError> {
         let h: &[u8; 24] = reader.array()?;
         Ok(TaskLaunch {
-            task_id: head::u64_at(h, 0),
-            attempt: head::u32_at(h, 8),
-            cores: head::u32_at(h, 12),
-            function: head::u32_at(h, 16),
-            payload: reader.take(head::u32_at(h, 20) as usize)?,
+            task_id: u64::from_le_bytes(head::bytes_at(h, 0)),
+            attempt: u32::from_le_bytes(head::bytes_at(h, 8)),
+            cores: u32::from_le_bytes(head::bytes_at(h, 12)),
+            function: u32::from_le_bytes(head::bytes_at(h, 16)),
+            payload: reader.take(u32::from_le_bytes(head::bytes_at(h, 20)) as usize)?,
         })
     }
     #[inline]
@@ -238,10 +238,10 @@ impl<'a> Field<'a> for StatusUpdate<'a> {
     fn read(reader: &mut Reader<'a>) -> Result<Self, WireError> {
         let h: &[u8; 17] = reader.array()?;
         Ok(StatusUpdate {
-            task_id: head::u64_at(h, 0),
-            attempt: head::u32_at(h, 8),
+            task_id: u64::from_le_bytes(head::bytes_at(h, 0)),
+            attempt: u32::from_le_bytes(head::bytes_at(h, 8)),
             state: TaskState::read(&mut Reader::new(std::slice::from_ref(&h[12])))?,
-            data: reader.take(head::u32_at(h, 13) as usize)?,
+            data: reader.take(u32::from_le_bytes(head::bytes_at(h, 13)) as usize)?,
         })
     }
     #[inline]
