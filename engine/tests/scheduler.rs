@@ -668,6 +668,36 @@ fn a_job_succeeds_with_its_results_in_task_order() {
     );
 }
 
+/// A driver takes the executors' part (launches, kills) with `poll_command` and the callers'
+/// part (results, outcomes) with `poll_event`; `poll_output` gives the first, then the second.
+#[test]
+fn commands_and_events_leave_apart_each_in_order() {
+    let mut s = Scheduler::new(config());
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let job = s.handle_submit(JobSpec::new(tasks(2)), 0).unwrap();
+    let first = launches(&drain(&mut s));
+    assert_eq!(first.len(), 1, "one core, one launch");
+    s.handle_status(finished(&first).remove(0), 1);
+    // Task 0's result is decided before task 1's launch, yet the launch leaves first.
+    let Some(Output::Launch { tasks: next, .. }) = s.poll_command() else {
+        panic!("task 1's launch is the command");
+    };
+    assert_eq!(next[0].task, TaskId::new(job, 1));
+    assert_eq!(s.poll_command(), None, "results are not commands");
+    assert!(matches!(s.poll_event(),
+        Some(Output::TaskResult { task, result: Ok(_) }) if task == TaskId::new(job, 0)));
+    assert_eq!(s.poll_event(), None);
+    let second = [(ExecutorId(1), next[0].clone())];
+    s.handle_status(finished(&second).remove(0), 2);
+    let outs = drain(&mut s);
+    assert!(
+        matches!(&outs[..], [Output::TaskResult { task, .. }, Output::JobOutcome { job: j, .. }]
+            if *task == TaskId::new(job, 1) && *j == job),
+        "the last result, then the outcome: {outs:?}"
+    );
+    assert_eq!(s.poll_output(), None);
+}
+
 #[test]
 fn unschedulable_jobs_fail_instead_of_hanging() {
     let mut s = Scheduler::new(Config {

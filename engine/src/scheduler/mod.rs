@@ -13,7 +13,10 @@
 //!
 //! and drains what it must do with [`Scheduler::poll_output`]: [`Output::Launch`] batches (one
 //! per executor per call), [`Output::Kill`] requests, one [`Output::TaskResult`] per submitted
-//! task and one [`Output::JobOutcome`] per accepted job, each exactly once.
+//! task and one [`Output::JobOutcome`] per accepted job, each exactly once. The executors' part
+//! (launches, kills) comes first; a driver may take it alone with [`Scheduler::poll_command`]
+//! and the callers' part (results, outcomes) when it tells them, with
+//! [`Scheduler::poll_event`].
 //!
 //! # Scheduling
 //!
@@ -435,7 +438,10 @@ pub struct Scheduler {
     speculatable_total: usize,
     /// Tasks accepted and not final.
     unfinished_total: usize,
+    /// Launches and kills, for the executors.
     outputs: VecDeque<Output>,
+    /// Task results and job outcomes, for the callers.
+    events: VecDeque<Output>,
     /// Executors with launches batched in this call.
     batched: Vec<u32>,
     stats: Stats,
@@ -541,6 +547,7 @@ impl Scheduler {
             speculatable_total: 0,
             unfinished_total: 0,
             outputs: VecDeque::new(),
+            events: VecDeque::new(),
             batched: Vec::new(),
             stats: Stats::default(),
             next_speculation_us: 0,
@@ -571,14 +578,35 @@ impl Scheduler {
         &self.stats
     }
 
-    /// The next output, if any.
+    /// The next output, if any: the launches and kills waiting first, then the task results
+    /// and job outcomes, each in the order decided.
     pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front().or_else(|| self.events.pop_front())
+    }
+
+    /// The next launch or kill, if any, leaving results and outcomes for
+    /// [`poll_event`](Self::poll_event): a driver carries out the executors' part at once and
+    /// tells its callers later, without queueing the results a second time.
+    pub fn poll_command(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
 
-    /// Moves every pending output into `out`.
+    /// The next task result or job outcome, if any, in the order decided (a job's results
+    /// before its outcome).
+    pub fn poll_event(&mut self) -> Option<Output> {
+        self.events.pop_front()
+    }
+
+    /// The results and outcomes [`poll_event`](Self::poll_event) has not yet handed out, from
+    /// the `skip`th on, oldest first: a driver counts them as they are decided.
+    pub fn pending_events(&self, skip: usize) -> impl Iterator<Item = &Output> {
+        self.events.range(skip.min(self.events.len())..)
+    }
+
+    /// Moves every pending output into `out`, in [`poll_output`](Self::poll_output)'s order.
     pub fn drain_outputs(&mut self, out: &mut Vec<Output>) {
         out.extend(self.outputs.drain(..));
+        out.extend(self.events.drain(..));
     }
 
     /// Tasks accepted and not yet reported (the quantity `pending_tasks_max` bounds).
@@ -1081,7 +1109,7 @@ impl Scheduler {
         let n = spec.tasks.len();
         self.next_job = self.next_job.max(id.0 + 1);
         if n == 0 {
-            self.outputs.push_back(Output::JobOutcome {
+            self.events.push_back(Output::JobOutcome {
                 job: id,
                 outcome: JobOutcome::Succeeded(Vec::new()),
             });
@@ -1463,7 +1491,7 @@ impl Scheduler {
         for a in attempts.into_iter().flatten() {
             self.kill_attempt(slot, task, a, &msg);
         }
-        self.outputs.push_back(Output::TaskResult {
+        self.events.push_back(Output::TaskResult {
             task,
             result: Err(msg),
         });
@@ -2533,7 +2561,7 @@ impl Scheduler {
         for other in others.into_iter().flatten() {
             self.kill_attempt(job_slot, task, other, "another attempt succeeded");
         }
-        self.outputs.push_back(Output::TaskResult {
+        self.events.push_back(Output::TaskResult {
             task,
             result: Ok(data),
         });
@@ -2741,7 +2769,7 @@ impl Scheduler {
         };
         let id = job.id;
         self.remove_job(job_slot);
-        self.outputs
+        self.events
             .push_back(Output::JobOutcome { job: id, outcome });
     }
 
@@ -2768,7 +2796,7 @@ impl Scheduler {
             for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
                 kills.push((task, a));
             }
-            self.outputs.push_back(Output::TaskResult {
+            self.events.push_back(Output::TaskResult {
                 task,
                 result: Err(task_msg.to_string()),
             });
@@ -2783,7 +2811,7 @@ impl Scheduler {
             self.kill_attempt(job_slot, task, a, task_msg);
         }
         self.remove_job(job_slot);
-        self.outputs
+        self.events
             .push_back(Output::JobOutcome { job: id, outcome });
     }
 

@@ -1,6 +1,6 @@
-//! The driver core's jobs: their deadlines in the order they fall due, and the events the
-//! callers' side is owed (each task's result, each job's outcome), queued for
-//! [`super::DriverCore::poll_event`]. Which jobs are active is the scheduler's to say (its job
+//! The driver core's jobs: their deadlines in the order they fall due, and the outcomes of
+//! submissions refused before the scheduler took them, queued for
+//! [`super::DriverCore::poll_event`] (what the scheduler decides waits in the scheduler). Which jobs are active is the scheduler's to say (its job
 //! table is the one the core asks); the jobs' handles and result observers live with the
 //! caller's side (`driver/handles.rs`), never here.
 
@@ -44,12 +44,8 @@ impl Jobs {
         self.deadlines.push(Reverse((at_us, id)));
     }
 
-    /// A task's result, owed to the callers' side.
-    pub(super) fn result(&mut self, task: TaskId, result: Result<Bytes, String>) {
-        self.events.push_back(Event::TaskResult { task, result });
-    }
-
-    /// Job `job` ended (or was refused before the scheduler took it).
+    /// Job `job` was refused before the scheduler took it (the scheduler keeps the results
+    /// and outcomes of the jobs it took until [`super::DriverCore::poll_event`] asks).
     pub(super) fn end(&mut self, job: JobId, outcome: JobOutcome) {
         self.events.push_back(Event::JobOutcome { job, outcome });
     }

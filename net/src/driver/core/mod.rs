@@ -161,6 +161,9 @@ pub struct DriverCore {
     last_tick_us: u64,
     /// Vectors a launch fills and empties, kept so that a launch allocates none.
     scratch: Scratch,
+    /// The scheduler's results and outcomes waiting for [`DriverCore::poll_event`] that the
+    /// telemetry has counted (the first ones waiting).
+    events_counted: usize,
 }
 
 /// Vectors [`DriverCore`] fills and empties within one call, kept between calls.
@@ -190,6 +193,7 @@ impl DriverCore {
             scheduler_timeout: SchedulerTimeout::default(),
             last_tick_us: 0,
             scratch: Scratch::default(),
+            events_counted: 0,
         }
     }
 
@@ -651,9 +655,26 @@ impl DriverCore {
         self.local.pop_front()
     }
 
-    /// The next task result or job outcome for the callers' side, in the order they happened.
+    /// The next task result or job outcome for the callers' side: refusals of submissions
+    /// first, then what the scheduler decided, in the order it did (a job's results before its
+    /// outcome). They wait in the scheduler until asked for, so each is queued once.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.jobs.poll_event()
+        if let Some(event) = self.jobs.poll_event() {
+            return Some(event);
+        }
+        let event = self.scheduler.poll_event()?;
+        debug_assert!(
+            self.events_counted > 0,
+            "an event is counted before it leaves"
+        );
+        self.events_counted = self.events_counted.saturating_sub(1);
+        Some(match event {
+            Output::TaskResult { task, result } => Event::TaskResult { task, result },
+            Output::JobOutcome { job, outcome } => Event::JobOutcome { job, outcome },
+            Output::Launch { .. } | Output::Kill { .. } => {
+                unreachable!("the scheduler's events are results and outcomes")
+            }
+        })
     }
 
     /// When [`DriverCore::handle_timeout`] is next due (on the callers' clock): the earliest of
@@ -719,10 +740,29 @@ impl DriverCore {
             views::take_point(&self.scheduler, &mut self.telemetry, self.now_us);
         }
         // Carrying an output out gives the scheduler no input, so no new output comes of it.
-        while let Some(output) = self.scheduler.poll_output() {
+        while let Some(output) = self.scheduler.poll_command() {
             self.carry_out(output);
         }
+        self.count_events();
         self.check();
+    }
+
+    /// Tells the telemetry of the results and outcomes the scheduler decided since the last
+    /// call; they wait in the scheduler for [`DriverCore::poll_event`].
+    fn count_events(&mut self) {
+        let (telemetry, now_us) = (&mut self.telemetry, self.now_us);
+        for event in self.scheduler.pending_events(self.events_counted) {
+            match event {
+                Output::TaskResult { task, .. } => telemetry.task_done(task.job()),
+                Output::JobOutcome { job, outcome } => {
+                    telemetry.job_over(now_us, *job, JobEnd::of(outcome));
+                }
+                Output::Launch { .. } | Output::Kill { .. } => {
+                    unreachable!("the scheduler's events are results and outcomes")
+                }
+            }
+            self.events_counted += 1;
+        }
     }
 
     /// What must hold after every input (debug builds and the simulators, which run with
@@ -775,14 +815,8 @@ impl DriverCore {
                 attempt,
                 reason,
             } => self.kill(executor, Attempt::new(task, attempt), &reason),
-            Output::TaskResult { task, result } => {
-                self.telemetry.task_done(task.job());
-                self.jobs.result(task, result);
-            }
-            Output::JobOutcome { job, outcome } => {
-                self.telemetry
-                    .job_over(self.now_us, job, JobEnd::of(&outcome));
-                self.jobs.end(job, outcome);
+            Output::TaskResult { .. } | Output::JobOutcome { .. } => {
+                unreachable!("results and outcomes wait for poll_event")
             }
         }
     }
