@@ -33,7 +33,7 @@ use flint_cli::latency::LatencyCounts;
 use flint_cli::summary::{indexed_payload, Recorder, Summary};
 use flint_engine::clock;
 use flint_net::driver::Driver;
-use flint_net::job::{Job, JobHandle, JobOutcome, Payloads as JobPayloads};
+use flint_net::job::{Job, JobHandle, JobOutcome, Payloads as JobPayloads, SharedResultObserver};
 use hdrhistogram::Histogram;
 
 /// Width of a throughput-over-time bucket.
@@ -346,6 +346,8 @@ struct Runner<'a> {
     spec: &'a LoadSpec,
     shared: Arc<Shared>,
     epoch: u64,
+    /// The result observer of the jobs sent at one time (see [`shared_observer`]).
+    observer: SharedResultObserver,
     measure_from_ns: u64,
     pending: VecDeque<Pending>,
     payloads: Payloads,
@@ -362,6 +364,22 @@ struct Runner<'a> {
     limit: Limit,
 }
 
+/// One task's result, sent at `sent_ns`: its latency recorded, the submitter woken when the
+/// results it waits for are in.
+fn record_result(shared: &Shared, epoch: u64, sent_ns: u64, result: Result<&Bytes, &str>) {
+    let now_ns = shared.now_ns(epoch);
+    (shared.meter()).record(sent_ns, now_ns, result.map(|b| &b[..]));
+    let done = shared.completed.fetch_add(1, Ordering::AcqRel) + 1;
+    if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
+        shared.submitter.unpark();
+    }
+}
+
+/// The result observer of every job whose tasks were sent at one time, its tag.
+fn shared_observer(shared: Arc<Shared>, epoch: u64) -> SharedResultObserver {
+    Arc::new(move |sent_ns, _, result| record_result(&shared, epoch, sent_ns, result))
+}
+
 impl Runner<'_> {
     fn now_ns(&self) -> u64 {
         self.shared.now_ns(self.epoch)
@@ -369,21 +387,18 @@ impl Runner<'_> {
 
     /// Submits one job of `count` tasks sent at `sent`.
     fn submit(&mut self, count: u64, sent: SentAt) -> Result<(), String> {
-        let shared = self.shared.clone();
-        let epoch = self.epoch;
-        let times = sent.clone();
         let job = Job::with_payloads(self.spec.task.clone(), self.payloads.take(count))
-            .keep_results(false)
-            .on_result(move |index, result| {
-                let now_ns = shared.now_ns(epoch);
-                shared
-                    .meter()
-                    .record(times.of(index), now_ns, result.map(|b| &b[..]));
-                let done = shared.completed.fetch_add(1, Ordering::AcqRel) + 1;
-                if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
-                    shared.submitter.unpark();
-                }
-            });
+            .keep_results(false);
+        let job = match &sent {
+            // Tagged with the one send time: the shared observer, nothing boxed per job.
+            SentAt::Same(ns) => job.on_result_shared(&self.observer, *ns),
+            SentAt::PerTask(_) => {
+                let (shared, epoch, times) = (self.shared.clone(), self.epoch, sent.clone());
+                job.on_result(move |index, result| {
+                    record_result(&shared, epoch, times.of(index), result);
+                })
+            }
+        };
         let measured = match &sent {
             SentAt::Same(ns) if *ns >= self.measure_from_ns => count,
             SentAt::Same(_) => 0,
@@ -718,6 +733,7 @@ fn run_lane(
     let mut runner = Runner {
         driver,
         spec,
+        observer: shared_observer(shared.clone(), epoch),
         shared,
         epoch,
         measure_from_ns: spec.warmup.as_nanos() as u64,

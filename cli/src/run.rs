@@ -186,12 +186,12 @@ pub fn validate(job: &JobArgs) -> Result<(), String> {
 }
 
 /// How long a run waits for its results once the job ended: the driver drops the job's
-/// observer right after it hands the outcome over, so this is never reached while it runs.
+/// observer before it hands the outcome over, so this is never reached while it runs.
 const HANDBACK_WAIT: Duration = Duration::from_secs(10);
 
 /// The results' recorder, owned by the job's result observer on the driver's loop (so a
 /// result takes no lock) and handed back when the driver drops the observer, which it does
-/// once the job's outcome is handed over: every result is recorded by then.
+/// after the job's last result and before its outcome is handed over.
 struct Handback {
     recorder: Option<Recorder>,
     to: std::sync::mpsc::SyncSender<Recorder>,

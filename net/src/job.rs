@@ -25,6 +25,29 @@ use flint_engine::scheduler::{ExecutorId, JobId, JobSpec, TaskSpec, Tasks};
 /// Called on the driver's loop with each task's index and result, as results arrive.
 pub type ResultObserver = Box<dyn FnMut(u32, Result<&Bytes, &str>) + Send>;
 
+/// Called on the driver's loop with a job's tag, then each task's index and result, as results
+/// arrive: one observer that many jobs share ([`Job::on_result_shared`]).
+pub type SharedResultObserver = Arc<dyn Fn(u64, u32, Result<&Bytes, &str>) + Send + Sync>;
+
+/// A job's result observer, as the driver's loop holds it.
+pub(crate) enum Observer {
+    /// The job's own ([`Job::on_result`]).
+    Own(ResultObserver),
+    /// One that many jobs share, and this job's tag ([`Job::on_result_shared`]).
+    Shared(SharedResultObserver, u64),
+}
+
+impl Observer {
+    /// Task `index`'s result.
+    #[inline]
+    pub(crate) fn see(&mut self, index: u32, result: Result<&Bytes, &str>) {
+        match self {
+            Observer::Own(observer) => observer(index, result),
+            Observer::Shared(observer, tag) => observer(*tag, index, result),
+        }
+    }
+}
+
 /// Where one task would rather run (Spark's `preferredLocations`): executors by their id on
 /// the wire, then hosts. An executor not registered when the job is submitted is ignored (its
 /// host, if listed, still counts); a preference only delays a task by the driver's locality
@@ -43,9 +66,8 @@ pub struct Job {
     pub(crate) function: Arc<str>,
     pub(crate) payloads: Payloads,
     pub(crate) cores: u32,
-    pub(crate) observer: Option<ResultObserver>,
+    pub(crate) observer: Option<Observer>,
     pub(crate) keep_results: bool,
-    pub(crate) result_bytes_max: Option<u64>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) stream: bool,
     /// `None` while every setting is the default (most jobs: no allocation); boxed once one
@@ -62,6 +84,7 @@ pub(crate) struct JobScheduling {
     pub priority: i32,
     pub locality: Vec<TaskLocality>,
     pub max_failures: Option<u32>,
+    pub result_bytes_max: Option<u64>,
     pub speculation: JobSetting<SpeculationConfig>,
     pub exclusion: JobSetting<ExclusionConfig>,
     pub hedging: JobSetting<HedgeConfig>,
@@ -75,6 +98,7 @@ impl Default for JobScheduling {
             priority: 0,
             locality: Vec::new(),
             max_failures: None,
+            result_bytes_max: None,
             speculation: JobSetting::Inherit,
             exclusion: JobSetting::Inherit,
             hedging: JobSetting::Inherit,
@@ -109,7 +133,6 @@ impl Job {
             cores: 1,
             observer: None,
             keep_results: true,
-            result_bytes_max: None,
             deadline: None,
             stream: false,
             scheduling: None,
@@ -216,7 +239,7 @@ impl Job {
     /// `scheduler.result_bytes_max`, 1 GiB). The result that goes over it fails the job with a
     /// reason naming the limit, as Spark's `spark.driver.maxResultSize` does.
     pub fn result_bytes_max(mut self, bytes: u64) -> Self {
-        self.result_bytes_max = Some(bytes);
+        self.scheduling().result_bytes_max = Some(bytes);
         self
     }
 
@@ -231,7 +254,17 @@ impl Job {
         mut self,
         observer: impl FnMut(u32, Result<&Bytes, &str>) + Send + 'static,
     ) -> Self {
-        self.observer = Some(Box::new(observer));
+        self.observer = Some(Observer::Own(Box::new(observer)));
+        self
+    }
+
+    /// Sees every task's result as it arrives, as [`Job::on_result`] does, through an observer
+    /// that many jobs share: it is called with `tag` first, so it can tell them apart (a
+    /// submission time, an index into the caller's table). A job submitted this way allocates
+    /// nothing for its observer, where [`Job::on_result`] boxes one per job. Replaces an
+    /// observer set before, as `on_result` does.
+    pub fn on_result_shared(mut self, observer: &SharedResultObserver, tag: u64) -> Self {
+        self.observer = Some(Observer::Shared(observer.clone(), tag));
         self
     }
 }
@@ -243,7 +276,6 @@ pub(crate) fn job_spec(
     payloads: Payloads,
     cores: u32,
     keep_results: bool,
-    result_bytes_max: Option<u64>,
     scheduling: Option<Box<JobScheduling>>,
     executor_id: impl Fn(&str) -> Option<ExecutorId>,
 ) -> Result<JobSpec, String> {
@@ -256,7 +288,6 @@ pub(crate) fn job_spec(
         };
         return Ok(JobSpec {
             keep_results,
-            result_bytes_max,
             ..JobSpec::new(tasks)
         });
     };
@@ -266,6 +297,7 @@ pub(crate) fn job_spec(
         priority,
         locality,
         max_failures,
+        result_bytes_max,
         speculation,
         exclusion,
         hedging,
@@ -733,6 +765,7 @@ mod tests {
             .weight(3)
             .priority(-2)
             .max_failures(7)
+            .result_bytes_max(99)
             .speculation(JobSetting::Off)
             .exclusion(JobSetting::custom(ExclusionConfig::default()))
             .locality(vec![TaskLocality {
@@ -744,13 +777,13 @@ mod tests {
             job.payloads,
             job.cores,
             job.keep_results,
-            job.result_bytes_max,
             job.scheduling,
             |name| (name == "e1").then_some(ExecutorId(5)),
         )
         .unwrap();
         assert_eq!((&*spec.pool, spec.weight, spec.priority), ("prod", 3, -2));
         assert_eq!(spec.max_failures, Some(7));
+        assert_eq!(spec.result_bytes_max, Some(99));
         assert_eq!(spec.speculation, JobSetting::Off);
         assert_eq!(
             spec.exclusion,
@@ -769,7 +802,6 @@ mod tests {
             plain.payloads,
             plain.cores,
             true,
-            None,
             plain.scheduling,
             |_| None,
         )
@@ -798,7 +830,6 @@ mod tests {
             too_many.payloads,
             1,
             true,
-            None,
             too_many.scheduling,
             |_| None
         )

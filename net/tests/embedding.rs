@@ -156,3 +156,50 @@ fn a_job_queued_while_the_inbox_is_full_runs_when_the_loop_is_back() {
         JobOutcome::Succeeded(vec![Bytes::from_static(b"q")])
     );
 }
+
+/// One observer many jobs share (`Job::on_result_shared`) sees each job's results under that
+/// job's tag, once each, as a job's own observer (`Job::on_result`) would.
+#[test]
+fn a_shared_result_observer_sees_each_jobs_results_under_its_tag() {
+    let driver = Driver::builder()
+        .local(2, Registry::with_builtins())
+        .start()
+        .expect("driver starts");
+    /// A result as the observer saw it: the job's tag, the task's index, its bytes.
+    type Seen = (u64, u32, Vec<u8>);
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let sink = seen.clone();
+    let observer: flint_net::job::SharedResultObserver = Arc::new(move |tag, index, result| {
+        let bytes = result.expect("echo succeeds").to_vec();
+        sink.lock().expect("lock").push((tag, index, bytes));
+    });
+    let jobs = [(7u64, [b"a", b"b"]), (1_000_000_007, [b"c", b"d"])];
+    let handles: Vec<_> = (jobs.iter())
+        .map(|(tag, payloads)| {
+            let payloads = payloads.iter().map(|p| Bytes::from_static(*p)).collect();
+            let job = Job::new("echo", payloads)
+                .keep_results(false)
+                .on_result_shared(&observer, *tag);
+            driver.submit(job).expect("submitted")
+        })
+        .collect();
+    for handle in handles {
+        assert_eq!(
+            handle.wait_timeout(DEADLINE).expect("ends"),
+            JobOutcome::Succeeded(Vec::new())
+        );
+    }
+    let mut seen = std::mem::take(&mut *seen.lock().expect("lock"));
+    seen.sort();
+    let expected: Vec<Seen> = (jobs.iter())
+        .flat_map(|(tag, payloads)| {
+            (payloads.iter().enumerate()).map(|(i, p)| (*tag, i as u32, p.to_vec()))
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        Arc::strong_count(&observer),
+        1,
+        "the jobs let go of the observer"
+    );
+}

@@ -12,7 +12,7 @@ use flint_engine::scheduler::{JobId, JobOutcome};
 
 use super::core::Event;
 use crate::admission::Admission;
-use crate::job::{JobShared, ResultObserver, SpareStates};
+use crate::job::{JobShared, Observer, SpareStates};
 
 /// Callers waiting for executors at once, at most.
 const EXECUTOR_WAITERS_MAX: usize = 4096;
@@ -20,7 +20,7 @@ const EXECUTOR_WAITERS_MAX: usize = 4096;
 /// One active job, as its caller sees it.
 struct Entry {
     shared: Arc<JobShared>,
-    observer: Option<ResultObserver>,
+    observer: Option<Observer>,
     /// Tasks in the job, given back to admission when it ends.
     tasks: usize,
 }
@@ -51,7 +51,7 @@ impl Handles {
         &mut self,
         id: JobId,
         shared: Arc<JobShared>,
-        observer: Option<ResultObserver>,
+        observer: Option<Observer>,
         tasks: usize,
     ) -> bool {
         if shared.is_cancelled() {
@@ -87,12 +87,15 @@ impl Handles {
                     let result = result.as_ref().map_err(String::as_str);
                     entry.shared.task_done(task.index(), result);
                     if let Some(observer) = entry.observer.as_mut() {
-                        observer(task.index(), result);
+                        observer.see(task.index(), result);
                     }
                 }
                 Event::JobOutcome { job, outcome } => {
                     current = None;
                     if let Some(entry) = self.jobs.remove(job.0) {
+                        // The observer goes first: a caller that sees the outcome holds the
+                        // last reference to what the observer held.
+                        drop(entry.observer);
                         self.admission.release(entry.tasks);
                         entry.shared.finish(outcome);
                         self.spare.give(entry.shared);

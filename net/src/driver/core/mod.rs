@@ -493,7 +493,6 @@ impl DriverCore {
             cores,
             observer: _,
             keep_results,
-            result_bytes_max,
             deadline,
             stream: _,
             scheduling,
@@ -505,7 +504,6 @@ impl DriverCore {
             payloads,
             cores,
             keep_results,
-            result_bytes_max,
             scheduling,
             |executor_id| executors.id_of(executor_id),
         );
