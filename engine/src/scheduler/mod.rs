@@ -2198,17 +2198,11 @@ impl Scheduler {
         set_timers(&mut self.timers, job_slot, job, waits);
     }
 
-    /// Files a job in the preference index under the queue keys it made since last time.
-    fn file_pref_keys(&mut self, job_slot: u32) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
-            unreachable!("file_pref_keys of empty job slot {job_slot}");
-        };
+    /// Files `job` (in `job_slot`) in the preference index under the queue keys it made since
+    /// last time.
+    fn file_pref_keys(pref_index: &mut PrefIndex, job_slot: u32, job: &mut Job) {
         for key in job.new_pref_keys.drain(..) {
-            if self.pref_index.add(job_slot, key) {
+            if pref_index.add(job_slot, key) {
                 job.filed_pref_keys.push(key);
             }
         }
@@ -2224,14 +2218,16 @@ impl Scheduler {
     /// Files a job's new preference keys and lists it as runnable, or unlists it, after its
     /// queues changed (its timers apart: [`Scheduler::sync_job`] does both).
     fn list_job(&mut self, job_slot: u32) {
-        self.file_pref_keys(job_slot);
         let Some(job) = self
             .jobs
             .get_mut(job_slot as usize)
             .and_then(Option::as_mut)
         else {
-            unreachable!("sync_runnable of empty job slot {job_slot}");
+            unreachable!("list_job of empty job slot {job_slot}");
         };
+        if !job.new_pref_keys.is_empty() {
+            Self::file_pref_keys(&mut self.pref_index, job_slot, job);
+        }
         let want = job.has_work();
         if want == job.in_runnable {
             return;
