@@ -589,6 +589,24 @@ fn a_job_of_one_function_over_payloads_keeps_the_limits_and_runs_each_payload() 
     );
 }
 
+/// A job whose tasks name their own functions launches each with its own; one function over
+/// payloads launches every task with that one (above).
+#[test]
+fn tasks_naming_their_own_functions_launch_with_them() {
+    let mut s = Scheduler::new(config());
+    s.handle_register(exec(1, "h", 3), 0).unwrap();
+    let specs = ["f", "g", "f"]
+        .map(|f| TaskSpec::new(f, Bytes::new()))
+        .to_vec();
+    s.handle_submit(JobSpec::new(specs), 0).unwrap();
+    let mut seen: Vec<_> = (launches(&drain(&mut s)).iter())
+        .map(|(_, l)| (l.task.index(), l.function.to_string()))
+        .collect();
+    seen.sort();
+    let expected = [(0, "f"), (1, "g"), (2, "f")].map(|(i, f)| (i, f.to_string()));
+    assert_eq!(seen, expected);
+}
+
 #[test]
 fn limits_refuse_or_fail_with_clear_errors() {
     let mut s = Scheduler::new(Config {

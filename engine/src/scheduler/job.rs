@@ -81,7 +81,9 @@ pub(crate) struct Prefs {
 
 #[derive(Debug)]
 pub(crate) struct TaskRec {
-    pub function: Arc<str>,
+    /// Its own function, or `None` when the job's tasks share one ([`Job::function`]): then a
+    /// task record costs no reference count.
+    pub function: Option<Arc<str>>,
     /// The payload until the task succeeds, then its result (saves memory at millions of tasks).
     pub payload: Bytes,
     pub prefs: Option<Box<Prefs>>,
@@ -105,9 +107,24 @@ pub(crate) struct TaskExclusion {
     pub hosts: Vec<u32>,
 }
 
+/// The function task `t` of a job whose shared function is `shared` runs.
+#[inline]
+pub(crate) fn function_of<'a>(shared: &'a Option<Arc<str>>, t: &'a TaskRec) -> &'a Arc<str> {
+    match (&t.function, shared) {
+        (Some(own), _) => own,
+        (None, Some(shared)) => shared,
+        (None, None) => unreachable!("a task with no function of its own in a job without one"),
+    }
+}
+
 impl TaskRec {
     /// A pending task that has run no attempt.
-    pub fn new(function: Arc<str>, payload: Bytes, cores: u32, prefs: Option<Box<Prefs>>) -> Self {
+    pub fn new(
+        function: Option<Arc<str>>,
+        payload: Bytes,
+        cores: u32,
+        prefs: Option<Box<Prefs>>,
+    ) -> Self {
         TaskRec {
             function,
             payload,
@@ -198,6 +215,9 @@ pub(crate) struct Job {
     pub weight: u32,
     pub priority: i32,
     pub tasks: Vec<TaskRec>,
+    /// The function every task runs, when they share one (a job of one function over
+    /// payloads); `None` when each task record names its own.
+    pub function: Option<Arc<str>>,
     /// Whether results are kept for the outcome, and how many bytes at most.
     pub keep_results: bool,
     pub result_bytes_max: u64,
@@ -755,7 +775,7 @@ impl Job {
         let launch = TaskLaunch {
             task: TaskId::new(self.id, index),
             attempt,
-            function: t.function.clone(),
+            function: function_of(&self.function, t).clone(),
             payload: t.payload.clone(),
             cores: t.cores,
             speculative,
@@ -850,7 +870,7 @@ mod tests {
 
     fn task(status: Status, cores: u32) -> TaskRec {
         TaskRec {
-            function: Arc::from("f"),
+            function: Some(Arc::from("f")),
             payload: Bytes::new(),
             prefs: None,
             cores,
@@ -902,6 +922,7 @@ mod tests {
             weight: 1,
             priority: 0,
             tasks: vec![task(Status::Pending, 1)],
+            function: None,
             keep_results: true,
             result_bytes_max: u64::MAX,
             result_bytes: 0,

@@ -1277,13 +1277,14 @@ impl Scheduler {
         self.config.pools.len() + self.config.jobs_max
     }
 
-    /// The task records of a new job (host preferences interned in the book), and whether any
-    /// task prefers executors, and any prefers hosts or executors.
+    /// The task records of a new job (host preferences interned in the book), the function
+    /// they share if they do, and whether any task prefers executors, and any prefers hosts or
+    /// executors.
     fn build_tasks(
         book: &mut Book,
         mut tasks: Vec<TaskRec>,
         specs: Tasks,
-    ) -> (Vec<TaskRec>, bool, bool) {
+    ) -> (Vec<TaskRec>, Option<Arc<str>>, bool, bool) {
         debug_assert!(tasks.is_empty(), "a spare vector comes empty");
         let specs = match specs {
             Tasks::Each(specs) => specs,
@@ -1292,14 +1293,14 @@ impl Scheduler {
                 cores,
                 payloads,
             } => {
-                let task = |payload| TaskRec::new(function.clone(), payload, cores, None);
+                let task = |payload| TaskRec::new(None, payload, cores, None);
                 // A big job's payloads come as a vector: its own iterator fills the records
                 // fastest (a `Payloads` iterator matches its form at every payload).
                 match payloads.try_into_vec() {
                     Ok(payloads) => tasks.extend(payloads.into_iter().map(task)),
                     Err(payloads) => tasks.extend(payloads.into_iter().map(task)),
                 }
-                return (tasks, false, false);
+                return (tasks, Some(function), false, false);
             }
         };
         let mut has_exec_prefs = false;
@@ -1321,9 +1322,9 @@ impl Scheduler {
                     hosts,
                 }))
             };
-            tasks.push(TaskRec::new(t.function, t.payload, t.cores, prefs));
+            tasks.push(TaskRec::new(Some(t.function), t.payload, t.cores, prefs));
         }
-        (tasks, has_exec_prefs, has_host_prefs)
+        (tasks, None, has_exec_prefs, has_host_prefs)
     }
 
     /// A new job's record in pool `pool`, its settings resolved against the scheduler's
@@ -1342,13 +1343,15 @@ impl Scheduler {
             Tasks::Same { cores, .. } => Some(*cores),
             Tasks::Each(_) => None,
         };
-        let (tasks, has_exec_prefs, has_host_prefs) =
+        let (tasks, function, has_exec_prefs, has_host_prefs) =
             Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
         let defaults = &self.defaults;
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
         let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
-        let latency = hedge.as_ref().and_then(|_| self.shared_record(&tasks));
+        let latency = hedge
+            .as_ref()
+            .and_then(|_| self.shared_record(function.as_ref(), &tasks));
         let (classes, durations_us) = (self.spare.classes(), self.spare.durations());
         let Some(entry) = self.jobs.get_mut(slot as usize) else {
             unreachable!("job slot {slot} beyond the table");
@@ -1360,6 +1363,7 @@ impl Scheduler {
             weight: spec.weight.max(1),
             priority: spec.priority,
             tasks,
+            function,
             keep_results: spec.keep_results,
             result_bytes_max: (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max),
             result_bytes: 0,
@@ -1410,11 +1414,19 @@ impl Scheduler {
         job
     }
 
-    /// The hedging run-time record of a job whose tasks share one function (by pointer: a job
-    /// of one function over payloads shares one name), if they do.
-    fn shared_record(&mut self, tasks: &[TaskRec]) -> Option<latency::RecordId> {
-        let first = &tasks.first()?.function;
-        let shared = (tasks.iter()).all(|t| std::sync::Arc::ptr_eq(&t.function, first));
+    /// The hedging run-time record of a job whose tasks share one function, if they do: the
+    /// job's `function`, or each task's own, the same by pointer (tasks naming one shared name).
+    fn shared_record(
+        &mut self,
+        function: Option<&Arc<str>>,
+        tasks: &[TaskRec],
+    ) -> Option<latency::RecordId> {
+        if let Some(function) = function {
+            return Some(self.hedge.record_of(function));
+        }
+        let first = tasks.first()?.function.as_ref()?;
+        let shared =
+            (tasks.iter()).all(|t| t.function.as_ref().is_some_and(|f| Arc::ptr_eq(f, first)));
         shared.then(|| self.hedge.record_of(first))
     }
 
@@ -2541,7 +2553,7 @@ impl Scheduler {
         if let Some(config) = job.hedge.as_deref() {
             let record = match job.latency {
                 Some(record) => record,
-                None => self.hedge.record_of(&t.function),
+                None => self.hedge.record_of(job::function_of(&job.function, t)),
             };
             (self.hedge).succeeded(config, record, now_us.saturating_sub(started_us));
         }
