@@ -94,7 +94,7 @@ pub const INLINE_ROUND_DEFAULT: Duration = Duration::from_micros(100);
 /// An inline run longer than this counts as long (see the module docs).
 pub const INLINE_RUN_GIVE_UP: Duration = Duration::from_millis(2);
 /// Pool runs a function sits out after two long inline runs in a row; each time again doubles
-/// it, up to 2^[`STRIKES_MAX`] times, until [`STRIKES_FORGOTTEN`] short inline runs in a row.
+/// it, up to 2^`STRIKES_MAX` times, until `STRIKES_FORGOTTEN` short inline runs in a row.
 pub const SIT_OUT_RUNS: u64 = 16;
 /// Doublings of [`SIT_OUT_RUNS`] at most.
 const STRIKES_MAX: u32 = 12;

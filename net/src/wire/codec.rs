@@ -225,7 +225,7 @@ impl<'a> Field<'a> for Option<i32> {
     }
 }
 
-/// The byte a [`wire_enum!`] value is encoded as.
+/// The byte a `wire_enum!` value is encoded as.
 pub trait WireByte: Copy {
     /// Its byte on the wire.
     fn wire_byte(self) -> u8;

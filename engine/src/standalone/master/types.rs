@@ -168,7 +168,7 @@ pub enum Output {
     LaunchExecutor {
         /// The worker.
         worker: String,
-        /// The application (see [`Master::app_spec`]).
+        /// The application (see [`super::Master::app_spec`]).
         app: String,
         /// The executor's id.
         executor: String,

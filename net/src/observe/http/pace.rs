@@ -1,7 +1,7 @@
 //! Refusals at a pace, sans IO: a client without the token gets its answer (the login page, a
 //! `401`) at once for its first [`PaceLimits::burst`] requests, then at most
 //! [`PaceLimits::per_second`]; all such clients together at most [`PaceLimits::global_per_second`].
-//! A refusal that would wait longer than [`PaceLimits::hold_max`] is not answered: the
+//! A refusal that would wait longer than [`PaceLimits::hold_max_us`] is not answered: the
 //! connection is held that long and closed. So a client that loops on refused requests spends
 //! its time waiting, not the machine's cores, and a refusal costs the server a timer.
 //!

@@ -1,5 +1,5 @@
-//! The web UI: pages for the driver ([`driver`]: summary, live charts, task timeline, jobs,
-//! executors, failures; a page per job) and the master or a worker ([`cluster`]), read-only,
+//! The web UI: pages for the driver (`driver`: summary, live charts, task timeline, jobs,
+//! executors, failures; a page per job) and the master or a worker (`cluster`), read-only,
 //! with the metrics and the JSON API ([`super::api`]) beside them, served by [`serve_driver`]
 //! and [`serve_cluster`] over [`super::http`]. Tables are rendered on the server (readable
 //! without JavaScript); one small script of Flint's own ([`SCRIPT`], no CDN, no build) logs the
