@@ -31,8 +31,8 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate, TaskId,
-    TaskSpec, TaskState,
+    Config, Event, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate,
+    TaskId, TaskSpec, TaskState,
 };
 
 const CORES: u32 = 4;
@@ -130,7 +130,7 @@ fn run(s: &mut Scheduler) -> (Duration, u64) {
                 Output::Launch { executor, tasks } => {
                     inflight.extend(tasks.into_iter().map(|t| (executor, t.task, t.attempt)));
                 }
-                Output::JobOutcome { outcome, .. } => {
+                Output::Event(Event::JobOutcome { outcome, .. }) => {
                     black_box(outcome);
                     done = true;
                 }

@@ -19,7 +19,7 @@
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec,
+    Config, Event, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, StatusUpdate, TaskSpec,
     TaskState, Tasks,
 };
 
@@ -104,8 +104,8 @@ impl Io {
                     self.reports.push(batch);
                     s.recycle_launches(tasks);
                 }
-                Output::TaskResult { .. } => self.done += 1,
-                Output::Kill { .. } | Output::JobOutcome { .. } => {}
+                Output::Event(Event::TaskResult { .. }) => self.done += 1,
+                Output::Kill { .. } | Output::Event(Event::JobOutcome { .. }) => {}
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, ExecutorId, ExecutorInfo, HedgeConfig, JobSetting, JobSpec, Output, Scheduler,
+    Config, Event, ExecutorId, ExecutorInfo, HedgeConfig, JobSetting, JobSpec, Output, Scheduler,
     StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
@@ -147,7 +147,7 @@ fn a_frozen_executors_one_task_job_is_copied_the_copy_wins_and_the_loser_is_kill
         "the loser is killed"
     );
     assert!(out.iter().any(|o| matches!(o,
-        Output::JobOutcome { job, .. } if *job == job_id)));
+        Output::Event(Event::JobOutcome { job, .. }) if *job == job_id)));
     s.handle_submit(job(2), 52 * MS).expect("submitted");
     let next = launches(&outputs(&mut s));
     assert!(!next.is_empty());

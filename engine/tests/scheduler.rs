@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting, JobSpec,
-    LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
+    Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, JobId, JobOutcome, JobSetting,
+    JobSpec, LocalityLevel, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
     SpeculationConfig, StatusUpdate, SubmitError, TaskId, TaskLaunch, TaskSpec, TaskState,
     TaskStatus, Tasks,
 };
@@ -66,7 +66,7 @@ fn finished(launched: &[(ExecutorId, TaskLaunch)]) -> Vec<StatusUpdate> {
 fn results(outs: &[Output]) -> Vec<(TaskId, Result<Bytes, String>)> {
     outs.iter()
         .filter_map(|o| match o {
-            Output::TaskResult { task, result } => Some((*task, result.clone())),
+            Output::Event(Event::TaskResult { task, result }) => Some((*task, result.clone())),
             _ => None,
         })
         .collect()
@@ -75,7 +75,7 @@ fn results(outs: &[Output]) -> Vec<(TaskId, Result<Bytes, String>)> {
 fn outcomes(outs: &[Output]) -> Vec<(JobId, JobOutcome)> {
     outs.iter()
         .filter_map(|o| match o {
-            Output::JobOutcome { job, outcome } => Some((*job, outcome.clone())),
+            Output::Event(Event::JobOutcome { job, outcome }) => Some((*job, outcome.clone())),
             _ => None,
         })
         .collect()
@@ -681,7 +681,7 @@ fn a_job_succeeds_with_its_results_in_task_order() {
         vec![(job, JobOutcome::Succeeded(expected))]
     );
     assert!(
-        matches!(outs.last(), Some(Output::JobOutcome { .. })),
+        matches!(outs.last(), Some(Output::Event(Event::JobOutcome { .. }))),
         "outcome last"
     );
 }
@@ -703,14 +703,16 @@ fn commands_and_events_leave_apart_each_in_order() {
     assert_eq!(next[0].task, TaskId::new(job, 1));
     assert_eq!(s.poll_command(), None, "results are not commands");
     assert!(matches!(s.poll_event(),
-        Some(Output::TaskResult { task, result: Ok(_) }) if task == TaskId::new(job, 0)));
+        Some(Event::TaskResult { task, result: Ok(_) }) if task == TaskId::new(job, 0)));
     assert_eq!(s.poll_event(), None);
     let second = [(ExecutorId(1), next[0].clone())];
     s.handle_status(finished(&second).remove(0), 2);
     let outs = drain(&mut s);
     assert!(
-        matches!(&outs[..], [Output::TaskResult { task, .. }, Output::JobOutcome { job: j, .. }]
-            if *task == TaskId::new(job, 1) && *j == job),
+        matches!(&outs[..], [
+            Output::Event(Event::TaskResult { task, .. }),
+            Output::Event(Event::JobOutcome { job: j, .. }),
+        ] if *task == TaskId::new(job, 1) && *j == job),
         "the last result, then the outcome: {outs:?}"
     );
     assert_eq!(s.poll_output(), None);
@@ -2104,7 +2106,7 @@ fn a_locality_level_left_with_nothing_to_wait_for_widens_at_the_next_tick() {
     );
     assert!(drain(&mut s)
         .iter()
-        .all(|o| !matches!(o, Output::JobOutcome { .. })));
+        .all(|o| !matches!(o, Output::Event(Event::JobOutcome { .. }))));
 }
 
 #[test]

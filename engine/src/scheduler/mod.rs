@@ -12,10 +12,10 @@
 //! - [`Scheduler::handle_timeout`]: time passed (call it at [`Scheduler::poll_timeout`] at the latest).
 //!
 //! and drains what it must do with [`Scheduler::poll_output`]: [`Output::Launch`] batches (one
-//! per executor per call), [`Output::Kill`] requests, one [`Output::TaskResult`] per submitted
-//! task and one [`Output::JobOutcome`] per accepted job, each exactly once. The executors' part
-//! (launches, kills) comes first; a driver may take it alone with [`Scheduler::poll_command`]
-//! and the callers' part (results, outcomes) when it tells them, with
+//! per executor per call), [`Output::Kill`] requests, and [`Output::Event`]s for its callers:
+//! one [`Event::TaskResult`] per submitted task and one [`Event::JobOutcome`] per accepted job,
+//! each exactly once. The executors' part (launches, kills) comes first; a driver may take it
+//! alone with [`Scheduler::poll_command`] and the callers' part when it tells them, with
 //! [`Scheduler::poll_event`].
 //!
 //! # Scheduling
@@ -233,8 +233,8 @@ use bytes::Bytes;
 
 pub use payloads::Payloads;
 pub use types::{
-    Attempt, AttemptInfo, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
-    JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
+    Attempt, AttemptInfo, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig,
+    JobId, JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
     RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo,
     TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks,
 };
@@ -441,7 +441,7 @@ pub struct Scheduler {
     /// Launches and kills, for the executors.
     outputs: VecDeque<Output>,
     /// Task results and job outcomes, for the callers.
-    events: VecDeque<Output>,
+    events: VecDeque<Event>,
     /// Executors with launches batched in this call.
     batched: Vec<u32>,
     stats: Stats,
@@ -581,7 +581,7 @@ impl Scheduler {
     /// The next output, if any: the launches and kills waiting first, then the task results
     /// and job outcomes, each in the order decided.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front().or_else(|| self.events.pop_front())
+        (self.outputs.pop_front()).or_else(|| self.events.pop_front().map(Output::Event))
     }
 
     /// The next launch or kill, if any, leaving results and outcomes for
@@ -593,20 +593,20 @@ impl Scheduler {
 
     /// The next task result or job outcome, if any, in the order decided (a job's results
     /// before its outcome).
-    pub fn poll_event(&mut self) -> Option<Output> {
+    pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
     /// The results and outcomes [`poll_event`](Self::poll_event) has not yet handed out, from
     /// the `skip`th on, oldest first: a driver counts them as they are decided.
-    pub fn pending_events(&self, skip: usize) -> impl Iterator<Item = &Output> {
+    pub fn pending_events(&self, skip: usize) -> impl Iterator<Item = &Event> {
         self.events.range(skip.min(self.events.len())..)
     }
 
     /// Moves every pending output into `out`, in [`poll_output`](Self::poll_output)'s order.
     pub fn drain_outputs(&mut self, out: &mut Vec<Output>) {
         out.extend(self.outputs.drain(..));
-        out.extend(self.events.drain(..));
+        out.extend(self.events.drain(..).map(Output::Event));
     }
 
     /// Tasks accepted and not yet reported (the quantity `pending_tasks_max` bounds).
@@ -1109,7 +1109,7 @@ impl Scheduler {
         let n = spec.tasks.len();
         self.next_job = self.next_job.max(id.0 + 1);
         if n == 0 {
-            self.events.push_back(Output::JobOutcome {
+            self.events.push_back(Event::JobOutcome {
                 job: id,
                 outcome: JobOutcome::Succeeded(Vec::new()),
             });
@@ -1503,7 +1503,7 @@ impl Scheduler {
         for a in attempts.into_iter().flatten() {
             self.kill_attempt(slot, task, a, &msg);
         }
-        self.events.push_back(Output::TaskResult {
+        self.events.push_back(Event::TaskResult {
             task,
             result: Err(msg),
         });
@@ -2569,7 +2569,7 @@ impl Scheduler {
         for other in others.into_iter().flatten() {
             self.kill_attempt(job_slot, task, other, "another attempt succeeded");
         }
-        self.events.push_back(Output::TaskResult {
+        self.events.push_back(Event::TaskResult {
             task,
             result: Ok(data),
         });
@@ -2778,7 +2778,7 @@ impl Scheduler {
         let id = job.id;
         self.remove_job(job_slot);
         self.events
-            .push_back(Output::JobOutcome { job: id, outcome });
+            .push_back(Event::JobOutcome { job: id, outcome });
     }
 
     /// Ends a job now: kills its running attempts, reports every unfinished task with `task_msg`,
@@ -2804,7 +2804,7 @@ impl Scheduler {
             for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
                 kills.push((task, a));
             }
-            self.events.push_back(Output::TaskResult {
+            self.events.push_back(Event::TaskResult {
                 task,
                 result: Err(task_msg.to_string()),
             });
@@ -2820,7 +2820,7 @@ impl Scheduler {
         }
         self.remove_job(job_slot);
         self.events
-            .push_back(Output::JobOutcome { job: id, outcome });
+            .push_back(Event::JobOutcome { job: id, outcome });
     }
 
     fn remove_job(&mut self, job_slot: u32) {

@@ -264,7 +264,7 @@ pub struct JobSpec {
     /// Higher runs first: under FIFO before submission order, under FAIR as a tie-break.
     pub priority: i32,
     /// Keep each task's result for [`JobOutcome::Succeeded`] (default). When false, results are
-    /// only reported ([`Output::TaskResult`]) and the outcome's list is empty, so memory does not
+    /// only reported ([`Event::TaskResult`]) and the outcome's list is empty, so memory does not
     /// grow with the job.
     pub keep_results: bool,
     /// The most result bytes the job keeps for its outcome; the task whose result goes over it
@@ -438,7 +438,8 @@ pub enum JobOutcome {
     Cancelled,
 }
 
-/// What the scheduler asks the driver to do or tell.
+/// What the scheduler asks the driver to do (a launch, a kill) or tell its callers (an
+/// [`Event`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// Send these tasks to this executor (one batch per executor per call).
@@ -460,6 +461,13 @@ pub enum Output {
         /// Why.
         reason: String,
     },
+    /// Tell the callers.
+    Event(Event),
+}
+
+/// What the scheduler tells the driver's callers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
     /// A task's final report (exactly once per submitted task).
     TaskResult {
         /// The task (its job is `task.job()`).

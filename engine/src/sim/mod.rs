@@ -51,9 +51,9 @@ use crate::lifecycle::{
 };
 
 use crate::scheduler::{
-    Attempt, Config, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobOutcome,
-    JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler, Sharing,
-    SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
+    Attempt, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
+    JobOutcome, JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler,
+    Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
 };
 
 /// Largest core count a simulated task asks for.
@@ -585,8 +585,12 @@ impl Sim {
                     let t = self.now_us + self.net_delay();
                     self.at(t, Ev::KillArrive(executor, Attempt::new(task, attempt)));
                 }
-                Output::TaskResult { task, result } => self.on_result(task, result)?,
-                Output::JobOutcome { job, outcome } => self.on_outcome(job, outcome)?,
+                Output::Event(Event::TaskResult { task, result }) => {
+                    self.on_result(task, result)?
+                }
+                Output::Event(Event::JobOutcome { job, outcome }) => {
+                    self.on_outcome(job, outcome)?
+                }
             }
         }
         Ok(())

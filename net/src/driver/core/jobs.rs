@@ -7,28 +7,11 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use bytes::Bytes;
-use flint_engine::scheduler::{JobId, JobOutcome, TaskId};
+use flint_engine::scheduler::{JobId, JobOutcome};
 
-/// What the core tells the callers' side: the endpoint delivers each to the job's handle and
-/// result observer, in order.
-#[derive(Debug)]
-pub enum Event {
-    /// A task's final result (exactly once per task of an accepted job, before its outcome).
-    TaskResult {
-        /// The task (its job is `task.job()`).
-        task: TaskId,
-        /// The result bytes, or why it did not succeed.
-        result: Result<Bytes, String>,
-    },
-    /// A job ended (exactly once per submitted job, accepted or not).
-    JobOutcome {
-        /// The job.
-        job: JobId,
-        /// How it ended.
-        outcome: JobOutcome,
-    },
-}
+/// What the core tells the callers' side (the scheduler's type: each task's result, each
+/// job's outcome): the endpoint delivers each to the job's handle and result observer, in order.
+pub use flint_engine::scheduler::Event;
 
 /// The jobs' deadlines and the events owed (see the module docs).
 #[derive(Default)]

@@ -666,13 +666,7 @@ impl DriverCore {
             "an event is counted before it leaves"
         );
         self.events_counted = self.events_counted.saturating_sub(1);
-        Some(match event {
-            Output::TaskResult { task, result } => Event::TaskResult { task, result },
-            Output::JobOutcome { job, outcome } => Event::JobOutcome { job, outcome },
-            Output::Launch { .. } | Output::Kill { .. } => {
-                unreachable!("the scheduler's events are results and outcomes")
-            }
-        })
+        Some(event)
     }
 
     /// When [`DriverCore::handle_timeout`] is next due (on the callers' clock): the earliest of
@@ -751,12 +745,9 @@ impl DriverCore {
         let (telemetry, now_us) = (&mut self.telemetry, self.now_us);
         for event in self.scheduler.pending_events(self.events_counted) {
             match event {
-                Output::TaskResult { task, .. } => telemetry.task_done(task.job()),
-                Output::JobOutcome { job, outcome } => {
+                Event::TaskResult { task, .. } => telemetry.task_done(task.job()),
+                Event::JobOutcome { job, outcome } => {
                     telemetry.job_over(now_us, *job, JobEnd::of(outcome));
-                }
-                Output::Launch { .. } | Output::Kill { .. } => {
-                    unreachable!("the scheduler's events are results and outcomes")
                 }
             }
             self.events_counted += 1;
@@ -813,9 +804,7 @@ impl DriverCore {
                 attempt,
                 reason,
             } => self.kill(executor, Attempt::new(task, attempt), &reason),
-            Output::TaskResult { .. } | Output::JobOutcome { .. } => {
-                unreachable!("results and outcomes wait for poll_event")
-            }
+            Output::Event(_) => unreachable!("results and outcomes wait for poll_event"),
         }
     }
 
