@@ -70,6 +70,8 @@ fn scheduling_flags_out_of_range_exit_2_naming_the_flag() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
     }
+    // Kept when an assertion fails, to be read.
+    std::fs::remove_file(&bad).expect("remove the pools file");
 }
 
 #[test]
@@ -108,4 +110,5 @@ fn a_job_runs_in_a_pool_read_from_a_file() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("\"succeeded\":200"), "{stdout}");
+    std::fs::remove_file(&path).expect("remove the pools file");
 }
