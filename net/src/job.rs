@@ -75,7 +75,8 @@ pub struct Job {
     pub(crate) scheduling: Option<Box<JobScheduling>>,
 }
 
-/// How a job shares the cluster and handles failures; every field has the scheduler's
+/// The settings few jobs set (how a job shares the cluster, handles failures, bounds its kept
+/// results), boxed so a plain `Job` stays small; every field has the scheduler's
 /// default until a [`Job`] builder method sets it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct JobScheduling {
