@@ -263,6 +263,29 @@ pub fn run_job(
     Ok(recorder.summary(args.tasks, retried, driver.executors_lost(), elapsed))
 }
 
+/// Waits up to `wait` until `count` executors are registered, or `abort` gives a reason.
+pub fn wait_for_executors(
+    driver: &Driver,
+    count: usize,
+    wait: Duration,
+    abort: &dyn Fn() -> Option<String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + wait;
+    while driver.executors() < count {
+        if let Some(reason) = abort() {
+            return Err(reason);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out waiting for {count} executors ({} registered)",
+                driver.executors()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
 /// Waits for the job's outcome, drawing the progress bar if `show_progress`; cancels the job
 /// (and says why) when `abort` gives a reason or no executor could run its tasks for
 /// `--no-executor-timeout-s`.

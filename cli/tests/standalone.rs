@@ -451,6 +451,100 @@ fn a_flint_executor_exits_when_its_worker_is_killed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An application whose one executor is a shell that ignores SIGTERM and runs until `gate`
+/// opens: a worker must fall back to SIGKILL to end it.
+fn stubborn_app(port: u16, gate: &Gate) -> AppClient {
+    let spec = AppSpec {
+        name: "stubborn".into(),
+        driver_addr: "127.0.0.1:1".into(),
+        command: "sh".into(),
+        args: vec!["-c".into(), format!("trap '' TERM; {}", until_open(gate))],
+        cores_per_executor: 1,
+        max_cores: 1,
+        ..AppSpec::default()
+    };
+    app_client(port, spec, 1)
+}
+
+#[test]
+fn sigterm_stops_a_worker_once_its_executors_are_dead_and_a_master_without_leaving_its_token() {
+    let dir = scratch("sigterm");
+    let port = free_port();
+    let metrics = metrics_addr().to_string();
+    let mut master = start_master(&dir, port, &["--metrics-listen", &metrics]);
+    let mut token_file = None;
+    wait_until("the master's observe token file", || {
+        token_file = common::observe_token_path(&master.stderr());
+        token_file.is_some()
+    });
+    let token_file = std::path::PathBuf::from(token_file.unwrap_or_default());
+    let token_dir = token_file.parent().expect("a directory").to_owned();
+    assert!(token_file.is_file(), "{}", token_file.display());
+    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sh"]);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let gate = Gate::new();
+    let client = stubborn_app(port, &gate);
+    wait_status(port, "the executor running", |s| s.running_on("w1") == 1);
+    wait_until("the pid file", || {
+        executor_pids(&dir.join("work-w1")).len() == 1
+    });
+    let pid = executor_pids(&dir.join("work-w1")).remove(0);
+
+    // The worker kills its executor (SIGTERM, ignored, then SIGKILL) and leaves only once it
+    // has reaped it and told the master: killed, not lost with its worker.
+    assert!(kill("-TERM", &worker.child.id().to_string()));
+    let status = worker.wait();
+    assert!(status.success(), "{status:?}: {}", worker.stderr());
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the worker left before its executor {pid} was reaped"
+    );
+    wait_until("the executor's group to die", || !group_alive(&pid));
+    let mut exits = Default::default();
+    wait_until("the application to hear how its executor ended", || {
+        exits = client.info().exits;
+        !exits.is_empty()
+    });
+    let exit = &exits[0];
+    assert_eq!(
+        exit.state,
+        flint_net::wire::ProcessState::Killed,
+        "{exits:?}"
+    );
+    assert_eq!(exit.exit_code, Some(128 + 9), "{exits:?}");
+
+    // The master stops at once and removes the token directory it made.
+    assert!(kill("-TERM", &master.child.id().to_string()));
+    let status = master.wait();
+    assert!(status.success(), "{status:?}: {}", master.stderr());
+    assert!(!token_dir.exists(), "{} left behind", token_dir.display());
+    client.stop(Duration::from_secs(1));
+}
+
+#[test]
+fn a_second_signal_ends_a_stopping_worker_at_once_with_128_plus_its_number() {
+    let dir = scratch("sigint-twice");
+    let port = free_port();
+    let _master = start_master(&dir, port, &[]);
+    let mut worker = start_worker_allowing(&dir, port, "w1", "127.0.0.2", 1, &["sh"]);
+    wait_status(port, "the worker", |s| s.alive_workers() == 1);
+    let gate = Gate::new();
+    let client = stubborn_app(port, &gate);
+    wait_status(port, "the executor running", |s| s.running_on("w1") == 1);
+    // The first signal starts a stop that waits a second for the executor (its SIGKILL comes
+    // after the worker's --kill-timeout-ms); the second ends it at once.
+    let pid = worker.child.id().to_string();
+    assert!(kill("-TERM", &pid) && kill("-INT", &pid));
+    let status = worker.wait();
+    assert_eq!(
+        status.code(),
+        Some(128 + 2),
+        "{status:?}: {}",
+        worker.stderr()
+    );
+    client.stop(Duration::from_secs(1));
+}
+
 #[test]
 fn a_master_restarted_from_its_state_dir_mid_job_recovers_workers_and_the_application() {
     let dir = scratch("restart");

@@ -666,7 +666,7 @@ fn sigterm_cancels_the_job_and_deletes_the_pods_and_the_secret() {
     assert!(status.success());
     assert_eq!(
         submit.wait().code(),
-        Some(2),
+        Some(128 + 15),
         "stderr:\n{}",
         submit.stderr()
     );

@@ -145,6 +145,9 @@ pub mod pools;
 // The standalone cluster: master, workers, the application client.
 pub mod standalone;
 
+// A daemon's stop on SIGTERM or SIGINT (the master and worker roles).
+pub mod signals;
+
 // The executor lifecycle: executors something else creates, kept at a target.
 pub mod lifecycle;
 

@@ -150,7 +150,16 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// SIGTERM first, so that a master or worker cleans up as it would for an operator (its
+    /// generated token directory, its executors); SIGKILL if it is still there 5 s later.
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            kill("-TERM", &self.child.id().to_string());
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -5,14 +5,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use flint_cli::run::{
-    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, JobArgs,
+    driver_config, exit_code, json_or_plain, print_summary, run_job, validate, wait_for_executors,
+    JobArgs,
 };
+use flint_cli::stop::Stop;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_k8s::api::{version_warning, with_retry};
 use flint_k8s::executors::{self, K8sConfig, K8sExecutors, K8sStats};
@@ -267,6 +268,7 @@ fn valid_app_id(id: &str) -> bool {
 
 fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     let (template, app_id) = check_submit(&args)?;
+    let stop = Stop::catch("flint-k8s")?;
     let runtime = api_runtime()?;
     let client = runtime.block_on(client_for(&args.master))?;
     check_version(
@@ -308,9 +310,13 @@ fn submit(args: SubmitArgs) -> Result<ExitCode, String> {
     eprintln!(
         "flint-k8s: application {app_id} in namespace {namespace}, driver on {driver_addr}, waiting for {min} executors"
     );
-    let result = run_with_pods(&args, &runtime, &driver, &pods);
+    let result = run_with_pods(&args, &stop, &driver, &pods);
     let registered_end = pods.stats().executors.registered;
     let (stats, cleaned) = stop_and_clean(&runtime, client, &settings, api_timeout, pods, driver);
+    if let Some(code) = stop.exit("flint-k8s") {
+        cleaned.map_err(|e| e.to_string())?;
+        return Ok(code);
+    }
     let summary = result?;
     cleaned.map_err(|e| e.to_string())?;
     let extra = summary_extra(&args, &app_id, &namespace, &stats, registered_end);
@@ -539,20 +545,13 @@ fn k8s_config(args: &SubmitArgs, settings: PodSettings, api_timeout: Duration) -
 /// then with `--max-executors` waits up to `--idle-wait-ms` for the idle ones to be released.
 fn run_with_pods(
     args: &SubmitArgs,
-    runtime: &tokio::runtime::Runtime,
+    stop: &Stop,
     driver: &Driver,
     pods: &K8sExecutors,
 ) -> Result<flint_cli::summary::Summary, String> {
     let min = args.executors;
-    let interrupted = interrupt_flag(runtime);
-    let failed = || {
-        pods.failed().or_else(|| {
-            interrupted
-                .load(Ordering::SeqCst)
-                .then(|| "interrupted by a signal; deleting the pods".to_string())
-        })
-    };
-    let result = wait_for(
+    let failed = || stop.reason().or_else(|| pods.failed());
+    let result = wait_for_executors(
         driver,
         min as usize,
         Duration::from_secs(args.wait_s),
@@ -600,56 +599,4 @@ fn summary_extra(
         None => extra.push(("executors", min.to_string())),
     }
     extra
-}
-
-/// Set by the first SIGINT or SIGTERM (the job is cancelled, then the pods and the Secret are
-/// deleted); a second one exits at once.
-fn interrupt_flag(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let flag = Arc::new(AtomicBool::new(false));
-    let set = flag.clone();
-    runtime.spawn(async move {
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            tracing::warn!("cannot handle signals: pods stay behind if this process is stopped");
-            return;
-        };
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        eprintln!("flint-k8s: stopping: cancelling the job, deleting the pods (again to exit now)");
-        set.store(true, Ordering::SeqCst);
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        std::process::exit(130);
-    });
-    flag
-}
-
-/// Waits until `count` executors are registered, the pods' control gives up, or `timeout`.
-fn wait_for(
-    driver: &Driver,
-    count: usize,
-    timeout: Duration,
-    failed: &dyn Fn() -> Option<String>,
-) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    while driver.executors() < count {
-        if let Some(reason) = failed() {
-            return Err(reason);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "timed out waiting for {count} executors ({} registered)",
-                driver.executors()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
 }

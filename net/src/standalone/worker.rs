@@ -28,7 +28,7 @@ use flint_engine::runtime::{Runtime, RuntimeConfig};
 
 use crate::handshake::Secret;
 use crate::transport::client::{Link, LinkConfig, CONNECT_TIMEOUT};
-use crate::transport::Exit;
+use crate::transport::{send_retrying, Exit};
 use crate::wire::{Role, FRAME_SIZE_MAX_DEFAULT};
 
 mod endpoint;
@@ -77,6 +77,10 @@ pub struct WorkerConfig {
     pub executors_max: usize,
     /// State reports kept while the master is away.
     pub reports_max: usize,
+    /// Stop on SIGTERM or SIGINT: kill the executors (as [`WorkerConfig::kill_timeout`]
+    /// says), report their ends, and return `Ok`. A process setting (it installs the
+    /// handlers, see [`crate::signals`]); `flint worker` sets it.
+    pub stop_on_signal: bool,
 }
 
 impl WorkerConfig {
@@ -100,6 +104,7 @@ impl WorkerConfig {
             reconnect_max: Duration::from_secs(2),
             executors_max: 1024,
             reports_max: 4096,
+            stop_on_signal: false,
         }
     }
 }
@@ -115,8 +120,8 @@ pub enum WorkerError {
     Start(String),
 }
 
-/// Runs a worker until it must stop (its first registration refused). Executors it started
-/// are killed before it returns.
+/// Runs a worker until it must stop (its first registration refused, or a signal with
+/// [`WorkerConfig::stop_on_signal`]). Executors it started are killed before it returns.
 pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
     if !valid_id(&config.id) {
         return Err(WorkerError::Start(format!(
@@ -155,6 +160,7 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
         frame_size_max: FRAME_SIZE_MAX_DEFAULT,
         outbound_max: 64 << 20,
     });
+    let stop_on_signal = config.stop_on_signal;
     let endpoint = WorkerEndpoint {
         session: Session::new(config.reports_max),
         config,
@@ -164,11 +170,22 @@ pub fn run(config: WorkerConfig) -> Result<(), WorkerError> {
         exit: exit.clone(),
         status,
         status_tick: None,
+        stopping: None,
     };
-    runtime
+    let worker = runtime
         .handle()
         .spawn("worker", endpoint)
         .map_err(|e| WorkerError::Start(format!("worker endpoint: {e}")))?;
+    if stop_on_signal {
+        let stop = move |signal| {
+            let why = crate::signals::signal_name(signal).to_owned();
+            send_retrying(&worker, || WorkerMsg::Stop(why.clone()));
+        };
+        if let Err(error) = crate::signals::on_stop_signal("worker", stop) {
+            runtime.shutdown();
+            return Err(WorkerError::Start(format!("stop on SIGTERM: {error}")));
+        }
+    }
     let reason = exit.wait();
     runtime.shutdown();
     reason
@@ -188,6 +205,8 @@ pub enum WorkerMsg {
         /// The signal that ended it, if one did.
         signal: Option<i32>,
     },
+    /// Stop (a signal, named): kill the executors, report their ends, leave.
+    Stop(String),
 }
 
 /// The longest worker id.

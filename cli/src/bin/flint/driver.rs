@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use flint_cli::run::{driver_config, exit_code, print_summary, run_job, validate, JobArgs};
+use flint_cli::run::{
+    driver_config, exit_code, print_summary, run_job, validate, wait_for_executors, JobArgs,
+};
+use flint_cli::stop::Stop;
 use flint_engine::affinity::Pinning;
 use flint_net::driver::{Driver, DriverConfig};
 
@@ -48,6 +51,7 @@ pub fn run(args: DriverArgs) -> Result<ExitCode, String> {
         pin: args.pin_cores.clone(),
         ..driver_config(&args.job)
     };
+    let stop = Stop::catch("flint driver")?;
     let driver = Driver::builder()
         .config(config)
         .start()
@@ -57,13 +61,16 @@ pub fn run(args: DriverArgs) -> Result<ExitCode, String> {
         "flint driver: listening on {}, waiting for {} executors",
         args.listen, args.executors
     );
-    let result = driver
-        .wait_for_executors(args.executors as usize, Duration::from_secs(args.wait_s))
-        .map_err(|e| e.to_string())
-        .and_then(|()| run_job(&driver, &args.job, &|| None));
+    let count = args.executors as usize;
+    let wait = Duration::from_secs(args.wait_s);
+    let result = wait_for_executors(&driver, count, wait, &|| stop.reason())
+        .and_then(|()| run_job(&driver, &args.job, &|| stop.reason()));
     linger(&args.observe);
     let _ = driver.stop_executors(Duration::from_secs(5));
     driver.shutdown();
+    if let Some(code) = stop.exit("flint driver") {
+        return Ok(code);
+    }
     let summary = result?;
     print_summary(
         &summary,

@@ -2,10 +2,13 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use flint_cli::run::{driver_config, exit_code, print_summary, run_job, validate, JobArgs};
+use flint_cli::run::{
+    driver_config, exit_code, print_summary, run_job, validate, wait_for_executors, JobArgs,
+};
+use flint_cli::stop::Stop;
 use flint_engine::affinity::Pinning;
 use flint_engine::lifecycle::{AllocatorConfig, DynamicConfig};
 use flint_net::driver::{Driver, DriverConfig};
@@ -75,6 +78,7 @@ pub struct LocalArgs {
 /// Runs `flint local`.
 pub fn run(args: LocalArgs) -> Result<ExitCode, String> {
     validate(&args.job)?;
+    let stop = Stop::catch("flint local")?;
     // Local processes share a fresh random secret, so nothing else on this machine can join.
     let secret_text = local_secret()?;
     let config = DriverConfig {
@@ -110,10 +114,11 @@ pub fn run(args: LocalArgs) -> Result<ExitCode, String> {
     let driver = Arc::new(driver);
     let executors =
         LocalExecutors::start(local_config, driver.clone()).map_err(|e| e.to_string())?;
-    let failed = || executors.failed();
+    let abort = || stop.reason().or_else(|| executors.failed());
     // With --dynamic --min-executors 0 nothing starts before the job's backlog asks for it.
-    let result = wait_for(&driver, initial as usize, &failed)
-        .and_then(|()| run_job(&driver, &args.job, &failed));
+    let wait = Duration::from_secs(30);
+    let result = wait_for_executors(&driver, initial as usize, wait, &abort)
+        .and_then(|()| run_job(&driver, &args.job, &abort));
     linger(&args.observe);
     if result.is_ok() && args.dynamic && args.idle_wait_ms > 0 {
         wait_for_release(args.idle_wait_ms, || {
@@ -125,6 +130,9 @@ pub fn run(args: LocalArgs) -> Result<ExitCode, String> {
     let _ = driver.stop_executors(Duration::from_secs(5));
     executors.shutdown(Duration::from_secs(5));
     drop(driver);
+    if let Some(code) = stop.exit("flint local") {
+        return Ok(code);
+    }
     let summary = result?;
     print_summary(&summary, &args.job, &local_fields(&args, &stats));
     Ok(exit_code(&summary))
@@ -185,26 +193,4 @@ fn local_fields(args: &LocalArgs, stats: &ExecutorStats) -> Vec<(&'static str, S
         fields.push(("executors", args.executors.to_string()));
     }
     fields
-}
-
-/// Waits (up to 30 s) until `count` executors are registered, or the allocator gives up.
-fn wait_for(
-    driver: &Driver,
-    count: usize,
-    failed: &dyn Fn() -> Option<String>,
-) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while driver.executors() < count {
-        if let Some(reason) = failed() {
-            return Err(reason);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "timed out waiting for {count} executors ({} registered)",
-                driver.executors()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
 }

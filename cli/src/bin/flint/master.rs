@@ -108,10 +108,17 @@ pub fn run(args: MasterArgs) -> Result<ExitCode, String> {
             .local_addr()
             .map_or_else(|| args.listen.to_string(), |a| a.to_string())
     );
-    // The master runs until the process is killed.
-    loop {
-        std::thread::park();
-    }
+    // The master runs until SIGTERM or SIGINT (or SIGKILL, which skips the clean-up).
+    let (stop, stopped) = std::sync::mpsc::channel();
+    flint_net::signals::on_stop_signal("flint master", move |signal| {
+        let _ = stop.send(signal);
+    })
+    .map_err(|e| format!("cannot catch SIGTERM: {e}"))?;
+    let _ = stopped.recv();
+    // The journal has every record already; the servers (and a generated observe token's
+    // directory) go as they are dropped.
+    master.shutdown();
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The master's shared secret and where it came from: --secret-file (created if missing),

@@ -20,6 +20,7 @@ use flint_net::standalone::app_client::{AppClient, AppClientConfig, AppInfo};
 use crate::common::wait_for_release;
 use crate::secrets::SecretArgs;
 use crate::serving::{linger, serve_driver, DriverObserveArgs};
+use flint_cli::stop::Stop;
 
 /// `flint submit`'s flags.
 #[derive(Args)]
@@ -77,6 +78,7 @@ pub fn run(args: SubmitArgs) -> Result<ExitCode, String> {
         return Err("--max-executors must be at least --executors".into());
     }
     let secret = args.secret.required("flint submit")?;
+    let stop = Stop::catch("flint submit")?;
     let config = DriverConfig {
         listen: args.listen,
         secret: secret.clone(),
@@ -101,7 +103,7 @@ pub fn run(args: SubmitArgs) -> Result<ExitCode, String> {
     );
     let driver = Arc::new(driver);
     let executors = start_executors(&args, &client, &driver)?;
-    let result = run_submitted(&args, &client, &driver, driver_addr);
+    let result = run_submitted(&args, &client, &driver, driver_addr, &stop);
     linger(&args.observe);
     if args.max_executors.is_some() && result.is_ok() {
         wait_for_release(args.idle_wait_ms, || {
@@ -111,6 +113,9 @@ pub fn run(args: SubmitArgs) -> Result<ExitCode, String> {
     let executors_end = driver.executors();
     let scaled = executors.stop();
     let info = release_application(client, driver);
+    if let Some(code) = stop.exit("flint submit") {
+        return Ok(code);
+    }
     let (app_id, summary) = result?;
     let fields = [
         ("app_id", json_or_plain(&args.job, &app_id)),
@@ -176,6 +181,7 @@ fn run_submitted(
     client: &AppClient,
     driver: &Driver,
     driver_addr: SocketAddr,
+    stop: &Stop,
 ) -> Result<(String, flint_cli::summary::Summary), String> {
     let app_id = client
         .wait_registered(Duration::from_secs(args.wait_s))
@@ -184,24 +190,34 @@ fn run_submitted(
         "flint submit: application {app_id}, driver on {driver_addr}, waiting for {} executors",
         args.executors
     );
-    wait_for_placed(args, client, driver)?;
+    wait_for_placed(args, client, driver, stop)?;
     eprintln!(
         "flint submit: {} executors registered; running the job",
         driver.executors()
     );
     let abort = || {
-        client
-            .removed()
-            .map(|reason| format!("the master removed the application: {reason}"))
+        stop.reason().or_else(|| {
+            client
+                .removed()
+                .map(|reason| format!("the master removed the application: {reason}"))
+        })
     };
     run_job(driver, &args.job, &abort).map(|summary| (app_id, summary))
 }
 
 /// Waits up to `--wait-s` for `--executors` to register, asking the master why they are not
 /// there yet: a request no worker can fit, or the application's removal, fails at once.
-fn wait_for_placed(args: &SubmitArgs, client: &AppClient, driver: &Driver) -> Result<(), String> {
+fn wait_for_placed(
+    args: &SubmitArgs,
+    client: &AppClient,
+    driver: &Driver,
+    stop: &Stop,
+) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(args.wait_s);
     loop {
+        if let Some(reason) = stop.reason() {
+            return Err(reason);
+        }
         if let Some(reason) = client.removed() {
             return Err(format!("the master removed the application: {reason}"));
         }

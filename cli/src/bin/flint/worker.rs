@@ -105,6 +105,7 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     config.secret = secret;
     config.allow_insecure_bind = args.secret.allow_insecure_bind;
     config.kill_timeout = Duration::from_millis(args.kill_timeout_ms);
+    config.stop_on_signal = true;
     config.allowed_commands = args.allow_commands.clone();
     config.executor_program =
         std::env::current_exe().map_err(|e| format!("cannot find the flint binary: {e}"))?;

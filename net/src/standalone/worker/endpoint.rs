@@ -39,7 +39,14 @@ pub(super) struct WorkerEndpoint {
     pub status: Option<Server<()>>,
     /// Expires status connections.
     pub status_tick: Option<TimerId>,
+    /// Stopping ([`WorkerMsg::Stop`]): the timer after which the worker leaves whatever still
+    /// runs (`None` inside if it could not be set).
+    pub stopping: Option<Option<TimerId>>,
 }
+
+/// How long past `kill_timeout` a stopping worker waits for its executors' ends to be heard
+/// (their SIGKILL was sent at `kill_timeout`).
+const STOP_MARGIN: Duration = Duration::from_secs(2);
 
 impl WorkerEndpoint {
     /// A readiness event on the master link, if it is the link's.
@@ -74,6 +81,42 @@ impl WorkerEndpoint {
         step.outcome()
     }
 
+    /// A signal asked the worker to stop (Spark's worker kills its executors when it shuts
+    /// down): every executor gets SIGTERM, then SIGKILL after `kill_timeout`, and the worker
+    /// leaves once none runs, their ends reported to the master if it is there; or at
+    /// `kill_timeout` + [`STOP_MARGIN`], whatever still runs then killed.
+    fn begin_stop(&mut self, why: &str, ctx: &mut Ctx<'_, Self>) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let keys: Vec<_> = self.supervisor.running().keys().cloned().collect();
+        tracing::info!(
+            "worker {}: {why}: stopping {} executors, then leaving",
+            self.config.id,
+            keys.len()
+        );
+        for key in keys {
+            self.supervisor.kill(key, &self.config, ctx);
+        }
+        let timer = ctx.timer_once(self.config.kill_timeout + STOP_MARGIN).ok();
+        self.stopping = Some(timer);
+        self.leave_if_stopped(ctx);
+    }
+
+    /// Leaves, once stopping and no executor runs.
+    fn leave_if_stopped(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if self.stopping.is_some() && self.supervisor.running().is_empty() {
+            self.leave(ctx);
+        }
+    }
+
+    /// Sends what is left to say and ends the loop (`on_stop` kills any executor left).
+    fn leave(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.flush(ctx);
+        self.exit.set(Ok(()));
+        ctx.stop();
+    }
+
     fn stop(&mut self, why: WorkerError) {
         tracing::warn!("worker {}: {why}", self.config.id);
         self.supervisor.kill_all();
@@ -86,6 +129,17 @@ impl WorkerEndpoint {
             .map_err(|e| format!("malformed frame from the master: {e}"))?;
         match self.session.handle_message(message) {
             FromMaster::Registered(interval) => self.registered(interval, ctx),
+            FromMaster::Launch {
+                app_id,
+                executor_id,
+                ..
+            } if self.stopping.is_some() => {
+                // The master hears the worker is gone once it leaves, and places it again.
+                tracing::warn!(
+                    "worker {}: executor {app_id}/{executor_id} not started: stopping",
+                    self.config.id
+                );
+            }
             FromMaster::Launch {
                 app_id,
                 executor_id,
@@ -231,9 +285,15 @@ impl Endpoint for WorkerEndpoint {
     }
 
     fn on_message(&mut self, msg: WorkerMsg, ctx: &mut Ctx<'_, Self>) {
-        self.supervisor
-            .on_exited(msg, &self.config, &mut self.session);
-        self.flush(ctx);
+        match msg {
+            WorkerMsg::Stop(why) => self.begin_stop(&why, ctx),
+            exited @ WorkerMsg::Exited { .. } => {
+                self.supervisor
+                    .on_exited(exited, &self.config, &mut self.session);
+                self.flush(ctx);
+                self.leave_if_stopped(ctx);
+            }
+        }
     }
 
     fn on_readiness(&mut self, token: Token, event: &Event, ctx: &mut Ctx<'_, Self>) {
@@ -248,6 +308,14 @@ impl Endpoint for WorkerEndpoint {
         }
         if Some(timer) == self.heartbeat {
             return self.on_heartbeat(ctx);
+        }
+        if self.stopping == Some(Some(timer)) {
+            tracing::warn!(
+                "worker {}: {} executors still running; leaving",
+                self.config.id,
+                self.supervisor.running().len()
+            );
+            return self.leave(ctx);
         }
         if Some(timer) == self.status_tick {
             return self.with_status(|server, peers| server.expire(Instant::now(), peers));

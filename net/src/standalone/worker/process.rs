@@ -184,7 +184,10 @@ impl Supervisor {
             executor,
             code,
             signal,
-        } = exited;
+        } = exited
+        else {
+            return;
+        };
         let key = (app, executor);
         let Some(running) = self.running.remove(&key) else {
             return;
