@@ -412,6 +412,59 @@ fn readiness_is_heard_while_messages_keep_coming() {
     flood.join().unwrap();
 }
 
+/// Records its readiness events and timers in order; a message sets a timer, sends itself a
+/// datagram and then keeps its loop busy past both.
+struct Busy {
+    socket: mio::net::UdpSocket,
+    log: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl Endpoint for Busy {
+    type Msg = Duration;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        ctx.register(&mut self.socket, mio::Interest::READABLE)
+            .unwrap();
+    }
+    fn on_message(&mut self, busy: Duration, ctx: &mut Ctx<'_, Self>) {
+        ctx.timer_once(Duration::from_millis(1)).unwrap();
+        let me = self.socket.local_addr().unwrap();
+        self.socket.send_to(b"ping", me).unwrap();
+        let until = Instant::now() + busy;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+    fn on_readiness(&mut self, _t: mio::Token, _e: &mio::event::Event, _ctx: &mut Ctx<'_, Self>) {
+        let mut buf = [0u8; 64];
+        while self.socket.recv(&mut buf).is_ok() {
+            self.log.lock().unwrap().push("datagram");
+        }
+    }
+    fn on_timer(&mut self, _timer: TimerId, _ctx: &mut Ctx<'_, Self>) {
+        self.log.lock().unwrap().push("timer");
+    }
+}
+
+/// A loop kept busy past a timer's deadline reads its sockets before the timer fires: what a
+/// peer sent meanwhile is heard before a timer judges its silence (the driver's heartbeat
+/// timeout and suspicion run on timers).
+#[test]
+fn a_loop_busy_past_a_timer_reads_its_sockets_before_the_timer_fires() {
+    let rt = runtime(1);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let socket = mio::net::UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let busy = Busy {
+        socket,
+        log: log.clone(),
+    };
+    let busy = rt.handle().spawn("busy", busy).unwrap();
+    busy.send(Duration::from_millis(30)).unwrap();
+    wait_until("the datagram and the timer", || {
+        log.lock().unwrap().len() == 2
+    });
+    assert_eq!(*log.lock().unwrap(), ["datagram", "timer"]);
+}
+
 /// Blocks its loop until released, so the inbox fills.
 struct Blocker {
     release: crossbeam_channel::Receiver<()>,

@@ -20,6 +20,12 @@ use crate::spin::AdaptiveSpin;
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
 
+/// How old the sockets' state may be when timers fire, in nanoseconds. A round that reaches its
+/// timers longer than this after the loop last polled (a handler busy for a while: a huge job
+/// built on the driver's loop) polls without waiting and dispatches first, so what peers sent
+/// meanwhile is read before a timer judges their silence (a heartbeat timeout, a suspicion).
+const POLL_STALE_NS: u64 = 5_000_000;
+
 thread_local! {
     /// The index of the event loop running on this thread (`usize::MAX`: none).
     static ON_LOOP: Cell<usize> = const { Cell::new(usize::MAX) };
@@ -365,9 +371,15 @@ impl EventLoop {
         let mut spin = AdaptiveSpin::new(self.spin_before_park);
         // The last round handled messages and left the sockets unpolled.
         let mut poll_skipped = false;
+        // When the sockets were last polled.
+        let mut polled_ns = clock::now_ns();
         // Until the poison pill.
         while let Some(handled) = self.drain_inbox(me) {
             let now = clock::now_ns();
+            if now.saturating_sub(polled_ns) > POLL_STALE_NS && !self.inner.tokens.is_empty() {
+                polled_ns = now;
+                self.poll_ready(&mut events);
+            }
             self.fire_timers(now);
             self.end_batch();
             let has_sources = !self.inner.tokens.is_empty();
@@ -403,6 +415,8 @@ impl EventLoop {
             }
             poll_skipped = false;
             let polled = self.inner.poll.poll(&mut events, timeout);
+            // Only a park waits: otherwise `now` is when this poll ran, to a few microseconds.
+            polled_ns = if parked { clock::now_ns() } else { now };
             if parked {
                 me.inbox.park_done();
             }
@@ -413,7 +427,7 @@ impl EventLoop {
                 continue;
             }
             if events.iter().any(|event| event.token() != WAKER_TOKEN) {
-                spin.work(clock::now_ns());
+                spin.work(polled_ns);
             }
             self.dispatch(&events);
             self.end_batch();
@@ -421,6 +435,16 @@ impl EventLoop {
         // What was handled before the pill still gets its batch end.
         self.end_batch();
         self.stop_all();
+    }
+
+    /// Polls the sockets without waiting and dispatches what is ready (see [`POLL_STALE_NS`]).
+    #[cold]
+    fn poll_ready(&mut self, events: &mut Events) {
+        match self.inner.poll.poll(events, Some(Duration::ZERO)) {
+            Ok(()) => self.dispatch(events),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => tracing::error!(loop_index = self.index, error = %e, "mio poll failed"),
+        }
     }
 
     /// Handles up to `batch_max` envelopes from the inbox; returns how many, or None at the
