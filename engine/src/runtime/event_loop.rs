@@ -20,10 +20,11 @@ use crate::spin::AdaptiveSpin;
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
 
-/// How old the sockets' state may be when timers fire, in nanoseconds. A round that reaches its
-/// timers longer than this after the loop last polled (a handler busy for a while: a huge job
-/// built on the driver's loop) polls without waiting and dispatches first, so what peers sent
-/// meanwhile is read before a timer judges their silence (a heartbeat timeout, a suspicion).
+/// How old the sockets' state may be when timers fire, in nanoseconds. A round with a timer due
+/// that reaches it longer than this after the loop last polled (a handler busy for a while: a
+/// huge job built on the driver's loop) polls without waiting and dispatches first, so what
+/// peers sent meanwhile is read before a timer judges their silence (a heartbeat timeout, a
+/// suspicion).
 const POLL_STALE_NS: u64 = 5_000_000;
 
 thread_local! {
@@ -376,7 +377,14 @@ impl EventLoop {
         // Until the poison pill.
         while let Some(handled) = self.drain_inbox(me) {
             let now = clock::now_ns();
-            if now.saturating_sub(polled_ns) > POLL_STALE_NS && !self.inner.tokens.is_empty() {
+            if now.saturating_sub(polled_ns) > POLL_STALE_NS
+                && !self.inner.tokens.is_empty()
+                && self
+                    .inner
+                    .timers
+                    .next_deadline_ns()
+                    .is_some_and(|due| due <= now)
+            {
                 polled_ns = now;
                 self.poll_ready(&mut events);
             }
@@ -415,18 +423,28 @@ impl EventLoop {
             }
             poll_skipped = false;
             let polled = self.inner.poll.poll(&mut events, timeout);
-            // Only a park waits: otherwise `now` is when this poll ran, to a few microseconds.
-            polled_ns = if parked { clock::now_ns() } else { now };
             if parked {
                 me.inbox.park_done();
             }
+            // When this poll returned, without a clock read of its own: `now` unless it
+            // parked; a park that ran out, at its timeout; one a socket ended, read now (as
+            // the spin wants it anyway); one a message ended, `now` too (a message's handler
+            // busy long enough to matter then finds the sockets stale, as it should).
+            let for_sockets = events.iter().any(|event| event.token() != WAKER_TOKEN);
+            polled_ns = match timeout {
+                _ if for_sockets => clock::now_ns(),
+                Some(waited) if parked && events.is_empty() => {
+                    now.saturating_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX))
+                }
+                _ => now,
+            };
             if let Err(e) = polled {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     tracing::error!(loop_index = self.index, error = %e, "mio poll failed");
                 }
                 continue;
             }
-            if events.iter().any(|event| event.token() != WAKER_TOKEN) {
+            if for_sockets {
                 spin.work(polled_ns);
             }
             self.dispatch(&events);
