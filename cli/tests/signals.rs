@@ -1,7 +1,7 @@
-//! The commands that run a job (`flint driver`, `flint local`) stopped by SIGTERM or SIGINT mid-job:
-//! the job is cancelled, the executors stopped, a generated observe token's directory removed,
-//! and the exit code is 128 + the signal's number. (The master's and worker's stops are in
-//! `standalone.rs`.)
+//! The commands that run a job (`flint driver`, `flint local`, `flint submit`) stopped by SIGTERM
+//! or SIGINT, mid-job or still waiting: the job is cancelled, the executors stopped, a generated
+//! observe token's directory removed, and the exit code is 128 + the signal's number. (The
+//! master's and worker's stops are in `standalone.rs`.)
 
 mod common;
 
@@ -112,4 +112,33 @@ fn sigint_cancels_a_local_job_and_leaves_no_executor_behind() {
     for pid in executors {
         wait_until("the executor to end", || !alive(pid));
     }
+}
+
+#[test]
+fn sigterm_ends_a_submit_still_waiting_for_its_master_to_register_it() {
+    let dir = scratch("submit-sigterm");
+    // Nothing listens there: the application client retries, never registered.
+    let master = format!("127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = [
+        "submit",
+        "--master",
+        &master,
+        "--listen",
+        &listen,
+        "--executors",
+        "1",
+        "--tasks",
+        "10",
+        "--wait-s",
+        "86400",
+    ];
+    let mut submit = Proc::start(&dir, "submit", &args);
+    // Its driver listens before it waits for the master (and after it catches the signals).
+    wait_until("the submit's driver to listen", || {
+        std::net::TcpStream::connect(&listen).is_ok()
+    });
+    assert!(kill("-TERM", &submit.child.id().to_string()));
+    let status = submit.wait();
+    assert_eq!(status.code(), Some(128 + 15), "{}", submit.stderr());
 }

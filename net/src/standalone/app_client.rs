@@ -244,8 +244,15 @@ impl AppClient {
     }
 
     /// Unregisters the application (waiting up to `timeout` for the master to confirm) and
-    /// stops the client.
+    /// stops the client. A client that never reached the master has nothing to unregister and
+    /// does not wait.
     pub fn stop(mut self, timeout: Duration) {
+        let info = self.info();
+        let timeout = if info.app_id.is_none() && !info.connected {
+            Duration::ZERO
+        } else {
+            timeout
+        };
         if self.endpoint.send(AppMsg::Unregister).is_ok() {
             let _ = self
                 .shared

@@ -15,7 +15,7 @@ use flint_engine::standalone::{AppSpec, NO_WORKER_FITS};
 use flint_net::driver::{Driver, DriverConfig};
 use flint_net::lifecycle::master::{MasterExecutors, MasterExecutorsConfig};
 use flint_net::observe::EventSink;
-use flint_net::standalone::app_client::{AppClient, AppClientConfig, AppInfo};
+use flint_net::standalone::app_client::{AppClient, AppClientConfig, AppClientError, AppInfo};
 
 use crate::common::wait_for_release;
 use crate::secrets::SecretArgs;
@@ -183,9 +183,7 @@ fn run_submitted(
     driver_addr: SocketAddr,
     stop: &Stop,
 ) -> Result<(String, flint_cli::summary::Summary), String> {
-    let app_id = client
-        .wait_registered(Duration::from_secs(args.wait_s))
-        .map_err(|e| e.to_string())?;
+    let app_id = wait_registered(args, client, stop)?;
     eprintln!(
         "flint submit: application {app_id}, driver on {driver_addr}, waiting for {} executors",
         args.executors
@@ -203,6 +201,28 @@ fn run_submitted(
         })
     };
     run_job(driver, &args.job, &abort).map(|summary| (app_id, summary))
+}
+
+/// Waits up to `--wait-s` for the master to register the application, or for a signal.
+fn wait_registered(args: &SubmitArgs, client: &AppClient, stop: &Stop) -> Result<String, String> {
+    let wait = Duration::from_secs(args.wait_s);
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match client.wait_registered(left.min(Duration::from_millis(200))) {
+            Ok(app_id) => return Ok(app_id),
+            Err(AppClientError::NotRegistered { .. }) if !left.is_zero() => {
+                if let Some(reason) = stop.reason() {
+                    return Err(reason);
+                }
+            }
+            Err(AppClientError::NotRegistered { .. }) => {
+                let timeout_ms = wait.as_millis();
+                return Err(AppClientError::NotRegistered { timeout_ms }.to_string());
+            }
+            Err(error) => return Err(error.to_string()),
+        }
+    }
 }
 
 /// Waits up to `--wait-s` for `--executors` to register, asking the master why they are not
