@@ -287,9 +287,14 @@ impl Endpoint for WorkerEndpoint {
     fn on_message(&mut self, msg: WorkerMsg, ctx: &mut Ctx<'_, Self>) {
         match msg {
             WorkerMsg::Stop(why) => self.begin_stop(&why, ctx),
-            exited @ WorkerMsg::Exited { .. } => {
-                self.supervisor
-                    .on_exited(exited, &self.config, &mut self.session);
+            WorkerMsg::Exited {
+                app,
+                executor,
+                code,
+                signal,
+            } => {
+                let (key, how) = ((app, executor), (code, signal));
+                (self.supervisor).on_exited(key, how, &self.config, &mut self.session);
                 self.flush(ctx);
                 self.leave_if_stopped(ctx);
             }

@@ -177,18 +177,15 @@ impl Supervisor {
         }
     }
 
-    /// An executor's process ended: reported EXITED, KILLED or FAILED with its exit code.
-    pub fn on_exited(&mut self, exited: WorkerMsg, config: &WorkerConfig, session: &mut Session) {
-        let WorkerMsg::Exited {
-            app,
-            executor,
-            code,
-            signal,
-        } = exited
-        else {
-            return;
-        };
-        let key = (app, executor);
+    /// An executor's process ended (its exit code and the signal that ended it, each if any):
+    /// reported EXITED, KILLED or FAILED with its exit code.
+    pub fn on_exited(
+        &mut self,
+        key: Key,
+        (code, signal): (Option<i32>, Option<i32>),
+        config: &WorkerConfig,
+        session: &mut Session,
+    ) {
         let Some(running) = self.running.remove(&key) else {
             return;
         };
