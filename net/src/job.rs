@@ -250,7 +250,9 @@ impl Job {
         self
     }
 
-    /// Sees every task's result as it arrives (on the driver's loop: keep it short).
+    /// Sees each task's result as it arrives (on the driver's loop: keep it short). Every task
+    /// has one before a success; a job that fails or is cancelled gives none for the tasks it
+    /// had not finished (but the one whose failures failed it): its outcome says why.
     pub fn on_result(
         mut self,
         observer: impl FnMut(u32, Result<&Bytes, &str>) + Send + 'static,

@@ -13,10 +13,11 @@
 //!
 //! and drains what it must do with [`Scheduler::poll_output`]: [`Output::Launch`] batches (one
 //! per executor per call), [`Output::Kill`] requests, and [`Output::Event`]s for its callers:
-//! one [`Event::TaskResult`] per submitted task and one [`Event::JobOutcome`] per accepted job,
-//! each exactly once. The executors' part (launches, kills) comes first; a driver may take it
-//! alone with [`Scheduler::poll_command`] and the callers' part when it tells them, with
-//! [`Scheduler::poll_event`].
+//! at most one [`Event::TaskResult`] per submitted task (every task's, before a success; a job
+//! that fails or is cancelled gives none for the tasks it had not finished) and exactly one
+//! [`Event::JobOutcome`] per accepted job, after its tasks' results. The executors' part
+//! (launches, kills) comes first; a driver may take it alone with [`Scheduler::poll_command`]
+//! and the callers' part when it tells them, with [`Scheduler::poll_event`].
 //!
 //! # Scheduling
 //!
@@ -1441,8 +1442,8 @@ impl Scheduler {
         }
     }
 
-    /// Cancels a job: its running attempts are killed, its pending tasks dropped, each task and
-    /// the job reported (cancelled) once. Returns false if the job is unknown or already ended.
+    /// Cancels a job: its running attempts are killed, its pending tasks dropped, and the job
+    /// reported cancelled (its unfinished tasks get no result). Returns false if the job is unknown or already ended.
     pub fn handle_cancel(&mut self, job: JobId, now_us: u64) -> bool {
         let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
@@ -2711,6 +2712,21 @@ impl Scheduler {
         )];
         reasons.extend(job.reasons.remove(&index).unwrap_or_default());
         let msg = format!("job failed: task {index} failed {failures} times");
+        // The task that failed the job has a result of its own (the others end without one).
+        if let Some(t) = job.tasks.get_mut(index as usize) {
+            if !matches!(t.status, Status::Succeeded | Status::Failed) {
+                t.status = Status::Failed;
+                self.unfinished_total -= 1;
+                let task = TaskId::new(job.id, index);
+                for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
+                    self.kill_attempt(job_slot, task, a, &msg);
+                }
+                self.events.push_back(Event::TaskResult {
+                    task,
+                    result: Err(msg.clone()),
+                });
+            }
+        }
         self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
     }
 
@@ -2794,20 +2810,20 @@ impl Scheduler {
         let id = job.id;
         let mut kills = Vec::new();
         let mut unfinished = 0usize;
+        // No result per unfinished task: the outcome says why they have none. (One per task
+        // made cancelling a job of millions hold the loop for seconds.)
         for (i, t) in job.tasks.iter_mut().enumerate() {
             if matches!(t.status, Status::Succeeded | Status::Failed) {
                 continue;
             }
             t.status = Status::Failed;
             unfinished += 1;
-            let task = TaskId::new(id, i as u32);
-            for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
-                kills.push((task, a));
+            if t.attempts.iter().any(Option::is_some) {
+                let task = TaskId::new(id, i as u32);
+                for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
+                    kills.push((task, a));
+                }
             }
-            self.events.push_back(Event::TaskResult {
-                task,
-                result: Err(task_msg.to_string()),
-            });
         }
         self.pending_total -= job.pending;
         self.speculatable_total = self

@@ -468,14 +468,16 @@ pub enum Output {
 /// What the scheduler tells the driver's callers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A task's final report (exactly once per submitted task).
+    /// A task's final report (at most once per submitted task: a job that fails or is
+    /// cancelled reports none for the tasks it had not finished).
     TaskResult {
         /// The task (its job is `task.job()`).
         task: TaskId,
         /// The result bytes, or why it did not succeed.
         result: Result<Bytes, String>,
     },
-    /// A job's outcome (exactly once per accepted job, after all its task results).
+    /// A job's outcome (exactly once per accepted job, after its task results; a success after
+    /// every task's).
     JobOutcome {
         /// The job.
         job: JobId,

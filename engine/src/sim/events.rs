@@ -167,7 +167,8 @@ impl Sim {
             return Ok(false);
         };
         let task = TaskId::new(id, i);
-        let open = !self.results.contains_key(&task);
+        let ended = self.jobs.get(j).is_some_and(|job| job.outcome.is_some());
+        let open = !ended && !self.results.contains_key(&task);
         let killed = self.sched.handle_kill(task, "user request", now);
         if killed != open {
             return self.fail(format!(

@@ -613,6 +613,14 @@ impl Sim {
         if self.results.contains_key(&launch.task) {
             return self.fail(format!("launch of {} after its final report", launch.task));
         }
+        let ended = (self.job_index.get(&job)).is_some_and(|&j| {
+            self.jobs
+                .get(j)
+                .is_some_and(|planned| planned.outcome.is_some())
+        });
+        if ended {
+            return self.fail(format!("launch of {} after its job's outcome", launch.task));
+        }
         let Some(e) = self.execs.get_mut(&executor) else {
             return self.fail(format!("launch on unknown {executor:?}"));
         };
@@ -645,6 +653,9 @@ impl Sim {
         let Some(&j) = self.job_index.get(&task.job()) else {
             return self.fail(format!("report for {task} of an unknown job"));
         };
+        if self.jobs.get(j).is_some_and(|job| job.outcome.is_some()) {
+            return self.fail(format!("report for {task} after its job's outcome"));
+        }
         let n = self.jobs.get(j).map_or(0, |job| job.spec.tasks.len());
         if task.index() as usize >= n {
             return self.fail(format!("report for {task}, beyond the job's {n} tasks"));
@@ -675,14 +686,18 @@ impl Sim {
         if pj.outcome.is_some() {
             return self.fail(format!("second outcome for {job:?}"));
         }
+        // Every task reports before a success; a job that fails or is cancelled reports none
+        // for the tasks it had not finished.
         let n = pj.spec.tasks.len() as u32;
         let mut all_ok = true;
         let mut results = Vec::new();
         for i in 0..n {
             match self.results.get(&TaskId::new(job, i)) {
-                None => return self.fail(format!("{job:?} outcome before task {i}'s report")),
+                None if matches!(outcome, JobOutcome::Succeeded(_)) => {
+                    return self.fail(format!("{job:?} succeeded before task {i}'s report"))
+                }
+                None | Some(Err(_)) => all_ok = false,
                 Some(Ok(b)) => results.push(b.clone()),
-                Some(Err(_)) => all_ok = false,
             }
         }
         let kind = match &outcome {
