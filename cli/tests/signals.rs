@@ -114,6 +114,54 @@ fn sigint_cancels_a_local_job_and_leaves_no_executor_behind() {
     }
 }
 
+/// The process group of process `pid`.
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command: state, parent, process group.
+    stat.rsplit_once(") ")?.1.split(' ').nth(2)?.parse().ok()
+}
+
+#[test]
+fn ctrl_c_at_a_terminal_reaches_flint_local_alone_and_it_stops_its_executors() {
+    let dir = scratch("local-ctrl-c");
+    let metrics = metrics_addr();
+    let gate = Gate::new();
+    let task = gate.task();
+    let metrics_arg = metrics.to_string();
+    let args = [
+        "local",
+        "--executors",
+        "2",
+        "--tasks",
+        "1000",
+        "--task",
+        &task,
+        "--metrics-listen",
+        &metrics_arg,
+    ];
+    // A terminal runs it as its foreground group, and Ctrl-C signals the whole group.
+    let mut command = std::process::Command::new(FLINT);
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut local = Proc::start_with(command, &dir, "local", &args);
+    let group = local.child.id();
+    wait_until_held(metrics, None, 2);
+    let executors = children(group);
+    assert_eq!(executors.len(), 2, "{executors:?}");
+    // The executors are in groups of their own: the group's SIGINT does not kill them
+    // under the driver (which then also replaced them while it stopped).
+    for &pid in &executors {
+        let theirs = process_group(pid).expect("a live executor's group");
+        assert_ne!(theirs, group, "executor {pid} in the driver's group");
+    }
+
+    assert!(kill("-INT", &format!("-{group}")));
+    let status = local.wait();
+    assert_eq!(status.code(), Some(128 + 2), "{}", local.stderr());
+    for pid in executors {
+        wait_until("the executor to end", || !alive(pid));
+    }
+}
+
 #[test]
 fn sigterm_ends_a_submit_still_waiting_for_its_master_to_register_it() {
     let dir = scratch("submit-sigterm");

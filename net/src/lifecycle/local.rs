@@ -1,8 +1,8 @@
 //! Local executor processes kept at a target by the engine's allocator: what `flint local`
 //! runs its executors with. [`LocalBackend`] is the [`ExecutorBackend`] for child processes:
 //!
-//! - *create*: spawns `flint executor --id NAME` (pinned to `cores` CPUs no live child holds,
-//!   when there are that many);
+//! - *create*: spawns `flint executor --id NAME` in a process group of its own (pinned to
+//!   `cores` CPUs no live child holds, when there are that many);
 //! - *watch*: each child is checked with `try_wait` every round and its exit reported as it
 //!   happens (succeeded, failed with its code, or deleted when the lifecycle asked for it);
 //! - *list*: the live children (pending; the lifecycle knows which the driver registered);
@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
@@ -316,6 +317,10 @@ impl LocalBackend {
         for (key, value) in &self.config.env {
             command.env(key, value);
         }
+        // A group of its own: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
+        // the driver alone, which cancels its jobs and stops its executors in order, instead
+        // of killing them under it (and having the allocator replace them while it stops).
+        command.process_group(0);
         command.spawn()
     }
 
