@@ -379,6 +379,10 @@ const OFFER_JOBS_MAX: usize = 64;
 /// it is offered again (by [`Scheduler::handle_timeout`]; any new work brings it back sooner).
 const OFFER_DEFER_US: u64 = 1_000;
 
+/// Launches held longer than this (the default hedging floor) count as started when they
+/// leave ([`Scheduler::release_launches`]); held less, their few microseconds early do not matter.
+const RESTAMP_AFTER_US: u64 = 1_000;
+
 /// What one assignment to an executor did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Assigned {
@@ -428,6 +432,8 @@ pub struct Scheduler {
     /// Launches of submissions wait for [`Scheduler::release_launches`]
     /// ([`Scheduler::hold_launches`]).
     holding: bool,
+    /// When the launches began to be held.
+    held_since_us: u64,
     pools: Vec<Pool>,
     pool_ids: FxHashMap<String, u32>,
     /// The pool [`Self::resolve_pool`] found last (its name may have changed since).
@@ -540,6 +546,7 @@ impl Scheduler {
             unsettled: None,
             unlisted_new: None,
             holding: false,
+            held_since_us: 0,
             pools,
             pool_ids,
             last_pool: 0,
@@ -1168,18 +1175,54 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Holds the launches of the submissions that follow until
+    /// Holds the launches of the submissions that follow (from `now_us`) until
     /// [`release_launches`](Self::release_launches): a burst of jobs submitted together leaves
     /// as one [`Output::Launch`] per executor rather than one per job. Any other input emits
     /// what is held with its own launches.
-    pub fn hold_launches(&mut self) {
+    pub fn hold_launches(&mut self, now_us: u64) {
         self.holding = true;
+        self.held_since_us = now_us;
     }
 
-    /// Emits the launches held since [`hold_launches`](Self::hold_launches).
-    pub fn release_launches(&mut self) {
+    /// Emits the launches held since [`hold_launches`](Self::hold_launches), at `now_us`. When
+    /// holding took longer than [`RESTAMP_AFTER_US`] (building a job of millions of tasks
+    /// takes seconds), the held attempts count as started now, when they leave: stamped with
+    /// the burst's start they would look overdue at once (copied, their executors taken for
+    /// stalled).
+    pub fn release_launches(&mut self, now_us: u64) {
         self.holding = false;
+        if now_us.saturating_sub(self.held_since_us) > RESTAMP_AFTER_US {
+            self.restamp_batched(now_us);
+        }
         self.flush();
+    }
+
+    /// Moves the start of every batched attempt's run on to `now_us`.
+    fn restamp_batched(&mut self, now_us: u64) {
+        for &slot in &self.batched {
+            let Some(e) = self.book.get_mut(slot) else {
+                unreachable!("batched launches for empty executor slot {slot}");
+            };
+            for launch in &e.batch {
+                let task = launch.task;
+                let placed = (self.job_slots.get(task.job().0))
+                    .and_then(|&job_slot| self.jobs.get(job_slot as usize)?.as_ref())
+                    .and_then(|job| job.tasks.get(task.index() as usize))
+                    .and_then(|t| {
+                        t.attempts
+                            .iter()
+                            .flatten()
+                            .find(|a| a.attempt == launch.attempt)
+                    });
+                let Some(placed) = placed else {
+                    continue; // ended while held (a cancel), its run with it
+                };
+                let key = Attempt::new(task, launch.attempt);
+                if let Some(run) = e.running.get_mut(placed.run, key) {
+                    run.started_us = run.started_us.max(now_us);
+                }
+            }
+        }
     }
 
     /// The refusals of [`handle_submit_with_id`](Self::handle_submit_with_id), checked before any

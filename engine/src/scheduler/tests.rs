@@ -80,21 +80,21 @@ fn held_launches_of_a_burst_leave_as_one_batch_and_any_other_input_emits_them() 
         ..Config::default()
     });
     s.handle_register(executor(1, 8), 0).expect("registered");
-    s.hold_launches();
+    s.hold_launches(0);
     for at in 1..=3 {
         s.handle_submit(spec(1), at).expect("accepted");
     }
     assert_eq!(launch_batches(&mut s), Vec::<usize>::new(), "held");
-    s.release_launches();
+    s.release_launches(0);
     assert_eq!(launch_batches(&mut s), [3], "one batch for the burst");
     // Unreleased, they still leave with the next input's launches.
-    s.hold_launches();
+    s.hold_launches(0);
     s.handle_submit(spec(1), 10).expect("accepted");
     s.handle_submit(spec(1), 11).expect("accepted");
     assert!(s.handle_cancel(JobId(1), 12), "a job of the first burst");
     assert_eq!(launch_batches(&mut s), [2]);
     // Not holding: one batch per submission, as before.
-    s.release_launches();
+    s.release_launches(0);
     s.handle_submit(spec(1), 20).expect("accepted");
     s.handle_submit(spec(1), 21).expect("accepted");
     assert_eq!(launch_batches(&mut s), [1, 1]);

@@ -24,7 +24,7 @@ use mio::event::Event;
 use mio::net::TcpListener;
 use mio::Token;
 
-use super::core::{Counts, DriverCore, LocalCommand, PeerId};
+use super::core::{Burst, Counts, DriverCore, LocalCommand, PeerId};
 use super::handles::Handles;
 use super::submissions::{Submission, Submissions};
 use super::{Counters, DriverConfig, DriverMsg, PublishedStats};
@@ -307,13 +307,16 @@ impl DriverEndpoint {
     /// resume timer brings the loop back for the rest after its round.
     /// They go to the core as one burst, whose launches leave together.
     fn take_submissions(&mut self, now_us: u64) {
-        let (handles, submissions) = (&mut self.handles, &self.submissions);
+        let (handles, submissions, epoch_ns) =
+            (&mut self.handles, &self.submissions, self.epoch_ns);
         self.submissions_left = (self.core).submit_burst(now_us, |burst| {
-            submissions.drain(|s| {
+            let left = submissions.drain(|s| {
                 if let Some((id, job)) = open(handles, s) {
                     burst.submit(id, job);
                 }
-            })
+            });
+            advance_if_big(burst, epoch_ns);
+            left
         });
         self.admission.room_made();
     }
@@ -325,7 +328,14 @@ impl DriverEndpoint {
             DriverMsg::Submit(submission) => {
                 // The queued ones were submitted before it.
                 self.take_submissions(now_us);
-                submit(&mut self.handles, &mut self.core, *submission, now_us);
+                let Some((id, job)) = open(&mut self.handles, *submission) else {
+                    return;
+                };
+                let epoch_ns = self.epoch_ns;
+                self.core.submit_burst(now_us, |burst| {
+                    burst.submit(id, job);
+                    advance_if_big(burst, epoch_ns);
+                });
             }
             DriverMsg::Cancel(job) => core.cancel(job, now_us),
             DriverMsg::WhenExecutors { count, reply } => {
@@ -374,7 +384,18 @@ fn open(handles: &mut Handles, submission: Submission) -> Option<(JobId, Job)> {
         .then_some((id, job))
 }
 
-/// A job a caller submitted, on its own (see [`open`]).
+/// Tasks in a burst from which its build may have taken long enough to matter (about 60 ns a
+/// task: 1 ms, the scheduler's `RESTAMP_AFTER_US`, at 16,384): smaller bursts read no clock.
+const BUILD_CLOCKED_TASKS: usize = 16_384;
+
+/// Tells a big burst the time after its build (see [`Burst::advance`]).
+fn advance_if_big(burst: &mut Burst<'_>, epoch_ns: u64) {
+    if burst.tasks() >= BUILD_CLOCKED_TASKS {
+        burst.advance(clock::elapsed_us(epoch_ns));
+    }
+}
+
+/// A job a caller submitted, on its own (see [`open`]), at `now_us`.
 fn submit(handles: &mut Handles, core: &mut DriverCore, submission: Submission, now_us: u64) {
     if let Some((id, job)) = open(handles, submission) {
         core.submit(id, job, now_us);

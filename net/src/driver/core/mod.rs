@@ -132,13 +132,28 @@ struct SchedulerTimeout {
 /// A burst of submissions under way ([`DriverCore::submit_burst`]).
 pub struct Burst<'a> {
     core: &'a mut DriverCore,
+    /// Tasks submitted in it so far.
+    tasks: usize,
 }
 
 impl Burst<'_> {
     /// Submits `job` under `id` (see [`DriverCore::submit`]); its launches wait for the burst's
     /// end.
     pub fn submit(&mut self, id: JobId, job: Job) {
+        self.tasks += job.payloads.len();
         self.core.submit_inner(id, job);
+    }
+
+    /// Tasks submitted in the burst so far.
+    pub fn tasks(&self) -> usize {
+        self.tasks
+    }
+
+    /// The time now, after submissions that took long (a job of millions of tasks builds for
+    /// seconds): the burst's launches leave at it, so they do not look that much older than
+    /// they are.
+    pub fn advance(&mut self, now_us: u64) {
+        self.core.advance(now_us);
     }
 }
 
@@ -477,9 +492,12 @@ impl DriverCore {
     /// [`Burst::submit`]; their launches leave together, one batch per executor, after it.
     pub fn submit_burst<R>(&mut self, now_us: u64, each: impl FnOnce(&mut Burst<'_>) -> R) -> R {
         self.advance(now_us);
-        self.scheduler.hold_launches();
-        let result = each(&mut Burst { core: self });
-        self.scheduler.release_launches();
+        self.scheduler.hold_launches(now_us);
+        let result = each(&mut Burst {
+            core: self,
+            tasks: 0,
+        });
+        self.scheduler.release_launches(self.now_us);
         self.pump();
         result
     }

@@ -632,6 +632,43 @@ fn an_executor_that_does_not_read_its_launches_is_lost_and_its_task_runs_elsewhe
 }
 
 #[test]
+fn a_burst_that_took_long_to_build_launches_attempts_stamped_when_they_leave() {
+    let mut core = new_core(config());
+    assert!(register(&mut core, PeerId(1), "a", 1, MS).0);
+    assert!(register(&mut core, PeerId(2), "b", 1, MS).0);
+    let _ = transmitted(&mut core);
+    // Its build takes a second (a job of millions of tasks): more than the hedging
+    // threshold (200 ms while the function has no run times yet).
+    let job = JobId(1);
+    core.submit_burst(2 * MS, |burst| {
+        burst.submit(job, Job::new("echo", vec![Bytes::from("x"); 2]));
+        burst.advance(S + 2 * MS);
+    });
+    let launched = launches(
+        &transmitted(&mut core)
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(launched.len(), 2, "{launched:?}");
+    // Just after: nothing is overdue, so nothing is copied and no executor is suspected.
+    for peer in [PeerId(1), PeerId(2)] {
+        assert!(heartbeat(&mut core, peer, 1, S + 3 * MS));
+    }
+    core.handle_timeout(S + 10 * MS);
+    let copies = launches(
+        &transmitted(&mut core)
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(copies, vec![], "copied at once");
+    let health = core.executor_health();
+    assert!(health.stalled.is_empty(), "{health:?}");
+    assert!(health.suspected.is_empty(), "{health:?}");
+}
+
+#[test]
 fn an_executor_that_reads_its_launches_and_runs_them_late_is_kept() {
     let mut core = new_core(config());
     let timeout_us = us(core.config.heartbeat_timeout);
