@@ -9,6 +9,7 @@
 //! job usually has one size.
 
 use std::collections::VecDeque;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -67,11 +68,38 @@ pub(crate) struct Placed {
     pub attempt: u32,
     /// The executor's slot in the book (cleared from here before the slot is freed).
     pub exec: u32,
-    /// Where the run is in that executor's running attempts (`runs.rs`).
-    pub run: u32,
+    /// Where the run is in that executor's running attempts (`runs.rs`), plus one: the zero
+    /// it never is makes an empty attempt slot cost no more room than a full one.
+    run_1: NonZeroU32,
 }
 
-/// Locality preferences, boxed because most tasks have none.
+impl Placed {
+    pub fn new(attempt: u32, exec: u32, run: u32) -> Placed {
+        let Some(run_1) = run.checked_add(1).and_then(NonZeroU32::new) else {
+            unreachable!("run index {run} at the top of u32");
+        };
+        Placed {
+            attempt,
+            exec,
+            run_1,
+        }
+    }
+
+    /// Where the run is in its executor's running attempts.
+    pub fn run(&self) -> u32 {
+        self.run_1.get() - 1
+    }
+}
+
+/// What few tasks have, boxed apart from the record every task has (a job of millions of
+/// tasks keeps millions of records): locality preferences, and where it failed.
+#[derive(Debug, Default)]
+pub(crate) struct TaskExtra {
+    pub prefs: Option<Prefs>,
+    pub exclusion: Option<TaskExclusion>,
+}
+
+/// Locality preferences (most tasks have none: [`TaskExtra`]).
 #[derive(Debug)]
 pub(crate) struct Prefs {
     pub executors: Vec<ExecutorId>,
@@ -81,12 +109,13 @@ pub(crate) struct Prefs {
 
 #[derive(Debug)]
 pub(crate) struct TaskRec {
-    /// Its own function, or `None` when the job's tasks share one ([`Job::function`]): then a
-    /// task record costs no reference count.
-    pub function: Option<Arc<str>>,
+    /// Its function's index in [`Job::functions`] (0, unused, when the job's tasks share one,
+    /// [`Job::function`]): four bytes, where a name of its own took sixteen and a reference count.
+    pub function: u32,
     /// The payload until the task succeeds, then its result (saves memory at millions of tasks).
     pub payload: Bytes,
-    pub prefs: Option<Box<Prefs>>,
+    /// Preferences and exclusion, if it has either.
+    pub extra: Option<Box<TaskExtra>>,
     pub cores: u32,
     pub status: Status,
     pub next_attempt: u32,
@@ -94,8 +123,6 @@ pub(crate) struct TaskRec {
     /// At most two attempts run at once (the original and one speculative copy).
     pub attempts: [Option<Placed>; 2],
     pub speculated: bool,
-    /// Per-task exclusion: where it failed (boxed: most tasks never fail).
-    pub exclusion: Option<Box<TaskExclusion>>,
 }
 
 /// Where one task failed, and which executors and hosts it avoids for that.
@@ -107,35 +134,58 @@ pub(crate) struct TaskExclusion {
     pub hosts: Vec<u32>,
 }
 
-/// The function task `t` of a job whose shared function is `shared` runs.
+/// The function task `t` runs, of a job whose tasks all run `shared` or, when it has none,
+/// whose task records name theirs in `functions`.
 #[inline]
-pub(crate) fn function_of<'a>(shared: &'a Option<Arc<str>>, t: &'a TaskRec) -> &'a Arc<str> {
-    match (&t.function, shared) {
-        (Some(own), _) => own,
-        (None, Some(shared)) => shared,
-        (None, None) => unreachable!("a task with no function of its own in a job without one"),
+pub(crate) fn function_of<'a>(
+    shared: &'a Option<Arc<str>>,
+    functions: &'a [Arc<str>],
+    t: &TaskRec,
+) -> &'a Arc<str> {
+    if let Some(shared) = shared {
+        return shared;
+    }
+    match functions.get(t.function as usize) {
+        Some(own) => own,
+        None => unreachable!("task function {} beyond the job's table", t.function),
     }
 }
 
 impl TaskRec {
     /// A pending task that has run no attempt.
-    pub fn new(
-        function: Option<Arc<str>>,
-        payload: Bytes,
-        cores: u32,
-        prefs: Option<Box<Prefs>>,
-    ) -> Self {
+    pub fn new(function: u32, payload: Bytes, cores: u32, prefs: Option<Prefs>) -> Self {
         TaskRec {
             function,
             payload,
-            prefs,
+            extra: prefs.map(|prefs| {
+                Box::new(TaskExtra {
+                    prefs: Some(prefs),
+                    exclusion: None,
+                })
+            }),
             cores,
             status: Status::Pending,
             next_attempt: 0,
             failures: 0,
             attempts: [None, None],
             speculated: false,
-            exclusion: None,
+        }
+    }
+
+    /// Its locality preferences, if it has any.
+    pub fn prefs(&self) -> Option<&Prefs> {
+        self.extra.as_ref()?.prefs.as_ref()
+    }
+
+    /// Where it failed, if it avoids anything for it.
+    pub fn exclusion(&self) -> Option<&TaskExclusion> {
+        self.extra.as_ref()?.exclusion.as_ref()
+    }
+
+    /// Forgets where it failed (it succeeded).
+    pub fn clear_exclusion(&mut self) {
+        if let Some(extra) = self.extra.as_mut() {
+            extra.exclusion = None;
         }
     }
 
@@ -145,14 +195,14 @@ impl TaskRec {
 
     /// Whether this task avoids `exec` (or its host) after failing there.
     pub fn avoids(&self, exec: ExecutorId, host: u32) -> bool {
-        self.exclusion
-            .as_ref()
+        self.exclusion()
             .is_some_and(|x| x.executors.contains(&exec) || x.hosts.contains(&host))
     }
 
     /// Counts a failure of this task on `exec`/`host`; past the limits it avoids them.
     pub fn record_failure(&mut self, exec: ExecutorId, host: u32, exec_max: u32, host_max: u32) {
-        let x = self.exclusion.get_or_insert_with(Box::default);
+        let extra = self.extra.get_or_insert_with(Box::default);
+        let x = extra.exclusion.get_or_insert_with(TaskExclusion::default);
         bump(&mut x.exec_failures, exec, exec_max, &mut x.executors);
         bump(&mut x.host_failures, host, host_max, &mut x.hosts);
     }
@@ -216,8 +266,11 @@ pub(crate) struct Job {
     pub priority: i32,
     pub tasks: Vec<TaskRec>,
     /// The function every task runs, when they share one (a job of one function over
-    /// payloads); `None` when each task record names its own.
+    /// payloads, or whose tasks all name one); `None` when each task record names its own.
     pub function: Option<Arc<str>>,
+    /// The functions the task records name when the job has no shared one, each once in a
+    /// run of tasks naming it (empty otherwise).
+    pub functions: Vec<Arc<str>>,
     /// Whether results are kept for the outcome, and how many bytes at most.
     pub keep_results: bool,
     pub result_bytes_max: u64,
@@ -421,7 +474,7 @@ impl Job {
         let Some(q) = self.classes.get_mut(pos) else {
             unreachable!("class {pos} was just found or made");
         };
-        match &t.prefs {
+        match t.prefs() {
             None => q.no_pref.push_back(i),
             Some(p) => {
                 let q = q.prefs.get_or_insert_with(Box::default);
@@ -753,11 +806,7 @@ impl Job {
             unreachable!("task {index} found with both attempt slots taken");
         };
         let attempt = t.next_attempt;
-        *free_attempt = Some(Placed {
-            attempt,
-            exec: exec_slot,
-            run,
-        });
+        *free_attempt = Some(Placed::new(attempt, exec_slot, run));
         t.next_attempt += 1;
         self.counters.launched += 1;
         if speculative {
@@ -775,7 +824,7 @@ impl Job {
         let launch = TaskLaunch {
             task: TaskId::new(self.id, index),
             attempt,
-            function: function_of(&self.function, t).clone(),
+            function: function_of(&self.function, &self.functions, t).clone(),
             payload: t.payload.clone(),
             cores: t.cores,
             speculative,
@@ -870,16 +919,15 @@ mod tests {
 
     fn task(status: Status, cores: u32) -> TaskRec {
         TaskRec {
-            function: Some(Arc::from("f")),
+            function: 0,
             payload: Bytes::new(),
-            prefs: None,
+            extra: None,
             cores,
             status,
             next_attempt: 0,
             failures: 0,
             attempts: [None, None],
             speculated: false,
-            exclusion: None,
         }
     }
 
@@ -923,6 +971,7 @@ mod tests {
             priority: 0,
             tasks: vec![task(Status::Pending, 1)],
             function: None,
+            functions: Vec::new(),
             keep_results: true,
             result_bytes_max: u64::MAX,
             result_bytes: 0,

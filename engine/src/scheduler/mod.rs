@@ -360,6 +360,19 @@ fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2])
     }
 }
 
+/// A new job's task records ([`Scheduler::build_tasks`]) and what they say of it.
+struct BuiltTasks {
+    tasks: Vec<TaskRec>,
+    /// The function they all run, if they share one.
+    function: Option<Arc<str>>,
+    /// Else the functions their records index ([`Job::functions`]).
+    functions: Vec<Arc<str>>,
+    /// Whether any prefers executors.
+    has_exec_prefs: bool,
+    /// Whether any prefers hosts or executors.
+    has_host_prefs: bool,
+}
+
 /// An executor removed as lost (no word on whose fault): the attempts it held, in case a
 /// later report says the application made it exit.
 #[derive(Debug)]
@@ -799,7 +812,7 @@ impl Scheduler {
             .flatten()
             .filter_map(|a| {
                 let e = self.book.get(a.exec)?;
-                let run = e.running.get(a.run, Attempt::new(task, a.attempt))?;
+                let run = e.running.get(a.run(), Attempt::new(task, a.attempt))?;
                 Some(AttemptInfo {
                     attempt: a.attempt,
                     executor: e.id,
@@ -819,8 +832,7 @@ impl Scheduler {
             attempts_launched: t.next_attempt,
             running,
             excluded_executors: t
-                .exclusion
-                .as_ref()
+                .exclusion()
                 .map(|x| x.executors.clone())
                 .unwrap_or_default(),
         })
@@ -1218,7 +1230,7 @@ impl Scheduler {
                     continue; // ended while held (a cancel), its run with it
                 };
                 let key = Attempt::new(task, launch.attempt);
-                if let Some(run) = e.running.get_mut(placed.run, key) {
+                if let Some(run) = e.running.get_mut(placed.run(), key) {
                     run.started_us = run.started_us.max(now_us);
                 }
             }
@@ -1321,14 +1333,9 @@ impl Scheduler {
         self.config.pools.len() + self.config.jobs_max
     }
 
-    /// The task records of a new job (host preferences interned in the book), the function
-    /// they share if they do, and whether any task prefers executors, and any prefers hosts or
-    /// executors.
-    fn build_tasks(
-        book: &mut Book,
-        mut tasks: Vec<TaskRec>,
-        specs: Tasks,
-    ) -> (Vec<TaskRec>, Option<Arc<str>>, bool, bool) {
+    /// The task records of a new job (host preferences interned in the book) and what they
+    /// say of it ([`BuiltTasks`]).
+    fn build_tasks(book: &mut Book, mut tasks: Vec<TaskRec>, specs: Tasks) -> BuiltTasks {
         debug_assert!(tasks.is_empty(), "a spare vector comes empty");
         let specs = match specs {
             Tasks::Each(specs) => specs,
@@ -1337,20 +1344,35 @@ impl Scheduler {
                 cores,
                 payloads,
             } => {
-                let task = |payload| TaskRec::new(None, payload, cores, None);
+                let task = |payload| TaskRec::new(0, payload, cores, None);
                 // A big job's payloads come as a vector: its own iterator fills the records
                 // fastest (a `Payloads` iterator matches its form at every payload).
                 match payloads.try_into_vec() {
                     Ok(payloads) => tasks.extend(payloads.into_iter().map(task)),
                     Err(payloads) => tasks.extend(payloads.into_iter().map(task)),
                 }
-                return (tasks, Some(function), false, false);
+                return BuiltTasks {
+                    tasks,
+                    function: Some(function),
+                    functions: Vec::new(),
+                    has_exec_prefs: false,
+                    has_host_prefs: false,
+                };
             }
         };
         let mut has_exec_prefs = false;
         let mut has_host_prefs = false;
+        let mut functions: Vec<Arc<str>> = Vec::new();
         tasks.reserve(specs.len());
         for t in specs {
+            // A run of tasks naming one function (by pointer) shares its entry.
+            if !functions
+                .last()
+                .is_some_and(|f| Arc::ptr_eq(f, &t.function))
+            {
+                functions.push(t.function);
+            }
+            let function = u32::try_from(functions.len() - 1).unwrap_or(u32::MAX);
             let prefs = if t.preferred_executors.is_empty() && t.preferred_hosts.is_empty() {
                 None
             } else {
@@ -1361,14 +1383,22 @@ impl Scheduler {
                     .iter()
                     .map(|h| book.host_index(h))
                     .collect();
-                Some(Box::new(Prefs {
+                Some(Prefs {
                     executors: t.preferred_executors,
                     hosts,
-                }))
+                })
             };
-            tasks.push(TaskRec::new(Some(t.function), t.payload, t.cores, prefs));
+            tasks.push(TaskRec::new(function, t.payload, t.cores, prefs));
         }
-        (tasks, None, has_exec_prefs, has_host_prefs)
+        // All one function: shared, as a job of one function over payloads.
+        let function = (functions.len() == 1).then(|| functions.pop()).flatten();
+        BuiltTasks {
+            tasks,
+            function,
+            functions,
+            has_exec_prefs,
+            has_host_prefs,
+        }
     }
 
     /// A new job's record in pool `pool`, its settings resolved against the scheduler's
@@ -1387,15 +1417,21 @@ impl Scheduler {
             Tasks::Same { cores, .. } => Some(*cores),
             Tasks::Each(_) => None,
         };
-        let (tasks, function, has_exec_prefs, has_host_prefs) =
-            Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
+        let BuiltTasks {
+            tasks,
+            function,
+            functions,
+            has_exec_prefs,
+            has_host_prefs,
+        } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
         let defaults = &self.defaults;
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
         let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
-        let latency = hedge
-            .as_ref()
-            .and_then(|_| self.shared_record(function.as_ref(), &tasks));
+        let latency = match (&hedge, &function) {
+            (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
+            _ => None,
+        };
         let (classes, durations_us) = (self.spare.classes(), self.spare.durations());
         let Some(entry) = self.jobs.get_mut(slot as usize) else {
             unreachable!("job slot {slot} beyond the table");
@@ -1408,6 +1444,7 @@ impl Scheduler {
             priority: spec.priority,
             tasks,
             function,
+            functions,
             keep_results: spec.keep_results,
             result_bytes_max: (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max),
             result_bytes: 0,
@@ -1456,22 +1493,6 @@ impl Scheduler {
         }
         job.level = job.start_level();
         job
-    }
-
-    /// The hedging run-time record of a job whose tasks share one function, if they do: the
-    /// job's `function`, or each task's own, the same by pointer (tasks naming one shared name).
-    fn shared_record(
-        &mut self,
-        function: Option<&Arc<str>>,
-        tasks: &[TaskRec],
-    ) -> Option<latency::RecordId> {
-        if let Some(function) = function {
-            return Some(self.hedge.record_of(function));
-        }
-        let first = tasks.first()?.function.as_ref()?;
-        let shared =
-            (tasks.iter()).all(|t| t.function.as_ref().is_some_and(|f| Arc::ptr_eq(f, first)));
-        shared.then(|| self.hedge.record_of(first))
     }
 
     /// A free slot of the job table (or a new one), empty, for a new job.
@@ -1674,7 +1695,7 @@ impl Scheduler {
             .get(key.task.index() as usize)?;
         (t.attempts.iter().flatten())
             .find(|p| p.attempt == key.attempt && p.exec == slot)
-            .map(|p| p.run)
+            .map(|p| p.run())
     }
 
     /// A final update (finished, failed, killed) from the executor in `slot`: the attempt's
@@ -2488,7 +2509,7 @@ impl Scheduler {
             return;
         };
         // Its run stays booked until the executor reports it, found by key from now on.
-        e.running.orphan(a.run, Attempt::new(task, a.attempt));
+        e.running.orphan(a.run(), Attempt::new(task, a.attempt));
         self.outputs.push_back(Output::Kill {
             executor: e.id,
             task,
@@ -2589,7 +2610,7 @@ impl Scheduler {
         } else {
             Bytes::new()
         };
-        t.exclusion = None;
+        t.clear_exclusion();
         let others = std::mem::take(&mut t.attempts);
         job.running -= 1;
         job.final_count += 1;
@@ -2597,7 +2618,7 @@ impl Scheduler {
         if let Some(config) = job.hedge.as_deref() {
             let record = match job.latency {
                 Some(record) => record,
-                None => self.hedge.record_of(job::function_of(&job.function, t)),
+                None => (self.hedge).record_of(job::function_of(&job.function, &job.functions, t)),
             };
             (self.hedge).succeeded(config, record, now_us.saturating_sub(started_us));
         }
@@ -2705,7 +2726,7 @@ impl Scheduler {
         t.failures += 1;
         job.counters.failures += 1;
         if let Some(x) = &job.exclusion_config {
-            let avoided_before = t.exclusion.is_some();
+            let avoided_before = t.exclusion().is_some();
             t.record_failure(
                 exec,
                 host,
