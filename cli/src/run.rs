@@ -286,6 +286,12 @@ pub fn wait_for_executors(
     Ok(())
 }
 
+/// How often a running job's abort check runs.
+const ABORT_CHECK: Duration = Duration::from_millis(20);
+
+/// How often the progress bar is drawn again.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
 /// Waits for the job's outcome, drawing the progress bar if `show_progress`; cancels the job
 /// (and says why) when `abort` gives a reason or no executor could run its tasks for
 /// `--no-executor-timeout-s`.
@@ -298,8 +304,10 @@ fn wait_for_outcome(
     abort: &dyn Fn() -> Option<String>,
 ) -> Result<JobOutcome, String> {
     let timeout = Duration::from_secs(args.no_executor_timeout_s);
+    let mut drawn = start;
     loop {
-        match handle.wait_timeout(Duration::from_millis(200)) {
+        // Short enough that a signal's cancel (`abort`) stops launches at once.
+        match handle.wait_timeout(ABORT_CHECK) {
             Ok(outcome) => return Ok(outcome),
             Err(pending) => {
                 if let Some(reason) = abort() {
@@ -317,7 +325,11 @@ fn wait_for_outcome(
                         pending.tasks()
                     ));
                 }
-                if show_progress && start.elapsed() > Duration::from_secs(1) {
+                if show_progress
+                    && start.elapsed() > Duration::from_secs(1)
+                    && drawn.elapsed() >= PROGRESS_EVERY
+                {
+                    drawn = Instant::now();
                     progress(pending.tasks_done(), pending.tasks(), start.elapsed());
                 }
                 handle = pending;
