@@ -10,7 +10,9 @@ use common::{
     free_port, observe_token_path, wait_observe_token, wait_until, wait_until_held, Gate,
 };
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Whether process `pid` runs (exists and is no zombie).
 fn alive(pid: u32) -> bool {
@@ -82,11 +84,10 @@ fn sigterm_cancels_a_drivers_job_stops_its_executor_and_removes_its_token() {
     assert!(status.success(), "{status:?}: {}", executor.stderr());
 }
 
-#[test]
-fn sigint_cancels_a_local_job_and_leaves_no_executor_behind() {
-    let dir = scratch("local-sigint");
+/// `flint local` (run by `command`) with two executors holding a job until `gate` opens: the
+/// process and its executors' pids (the gate must live as long as the job should hold).
+fn local_holding_a_job(dir: &Path, command: Command, gate: &Gate) -> (Proc, Vec<u32>) {
     let metrics = metrics_addr();
-    let gate = Gate::new();
     let task = gate.task();
     let metrics_arg = metrics.to_string();
     let args = [
@@ -100,18 +101,30 @@ fn sigint_cancels_a_local_job_and_leaves_no_executor_behind() {
         "--metrics-listen",
         &metrics_arg,
     ];
-    let mut local = Proc::start(&dir, "local", &args);
+    let local = Proc::start_with(command, dir, "local", &args);
     // Local mode serves its metrics on loopback without a token.
     wait_until_held(metrics, None, 2);
     let executors = children(local.child.id());
     assert_eq!(executors.len(), 2, "{executors:?}");
+    (local, executors)
+}
 
-    assert!(kill("-INT", &local.child.id().to_string()));
+/// `local` exits as SIGINT's 130, and `executors` end.
+fn ends_by_sigint(mut local: Proc, executors: Vec<u32>) {
     let status = local.wait();
     assert_eq!(status.code(), Some(128 + 2), "{}", local.stderr());
     for pid in executors {
         wait_until("the executor to end", || !alive(pid));
     }
+}
+
+#[test]
+fn sigint_cancels_a_local_job_and_leaves_no_executor_behind() {
+    let dir = scratch("local-sigint");
+    let gate = Gate::new();
+    let (local, executors) = local_holding_a_job(&dir, Command::new(FLINT), &gate);
+    assert!(kill("-INT", &local.child.id().to_string()));
+    ends_by_sigint(local, executors);
 }
 
 /// The process group of process `pid`.
@@ -124,42 +137,20 @@ fn process_group(pid: u32) -> Option<u32> {
 #[test]
 fn ctrl_c_at_a_terminal_reaches_flint_local_alone_and_it_stops_its_executors() {
     let dir = scratch("local-ctrl-c");
-    let metrics = metrics_addr();
     let gate = Gate::new();
-    let task = gate.task();
-    let metrics_arg = metrics.to_string();
-    let args = [
-        "local",
-        "--executors",
-        "2",
-        "--tasks",
-        "1000",
-        "--task",
-        &task,
-        "--metrics-listen",
-        &metrics_arg,
-    ];
     // A terminal runs it as its foreground group, and Ctrl-C signals the whole group.
-    let mut command = std::process::Command::new(FLINT);
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut local = Proc::start_with(command, &dir, "local", &args);
+    let mut command = Command::new(FLINT);
+    command.process_group(0);
+    let (local, executors) = local_holding_a_job(&dir, command, &gate);
     let group = local.child.id();
-    wait_until_held(metrics, None, 2);
-    let executors = children(group);
-    assert_eq!(executors.len(), 2, "{executors:?}");
     // The executors are in groups of their own: the group's SIGINT does not kill them
     // under the driver (which then also replaced them while it stopped).
     for &pid in &executors {
         let theirs = process_group(pid).expect("a live executor's group");
         assert_ne!(theirs, group, "executor {pid} in the driver's group");
     }
-
     assert!(kill("-INT", &format!("-{group}")));
-    let status = local.wait();
-    assert_eq!(status.code(), Some(128 + 2), "{}", local.stderr());
-    for pid in executors {
-        wait_until("the executor to end", || !alive(pid));
-    }
+    ends_by_sigint(local, executors);
 }
 
 #[test]

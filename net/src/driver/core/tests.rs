@@ -148,6 +148,12 @@ fn launches(frames: &[Frame]) -> Vec<(u64, u32)> {
     launched
 }
 
+/// The launches in everything the core has to send, whoever to.
+fn launches_to_anyone(core: &mut DriverCore) -> Vec<(u64, u32)> {
+    let frames: Vec<Frame> = (transmitted(core).into_iter()).map(|(_, f)| f).collect();
+    launches(&frames)
+}
+
 /// Submits a job under a fresh id (the caller's side admits jobs); its id.
 fn submit(core: &mut DriverCore, job: Job, now_us: u64) -> JobId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -644,25 +650,14 @@ fn a_burst_that_took_long_to_build_launches_attempts_stamped_when_they_leave() {
         burst.submit(job, Job::new("echo", vec![Bytes::from("x"); 2]));
         burst.advance(S + 2 * MS);
     });
-    let launched = launches(
-        &transmitted(&mut core)
-            .into_iter()
-            .map(|(_, f)| f)
-            .collect::<Vec<_>>(),
-    );
+    let launched = launches_to_anyone(&mut core);
     assert_eq!(launched.len(), 2, "{launched:?}");
     // Just after: nothing is overdue, so nothing is copied and no executor is suspected.
     for peer in [PeerId(1), PeerId(2)] {
         assert!(heartbeat(&mut core, peer, 1, S + 3 * MS));
     }
     core.handle_timeout(S + 10 * MS);
-    let copies = launches(
-        &transmitted(&mut core)
-            .into_iter()
-            .map(|(_, f)| f)
-            .collect::<Vec<_>>(),
-    );
-    assert_eq!(copies, vec![], "copied at once");
+    assert_eq!(launches_to_anyone(&mut core), vec![], "copied at once");
     let health = core.executor_health();
     assert!(health.stalled.is_empty(), "{health:?}");
     assert!(health.suspected.is_empty(), "{health:?}");
