@@ -19,6 +19,11 @@
 //! the 100 ms speculation check and the 1 ms offer deferral come due during a run): flat
 //! across N means the scheduler's timers do not scan the active jobs either.
 //!
+//! `scheduler_submit`: how long submitting one job of one function over 1,000,000 payloads (the
+//! form the driver sends a job without locality in) holds the caller, the driver's loop, with
+//! one 4-core executor registered (so it includes the first launches). The scheduler and the
+//! payloads are made before, and dropped after, each measured submission.
+//!
 //! Under `cargo test --benches` (no `--bench` flag) it runs a 10,000-task version once.
 
 use std::collections::VecDeque;
@@ -32,7 +37,7 @@ use criterion::{
 };
 use flint_engine::scheduler::{
     Config, Event, ExecutorId, ExecutorInfo, JobSpec, Output, Scheduler, Sharing, StatusUpdate,
-    TaskId, TaskSpec, TaskState,
+    TaskId, TaskSpec, TaskState, Tasks,
 };
 
 const CORES: u32 = 4;
@@ -197,6 +202,49 @@ fn bench_group<M: Measurement<Value = Duration>>(c: &mut Criterion<M>, name: &st
 fn scheduler(c: &mut Criterion) {
     bench_group(c, "scheduler", false);
     active_jobs(c);
+    submit_big(c);
+}
+
+/// One submission of a job of `task_count()` tasks, one function over payloads.
+fn submit_big(c: &mut Criterion) {
+    let tasks = task_count();
+    let mut group = c.benchmark_group("scheduler_submit");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(4));
+    group.throughput(Throughput::Elements(tasks as u64));
+    let payload = Bytes::from_static(b"12345678");
+    group.bench_function(BenchmarkId::new("one_job", tasks), |b| {
+        b.iter_batched(
+            || {
+                let mut s = Scheduler::new(Config {
+                    pending_tasks_max: tasks,
+                    ..Config::default()
+                });
+                let info = ExecutorInfo {
+                    id: ExecutorId(0),
+                    host: "host0".into(),
+                    cores: CORES,
+                    attributes: Vec::new(),
+                };
+                s.handle_register(info, 0).expect("fresh executor");
+                let payloads: Vec<Bytes> = vec![payload.clone(); tasks];
+                (s, payloads)
+            },
+            |(mut s, payloads)| {
+                let spec = JobSpec::new(Tasks::Same {
+                    function: "noop".into(),
+                    cores: 1,
+                    payloads: payloads.into(),
+                });
+                black_box(s.handle_submit(spec, 0).expect("accepted"));
+                s
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    group.finish();
 }
 
 /// One completion and one new one-task job, `rounds` times, with `active` one-task jobs kept.

@@ -694,6 +694,55 @@ fn a_job_succeeds_with_its_results_in_task_order() {
     );
 }
 
+/// Results replace payloads in every form a job's payloads come in (one, a vector, a list
+/// jobs share), in task order, and a failed attempt's retry still gets its payload; a list
+/// the caller shares is left as it was.
+#[test]
+fn results_come_in_task_order_whatever_form_the_payloads_came_in() {
+    let inputs: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i])).collect();
+    let shared: std::sync::Arc<[Bytes]> = inputs.clone().into();
+    let forms: [flint_engine::scheduler::Payloads; 3] = [
+        inputs.clone().into(),
+        shared.clone().into(),
+        inputs[0].clone().into(),
+    ];
+    for payloads in forms {
+        let n = payloads.len();
+        let mut s = Scheduler::new(config());
+        s.handle_register(exec(1, "h", 3), 0).unwrap();
+        let spec = JobSpec::new(Tasks::Same {
+            function: "f".into(),
+            cores: 1,
+            payloads,
+        });
+        let job = s.handle_submit(spec, 0).unwrap();
+        let ls = launches(&drain(&mut s));
+        let sent: Vec<Bytes> = ls.iter().map(|(_, l)| l.payload.clone()).collect();
+        assert_eq!(sent, inputs[..n], "each task's own payload");
+        // The first fails once: its retry carries its payload again.
+        update(&mut s, 1, ls[0].0, &ls[0].1, TaskState::Failed, b"boom");
+        let retry = launches(&drain(&mut s));
+        assert_eq!(retry.len(), 1);
+        assert_eq!(retry[0].1.payload, inputs[0]);
+        let mut outs = Vec::new();
+        for (e, l) in retry.iter().chain(ls.iter().skip(1)).rev() {
+            let result = [l.task.index() as u8 + 10];
+            update(&mut s, 2, *e, l, TaskState::Finished, &result);
+            outs.extend(drain(&mut s));
+        }
+        let expected: Vec<Bytes> = (0..n as u8).map(|i| Bytes::from(vec![i + 10])).collect();
+        assert_eq!(
+            outcomes(&outs),
+            vec![(job, JobOutcome::Succeeded(expected))]
+        );
+    }
+    assert_eq!(
+        shared[..],
+        inputs[..],
+        "the shared list is the caller's as it was"
+    );
+}
+
 /// A driver takes the executors' part (launches, kills) with `poll_command` and the callers'
 /// part (results, outcomes) with `poll_event`; `poll_output` gives the first, then the second.
 #[test]

@@ -12,9 +12,8 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::latency::RecordId;
+use super::payloads::Payloads;
 use super::prefs::PrefKey;
 use super::types::{
     ExclusionConfig, ExecutorId, HedgeConfig, JobId, LocalityLevel, SpeculationConfig, TaskId,
@@ -112,8 +111,6 @@ pub(crate) struct TaskRec {
     /// Its function's index in [`Job::functions`] (0, unused, when the job's tasks share one,
     /// [`Job::function`]): four bytes, where a name of its own took sixteen and a reference count.
     pub function: u32,
-    /// The payload until the task succeeds, then its result (saves memory at millions of tasks).
-    pub payload: Bytes,
     /// Preferences and exclusion, if it has either.
     pub extra: Option<Box<TaskExtra>>,
     pub cores: u32,
@@ -152,11 +149,10 @@ pub(crate) fn function_of<'a>(
 }
 
 impl TaskRec {
-    /// A pending task that has run no attempt.
-    pub fn new(function: u32, payload: Bytes, cores: u32, prefs: Option<Prefs>) -> Self {
+    /// A pending task that has run no attempt (its payload is the job's: [`Job::payloads`]).
+    pub fn new(function: u32, cores: u32, prefs: Option<Prefs>) -> Self {
         TaskRec {
             function,
-            payload,
             extra: prefs.map(|prefs| {
                 Box::new(TaskExtra {
                     prefs: Some(prefs),
@@ -264,7 +260,16 @@ pub(crate) struct Job {
     pub pool: u32,
     pub weight: u32,
     pub priority: i32,
+    /// The records of tasks `0..tasks.len()`. A job of one function over payloads builds a
+    /// task's record when it first leaves its fresh queue (or is killed), in index order, so
+    /// submitting millions of tasks builds none: tasks `tasks.len()..task_count` are pending,
+    /// have never run, prefer nothing, run [`Job::function`] on the one class's cores.
     pub tasks: Vec<TaskRec>,
+    /// How many tasks the job has.
+    pub task_count: usize,
+    /// Each task's payload (by index) until it succeeds; then its result if the job keeps
+    /// results, else nothing (a big job's inputs are freed as it runs).
+    pub payloads: Payloads,
     /// The function every task runs, when they share one (a job of one function over
     /// payloads, or whose tasks all name one); `None` when each task record names its own.
     pub function: Option<Arc<str>>,
@@ -395,11 +400,27 @@ fn pop_pending(
     None
 }
 
-/// Takes the first task of `fresh` that is still pending (one killed since is passed over) if
-/// it fits in `free` cores; never-run tasks avoid no executor.
-fn pop_fresh(fresh: &mut std::ops::Range<u32>, tasks: &[TaskRec], free: u32) -> Option<u32> {
+/// Takes the first task of `fresh` (tasks of `cores` cores) that is still pending (one killed
+/// since is passed over) if it fits in `free` cores; never-run tasks avoid no executor. A task
+/// without a record yet gets it now ([`Job::tasks`]).
+fn pop_fresh(
+    fresh: &mut std::ops::Range<u32>,
+    tasks: &mut Vec<TaskRec>,
+    cores: u32,
+    free: u32,
+) -> Option<u32> {
     while let Some(i) = fresh.clone().next() {
         match tasks.get(i as usize) {
+            None => {
+                // Records are built in index order, fresh tasks leave in index order.
+                debug_assert_eq!(tasks.len(), i as usize, "task {i} built out of order");
+                if cores > free {
+                    return None;
+                }
+                fresh.start += 1;
+                tasks.push(TaskRec::new(0, cores, None));
+                return Some(i);
+            }
             Some(t) if t.status == Status::Pending => {
                 if t.cores > free {
                     return None;
@@ -414,6 +435,21 @@ fn pop_fresh(fresh: &mut std::ops::Range<u32>, tasks: &[TaskRec], free: u32) -> 
 }
 
 impl Job {
+    /// Builds the records of tasks up to `index` (pending, never run: see [`Job::tasks`]),
+    /// so that it has one to change. Only a job of one function over payloads lacks any.
+    pub fn build_through(&mut self, index: u32) {
+        let cores = match self.classes.as_slice() {
+            [q] => q.cores,
+            _ => return, // tasks of more than one size: all have records
+        };
+        let end = (index as usize + 1).min(self.task_count);
+        if self.tasks.len() < end {
+            let built = self.tasks.len();
+            self.tasks
+                .extend((built..end).map(|_| TaskRec::new(0, cores, None)));
+        }
+    }
+
     /// Queues tasks `0..n` of a new job whose tasks all need `cores` cores and prefer nothing
     /// (one function over payloads): one class, its tasks fresh in index order.
     pub fn enqueue_fresh(&mut self, n: u32, cores: u32) {
@@ -672,7 +708,7 @@ impl Job {
         }
         let Job { classes, tasks, .. } = &mut *self;
         for q in classes.iter_mut().filter(|q| q.cores <= free) {
-            let found = pop_fresh(&mut q.fresh, tasks, free)
+            let found = pop_fresh(&mut q.fresh, tasks, q.cores, free)
                 .or_else(|| pop_pending(&mut q.no_pref, tasks, free, exec, host));
             if let Some(i) = found {
                 return Some(Found::Pending(i, None));
@@ -825,7 +861,10 @@ impl Job {
             task: TaskId::new(self.id, index),
             attempt,
             function: function_of(&self.function, &self.functions, t).clone(),
-            payload: t.payload.clone(),
+            payload: match self.payloads.get(index as usize) {
+                Some(payload) => payload.clone(),
+                None => unreachable!("task {index} without a payload"),
+            },
             cores: t.cores,
             speculative,
         };
@@ -892,7 +931,7 @@ impl Job {
     /// Whether `quantile` of the tasks succeeded: Spark's `minFinishedForSpeculation`,
     /// floor(quantile x tasks), at least 1 (SPARK-37580).
     pub fn quantile_met(&self, quantile: f64) -> bool {
-        let needed = ((quantile * self.tasks.len() as f64).floor() as usize).max(1);
+        let needed = ((quantile * self.task_count as f64).floor() as usize).max(1);
         self.durations_us.len() >= needed
     }
 
@@ -915,12 +954,13 @@ impl Job {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     fn task(status: Status, cores: u32) -> TaskRec {
         TaskRec {
             function: 0,
-            payload: Bytes::new(),
             extra: None,
             cores,
             status,
@@ -970,6 +1010,8 @@ mod tests {
             weight: 1,
             priority: 0,
             tasks: vec![task(Status::Pending, 1)],
+            task_count: 1,
+            payloads: Payloads::from(Bytes::new()),
             function: None,
             functions: Vec::new(),
             keep_results: true,
@@ -1055,6 +1097,7 @@ mod tests {
     fn speculation_threshold_needs_the_quantile_and_uses_the_median() {
         let mut j = job(false, false);
         j.tasks = (0..4).map(|_| task(Status::Running, 1)).collect();
+        j.task_count = 4;
         j.durations_us = vec![100];
         assert_eq!(
             j.speculation_threshold_us(0.5, 1.5, 0),

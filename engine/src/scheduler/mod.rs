@@ -362,7 +362,10 @@ fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2])
 
 /// A new job's task records ([`Scheduler::build_tasks`]) and what they say of it.
 struct BuiltTasks {
+    /// The records built now: none for a job of one function over payloads ([`Job::tasks`]).
     tasks: Vec<TaskRec>,
+    /// Every task's payload.
+    payloads: Payloads,
     /// The function they all run, if they share one.
     function: Option<Arc<str>>,
     /// Else the functions their records index ([`Job::functions`]).
@@ -780,7 +783,7 @@ impl Scheduler {
                 .map_or_else(String::new, |p| p.name.to_string()),
             locality_level: j.level.public(),
             valid_levels: j.valid_levels().into_iter().map(Level::public).collect(),
-            tasks: j.tasks.len(),
+            tasks: j.task_count,
             pending: j.pending,
             running: j.running,
             succeeded: j.counters.succeeded,
@@ -805,7 +808,17 @@ impl Scheduler {
     /// job ended or for an unknown task).
     pub fn task_info(&self, task: TaskId) -> Option<TaskInfo> {
         let j = self.job(task.job())?;
-        let t = j.tasks.get(task.index() as usize)?;
+        let index = task.index() as usize;
+        let Some(t) = j.tasks.get(index) else {
+            // A task whose record is not built yet: pending, never run.
+            return (index < j.task_count).then(|| TaskInfo {
+                status: TaskStatus::Pending,
+                failures: 0,
+                attempts_launched: 0,
+                running: Vec::new(),
+                excluded_executors: Vec::new(),
+            });
+        };
         let running = t
             .attempts
             .iter()
@@ -1334,25 +1347,22 @@ impl Scheduler {
     }
 
     /// The task records of a new job (host preferences interned in the book) and what they
-    /// say of it ([`BuiltTasks`]).
+    /// say of it ([`BuiltTasks`]). A job of one function over payloads gets room for its
+    /// records, built as its tasks first launch: O(1) here whatever its size.
     fn build_tasks(book: &mut Book, mut tasks: Vec<TaskRec>, specs: Tasks) -> BuiltTasks {
         debug_assert!(tasks.is_empty(), "a spare vector comes empty");
         let specs = match specs {
             Tasks::Each(specs) => specs,
             Tasks::Same {
                 function,
-                cores,
+                cores: _,
                 payloads,
             } => {
-                let task = |payload| TaskRec::new(0, payload, cores, None);
-                // A big job's payloads come as a vector: its own iterator fills the records
-                // fastest (a `Payloads` iterator matches its form at every payload).
-                match payloads.try_into_vec() {
-                    Ok(payloads) => tasks.extend(payloads.into_iter().map(task)),
-                    Err(payloads) => tasks.extend(payloads.into_iter().map(task)),
-                }
+                // Room only: pages are touched as records are built.
+                tasks.reserve_exact(payloads.len());
                 return BuiltTasks {
                     tasks,
+                    payloads,
                     function: Some(function),
                     functions: Vec::new(),
                     has_exec_prefs: false,
@@ -1364,6 +1374,10 @@ impl Scheduler {
         let mut has_host_prefs = false;
         let mut functions: Vec<Arc<str>> = Vec::new();
         tasks.reserve(specs.len());
+        // A one-task job's payload needs no vector.
+        let single = specs.len() == 1;
+        let mut one = None;
+        let mut payloads = Vec::with_capacity(if single { 0 } else { specs.len() });
         for t in specs {
             // A run of tasks naming one function (by pointer) shares its entry.
             if !functions
@@ -1388,12 +1402,20 @@ impl Scheduler {
                     hosts,
                 })
             };
-            tasks.push(TaskRec::new(function, t.payload, t.cores, prefs));
+            tasks.push(TaskRec::new(function, t.cores, prefs));
+            match single {
+                true => one = Some(t.payload),
+                false => payloads.push(t.payload),
+            }
         }
         // All one function: shared, as a job of one function over payloads.
         let function = (functions.len() == 1).then(|| functions.pop()).flatten();
         BuiltTasks {
             tasks,
+            payloads: match one {
+                Some(payload) => Payloads::from(payload),
+                None => Payloads::from(payloads),
+            },
             function,
             functions,
             has_exec_prefs,
@@ -1419,6 +1441,7 @@ impl Scheduler {
         };
         let BuiltTasks {
             tasks,
+            payloads,
             function,
             functions,
             has_exec_prefs,
@@ -1443,6 +1466,8 @@ impl Scheduler {
             weight: spec.weight.max(1),
             priority: spec.priority,
             tasks,
+            task_count: n,
+            payloads,
             function,
             functions,
             keep_results: spec.keep_results,
@@ -1541,6 +1566,7 @@ impl Scheduler {
             unreachable!("job slot {slot} of an active job is empty");
         };
         let index = task.index();
+        job.build_through(index);
         let Some(t) = job.tasks.get_mut(index as usize) else {
             return false;
         };
@@ -1930,11 +1956,15 @@ impl Scheduler {
         };
         // Rare (once per timeout per stuck job), so scans are fine here: the largest
         // queued task, and every queued task that avoids some executor.
+        let unbuilt = (job.tasks.len() < job.task_count)
+            .then(|| job.classes.first().map(|q| q.cores))
+            .flatten();
         let largest = job
             .tasks
             .iter()
             .filter(|t| t.status == Status::Pending)
             .map(|t| t.cores)
+            .chain(unbuilt)
             .max()
             .unwrap_or(1);
         let runs_somewhere = |cores: u32, task: Option<&TaskRec>| {
@@ -2605,11 +2635,10 @@ impl Scheduler {
         job.result_bytes += kept;
         t.status = Status::Succeeded;
         // The payload is no longer needed; the result replaces it if the job keeps it.
-        t.payload = if job.keep_results {
-            data.clone()
-        } else {
-            Bytes::new()
-        };
+        match job.keep_results {
+            true => job.payloads.replace(index as usize, data.clone()),
+            false => job.payloads.release(index as usize),
+        }
         t.clear_exclusion();
         let others = std::mem::take(&mut t.attempts);
         job.running -= 1;
@@ -2623,7 +2652,7 @@ impl Scheduler {
             (self.hedge).succeeded(config, record, now_us.saturating_sub(started_us));
         }
         // A job whose last task this was has nothing left to speculate on.
-        if job.speculation.is_some() && job.final_count < job.tasks.len() {
+        if job.speculation.is_some() && job.final_count < job.task_count {
             job.durations_us.push(now_us.saturating_sub(started_us));
             if !std::mem::replace(&mut job.durations_dirty, true) {
                 self.spec_dirty.push(job_slot);
@@ -2832,7 +2861,7 @@ impl Scheduler {
         else {
             unreachable!("maybe_finish_job for empty job slot {job_slot}");
         };
-        if job.final_count < job.tasks.len() {
+        if job.final_count < job.task_count {
             return;
         }
         let outcome = if job.doomed {
@@ -2846,12 +2875,8 @@ impl Scheduler {
                 .collect();
             JobOutcome::Failed(reasons)
         } else if job.keep_results {
-            JobOutcome::Succeeded(
-                job.tasks
-                    .iter_mut()
-                    .map(|t| std::mem::take(&mut t.payload))
-                    .collect(),
-            )
+            // Every task succeeded: its result took its payload's place.
+            JobOutcome::Succeeded(std::mem::take(&mut job.payloads).into_vec())
         } else {
             JobOutcome::Succeeded(Vec::new())
         };
@@ -2889,6 +2914,8 @@ impl Scheduler {
                 }
             }
         }
+        // Tasks without a record yet: pending, never run.
+        unfinished += job.task_count - job.tasks.len();
         self.pending_total -= job.pending;
         self.speculatable_total = self
             .speculatable_total

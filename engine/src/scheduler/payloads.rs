@@ -2,8 +2,10 @@
 //! single payload needs no vector, and a service that submits the same inputs with every
 //! request shares one list instead of copying a vector each time.
 //!
-//! A vector the caller builds is allocated on the caller's thread and freed on the driver's
-//! loop when the scheduler takes the payloads into its task records: a malloc and a
+//! The scheduler keeps a job's `Payloads` as they came (its task records hold none): a
+//! task's launch clones its payload from them, its success lets go of it or puts its result
+//! in its place, and the outcome's results are the job's vector itself. A vector the caller
+//! builds is allocated on the caller's thread and freed on the driver's loop: a malloc and a
 //! cross-thread free, about 230 instructions of a one-task job's cost (callgrind, `ci/cost`).
 
 use std::ops::Deref;
@@ -32,12 +34,44 @@ impl Default for Held {
 }
 
 impl Payloads {
-    /// The vector they came in, if they came in one (nothing copied); else themselves. A
-    /// vector's own iterator fills a big job's records fastest.
-    pub fn try_into_vec(self) -> Result<Vec<Bytes>, Payloads> {
+    /// Replaces payload `i` with `value` (a task's result, kept for the job's outcome): in
+    /// place when held alone or in a vector; a shared list becomes this job's own vector
+    /// first (a reference count per payload, once per job).
+    pub(crate) fn replace(&mut self, i: usize, value: Bytes) {
+        if let Held::Shared(shared) = &self.0 {
+            self.0 = Held::Many(shared.to_vec());
+        }
+        let slot = match &mut self.0 {
+            Held::One(payload) => (i == 0).then_some(payload),
+            Held::Many(payloads) => payloads.get_mut(i),
+            Held::Shared(_) => unreachable!("a shared list was just made a vector"),
+        };
+        match slot {
+            Some(slot) => *slot = value,
+            None => unreachable!("payload {i} of {}", self.len()),
+        }
+    }
+
+    /// Lets go of payload `i` (its task succeeded and its result is not kept), so a big job's
+    /// inputs are freed as it runs; a shared list's stay with it (others hold them).
+    pub(crate) fn release(&mut self, i: usize) {
+        let slot = match &mut self.0 {
+            Held::One(payload) => (i == 0).then_some(payload),
+            Held::Many(payloads) => payloads.get_mut(i),
+            Held::Shared(_) => return,
+        };
+        if let Some(slot) = slot {
+            *slot = Bytes::new();
+        }
+    }
+
+    /// Them as a vector: the one they came in if they came in one (nothing copied), else a
+    /// new one.
+    pub fn into_vec(self) -> Vec<Bytes> {
         match self.0 {
-            Held::Many(payloads) => Ok(payloads),
-            other => Err(Payloads(other)),
+            Held::One(payload) => vec![payload],
+            Held::Many(payloads) => payloads,
+            Held::Shared(payloads) => payloads.to_vec(),
         }
     }
 }
@@ -180,15 +214,47 @@ mod tests {
         assert_eq!(one.into_iter().collect::<Vec<_>>(), [a]);
         let vector = vec![Bytes::from(vec![1u8; 8])];
         let at = vector.as_ptr();
-        let back = Payloads::from(vector)
-            .try_into_vec()
-            .expect("came as a vector");
+        let back = Payloads::from(vector).into_vec();
         assert_eq!(back.as_ptr(), at, "the same vector, not a copy");
-        let one = Payloads::from(Bytes::from_static(b"x"));
-        assert_eq!(one.clone().try_into_vec(), Err(one), "not a vector: itself");
+        let x = Bytes::from_static(b"x");
+        assert_eq!(Payloads::from(x.clone()).into_vec(), [x], "a new vector");
         let none = Payloads::default();
         assert!(none.is_empty());
         assert_eq!(none.into_iter().next(), None);
+    }
+
+    #[test]
+    fn results_replace_payloads_in_every_form_and_released_ones_are_freed() {
+        let (a, b, r) = (
+            Bytes::from_static(b"a"),
+            Bytes::from_static(b"b"),
+            Bytes::from_static(b"result"),
+        );
+        let shared: Arc<[Bytes]> = Arc::from(vec![a.clone(), b.clone()]);
+        let forms = [
+            Payloads::from(vec![a.clone(), b.clone()]),
+            Payloads::from(shared.clone()),
+        ];
+        for mut p in forms {
+            p.replace(1, r.clone());
+            assert_eq!(&p[..], &[a.clone(), r.clone()][..]);
+            p.release(0);
+            assert_eq!(p.into_vec(), [Bytes::new(), r.clone()]);
+        }
+        assert_eq!(
+            &shared[..],
+            &[a.clone(), b.clone()][..],
+            "a shared list is left alone"
+        );
+        let mut shared_job = Payloads::from(shared.clone());
+        shared_job.release(0);
+        assert_eq!(shared_job[0], a, "released: still the shared list's");
+        let mut one = Payloads::from(a.clone());
+        one.replace(0, r.clone());
+        assert_eq!(one.into_vec(), [r]);
+        let mut one = Payloads::from(a);
+        one.release(0);
+        assert!(one[0].is_empty());
     }
 
     #[test]

@@ -99,3 +99,61 @@ fn held_launches_of_a_burst_leave_as_one_batch_and_any_other_input_emits_them() 
     s.handle_submit(spec(1), 21).expect("accepted");
     assert_eq!(launch_batches(&mut s), [1, 1]);
 }
+
+/// A job of one function over payloads of a million tasks.
+fn same(n: usize) -> JobSpec {
+    JobSpec::new(Tasks::Same {
+        function: "f".into(),
+        cores: 1,
+        payloads: (0..n).map(|_| Bytes::from_static(b"p")).collect(),
+    })
+}
+
+fn job_at(s: &Scheduler, id: JobId) -> &Job {
+    let slot = s.job_slots.get(id.0).copied().expect("an active job");
+    s.jobs[slot as usize].as_ref().expect("a job in its slot")
+}
+
+#[test]
+fn a_job_of_one_function_over_payloads_builds_a_task_record_when_the_task_first_leaves() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 4,
+        ..Config::default()
+    });
+    let job = s.handle_submit(same(1_000_000), 0).expect("accepted");
+    assert_eq!(
+        job_at(&s, job).tasks.len(),
+        0,
+        "no record built at submission"
+    );
+    s.handle_register(executor(1, 4), 10).expect("registered");
+    assert_eq!(launched(&mut s), 4);
+    assert_eq!(
+        job_at(&s, job).tasks.len(),
+        4,
+        "one record per task launched"
+    );
+    // Killing a task far ahead builds the records up to it; it is then passed over.
+    assert!(s.handle_kill(TaskId::new(job, 9), "not needed", 20));
+    assert_eq!(job_at(&s, job).tasks.len(), 10);
+    let info = s.job_info(job).expect("active");
+    assert_eq!((info.tasks, info.pending), (1_000_000, 1_000_000 - 5));
+    let unbuilt = s.task_info(TaskId::new(job, 999_999)).expect("a task");
+    assert_eq!(
+        (unbuilt.status, unbuilt.attempts_launched),
+        (TaskStatus::Pending, 0)
+    );
+    assert!(
+        s.task_info(TaskId::new(job, 1_000_000)).is_none(),
+        "beyond the job"
+    );
+    // Cancelling counts the unbuilt tasks out with the rest.
+    assert!(s.handle_cancel(job, 30));
+    assert_eq!((s.pending_tasks(), s.unfinished_tasks()), (0, 0));
+}
+
+#[test]
+fn a_task_record_holds_no_payload_and_stays_small() {
+    // A job of millions keeps millions of them (its payloads are the job's, as they came).
+    assert!(std::mem::size_of::<TaskRec>() <= 56);
+}

@@ -53,7 +53,7 @@ use crate::lifecycle::{
 use crate::scheduler::{
     Attempt, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
     JobOutcome, JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler,
-    Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
+    Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState, Tasks,
 };
 
 /// Largest core count a simulated task asks for.

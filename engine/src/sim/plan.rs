@@ -141,8 +141,12 @@ impl Sim {
     pub(super) fn plan_job(&mut self, j: usize, hosts: u64, n_execs: u64) {
         let n_tasks = self.rng.range(0, 40);
         let oversized = self.rng.chance(0.05) && n_tasks > 0;
-        let tasks = self.random_tasks(n_tasks, oversized, hosts, n_execs);
-        let mut spec = JobSpec::new(tasks);
+        // A third are one function over payloads (what the driver sends for a job without
+        // locality), whose task records the scheduler builds as the tasks first leave.
+        let mut spec = match self.rng.chance(0.3) {
+            true => JobSpec::new(self.plain_tasks(n_tasks, oversized)),
+            false => JobSpec::new(self.random_tasks(n_tasks, oversized, hosts, n_execs)),
+        };
         self.random_settings(&mut spec, j, n_tasks);
         let submit_us = self.rng.range(0, 300_000);
         self.at(submit_us, Ev::Submit(j));
@@ -162,6 +166,26 @@ impl Sim {
             outcome: None,
             oversized,
         });
+    }
+
+    /// `n_tasks` tasks of one function and one size over payloads (the middle one over the
+    /// payload limit if `oversized`), big now and then.
+    pub(super) fn plain_tasks(&mut self, n_tasks: u64, oversized: bool) -> Tasks {
+        let cores = match self.rng.chance(0.15) {
+            true => TASK_CORES_MAX,
+            false => 1,
+        };
+        let payloads = (0..n_tasks)
+            .map(|i| match oversized && i == n_tasks / 2 {
+                true => Bytes::from(vec![7u8; 100]),
+                false => Bytes::from(vec![7u8; 8]),
+            })
+            .collect();
+        Tasks::Same {
+            function: "work".into(),
+            cores,
+            payloads,
+        }
     }
 
     /// `n_tasks` tasks (the middle one over the payload limit if `oversized`), some big, some
