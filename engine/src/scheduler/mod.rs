@@ -227,10 +227,11 @@ mod tests;
 mod timers;
 mod types;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use speculation::SpecTimeouts;
 
 pub use payloads::Payloads;
 pub use types::{
@@ -485,12 +486,8 @@ pub struct Scheduler {
     pref_index: PrefIndex,
     /// Active jobs with speculation on.
     spec_jobs: usize,
-    /// The speculation timeouts of the active jobs with speculation on, with how many jobs
-    /// have each (the least one with jobs decides which executors the straggler check looks
-    /// at). A timeout whose jobs all ended stays, at zero, while there are at most
-    /// [`SPEC_TIMEOUTS_KEPT`]: the next job with it (usually the same as the last) costs no
-    /// insertion.
-    spec_timeouts_us: BTreeMap<u64, u32>,
+    /// The speculation timeouts of the active jobs with speculation on, counted.
+    spec_timeouts: SpecTimeouts,
     /// Active jobs with speculation on whose successes reached their quantile (monotonic:
     /// successes only grow).
     quantile_jobs: usize,
@@ -519,9 +516,6 @@ struct Defaults {
     exclusion: Option<Arc<ExclusionConfig>>,
 }
 
-/// Speculation timeouts kept at zero jobs, at most (see `Scheduler::spec_timeouts_us`).
-const SPEC_TIMEOUTS_KEPT: usize = 8;
-
 /// No job's id (ids are below 2^32): an empty [`Scheduler::job_hint`].
 const NO_JOB: u64 = u64::MAX;
 
@@ -542,6 +536,8 @@ impl Scheduler {
                 pools.push(pool);
             }
         }
+        let spec_timeout_us = (config.speculation.as_ref())
+            .map_or(SpeculationConfig::default().timeout_us, |s| s.timeout_us);
         Scheduler {
             book: Book::new(config.seed),
             defaults: Defaults {
@@ -582,7 +578,7 @@ impl Scheduler {
             pref_jobs: 0,
             pref_index: PrefIndex::default(),
             spec_jobs: 0,
-            spec_timeouts_us: BTreeMap::new(),
+            spec_timeouts: SpecTimeouts::new(spec_timeout_us),
             quantile_jobs: 0,
             spec_dirty: Vec::new(),
             timers: Timers::default(),
@@ -1162,7 +1158,7 @@ impl Scheduler {
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
         if let Some(timeout_us) = job.speculation.as_ref().map(|sc| sc.timeout_us) {
             self.spec_jobs += 1;
-            *self.spec_timeouts_us.entry(timeout_us).or_insert(0) += 1;
+            self.spec_timeouts.add(timeout_us);
         }
         self.job_slots.insert(id.0, slot);
         if has_prefs {
@@ -2965,14 +2961,7 @@ impl Scheduler {
         if let Some(sc) = &job.speculation {
             self.spec_jobs -= 1;
             self.quantile_jobs -= usize::from(job.quantile_reached);
-            let kept = self.spec_timeouts_us.len() <= SPEC_TIMEOUTS_KEPT;
-            match self.spec_timeouts_us.get_mut(&sc.timeout_us) {
-                Some(1) if !kept => {
-                    self.spec_timeouts_us.remove(&sc.timeout_us);
-                }
-                Some(n) => *n -= 1,
-                None => unreachable!("a job's speculation timeout is counted"),
-            }
+            self.spec_timeouts.remove(sc.timeout_us);
         }
         if self.job_hint.0 == job.id.0 {
             self.job_hint = (NO_JOB, 0);

@@ -14,10 +14,78 @@
 //! An executor holding a straggler and having finished nothing since that attempt was launched
 //! is *stalled*: set aside (no new work) until it reports a final state.
 
+use std::collections::BTreeMap;
+
 use super::job::{Job, Status};
 use super::{Attempt, ExecutorId, Scheduler, TaskId};
 use crate::hash::FxHashMap;
 use crate::ids::IdMap;
+
+/// Speculation timeouts kept at zero jobs, at most (see [`SpecTimeouts`]).
+const SPEC_TIMEOUTS_KEPT: usize = 8;
+
+/// The speculation timeouts of the active jobs with speculation on, with how many jobs have
+/// each: the least one with jobs decides which executors the straggler check looks at. The
+/// scheduler's own timeout (most jobs') is a counter, no map entry; a timeout of jobs' own
+/// whose jobs all ended stays, at zero, while there are at most [`SPEC_TIMEOUTS_KEPT`], so the
+/// next job with it costs no insertion.
+#[derive(Debug)]
+pub(super) struct SpecTimeouts {
+    /// The scheduler's timeout, and its jobs.
+    common: (u64, u32),
+    others: BTreeMap<u64, u32>,
+}
+
+impl SpecTimeouts {
+    /// Counts for a scheduler whose jobs mostly have `common_us`.
+    pub(super) fn new(common_us: u64) -> SpecTimeouts {
+        SpecTimeouts {
+            common: (common_us, 0),
+            others: BTreeMap::new(),
+        }
+    }
+
+    /// A job with `timeout_us` began.
+    pub(super) fn add(&mut self, timeout_us: u64) {
+        match timeout_us == self.common.0 {
+            true => self.common.1 += 1,
+            false => *self.others.entry(timeout_us).or_insert(0) += 1,
+        }
+    }
+
+    /// A job with `timeout_us` ended.
+    pub(super) fn remove(&mut self, timeout_us: u64) {
+        if timeout_us == self.common.0 {
+            assert!(self.common.1 > 0, "a job's speculation timeout is counted");
+            self.common.1 -= 1;
+            return;
+        }
+        let kept = self.others.len() <= SPEC_TIMEOUTS_KEPT;
+        match self.others.get_mut(&timeout_us) {
+            Some(1) if !kept => {
+                self.others.remove(&timeout_us);
+            }
+            Some(n) => *n -= 1,
+            None => unreachable!("a job's speculation timeout is counted"),
+        }
+    }
+
+    /// Timeouts of jobs' own kept, with jobs or at zero.
+    #[cfg(test)]
+    pub(super) fn others_len(&self) -> usize {
+        self.others.len()
+    }
+
+    /// The least timeout some active job has.
+    pub(super) fn least(&self) -> Option<u64> {
+        let common = (self.common.1 > 0).then_some(self.common.0);
+        // Timeouts left at zero jobs are skipped: at most `SPEC_TIMEOUTS_KEPT` of them.
+        let other = (self.others.iter())
+            .find(|&(_, &jobs)| jobs > 0)
+            .map(|(&t, _)| t);
+        common.into_iter().chain(other).min()
+    }
+}
 
 impl Scheduler {
     /// Queues a copy of each straggler and marks stalled executors; returns whether it queued
@@ -31,11 +99,7 @@ impl Scheduler {
         // Thresholds are worked out only for the jobs of the attempts looked at (memoized):
         // the check costs O(executors + attempts looked at), not O(active jobs).
         let any_quantile = self.quantile_jobs > 0;
-        // Timeouts left at zero jobs are skipped: at most `SPEC_TIMEOUTS_KEPT` of them.
-        let timeout_min_us = (self.spec_timeouts_us.iter())
-            .find(|&(_, &jobs)| jobs > 0)
-            .map(|(&t, _)| t);
-        let timeout_min_us = timeout_min_us.unwrap_or(u64::MAX);
+        let timeout_min_us = self.spec_timeouts.least().unwrap_or(u64::MAX);
         let mut thresholds: FxHashMap<u64, Option<(Option<u64>, u64)>> = FxHashMap::default();
         let mut floors: FxHashMap<u64, Option<u64>> = FxHashMap::default();
         let last_finish_us = self.last_finish_us;

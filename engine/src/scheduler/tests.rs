@@ -157,3 +157,30 @@ fn a_task_record_holds_no_payload_and_stays_small() {
     // A job of millions keeps millions of them (its payloads are the job's, as they came).
     assert!(std::mem::size_of::<TaskRec>() <= 56);
 }
+
+#[test]
+fn speculation_timeouts_count_the_common_one_apart_and_the_least_with_jobs_decides() {
+    let mut t = speculation::SpecTimeouts::new(100);
+    assert_eq!(t.least(), None);
+    t.add(100);
+    t.add(50);
+    t.add(300);
+    assert_eq!(t.least(), Some(50));
+    t.remove(50);
+    assert_eq!(
+        t.least(),
+        Some(100),
+        "a timeout left at zero jobs is passed over"
+    );
+    t.remove(100);
+    assert_eq!(t.least(), Some(300));
+    t.remove(300);
+    assert_eq!(t.least(), None);
+    // Others left at zero are kept up to a bound, then let go.
+    for timeout in 1_000..1_020 {
+        t.add(timeout);
+        t.remove(timeout);
+    }
+    assert_eq!(t.least(), None);
+    assert!(t.others_len() <= 9, "bounded: {}", t.others_len());
+}
