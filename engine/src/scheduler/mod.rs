@@ -231,9 +231,11 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use spare::REMAINS_KEPT;
 use speculation::SpecTimeouts;
 
 pub use payloads::Payloads;
+pub use spare::Remains;
 pub use types::{
     Attempt, AttemptInfo, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig,
     JobId, JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
@@ -466,6 +468,8 @@ pub struct Scheduler {
     outputs: VecDeque<Output>,
     /// Task results and job outcomes, for the callers.
     events: VecDeque<Event>,
+    /// Big ended jobs' records and payloads, for [`Scheduler::poll_remains`].
+    remains: VecDeque<Remains>,
     /// Executors with launches batched in this call.
     batched: Vec<u32>,
     stats: Stats,
@@ -568,6 +572,7 @@ impl Scheduler {
             unfinished_total: 0,
             outputs: VecDeque::new(),
             events: VecDeque::new(),
+            remains: VecDeque::new(),
             batched: Vec::new(),
             stats: Stats::default(),
             next_speculation_us: 0,
@@ -615,6 +620,13 @@ impl Scheduler {
     /// before its outcome).
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// The records and payloads of a big job that ended (of at least 65,536 tasks), for the
+    /// caller to free where it does not hold up its loop: freeing 10,000,000 tasks' takes
+    /// about 80 ms. Optional: remains nobody takes (at most 4 are kept) are freed in place.
+    pub fn poll_remains(&mut self) -> Option<Remains> {
+        self.remains.pop_front()
     }
 
     /// The results and outcomes [`poll_event`](Self::poll_event) has not yet handed out, from
@@ -2976,8 +2988,20 @@ impl Scheduler {
             std::mem::take(&mut job.classes),
             std::mem::take(&mut job.durations_us),
         );
+        let remains = Remains::of(vectors.0, std::mem::take(&mut job.payloads));
         *entry = None;
-        self.spare.keep(vectors.0, vectors.1, vectors.2);
+        let tasks = match remains {
+            Ok(remains) => {
+                if self.remains.len() >= REMAINS_KEPT {
+                    // Nobody takes them: freed here, the oldest first.
+                    self.remains.pop_front();
+                }
+                self.remains.push_back(remains);
+                Vec::new()
+            }
+            Err((tasks, _payloads)) => tasks,
+        };
+        self.spare.keep(tasks, vectors.1, vectors.2);
     }
 
     /// The speculation check period: the scheduler's, or the default's when only some jobs

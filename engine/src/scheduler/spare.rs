@@ -1,9 +1,52 @@
-//! Vectors of ended jobs (tasks, queues, run times) and sent launch batches, kept for new ones: a small job and a
-//! launch batch allocate nothing in steady state. Every kind is bounded in count and in the
-//! capacity of what it keeps, so a burst of big jobs is given back to the allocator.
+//! What ended jobs leave: their small vectors (tasks, queues, run times) and sent launch
+//! batches, kept for new ones, so a small job and a launch batch allocate nothing in steady
+//! state (every kind bounded in count and in the capacity of what it keeps, so a burst of big
+//! jobs is given back to the allocator); and a big job's records and payloads, handed to the
+//! caller to free off its loop ([`Remains`]).
 
 use super::job::{Queues, TaskRec};
-use super::TaskLaunch;
+use super::{Payloads, TaskLaunch};
+
+/// Tasks from which an ended job's records and payloads are [`Remains`] for the caller to
+/// free: freeing 65,536 takes about half a millisecond (10,000,000 about 80 ms).
+pub(super) const REMAINS_MIN_TASKS: usize = 65_536;
+/// Remains kept for the caller at most; past them, the oldest are freed in place.
+pub(super) const REMAINS_KEPT: usize = 4;
+
+/// A big ended job's task records and payloads ([`Scheduler::poll_remains`](super::Scheduler::poll_remains)):
+/// dropping it frees them, which takes milliseconds for millions of tasks, so a driver drops
+/// it on another thread rather than hold its loop.
+pub struct Remains {
+    tasks: Vec<TaskRec>,
+    payloads: Payloads,
+}
+
+impl Remains {
+    /// The remains of a job with `tasks` records and `payloads`, if it is big enough to
+    /// matter; else they are given back.
+    pub(super) fn of(
+        tasks: Vec<TaskRec>,
+        payloads: Payloads,
+    ) -> Result<Remains, (Vec<TaskRec>, Payloads)> {
+        match tasks.capacity().max(payloads.len()) >= REMAINS_MIN_TASKS {
+            true => Ok(Remains { tasks, payloads }),
+            false => Err((tasks, payloads)),
+        }
+    }
+
+    /// How many tasks' records and payloads it holds, at most.
+    pub fn tasks(&self) -> usize {
+        self.tasks.capacity().max(self.payloads.len())
+    }
+}
+
+impl std::fmt::Debug for Remains {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remains")
+            .field("tasks", &self.tasks())
+            .finish_non_exhaustive()
+    }
+}
 
 /// Spare vectors kept at most, of each kind.
 const SPARE_MAX: usize = 256;

@@ -184,3 +184,58 @@ fn speculation_timeouts_count_the_common_one_apart_and_the_least_with_jobs_decid
     assert_eq!(t.least(), None);
     assert!(t.others_len() <= 9, "bounded: {}", t.others_len());
 }
+
+/// Runs every task of the scheduler's jobs on executor 1 to success, answering launches until
+/// none come.
+fn finish_all(s: &mut Scheduler, now_us: u64) {
+    loop {
+        let mut outs = Vec::new();
+        s.drain_outputs(&mut outs);
+        let updates: Vec<StatusUpdate> = (outs.into_iter())
+            .filter_map(|o| match o {
+                Output::Launch { executor, tasks } => Some((executor, tasks)),
+                _ => None,
+            })
+            .flat_map(|(executor, tasks)| {
+                tasks.into_iter().map(move |l| StatusUpdate {
+                    executor,
+                    task: l.task,
+                    attempt: l.attempt,
+                    state: TaskState::Finished,
+                    data: Bytes::new(),
+                })
+            })
+            .collect();
+        if updates.is_empty() {
+            return;
+        }
+        s.handle_statuses(updates, now_us);
+    }
+}
+
+#[test]
+fn a_big_job_leaves_its_records_for_the_caller_to_free_and_a_small_one_none() {
+    fn sendable<T: Send>() {}
+    sendable::<Remains>();
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 1024,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 1024), 0).expect("registered");
+    s.handle_submit(same(100), 0).expect("accepted");
+    finish_all(&mut s, 1);
+    assert!(s.poll_remains().is_none(), "a small job's are freed in place");
+    s.handle_submit(same(spare::REMAINS_MIN_TASKS), 2).expect("accepted");
+    finish_all(&mut s, 3);
+    assert_eq!(s.active_jobs(), 0);
+    let remains = s.poll_remains().expect("a big job's");
+    assert_eq!(remains.tasks(), spare::REMAINS_MIN_TASKS);
+    assert!(s.poll_remains().is_none(), "once");
+    // Nobody takes them: at most a few are kept.
+    for at in 0..spare::REMAINS_KEPT as u64 + 2 {
+        let job = s.handle_submit(same(spare::REMAINS_MIN_TASKS), 10 + at);
+        assert!(s.handle_cancel(job.expect("accepted"), 10 + at));
+    }
+    let kept = std::iter::from_fn(|| s.poll_remains()).count();
+    assert_eq!(kept, spare::REMAINS_KEPT);
+}

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use flint_engine::clock;
 use flint_engine::pool::PoolHandle;
 use flint_engine::runtime::{Ctx, Endpoint, TimerId};
+use flint_engine::scheduler::Remains;
 use mio::event::Event;
 use mio::net::TcpListener;
 use mio::Token;
@@ -180,6 +181,9 @@ impl DriverEndpoint {
             while let Some((peer, why)) = self.core.poll_close() {
                 tracing::debug!(?peer, "closing a connection: {why}");
                 self.sockets.close(token_of(peer));
+            }
+            while let Some(remains) = self.core.poll_remains() {
+                free_elsewhere(remains);
             }
             let now_us = self.now_us();
             let core = &self.core;
@@ -395,6 +399,19 @@ const BUILD_CLOCKED_TASKS: usize = 16_384;
 fn advance_if_big(burst: &mut Burst<'_>, epoch_ns: u64) {
     if burst.tasks() >= BUILD_CLOCKED_TASKS {
         burst.advance(clock::elapsed_us(epoch_ns));
+    }
+}
+
+/// Frees a big ended job's records and payloads on a thread of their own, so the loop does
+/// not spend the milliseconds; here if no thread can be had.
+fn free_elsewhere(remains: Remains) {
+    let tasks = remains.tasks();
+    let spawned = std::thread::Builder::new()
+        .name("flint-free".into())
+        .spawn(move || drop(remains));
+    if let Err(error) = spawned {
+        // The closure, and the remains with it, were dropped here.
+        tracing::debug!(tasks, "freed an ended job's records on the loop: {error}");
     }
 }
 

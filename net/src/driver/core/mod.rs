@@ -671,6 +671,12 @@ impl DriverCore {
         self.local.pop_front()
     }
 
+    /// The records and payloads of a big job that ended, for the IO layer to free off the
+    /// loop ([`scheduler::Scheduler::poll_remains`]).
+    pub fn poll_remains(&mut self) -> Option<scheduler::Remains> {
+        self.scheduler.poll_remains()
+    }
+
     /// The next task result or job outcome for the callers' side: refusals of submissions
     /// first, then what the scheduler decided, in the order it did (a job's results before its
     /// outcome). They wait in the scheduler until asked for, so each is queued once.
