@@ -124,6 +124,43 @@ fn a_driver_whose_loop_stopped_hands_jobs_back_as_stopped() {
     assert_eq!(driver.active_jobs(), 1, "only the first job was admitted");
 }
 
+/// A payload over what a launch frame carries is refused on the submitting thread, the job
+/// handed back, before the loop sees it (which checks no payload: a job of millions of tasks
+/// scanned there would hold it milliseconds); the next job runs.
+#[test]
+fn a_payload_over_the_frame_size_is_refused_when_submitted_and_the_job_handed_back() {
+    let frame_size_max = 1 << 20;
+    let driver = Driver::builder()
+        .config(DriverConfig {
+            frame_size_max,
+            ..DriverConfig::default()
+        })
+        .local(1, Registry::with_builtins())
+        .start()
+        .expect("driver starts");
+    let payloads = vec![Bytes::new(), Bytes::from(vec![0u8; frame_size_max])];
+    let rejected = driver
+        .try_submit(Job::new("noop", payloads))
+        .expect_err("refused");
+    match &rejected.error {
+        DriverError::Submit(why) => assert!(why.starts_with("task 1 payload is"), "{why}"),
+        other => panic!("refused as {other:?}"),
+    }
+    // Handed back as it was: submitted again, it is refused again.
+    assert!(matches!(
+        driver.submit(*rejected.job),
+        Err(DriverError::Submit(_))
+    ));
+    assert_eq!(driver.active_jobs(), 0, "nothing admitted");
+    let fits = driver
+        .submit(Job::new("echo", vec![Bytes::from_static(b"ok")]))
+        .expect("submitted");
+    assert_eq!(
+        fits.wait_timeout(DEADLINE).expect("ends"),
+        JobOutcome::Succeeded(vec![Bytes::from_static(b"ok")])
+    );
+}
+
 /// A job queued while the loop's inbox is full (its notice refused) still runs once the loop
 /// gets going: the loop looks at the submissions queue at the end of its rounds.
 #[test]

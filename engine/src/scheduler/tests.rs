@@ -224,8 +224,12 @@ fn a_big_job_leaves_its_records_for_the_caller_to_free_and_a_small_one_none() {
     s.handle_register(executor(1, 1024), 0).expect("registered");
     s.handle_submit(same(100), 0).expect("accepted");
     finish_all(&mut s, 1);
-    assert!(s.poll_remains().is_none(), "a small job's are freed in place");
-    s.handle_submit(same(spare::REMAINS_MIN_TASKS), 2).expect("accepted");
+    assert!(
+        s.poll_remains().is_none(),
+        "a small job's are freed in place"
+    );
+    s.handle_submit(same(spare::REMAINS_MIN_TASKS), 2)
+        .expect("accepted");
     finish_all(&mut s, 3);
     assert_eq!(s.active_jobs(), 0);
     let remains = s.poll_remains().expect("a big job's");

@@ -233,8 +233,12 @@ impl Tasks {
         }
     }
 
-    /// The first task whose payload is over `bytes_max`, with its payload's size.
+    /// The first task whose payload is over `bytes_max`, with its payload's size (none, and
+    /// nothing looked at, when `bytes_max` is `usize::MAX`).
     pub fn first_payload_over(&self, bytes_max: usize) -> Option<(usize, usize)> {
+        if bytes_max == usize::MAX {
+            return None;
+        }
         let over = |(i, payload): (usize, &Bytes)| {
             (payload.len() > bytes_max).then_some((i, payload.len()))
         };
@@ -673,6 +677,8 @@ pub struct Config {
     /// Registered executors; registrations beyond are refused.
     pub executors_max: usize,
     /// Largest task payload; a job with a larger one fails (Spark's `rpc.message.maxSize`).
+    /// `usize::MAX` checks none (a driver that checks them on the submitting thread: a job of
+    /// millions of tasks scanned here would hold its loop milliseconds).
     pub payload_max_bytes: usize,
     /// A job that has tasks queued, none running, and launched nothing for this long while cores
     /// are free fails (every executor is excluded for it or too small).

@@ -235,6 +235,9 @@ pub struct Driver {
     side: Arc<DriverHandles>,
     /// Jobs on their way to the loop.
     submissions: Arc<Submissions>,
+    /// The largest task payload, checked on the submitting thread (a job of millions of tasks
+    /// scanned on the loop would hold it milliseconds).
+    payload_max_bytes: usize,
 }
 
 /// The driver's side of its handles: a cancel is told to the loop (a message, or, its inbox
@@ -421,10 +424,12 @@ impl Driver {
             TcpListener::bind(addr).map_err(|error| DriverError::Bind { addr, error })?;
         let local_addr = listener.local_addr().ok();
         // A task's payload travels in a LaunchTasks frame; leave room for the frame's fields.
-        config.scheduler.payload_max_bytes = config
+        // Checked by `try_submit` on the caller's thread: the scheduler on the loop checks none.
+        let payload_max_bytes = config
             .scheduler
             .payload_max_bytes
             .min(batch::item_bytes_max(config.frame_size_max).saturating_sub(4096));
+        config.scheduler.payload_max_bytes = usize::MAX;
 
         let pool = match config.local_cores {
             None => None,
@@ -488,6 +493,7 @@ impl Driver {
             epoch,
             side,
             submissions,
+            payload_max_bytes,
         })
     }
 
@@ -546,13 +552,27 @@ impl Driver {
     /// Submits a job without waiting for anything: the id is allocated and the limits are
     /// checked on this thread, then the job goes into the driver loop's inbox (waking the loop
     /// only if it is parked). A full inbox hands the job back with [`DriverError::Busy`];
-    /// [`submit_async`](Self::submit_async) waits for room instead. What only the loop can
-    /// decide (a payload over the frame size, say) arrives as the job's outcome.
+    /// [`submit_async`](Self::submit_async) waits for room instead; a payload over the frame
+    /// size with [`DriverError::Submit`]. What the loop decides (more locality entries than
+    /// tasks, a job over the scheduler's limits) arrives as the job's outcome.
     pub fn try_submit(&self, job: Job) -> Result<JobHandle, Rejected> {
         if job.function.len() > FUNCTION_NAME_MAX_BYTES {
             let error = DriverError::Submit(format!(
                 "the function name is {} bytes, over {FUNCTION_NAME_MAX_BYTES}",
                 job.function.len()
+            ));
+            return Err(Rejected {
+                error,
+                job: Box::new(job),
+            });
+        }
+        let over = |(i, p): (usize, &bytes::Bytes)| {
+            (p.len() > self.payload_max_bytes).then_some((i, p.len()))
+        };
+        if let Some((i, len)) = job.payloads.iter().enumerate().find_map(over) {
+            let error = DriverError::Submit(format!(
+                "task {i} payload is {len} bytes, over the largest a launch frame carries, {}",
+                self.payload_max_bytes
             ));
             return Err(Rejected {
                 error,
