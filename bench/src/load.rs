@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write as _};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -104,6 +104,10 @@ pub struct LoadSpec {
     /// Submitter threads; the in-flight window, the rate, the task count and `jobs_max` are
     /// split evenly between them.
     pub submitters: usize,
+    /// A job of this many `noop` tasks, one function over empty payloads at a priority below
+    /// the load's, submitted as warm-up ends and run beside it: what a service's requests see
+    /// while a big batch job starts, runs and ends on the same driver.
+    pub beside_tasks: Option<u64>,
 }
 
 /// One interval histogram of the HDR log.
@@ -132,6 +136,9 @@ pub struct RunResult {
     pub offered_per_s: Option<f64>,
     /// True if an open loop stopped early because `outstanding_max` tasks were outstanding.
     pub saturated: bool,
+    /// The job beside the load ([`LoadSpec::beside_tasks`]): from its submission to its
+    /// outcome, or `None` if it had not ended when the load did (it is cancelled then).
+    pub beside: Option<Option<Duration>>,
 }
 
 /// What the observer (on the driver's loop) and the submitter share.
@@ -624,21 +631,31 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
     let meter = Arc::new(Mutex::new(Meter::new(measure_from_ns)));
     let stats_before = driver.stats();
     let lost_before = driver.executors_lost();
+    let mut beside = None;
+    let done = AtomicBool::new(false);
     let lane_results: Vec<Result<(u64, bool), String>> = std::thread::scope(|scope| {
+        let beside_job = (spec.beside_tasks).map(|tasks| {
+            let done = &done;
+            scope.spawn(move || run_beside(driver, tasks, spec.warmup, done))
+        });
         let threads: Vec<_> = (0..lanes)
             .map(|lane| {
                 let meter = meter.clone();
                 scope.spawn(move || run_lane(driver, spec, meter, epoch, lane, lanes))
             })
             .collect();
-        threads
+        let results = threads
             .into_iter()
             .map(|t| {
                 t.join()
                     .unwrap_or_else(|_| Err("a submitter thread panicked".into()))
             })
-            .collect()
+            .collect();
+        done.store(true, Ordering::Release);
+        beside = beside_job.map(|t| t.join().unwrap_or(Ok(None)));
+        results
     });
+    let beside = beside.transpose()?;
     let mut measured = 0;
     let mut saturated = false;
     for result in lane_results {
@@ -675,7 +692,33 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
             Mode::Closed { .. } => None,
         },
         saturated,
+        beside,
     })
+}
+
+/// The job beside the load: `tasks` noop tasks submitted once `warmup` passed, at priority -1
+/// (the load's jobs go first); how long it took, or `None` if the load ended first (`done`).
+fn run_beside(
+    driver: &Driver,
+    tasks: u64,
+    warmup: Duration,
+    done: &AtomicBool,
+) -> Result<Option<Duration>, String> {
+    // Built before it is due, so the submitting thread does not compete with the load then.
+    let payloads = vec![Bytes::new(); tasks as usize];
+    std::thread::sleep(warmup);
+    let sent = Instant::now();
+    let job = Job::with_payloads("noop", payloads)
+        .priority(-1)
+        .keep_results(false);
+    let mut handle = (driver.submit(job)).map_err(|e| format!("the job beside: {e}"))?;
+    while !done.load(Ordering::Acquire) {
+        match handle.wait_timeout(Duration::from_millis(10)) {
+            Ok(_) => return Ok(Some(sent.elapsed())),
+            Err(running) => handle = running,
+        }
+    }
+    Ok(None)
 }
 
 /// Checks the rate and the tasks in flight against the submitters; the number of lanes.

@@ -511,6 +511,7 @@ mod tests {
             timeline: vec![5, 7, 9],
             offered_per_s: None,
             saturated: false,
+            beside: None,
         }
     }
 

@@ -31,6 +31,38 @@ fn spec(mode: Mode, task: &str, limit: Limit) -> LoadSpec {
         jobs_max: 1000,
         progress: false,
         submitters: 1,
+        beside_tasks: None,
+    }
+}
+
+/// A job beside the load runs with it and is reported; the load's tasks are all accounted
+/// for and the beside job's are not counted among them.
+#[test]
+fn a_job_beside_the_load_runs_and_is_reported_apart() {
+    let cluster = cluster();
+    let closed = Mode::Closed {
+        in_flight: 4,
+        batch: 1,
+    };
+    let spec = LoadSpec {
+        beside_tasks: Some(2_000),
+        ..spec(closed, "noop", Limit::Tasks(20_000))
+    };
+    let run = load::run(&cluster.driver, &spec).unwrap();
+    assert_eq!((run.summary.tasks, run.summary.succeeded), (20_000, 20_000));
+    assert_eq!(
+        run.histogram.len(),
+        20_000,
+        "the beside job's tasks are not measured"
+    );
+    // Done (2,000 noops beside 20,000 one-task jobs, as a rule), or cancelled with the load.
+    if let Some(took) = run.beside.expect("a beside job is reported") {
+        assert!(took > Duration::ZERO);
+        assert_eq!(
+            cluster.driver.active_jobs(),
+            0,
+            "its end was seen with its counts"
+        );
     }
 }
 

@@ -124,6 +124,10 @@ struct Args {
     /// Write DIR/index.html (plots) and DIR/*.hlog (HDR histogram interval logs).
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
+    /// Beside the load, one job of this many noop tasks (priority below the load's) submitted
+    /// as warm-up ends: the load's latencies while a big batch job starts, runs and ends.
+    #[arg(long, value_name = "TASKS")]
+    beside_tasks: Option<u64>,
     /// Instead of load: queue --tasks tasks (default 10,000,000) on a driver with no executors
     /// and report its resident memory before and after.
     #[arg(long)]
@@ -184,6 +188,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         jobs_max,
         progress: !args.json,
         submitters: args.submitters,
+        beside_tasks: args.beside_tasks,
     };
     if let Some(callers) = args.async_callers {
         return run_async(args, callers, cluster_spec, &spec, source_name);
@@ -335,6 +340,9 @@ fn cluster_spec_of(args: &Args, jobs_max: usize) -> Result<ClusterSpec, String> 
         ..DriverConfig::default()
     };
     driver.scheduler.jobs_max = driver.scheduler.jobs_max.max(jobs_max + 64);
+    // The job beside the load takes its own room, not the load's.
+    let beside = args.beside_tasks.unwrap_or(0) as usize;
+    driver.scheduler.pending_tasks_max = driver.scheduler.pending_tasks_max.saturating_add(beside);
     if args.no_hedging {
         driver.scheduler.hedging = None;
     }
@@ -455,6 +463,14 @@ fn summary_fields(
     }
     let saturated = runs.iter().any(|(_, r)| r.saturated);
     extra.push(("saturated", saturated.to_string()));
+    if let Some(tasks) = spec.beside_tasks {
+        extra.push(("beside_tasks", tasks.to_string()));
+        let took = runs.iter().find_map(|(_, r)| r.beside.flatten());
+        extra.push((
+            "beside_s",
+            took.map_or("null".into(), |t| format!("{:.3}", t.as_secs_f64())),
+        ));
+    }
     if ramped {
         extra.push(("steps", steps_json(runs)));
         extra.push((
@@ -477,6 +493,17 @@ fn print_tables(
         print!("{}", steps_table(runs, knee));
     }
     print!("{}", summary.to_table());
+    if let Some(tasks) = spec.beside_tasks {
+        match runs.iter().find_map(|(_, r)| r.beside.flatten()) {
+            Some(took) => println!(
+                "beside          {tasks} noop tasks in {:.3} s",
+                took.as_secs_f64()
+            ),
+            None => println!(
+                "beside          {tasks} noop tasks, not done when the load was (cancelled)"
+            ),
+        }
+    }
     let saturated = runs.iter().any(|(_, r)| r.saturated);
     println!(
         "mode            {}{}",
@@ -784,6 +811,7 @@ mod tests {
                 timeline: Vec::new(),
                 offered_per_s: Some(rate_per_s),
                 saturated: false,
+                beside: None,
             },
         )
     }
