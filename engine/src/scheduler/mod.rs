@@ -2983,25 +2983,20 @@ impl Scheduler {
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;
         self.job_free_slots.push(job_slot);
+        if let Some(remains) = Remains::take_from(job) {
+            if self.remains.len() >= REMAINS_KEPT {
+                // Nobody takes them: freed here, the oldest first.
+                self.remains.pop_front();
+            }
+            self.remains.push_back(remains);
+        }
         let vectors = (
             std::mem::take(&mut job.tasks),
             std::mem::take(&mut job.classes),
             std::mem::take(&mut job.durations_us),
         );
-        let remains = Remains::of(vectors.0, std::mem::take(&mut job.payloads));
         *entry = None;
-        let tasks = match remains {
-            Ok(remains) => {
-                if self.remains.len() >= REMAINS_KEPT {
-                    // Nobody takes them: freed here, the oldest first.
-                    self.remains.pop_front();
-                }
-                self.remains.push_back(remains);
-                Vec::new()
-            }
-            Err((tasks, _payloads)) => tasks,
-        };
-        self.spare.keep(tasks, vectors.1, vectors.2);
+        self.spare.keep(vectors.0, vectors.1, vectors.2);
     }
 
     /// The speculation check period: the scheduler's, or the default's when only some jobs

@@ -4,7 +4,7 @@
 //! jobs is given back to the allocator); and a big job's records and payloads, handed to the
 //! caller to free off its loop ([`Remains`]).
 
-use super::job::{Queues, TaskRec};
+use super::job::{Job, Queues, TaskRec};
 use super::{Payloads, TaskLaunch};
 
 /// Tasks from which an ended job's records and payloads are [`Remains`] for the caller to
@@ -22,16 +22,16 @@ pub struct Remains {
 }
 
 impl Remains {
-    /// The remains of a job with `tasks` records and `payloads`, if it is big enough to
-    /// matter; else they are given back.
-    pub(super) fn of(
-        tasks: Vec<TaskRec>,
-        payloads: Payloads,
-    ) -> Result<Remains, (Vec<TaskRec>, Payloads)> {
-        match tasks.capacity().max(payloads.len()) >= REMAINS_MIN_TASKS {
-            true => Ok(Remains { tasks, payloads }),
-            false => Err((tasks, payloads)),
+    /// The records and payloads of `job`, which ended, if it is big enough to matter (else
+    /// they stay, to go with it).
+    pub(super) fn take_from(job: &mut Job) -> Option<Remains> {
+        if job.tasks.capacity().max(job.payloads.len()) < REMAINS_MIN_TASKS {
+            return None;
         }
+        Some(Remains {
+            tasks: std::mem::take(&mut job.tasks),
+            payloads: std::mem::take(&mut job.payloads),
+        })
     }
 
     /// How many tasks' records and payloads it holds, at most.
@@ -124,9 +124,10 @@ impl Spare {
     }
 }
 
-/// Keeps `v` (emptied) in `kept` if there is room for it and it is small.
+/// Keeps `v` (emptied) in `kept` if there is room for it and it is small (and not empty: a
+/// vector of no capacity saves no allocation).
 fn keep_in<T>(kept: &mut Vec<Vec<T>>, mut v: Vec<T>) {
-    if kept.len() < SPARE_MAX && v.capacity() <= SPARE_CAPACITY_MAX {
+    if kept.len() < SPARE_MAX && (1..=SPARE_CAPACITY_MAX).contains(&v.capacity()) {
         v.clear();
         kept.push(v);
     }
