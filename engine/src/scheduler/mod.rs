@@ -2668,8 +2668,11 @@ impl Scheduler {
         }
         self.unfinished_total -= 1;
         self.stats.succeeded += 1;
-        for other in others.into_iter().flatten() {
-            self.kill_attempt(job_slot, task, other, "another attempt succeeded");
+        // Most tasks have no other attempt: a look at both slots, no array iterator.
+        if others != [None, None] {
+            for &other in others.iter().flatten() {
+                self.kill_attempt(job_slot, task, other, "another attempt succeeded");
+            }
         }
         self.events.push_back(Event::TaskResult {
             task,
