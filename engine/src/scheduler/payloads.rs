@@ -65,6 +65,11 @@ impl Payloads {
         }
     }
 
+    /// The first payload over `bytes_max` bytes, if any: its index and size.
+    pub fn first_over(&self, bytes_max: usize) -> Option<(usize, usize)> {
+        super::types::first_over(self.iter(), bytes_max)
+    }
+
     /// Them as a vector: the one they came in if they came in one (nothing copied), else a
     /// new one.
     pub fn into_vec(self) -> Vec<Bytes> {

@@ -239,14 +239,21 @@ impl Tasks {
         if bytes_max == usize::MAX {
             return None;
         }
-        let over = |(i, payload): (usize, &Bytes)| {
-            (payload.len() > bytes_max).then_some((i, payload.len()))
-        };
         match self {
-            Tasks::Each(tasks) => tasks.iter().map(|t| &t.payload).enumerate().find_map(over),
-            Tasks::Same { payloads, .. } => payloads.iter().enumerate().find_map(over),
+            Tasks::Each(tasks) => first_over(tasks.iter().map(|t| &t.payload), bytes_max),
+            Tasks::Same { payloads, .. } => payloads.first_over(bytes_max),
         }
     }
+}
+
+/// The first of `payloads` over `bytes_max`, with its index and size.
+pub(crate) fn first_over<'a>(
+    payloads: impl Iterator<Item = &'a Bytes>,
+    bytes_max: usize,
+) -> Option<(usize, usize)> {
+    let over =
+        |(i, payload): (usize, &Bytes)| (payload.len() > bytes_max).then_some((i, payload.len()));
+    payloads.enumerate().find_map(over)
 }
 
 impl From<Vec<TaskSpec>> for Tasks {

@@ -566,10 +566,7 @@ impl Driver {
                 job: Box::new(job),
             });
         }
-        let over = |(i, p): (usize, &bytes::Bytes)| {
-            (p.len() > self.payload_max_bytes).then_some((i, p.len()))
-        };
-        if let Some((i, len)) = job.payloads.iter().enumerate().find_map(over) {
+        if let Some((i, len)) = job.payloads.first_over(self.payload_max_bytes) {
             let error = DriverError::Submit(format!(
                 "task {i} payload is {len} bytes, over the largest a launch frame carries, {}",
                 self.payload_max_bytes
