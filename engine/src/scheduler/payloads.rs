@@ -41,12 +41,7 @@ impl Payloads {
         if let Held::Shared(shared) = &self.0 {
             self.0 = Held::Many(shared.to_vec());
         }
-        let slot = match &mut self.0 {
-            Held::One(payload) => (i == 0).then_some(payload),
-            Held::Many(payloads) => payloads.get_mut(i),
-            Held::Shared(_) => unreachable!("a shared list was just made a vector"),
-        };
-        match slot {
+        match self.own_mut(i) {
             Some(slot) => *slot = value,
             None => unreachable!("payload {i} of {}", self.len()),
         }
@@ -55,13 +50,17 @@ impl Payloads {
     /// Lets go of payload `i` (its task succeeded and its result is not kept), so a big job's
     /// inputs are freed as it runs; a shared list's stay with it (others hold them).
     pub(crate) fn release(&mut self, i: usize) {
-        let slot = match &mut self.0 {
+        if let Some(slot) = self.own_mut(i) {
+            *slot = Bytes::new();
+        }
+    }
+
+    /// Payload `i`, to change, if this job holds it alone (not in a shared list).
+    fn own_mut(&mut self, i: usize) -> Option<&mut Bytes> {
+        match &mut self.0 {
             Held::One(payload) => (i == 0).then_some(payload),
             Held::Many(payloads) => payloads.get_mut(i),
-            Held::Shared(_) => return,
-        };
-        if let Some(slot) = slot {
-            *slot = Bytes::new();
+            Held::Shared(_) => None,
         }
     }
 
