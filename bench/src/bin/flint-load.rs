@@ -125,8 +125,9 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
     /// Beside the load, one job of this many noop tasks (priority below the load's) submitted
-    /// as warm-up ends: the load's latencies while a big batch job starts, runs and ends.
-    #[arg(long, value_name = "TASKS")]
+    /// as warm-up ends: the load's latencies while a big batch job starts, runs and ends
+    /// (1 to 100,000,000: its payloads alone take 32 bytes a task).
+    #[arg(long, value_name = "TASKS", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     beside_tasks: Option<u64>,
     /// Instead of load: queue --tasks tasks (default 10,000,000) on a driver with no executors
     /// and report its resident memory before and after.
@@ -796,6 +797,18 @@ fn combined(runs: &[(String, RunResult)]) -> Summary {
 mod tests {
     use super::*;
     use flint_cli::summary::Recorder;
+
+    #[test]
+    fn a_job_beside_the_load_is_bounded_in_tasks() {
+        let parse = |n: &str| Args::try_parse_from(["flint-load", "--beside-tasks", n]);
+        assert_eq!(
+            parse("10000000").expect("in range").beside_tasks,
+            Some(10_000_000)
+        );
+        for bad in ["0", "100000001", "18446744073709551615", "-1", "many"] {
+            assert!(parse(bad).is_err(), "--beside-tasks {bad} is refused");
+        }
+    }
 
     fn step(rate_per_s: f64, achieved_per_s: f64, p99_us: u64) -> (String, RunResult) {
         let mut recorder = Recorder::new();
