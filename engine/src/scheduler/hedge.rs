@@ -37,7 +37,9 @@
 //! Cost: a launch books its threshold in its run (the executor's slab of running attempts,
 //! `runs.rs`, which it is booked in anyway) and, when its executor has no check pending, files
 //! one in the check set ([`Checks`]); a success records one sample and moves its executor's
-//! score. Checks run only at the earliest watched deadline: each looks at the running
+//! score, if it is a sample ([`sampled`]: every success of a job's first 64 tasks, one in 8
+//! past them, so a big job's millions of successes a second cost an eighth as much here and a
+//! record still holds thousands of recent ones). Checks run only at the earliest watched deadline: each looks at the running
 //! attempts of the executors whose check is due (O(attempts running there), bounded by their
 //! slots), copies the overdue ones and files the next check at the earliest deadline of the
 //! others. An executor whose attempts end in time is looked at about once per threshold,
@@ -71,6 +73,20 @@ const PROBATION_ABOVE: f64 = 4.0;
 const PROBATION_BELOW: f64 = 2.0;
 /// While an executor holds overdue attempts it is looked at again this often (micros).
 const RECHECK_US: u64 = 10_000;
+
+/// Every task of a job below this index is a sample of its function's run times and its
+/// executor's score ([`sampled`]); past it, one in [`SAMPLE_EVERY`].
+const SAMPLE_ALL: u32 = 64;
+/// Past [`SAMPLE_ALL`] tasks, one task in this many is a sample.
+const SAMPLE_EVERY: u32 = 8;
+
+/// Whether the success of the task at `index` in its job is a sample: it teaches its function's
+/// run-time record (`latency.rs`) and moves its executor's score. Every task of a small job is
+/// one (a service's jobs), one in [`SAMPLE_EVERY`] of a big one: its tasks end by the million
+/// while a record keeps the last few thousand samples, so the rest would tell it little more.
+pub(super) fn sampled(index: u32) -> bool {
+    index < SAMPLE_ALL || index % SAMPLE_EVERY == 0
+}
 
 /// Micros as `f64`, through `i64`: one instruction on x86-64 where `u64` takes six, and run
 /// times are far below 2^63 micros (larger ones count as 2^63).
@@ -168,6 +184,12 @@ impl Hedging {
     /// The record of `function`'s run times.
     pub fn record_of(&mut self, function: &std::sync::Arc<str>) -> RecordId {
         self.latencies.id(function)
+    }
+
+    /// Samples in `function`'s run-time record (after decay), if it has one.
+    #[cfg(test)]
+    pub fn samples(&self, function: &str) -> Option<u32> {
+        self.latencies.samples(function)
     }
 
     /// The threshold of an attempt of a function with record `record` under `config`.

@@ -128,6 +128,13 @@ impl Latencies {
         }
     }
 
+    /// Samples in `function`'s record (after decay), if it has one.
+    #[cfg(test)]
+    pub(super) fn samples(&self, function: &str) -> Option<u32> {
+        let &id = self.ids.get(function)?;
+        Some(self.records.get(id as usize)?.total)
+    }
+
     /// The cached `percentile` of `id`'s run times, once it has enough samples.
     pub(super) fn percentile_us(&self, id: RecordId) -> Option<u64> {
         self.records.get(id as usize)?.cached_us

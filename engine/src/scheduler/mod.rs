@@ -1756,7 +1756,7 @@ impl Scheduler {
         exec.stalled = false;
         if update.state == TaskState::Finished {
             exec.window = exec.window.saturating_add(1).min(exec.cores);
-            if run.hedged() {
+            if run.hedged() && hedge::sampled(key.task.index()) {
                 let took_us = now_us.saturating_sub(run.started_us);
                 (self.hedge).finished(
                     exec,
@@ -2652,7 +2652,7 @@ impl Scheduler {
         job.running -= 1;
         job.final_count += 1;
         job.counters.succeeded += 1;
-        if let Some(config) = job.hedge.as_deref() {
+        if let Some(config) = job.hedge.as_deref().filter(|_| hedge::sampled(index)) {
             let record = match job.latency {
                 Some(record) => record,
                 None => (self.hedge).record_of(job::function_of(&job.function, &job.functions, t)),

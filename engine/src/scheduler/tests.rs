@@ -243,3 +243,24 @@ fn a_big_job_leaves_its_records_for_the_caller_to_free_and_a_small_one_none() {
     let kept = std::iter::from_fn(|| s.poll_remains()).count();
     assert_eq!(kept, spare::REMAINS_KEPT);
 }
+
+#[test]
+fn a_small_jobs_successes_are_all_samples_and_a_big_ones_one_in_eight_past_its_first_tasks() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 1024,
+        hedging: Some(HedgeConfig::default()),
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 1024), 0).expect("registered");
+    s.handle_submit(same(40), 0).expect("accepted");
+    finish_all(&mut s, 1);
+    assert_eq!(
+        s.hedge.samples("f"),
+        Some(40),
+        "every success of a small job"
+    );
+    s.handle_submit(same(1_000), 2).expect("accepted");
+    finish_all(&mut s, 3);
+    // Tasks 0..64, then 64, 72, ... 992 (117 of them).
+    assert_eq!(s.hedge.samples("f"), Some(40 + 64 + 117));
+}
