@@ -450,6 +450,58 @@ impl Job {
         }
     }
 
+    /// The never-run tasks the next `free` cores may take in one go ([`Scheduler::fill`]'s
+    /// range), with the cores each needs: of a job whose tasks are all one size and prefer
+    /// nothing (one function over payloads), the tasks at the front of its fresh queue that
+    /// have no record yet, as many as fit. None when the next task to leave is not one of them
+    /// (a retry, a task a kill built, a job of another form): it leaves the usual way.
+    ///
+    /// [`Scheduler::fill`]: super::Scheduler
+    pub fn unbuilt_run(&self, free: u32) -> Option<(std::ops::Range<u32>, u32)> {
+        let [q] = self.classes.as_slice() else {
+            return None;
+        };
+        let start = q.fresh.start;
+        if self.has_exec_prefs
+            || self.has_host_prefs
+            || start as usize != self.tasks.len()
+            || q.cores == 0
+            || q.cores > free
+        {
+            return None;
+        }
+        let n = (free / q.cores).min(q.fresh.end - start);
+        (n > 0).then_some((start..start + n, q.cores))
+    }
+
+    /// Takes `range` ([`Job::unbuilt_run`]) off the fresh queue as launched: counted as
+    /// running, its records built by [`Job::push_launched`].
+    pub fn take_unbuilt(&mut self, now_us: u64, range: &std::ops::Range<u32>) {
+        let Some(q) = self.classes.first_mut() else {
+            unreachable!("an unbuilt run of a job without queues");
+        };
+        debug_assert_eq!(q.fresh.start, range.start, "the run starts the fresh queue");
+        q.fresh.start = range.end;
+        let n = range.len();
+        self.launched_at(now_us, None);
+        self.pending -= n;
+        if self.pending == 0 {
+            self.delay_rejected = false;
+        }
+        self.running += n;
+        self.counters.launched += n as u64;
+    }
+
+    /// The record of the next unbuilt task of a range [`Job::take_unbuilt`] took: running its
+    /// first attempt as `placed`, a task of `cores` cores.
+    pub fn push_launched(&mut self, cores: u32, placed: Placed) {
+        let mut t = TaskRec::new(0, cores, None);
+        t.status = Status::Running;
+        t.next_attempt = 1;
+        t.attempts[0] = Some(placed);
+        self.tasks.push(t);
+    }
+
     /// Queues tasks `0..n` of a new job whose tasks all need `cores` cores and prefer nothing
     /// (one function over payloads): one class, its tasks fresh in index order.
     pub fn enqueue_fresh(&mut self, n: u32, cores: u32) {

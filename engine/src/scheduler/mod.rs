@@ -2384,6 +2384,10 @@ impl Scheduler {
             if free == 0 || job.pending == 0 || job.has_exec_prefs || job.has_host_prefs {
                 return;
             }
+            if let Some((range, cores)) = job.unbuilt_run(free) {
+                self.start_range(now_us, job_slot, exec_slot, range, cores);
+                continue;
+            }
             let Some(found) = job.find_pending(now_us, waits, (id, host), free, false) else {
                 return;
             };
@@ -2439,6 +2443,76 @@ impl Scheduler {
         self.stats.launched += 1;
     }
 
+    /// Starts the first attempt of each task of `range` (of `cores` cores each) of job
+    /// `job_slot` on executor `exec_slot`, as many [`start`](Self::start)s would, in one go:
+    /// the tasks have no record yet ([`Job::unbuilt_run`]), so each needs only its record, its
+    /// run and its launch; the job's and the executor's counts, hedging's threshold and tokens
+    /// are worked out once for the range.
+    fn start_range(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        exec_slot: u32,
+        range: std::ops::Range<u32>,
+        cores: u32,
+    ) {
+        let n = range.len() as u32;
+        let job = live_job(&mut self.jobs, job_slot);
+        let Some(e) = self.book.get_mut(exec_slot) else {
+            unreachable!("launch on empty executor slot {exec_slot}");
+        };
+        assert!(e.free >= n * cores, "launches over the free cores");
+        let Some(function) = job.function.clone() else {
+            unreachable!("a run of unbuilt tasks in a job of many functions");
+        };
+        // As `start` works it out for each launch: nothing it reads changes within the range.
+        let hedged = job.hedge.as_deref().map(|config| {
+            for _ in 0..n {
+                self.hedge.earn(config.copy_ratio, config.burst);
+            }
+            let record = match job.latency {
+                Some(record) => record,
+                None => self.hedge.record_of(&function),
+            };
+            let threshold_us = match e.hedge.probation {
+                true => config.floor_us,
+                false => self.hedge.threshold_us(config, record),
+            };
+            (record, threshold_us)
+        });
+        job.take_unbuilt(now_us, &range);
+        let total_cores = u64::from(n * cores);
+        job.running_cores += total_cores;
+        e.free -= n * cores;
+        Self::batch_of(&mut self.batched, &mut self.spare, e, exec_slot).reserve(n as usize);
+        for index in range {
+            let task = TaskId::new(job.id, index);
+            let run = (e.running).insert(Attempt::new(task, 0), Run::new(cores, now_us, hedged));
+            job.push_launched(cores, Placed::new(0, exec_slot, run));
+            let Some(payload) = job.payloads.get(index as usize) else {
+                unreachable!("task {index} without a payload");
+            };
+            e.batch.push(TaskLaunch {
+                task,
+                attempt: 0,
+                function: function.clone(),
+                payload: payload.clone(),
+                cores,
+                speculative: false,
+            });
+        }
+        if let Some(hedged) = hedged {
+            let due_us = Run::new(cores, now_us, Some(hedged)).due_us();
+            self.hedge.launched(e, exec_slot, due_us);
+        }
+        let Some(p) = self.pools.get_mut(job.pool as usize) else {
+            unreachable!("job in unknown pool {}", job.pool);
+        };
+        p.running_cores += total_cores;
+        self.pending_total -= n as usize;
+        self.stats.launched += u64::from(n);
+    }
+
     /// Files job `job_slot` again after launches: its timers and runnable listing, then its
     /// place in the FAIR order.
     #[inline(always)]
@@ -2482,18 +2556,28 @@ impl Scheduler {
         if hedged.is_some() {
             self.hedge.launched(e, exec_slot, run.due_us());
         }
+        Self::batch_of(&mut self.batched, &mut self.spare, e, exec_slot).push(launch);
+    }
+
+    /// The batch of launches of executor `e` (in `exec_slot`), listed in `batched` if it was
+    /// empty, with a vector to push into: one the driver handed back, or one for as many as
+    /// it can take now (its free cores, with the launches about to be pushed taken off).
+    #[inline]
+    fn batch_of<'e>(
+        batched: &mut Vec<u32>,
+        spare: &mut Spare,
+        e: &'e mut book::Exec,
+        exec_slot: u32,
+    ) -> &'e mut Vec<TaskLaunch> {
         if e.batch.is_empty() {
-            self.batched.push(exec_slot);
+            batched.push(exec_slot);
             if e.batch.capacity() == 0 {
-                // Its first launch since its last batch left: a vector the driver handed back,
-                // or one for as many as it can take now.
-                let empty =
-                    std::mem::replace(&mut e.batch, self.spare.launches(e.free as usize + 1));
+                let empty = std::mem::replace(&mut e.batch, spare.launches(e.free as usize + 1));
                 // It holds no allocation: nothing to drop.
                 std::mem::forget(empty);
             }
         }
-        e.batch.push(launch);
+        &mut e.batch
     }
 
     /// Hands back the vector of an [`Output::Launch`] once its tasks are sent (what it still

@@ -264,3 +264,143 @@ fn a_small_jobs_successes_are_all_samples_and_a_big_ones_one_in_eight_past_its_f
     // Tasks 0..64, then 64, 72, ... 992 (117 of them).
     assert_eq!(s.hedge.samples("f"), Some(40 + 64 + 117));
 }
+
+/// The launches of the outputs emitted so far, as (executor, task index, attempt, payload,
+/// cores, speculative).
+fn launches(s: &mut Scheduler) -> Vec<(ExecutorId, u32, u32, Bytes, u32, bool)> {
+    let mut outs = Vec::new();
+    s.drain_outputs(&mut outs);
+    (outs.into_iter())
+        .filter_map(|o| match o {
+            Output::Launch { executor, tasks } => Some((executor, tasks)),
+            _ => None,
+        })
+        .flat_map(|(executor, tasks)| {
+            (tasks.into_iter()).map(move |l| {
+                let index = l.task.index();
+                (
+                    executor,
+                    index,
+                    l.attempt,
+                    l.payload,
+                    l.cores,
+                    l.speculative,
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_of_never_run_tasks_launches_in_one_go_as_one_at_a_time_would() {
+    // The same 40 tasks as one function over payloads (whose never-run tasks an executor
+    // offered alone takes as one range) and as 40 task specs (which leave one at a time).
+    let payload = |i: u32| Bytes::from(vec![i as u8, 7]);
+    let ranged = JobSpec::new(Tasks::Same {
+        function: "f".into(),
+        cores: 1,
+        payloads: (0..40).map(payload).collect(),
+    });
+    let single = JobSpec::new(
+        (0..40)
+            .map(|i| TaskSpec::new("f", payload(i)))
+            .collect::<Vec<_>>(),
+    );
+    let mut pair = [ranged, single].map(|spec| {
+        let mut s = Scheduler::new(Config {
+            slow_start_slots: 8,
+            hedging: Some(HedgeConfig::default()),
+            ..Config::default()
+        });
+        s.handle_register(executor(1, 8), 0).expect("registered");
+        let id = s.handle_submit(spec, 0).expect("accepted");
+        (s, id)
+    });
+    let [(a, id), (b, _)] = &mut pair;
+    assert_eq!(
+        job_at(a, *id).tasks.len(),
+        8,
+        "the first 8 built as they left"
+    );
+    let mut now_us = 0;
+    loop {
+        now_us += 10;
+        let (got, want) = (launches(a), launches(b));
+        assert_eq!(got, want, "the same launches at {now_us}");
+        assert_eq!(a.stats(), b.stats());
+        assert_eq!(a.job_info(*id), b.job_info(*id));
+        assert_eq!(
+            runs_of(a),
+            runs_of(b),
+            "booked alike, hedging's thresholds too"
+        );
+        assert_eq!(a.hedge.next_check_us(), b.hedge.next_check_us());
+        for index in 0..40 {
+            let task = TaskId::new(*id, index);
+            assert_eq!(a.task_info(task), b.task_info(task), "task {index}");
+        }
+        if got.is_empty() {
+            break;
+        }
+        // Half of what launched succeeds, one fails (retried), one is killed for good; the
+        // rest runs on.
+        for (i, (executor, index, attempt, _, _, _)) in got.into_iter().enumerate() {
+            let task = TaskId::new(*id, index);
+            for s in [&mut *a, &mut *b] {
+                match i % 4 {
+                    0 | 1 => s.handle_status(
+                        StatusUpdate {
+                            executor,
+                            task,
+                            attempt,
+                            state: if index == 9 {
+                                TaskState::Failed
+                            } else {
+                                TaskState::Finished
+                            },
+                            data: Bytes::new(),
+                        },
+                        now_us,
+                    ),
+                    2 if index == 22 => {
+                        s.handle_kill(task, "test", now_us);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Then the runs left report, so the next round starts from an idle executor.
+        finish_all_pair(a, b, now_us + 5);
+    }
+    assert_eq!(a.active_jobs(), 0);
+    assert_eq!(a.stats(), b.stats());
+}
+
+/// Reports every attempt both schedulers' executor 1 runs as finished, at `now_us`.
+fn finish_all_pair(a: &mut Scheduler, b: &mut Scheduler, now_us: u64) {
+    for s in [a, b] {
+        let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
+        let runs = &s.book.get(slot).expect("an executor").running;
+        let mut running: Vec<Attempt> = runs.iter().map(|(key, _)| *key).collect();
+        running.sort();
+        let updates = running.into_iter().map(|key| StatusUpdate {
+            executor: ExecutorId(1),
+            task: key.task,
+            attempt: key.attempt,
+            state: TaskState::Finished,
+            data: Bytes::new(),
+        });
+        s.handle_statuses(updates.collect::<Vec<_>>(), now_us);
+    }
+}
+
+/// Executor 1's runs, as (attempt, cores, started, hedging's record and threshold), sorted.
+fn runs_of(s: &Scheduler) -> Vec<(Attempt, u32, u64, u32, u64)> {
+    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
+    let runs = &s.book.get(slot).expect("an executor").running;
+    let mut all: Vec<_> = (runs.iter())
+        .map(|(key, r)| (*key, r.cores, r.started_us, r.record, r.threshold_us))
+        .collect();
+    all.sort();
+    all
+}
