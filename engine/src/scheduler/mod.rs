@@ -413,9 +413,13 @@ enum Assigned {
 }
 
 /// How an attempt ended.
-enum End {
-    Succeeded(Bytes),
-    Failed { reason: String, counts: bool },
+enum End<'a> {
+    /// With the result, taken from the report when it is kept or handed on.
+    Succeeded(&'a mut Bytes),
+    Failed {
+        reason: String,
+        counts: bool,
+    },
 }
 
 /// The scheduler state machine. See the [module documentation](self).
@@ -1628,7 +1632,8 @@ impl Scheduler {
     ) {
         let mut ended = false;
         for update in updates {
-            ended |= self.apply_update(now_us, update);
+            let mut update = update;
+            ended |= self.apply_update(now_us, &mut update);
         }
         if ended {
             self.offer(now_us);
@@ -1638,7 +1643,7 @@ impl Scheduler {
 
     /// One status report, without the offers it makes room for: whether an attempt ended
     /// (or an executor went), so offers are due.
-    fn apply_update(&mut self, now_us: u64, update: StatusUpdate) -> bool {
+    fn apply_update(&mut self, now_us: u64, update: &mut StatusUpdate) -> bool {
         let Some(slot) = self.book.slot_of(update.executor) else {
             self.stats.ignored_updates += 1;
             return false;
@@ -1735,7 +1740,7 @@ impl Scheduler {
     /// A final update (finished, failed, killed) from the executor in `slot`: the attempt's
     /// cores freed, its run time scored for hedging, the attempt ended. False (counted as
     /// ignored) for an attempt the executor does not hold.
-    fn apply_final(&mut self, now_us: u64, slot: u32, update: StatusUpdate) -> bool {
+    fn apply_final(&mut self, now_us: u64, slot: u32, update: &mut StatusUpdate) -> bool {
         let key = Attempt::new(update.task, update.attempt);
         let index = self.run_index(slot, key);
         let executors = self.book.len();
@@ -1771,7 +1776,7 @@ impl Scheduler {
         self.last_finish_us = now_us;
         self.book.make_offerable(slot);
         let end = match update.state {
-            TaskState::Finished => End::Succeeded(update.data),
+            TaskState::Finished => End::Succeeded(&mut update.data),
             // Spark counts a kill neither towards max_failures nor for exclusion
             // (TaskKilled.countTowardsTaskFailures is false).
             TaskState::Killed => {
@@ -2707,7 +2712,7 @@ impl Scheduler {
         job_slot: u32,
         task: TaskId,
         started_us: u64,
-        data: Bytes,
+        data: &mut Bytes,
     ) {
         let index = task.index();
         let job = live_job(&mut self.jobs, job_slot);
@@ -2760,7 +2765,7 @@ impl Scheduler {
         }
         self.events.push_back(Event::TaskResult {
             task,
-            result: Ok(data),
+            result: Ok(std::mem::take(data)),
         });
         self.maybe_finish_job(job_slot);
     }
