@@ -84,8 +84,11 @@ const SAMPLE_EVERY: u32 = 8;
 /// run-time record (`latency.rs`) and moves its executor's score. Every task of a small job is
 /// one (a service's jobs), one in [`SAMPLE_EVERY`] of a big one: its tasks end by the million
 /// while a record keeps the last few thousand samples, so the rest would tell it little more.
+/// Which ones is a multiplicative hash of the index, not `index % 8`: tasks handed out in turn
+/// to 8 executors would make every sample one executor's, and the others' scores never move.
 pub(super) fn sampled(index: u32) -> bool {
-    index < SAMPLE_ALL || index % SAMPLE_EVERY == 0
+    const _: () = assert!(SAMPLE_EVERY == 8, "the hash keeps 3 bits");
+    index < SAMPLE_ALL || index.wrapping_mul(0x9E37_79B9) >> 29 == 0
 }
 
 /// Micros as `f64`, through `i64`: one instruction on x86-64 where `u64` takes six, and run
@@ -543,6 +546,27 @@ fn job_of<'a>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn samples_are_one_in_eight_past_the_first_tasks_whichever_executors_take_them_in_turn() {
+        use super::{sampled, SAMPLE_ALL};
+        assert!((0..SAMPLE_ALL).all(sampled), "every task of a small job");
+        // Tasks handed out in turn to `n` executors: each executor's share is sampled about
+        // one in 8, so every executor's score moves.
+        for n in 1..=16u32 {
+            for executor in 0..n {
+                let taken = (SAMPLE_ALL..SAMPLE_ALL + 64_000).filter(|i| i % n == executor);
+                let (count, samples) =
+                    taken.fold((0u32, 0u32), |(c, s), i| (c + 1, s + u32::from(sampled(i))));
+                let share = f64::from(samples) / f64::from(count);
+                assert!(
+                    (0.10..=0.15).contains(&share),
+                    "executor {executor} of {n}: {samples} of {count} sampled"
+                );
+            }
+        }
+    }
+
     use super::{f64_us, us_f64, Checks};
     use crate::scheduler::types::ExecutorId;
 

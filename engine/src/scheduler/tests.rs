@@ -261,8 +261,9 @@ fn a_small_jobs_successes_are_all_samples_and_a_big_ones_one_in_eight_past_its_f
     );
     s.handle_submit(same(1_000), 2).expect("accepted");
     finish_all(&mut s, 3);
-    // Tasks 0..64, then 64, 72, ... 992 (117 of them).
-    assert_eq!(s.hedge.samples("f"), Some(40 + 64 + 117));
+    // Tasks 0..64, then about one in 8 of the other 936 (117).
+    let big = s.hedge.samples("f").expect("a record") - 40;
+    assert!((64 + 100..=64 + 135).contains(&big), "{big} samples");
 }
 
 /// The launches of the outputs emitted so far, as (executor, task index, attempt, payload,
