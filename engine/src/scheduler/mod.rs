@@ -328,7 +328,9 @@ fn give_back_cores(
 }
 
 /// Re-sorts job `job_slot` (running `running_cores` with `weight`) and its pool `pool` in the
-/// FAIR order after their running cores changed.
+/// FAIR order after their running cores changed (under FIFO, where shares do not count, a
+/// check inlined at the caller and nothing more).
+#[inline(always)]
 fn resort(
     order: &mut Order,
     job_slot: u32,
@@ -336,9 +338,20 @@ fn resort(
     pool: (u32, &Pool),
 ) {
     if order.fair() {
-        order.set_share(job_slot, pool.1.share(running_cores, weight));
-        order.set_pool(pool.0, pool.1.key());
+        resort_fair(order, job_slot, (running_cores, weight), pool);
     }
+}
+
+/// [`resort`] under FAIR.
+#[inline(never)]
+fn resort_fair(
+    order: &mut Order,
+    job_slot: u32,
+    (running_cores, weight): (u64, u32),
+    pool: (u32, &Pool),
+) {
+    order.set_share(job_slot, pool.1.share(running_cores, weight));
+    order.set_pool(pool.0, pool.1.key());
 }
 
 /// Sets the timers of `job` (in `job_slot`) from its state, with locality `waits_us`: its
