@@ -2922,6 +2922,7 @@ impl Scheduler {
         if let Some(t) = job.tasks.get_mut(index as usize) {
             if !matches!(t.status, Status::Succeeded | Status::Failed) {
                 t.status = Status::Failed;
+                job.final_count += 1;
                 self.unfinished_total -= 1;
                 let task = TaskId::new(job.id, index);
                 for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
@@ -3010,25 +3011,12 @@ impl Scheduler {
             unreachable!("abort of empty job slot {job_slot}");
         };
         let id = job.id;
-        let mut kills = Vec::new();
-        let mut unfinished = 0usize;
-        // No result per unfinished task: the outcome says why they have none. (One per task
-        // made cancelling a job of millions hold the loop for seconds.)
-        for (i, t) in job.tasks.iter_mut().enumerate() {
-            if matches!(t.status, Status::Succeeded | Status::Failed) {
-                continue;
-            }
-            t.status = Status::Failed;
-            unfinished += 1;
-            if t.attempts.iter().any(Option::is_some) {
-                let task = TaskId::new(id, i as u32);
-                for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
-                    kills.push((task, a));
-                }
-            }
-        }
-        // Tasks without a record yet: pending, never run.
-        unfinished += job.task_count - job.tasks.len();
+        // Every task not final ends here without a result: the outcome says why. (One result
+        // per task made cancelling a job of millions hold the loop for seconds.) The job goes
+        // with its records, so they are left as they are.
+        let unfinished = job.task_count - job.final_count;
+        let kills = self.take_running_attempts(job_slot);
+        let job = live_job(&mut self.jobs, job_slot);
         self.pending_total -= job.pending;
         self.speculatable_total = self
             .speculatable_total
@@ -3041,6 +3029,68 @@ impl Scheduler {
         self.remove_job(job_slot);
         self.events
             .push_back(Event::JobOutcome { job: id, outcome });
+    }
+
+    /// The running attempts of the job in `job_slot`, taken off their task records: found
+    /// through its records or through the executors' runs, whichever are fewer to look at. A
+    /// big job near its end has millions of records and a few hundred attempts running; a
+    /// small one a few records among thousands of runs.
+    fn take_running_attempts(&mut self, job_slot: u32) -> Vec<(TaskId, Placed)> {
+        let runs: usize = self.book.iter().map(|e| e.running.span()).sum();
+        let job = live_job(&mut self.jobs, job_slot);
+        let id = job.id;
+        let mut kills = Vec::new();
+        if job.running == 0 {
+            debug_assert!(
+                (job.tasks.iter()).all(|t| t.attempts == [None, None]),
+                "{id:?} runs no task, yet an attempt is placed"
+            );
+        } else if job.tasks.len() <= runs {
+            for (i, t) in (0u32..).zip(job.tasks.iter_mut()) {
+                if t.attempts != [None, None] {
+                    let task = TaskId::new(id, i);
+                    let taken = std::mem::take(&mut t.attempts);
+                    kills.extend(taken.into_iter().flatten().map(|a| (task, a)));
+                }
+            }
+        } else {
+            let mut placed = Vec::new();
+            for e in self.book.iter() {
+                for (_, key, orphan) in e.running.entries() {
+                    if orphan || key.task.job() != id {
+                        continue;
+                    }
+                    let Some(t) = job.tasks.get_mut(key.task.index() as usize) else {
+                        unreachable!("{key:?} runs beyond its job");
+                    };
+                    let Some(at) = (t.attempts.iter())
+                        .position(|a| a.is_some_and(|a| a.attempt == key.attempt))
+                    else {
+                        unreachable!("{key:?} runs, placed on no attempt of its task");
+                    };
+                    placed.push((key.task, at));
+                }
+            }
+            // In the records' order, as the other way finds them.
+            placed.sort_unstable();
+            for (task, at) in placed {
+                let Some(t) = job.tasks.get_mut(task.index() as usize) else {
+                    unreachable!("{task} runs beyond its job");
+                };
+                let Some(place) = t.attempts.get_mut(at) else {
+                    unreachable!("attempt place {at} of two");
+                };
+                kills.extend(place.take().map(|a| (task, a)));
+            }
+            // Only the executor being removed right now (whose runs left the book) holds
+            // attempts still placed; the job goes before their ends come to it.
+            debug_assert!(
+                (job.tasks.iter().flat_map(|t| t.attempts.iter().flatten()))
+                    .all(|a| self.removing == Some(a.exec)),
+                "{id:?}: an attempt placed on its task record is not among the runs"
+            );
+        }
+        kills
     }
 
     fn remove_job(&mut self, job_slot: u32) {

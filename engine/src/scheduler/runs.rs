@@ -150,8 +150,13 @@ impl Runs {
             .collect()
     }
 
-    /// Every run's index, attempt and whether it is orphaned (the scheduler's debug check).
-    #[cfg(debug_assertions)]
+    /// Slots the slab spans: what a walk of its [`entries`](Self::entries) looks at.
+    pub fn span(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Every run's index, attempt and whether it is orphaned (a job's aborting finds its
+    /// running attempts here when they are fewer than its records; the debug check).
     pub fn entries(&self) -> impl Iterator<Item = (u32, Attempt, bool)> + '_ {
         (0u32..)
             .zip(&self.slots)

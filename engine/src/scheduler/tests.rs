@@ -405,3 +405,62 @@ fn runs_of(s: &Scheduler) -> Vec<(Attempt, u32, u64, u32, u64)> {
     all.sort();
     all
 }
+
+#[test]
+fn cancelling_a_job_with_more_records_than_runs_kills_exactly_its_running_attempts() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 64,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 64), 0).expect("registered");
+    let id = s.handle_submit(same(10_000), 0).expect("accepted");
+    // Rounds of successes build records far past the executor's 64 runs.
+    for round in 0..40u64 {
+        let mut outs = Vec::new();
+        s.drain_outputs(&mut outs);
+        let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
+        let runs = &s.book.get(slot).expect("an executor").running;
+        let mut running: Vec<Attempt> = runs.iter().map(|(key, _)| *key).collect();
+        running.sort();
+        let done = running.iter().take(50).map(|key| StatusUpdate {
+            executor: ExecutorId(1),
+            task: key.task,
+            attempt: key.attempt,
+            state: TaskState::Finished,
+            data: Bytes::new(),
+        });
+        s.handle_statuses(done.collect::<Vec<_>>(), round + 1);
+    }
+    let mut outs = Vec::new();
+    s.drain_outputs(&mut outs);
+    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
+    let mut running: Vec<Attempt> = (s.book.get(slot).expect("an executor").running.iter())
+        .map(|(key, _)| *key)
+        .collect();
+    running.sort();
+    assert_eq!(running.len(), 64);
+    assert!(job_at(&s, id).tasks.len() > 2_000, "more records than runs");
+    assert!(s.handle_cancel(id, 100));
+    let mut outs = Vec::new();
+    s.drain_outputs(&mut outs);
+    let killed: Vec<Attempt> = (outs.iter())
+        .filter_map(|o| match o {
+            Output::Kill { task, attempt, .. } => Some(Attempt::new(*task, *attempt)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        killed, running,
+        "each running attempt killed once, in task order"
+    );
+    assert!(outs.iter().any(|o| matches!(
+        o,
+        Output::Event(Event::JobOutcome { job, outcome: JobOutcome::Cancelled }) if *job == id
+    )));
+    assert_eq!(
+        (s.unfinished_tasks(), s.pending_tasks(), s.active_jobs()),
+        (0, 0, 0)
+    );
+    let runs = &s.book.get(slot).expect("an executor").running;
+    assert_eq!(runs.entries().filter(|&(_, _, orphan)| !orphan).count(), 0);
+}
