@@ -121,6 +121,19 @@ impl Fifo {
         debug_assert!(self.tombstones <= self.queue.len());
     }
 
+    /// The first listed slot in key order: the queue's front (never a tombstone: they leave
+    /// from the front at once) or the B-tree's first, whichever sorts first. O(1) for the
+    /// queue, O(log n) for the B-tree, which holds the few jobs listed out of order.
+    pub fn first(&self) -> Option<u32> {
+        let queued = self.queue.front();
+        debug_assert!(queued.is_none_or(|&(_, slot)| slot != TOMBSTONE));
+        match (queued, self.sorted.first_key_value()) {
+            (Some(&(q, _)), Some((s, &slot))) if *s < q => Some(slot),
+            (Some(&(_, slot)), _) => Some(slot),
+            (None, sorted) => sorted.map(|(_, &slot)| slot),
+        }
+    }
+
     /// The listed slots in key order, from the first or after `after`.
     pub fn iter_after(&self, after: Option<FifoKey>) -> Iter<'_> {
         let (queue, sorted) = match after {
@@ -172,6 +185,11 @@ mod tests {
     fn check(f: &Fifo, model: &BTreeMap<FifoKey, u32>) {
         let listed: Vec<u32> = f.iter_after(None).collect();
         assert_eq!(listed, model.values().copied().collect::<Vec<_>>());
+        assert_eq!(
+            f.first(),
+            listed.first().copied(),
+            "the first is the walk's first"
+        );
         assert_eq!(f.len(), model.len());
         assert_eq!(f.is_empty(), model.is_empty());
         assert!(f.queue.len() <= 2 * f.len() + COMPACT_MIN + 1, "bounded");

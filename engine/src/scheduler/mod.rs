@@ -2113,6 +2113,11 @@ impl Scheduler {
             // A walk sees the order and timers as they are.
             self.settle_streak();
         }
+        if !local_only && self.may_fill() {
+            if let Some(assigned) = self.assign_from_front(now_us, slot) {
+                return assigned;
+            }
+        }
         let Some((id, host, free, resume)) = self.take_offer(now_us, slot, local_only) else {
             return Assigned::Nothing;
         };
@@ -2161,6 +2166,31 @@ impl Scheduler {
             return self.assign_one(now_us, slot, false);
         }
         assigned
+    }
+
+    /// Under FIFO, with the executor in `slot` the only one offered (one completion frame's
+    /// slots to fill, say, from jobs waiting in line): the first job in order gives it a task
+    /// without a walk when a walk would take one from that job, as it does when the job has
+    /// queued tasks and no stragglers queued, prefers nothing and does not exclude the
+    /// executor, and the executor has no walk to resume. None when that does not hold (or
+    /// nothing fits): the walk decides.
+    fn assign_from_front(&mut self, now_us: u64, slot: u32) -> Option<Assigned> {
+        if self.book.get(slot)?.resume.is_some() {
+            return None;
+        }
+        let job_slot = self.runnable.first_fifo()?;
+        let (id, host, free) = self.usable(now_us, slot)?;
+        let waits = self.waits();
+        let job = live_job(&mut self.jobs, job_slot);
+        let plain = !(job.has_exec_prefs || job.has_host_prefs) && job.speculatable.is_empty();
+        if job.pending == 0 || !plain || job.excludes(id, host) {
+            return None;
+        }
+        let found = job.find_pending(now_us, waits, (id, host), free, false)?;
+        self.start(now_us, job_slot, slot, found);
+        self.fill(now_us, job_slot, slot, (id, host));
+        self.settle(job_slot);
+        Some(Assigned::Launched)
     }
 
     /// Asks the runnable jobs after `after`, in sharing order, for a task for the executor in

@@ -211,6 +211,15 @@ impl Order {
         self.fifo.iter_after(None)
     }
 
+    /// The first runnable job under FIFO (None under FAIR, or with none listed): what a walk
+    /// from the start asks first, without the walk.
+    pub fn first_fifo(&self) -> Option<u32> {
+        if self.fair {
+            return None;
+        }
+        self.fifo.first()
+    }
+
     /// The runnable jobs' slots in sharing order (FIFO, or FAIR: pools, then jobs per pool),
     /// from the start or after `from`. Finding the first costs O(log n) (from the start under
     /// FIFO, the leftmost leaf). Under FAIR, a walk resumed in a pool that was re-sorted since

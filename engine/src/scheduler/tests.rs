@@ -476,3 +476,53 @@ fn cancelling_a_job_with_more_records_than_runs_kills_exactly_its_running_attemp
     let runs = &s.book.get(slot).expect("an executor").running;
     assert_eq!(runs.entries().filter(|&(_, _, orphan)| !orphan).count(), 0);
 }
+
+#[test]
+fn freed_slots_take_waiting_jobs_in_fifo_order_priority_first() {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: 2,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 2), 0).expect("registered");
+    let mut jobs = Vec::new();
+    for at in 0..4 {
+        jobs.push(s.handle_submit(spec(1), at).expect("accepted"));
+    }
+    let urgent = s
+        .handle_submit(
+            JobSpec {
+                priority: 10,
+                ..spec(1)
+            },
+            4,
+        )
+        .expect("accepted");
+    assert_eq!(launched_jobs(&mut s), [jobs[0], jobs[1]], "two slots");
+    // Both slots free in one report: the urgent job (listed out of order), then the oldest.
+    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
+    let running: Vec<Attempt> = (s.book.get(slot).expect("an executor").running.iter())
+        .map(|(key, _)| *key)
+        .collect();
+    let done = running.iter().map(|key| StatusUpdate {
+        executor: ExecutorId(1),
+        task: key.task,
+        attempt: key.attempt,
+        state: TaskState::Finished,
+        data: Bytes::new(),
+    });
+    s.handle_statuses(done.collect::<Vec<_>>(), 10);
+    assert_eq!(launched_jobs(&mut s), [urgent, jobs[2]]);
+}
+
+/// The jobs of the tasks launched by the outputs emitted so far, in launch order.
+fn launched_jobs(s: &mut Scheduler) -> Vec<JobId> {
+    let mut outs = Vec::new();
+    s.drain_outputs(&mut outs);
+    (outs.iter())
+        .filter_map(|o| match o {
+            Output::Launch { tasks, .. } => Some(tasks.iter().map(|l| l.task.job())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
