@@ -61,16 +61,48 @@ fn a_job_submitted_with_no_executor_is_listed_and_runs_when_one_comes() {
     );
 }
 
-/// The launches of each `Output::Launch` emitted, in tasks.
-fn launch_batches(s: &mut Scheduler) -> Vec<usize> {
+/// The `Output::Launch`es emitted so far, as (executor, its launches); other outputs are
+/// dropped.
+fn launch_outputs(s: &mut Scheduler) -> Vec<(ExecutorId, Vec<TaskLaunch>)> {
     let mut outs = Vec::new();
     s.drain_outputs(&mut outs);
-    (outs.iter())
+    (outs.into_iter())
         .filter_map(|o| match o {
-            Output::Launch { tasks, .. } => Some(tasks.len()),
+            Output::Launch { executor, tasks } => Some((executor, tasks)),
             _ => None,
         })
         .collect()
+}
+
+/// The launches of each `Output::Launch` emitted, in tasks.
+fn launch_batches(s: &mut Scheduler) -> Vec<usize> {
+    (launch_outputs(s).iter())
+        .map(|(_, tasks)| tasks.len())
+        .collect()
+}
+
+/// A report that `key` finished on executor 1 (with no result).
+fn finished_on_1(key: Attempt) -> StatusUpdate {
+    StatusUpdate {
+        executor: ExecutorId(1),
+        task: key.task,
+        attempt: key.attempt,
+        state: TaskState::Finished,
+        data: Bytes::new(),
+    }
+}
+
+/// Executor 1's running attempts.
+fn runs_on_1(s: &Scheduler) -> &runs::Runs {
+    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
+    &s.book.get(slot).expect("an executor").running
+}
+
+/// The attempts executor 1 runs, sorted.
+fn running_on_1(s: &Scheduler) -> Vec<Attempt> {
+    let mut running: Vec<Attempt> = runs_on_1(s).iter().map(|(key, _)| *key).collect();
+    running.sort();
+    running
 }
 
 #[test]
@@ -189,13 +221,7 @@ fn speculation_timeouts_count_the_common_one_apart_and_the_least_with_jobs_decid
 /// none come.
 fn finish_all(s: &mut Scheduler, now_us: u64) {
     loop {
-        let mut outs = Vec::new();
-        s.drain_outputs(&mut outs);
-        let updates: Vec<StatusUpdate> = (outs.into_iter())
-            .filter_map(|o| match o {
-                Output::Launch { executor, tasks } => Some((executor, tasks)),
-                _ => None,
-            })
+        let updates: Vec<StatusUpdate> = (launch_outputs(s).into_iter())
             .flat_map(|(executor, tasks)| {
                 tasks.into_iter().map(move |l| StatusUpdate {
                     executor,
@@ -269,13 +295,7 @@ fn a_small_jobs_successes_are_all_samples_and_a_big_ones_one_in_eight_past_its_f
 /// The launches of the outputs emitted so far, as (executor, task index, attempt, payload,
 /// cores, speculative).
 fn launches(s: &mut Scheduler) -> Vec<(ExecutorId, u32, u32, Bytes, u32, bool)> {
-    let mut outs = Vec::new();
-    s.drain_outputs(&mut outs);
-    (outs.into_iter())
-        .filter_map(|o| match o {
-            Output::Launch { executor, tasks } => Some((executor, tasks)),
-            _ => None,
-        })
+    (launch_outputs(s).into_iter())
         .flat_map(|(executor, tasks)| {
             (tasks.into_iter()).map(move |l| {
                 let index = l.task.index();
@@ -392,25 +412,14 @@ fn launches_in_one_go_as_one_at_a_time(cores: u32) {
 /// Reports every attempt both schedulers' executor 1 runs as finished, at `now_us`.
 fn finish_all_pair(a: &mut Scheduler, b: &mut Scheduler, now_us: u64) {
     for s in [a, b] {
-        let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
-        let runs = &s.book.get(slot).expect("an executor").running;
-        let mut running: Vec<Attempt> = runs.iter().map(|(key, _)| *key).collect();
-        running.sort();
-        let updates = running.into_iter().map(|key| StatusUpdate {
-            executor: ExecutorId(1),
-            task: key.task,
-            attempt: key.attempt,
-            state: TaskState::Finished,
-            data: Bytes::new(),
-        });
+        let updates = running_on_1(s).into_iter().map(finished_on_1);
         s.handle_statuses(updates.collect::<Vec<_>>(), now_us);
     }
 }
 
 /// Executor 1's runs, as (attempt, cores, started, hedging's record and threshold), sorted.
 fn runs_of(s: &Scheduler) -> Vec<(Attempt, u32, u64, u32, u64)> {
-    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
-    let runs = &s.book.get(slot).expect("an executor").running;
+    let runs = runs_on_1(s);
     let mut all: Vec<_> = (runs.iter())
         .map(|(key, r)| (*key, r.cores, r.started_us, r.record, r.threshold_us))
         .collect();
@@ -428,28 +437,12 @@ fn cancelling_a_job_with_more_records_than_runs_kills_exactly_its_running_attemp
     let id = s.handle_submit(same(10_000), 0).expect("accepted");
     // Rounds of successes build records far past the executor's 64 runs.
     for round in 0..40u64 {
-        let mut outs = Vec::new();
-        s.drain_outputs(&mut outs);
-        let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
-        let runs = &s.book.get(slot).expect("an executor").running;
-        let mut running: Vec<Attempt> = runs.iter().map(|(key, _)| *key).collect();
-        running.sort();
-        let done = running.iter().take(50).map(|key| StatusUpdate {
-            executor: ExecutorId(1),
-            task: key.task,
-            attempt: key.attempt,
-            state: TaskState::Finished,
-            data: Bytes::new(),
-        });
+        launch_outputs(&mut s);
+        let done = running_on_1(&s).into_iter().take(50).map(finished_on_1);
         s.handle_statuses(done.collect::<Vec<_>>(), round + 1);
     }
-    let mut outs = Vec::new();
-    s.drain_outputs(&mut outs);
-    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
-    let mut running: Vec<Attempt> = (s.book.get(slot).expect("an executor").running.iter())
-        .map(|(key, _)| *key)
-        .collect();
-    running.sort();
+    launch_outputs(&mut s);
+    let running = running_on_1(&s);
     assert_eq!(running.len(), 64);
     assert!(job_at(&s, id).tasks.len() > 2_000, "more records than runs");
     assert!(s.handle_cancel(id, 100));
@@ -473,8 +466,8 @@ fn cancelling_a_job_with_more_records_than_runs_kills_exactly_its_running_attemp
         (s.unfinished_tasks(), s.pending_tasks(), s.active_jobs()),
         (0, 0, 0)
     );
-    let runs = &s.book.get(slot).expect("an executor").running;
-    assert_eq!(runs.entries().filter(|&(_, _, orphan)| !orphan).count(), 0);
+    let placed = runs_on_1(&s).entries().filter(|&(_, _, orphan)| !orphan);
+    assert_eq!(placed.count(), 0, "every run left is an orphan");
 }
 
 #[test]
@@ -499,30 +492,14 @@ fn freed_slots_take_waiting_jobs_in_fifo_order_priority_first() {
         .expect("accepted");
     assert_eq!(launched_jobs(&mut s), [jobs[0], jobs[1]], "two slots");
     // Both slots free in one report: the urgent job (listed out of order), then the oldest.
-    let slot = s.book.slot_of(ExecutorId(1)).expect("registered");
-    let running: Vec<Attempt> = (s.book.get(slot).expect("an executor").running.iter())
-        .map(|(key, _)| *key)
-        .collect();
-    let done = running.iter().map(|key| StatusUpdate {
-        executor: ExecutorId(1),
-        task: key.task,
-        attempt: key.attempt,
-        state: TaskState::Finished,
-        data: Bytes::new(),
-    });
+    let done = running_on_1(&s).into_iter().map(finished_on_1);
     s.handle_statuses(done.collect::<Vec<_>>(), 10);
     assert_eq!(launched_jobs(&mut s), [urgent, jobs[2]]);
 }
 
 /// The jobs of the tasks launched by the outputs emitted so far, in launch order.
 fn launched_jobs(s: &mut Scheduler) -> Vec<JobId> {
-    let mut outs = Vec::new();
-    s.drain_outputs(&mut outs);
-    (outs.iter())
-        .filter_map(|o| match o {
-            Output::Launch { tasks, .. } => Some(tasks.iter().map(|l| l.task.job())),
-            _ => None,
-        })
-        .flatten()
+    (launch_outputs(s).iter())
+        .flat_map(|(_, tasks)| tasks.iter().map(|l| l.task.job()))
         .collect()
 }
