@@ -21,6 +21,17 @@ fn executor(id: u64, cores: u32) -> ExecutorInfo {
     }
 }
 
+/// A scheduler with executor 1 registered with `slots` slots, all usable at once.
+fn with_executor(slots: u32) -> Scheduler {
+    let mut s = Scheduler::new(Config {
+        slow_start_slots: slots,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, slots), 0)
+        .expect("registered");
+    s
+}
+
 /// The tasks launched by the outputs emitted so far.
 fn launched(s: &mut Scheduler) -> usize {
     launch_batches(s).into_iter().sum()
@@ -28,11 +39,7 @@ fn launched(s: &mut Scheduler) -> usize {
 
 #[test]
 fn a_job_launched_whole_at_submission_enters_neither_the_order_nor_the_timers() {
-    let mut s = Scheduler::new(Config {
-        slow_start_slots: 4,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 4), 0).expect("registered");
+    let mut s = with_executor(4);
     s.handle_submit(spec(1), 10).expect("accepted");
     assert_eq!(launched(&mut s), 1);
     assert_eq!((s.runnable.len(), s.timers.lens()), (0, (0, 0)));
@@ -107,11 +114,7 @@ fn running_on_1(s: &Scheduler) -> Vec<Attempt> {
 
 #[test]
 fn held_launches_of_a_burst_leave_as_one_batch_and_any_other_input_emits_them() {
-    let mut s = Scheduler::new(Config {
-        slow_start_slots: 8,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 8), 0).expect("registered");
+    let mut s = with_executor(8);
     s.hold_launches(0);
     for at in 1..=3 {
         s.handle_submit(spec(1), at).expect("accepted");
@@ -243,11 +246,7 @@ fn finish_all(s: &mut Scheduler, now_us: u64) {
 fn a_big_job_leaves_its_records_for_the_caller_to_free_and_a_small_one_none() {
     fn sendable<T: Send>() {}
     sendable::<Remains>();
-    let mut s = Scheduler::new(Config {
-        slow_start_slots: 1024,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 1024), 0).expect("registered");
+    let mut s = with_executor(1024);
     s.handle_submit(same(100), 0).expect("accepted");
     finish_all(&mut s, 1);
     assert!(
@@ -429,11 +428,7 @@ fn runs_of(s: &Scheduler) -> Vec<(Attempt, u32, u64, u32, u64)> {
 
 #[test]
 fn cancelling_a_job_with_more_records_than_runs_kills_exactly_its_running_attempts() {
-    let mut s = Scheduler::new(Config {
-        slow_start_slots: 64,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 64), 0).expect("registered");
+    let mut s = with_executor(64);
     let id = s.handle_submit(same(10_000), 0).expect("accepted");
     // Rounds of successes build records far past the executor's 64 runs.
     for round in 0..40u64 {
@@ -472,11 +467,7 @@ fn cancelling_a_job_with_more_records_than_runs_kills_exactly_its_running_attemp
 
 #[test]
 fn freed_slots_take_waiting_jobs_in_fifo_order_priority_first() {
-    let mut s = Scheduler::new(Config {
-        slow_start_slots: 2,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 2), 0).expect("registered");
+    let mut s = with_executor(2);
     let mut jobs = Vec::new();
     for at in 0..4 {
         jobs.push(s.handle_submit(spec(1), at).expect("accepted"));
