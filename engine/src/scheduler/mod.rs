@@ -1644,8 +1644,7 @@ impl Scheduler {
         now_us: u64,
     ) {
         let mut ended = false;
-        for update in updates {
-            let mut update = update;
+        for mut update in updates {
             ended |= self.apply_update(now_us, &mut update);
         }
         if ended {
@@ -2533,10 +2532,11 @@ impl Scheduler {
         job.running_cores += total_cores;
         e.free -= n * cores;
         Self::batch_of(&mut self.batched, &mut self.spare, e, exec_slot).reserve(n as usize);
+        let run = Run::new(cores, now_us, hedged);
         for index in range {
             let task = TaskId::new(job.id, index);
-            let run = (e.running).insert(Attempt::new(task, 0), Run::new(cores, now_us, hedged));
-            job.push_launched(cores, Placed::new(0, exec_slot, run));
+            let at = (e.running).insert(Attempt::new(task, 0), run);
+            job.push_launched(cores, Placed::new(0, exec_slot, at));
             let Some(payload) = job.payloads.get(index as usize) else {
                 unreachable!("task {index} without a payload");
             };
@@ -2549,9 +2549,8 @@ impl Scheduler {
                 speculative: false,
             });
         }
-        if let Some(hedged) = hedged {
-            let due_us = Run::new(cores, now_us, Some(hedged)).due_us();
-            self.hedge.launched(e, exec_slot, due_us);
+        if run.hedged() {
+            self.hedge.launched(e, exec_slot, run.due_us());
         }
         let Some(p) = self.pools.get_mut(job.pool as usize) else {
             unreachable!("job in unknown pool {}", job.pool);
@@ -3042,8 +3041,8 @@ impl Scheduler {
         };
         let id = job.id;
         // Every task not final ends here without a result: the outcome says why. (One result
-        // per task made cancelling a job of millions hold the loop for seconds.) The job goes
-        // with its records, so they are left as they are.
+        // per task made cancelling a job of millions hold the loop for seconds.) The records
+        // go with the job, their statuses as they are.
         let unfinished = job.task_count - job.final_count;
         let kills = self.take_running_attempts(job_slot);
         let job = live_job(&mut self.jobs, job_slot);
