@@ -39,11 +39,11 @@
 //! one in the check set ([`Checks`]); a success records one sample and moves its executor's
 //! score, if it is a sample ([`sampled`]: every success of a job's first 64 tasks, one in 8
 //! past them, so a big job's millions of successes a second cost an eighth as much here and a
-//! record still holds thousands of recent ones). Checks run only at the earliest watched deadline: each looks at the running
-//! attempts of the executors whose check is due (O(attempts running there), bounded by their
-//! slots), copies the overdue ones and files the next check at the earliest deadline of the
-//! others. An executor whose attempts end in time is looked at about once per threshold,
-//! whatever number of attempts it ran meanwhile.
+//! record still holds thousands of recent ones). Checks run only at the earliest watched
+//! deadline: each looks at the running attempts of the executors whose check is due
+//! (O(attempts running there), bounded by their slots), copies the overdue ones and files the
+//! next check at the earliest deadline of the others. An executor whose attempts end in time
+//! is looked at about once per threshold, whatever number of attempts it ran meanwhile.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -546,10 +546,11 @@ fn job_of<'a>(
 
 #[cfg(test)]
 mod tests {
+    use super::{f64_us, sampled, us_f64, Checks, SAMPLE_ALL};
+    use crate::scheduler::types::ExecutorId;
 
     #[test]
     fn samples_are_one_in_eight_past_the_first_tasks_whichever_executors_take_them_in_turn() {
-        use super::{sampled, SAMPLE_ALL};
         assert!((0..SAMPLE_ALL).all(sampled), "every task of a small job");
         // Tasks handed out in turn to `n` executors: each executor's share is sampled about
         // one in 8, so every executor's score moves.
@@ -566,9 +567,6 @@ mod tests {
             }
         }
     }
-
-    use super::{f64_us, us_f64, Checks};
-    use crate::scheduler::types::ExecutorId;
 
     #[test]
     fn checks_come_due_in_time_order_and_a_moved_or_cleared_one_never_does() {
