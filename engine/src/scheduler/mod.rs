@@ -3065,16 +3065,17 @@ impl Scheduler {
     /// big job near its end has millions of records and a few hundred attempts running; a
     /// small one a few records among thousands of runs.
     fn take_running_attempts(&mut self, job_slot: u32) -> Vec<(TaskId, Placed)> {
-        let runs: usize = self.book.iter().map(|e| e.running.span()).sum();
         let job = live_job(&mut self.jobs, job_slot);
         let id = job.id;
         let mut kills = Vec::new();
+        // What a walk of the executors' runs would look at, summed only when it matters.
+        let runs = || self.book.iter().map(|e| e.running.span()).sum::<usize>();
         if job.running == 0 {
             debug_assert!(
                 (job.tasks.iter()).all(|t| t.attempts == [None, None]),
                 "{id:?} runs no task, yet an attempt is placed"
             );
-        } else if job.tasks.len() <= runs {
+        } else if job.tasks.len() <= runs() {
             for (i, t) in (0u32..).zip(job.tasks.iter_mut()) {
                 if t.attempts != [None, None] {
                     let task = TaskId::new(id, i);
