@@ -126,7 +126,10 @@ impl Job {
 
     /// [`Job::new`] over payloads held another way ([`Payloads`]): one `Bytes` for a one-task
     /// job (no vector to allocate, or for the driver to free), or an `Arc<[Bytes]>` that many
-    /// jobs share (a service submitting the same inputs with every request).
+    /// jobs share (a service submitting the same inputs with every request). A job that keeps
+    /// its results (the default) puts them in its payloads' places, so it takes its own copy
+    /// of a shared list's handles when submitted, on the submitting thread; with
+    /// [`keep_results(false)`](Self::keep_results) the list stays shared.
     pub fn with_payloads(function: impl Into<Arc<str>>, payloads: impl Into<Payloads>) -> Self {
         Job {
             function: function.into(),

@@ -146,3 +146,27 @@ fn one_short_job_after_another_each_ends_at_once_when_its_task_runs_inline() {
         );
     }
 }
+
+#[test]
+fn a_job_keeping_results_takes_its_own_copy_of_a_shared_list_on_the_submitting_thread() {
+    // No executor: the jobs wait, holding what the loop has of them.
+    let driver = Driver::builder().start().expect("driver starts");
+    let list: Arc<[Bytes]> = (0..1_000u32)
+        .map(|i| Bytes::from(i.to_le_bytes().to_vec()))
+        .collect();
+    let kept = (driver.try_submit(Job::with_payloads("noop", list.clone())))
+        .unwrap_or_else(|rejected| panic!("submitted: {}", rejected.error));
+    assert_eq!(
+        Arc::strong_count(&list),
+        1,
+        "copied before it left: the loop never copies it at a first result"
+    );
+    let streamed = Job::with_payloads("noop", list.clone()).keep_results(false);
+    let streamed = (driver.try_submit(streamed))
+        .unwrap_or_else(|rejected| panic!("submitted: {}", rejected.error));
+    assert_eq!(Arc::strong_count(&list), 2, "shared, not copied");
+    for handle in [kept, streamed] {
+        handle.cancel();
+        assert_eq!(handle.wait(), JobOutcome::Cancelled);
+    }
+}

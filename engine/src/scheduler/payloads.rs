@@ -36,14 +36,22 @@ impl Default for Held {
 impl Payloads {
     /// Replaces payload `i` with `value` (a task's result, kept for the job's outcome): in
     /// place when held alone or in a vector; a shared list becomes this job's own vector
-    /// first (a reference count per payload, once per job).
+    /// first ([`own`](Self::own), once per job; the driver has its callers do that).
     pub(crate) fn replace(&mut self, i: usize, value: Bytes) {
-        if let Held::Shared(shared) = &self.0 {
-            self.0 = Held::Many(shared.to_vec());
-        }
+        self.own();
         match self.own_mut(i) {
             Some(slot) => *slot = value,
             None => unreachable!("payload {i} of {}", self.len()),
+        }
+    }
+
+    /// Makes a shared list this job's own vector (a reference count per payload), where a
+    /// caller's thread can pay for it: a job that keeps results puts them in its payloads'
+    /// places, and copying a big list at its first result would hold up the driver's loop.
+    /// A vector or a single payload is left as it is.
+    pub fn own(&mut self) {
+        if let Held::Shared(shared) = &self.0 {
+            self.0 = Held::Many(shared.to_vec());
         }
     }
 
@@ -250,6 +258,14 @@ mod tests {
             &[a.clone(), b.clone()][..],
             "a shared list is left alone"
         );
+        let mut owned = Payloads::from(shared.clone());
+        owned.own();
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "the handles copied, the list let go"
+        );
+        assert_eq!(&owned[..], &shared[..]);
         let mut shared_job = Payloads::from(shared.clone());
         shared_job.release(0);
         assert_eq!(shared_job[0], a, "released: still the shared list's");

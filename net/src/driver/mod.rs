@@ -555,7 +555,7 @@ impl Driver {
     /// [`submit_async`](Self::submit_async) waits for room instead; a payload over the frame
     /// size with [`DriverError::Submit`]. What the loop decides (more locality entries than
     /// tasks, a job over the scheduler's limits) arrives as the job's outcome.
-    pub fn try_submit(&self, job: Job) -> Result<JobHandle, Rejected> {
+    pub fn try_submit(&self, mut job: Job) -> Result<JobHandle, Rejected> {
         if job.function.len() > FUNCTION_NAME_MAX_BYTES {
             let error = DriverError::Submit(format!(
                 "the function name is {} bytes, over {FUNCTION_NAME_MAX_BYTES}",
@@ -593,6 +593,11 @@ impl Driver {
                 });
             }
         };
+        if job.keep_results {
+            // Its results take its payloads' places: a shared list is copied here, on the
+            // caller's thread, not at the first result on the driver's loop.
+            job.payloads.own();
+        }
         let tasks = job.payloads.len();
         let shared = self.side.spare.take(job.stream);
         let submission = Submission {
