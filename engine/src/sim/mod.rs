@@ -28,6 +28,11 @@
 //! Those seeds also check that only dead executors are removed that way and that the allocator
 //! never keeps more executors than its bound.
 //!
+//! Odd seeds deliver reports in *frames*: those due in one 5 ms window reach the scheduler as
+//! one batch ([`Scheduler::handle_statuses`]), as a driver reads an executor's frame off its
+//! connection, so a batch's successes are applied as runs (`scheduler/successes.rs`) among
+//! failures, kills, executor losses and garbage. Even seeds deliver each report alone.
+//!
 //! A failure names the seed and the command that replays it (`ci/sim --seed N`).
 
 mod checks;
@@ -55,6 +60,14 @@ use crate::scheduler::{
     JobOutcome, JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler,
     Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState, Tasks,
 };
+
+/// Whether a report is final (finished, failed, killed): what a frame gathers.
+fn is_final(state: TaskState) -> bool {
+    matches!(
+        state,
+        TaskState::Finished | TaskState::Failed | TaskState::Killed
+    )
+}
 
 /// Largest core count a simulated task asks for.
 const TASK_CORES_MAX: u32 = 2;
@@ -236,7 +249,13 @@ struct Sim {
     /// Jobs with attempts on executors removed as lost, by executor (a late exit reason may
     /// still charge them).
     lost_held: BTreeMap<ExecutorId, Vec<JobId>>,
+    /// Reports go in frames (odd seeds): those due in one [`FRAME_US`] window reach the
+    /// scheduler as one batch, as a driver reads them off a connection.
+    frames: bool,
 }
+
+/// The window of reports a frame gathers, on odd seeds.
+const FRAME_US: u64 = 5_000;
 
 /// The result an executor returns for a task (checked against what the scheduler reports).
 fn expected_result(task: TaskId) -> Bytes {
@@ -294,6 +313,8 @@ impl Sim {
             churn: None,
             tainted: BTreeSet::new(),
             lost_held: BTreeMap::new(),
+            // From the seed, not the generator: even seeds play as they did before frames.
+            frames: seed % 2 == 1,
         };
         sim.plan();
         sim.plan_churn();
@@ -458,6 +479,10 @@ impl Sim {
             Ev::Arrive(id, launch) => self.on_arrive(id, launch)?,
             Ev::Complete(id, key) => self.on_complete(id, key),
             Ev::KillArrive(id, key) => self.on_kill_arrive(id, key),
+            Ev::Deliver(update) if self.frames && is_final(update.state) => {
+                self.deliver_frame(update);
+                true
+            }
             Ev::Deliver(update) => {
                 self.deliver(update)?;
                 true
@@ -509,10 +534,40 @@ impl Sim {
             state,
             data,
         };
+        let t_us = match self.frames {
+            true => t_us.next_multiple_of(FRAME_US),
+            false => t_us,
+        };
         self.at(t_us, Ev::Deliver(update));
     }
 
-    fn deliver(&mut self, update: StatusUpdate) -> Result<(), SimError> {
+    /// A final report due now, with every other final report due by now (ahead of the other
+    /// events due: messages due at once come in any order), to the scheduler as one batch.
+    fn deliver_frame(&mut self, first: StatusUpdate) {
+        let due: Vec<(u64, u64)> = (self.events.range(..=(self.now_us, u64::MAX)))
+            .filter(|(_, ev)| matches!(ev, Ev::Deliver(u) if is_final(u.state)))
+            .map(|(key, _)| *key)
+            .collect();
+        let mut frame = vec![first];
+        for key in due {
+            let Some(Ev::Deliver(update)) = self.events.remove(&key) else {
+                unreachable!("a final report was just found");
+            };
+            frame.push(update);
+        }
+        if self.verbose {
+            eprintln!("{:>9} a frame of {} reports", self.now_us, frame.len());
+        }
+        for update in &frame {
+            let lost = self.note_update(update);
+            debug_assert!(!lost, "a frame holds final reports only");
+        }
+        self.sched.handle_statuses(frame, self.now_us);
+    }
+
+    /// What `update` changes of the simulated executor's view (an attempt it held ends); true
+    /// if it reports its attempt LOST.
+    fn note_update(&mut self, update: &StatusUpdate) -> bool {
         let key = Attempt::new(update.task, update.attempt);
         let id = update.executor;
         let mut lost = false;
@@ -535,6 +590,12 @@ impl Sim {
                 }
             }
         }
+        lost
+    }
+
+    fn deliver(&mut self, update: StatusUpdate) -> Result<(), SimError> {
+        let id = update.executor;
+        let lost = self.note_update(&update);
         self.sched.handle_status(update, self.now_us);
         if lost {
             // The scheduler treats a LOST task as its executor lost.
