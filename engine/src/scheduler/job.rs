@@ -435,6 +435,13 @@ fn pop_fresh(
 }
 
 impl Job {
+    /// Whether a result of `len` bytes fits: the job does not keep results, or its kept
+    /// results stay within `result_bytes_max` with it.
+    #[inline]
+    pub fn may_keep(&self, len: usize) -> bool {
+        !self.keep_results || self.result_bytes.saturating_add(len as u64) <= self.result_bytes_max
+    }
+
     /// Builds the records of tasks up to `index` (pending, never run: see [`Job::tasks`]),
     /// so that it has one to change. Only a job of one function over payloads lacks any.
     pub fn build_through(&mut self, index: u32) {

@@ -222,6 +222,7 @@ mod prefs;
 mod runs;
 mod spare;
 mod speculation;
+mod successes;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -251,6 +252,7 @@ use job::{Found, Job, JobCounters, Level, Placed, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use spare::Spare;
+use successes::Successes;
 use timers::{Keys, Timers};
 
 /// Longest failure message kept from a peer, in bytes.
@@ -1637,16 +1639,24 @@ impl Scheduler {
 
     /// Handles a batch of status reports (an executor's frame of them, say), then makes offers
     /// once: the slots they free are filled in one pass, so their launches leave as one
-    /// `Launch` per executor. Unknown, stale and duplicate reports are ignored (and counted).
+    /// `Launch` per executor. Its plain successes are applied as runs (`successes.rs`), the
+    /// rest one at a time. Unknown, stale and duplicate reports are ignored (and counted).
     pub fn handle_statuses(
         &mut self,
         updates: impl IntoIterator<Item = StatusUpdate>,
         now_us: u64,
     ) {
         let mut ended = false;
+        let mut successes = Successes::default();
         for mut update in updates {
+            if self.add_success(now_us, &mut successes, &mut update) {
+                ended = true;
+                continue;
+            }
+            self.settle_successes(now_us, &mut successes);
             ended |= self.apply_update(now_us, &mut update);
         }
+        self.settle_successes(now_us, &mut successes);
         if ended {
             self.offer(now_us);
             self.flush();
@@ -1765,28 +1775,14 @@ impl Scheduler {
             self.stats.ignored_updates += 1;
             return false;
         };
-        if exec.running.is_empty() {
-            self.hedge.idle(exec, slot);
-        }
-        exec.free += run.cores;
-        exec.progress_us = now_us;
-        exec.stalled = false;
-        if update.state == TaskState::Finished {
-            exec.window = exec.window.saturating_add(1).min(exec.cores);
-            if run.hedged() && hedge::sampled(key.task.index()) {
-                let took_us = now_us.saturating_sub(run.started_us);
-                (self.hedge).finished(
-                    exec,
-                    run.record,
-                    (now_us, took_us),
-                    executors,
-                    &mut self.stats,
-                );
-            }
+        let finished = update.state == TaskState::Finished;
+        if finished && run.hedged() && hedge::sampled(key.task.index()) {
+            let took_us = now_us.saturating_sub(run.started_us);
+            let stats = &mut self.stats;
+            (self.hedge).finished(exec, run.record, (now_us, took_us), executors, stats);
         }
         let (id, host) = (exec.id, exec.host);
-        self.last_finish_us = now_us;
-        self.book.make_offerable(slot);
+        self.executor_freed(now_us, slot, run.cores, u32::from(finished));
         let end = match update.state {
             TaskState::Finished => End::Succeeded(&mut update.data),
             // Spark counts a kill neither towards max_failures nor for exclusion
@@ -1805,6 +1801,25 @@ impl Scheduler {
         };
         self.attempt_ended(now_us, (id, host), (key, run.started_us), end);
         true
+    }
+
+    /// The executor in `slot` got `cores` back at `now_us` from attempts that ended, of which
+    /// `finished` succeeded: it made progress, its window widens by them, and it is offered
+    /// again.
+    #[inline]
+    fn executor_freed(&mut self, now_us: u64, slot: u32, cores: u32, finished: u32) {
+        let Some(exec) = self.book.get_mut(slot) else {
+            unreachable!("slot {slot} emptied while reporting");
+        };
+        if exec.running.is_empty() {
+            self.hedge.idle(exec, slot);
+        }
+        exec.free += cores;
+        exec.progress_us = now_us;
+        exec.stalled = false;
+        exec.window = exec.window.saturating_add(finished).min(exec.cores);
+        self.last_finish_us = now_us;
+        self.book.make_offerable(slot);
     }
 
     /// Time passed: widens locality levels, ends exclusions, looks for stragglers, fails
@@ -2756,26 +2771,48 @@ impl Scheduler {
         started_us: u64,
         data: &mut Bytes,
     ) {
+        let job = live_job(&mut self.jobs, job_slot);
+        if !job.may_keep(data.len()) {
+            let limit = job.result_bytes_max;
+            self.fail_results_over(job_slot, task.index(), data.len(), limit);
+            return;
+        }
+        let others = self.task_succeeded(now_us, job_slot, task, started_us, data);
+        // Most tasks have no other attempt: a look at both slots, no array iterator.
+        if others != [None, None] {
+            for &other in others.iter().flatten() {
+                self.kill_attempt(job_slot, task, other, "another attempt succeeded");
+            }
+        }
+        self.maybe_finish_job(job_slot);
+    }
+
+    /// Task `task` (in `job_slot`, its attempt that started at `started_us` released, its
+    /// result of `data` within the job's limit) succeeded: its record, payload and counts say
+    /// so, hedging and speculation learn its run time, and its result is queued. Returns its
+    /// other attempts, still running, for the caller to kill; whether the job ended is the
+    /// caller's to see.
+    #[inline]
+    fn task_succeeded(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        task: TaskId,
+        started_us: u64,
+        data: &mut Bytes,
+    ) -> [Option<Placed>; 2] {
         let index = task.index();
         let job = live_job(&mut self.jobs, job_slot);
         let Some(t) = job.tasks.get_mut(index as usize) else {
             unreachable!("an executor held {task}, beyond its job");
         };
-        let kept = if job.keep_results {
-            data.len() as u64
-        } else {
-            0
-        };
-        if job.result_bytes.saturating_add(kept) > job.result_bytes_max {
-            let limit = job.result_bytes_max;
-            self.fail_results_over(job_slot, index, data.len(), limit);
-            return;
-        }
-        job.result_bytes += kept;
         t.status = Status::Succeeded;
         // The payload is no longer needed; the result replaces it if the job keeps it.
         match job.keep_results {
-            true => job.payloads.replace(index as usize, data.clone()),
+            true => {
+                job.result_bytes += data.len() as u64;
+                job.payloads.replace(index as usize, data.clone());
+            }
             false => job.payloads.release(index as usize),
         }
         t.clear_exclusion();
@@ -2799,17 +2836,11 @@ impl Scheduler {
         }
         self.unfinished_total -= 1;
         self.stats.succeeded += 1;
-        // Most tasks have no other attempt: a look at both slots, no array iterator.
-        if others != [None, None] {
-            for &other in others.iter().flatten() {
-                self.kill_attempt(job_slot, task, other, "another attempt succeeded");
-            }
-        }
         self.events.push_back(Event::TaskResult {
             task,
             result: Ok(std::mem::take(data)),
         });
-        self.maybe_finish_job(job_slot);
+        others
     }
 
     /// Fails the job in `job_slot`: task `index`'s result of `len` bytes takes its kept

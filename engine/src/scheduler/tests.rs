@@ -494,3 +494,167 @@ fn launched_jobs(s: &mut Scheduler) -> Vec<JobId> {
         .flat_map(|(_, tasks)| tasks.iter().map(|l| l.task.job()))
         .collect()
 }
+
+#[test]
+fn a_frames_successes_applied_as_runs_leave_what_one_report_at_a_time_would() {
+    for sharing in [Sharing::Fifo, Sharing::Fair] {
+        successes_as_runs_as_one_at_a_time(sharing);
+    }
+}
+
+/// Two schedulers alike, two executors of 8 slots, hedging and speculation on, jobs of each
+/// form (one keeping results past its limit): each round's reports (successes of runs of
+/// jobs on both executors, failures, kills, stragglers left running, a duplicate, a RUNNING,
+/// an unknown executor's) go to one as a batch and to the other one report at a time
+/// (`apply_update`, then the offers once, as the batch path did before runs): everything the
+/// two tell is the same.
+fn successes_as_runs_as_one_at_a_time(sharing: Sharing) {
+    let config = Config {
+        sharing,
+        pools: vec![PoolConfig {
+            name: "p".into(),
+            mode: sharing,
+            weight: 2,
+            min_share: 1,
+        }],
+        // Windows that widen with successes.
+        slow_start_slots: 1,
+        hedging: Some(HedgeConfig::default()),
+        speculation: Some(SpeculationConfig::default()),
+        // Failed tasks retry on the two executors.
+        exclusion: None,
+        ..Config::default()
+    };
+    let [mut a, mut b] = [(); 2].map(|_| {
+        let mut s = Scheduler::new(config.clone());
+        for id in [1, 2] {
+            s.handle_register(executor(id, 8), 0).expect("registered");
+        }
+        s
+    });
+    let mut jobs = Vec::new();
+    for round in 0..120u64 {
+        let now_us = round * 40_000;
+        if round < 24 && round % 3 == 0 {
+            let spec = match round % 9 {
+                0 => same(16),
+                3 => JobSpec {
+                    pool: "p".into(),
+                    ..spec(12)
+                },
+                _ => JobSpec {
+                    keep_results: true,
+                    result_bytes_max: Some(10),
+                    ..spec(8)
+                },
+            };
+            let id = a.handle_submit(spec.clone(), now_us).expect("accepted");
+            assert_eq!(b.handle_submit(spec, now_us), Ok(id));
+            jobs.push(id);
+        }
+        let updates = reports(&a, round);
+        a.handle_statuses(updates.clone(), now_us + 1);
+        one_report_at_a_time(&mut b, updates, now_us + 1);
+        a.handle_timeout(now_us + 2);
+        b.handle_timeout(now_us + 2);
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        a.drain_outputs(&mut got);
+        b.drain_outputs(&mut want);
+        assert_eq!(got, want, "{sharing:?}: the same outputs in round {round}");
+        assert_eq!(a.stats(), b.stats(), "{sharing:?}, round {round}");
+        for id in [1, 2].map(ExecutorId) {
+            assert_eq!(a.executor_cores(id), b.executor_cores(id));
+            assert_eq!(a.executor_usable(id), b.executor_usable(id));
+            assert_eq!(runs_of_on(&a, id), runs_of_on(&b, id));
+        }
+        assert_eq!(a.hedge.next_check_us(), b.hedge.next_check_us());
+        assert_eq!(a.poll_timeout(), b.poll_timeout());
+        for &id in &jobs {
+            assert_eq!(a.job_info(id), b.job_info(id), "{sharing:?}, round {round}");
+            for index in 0..16 {
+                let task = TaskId::new(id, index);
+                assert_eq!(a.task_info(task), b.task_info(task));
+            }
+        }
+    }
+    assert_eq!((a.active_jobs(), b.active_jobs()), (0, 0), "{sharing:?}");
+    let stats = a.stats();
+    assert!(
+        stats.succeeded > 50 && stats.attempts_failed > 5,
+        "{stats:?}"
+    );
+    assert!(stats.speculative_launched >= 2, "{stats:?}");
+    assert!(stats.ignored_updates >= 30, "{stats:?}");
+}
+
+/// The old batch path: each report applied alone, then the offers once.
+fn one_report_at_a_time(s: &mut Scheduler, updates: Vec<StatusUpdate>, now_us: u64) {
+    let mut ended = false;
+    for mut update in updates {
+        ended |= s.apply_update(now_us, &mut update);
+    }
+    if ended {
+        s.offer(now_us);
+        s.flush();
+    }
+}
+
+/// A round's reports of what `s`'s executors run: executor 1's attempts, then 2's, each in
+/// task order, mostly successes (three bytes of result), with failures and kills, and each
+/// job's task 2 left running for its first 60 rounds; a duplicate, a RUNNING and an unknown
+/// executor's report among them.
+fn reports(s: &Scheduler, round: u64) -> Vec<StatusUpdate> {
+    let mut updates = Vec::new();
+    for id in [1, 2].map(ExecutorId) {
+        let slot = s.book.slot_of(id).expect("registered");
+        let mut running: Vec<Attempt> = (s.book.get(slot).expect("an executor").running.iter())
+            .map(|(key, _)| *key)
+            .collect();
+        running.sort();
+        for (k, key) in running.into_iter().enumerate() {
+            // Task 2's first attempts straggle for a while (they are copied).
+            if key.task.index() == 2 && key.attempt == 0 && round < 60 {
+                continue;
+            }
+            let state = match (k as u64 + round) % 11 {
+                3 => TaskState::Failed,
+                7 => TaskState::Killed,
+                _ => TaskState::Finished,
+            };
+            let update = StatusUpdate {
+                executor: id,
+                task: key.task,
+                attempt: key.attempt,
+                state,
+                data: Bytes::from(vec![k as u8; 3]),
+            };
+            if k == 1 {
+                updates.push(StatusUpdate {
+                    state: TaskState::Running,
+                    ..update.clone()
+                });
+                updates.push(StatusUpdate {
+                    executor: ExecutorId(99),
+                    ..update.clone()
+                });
+            }
+            updates.push(update);
+        }
+    }
+    if let Some(first) = updates.iter().find(|u| u.state == TaskState::Finished) {
+        updates.insert(updates.len() / 2, first.clone());
+    }
+    updates
+}
+
+/// Executor `id`'s runs, as (attempt, cores, started, hedging's record and threshold),
+/// sorted.
+fn runs_of_on(s: &Scheduler, id: ExecutorId) -> Vec<(Attempt, u32, u64, u32, u64)> {
+    let slot = s.book.slot_of(id).expect("registered");
+    let runs = &s.book.get(slot).expect("an executor").running;
+    let mut all: Vec<_> = (runs.iter())
+        .map(|(key, r)| (*key, r.cores, r.started_us, r.record, r.threshold_us))
+        .collect();
+    all.sort();
+    all
+}
