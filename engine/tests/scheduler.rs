@@ -293,6 +293,26 @@ fn locality_prefers_executor_then_host_then_any_after_the_waits() {
 }
 
 #[test]
+fn a_task_naming_more_hosts_than_a_record_keeps_in_place_runs_on_any_of_them() {
+    // Four names or more take the preferences' other form: the last one must count too.
+    for names in [3, 4, 7] {
+        let mut s = Scheduler::new(Config {
+            locality_wait_host_us: 1_000_000,
+            ..config()
+        });
+        s.handle_register(exec(1, "ha", 1), 0).unwrap();
+        s.handle_register(exec(2, "hb", 1), 0).unwrap();
+        let mut ts = tasks(1);
+        ts[0].preferred_hosts = (1..names).map(|i| format!("nowhere-{i}")).collect();
+        ts[0].preferred_hosts.push("hb".into());
+        s.handle_submit(JobSpec::new(ts), 0).unwrap();
+        let ls = launches(&drain(&mut s));
+        assert_eq!(ls.len(), 1, "{names} hosts named");
+        assert_eq!(ls[0].0, ExecutorId(2), "on the host named last of {names}");
+    }
+}
+
+#[test]
 fn preferred_executor_gets_its_task_at_once() {
     let mut s = Scheduler::new(Config {
         locality_wait_executor_us: 1_000_000,

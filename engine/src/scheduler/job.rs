@@ -90,20 +90,53 @@ impl Placed {
     }
 }
 
-/// What few tasks have, boxed apart from the record every task has (a job of millions of
-/// tasks keeps millions of records): locality preferences, and where it failed.
-#[derive(Debug, Default)]
-pub(crate) struct TaskExtra {
-    pub prefs: Option<Prefs>,
-    pub exclusion: Option<TaskExclusion>,
-}
-
-/// Locality preferences (most tasks have none: [`TaskExtra`]).
+/// A task's locality preferences (most tasks have none: they are kept per job, in
+/// [`Job::prefs`], not in the record every task has).
 #[derive(Debug)]
 pub(crate) struct Prefs {
     pub executors: Vec<ExecutorId>,
     /// Host indices in the book.
-    pub hosts: Vec<u32>,
+    pub hosts: PrefHosts,
+}
+
+/// Preferred hosts a task keeps in place: a block's replicas are three, as a rule.
+const HOSTS_INLINE: usize = 3;
+
+/// A task's preferred hosts, as indices in the book: up to [`HOSTS_INLINE`] in place, more
+/// in a slice of their own, so a job whose tasks each name their block's hosts allocates
+/// nothing per task for them.
+#[derive(Debug)]
+pub(crate) enum PrefHosts {
+    Inline { len: u8, hosts: [u32; HOSTS_INLINE] },
+    Many(Box<[u32]>),
+}
+
+impl PrefHosts {
+    /// The indices of `names`, each found (or added) by `index`.
+    pub fn of<S: AsRef<str>>(names: &[S], mut index: impl FnMut(&str) -> u32) -> PrefHosts {
+        if names.len() > HOSTS_INLINE {
+            return PrefHosts::Many(names.iter().map(|h| index(h.as_ref())).collect());
+        }
+        let mut hosts = [0; HOSTS_INLINE];
+        for (slot, name) in hosts.iter_mut().zip(names) {
+            *slot = index(name.as_ref());
+        }
+        PrefHosts::Inline {
+            len: names.len() as u8,
+            hosts,
+        }
+    }
+}
+
+impl std::ops::Deref for PrefHosts {
+    type Target = [u32];
+
+    fn deref(&self) -> &[u32] {
+        match self {
+            PrefHosts::Inline { len, hosts } => &hosts[..usize::from(*len)],
+            PrefHosts::Many(hosts) => hosts,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -111,8 +144,9 @@ pub(crate) struct TaskRec {
     /// Its function's index in [`Job::functions`] (0, unused, when the job's tasks share one,
     /// [`Job::function`]): four bytes, where a name of its own took sixteen and a reference count.
     pub function: u32,
-    /// Preferences and exclusion, if it has either.
-    pub extra: Option<Box<TaskExtra>>,
+    /// Where it failed, if it did: boxed apart from the record every task has (a job of
+    /// millions of tasks keeps millions of records, few of which fail).
+    pub exclusion: Option<Box<TaskExclusion>>,
     pub cores: u32,
     pub status: Status,
     pub next_attempt: u32,
@@ -150,15 +184,10 @@ pub(crate) fn function_of<'a>(
 
 impl TaskRec {
     /// A pending task that has run no attempt (its payload is the job's: [`Job::payloads`]).
-    pub fn new(function: u32, cores: u32, prefs: Option<Prefs>) -> Self {
+    pub fn new(function: u32, cores: u32) -> Self {
         TaskRec {
             function,
-            extra: prefs.map(|prefs| {
-                Box::new(TaskExtra {
-                    prefs: Some(prefs),
-                    exclusion: None,
-                })
-            }),
+            exclusion: None,
             cores,
             status: Status::Pending,
             next_attempt: 0,
@@ -168,21 +197,14 @@ impl TaskRec {
         }
     }
 
-    /// Its locality preferences, if it has any.
-    pub fn prefs(&self) -> Option<&Prefs> {
-        self.extra.as_ref()?.prefs.as_ref()
-    }
-
     /// Where it failed, if it avoids anything for it.
     pub fn exclusion(&self) -> Option<&TaskExclusion> {
-        self.extra.as_ref()?.exclusion.as_ref()
+        self.exclusion.as_deref()
     }
 
     /// Forgets where it failed (it succeeded).
     pub fn clear_exclusion(&mut self) {
-        if let Some(extra) = self.extra.as_mut() {
-            extra.exclusion = None;
-        }
+        self.exclusion = None;
     }
 
     pub fn running_attempts(&self) -> usize {
@@ -197,8 +219,7 @@ impl TaskRec {
 
     /// Counts a failure of this task on `exec`/`host`; past the limits it avoids them.
     pub fn record_failure(&mut self, exec: ExecutorId, host: u32, exec_max: u32, host_max: u32) {
-        let extra = self.extra.get_or_insert_with(Box::default);
-        let x = extra.exclusion.get_or_insert_with(TaskExclusion::default);
+        let x = self.exclusion.get_or_insert_with(Box::default);
         bump(&mut x.exec_failures, exec, exec_max, &mut x.executors);
         bump(&mut x.host_failures, host, host_max, &mut x.hosts);
     }
@@ -276,6 +297,10 @@ pub(crate) struct Job {
     /// The functions the task records name when the job has no shared one, each once in a
     /// run of tasks naming it (empty otherwise).
     pub functions: Vec<Arc<str>>,
+    /// Each task's locality preferences, in task order, for a job whose tasks came as specs
+    /// and some of them prefer something (a task past its end prefers nothing); empty
+    /// otherwise. One vector for the job, not an allocation per task.
+    pub prefs: Vec<Option<Prefs>>,
     /// Whether results are kept for the outcome, and how many bytes at most.
     pub keep_results: bool,
     pub result_bytes_max: u64,
@@ -418,7 +443,7 @@ fn pop_fresh(
                     return None;
                 }
                 fresh.start += 1;
-                tasks.push(TaskRec::new(0, cores, None));
+                tasks.push(TaskRec::new(0, cores));
                 return Some(i);
             }
             Some(t) if t.status == Status::Pending => {
@@ -453,7 +478,7 @@ impl Job {
         if self.tasks.len() < end {
             let built = self.tasks.len();
             self.tasks
-                .extend((built..end).map(|_| TaskRec::new(0, cores, None)));
+                .extend((built..end).map(|_| TaskRec::new(0, cores)));
         }
     }
 
@@ -502,7 +527,7 @@ impl Job {
     /// The record of the next unbuilt task of a range [`Job::take_unbuilt`] took: running its
     /// first attempt as `placed`, a task of `cores` cores.
     pub fn push_launched(&mut self, cores: u32, placed: Placed) {
-        let mut t = TaskRec::new(0, cores, None);
+        let mut t = TaskRec::new(0, cores);
         t.status = Status::Running;
         t.next_attempt = 1;
         t.attempts[0] = Some(placed);
@@ -569,7 +594,7 @@ impl Job {
         let Some(q) = self.classes.get_mut(pos) else {
             unreachable!("class {pos} was just found or made");
         };
-        match t.prefs() {
+        match self.prefs.get(i as usize).and_then(Option::as_ref) {
             None => q.no_pref.push_back(i),
             Some(p) => {
                 let q = q.prefs.get_or_insert_with(Box::default);
@@ -594,7 +619,7 @@ impl Job {
                             .push_back(i);
                     }
                 }
-                for &h in &p.hosts {
+                for &h in p.hosts.iter() {
                     q.by_host
                         .entry(h)
                         .or_insert_with(|| {
@@ -1020,7 +1045,7 @@ mod tests {
     fn task(status: Status, cores: u32) -> TaskRec {
         TaskRec {
             function: 0,
-            extra: None,
+            exclusion: None,
             cores,
             status,
             next_attempt: 0,
@@ -1062,6 +1087,17 @@ mod tests {
         assert_eq!(pop_pending(&mut q, &tasks, 1, ExecutorId(2), 0), Some(0));
     }
 
+    #[test]
+    fn preferred_hosts_up_to_three_are_kept_in_place_and_more_apart_each_in_order() {
+        for n in 0..=6u32 {
+            let names: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+            let hosts = PrefHosts::of(&names, |name| 10 + name[1..].parse::<u32>().unwrap());
+            assert_eq!(&hosts[..], (10..10 + n).collect::<Vec<_>>(), "{n} names");
+            let in_place = matches!(hosts, PrefHosts::Inline { .. });
+            assert_eq!(in_place, n as usize <= HOSTS_INLINE, "{n} names");
+        }
+    }
+
     fn job(has_exec_prefs: bool, has_host_prefs: bool) -> Job {
         Job {
             id: JobId(1),
@@ -1073,6 +1109,7 @@ mod tests {
             payloads: Payloads::from(Bytes::new()),
             function: None,
             functions: Vec::new(),
+            prefs: Vec::new(),
             keep_results: true,
             result_bytes_max: u64::MAX,
             result_bytes: 0,

@@ -248,7 +248,7 @@ use crate::hash::FxHashMap;
 use crate::ids::IdMap;
 use book::{Book, Resume, Run};
 use hedge::Hedging;
-use job::{Found, Job, JobCounters, Level, Placed, Prefs, Status, TaskRec};
+use job::{Found, Job, JobCounters, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::PrefIndex;
 use spare::Spare;
@@ -388,10 +388,14 @@ struct BuiltTasks {
     function: Option<Arc<str>>,
     /// Else the functions their records index ([`Job::functions`]).
     functions: Vec<Arc<str>>,
+    /// Their preferences ([`Job::prefs`]).
+    prefs: Vec<Option<Prefs>>,
     /// Whether any prefers executors.
     has_exec_prefs: bool,
     /// Whether any prefers hosts or executors.
     has_host_prefs: bool,
+    /// A big job's specs, spent (their host names), for the caller to free.
+    spent: Option<Remains>,
 }
 
 /// An executor removed as lost (no word on whose fault): the attempts it held, in case a
@@ -1378,7 +1382,7 @@ impl Scheduler {
     /// records, built as its tasks first launch: O(1) here whatever its size.
     fn build_tasks(book: &mut Book, mut tasks: Vec<TaskRec>, specs: Tasks) -> BuiltTasks {
         debug_assert!(tasks.is_empty(), "a spare vector comes empty");
-        let specs = match specs {
+        let mut specs = match specs {
             Tasks::Each(specs) => specs,
             Tasks::Same {
                 function,
@@ -1392,47 +1396,53 @@ impl Scheduler {
                     payloads,
                     function: Some(function),
                     functions: Vec::new(),
+                    prefs: Vec::new(),
                     has_exec_prefs: false,
                     has_host_prefs: false,
+                    spent: None,
                 };
             }
         };
         let mut has_exec_prefs = false;
         let mut has_host_prefs = false;
         let mut functions: Vec<Arc<str>> = Vec::new();
+        let mut prefs: Vec<Option<Prefs>> = Vec::new();
         tasks.reserve(specs.len());
         // A one-task job's payload needs no vector.
         let single = specs.len() == 1;
         let mut one = None;
         let mut payloads = Vec::with_capacity(if single { 0 } else { specs.len() });
-        for t in specs {
+        let specs_len = specs.len();
+        // What the records take is moved out; the host names stay in the specs, to be freed
+        // with them (off the caller's loop for a big job: `spent`).
+        for t in &mut specs {
             // A run of tasks naming one function (by pointer) shares its entry.
             if !functions
                 .last()
                 .is_some_and(|f| Arc::ptr_eq(f, &t.function))
             {
-                functions.push(t.function);
+                functions.push(t.function.clone());
             }
             let function = u32::try_from(functions.len() - 1).unwrap_or(u32::MAX);
-            let prefs = if t.preferred_executors.is_empty() && t.preferred_hosts.is_empty() {
-                None
-            } else {
+            if !t.preferred_executors.is_empty() || !t.preferred_hosts.is_empty() {
                 has_exec_prefs |= !t.preferred_executors.is_empty();
                 has_host_prefs = true;
-                let hosts = t
-                    .preferred_hosts
-                    .iter()
-                    .map(|h| book.host_index(h))
-                    .collect();
-                Some(Prefs {
-                    executors: t.preferred_executors,
-                    hosts,
-                })
-            };
-            tasks.push(TaskRec::new(function, t.cores, prefs));
+                if prefs.is_empty() {
+                    prefs.reserve_exact(specs_len);
+                    prefs.resize_with(tasks.len(), || None);
+                }
+                prefs.push(Some(Prefs {
+                    executors: std::mem::take(&mut t.preferred_executors),
+                    hosts: PrefHosts::of(&t.preferred_hosts, |h| book.host_index(h)),
+                }));
+            } else if !prefs.is_empty() {
+                prefs.push(None);
+            }
+            tasks.push(TaskRec::new(function, t.cores));
+            let payload = std::mem::take(&mut t.payload);
             match single {
-                true => one = Some(t.payload),
-                false => payloads.push(t.payload),
+                true => one = Some(payload),
+                false => payloads.push(payload),
             }
         }
         // All one function: shared, as a job of one function over payloads.
@@ -1445,8 +1455,10 @@ impl Scheduler {
             },
             function,
             functions,
+            prefs,
             has_exec_prefs,
             has_host_prefs,
+            spent: Remains::of_specs(specs),
         }
     }
 
@@ -1471,9 +1483,14 @@ impl Scheduler {
             payloads,
             function,
             functions,
+            prefs,
             has_exec_prefs,
             has_host_prefs,
+            spent,
         } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
+        if let Some(spent) = spent {
+            self.keep_remains(spent);
+        }
         let defaults = &self.defaults;
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
@@ -1497,6 +1514,7 @@ impl Scheduler {
             payloads,
             function,
             functions,
+            prefs,
             keep_results: spec.keep_results,
             result_bytes_max: (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max),
             result_bytes: 0,
@@ -3199,13 +3217,7 @@ impl Scheduler {
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;
         self.job_free_slots.push(job_slot);
-        if let Some(remains) = Remains::take_from(job) {
-            if self.remains.len() >= REMAINS_KEPT {
-                // Nobody takes them: freed here, the oldest first.
-                self.remains.pop_front();
-            }
-            self.remains.push_back(remains);
-        }
+        let remains = Remains::take_from(job);
         let vectors = (
             std::mem::take(&mut job.tasks),
             std::mem::take(&mut job.classes),
@@ -3213,6 +3225,18 @@ impl Scheduler {
         );
         *entry = None;
         self.spare.keep(vectors.0, vectors.1, vectors.2);
+        if let Some(remains) = remains {
+            self.keep_remains(remains);
+        }
+    }
+
+    /// Keeps `remains` for [`poll_remains`](Self::poll_remains); past [`REMAINS_KEPT`], nobody
+    /// takes them, and the oldest are freed here.
+    fn keep_remains(&mut self, remains: Remains) {
+        if self.remains.len() >= REMAINS_KEPT {
+            self.remains.pop_front();
+        }
+        self.remains.push_back(remains);
     }
 
     /// The speculation check period: the scheduler's, or the default's when only some jobs

@@ -1,11 +1,12 @@
 //! What ended jobs leave: their small vectors (tasks, queues, run times) and sent launch
 //! batches, kept for new ones, so a small job and a launch batch allocate nothing in steady
 //! state (every kind bounded in count and in the capacity of what it keeps, so a burst of big
-//! jobs is given back to the allocator); and a big job's records and payloads, handed to the
-//! caller to free off its loop ([`Remains`]).
+//! jobs is given back to the allocator); and a big job's records and payloads, and the specs
+//! a big job's records were built from, handed to the caller to free off its loop
+//! ([`Remains`]).
 
-use super::job::{Job, Queues, TaskRec};
-use super::{Payloads, TaskLaunch};
+use super::job::{Job, Prefs, Queues, TaskRec};
+use super::{Payloads, TaskLaunch, TaskSpec};
 
 /// Tasks from which an ended job's records and payloads are [`Remains`] for the caller to
 /// free: freeing 65,536 takes about half a millisecond (10,000,000 about 80 ms).
@@ -13,17 +14,22 @@ pub(super) const REMAINS_MIN_TASKS: usize = 65_536;
 /// Remains kept for the caller at most; past them, the oldest are freed in place.
 pub(super) const REMAINS_KEPT: usize = 4;
 
-/// A big ended job's task records and payloads ([`Scheduler::poll_remains`](super::Scheduler::poll_remains)):
+/// A big ended job's task records, preferences and payloads, or the task specs a big new
+/// job's records were built from ([`Scheduler::poll_remains`](super::Scheduler::poll_remains)):
 /// dropping it frees them, which takes milliseconds for millions of tasks, so a driver drops
 /// it on another thread rather than hold its loop.
 pub struct Remains {
     tasks: Vec<TaskRec>,
     payloads: Payloads,
+    prefs: Vec<Option<Prefs>>,
+    /// A big job's task specs once its records were built from them: what is left in them
+    /// (host names) is freed with them.
+    specs: Vec<TaskSpec>,
 }
 
 impl Remains {
-    /// The records and payloads of `job`, which ended, if it is big enough to matter (else
-    /// they stay, to go with it).
+    /// The records, preferences and payloads of `job`, which ended, if it is big enough to
+    /// matter (else they stay, to go with it).
     pub(super) fn take_from(job: &mut Job) -> Option<Remains> {
         if job.tasks.capacity().max(job.payloads.len()) < REMAINS_MIN_TASKS {
             return None;
@@ -31,12 +37,26 @@ impl Remains {
         Some(Remains {
             tasks: std::mem::take(&mut job.tasks),
             payloads: std::mem::take(&mut job.payloads),
+            prefs: std::mem::take(&mut job.prefs),
+            specs: Vec::new(),
         })
     }
 
-    /// How many tasks' records and payloads it holds, at most.
+    /// A new job's task `specs`, spent (its records built), if there are enough to matter
+    /// (else they are freed here).
+    pub(super) fn of_specs(specs: Vec<TaskSpec>) -> Option<Remains> {
+        (specs.len() >= REMAINS_MIN_TASKS).then(|| Remains {
+            tasks: Vec::new(),
+            payloads: Payloads::default(),
+            prefs: Vec::new(),
+            specs,
+        })
+    }
+
+    /// How many tasks' records, payloads or specs it holds, at most.
     pub fn tasks(&self) -> usize {
-        self.tasks.capacity().max(self.payloads.len())
+        let records = self.tasks.capacity().max(self.prefs.len());
+        records.max(self.payloads.len()).max(self.specs.len())
     }
 }
 

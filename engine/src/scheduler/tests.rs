@@ -270,6 +270,40 @@ fn a_big_job_leaves_its_records_for_the_caller_to_free_and_a_small_one_none() {
 }
 
 #[test]
+fn a_big_job_of_task_specs_leaves_them_for_the_caller_to_free_once_its_records_are_built() {
+    let located = |n: usize| {
+        let tasks: Vec<TaskSpec> = (0..n)
+            .map(|i| TaskSpec {
+                preferred_hosts: vec![format!("h{}", i % 7), format!("h{}", i % 5)],
+                ..TaskSpec::new("f", Bytes::new())
+            })
+            .collect();
+        JobSpec::new(tasks)
+    };
+    let mut s = with_executor(1024);
+    s.handle_submit(located(100), 0).expect("accepted");
+    assert!(
+        s.poll_remains().is_none(),
+        "a small job's are freed in place"
+    );
+    s.handle_submit(located(spare::REMAINS_MIN_TASKS), 1)
+        .expect("accepted");
+    let spent = s
+        .poll_remains()
+        .expect("the big job's specs, at its submission");
+    assert_eq!(spent.tasks(), spare::REMAINS_MIN_TASKS);
+    assert!(s.poll_remains().is_none(), "once");
+    drop(spent);
+    // Its records hold what they need of them: every task runs once, to the end.
+    finish_all(&mut s, 2);
+    assert_eq!(s.active_jobs(), 0);
+    let tasks = 100 + spare::REMAINS_MIN_TASKS as u64;
+    assert_eq!((s.stats().launched, s.stats().succeeded), (tasks, tasks));
+    let ended = s.poll_remains().expect("the big job's records, at its end");
+    assert_eq!(ended.tasks(), spare::REMAINS_MIN_TASKS);
+}
+
+#[test]
 fn a_small_jobs_successes_are_all_samples_and_a_big_ones_one_in_eight_past_its_first_tasks() {
     let mut s = Scheduler::new(Config {
         slow_start_slots: 1024,
