@@ -21,8 +21,10 @@
 //!
 //! `scheduler_submit`: how long submitting one job of one function over 1,000,000 payloads (the
 //! form the driver sends a job without locality in) holds the caller, the driver's loop, with
-//! one 4-core executor registered (so it includes the first launches). The scheduler and the
-//! payloads are made before, and dropped after, each measured submission.
+//! one 4-core executor registered (so it includes the first launches); `located_job`, the same
+//! for a job of 1,000,000 task specs each preferring two of 100 hosts (the form a job with
+//! locality takes), with 10 executors on 10 of them. The scheduler and the payloads or specs
+//! are made before, and dropped after, each measured submission.
 //!
 //! Under `cargo test --benches` (no `--bench` flag) it runs a 10,000-task version once.
 
@@ -205,7 +207,8 @@ fn scheduler(c: &mut Criterion) {
     submit_big(c);
 }
 
-/// One submission of a job of `task_count()` tasks, one function over payloads.
+/// One submission of a job of `task_count()` tasks: one function over payloads, and task specs
+/// with preferred hosts.
 fn submit_big(c: &mut Criterion) {
     let tasks = task_count();
     let mut group = c.benchmark_group("scheduler_submit");
@@ -244,8 +247,48 @@ fn submit_big(c: &mut Criterion) {
             criterion::BatchSize::PerIteration,
         )
     });
+    // The form a job with locality takes: task specs, each preferring its block's hosts.
+    let hosts: Vec<String> = (0..LOCATED_HOSTS).map(|h| format!("host{h}")).collect();
+    group.bench_function(BenchmarkId::new("located_job", tasks), |b| {
+        b.iter_batched(
+            || {
+                let mut s = Scheduler::new(Config {
+                    pending_tasks_max: tasks,
+                    ..Config::default()
+                });
+                for (i, host) in hosts.iter().take(10).enumerate() {
+                    let info = ExecutorInfo {
+                        id: ExecutorId(i as u64),
+                        host: host.clone(),
+                        cores: CORES,
+                        attributes: Vec::new(),
+                    };
+                    s.handle_register(info, 0).expect("fresh executor");
+                }
+                let function: std::sync::Arc<str> = "noop".into();
+                let specs: Vec<TaskSpec> = (0..tasks)
+                    .map(|i| TaskSpec {
+                        preferred_hosts: vec![
+                            hosts[i % LOCATED_HOSTS].clone(),
+                            hosts[(i * 7 + 3) % LOCATED_HOSTS].clone(),
+                        ],
+                        ..TaskSpec::new(function.clone(), payload.clone())
+                    })
+                    .collect();
+                (s, specs)
+            },
+            |(mut s, specs)| {
+                black_box(s.handle_submit(JobSpec::new(specs), 0).expect("accepted"));
+                s
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
     group.finish();
 }
+
+/// Hosts the located job's tasks name (two each), ten of them with an executor.
+const LOCATED_HOSTS: usize = 100;
 
 /// One completion and one new one-task job, `rounds` times, with `active` one-task jobs kept.
 fn active_jobs(c: &mut Criterion) {
