@@ -221,17 +221,7 @@ fn submit_big(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("one_job", tasks), |b| {
         b.iter_batched(
             || {
-                let mut s = Scheduler::new(Config {
-                    pending_tasks_max: tasks,
-                    ..Config::default()
-                });
-                let info = ExecutorInfo {
-                    id: ExecutorId(0),
-                    host: "host0".into(),
-                    cores: CORES,
-                    attributes: Vec::new(),
-                };
-                s.handle_register(info, 0).expect("fresh executor");
+                let s = submit_target(tasks, &["host0".to_owned()]);
                 let payloads: Vec<Bytes> = vec![payload.clone(); tasks];
                 (s, payloads)
             },
@@ -252,19 +242,7 @@ fn submit_big(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("located_job", tasks), |b| {
         b.iter_batched(
             || {
-                let mut s = Scheduler::new(Config {
-                    pending_tasks_max: tasks,
-                    ..Config::default()
-                });
-                for (i, host) in hosts.iter().take(10).enumerate() {
-                    let info = ExecutorInfo {
-                        id: ExecutorId(i as u64),
-                        host: host.clone(),
-                        cores: CORES,
-                        attributes: Vec::new(),
-                    };
-                    s.handle_register(info, 0).expect("fresh executor");
-                }
+                let s = submit_target(tasks, &hosts[..10]);
                 let function: std::sync::Arc<str> = "noop".into();
                 let specs: Vec<TaskSpec> = (0..tasks)
                     .map(|i| TaskSpec {
@@ -285,6 +263,24 @@ fn submit_big(c: &mut Criterion) {
         )
     });
     group.finish();
+}
+
+/// A scheduler taking jobs of up to `tasks` tasks, with one executor on each of `hosts`.
+fn submit_target(tasks: usize, hosts: &[String]) -> Scheduler {
+    let mut s = Scheduler::new(Config {
+        pending_tasks_max: tasks,
+        ..Config::default()
+    });
+    for (i, host) in hosts.iter().enumerate() {
+        let info = ExecutorInfo {
+            id: ExecutorId(i as u64),
+            host: host.clone(),
+            cores: CORES,
+            attributes: Vec::new(),
+        };
+        s.handle_register(info, 0).expect("fresh executor");
+    }
+    s
 }
 
 /// Hosts the located job's tasks name (two each), ten of them with an executor.
