@@ -21,6 +21,10 @@
 //! time again, so a function that blocks ends up on the pool and holds the loop up at most
 //! twice per sit-out.
 //!
+//! Where the loop must not run such work itself (local mode: the driver's loop), a function
+//! whose runs average under [`TaskRunner::set_pool_batches`]'s limit goes to the pool in
+//! batches, a few runs to a pool task, each batch reporting its runs together (`batch.rs`).
+//!
 //! Everything else runs on the pinned task pool. Completion protocol there: a pool worker pushes
 //! its [`TaskReport`] into a bounded lock-free queue with the kick protocol
 //! ([`crate::runtime::Kicked`]): only the worker whose push finds no kick pending calls the
@@ -147,6 +151,11 @@ struct Function {
 }
 
 impl Function {
+    /// Its average run, in nanoseconds.
+    fn average_ns(&self) -> u64 {
+        self.timing.average_ns.load(Ordering::Relaxed)
+    }
+
     /// Whether a launch of it runs inline: its runs are known, under `max_ns` on average, and
     /// it is not sitting out.
     fn is_short(&self, max_ns: u64) -> bool {
@@ -251,6 +260,22 @@ impl Functions {
     }
 }
 
+/// An attempt on the pool: a task of its own, or a run of a batch (`batch.rs`).
+enum OnPool {
+    Alone(Arc<PoolAttempt>),
+    Batched(Arc<batch::Cells>, u32),
+}
+
+impl OnPool {
+    /// Asks the attempt to stop (or not to start).
+    fn kill(&self) {
+        match self {
+            OnPool::Alone(cell) => cell.killed.store(true, Ordering::Relaxed),
+            OnPool::Batched(cells, index) => cells.kill(*index),
+        }
+    }
+}
+
 /// An attempt on the pool, shared with its pool task.
 #[derive(Default)]
 struct PoolAttempt {
@@ -282,6 +307,28 @@ impl Shared {
             }
         }
     }
+
+    /// A pool worker's completions of one batch, with one kick at most.
+    fn complete_all(&self, completions: impl IntoIterator<Item = TaskReport>) {
+        let mut kick = false;
+        for mut completion in completions {
+            loop {
+                match self.done.push(completion) {
+                    Ok(asked) => {
+                        kick |= asked;
+                        break;
+                    }
+                    Err(back) => {
+                        completion = back;
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        if kick {
+            (self.kick)();
+        }
+    }
 }
 
 /// Launches tasks inline or on a pool and hands back their completions.
@@ -293,7 +340,13 @@ pub struct TaskRunner {
     /// its function's entry (and the generation that index belongs to).
     waiting: VecDeque<(TaskLaunch, usize, u32)>,
     /// Attempts on the pool, for kills and to match their reports.
-    on_pool: FxHashMap<Attempt, Arc<PoolAttempt>>,
+    on_pool: FxHashMap<Attempt, OnPool>,
+    /// Launches of functions short enough to go to the pool in batches, gathered until the
+    /// next drain ([`TaskRunner::set_pool_batches`]), each with its function's entry.
+    gathered: Vec<(TaskLaunch, usize)>,
+    /// Functions whose runs average under this (in nanoseconds) go to the pool in batches;
+    /// 0: none does.
+    pool_batch_max_ns: u64,
     in_flight_max: usize,
     /// Whether short tasks may run on the loop's thread (see the module docs).
     inline: bool,
@@ -314,6 +367,7 @@ impl std::fmt::Debug for TaskRunner {
         f.debug_struct("TaskRunner")
             .field("waiting", &self.waiting.len())
             .field("on_pool", &self.on_pool.len())
+            .field("gathered", &self.gathered.len())
             .finish_non_exhaustive()
     }
 }
@@ -333,6 +387,8 @@ impl TaskRunner {
             functions: Functions::default(),
             waiting: VecDeque::new(),
             on_pool: FxHashMap::default(),
+            gathered: Vec::new(),
+            pool_batch_max_ns: 0,
             in_flight_max,
             inline: true,
             inline_round: INLINE_ROUND_DEFAULT,
@@ -356,6 +412,15 @@ impl TaskRunner {
         self.inline = inline;
     }
 
+    /// Sends launches of functions whose runs average under `max` to the pool in batches, a
+    /// few runs to a pool task, rather than each in a task of its own (default: none; see
+    /// `batch.rs`). Such a run reports no `Running`, and its end leaves with its batch's. For
+    /// a loop that should not run them itself (local mode's, the driver's own), where a pool
+    /// task per run costs about what the run does.
+    pub fn set_pool_batches(&mut self, max: Duration) {
+        self.pool_batch_max_ns = nanos(max);
+    }
+
     /// How long one drain runs short tasks at most (default [`INLINE_ROUND_DEFAULT`]): what
     /// the loop's other work may wait for them.
     pub fn set_inline_round(&mut self, round: Duration) {
@@ -372,7 +437,7 @@ impl TaskRunner {
 
     /// Attempts launched and not yet drained as completions.
     pub fn running(&self) -> usize {
-        self.waiting.len() + self.on_pool.len()
+        self.waiting.len() + self.on_pool.len() + self.gathered.len()
     }
 
     /// Whether short tasks wait for the next drain (the last one's round ran out): the caller
@@ -417,6 +482,8 @@ impl TaskRunner {
         if self.inline && function.is_short(self.inline_max_ns) {
             self.waiting
                 .push_back((launch, index, self.functions.generation));
+        } else if self.pool_batch_max_ns > 0 && function.is_short(self.pool_batch_max_ns) {
+            self.gathered.push((launch, index));
         } else {
             self.submit(index, launch);
         }
@@ -450,7 +517,7 @@ impl TaskRunner {
         .into_task(launch.payload.clone());
         match self.pool.try_submit(task) {
             Ok(_) => {
-                self.on_pool.insert(key, attempt);
+                self.on_pool.insert(key, OnPool::Alone(attempt));
             }
             Err(rejected) => {
                 attempt.disarmed.store(true, Ordering::Relaxed);
@@ -461,6 +528,67 @@ impl TaskRunner {
                 tracing::warn!(task_id = key.task.0, attempt = key.attempt, "{why}");
                 drop(rejected);
                 self.done.push(TaskReport::failed(&launch, why));
+            }
+        }
+    }
+
+    /// Hands the gathered launches to the pool in batches: each bounded (`batch.rs`), and the
+    /// round's spread over the workers.
+    fn send_gathered(&mut self) {
+        if self.gathered.is_empty() {
+            return;
+        }
+        let workers = self.pool.workers().max(1);
+        let per_worker = self.gathered.len().div_ceil(workers);
+        let mut gathered = std::mem::take(&mut self.gathered);
+        let mut batch = batch::Batch::new();
+        for (launch, index) in gathered.drain(..) {
+            let Some(function) = self.functions.entries.get(index) else {
+                unreachable!("function {index} was found at launch");
+            };
+            if batch.len() >= per_worker || !batch.fits(function.average_ns()) {
+                self.send_batch(std::mem::replace(&mut batch, batch::Batch::new()));
+            }
+            let Some(function) = self.functions.entries.get(index) else {
+                unreachable!("function {index} was found at launch");
+            };
+            let id = (launch.task, launch.attempt);
+            batch.push(id, launch.payload, index, function);
+        }
+        self.send_batch(batch);
+        // The vector's room is kept for the next round.
+        self.gathered = gathered;
+    }
+
+    /// Hands one batch to the pool; if the pool refuses it, each run fails at once.
+    fn send_batch(&mut self, batch: batch::Batch) {
+        if batch.len() == 0 {
+            return;
+        }
+        let (task, cells) = batch.into_task(&self.shared);
+        match self.pool.try_submit(task) {
+            Ok(_) => {
+                for (i, &(task, attempt)) in cells.ids().iter().enumerate() {
+                    let run = OnPool::Batched(cells.clone(), i as u32);
+                    self.on_pool.insert(Attempt::new(task, attempt), run);
+                }
+            }
+            Err(rejected) => {
+                cells.disarm();
+                let why = format!(
+                    "not run: the task pool refused it (full or shutting down): {}",
+                    rejected.error
+                );
+                tracing::warn!(runs = cells.ids().len(), "{why}");
+                drop(rejected);
+                for &(task, attempt) in cells.ids() {
+                    self.done.push(TaskReport {
+                        task,
+                        attempt,
+                        state: TaskState::Failed,
+                        data: Bytes::from(why.clone()),
+                    });
+                }
             }
         }
     }
@@ -514,8 +642,15 @@ impl TaskRunner {
     /// Asks an attempt to stop: one on the pool completes as killed; one waiting to run inline
     /// is killed before it starts. Returns whether the runner held it.
     pub fn kill(&mut self, key: Attempt) -> bool {
-        if let Some(cell) = self.on_pool.get(&key) {
-            cell.killed.store(true, Ordering::Relaxed);
+        if let Some(run) = self.on_pool.get(&key) {
+            run.kill();
+            return true;
+        }
+        let gathered = (self.gathered.iter())
+            .position(|(l, _)| l.task == key.task && l.attempt == key.attempt);
+        if let Some(i) = gathered {
+            let (launch, _) = self.gathered.remove(i);
+            self.done.push(killed_before_start(&launch));
             return true;
         }
         let at = self
@@ -531,8 +666,11 @@ impl TaskRunner {
 
     /// Asks every attempt to stop.
     pub fn kill_all(&mut self) {
-        for cell in self.on_pool.values() {
-            cell.killed.store(true, Ordering::Relaxed);
+        for run in self.on_pool.values() {
+            run.kill();
+        }
+        for (launch, _) in std::mem::take(&mut self.gathered) {
+            self.done.push(killed_before_start(&launch));
         }
         while let Some((launch, _, _)) = self.waiting.pop_front() {
             self.done.push(killed_before_start(&launch));
@@ -546,6 +684,7 @@ impl TaskRunner {
     /// a batch of launches and when the `kick` callback's message arrives; if
     /// [`TaskRunner::has_waiting`] then, call it again after the loop's next turn.
     pub fn drain(&mut self, out: &mut Vec<TaskReport>) {
+        self.send_gathered();
         self.run_waiting();
         if out.is_empty() {
             std::mem::swap(out, &mut self.done);
@@ -743,5 +882,6 @@ fn pool_failure_text(outcome: TaskOutcome) -> Option<String> {
     }
 }
 
+mod batch;
 #[cfg(test)]
 mod tests;

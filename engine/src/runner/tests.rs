@@ -255,3 +255,100 @@ fn a_waiting_attempt_killed_never_runs_and_a_refused_one_fails_at_once() {
     assert_eq!(done[0].state, TaskState::Failed);
     assert!(String::from_utf8_lossy(&done[0].data).starts_with("not run: the task pool refused it"));
 }
+
+/// The pool's finished tasks once they are at least `n` (a worker counts a task after its
+/// reports are out), waiting up to 10 s.
+fn pool_tasks(pool: &TaskPool, n: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let finished = pool.stats().finished;
+        if finished >= n || Instant::now() >= deadline {
+            return finished;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn short_pool_runs_go_in_batches_each_ending_alone_and_a_gathered_kill_never_runs() {
+    let mut pool = TaskPool::new(TaskPoolConfig {
+        workers: 2,
+        ..TaskPoolConfig::default()
+    })
+    .expect("pool");
+    let (mut runner, kicks) = runner(&pool);
+    runner.set_inline(false);
+    runner.set_pool_batches(Duration::from_micros(100));
+    // Unknown timing: the first runs go to the pool one by one.
+    for i in 0..INLINE_RUNS_MIN {
+        let tasks_before = pool.stats().finished;
+        runner.launch(launch(i, "noop", b""));
+        assert_eq!(finals(&mut runner, 1).0[0].state, TaskState::Finished);
+        assert_eq!(
+            pool_tasks(&pool, tasks_before + 1),
+            tasks_before + 1,
+            "a task of its own"
+        );
+    }
+    let index = entry(&mut runner, "boom");
+    for _ in 0..INLINE_RUNS_MIN {
+        runner.functions.entries[index].timing.record(1_000);
+    }
+    let (tasks_before, kicks_before) = (pool.stats().finished, kicks.load(Ordering::SeqCst));
+    for task in 100..110 {
+        let function = if task == 104 { "boom" } else { "noop" };
+        runner.launch(launch(task, function, b""));
+    }
+    assert_eq!(runner.running(), 10, "gathered until the drain");
+    assert!(runner.kill(Attempt::new(TaskId(107), 0)), "a gathered one");
+    let (mut done, _) = finals(&mut runner, 10);
+    done.sort_by_key(|r| r.task);
+    for report in &done {
+        let expected = match report.task.0 {
+            104 => (TaskState::Failed, &b"task panicked: boom"[..]),
+            107 => (TaskState::Killed, &b"killed before it started"[..]),
+            _ => (TaskState::Finished, &b""[..]),
+        };
+        assert_eq!(
+            (report.state, &report.data[..]),
+            expected,
+            "{:?}",
+            report.task
+        );
+    }
+    let ended: Vec<u64> = done.iter().map(|r| r.task.0).collect();
+    assert_eq!(ended, (100..110).collect::<Vec<_>>(), "each once");
+    // Nine runs over two workers: two pool tasks, each kicking once at most.
+    assert_eq!(pool_tasks(&pool, tasks_before + 2), tasks_before + 2);
+    assert!(kicks.load(Ordering::SeqCst) - kicks_before <= 2);
+    assert_eq!(runner.running(), 0);
+    pool.shutdown(ShutdownMode::Drain);
+}
+
+#[test]
+fn a_batch_the_pool_refuses_fails_every_run_at_once() {
+    let mut pool = pool();
+    let (mut runner, _kicks) = runner(&pool);
+    runner.set_inline(false);
+    runner.set_pool_batches(Duration::from_micros(100));
+    let index = entry(&mut runner, "noop");
+    for _ in 0..INLINE_RUNS_MIN {
+        runner.functions.entries[index].timing.record(1_000);
+    }
+    pool.shutdown(ShutdownMode::Drain);
+    for task in 0..3 {
+        runner.launch(launch(task, "noop", b""));
+    }
+    let mut done = Vec::new();
+    runner.drain(&mut done);
+    assert_eq!(done.len(), 3, "failed in the same drain");
+    for report in &done {
+        assert_eq!(report.state, TaskState::Failed);
+        let why = String::from_utf8_lossy(&report.data);
+        assert!(
+            why.starts_with("not run: the task pool refused it"),
+            "{why}"
+        );
+    }
+    assert_eq!(runner.running(), 0);
+}

@@ -40,6 +40,11 @@ use flint_engine::scheduler::JobId;
 
 /// The notice ([`Endpoint::on_notify`]) of jobs waiting in the submissions queue.
 pub(crate) const SUBMITTED: u32 = 0;
+/// Local mode's pool takes runs of functions that average under this in batches, a few to a
+/// pool task (`flint_engine::runner`'s `batch.rs`): what an executor's lane runs inline (its
+/// `INLINE_RUN_MAX`), which here the driver's loop would hold up the scheduler for.
+const LOCAL_POOL_BATCHES: Duration = Duration::from_micros(100);
+
 /// The notice of the local runner's completions waiting.
 const LOCAL_DONE: u32 = 1;
 
@@ -304,7 +309,9 @@ impl DriverEndpoint {
         let slots = self.core.add_local_executor(cores, self.now_us());
         let me = ctx.myself();
         let kick = Arc::new(move || notify_retrying(&me, LOCAL_DONE));
-        self.runner = Some(TaskRunner::new(pool, registry, slots as usize, kick));
+        let mut runner = TaskRunner::new(pool, registry, slots as usize, kick);
+        runner.set_pool_batches(LOCAL_POOL_BATCHES);
+        self.runner = Some(runner);
     }
 
     /// Takes the queued submissions (see `submissions.rs`), a queue's worth at most: the
