@@ -541,6 +541,15 @@ impl TaskRunner {
         let workers = self.pool.workers().max(1);
         let per_worker = self.gathered.len().div_ceil(workers);
         let mut gathered = std::mem::take(&mut self.gathered);
+        if per_worker == 1 {
+            // A worker each: every run goes alone, its `Running` report waking the loop ahead
+            // of its end (a lone run waited on is faster so).
+            for (launch, index) in gathered.drain(..) {
+                self.submit(index, launch);
+            }
+            self.gathered = gathered;
+            return;
+        }
         let mut batch = batch::Batch::new();
         for (launch, index) in gathered.drain(..) {
             let Some(function) = self.functions.entries.get(index) else {
