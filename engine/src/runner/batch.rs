@@ -74,9 +74,9 @@ struct Callable {
 /// A batch being put together, then handed to the pool as one task.
 pub(super) struct Batch {
     runs: Vec<Run>,
+    /// Each function its runs call, once (told apart by their timing records, one per
+    /// function entry the runner keeps).
     callables: Vec<Callable>,
-    /// The function entry each of `callables` is (the runner's index), to share it.
-    entries: Vec<usize>,
     expected_ns: u64,
 }
 
@@ -85,7 +85,6 @@ impl Batch {
         Batch {
             runs: Vec::new(),
             callables: Vec::new(),
-            entries: Vec::new(),
             expected_ns: 0,
         }
     }
@@ -101,24 +100,23 @@ impl Batch {
                 && self.expected_ns.saturating_add(ns) <= BATCH_NS_MAX)
     }
 
-    /// Adds a run of `function`, the runner's entry `entry`.
+    /// Adds a run of `function`.
     pub(super) fn push(
         &mut self,
         (task, attempt): (TaskId, u32),
         payload: Bytes,
-        entry: usize,
         function: &Function,
     ) {
-        let index = match self.entries.iter().rposition(|&e| e == entry) {
+        let same = |c: &Callable| Arc::ptr_eq(&c.timing, &function.timing);
+        let index = match self.callables.iter().rposition(same) {
             Some(at) => at,
             None => {
-                self.entries.push(entry);
                 self.callables.push(Callable {
                     function: function.resolved.function.clone(),
                     argument: function.resolved.argument.clone(),
                     timing: function.timing.clone(),
                 });
-                self.entries.len() - 1
+                self.callables.len() - 1
             }
         };
         self.expected_ns = (self.expected_ns).saturating_add(function.average_ns());

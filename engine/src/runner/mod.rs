@@ -342,8 +342,9 @@ pub struct TaskRunner {
     /// Attempts on the pool, for kills and to match their reports.
     on_pool: FxHashMap<Attempt, OnPool>,
     /// Launches of functions short enough to go to the pool in batches, gathered until the
-    /// next drain ([`TaskRunner::set_pool_batches`]), each with its function's entry.
-    gathered: Vec<(TaskLaunch, usize)>,
+    /// next drain ([`TaskRunner::set_pool_batches`]), each with its function's entry (and
+    /// the generation that index belongs to).
+    gathered: Vec<(TaskLaunch, usize, u32)>,
     /// Functions whose runs average under this (in nanoseconds) go to the pool in batches;
     /// 0: none does.
     pool_batch_max_ns: u64,
@@ -483,7 +484,7 @@ impl TaskRunner {
             self.waiting
                 .push_back((launch, index, self.functions.generation));
         } else if self.pool_batch_max_ns > 0 && function.is_short(self.pool_batch_max_ns) {
-            self.gathered.push((launch, index));
+            (self.gathered).push((launch, index, self.functions.generation));
         } else {
             self.submit(index, launch);
         }
@@ -541,28 +542,37 @@ impl TaskRunner {
         let workers = self.pool.workers().max(1);
         let per_worker = self.gathered.len().div_ceil(workers);
         let mut gathered = std::mem::take(&mut self.gathered);
-        if per_worker == 1 {
-            // A worker each: every run goes alone, its `Running` report waking the loop ahead
-            // of its end (a lone run waited on is faster so).
-            for (launch, index) in gathered.drain(..) {
-                self.submit(index, launch);
-            }
-            self.gathered = gathered;
-            return;
-        }
         let mut batch = batch::Batch::new();
-        for (launch, index) in gathered.drain(..) {
+        for (launch, index, generation) in gathered.drain(..) {
+            let index = if generation == self.functions.generation {
+                index
+            } else {
+                // Its entry was replaced since (a round of more functions than are kept).
+                match self.functions.find(&self.registry, &launch.function) {
+                    Ok(index) => index,
+                    Err(error) => {
+                        self.refuse(&launch, error.0);
+                        continue;
+                    }
+                }
+            };
+            if per_worker == 1 {
+                // A worker each: every run goes alone, its `Running` report waking the loop
+                // ahead of its end (a lone run waited on is faster so).
+                self.submit(index, launch);
+                continue;
+            }
             let Some(function) = self.functions.entries.get(index) else {
-                unreachable!("function {index} was found at launch");
+                unreachable!("function {index} was just found");
             };
             if batch.len() >= per_worker || !batch.fits(function.average_ns()) {
                 self.send_batch(std::mem::replace(&mut batch, batch::Batch::new()));
             }
             let Some(function) = self.functions.entries.get(index) else {
-                unreachable!("function {index} was found at launch");
+                unreachable!("function {index} was just found");
             };
             let id = (launch.task, launch.attempt);
-            batch.push(id, launch.payload, index, function);
+            batch.push(id, launch.payload, function);
         }
         self.send_batch(batch);
         // The vector's room is kept for the next round.
@@ -656,9 +666,9 @@ impl TaskRunner {
             return true;
         }
         let gathered = (self.gathered.iter())
-            .position(|(l, _)| l.task == key.task && l.attempt == key.attempt);
+            .position(|(l, _, _)| l.task == key.task && l.attempt == key.attempt);
         if let Some(i) = gathered {
-            let (launch, _) = self.gathered.remove(i);
+            let (launch, _, _) = self.gathered.remove(i);
             self.done.push(killed_before_start(&launch));
             return true;
         }
@@ -678,7 +688,7 @@ impl TaskRunner {
         for run in self.on_pool.values() {
             run.kill();
         }
-        for (launch, _) in std::mem::take(&mut self.gathered) {
+        for (launch, _, _) in std::mem::take(&mut self.gathered) {
             self.done.push(killed_before_start(&launch));
         }
         while let Some((launch, _, _)) = self.waiting.pop_front() {

@@ -352,3 +352,38 @@ fn a_batch_the_pool_refuses_fails_every_run_at_once() {
     }
     assert_eq!(runner.running(), 0);
 }
+
+#[test]
+fn a_gathered_run_whose_function_entry_was_replaced_in_its_round_runs_its_own_function() {
+    let mut pool = pool();
+    let kick: Kick = Arc::new(|| {});
+    let mut registry = Registry::new();
+    let names: Vec<String> = (0..=FUNCTIONS_MAX).map(|i| format!("f{i}")).collect();
+    for name in &names {
+        let result = Bytes::from(name.clone());
+        registry.register(name, move |_, _| Ok(result.clone()));
+    }
+    let mut runner = TaskRunner::new(pool.handle(), registry, 256, kick);
+    runner.set_inline(false);
+    runner.set_pool_batches(Duration::from_micros(100));
+    // Every entry known to be short; then a round of their runs and one of a new function,
+    // whose entry replaces the oldest while the others wait to be sent.
+    for name in &names[..FUNCTIONS_MAX] {
+        let index = entry(&mut runner, name);
+        for _ in 0..INLINE_RUNS_MIN {
+            runner.functions.entries[index].timing.record(1_000);
+        }
+    }
+    for (task, name) in names.iter().enumerate() {
+        let mut l = launch(task as u64, "", b"");
+        l.function = Arc::from(name.as_str());
+        runner.launch(l);
+    }
+    let (done, _) = finals(&mut runner, names.len());
+    for report in &done {
+        assert_eq!(report.state, TaskState::Finished, "{:?}", report.task);
+        let expected = format!("f{}", report.task.0);
+        assert_eq!(&report.data[..], expected.as_bytes(), "its own function");
+    }
+    pool.shutdown(ShutdownMode::Drain);
+}
