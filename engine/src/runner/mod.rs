@@ -535,10 +535,8 @@ impl TaskRunner {
 
     /// Hands the gathered launches to the pool in batches: each bounded (`batch.rs`), and the
     /// round's spread over the workers.
+    #[inline(never)]
     fn send_gathered(&mut self) {
-        if self.gathered.is_empty() {
-            return;
-        }
         let workers = self.pool.workers().max(1);
         let per_worker = self.gathered.len().div_ceil(workers);
         let mut gathered = std::mem::take(&mut self.gathered);
@@ -703,7 +701,9 @@ impl TaskRunner {
     /// a batch of launches and when the `kick` callback's message arrives; if
     /// [`TaskRunner::has_waiting`] then, call it again after the loop's next turn.
     pub fn drain(&mut self, out: &mut Vec<TaskReport>) {
-        self.send_gathered();
+        if !self.gathered.is_empty() {
+            self.send_gathered();
+        }
         self.run_waiting();
         if out.is_empty() {
             std::mem::swap(out, &mut self.done);

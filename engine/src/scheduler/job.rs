@@ -204,7 +204,9 @@ impl TaskRec {
 
     /// Forgets where it failed (it succeeded).
     pub fn clear_exclusion(&mut self) {
-        self.exclusion = None;
+        if self.exclusion.is_some() {
+            self.exclusion = None;
+        }
     }
 
     pub fn running_attempts(&self) -> usize {

@@ -232,7 +232,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use spare::REMAINS_KEPT;
+use spare::{REMAINS_KEPT, REMAINS_MIN_TASKS};
 use speculation::SpecTimeouts;
 
 pub use payloads::Payloads;
@@ -395,7 +395,7 @@ struct BuiltTasks {
     /// Whether any prefers hosts or executors.
     has_host_prefs: bool,
     /// A big job's specs, spent (their host names), for the caller to free.
-    spent: Option<Remains>,
+    spent: Option<Vec<TaskSpec>>,
 }
 
 /// An executor removed as lost (no word on whose fault): the attempts it held, in case a
@@ -1458,7 +1458,7 @@ impl Scheduler {
             prefs,
             has_exec_prefs,
             has_host_prefs,
-            spent: Remains::of_specs(specs),
+            spent: (specs.len() >= REMAINS_MIN_TASKS).then_some(specs),
         }
     }
 
@@ -1488,8 +1488,8 @@ impl Scheduler {
             has_host_prefs,
             spent,
         } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
-        if let Some(spent) = spent {
-            self.keep_remains(spent);
+        if let Some(specs) = spent {
+            self.keep_remains(Remains::of_specs(specs));
         }
         let defaults = &self.defaults;
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());

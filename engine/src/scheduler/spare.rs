@@ -42,15 +42,14 @@ impl Remains {
         })
     }
 
-    /// A new job's task `specs`, spent (its records built), if there are enough to matter
-    /// (else they are freed here).
-    pub(super) fn of_specs(specs: Vec<TaskSpec>) -> Option<Remains> {
-        (specs.len() >= REMAINS_MIN_TASKS).then(|| Remains {
+    /// A new job's task `specs`, spent (its records built from them).
+    pub(super) fn of_specs(specs: Vec<TaskSpec>) -> Remains {
+        Remains {
             tasks: Vec::new(),
             payloads: Payloads::default(),
             prefs: Vec::new(),
             specs,
-        })
+        }
     }
 
     /// How many tasks' records, payloads or specs it holds, at most.
