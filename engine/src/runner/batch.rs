@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{panic_text, Function, Shared, TaskReport, Timing};
+use super::{run_ended, Function, Shared, TaskReport, Timing};
 use crate::clock;
 use crate::functions::{TaskContext, TaskFn};
 use crate::pool::{Task, TaskOutcome};
@@ -203,13 +203,5 @@ fn run_one(callable: &Callable, run: Run, killed: &AtomicBool) -> (TaskState, By
     let call = std::panic::AssertUnwindSafe(|| (callable.function)(&ctx, run.payload));
     let result = std::panic::catch_unwind(call);
     callable.timing.record(clock::elapsed_ns(started));
-    match result {
-        Ok(Ok(result)) => (TaskState::Finished, result),
-        Ok(Err(_)) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
-        Ok(Err(error)) => (TaskState::Failed, Bytes::from(error.0)),
-        Err(panic) => (
-            TaskState::Failed,
-            Bytes::from(format!("task panicked: {}", panic_text(panic.as_ref()))),
-        ),
-    }
+    run_ended(result, || ctx.is_killed())
 }

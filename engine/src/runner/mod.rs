@@ -771,8 +771,20 @@ fn run_inline(
 ) -> (TaskState, Bytes) {
     let ctx = TaskContext::new(task.0, attempt, function.resolved.argument.as_deref());
     let run = &function.resolved.function;
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx, payload))) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx, payload)));
+    run_ended(result, || false)
+}
+
+/// A run's state and data from what its call gave back (`Err`: it panicked); `killed` says
+/// whether it was asked to stop, and so whether an error it returned is its kill's.
+#[inline(always)]
+fn run_ended(
+    result: std::thread::Result<Result<Bytes, TaskError>>,
+    killed: impl FnOnce() -> bool,
+) -> (TaskState, Bytes) {
+    match result {
         Ok(Ok(result)) => (TaskState::Finished, result),
+        Ok(Err(_)) if killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
         Ok(Err(error)) => (TaskState::Failed, Bytes::from(error.0)),
         Err(panic) => (
             TaskState::Failed,
@@ -857,14 +869,12 @@ impl PoolRun {
         let started = clock::now_ns();
         let result = (self.function)(&ctx, payload);
         self.timing.record(clock::elapsed_ns(started));
-        match result {
-            Ok(result) => (TaskState::Finished, result),
-            Err(_) if ctx.is_killed() => (TaskState::Killed, Bytes::from_static(b"killed")),
-            Err(error) => {
-                tracing::debug!(reason = %error.0, "task attempt failed");
-                (TaskState::Failed, Bytes::from(error.0))
-            }
+        // A panic goes on to the pool, whose completion reports it.
+        let (state, data) = run_ended(Ok(result), || ctx.is_killed());
+        if state == TaskState::Failed {
+            tracing::debug!(reason = %String::from_utf8_lossy(&data), "task attempt failed");
         }
+        (state, data)
     }
 }
 
