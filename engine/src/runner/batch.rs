@@ -11,6 +11,12 @@
 //! Kills: each run has its flag in the batch's [`Cells`]; a run killed before it starts
 //! reports so without running, one running sees its flag as a pool run does. A run that
 //! panics fails alone; a batch the pool drops unrun (shutting down) fails every run.
+//!
+//! The price: a batch's runs are one pool task, so no idle worker steals them. A run that takes
+//! far longer than its function's average holds up the start and the reports of the runs
+//! after it in its batch (a few, by [`BATCH_NS_MAX`]), as a long inline run holds up an
+//! executor lane's; one that never returns holds them for good (their jobs still end when
+//! cancelled or at their deadlines).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
