@@ -150,7 +150,10 @@ pub(crate) struct Resume {
     pub moves: u64,
 }
 
-/// A host that executors ran on (or that a task prefers). Never removed, so indices are stable.
+/// A host that executors run on (or that a task prefers), by index: jobs, executors and
+/// exclusions keep the index, never the name. An index stays its host's while anything may
+/// hold it; after that [`Book::sweep_hosts`] frees the record for another name, so the table
+/// is bounded by what is in use, not by every name a job or an executor ever gave.
 #[derive(Debug)]
 pub(crate) struct Host {
     /// Globally excluded until then (0: not excluded).
@@ -159,7 +162,22 @@ pub(crate) struct Host {
     pub excluded_executors: u32,
     /// Its registered executors.
     pub live: u32,
+    /// The name it is interned under; `None` while the record is free.
+    name: Option<Arc<str>>,
+    /// Jobs with ids below this may hold its index in their exclusions: the next job id when
+    /// an executor on it left (a task failing on an executor takes the executor's host index).
+    held_below: u64,
 }
+
+impl Host {
+    /// Whether no executor and no exclusion holds it now.
+    fn idle(&self, now_us: u64) -> bool {
+        self.live == 0 && self.excluded_executors == 0 && self.excluded_until_us <= now_us
+    }
+}
+
+/// Host records in use below which [`Book::sweep_hosts`] is never due.
+pub(crate) const HOSTS_SWEEP_MIN: usize = 1024;
 
 /// The executor book.
 #[derive(Debug, Default)]
@@ -172,6 +190,10 @@ pub(crate) struct Book {
     last_found: Cell<Option<(ExecutorId, u32)>>,
     pub hosts: Vec<Host>,
     host_ids: FxHashMap<Arc<str>, u32>,
+    /// Free host records, for the next new names.
+    free_hosts: Vec<u32>,
+    /// Host records in use at which a sweep is due ([`Book::hosts_sweep_due`]).
+    hosts_sweep_at: usize,
     offerable: Vec<u32>,
     blocked: Vec<u32>,
     cursor: usize,
@@ -234,20 +256,91 @@ impl Book {
         self.execs.iter_mut().flatten()
     }
 
-    /// The index of `name`, interning it.
+    /// The index of `name`, interning it (in a free record, if any).
     pub fn host_index(&mut self, name: &str) -> u32 {
         if let Some(&i) = self.host_ids.get(name) {
             return i;
         }
-        let i = self.hosts.len() as u32;
         let name: Arc<str> = Arc::from(name);
-        self.hosts.push(Host {
+        let record = Host {
             excluded_until_us: 0,
             excluded_executors: 0,
             live: 0,
-        });
+            name: Some(name.clone()),
+            held_below: 0,
+        };
+        let i = match self.free_hosts.pop() {
+            Some(i) => {
+                let Some(free) = self.hosts.get_mut(i as usize) else {
+                    unreachable!("free host record {i} beyond the table");
+                };
+                debug_assert!(free.name.is_none(), "host record {i} listed free is in use");
+                *free = record;
+                i
+            }
+            None => {
+                self.hosts.push(record);
+                u32::try_from(self.hosts.len() - 1).expect("fewer than 2^32 hosts")
+            }
+        };
         self.host_ids.insert(name, i);
         i
+    }
+
+    /// An executor on host `i` left while the next job id was `next_job`: the jobs before it
+    /// may hold the index (taken from the executor), so it is kept until they end.
+    pub fn host_left(&mut self, i: u32, next_job: u64) {
+        if let Some(h) = self.hosts.get_mut(i as usize) {
+            h.held_below = h.held_below.max(next_job);
+        }
+    }
+
+    /// Host records in use.
+    pub fn hosts_in_use(&self) -> usize {
+        self.hosts.len() - self.free_hosts.len()
+    }
+
+    /// Whether enough host records came into use since the last sweep for another.
+    #[inline]
+    pub fn hosts_sweep_due(&self) -> bool {
+        self.hosts.len() >= self.hosts_sweep_at.max(HOSTS_SWEEP_MIN) && self.free_hosts.is_empty()
+    }
+
+    /// Frees every host record nothing may hold any more: no executor registered on it, no
+    /// exclusion in force, no active job that may hold it in its exclusions (`oldest_job`:
+    /// the lowest active job id, `u64::MAX` with none), and not `held` by anything the caller
+    /// knows of (the jobs' preference queues). The next sweep is due once twice the records
+    /// left in use, and at least `next_at_least`, are in use. Returns the records freed.
+    /// O(hosts).
+    pub fn sweep_hosts(
+        &mut self,
+        now_us: u64,
+        oldest_job: u64,
+        held: impl Fn(u32) -> bool,
+        next_at_least: usize,
+    ) -> usize {
+        let mut freed = 0;
+        for (i, h) in (0u32..).zip(self.hosts.iter_mut()) {
+            if h.name.is_none() || !h.idle(now_us) || h.held_below > oldest_job || held(i) {
+                continue;
+            }
+            if let Some(name) = h.name.take() {
+                self.host_ids.remove(&name);
+            }
+            *h = Host {
+                excluded_until_us: 0,
+                excluded_executors: 0,
+                live: 0,
+                name: None,
+                held_below: 0,
+            };
+            self.free_hosts.push(i);
+            freed += 1;
+        }
+        // Reused lowest first: the table's front stays dense.
+        self.free_hosts.sort_unstable_by(|a, b| b.cmp(a));
+        self.hosts_sweep_at = (2 * self.hosts_in_use()).max(next_at_least);
+        freed
     }
 
     /// The host record for an index.

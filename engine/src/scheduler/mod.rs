@@ -250,7 +250,7 @@ use book::{Book, Resume, Run};
 use hedge::Hedging;
 use job::{Found, Job, JobCounters, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
-use prefs::PrefIndex;
+use prefs::{PrefIndex, PrefKey};
 use spare::Spare;
 use successes::Successes;
 use timers::{Keys, Timers};
@@ -1060,6 +1060,7 @@ impl Scheduler {
         let Some((exec_slot, exec)) = self.book.remove(id) else {
             return false;
         };
+        self.book.host_left(exec.host, self.next_job);
         self.hedge.executor_left(exec_slot, &exec.hedge);
         self.removing = Some(exec_slot);
         if exec.excluded_until_us > now_us {
@@ -1188,6 +1189,9 @@ impl Scheduler {
             self.idle_pools.remove(&pool);
         }
         let oversized = spec.tasks.first_payload_over(self.config.payload_max_bytes);
+        if self.book.hosts_sweep_due() {
+            self.sweep_hosts(now_us);
+        }
         let slot = self.free_slot();
         let job = self.build_job(now_us, (id, slot), pool, spec);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
@@ -1563,6 +1567,34 @@ impl Scheduler {
         }
         job.level = job.start_level();
         job
+    }
+
+    /// Frees the host records nothing holds any more ([`Book::sweep_hosts`]): due before a
+    /// job is built once the records in use doubled since the last sweep, so its O(hosts +
+    /// job slots) is paid once per that many new names. An active job holds the hosts of its
+    /// preference queues (filed in the preference index, or new since its last listing); the
+    /// executors whose late exit reasons may still be charged hold theirs.
+    #[cold]
+    fn sweep_hosts(&mut self, now_us: u64) {
+        let mut oldest_job = u64::MAX;
+        let mut kept: Vec<u32> = self.gone.iter().map(|g| g.host).collect();
+        for job in self.jobs.iter().flatten() {
+            oldest_job = oldest_job.min(job.id.0);
+            kept.extend(job.new_pref_keys.iter().filter_map(|key| match key {
+                PrefKey::Host(h) => Some(*h),
+                PrefKey::Executor(_) => None,
+            }));
+        }
+        kept.sort_unstable();
+        kept.dedup();
+        let (index, kept) = (&self.pref_index, &kept);
+        let held = |h| index.holds_host(h) || kept.binary_search(&h).is_ok();
+        let freed = (self.book).sweep_hosts(now_us, oldest_job, held, self.jobs.len());
+        tracing::debug!(
+            freed,
+            in_use = self.book.hosts_in_use(),
+            "host records nothing holds freed"
+        );
     }
 
     /// A free slot of the job table (or a new one), empty, for a new job.

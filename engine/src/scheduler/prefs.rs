@@ -41,6 +41,11 @@ impl PrefIndex {
         }
     }
 
+    /// Whether a job is filed under host `h`.
+    pub fn holds_host(&self, h: u32) -> bool {
+        self.by_host.contains_key(&h)
+    }
+
     /// Puts into `out` (cleared first) the slots of the jobs filed under executor `exec` or,
     /// if given, under `host`, in slot order, each once.
     pub fn jobs_into(&self, exec: ExecutorId, host: Option<u32>, out: &mut Vec<u32>) {

@@ -692,3 +692,136 @@ fn runs_of_on(s: &Scheduler, id: ExecutorId) -> Vec<(Attempt, u32, u64, u32, u64
     all.sort();
     all
 }
+
+/// A one-task job of `cores` cores preferring `hosts` and `executors`.
+fn located(cores: u32, hosts: &[&str], executors: &[u64]) -> JobSpec {
+    JobSpec::new(vec![TaskSpec {
+        cores,
+        preferred_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        preferred_executors: executors.iter().map(|&e| ExecutorId(e)).collect(),
+        ..TaskSpec::new("f", Bytes::new())
+    }])
+}
+
+/// The host indices job `id`'s preference queues are keyed by, in order.
+fn queued_hosts(s: &Scheduler, id: JobId) -> Vec<u32> {
+    let job = job_at(s, id);
+    let mut hosts: Vec<u32> = (job.classes.iter())
+        .filter_map(|q| q.prefs.as_ref())
+        .flat_map(|q| q.by_host.keys().copied())
+        .collect();
+    hosts.sort_unstable();
+    hosts
+}
+
+/// Submits `jobs` one-task jobs, each preferring a host no other names, from `from` on,
+/// and runs each to its end.
+fn churn_host_names(s: &mut Scheduler, from: usize, jobs: usize) {
+    for i in from..from + jobs {
+        let name = format!("p{i}");
+        (s.handle_submit(located(1, &[&name], &[]), i as u64)).expect("accepted");
+        finish_all(s, i as u64);
+    }
+}
+
+#[test]
+fn host_names_nothing_holds_any_more_give_their_records_to_new_names() {
+    let mut s = with_executor(4);
+    let jobs = 20 * book::HOSTS_SWEEP_MIN;
+    churn_host_names(&mut s, 0, jobs);
+    assert_eq!(
+        s.active_jobs(),
+        0,
+        "every job ran (its host has no executor)"
+    );
+    assert!(
+        s.book.hosts.len() <= 2 * book::HOSTS_SWEEP_MIN,
+        "{} host records after {jobs} names",
+        s.book.hosts.len()
+    );
+    assert_eq!(
+        s.book.host_index("h"),
+        0,
+        "the executor's host kept its record"
+    );
+    assert!(s.book.host_live(0));
+}
+
+#[test]
+fn a_host_index_a_waiting_job_holds_outlives_sweeps_and_the_executor_it_came_from() {
+    let mut s = with_executor(1);
+    let e = ExecutorInfo {
+        host: "e".into(),
+        ..executor(2, 1)
+    };
+    s.handle_register(e, 0).expect("registered");
+    // Two cores: it waits, queued under host "x" (named) and host "e" (executor 2's).
+    let waiting = s
+        .handle_submit(located(2, &["x"], &[2]), 0)
+        .expect("accepted");
+    let held = queued_hosts(&s, waiting);
+    assert_eq!(held.len(), 2);
+    assert!(s.handle_remove(ExecutorId(2), RemovalReason::Killed, 1));
+    let jobs = 4 * book::HOSTS_SWEEP_MIN;
+    churn_host_names(&mut s, 1, jobs);
+    assert!(
+        s.book.hosts.len() < jobs / 2,
+        "records were freed: {} for {jobs} names",
+        s.book.hosts.len()
+    );
+    assert_eq!(queued_hosts(&s, waiting), held);
+    let mut now = vec![s.book.host_index("x"), s.book.host_index("e")];
+    now.sort_unstable();
+    assert_eq!(now, held, "the indices it holds are still its hosts'");
+    // An executor on its host is found by the host's index, and takes its task.
+    let x = ExecutorInfo {
+        host: "x".into(),
+        ..executor(3, 2)
+    };
+    s.handle_register(x, 10).expect("registered");
+    let outs = launch_outputs(&mut s);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].0, ExecutorId(3));
+}
+
+#[test]
+fn a_host_excluded_with_no_executor_left_on_it_stays_excluded_through_sweeps() {
+    let mut s = Scheduler::new(Config {
+        exclusion: Some(ExclusionConfig {
+            executor_failures_max: 1,
+            host_excluded_executors_max: 1,
+            ..ExclusionConfig::default()
+        }),
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 4), 0).expect("registered");
+    let bad = |id| ExecutorInfo {
+        host: "bad".into(),
+        ..executor(id, 1)
+    };
+    s.handle_register(bad(2), 0).expect("registered");
+    s.handle_submit(located(1, &[], &[2]), 0).expect("accepted");
+    let outs = launch_outputs(&mut s);
+    let (executor, tasks) = outs.first().expect("a launch");
+    assert_eq!(*executor, ExecutorId(2));
+    let failed = StatusUpdate {
+        executor: ExecutorId(2),
+        task: tasks[0].task,
+        attempt: tasks[0].attempt,
+        state: TaskState::Failed,
+        data: Bytes::from_static(b"boom"),
+    };
+    s.handle_status(failed, 1);
+    assert!(s.handle_remove(ExecutorId(2), RemovalReason::Killed, 2));
+    finish_all(&mut s, 3);
+    churn_host_names(&mut s, 1, 4 * book::HOSTS_SWEEP_MIN);
+    assert!(
+        s.book.hosts.len() < 2 * book::HOSTS_SWEEP_MIN,
+        "records were freed"
+    );
+    let refused = s.handle_register(bad(3), 4);
+    assert!(
+        matches!(refused, Err(Refusal::HostExcluded { .. })),
+        "{refused:?}"
+    );
+}
