@@ -52,7 +52,7 @@ impl Admission {
 
     /// Checks `job` and reserves room for it; the id it will have. Nothing is reserved on error.
     pub(crate) fn admit(&self, job: &Job) -> Result<JobId, SubmitError> {
-        let tasks = job.payloads.len();
+        let tasks = job.len();
         if u32::try_from(tasks).is_err() {
             return Err(SubmitError::TooManyTasks);
         }

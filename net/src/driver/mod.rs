@@ -598,7 +598,9 @@ impl Driver {
             // caller's thread, not at the first result on the driver's loop.
             job.payloads.own();
         }
-        let tasks = job.payloads.len();
+        // A job with locality: its task specs made here, not on the loop.
+        job.prepare();
+        let tasks = job.len();
         let shared = self.side.spare.take(job.stream);
         let submission = Submission {
             id,
@@ -649,7 +651,7 @@ impl Driver {
             || !self.endpoint.is_alive()
         {
             self.submissions.take_all(|stranded| {
-                self.admission.release(stranded.job.payloads.len());
+                self.admission.release(stranded.job.len());
                 let reason = "the driver stopped".to_owned();
                 stranded.shared.finish(JobOutcome::Failed(vec![reason]));
             });

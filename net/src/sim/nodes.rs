@@ -139,7 +139,8 @@ impl DriverNode {
     /// core's submit; the handle's cancel reaches the core at the next pump.
     pub fn submit(&mut self, mut job: Job, now_us: u64) -> Result<JobHandle, String> {
         let id = self.admission.admit(&job).map_err(|e| e.to_string())?;
-        let tasks = job.payloads.len() as u64;
+        job.prepare();
+        let tasks = job.len() as u64;
         let shared = self.cancels.1.take(job.stream);
         let observer = job.observer.take();
         if (self.handles).open(id, shared.clone(), observer, tasks as usize) {

@@ -140,7 +140,7 @@ impl Burst<'_> {
     /// Submits `job` under `id` (see [`DriverCore::submit`]); its launches wait for the burst's
     /// end.
     pub fn submit(&mut self, id: JobId, job: Job) {
-        self.tasks += job.payloads.len();
+        self.tasks += job.len();
         self.core.submit_inner(id, job);
     }
 
@@ -514,15 +514,15 @@ impl DriverCore {
             deadline,
             stream: _,
             scheduling,
+            prepared,
         } = job;
-        let n = payloads.len();
+        let n = payloads.len() + prepared.as_ref().map_or(0, |p| p.len());
         let executors = &self.executors;
         let spec = crate::job::job_spec(
-            function,
-            payloads,
-            cores,
+            (function, payloads, cores),
             keep_results,
             scheduling,
+            prepared,
             |executor_id| executors.id_of(executor_id),
         );
         let refused = |jobs: &mut Jobs, error: String| {
