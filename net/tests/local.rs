@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use flint_engine::functions::{fnv1a64, Registry, TaskError};
 use flint_net::driver::Driver;
-use flint_net::job::{Job, JobOutcome};
+use flint_net::job::{Job, JobOutcome, TaskLocality};
 
 fn local_driver(registry: Registry) -> Driver {
     Driver::builder()
@@ -168,5 +168,39 @@ fn a_job_keeping_results_takes_its_own_copy_of_a_shared_list_on_the_submitting_t
     for handle in [kept, streamed] {
         handle.cancel();
         assert_eq!(handle.wait(), JobOutcome::Cancelled);
+    }
+}
+
+/// A big job with locality (its specs made on the submitting thread, its records built over
+/// several loop rounds) runs every task once, in order, and jobs submitted behind it run too.
+#[test]
+fn a_big_job_with_locality_returns_every_result_in_task_order_and_others_run_beside_it() {
+    let driver = local_driver(Registry::with_builtins());
+    let n = 50_000u64;
+    let payloads: Vec<Bytes> = (0..n)
+        .map(|i| Bytes::from(i.to_le_bytes().to_vec()))
+        .collect();
+    let locality: Vec<TaskLocality> = (0..n)
+        .map(|i| TaskLocality {
+            executors: vec![format!("gone-{}", i % 3)],
+            hosts: vec![
+                format!("host{}", i % 100),
+                format!("host{}", (i * 7 + 3) % 100),
+            ],
+        })
+        .collect();
+    let big = Job::new("hash", payloads.clone()).locality(locality);
+    let big = driver.submit(big).expect("submitted");
+    let small = Job::new("hash", vec![Bytes::from_static(b"x")]).priority(10);
+    let small = driver.submit(small).expect("submitted");
+    let outcome = small.wait_timeout(DEADLINE).expect("done");
+    assert!(matches!(outcome, JobOutcome::Succeeded(_)), "{outcome:?}");
+    let outcome = big.wait_timeout(DEADLINE).expect("done");
+    let JobOutcome::Succeeded(results) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(results.len(), payloads.len());
+    for (payload, result) in payloads.iter().zip(&results) {
+        assert_eq!(&result[..], &fnv1a64(payload).to_le_bytes());
     }
 }

@@ -702,6 +702,23 @@ impl Job {
         }
     }
 
+    /// Counts its preference queues whose executor (`exec_live`) or host (`host_live`) has a
+    /// registered executor now (a job built over several ticks: executors came and went).
+    pub fn recount_live_keys(
+        &mut self,
+        exec_live: impl Fn(ExecutorId) -> bool,
+        host_live: impl Fn(u32) -> bool,
+    ) {
+        let queues = self.classes.iter().filter_map(|q| q.prefs.as_ref());
+        let (mut execs, mut hosts) = (0, 0);
+        for q in queues {
+            execs += q.by_exec.keys().filter(|&&e| exec_live(e)).count() as u32;
+            hosts += q.by_host.keys().filter(|&&h| host_live(h)).count() as u32;
+        }
+        self.live_exec_keys = execs;
+        self.live_host_keys = hosts;
+    }
+
     /// The most distant level the job may launch at now, moving its clock along. A level
     /// with no registered executor to wait for (or no task left for one) is skipped at once.
     /// Unlike Spark (SPARK-4939 restarts the wait when it skips), the next level's wait keeps

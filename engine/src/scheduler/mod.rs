@@ -210,6 +210,7 @@
 //! back only with a final update for an attempt the executor actually holds, or with the executor.
 
 mod book;
+mod building;
 mod clocks;
 mod exclusion;
 mod fifo;
@@ -247,6 +248,7 @@ pub use types::{
 use crate::hash::FxHashMap;
 use crate::ids::IdMap;
 use book::{Book, Resume, Run};
+use building::{Builds, BUILD_CHUNK};
 use hedge::Hedging;
 use job::{Found, Job, JobCounters, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
@@ -396,6 +398,22 @@ struct BuiltTasks {
     has_host_prefs: bool,
     /// A big job's specs, spent (their host names), for the caller to free.
     spent: Option<Vec<TaskSpec>>,
+    /// A job of more than [`BUILD_CHUNK`] specs: all of them, those past the first chunk
+    /// still to build (`building.rs`).
+    rest: Option<Vec<TaskSpec>>,
+}
+
+/// A job of task specs' records in the making, as [`Scheduler::add_specs`] adds to them.
+struct SpecParts {
+    tasks: Vec<TaskRec>,
+    /// The payloads of a job of more than one task.
+    payloads: Vec<Bytes>,
+    /// The payload of a one-task job (no vector).
+    one: Option<Bytes>,
+    functions: Vec<Arc<str>>,
+    prefs: Vec<Option<Prefs>>,
+    has_exec_prefs: bool,
+    has_host_prefs: bool,
 }
 
 /// An executor removed as lost (no word on whose fault): the attempts it held, in case a
@@ -493,6 +511,9 @@ pub struct Scheduler {
     events: VecDeque<Event>,
     /// Big ended jobs' records and payloads, for [`Scheduler::poll_remains`].
     remains: VecDeque<Remains>,
+    /// Big jobs of task specs being built a chunk per tick (`building.rs`), and their tasks.
+    building: Builds,
+    building_tasks: usize,
     /// Executors with launches batched in this call.
     batched: Vec<u32>,
     stats: Stats,
@@ -596,6 +617,8 @@ impl Scheduler {
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             remains: VecDeque::new(),
+            building: Builds::new(),
+            building_tasks: 0,
             batched: Vec::new(),
             stats: Stats::default(),
             next_speculation_us: 0,
@@ -666,27 +689,27 @@ impl Scheduler {
 
     /// Tasks accepted and not yet reported (the quantity `pending_tasks_max` bounds).
     pub fn unfinished_tasks(&self) -> usize {
-        self.unfinished_total
+        self.unfinished_total + self.building_tasks
     }
 
-    /// Tasks waiting for a core.
+    /// Tasks waiting for a core (a job being built: all of its).
     pub fn pending_tasks(&self) -> usize {
-        self.pending_total
+        self.pending_total + self.building_tasks
     }
 
-    /// Jobs accepted and without an outcome yet.
+    /// Jobs accepted and without an outcome yet (being built or not).
     pub fn active_jobs(&self) -> usize {
-        self.active
+        self.active + self.building.len()
     }
 
     /// Whether `job` was accepted and has no outcome yet.
     pub fn is_active(&self, job: JobId) -> bool {
-        self.job_slots.contains_key(job.0)
+        self.job_slots.contains_key(job.0) || self.is_building(job)
     }
 
     /// The jobs accepted and without an outcome yet, in no set order.
     pub fn active_job_ids(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.job_slots.keys().map(JobId)
+        (self.job_slots.keys().map(JobId)).chain(self.building_ids())
     }
 
     /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
@@ -897,6 +920,10 @@ impl Scheduler {
         }
         t = t.min(self.hedge.next_check_us().unwrap_or(u64::MAX));
         t = t.min(self.next_expiry_us).min(self.deferred_until_us);
+        if !self.building.is_empty() {
+            // The next chunk of a job being built: at once.
+            t = 0;
+        }
         let t = (t != u64::MAX).then_some(t);
         // Checked against a walk of the jobs in debug builds, while that walk is short (tests
         // with many thousands of jobs would otherwise go quadratic).
@@ -939,6 +966,9 @@ impl Scheduler {
         for (slot, job) in
             (self.jobs.iter().enumerate()).filter_map(|(s, job)| Some((s as u32, job.as_ref()?)))
         {
+            if self.is_building(job.id) {
+                continue; // no timers until it is published
+            }
             if let Some(d) = job.level_deadline(waits) {
                 t = t.min(d);
             }
@@ -956,6 +986,9 @@ impl Scheduler {
         }
         t = t.min(self.hedge.next_check_us().unwrap_or(u64::MAX));
         t = t.min(self.next_expiry_us).min(self.deferred_until_us);
+        if !self.building.is_empty() {
+            t = 0;
+        }
         (t != u64::MAX).then_some(t)
     }
 
@@ -1188,12 +1221,33 @@ impl Scheduler {
         if self.pools_at_limit() {
             self.idle_pools.remove(&pool);
         }
-        let oversized = spec.tasks.first_payload_over(self.config.payload_max_bytes);
-        if self.book.hosts_sweep_due() {
+        // Of a job built in chunks, the first chunk's (the others' as they are built).
+        let oversized = (spec.tasks).first_payload_over(self.config.payload_max_bytes, BUILD_CHUNK);
+        let refusal =
+            oversized.map(|(i, len)| oversized_reason(i, len, self.config.payload_max_bytes));
+        // Not while a job is built: its host indices are in no index yet.
+        if self.book.hosts_sweep_due() && self.building.is_empty() {
             self.sweep_hosts(now_us);
         }
         let slot = self.free_slot();
-        let job = self.build_job(now_us, (id, slot), pool, spec);
+        match self.build_job(now_us, (id, slot), pool, (spec, refusal.is_some())) {
+            Some(specs) => self.start_building(id, slot, specs),
+            None => self.publish(now_us, slot, refusal),
+        }
+        if !self.holding {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    /// Makes the job built in `slot` active: counted, found by its id, listed and offered,
+    /// or failed at once with `refusal` (a payload over the limit, a task of zero cores past
+    /// the first chunk of a job built in chunks).
+    fn publish(&mut self, now_us: u64, slot: u32, refusal: Option<String>) {
+        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+            unreachable!("publish of empty job slot {slot}");
+        };
+        let (id, n) = (job.id, job.task_count);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
         if let Some(timeout_us) = job.speculation.as_ref().map(|sc| sc.timeout_us) {
             self.spec_jobs += 1;
@@ -1206,12 +1260,8 @@ impl Scheduler {
         self.active += 1;
         self.pending_total += n;
         self.unfinished_total += n;
-        if let Some((i, len)) = oversized {
+        if let Some(reason) = refusal {
             self.list_job(slot);
-            let reason = format!(
-                "task {i} payload is {len} bytes, over payload_max_bytes = {}",
-                self.config.payload_max_bytes
-            );
             self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
         } else {
             // Its timers and (when no other job has work) its listing wait for the offers
@@ -1229,10 +1279,6 @@ impl Scheduler {
             self.list_job(slot);
             self.sync_timers(slot);
         }
-        if !self.holding {
-            self.flush();
-        }
-        Ok(())
     }
 
     /// Holds the launches of the submissions that follow (from `now_us`) until
@@ -1289,24 +1335,26 @@ impl Scheduler {
     /// side effect: a taken or too-large id, too many tasks, jobs or pending tasks, a task
     /// asking for zero cores.
     fn check_submission(&self, id: JobId, spec: &JobSpec) -> Result<(), SubmitError> {
-        if id.0 > u64::from(u32::MAX) || self.job_slots.contains_key(id.0) {
+        if id.0 > u64::from(u32::MAX) || self.job_slots.contains_key(id.0) || self.is_building(id) {
             return Err(SubmitError::DuplicateJob(id));
         }
         let n = spec.tasks.len();
         if u32::try_from(n).is_err() {
             return Err(SubmitError::TooManyTasks);
         }
-        if self.active >= self.config.jobs_max {
+        if self.active + self.building.len() >= self.config.jobs_max {
             return Err(SubmitError::TooManyJobs(self.config.jobs_max));
         }
-        if self.unfinished_total.saturating_add(n) > self.config.pending_tasks_max {
+        let unfinished = self.unfinished_total + self.building_tasks;
+        if unfinished.saturating_add(n) > self.config.pending_tasks_max {
             return Err(SubmitError::TooManyPending {
-                active: self.unfinished_total,
+                active: unfinished,
                 submitted: n,
                 limit: self.config.pending_tasks_max,
             });
         }
-        if let Some(i) = spec.tasks.first_without_cores() {
+        // Of a job built in chunks, the first chunk's (the others' as they are built).
+        if let Some(i) = spec.tasks.first_without_cores(BUILD_CHUNK) {
             return Err(SubmitError::ZeroCores(i as u32));
         }
         Ok(())
@@ -1383,8 +1431,10 @@ impl Scheduler {
 
     /// The task records of a new job (host preferences interned in the book) and what they
     /// say of it ([`BuiltTasks`]). A job of one function over payloads gets room for its
-    /// records, built as its tasks first launch: O(1) here whatever its size.
-    fn build_tasks(book: &mut Book, mut tasks: Vec<TaskRec>, specs: Tasks) -> BuiltTasks {
+    /// records, built as its tasks first launch: O(1) here whatever its size. A job of more
+    /// than [`BUILD_CHUNK`] task specs gets its first chunk's records (all of them if `whole`),
+    /// the rest left to `building.rs`.
+    fn build_tasks(book: &mut Book, tasks: Vec<TaskRec>, specs: Tasks, whole: bool) -> BuiltTasks {
         debug_assert!(tasks.is_empty(), "a spare vector comes empty");
         let mut specs = match specs {
             Tasks::Each(specs) => specs,
@@ -1393,6 +1443,7 @@ impl Scheduler {
                 cores: _,
                 payloads,
             } => {
+                let mut tasks = tasks;
                 // Room only: pages are touched as records are built.
                 tasks.reserve_exact(payloads.len());
                 return BuiltTasks {
@@ -1404,53 +1455,47 @@ impl Scheduler {
                     has_exec_prefs: false,
                     has_host_prefs: false,
                     spent: None,
+                    rest: None,
                 };
             }
         };
-        let mut has_exec_prefs = false;
-        let mut has_host_prefs = false;
-        let mut functions: Vec<Arc<str>> = Vec::new();
-        let mut prefs: Vec<Option<Prefs>> = Vec::new();
-        tasks.reserve(specs.len());
-        // A one-task job's payload needs no vector.
-        let single = specs.len() == 1;
-        let mut one = None;
-        let mut payloads = Vec::with_capacity(if single { 0 } else { specs.len() });
-        let specs_len = specs.len();
-        // What the records take is moved out; the host names stay in the specs, to be freed
-        // with them (off the caller's loop for a big job: `spent`).
-        for t in &mut specs {
-            // A run of tasks naming one function (by pointer) shares its entry.
-            if !functions
-                .last()
-                .is_some_and(|f| Arc::ptr_eq(f, &t.function))
-            {
-                functions.push(t.function.clone());
-            }
-            let function = u32::try_from(functions.len() - 1).unwrap_or(u32::MAX);
-            if !t.preferred_executors.is_empty() || !t.preferred_hosts.is_empty() {
-                has_exec_prefs |= !t.preferred_executors.is_empty();
-                has_host_prefs = true;
-                if prefs.is_empty() {
-                    prefs.reserve_exact(specs_len);
-                    prefs.resize_with(tasks.len(), || None);
-                }
-                prefs.push(Some(Prefs {
-                    executors: std::mem::take(&mut t.preferred_executors),
-                    hosts: PrefHosts::of(&t.preferred_hosts, |h| book.host_index(h)),
-                }));
-            } else if !prefs.is_empty() {
-                prefs.push(None);
-            }
-            tasks.push(TaskRec::new(function, t.cores));
-            let payload = std::mem::take(&mut t.payload);
-            match single {
-                true => one = Some(payload),
-                false => payloads.push(payload),
-            }
-        }
-        // All one function: shared, as a job of one function over payloads.
-        let function = (functions.len() == 1).then(|| functions.pop()).flatten();
+        let total = specs.len();
+        let mut parts = SpecParts {
+            tasks,
+            // A one-task job's payload needs no vector.
+            payloads: Vec::with_capacity(if total == 1 { 0 } else { total }),
+            one: None,
+            functions: Vec::new(),
+            prefs: Vec::new(),
+            has_exec_prefs: false,
+            has_host_prefs: false,
+        };
+        parts.tasks.reserve(total);
+        let built = if whole { total } else { total.min(BUILD_CHUNK) };
+        let Some(first) = specs.get_mut(..built) else {
+            unreachable!("{built} specs of {total}");
+        };
+        Self::add_specs(book, first, total, &mut parts);
+        let complete = built == total;
+        let SpecParts {
+            tasks,
+            payloads,
+            one,
+            mut functions,
+            prefs,
+            has_exec_prefs,
+            has_host_prefs,
+        } = parts;
+        // All one function: shared, as a job of one function over payloads (a job built in
+        // chunks shares it once whole).
+        let function = (complete && functions.len() == 1)
+            .then(|| functions.pop())
+            .flatten();
+        let (spent, rest) = match (complete, total >= REMAINS_MIN_TASKS) {
+            (false, _) => (None, Some(specs)),
+            (true, true) => (Some(specs), None),
+            (true, false) => (None, None),
+        };
         BuiltTasks {
             tasks,
             payloads: match one {
@@ -1462,20 +1507,56 @@ impl Scheduler {
             prefs,
             has_exec_prefs,
             has_host_prefs,
-            spent: (specs.len() >= REMAINS_MIN_TASKS).then_some(specs),
+            spent,
+            rest,
+        }
+    }
+
+    /// Adds the records of `specs` (of a job of `total`) to `parts`. What the records take is
+    /// moved out of the specs; the host names stay in them, to be freed with them (off the
+    /// caller's loop for a big job: [`Remains`]).
+    fn add_specs(book: &mut Book, specs: &mut [TaskSpec], total: usize, parts: &mut SpecParts) {
+        for t in specs {
+            // A run of tasks naming one function (by pointer) shares its entry.
+            if !(parts.functions.last()).is_some_and(|f| Arc::ptr_eq(f, &t.function)) {
+                parts.functions.push(t.function.clone());
+            }
+            let function = u32::try_from(parts.functions.len() - 1).unwrap_or(u32::MAX);
+            if !t.preferred_executors.is_empty() || !t.preferred_hosts.is_empty() {
+                parts.has_exec_prefs |= !t.preferred_executors.is_empty();
+                parts.has_host_prefs = true;
+                if parts.prefs.is_empty() {
+                    parts.prefs.reserve_exact(total);
+                    parts.prefs.resize_with(parts.tasks.len(), || None);
+                }
+                parts.prefs.push(Some(Prefs {
+                    executors: std::mem::take(&mut t.preferred_executors),
+                    hosts: PrefHosts::of(&t.preferred_hosts, |h| book.host_index(h)),
+                }));
+            } else if !parts.prefs.is_empty() {
+                parts.prefs.push(None);
+            }
+            parts.tasks.push(TaskRec::new(function, t.cores));
+            let payload = std::mem::take(&mut t.payload);
+            match total {
+                1 => parts.one = Some(payload),
+                _ => parts.payloads.push(payload),
+            }
         }
     }
 
     /// A new job's record in pool `pool`, its settings resolved against the scheduler's
     /// defaults, every task queued and its locality level chosen: built where it stays, in
-    /// the empty job table slot `slot` (a job record is large to move).
+    /// the empty job table slot `slot` (a job record is large to move). A job of more than
+    /// [`BUILD_CHUNK`] task specs (unless `whole`) has its first chunk built: the specs are
+    /// returned for `building.rs` to build the rest.
     fn build_job(
         &mut self,
         now_us: u64,
         (id, slot): (JobId, u32),
         pool: u32,
-        spec: JobSpec,
-    ) -> &Job {
+        (spec, whole): (JobSpec, bool),
+    ) -> Option<Vec<TaskSpec>> {
         let n = spec.tasks.len();
         // One function over payloads: every task the same size, none with preferences.
         let uniform = match &spec.tasks {
@@ -1491,7 +1572,8 @@ impl Scheduler {
             has_exec_prefs,
             has_host_prefs,
             spent,
-        } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks);
+            rest,
+        } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks, whole);
         if let Some(specs) = spent {
             self.keep_remains(Remains::of_specs(specs));
         }
@@ -1560,13 +1642,13 @@ impl Scheduler {
         match uniform {
             Some(cores) => job.enqueue_fresh(n as u32, cores),
             None => {
-                for i in 0..n as u32 {
+                for i in 0..job.tasks.len() as u32 {
                     job.enqueue(i, host_of, |h| book.host_live(h));
                 }
             }
         }
         job.level = job.start_level();
-        job
+        rest
     }
 
     /// Frees the host records nothing holds any more ([`Book::sweep_hosts`]): due before a
@@ -1611,6 +1693,7 @@ impl Scheduler {
     /// Cancels a job: its running attempts are killed, its pending tasks dropped, and the job
     /// reported cancelled (its unfinished tasks get no result). Returns false if the job is unknown or already ended.
     pub fn handle_cancel(&mut self, job: JobId, now_us: u64) -> bool {
+        self.build_now(now_us, job);
         let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
         };
@@ -1624,6 +1707,7 @@ impl Scheduler {
     /// [`handle_cancel`](Self::handle_cancel), but the outcome is `Failed([reason])`. Returns false if
     /// the job is unknown or already ended.
     pub fn handle_fail(&mut self, job: JobId, reason: &str, now_us: u64) -> bool {
+        self.build_now(now_us, job);
         let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
         };
@@ -1636,6 +1720,7 @@ impl Scheduler {
     /// Kills a task for good: its running attempts are killed, it is reported failed ("killed:
     /// reason") and its job will fail. Returns false if the task is unknown or already final.
     pub fn handle_kill(&mut self, task: TaskId, reason: &str, now_us: u64) -> bool {
+        self.build_now(now_us, task.job());
         let Some(&slot) = self.job_slots.get(task.job().0) else {
             return false;
         };
@@ -1875,6 +1960,7 @@ impl Scheduler {
     /// Time passed: widens locality levels, ends exclusions, looks for stragglers, fails
     /// unschedulable jobs, and makes offers.
     pub fn handle_timeout(&mut self, now_us: u64) {
+        self.build_next(now_us);
         let mut new_work = self.widen_due(now_us);
         if now_us >= self.next_expiry_us {
             self.expire_exclusions(now_us);
@@ -3280,6 +3366,11 @@ impl Scheduler {
             .map_or(SpeculationConfig::default().interval_us, |s| s.interval_us)
             .max(1)
     }
+}
+
+/// Why a job whose task `i`'s payload is `len` bytes, over `max`, fails.
+fn oversized_reason(i: usize, len: usize, max: usize) -> String {
+    format!("task {i} payload is {len} bytes, over payload_max_bytes = {max}")
 }
 
 /// A peer's message as text, bounded.

@@ -288,9 +288,15 @@ fn a_big_job_of_task_specs_leaves_them_for_the_caller_to_free_once_its_records_a
     );
     s.handle_submit(located(spare::REMAINS_MIN_TASKS), 1)
         .expect("accepted");
+    // Built a chunk per tick (`building.rs`): its specs are spent once the last is built.
+    let chunks = spare::REMAINS_MIN_TASKS.div_ceil(BUILD_CHUNK) as u64;
+    for tick in 1..chunks {
+        assert!(s.poll_remains().is_none(), "still built");
+        s.handle_timeout(1 + tick);
+    }
     let spent = s
         .poll_remains()
-        .expect("the big job's specs, at its submission");
+        .expect("the big job's specs, once its records are built");
     assert_eq!(spent.tasks(), spare::REMAINS_MIN_TASKS);
     assert!(s.poll_remains().is_none(), "once");
     drop(spent);
@@ -822,6 +828,186 @@ fn a_host_excluded_with_no_executor_left_on_it_stays_excluded_through_sweeps() {
     let refused = s.handle_register(bad(3), 4);
     assert!(
         matches!(refused, Err(Refusal::HostExcluded { .. })),
+        "{refused:?}"
+    );
+}
+
+/// A job of `n` task specs, one in three preferring host "x"; task `i`'s payload is `i`.
+fn specs_job(n: usize) -> JobSpec {
+    let tasks: Vec<TaskSpec> = (0..n)
+        .map(|i| TaskSpec {
+            preferred_hosts: match i % 3 {
+                0 => vec!["x".to_string()],
+                _ => Vec::new(),
+            },
+            ..TaskSpec::new("f", Bytes::from((i as u32).to_le_bytes().to_vec()))
+        })
+        .collect();
+    JobSpec::new(tasks)
+}
+
+/// Runs every launch to success (its result its payload) until none is left: the outcomes
+/// seen on the way.
+fn run_all(s: &mut Scheduler, now_us: u64) -> Vec<(JobId, JobOutcome)> {
+    let mut outcomes = Vec::new();
+    loop {
+        let mut outs = Vec::new();
+        s.drain_outputs(&mut outs);
+        let mut updates = Vec::new();
+        for out in outs {
+            match out {
+                Output::Launch { executor, tasks } => {
+                    updates.extend(tasks.into_iter().map(|l| StatusUpdate {
+                        executor,
+                        task: l.task,
+                        attempt: l.attempt,
+                        state: TaskState::Finished,
+                        data: l.payload,
+                    }))
+                }
+                Output::Event(Event::JobOutcome { job, outcome }) => outcomes.push((job, outcome)),
+                _ => {}
+            }
+        }
+        if updates.is_empty() {
+            return outcomes;
+        }
+        s.handle_statuses(updates, now_us);
+    }
+}
+
+#[test]
+fn a_big_job_of_task_specs_is_built_a_chunk_per_tick_and_runs_whole_once_published() {
+    let mut s = with_executor(64);
+    let n = 3 * BUILD_CHUNK + 5;
+    let big = s.handle_submit(specs_job(n), 0).expect("accepted");
+    // Its first chunk is built, nothing of it is seen but its counts.
+    assert!(s.is_active(big) && s.job_info(big).is_none());
+    assert_eq!(
+        (s.active_jobs(), s.pending_tasks(), s.unfinished_tasks()),
+        (1, n, n)
+    );
+    assert_eq!(s.poll_timeout(), Some(0), "its next chunk is due at once");
+    assert_eq!(launched(&mut s), 0);
+    // A small job submitted after it runs meanwhile.
+    let small = s.handle_submit(spec(1), 1).expect("accepted");
+    let outcomes = run_all(&mut s, 2);
+    assert!(matches!(&outcomes[..], [(id, JobOutcome::Succeeded(_))] if *id == small));
+    // A chunk per tick: published with its last.
+    for tick in 1..3 {
+        s.handle_timeout(10 + tick);
+        assert!(s.job_info(big).is_none(), "tick {tick}: still built");
+        assert_eq!(launched(&mut s), 0);
+    }
+    s.handle_timeout(20);
+    let info = s.job_info(big).expect("published");
+    assert_eq!((info.tasks, info.pending + info.running), (n, n));
+    assert_eq!(info.running, 64, "offered as it was published");
+    assert_ne!(s.poll_timeout(), Some(0));
+    let outcomes = run_all(&mut s, 30);
+    let [(id, JobOutcome::Succeeded(results))] = &outcomes[..] else {
+        panic!("one outcome: {outcomes:?}");
+    };
+    assert_eq!(*id, big);
+    assert_eq!(results.len(), n);
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(
+            result[..],
+            (i as u32).to_le_bytes(),
+            "task {i}'s own result"
+        );
+    }
+    assert_eq!(
+        (s.active_jobs(), s.pending_tasks(), s.unfinished_tasks()),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn a_job_being_built_asked_for_by_id_is_built_whole_first() {
+    let mut s = with_executor(4);
+    let big = s
+        .handle_submit(specs_job(2 * BUILD_CHUNK), 0)
+        .expect("accepted");
+    assert!(s.handle_cancel(big, 1), "a job being built is cancelled");
+    let outcomes = run_all(&mut s, 2);
+    assert!(matches!(&outcomes[..], [(id, JobOutcome::Cancelled)] if *id == big));
+    assert_eq!(
+        (s.active_jobs(), s.pending_tasks(), s.unfinished_tasks()),
+        (0, 0, 0)
+    );
+    assert_eq!(s.poll_timeout(), None);
+    // Killing one of its tasks fails it.
+    let big = s
+        .handle_submit(specs_job(2 * BUILD_CHUNK), 3)
+        .expect("accepted");
+    let last = TaskId::new(big, (2 * BUILD_CHUNK - 1) as u32);
+    assert!(s.handle_kill(last, "no", 4));
+    let outcomes = run_all(&mut s, 5);
+    assert!(matches!(&outcomes[..], [(id, JobOutcome::Failed(_))] if *id == big));
+}
+
+#[test]
+fn a_job_built_while_executors_come_and_go_counts_its_localities_as_of_its_publishing() {
+    let mut s = with_executor(1);
+    let big = s
+        .handle_submit(specs_job(2 * BUILD_CHUNK), 0)
+        .expect("accepted");
+    // An executor on host "x", which a third of its tasks prefer, registers meanwhile.
+    let x = ExecutorInfo {
+        host: "x".into(),
+        ..executor(2, 1)
+    };
+    s.handle_register(x, 1).expect("registered");
+    s.handle_timeout(2);
+    let info = s.job_info(big).expect("published");
+    assert_eq!(info.locality_level, LocalityLevel::Host);
+    // It leaves: the level has nothing left to wait for.
+    assert!(s.handle_remove(ExecutorId(2), RemovalReason::Killed, 3));
+    s.handle_timeout(4);
+    let info = s.job_info(big).expect("active");
+    assert_eq!(info.locality_level, LocalityLevel::Any);
+}
+
+#[test]
+fn a_task_past_a_big_jobs_first_chunk_that_cannot_run_fails_the_job_once_built() {
+    let mut s = Scheduler::new(Config {
+        payload_max_bytes: 8,
+        slow_start_slots: 4,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 4), 0).expect("registered");
+    let with = |zero: usize, big: usize| {
+        let mut spec = specs_job(2 * BUILD_CHUNK);
+        let Tasks::Each(tasks) = &mut spec.tasks else {
+            unreachable!("a job of specs");
+        };
+        tasks[zero].cores = 0;
+        tasks[big].payload = Bytes::from(vec![0; 9]);
+        spec
+    };
+    let spec = with(BUILD_CHUNK + 9, BUILD_CHUNK + 7);
+    let job = s
+        .handle_submit(spec, 0)
+        .expect("accepted: its first chunk is fine");
+    s.handle_timeout(1);
+    let outcomes = run_all(&mut s, 2);
+    let [(id, JobOutcome::Failed(reasons))] = &outcomes[..] else {
+        panic!("one failure: {outcomes:?}");
+    };
+    assert_eq!(*id, job);
+    let first = oversized_reason(BUILD_CHUNK + 7, 9, 8);
+    assert_eq!(
+        reasons.first(),
+        Some(&first),
+        "the first task that cannot run"
+    );
+    assert_eq!(s.stats().launched, 0, "none of its tasks ran");
+    assert_eq!((s.active_jobs(), s.unfinished_tasks()), (0, 0));
+    // In the first chunk: refused at submission, as any job's.
+    let refused = s.handle_submit(with(3, BUILD_CHUNK + 7), 3);
+    assert!(
+        matches!(refused, Err(SubmitError::ZeroCores(3))),
         "{refused:?}"
     );
 }

@@ -222,10 +222,10 @@ impl Tasks {
         }
     }
 
-    /// The first task asking for zero cores, if any.
-    pub fn first_without_cores(&self) -> Option<usize> {
+    /// The first task asking for zero cores among the first `within`, if any.
+    pub(crate) fn first_without_cores(&self, within: usize) -> Option<usize> {
         match self {
-            Tasks::Each(tasks) => tasks.iter().position(|t| t.cores == 0),
+            Tasks::Each(tasks) => tasks.iter().take(within).position(|t| t.cores == 0),
             Tasks::Same {
                 cores: 0, payloads, ..
             } if !payloads.is_empty() => Some(0),
@@ -234,13 +234,20 @@ impl Tasks {
     }
 
     /// The first task whose payload is over `bytes_max`, with its payload's size (none, and
-    /// nothing looked at, when `bytes_max` is `usize::MAX`).
-    pub fn first_payload_over(&self, bytes_max: usize) -> Option<(usize, usize)> {
+    /// nothing looked at, when `bytes_max` is `usize::MAX`); of task specs, among the first
+    /// `within`.
+    pub(crate) fn first_payload_over(
+        &self,
+        bytes_max: usize,
+        within: usize,
+    ) -> Option<(usize, usize)> {
         if bytes_max == usize::MAX {
             return None;
         }
         match self {
-            Tasks::Each(tasks) => first_over(tasks.iter().map(|t| &t.payload), bytes_max),
+            Tasks::Each(tasks) => {
+                first_over(tasks.iter().take(within).map(|t| &t.payload), bytes_max)
+            }
             Tasks::Same { payloads, .. } => payloads.first_over(bytes_max),
         }
     }
