@@ -192,7 +192,9 @@ pub(crate) struct Book {
     host_ids: FxHashMap<Arc<str>, u32>,
     /// Free host records, for the next new names.
     free_hosts: Vec<u32>,
-    /// Host records in use at which a sweep is due ([`Book::hosts_sweep_due`]).
+    /// Host records at which a sweep is due ([`Book::hosts_sweep_due`]): at least
+    /// [`HOSTS_SWEEP_MIN`], twice those in use after the last sweep, and past the table's
+    /// length then (so its free records are taken first).
     hosts_sweep_at: usize,
     offerable: Vec<u32>,
     blocked: Vec<u32>,
@@ -206,6 +208,7 @@ impl Book {
     pub fn new(seed: u64) -> Book {
         Book {
             cursor: (seed % 1024) as usize,
+            hosts_sweep_at: HOSTS_SWEEP_MIN,
             ..Book::default()
         }
     }
@@ -300,10 +303,11 @@ impl Book {
         self.hosts.len() - self.free_hosts.len()
     }
 
-    /// Whether enough host records came into use since the last sweep for another.
+    /// Whether enough host records came into use since the last sweep for another (the
+    /// table grew past its mark: its free records, if any, were all taken first).
     #[inline]
     pub fn hosts_sweep_due(&self) -> bool {
-        self.hosts.len() >= self.hosts_sweep_at.max(HOSTS_SWEEP_MIN) && self.free_hosts.is_empty()
+        self.hosts.len() >= self.hosts_sweep_at
     }
 
     /// Frees every host record nothing may hold any more: no executor registered on it, no
@@ -339,7 +343,10 @@ impl Book {
         }
         // Reused lowest first: the table's front stays dense.
         self.free_hosts.sort_unstable_by(|a, b| b.cmp(a));
-        self.hosts_sweep_at = (2 * self.hosts_in_use()).max(next_at_least);
+        self.hosts_sweep_at = (2 * self.hosts_in_use())
+            .max(next_at_least)
+            .max(HOSTS_SWEEP_MIN)
+            .max(self.hosts.len() + 1);
         freed
     }
 

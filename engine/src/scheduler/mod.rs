@@ -1230,7 +1230,7 @@ impl Scheduler {
             self.sweep_hosts(now_us);
         }
         let slot = self.free_slot();
-        match self.build_job(now_us, (id, slot), pool, (spec, refusal.is_some())) {
+        match self.build_job(now_us, (id, slot), pool, spec, refusal.is_some()) {
             Some(specs) => self.start_building(id, slot, specs),
             None => self.publish(now_us, slot, refusal),
         }
@@ -1243,6 +1243,7 @@ impl Scheduler {
     /// Makes the job built in `slot` active: counted, found by its id, listed and offered,
     /// or failed at once with `refusal` (a payload over the limit, a task of zero cores past
     /// the first chunk of a job built in chunks).
+    #[inline(always)]
     fn publish(&mut self, now_us: u64, slot: u32, refusal: Option<String>) {
         let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
             unreachable!("publish of empty job slot {slot}");
@@ -1555,7 +1556,8 @@ impl Scheduler {
         now_us: u64,
         (id, slot): (JobId, u32),
         pool: u32,
-        (spec, whole): (JobSpec, bool),
+        spec: JobSpec,
+        whole: bool,
     ) -> Option<Vec<TaskSpec>> {
         let n = spec.tasks.len();
         // One function over payloads: every task the same size, none with preferences.

@@ -505,6 +505,7 @@ impl DriverCore {
     fn submit_inner(&mut self, id: JobId, job: Job) {
         // Scheduler outputs wait for the pump (after one job, or after a burst).
         debug_assert!(job.observer.is_none(), "an observer reached the core");
+        let n = job.len();
         let Job {
             function,
             payloads,
@@ -514,15 +515,14 @@ impl DriverCore {
             deadline,
             stream: _,
             scheduling,
-            prepared,
         } = job;
-        let n = payloads.len() + prepared.as_ref().map_or(0, |p| p.len());
         let executors = &self.executors;
         let spec = crate::job::job_spec(
-            (function, payloads, cores),
+            function,
+            payloads,
+            cores,
             keep_results,
             scheduling,
-            prepared,
             |executor_id| executors.id_of(executor_id),
         );
         let refused = |jobs: &mut Jobs, error: String| {
