@@ -242,7 +242,7 @@ pub use types::{
     Attempt, AttemptInfo, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig,
     JobId, JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
     RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo,
-    TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks,
+    TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks, DEFAULT_POOL,
 };
 
 use crate::hash::FxHashMap;
@@ -1365,13 +1365,14 @@ impl Scheduler {
     /// pools plus `jobs_max` (more than active jobs can hold), an unconfigured pool with no job
     /// is reused for the new name.
     fn resolve_pool(&mut self, name: &str) -> u32 {
-        // Jobs mostly name the pool the one before named: one comparison, no hashing.
+        // Jobs mostly name the pool the one before named: one comparison, no hashing (and for
+        // the default pool's name, against a constant: no `memcmp` call).
         let last = self.last_pool;
-        if self
-            .pools
-            .get(last as usize)
-            .is_some_and(|p| *p.name == *name)
-        {
+        let same = |p: &Pool| match name {
+            DEFAULT_POOL => *p.name == *DEFAULT_POOL,
+            _ => *p.name == *name,
+        };
+        if self.pools.get(last as usize).is_some_and(same) {
             return last;
         }
         let p = self.find_or_make_pool(name);

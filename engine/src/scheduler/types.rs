@@ -348,12 +348,15 @@ impl<T: Clone> JobSetting<T> {
     }
 }
 
+/// The pool a job names unless it names another.
+pub const DEFAULT_POOL: &str = "default";
+
 impl JobSpec {
     /// A job in the default pool with weight 1 and priority 0 that keeps its results.
     pub fn new(tasks: impl Into<Tasks>) -> JobSpec {
         JobSpec {
             tasks: tasks.into(),
-            pool: Cow::Borrowed("default"),
+            pool: Cow::Borrowed(DEFAULT_POOL),
             weight: 1,
             priority: 0,
             keep_results: true,

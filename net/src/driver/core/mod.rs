@@ -512,7 +512,7 @@ impl DriverCore {
             cores,
             observer: _,
             keep_results,
-            deadline,
+            deadline_us,
             stream: _,
             scheduling,
         } = job;
@@ -548,8 +548,8 @@ impl DriverCore {
             // Filed even if the scheduler ended it within the call (no tasks, a payload over
             // the limit): a deadline of an ended job is dropped when it comes up.
             Ok(()) => {
-                if let Some(d) = deadline {
-                    self.jobs.set_deadline(id, now_us.saturating_add(us(d)));
+                if let Some(d) = deadline_us {
+                    self.jobs.set_deadline(id, now_us.saturating_add(d.get()));
                 }
             }
             Err(error) => refused(&mut self.jobs, error.to_string()),
