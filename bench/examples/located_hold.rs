@@ -5,9 +5,9 @@
 //!     cargo run --release -p flint-bench --example located_hold [TASKS] [ROUNDS]
 //!
 //! Local mode, 2 cores; the big job's tasks each prefer two of 100 hosts (as a block's
-//! replicas), `noop`. Prints, per round, how long `submit` took on the caller's thread, and the
-//! one-task jobs' latency while the big job was active: p50, p99 and the slowest; then the
-//! medians over the rounds.
+//! replicas), `noop`. Prints, per round, how long `submit` took on the caller's thread, how
+//! long the big job took from its submission to its outcome, and the one-task jobs' latency
+//! while it was active: p50, p99 and the slowest; then the medians over the rounds.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,6 +69,7 @@ fn main() {
         let submitted = start.elapsed();
         big.wait_timeout(DEADLINE).expect("done");
         let end = Instant::now();
+        let whole = end - start;
         let mut during: Vec<Duration> = (latencies.lock().unwrap_or_else(|p| p.into_inner()))
             .iter()
             .filter(|(at, latency)| *at + *latency >= start && *at <= end)
@@ -78,14 +79,21 @@ fn main() {
         let at = |q: f64| during[((during.len() - 1) as f64 * q) as usize];
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let row = [ms(submitted), us(at(0.5)), us(at(0.99)), us(at(1.0))];
+        let row = [
+            ms(submitted),
+            ms(whole),
+            us(at(0.5)),
+            us(at(0.99)),
+            us(at(1.0)),
+        ];
         println!(
-            "round {round}: submit {:.1} ms; {} one-task jobs meanwhile: p50 {:.0} us, p99 {:.0} us, slowest {:.0} us",
+            "round {round}: submit {:.1} ms, done in {:.0} ms; {} one-task jobs meanwhile: p50 {:.0} us, p99 {:.0} us, slowest {:.0} us",
             row[0],
-            during.len(),
             row[1],
+            during.len(),
             row[2],
-            row[3]
+            row[3],
+            row[4]
         );
         figures.push(row);
     }
@@ -97,10 +105,11 @@ fn main() {
         v[v.len() / 2]
     };
     println!(
-        "median of {rounds} rounds ({tasks} tasks): submit {:.1} ms; one-task jobs p50 {:.0} us, p99 {:.0} us, slowest {:.0} us",
+        "median of {rounds} rounds ({tasks} tasks): submit {:.1} ms, done in {:.0} ms; one-task jobs p50 {:.0} us, p99 {:.0} us, slowest {:.0} us",
         median(0),
         median(1),
         median(2),
-        median(3)
+        median(3),
+        median(4)
     );
 }
