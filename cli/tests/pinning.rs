@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{wait_until, DEADLINE};
+use common::{wait_until_or, DEADLINE};
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use flint_net::driver::Driver;
 use flint_net::lifecycle::local::{LocalConfig, LocalExecutors};
 
 /// The CPUs the kernel lets `pid`'s first task thread (`flint-task-0`) run on, once it exists.
+/// The thread pins itself as the first thing it does, so for a moment after it appears it still
+/// has its parent's mask: callers wait for the mask they expect, with a deadline.
 fn task_thread_cpus(pid: u32) -> Option<Vec<usize>> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     for task in tasks.flatten() {
@@ -65,12 +67,18 @@ fn an_executor_pins_its_task_thread_only_where_told() {
     driver
         .wait_for_executors(2, DEADLINE)
         .expect("both register");
-    let mut cpus = (None, None);
-    wait_until("both task threads", || {
-        cpus = (task_thread_cpus(pinned.id()), task_thread_cpus(free.id()));
-        cpus.0.is_some() && cpus.1.is_some()
-    });
-    assert_eq!(cpus.0, Some(vec![last]), "--pin-cores {last}");
+    let cpus = || (task_thread_cpus(pinned.id()), task_thread_cpus(free.id()));
+    let expected = Some(vec![last]);
+    wait_until_or(
+        "both task threads, one pinned",
+        || {
+            let (a, b) = cpus();
+            a == expected && b.is_some()
+        },
+        || format!("{:?}", cpus()),
+    );
+    let cpus = cpus();
+    assert_eq!(cpus.0, expected, "--pin-cores {last}");
     assert_eq!(
         cpus.1,
         Some(allowed),
@@ -101,14 +109,21 @@ fn flint_local_gives_its_executors_distinct_cpus() {
         .wait_for_executors(2, DEADLINE)
         .expect("both register");
     let me = std::process::id();
-    let mut seen = Vec::new();
-    wait_until("two pinned executors", || {
-        seen = (children_of(me).into_iter())
+    let seen = || -> Vec<Vec<usize>> {
+        (children_of(me).into_iter())
             .filter(|pid| cmdline(*pid).contains("local-"))
             .filter_map(task_thread_cpus)
-            .collect();
-        seen.len() == 2
-    });
+            .collect()
+    };
+    wait_until_or(
+        "two pinned executors",
+        || {
+            let seen = seen();
+            seen.len() == 2 && seen.iter().all(|cpus| cpus.len() == 1)
+        },
+        || format!("{:?}", seen()),
+    );
+    let seen = seen();
     assert!(seen.iter().all(|cpus| cpus.len() == 1), "{seen:?}");
     assert_ne!(seen[0], seen[1], "each executor on its own CPU: {seen:?}");
     executors.freeze();
