@@ -3,7 +3,8 @@
 //! the locality queues costs about 100 ns, so a job of 1,000,000 tasks built at once held the
 //! driver's loop about 110 ms, and every other job waited that long.
 //!
-//! A job of more than [`BUILD_CHUNK`] specs gets its first chunk's records at submission
+//! A job of more than [`Config::build_chunk_tasks`](super::Config::build_chunk_tasks) specs (16,384 by default, about 2 ms) gets
+//! its first chunk's records at submission
 //! ([`Scheduler::build_job`]), in the job table slot it keeps, and waits here; each tick
 //! ([`Scheduler::handle_timeout`], due at once while a job waits here: [`Scheduler::poll_timeout`])
 //! builds the next chunk of the first one waiting, and the last chunk publishes it: from then
@@ -23,9 +24,6 @@ use super::types::{JobId, SubmitError, TaskSpec};
 use super::{live_job, oversized_reason, Scheduler, SpecParts};
 use crate::scheduler::payloads::Payloads;
 
-/// Tasks built at once, at submission or per tick: about 2 ms of the loop.
-pub(crate) const BUILD_CHUNK: usize = 16_384;
-
 /// A job being built (see the module docs).
 #[derive(Debug)]
 pub(super) struct Building {
@@ -44,16 +42,21 @@ pub(super) struct Building {
 pub(super) type Builds = VecDeque<Building>;
 
 impl Scheduler {
-    /// Job `id` in `slot`, its first [`BUILD_CHUNK`] tasks built, waits for the rest.
+    /// Job `id` in `slot`, its first chunk built, waits for the rest.
     pub(super) fn start_building(&mut self, id: JobId, slot: u32, specs: Vec<TaskSpec>) {
         self.building_tasks += specs.len();
         self.building.push_back(Building {
             id,
             slot,
             specs,
-            next: BUILD_CHUNK,
+            next: self.build_chunk(),
             refusal: None,
         });
+    }
+
+    /// Task records built at once ([`Config::build_chunk_tasks`](super::Config::build_chunk_tasks), at least 1).
+    pub(super) fn build_chunk(&self) -> usize {
+        self.config.build_chunk_tasks.max(1)
     }
 
     /// Whether job `id` is being built.
@@ -70,19 +73,19 @@ impl Scheduler {
     /// if that was its last.
     pub(super) fn build_next(&mut self, now_us: u64) {
         if !self.building.is_empty() {
-            self.build_chunk(now_us, 0, BUILD_CHUNK);
+            self.build_more(now_us, 0, self.build_chunk());
         }
     }
 
     /// Builds job `id` whole now if it is being built (something asks for it by id).
     pub(super) fn build_now(&mut self, now_us: u64, id: JobId) {
         if let Some(at) = self.building.iter().position(|b| b.id == id) {
-            self.build_chunk(now_us, at, usize::MAX);
+            self.build_more(now_us, at, usize::MAX);
         }
     }
 
     /// Builds up to `max` more tasks of the `at`-th job being built; publishes it once whole.
-    fn build_chunk(&mut self, now_us: u64, at: usize, max: usize) {
+    fn build_more(&mut self, now_us: u64, at: usize, max: usize) {
         let Some(b) = self.building.get_mut(at) else {
             unreachable!("job being built {at} beyond the list");
         };

@@ -242,13 +242,13 @@ pub use types::{
     Attempt, AttemptInfo, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig,
     JobId, JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
     RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo,
-    TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks, DEFAULT_POOL,
+    TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks, BUILD_CHUNK_TASKS, DEFAULT_POOL,
 };
 
 use crate::hash::FxHashMap;
 use crate::ids::IdMap;
 use book::{Book, Resume, Run};
-use building::{Builds, BUILD_CHUNK};
+use building::Builds;
 use hedge::Hedging;
 use job::{Found, Job, JobCounters, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
@@ -398,7 +398,8 @@ struct BuiltTasks {
     has_host_prefs: bool,
     /// A big job's specs, spent (their host names), for the caller to free.
     spent: Option<Vec<TaskSpec>>,
-    /// A job of more than [`BUILD_CHUNK`] specs: all of them, those past the first chunk
+    /// A job of more specs than a chunk ([`Config::build_chunk_tasks`]): all of them, those
+    /// past the first chunk
     /// still to build (`building.rs`).
     rest: Option<Vec<TaskSpec>>,
 }
@@ -1222,7 +1223,8 @@ impl Scheduler {
             self.idle_pools.remove(&pool);
         }
         // Of a job built in chunks, the first chunk's (the others' as they are built).
-        let oversized = (spec.tasks).first_payload_over(self.config.payload_max_bytes, BUILD_CHUNK);
+        let chunk = self.build_chunk();
+        let oversized = (spec.tasks).first_payload_over(self.config.payload_max_bytes, chunk);
         let refusal =
             oversized.map(|(i, len)| oversized_reason(i, len, self.config.payload_max_bytes));
         // Not while a job is built: its host indices are in no index yet.
@@ -1230,7 +1232,9 @@ impl Scheduler {
             self.sweep_hosts(now_us);
         }
         let slot = self.free_slot();
-        match self.build_job(now_us, (id, slot), pool, spec, refusal.is_some()) {
+        // A job failed at once is built whole.
+        let chunk = if refusal.is_some() { usize::MAX } else { chunk };
+        match self.build_job(now_us, (id, slot), pool, spec, chunk) {
             Some(specs) => self.start_building(id, slot, specs),
             None => self.publish(now_us, slot, refusal),
         }
@@ -1355,7 +1359,7 @@ impl Scheduler {
             });
         }
         // Of a job built in chunks, the first chunk's (the others' as they are built).
-        if let Some(i) = spec.tasks.first_without_cores(BUILD_CHUNK) {
+        if let Some(i) = spec.tasks.first_without_cores(self.build_chunk()) {
             return Err(SubmitError::ZeroCores(i as u32));
         }
         Ok(())
@@ -1434,9 +1438,8 @@ impl Scheduler {
     /// The task records of a new job (host preferences interned in the book) and what they
     /// say of it ([`BuiltTasks`]). A job of one function over payloads gets room for its
     /// records, built as its tasks first launch: O(1) here whatever its size. A job of more
-    /// than [`BUILD_CHUNK`] task specs gets its first chunk's records (all of them if `whole`),
-    /// the rest left to `building.rs`.
-    fn build_tasks(book: &mut Book, tasks: Vec<TaskRec>, specs: Tasks, whole: bool) -> BuiltTasks {
+    /// than `chunk` task specs gets its first `chunk` records, the rest left to `building.rs`.
+    fn build_tasks(book: &mut Book, tasks: Vec<TaskRec>, specs: Tasks, chunk: usize) -> BuiltTasks {
         debug_assert!(tasks.is_empty(), "a spare vector comes empty");
         let mut specs = match specs {
             Tasks::Each(specs) => specs,
@@ -1473,7 +1476,7 @@ impl Scheduler {
             has_host_prefs: false,
         };
         parts.tasks.reserve(total);
-        let built = if whole { total } else { total.min(BUILD_CHUNK) };
+        let built = total.min(chunk);
         let Some(first) = specs.get_mut(..built) else {
             unreachable!("{built} specs of {total}");
         };
@@ -1550,15 +1553,15 @@ impl Scheduler {
     /// A new job's record in pool `pool`, its settings resolved against the scheduler's
     /// defaults, every task queued and its locality level chosen: built where it stays, in
     /// the empty job table slot `slot` (a job record is large to move). A job of more than
-    /// [`BUILD_CHUNK`] task specs (unless `whole`) has its first chunk built: the specs are
-    /// returned for `building.rs` to build the rest.
+    /// `chunk` task specs has its first `chunk` built: the specs are returned for
+    /// `building.rs` to build the rest.
     fn build_job(
         &mut self,
         now_us: u64,
         (id, slot): (JobId, u32),
         pool: u32,
         spec: JobSpec,
-        whole: bool,
+        chunk: usize,
     ) -> Option<Vec<TaskSpec>> {
         let n = spec.tasks.len();
         // One function over payloads: every task the same size, none with preferences.
@@ -1576,7 +1579,7 @@ impl Scheduler {
             has_host_prefs,
             spent,
             rest,
-        } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks, whole);
+        } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks, chunk);
         if let Some(specs) = spent {
             self.keep_remains(Remains::of_specs(specs));
         }

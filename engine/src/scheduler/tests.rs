@@ -289,7 +289,7 @@ fn a_big_job_of_task_specs_leaves_them_for_the_caller_to_free_once_its_records_a
     s.handle_submit(located(spare::REMAINS_MIN_TASKS), 1)
         .expect("accepted");
     // Built a chunk per tick (`building.rs`): its specs are spent once the last is built.
-    let chunks = spare::REMAINS_MIN_TASKS.div_ceil(BUILD_CHUNK) as u64;
+    let chunks = spare::REMAINS_MIN_TASKS.div_ceil(types::BUILD_CHUNK_TASKS) as u64;
     for tick in 1..chunks {
         assert!(s.poll_remains().is_none(), "still built");
         s.handle_timeout(1 + tick);
@@ -879,7 +879,7 @@ fn run_all(s: &mut Scheduler, now_us: u64) -> Vec<(JobId, JobOutcome)> {
 #[test]
 fn a_big_job_of_task_specs_is_built_a_chunk_per_tick_and_runs_whole_once_published() {
     let mut s = with_executor(64);
-    let n = 3 * BUILD_CHUNK + 5;
+    let n = 3 * types::BUILD_CHUNK_TASKS + 5;
     let big = s.handle_submit(specs_job(n), 0).expect("accepted");
     // Its first chunk is built, nothing of it is seen but its counts.
     assert!(s.is_active(big) && s.job_info(big).is_none());
@@ -927,7 +927,7 @@ fn a_big_job_of_task_specs_is_built_a_chunk_per_tick_and_runs_whole_once_publish
 fn a_job_being_built_asked_for_by_id_is_built_whole_first() {
     let mut s = with_executor(4);
     let big = s
-        .handle_submit(specs_job(2 * BUILD_CHUNK), 0)
+        .handle_submit(specs_job(2 * types::BUILD_CHUNK_TASKS), 0)
         .expect("accepted");
     assert!(s.handle_cancel(big, 1), "a job being built is cancelled");
     let outcomes = run_all(&mut s, 2);
@@ -939,9 +939,9 @@ fn a_job_being_built_asked_for_by_id_is_built_whole_first() {
     assert_eq!(s.poll_timeout(), None);
     // Killing one of its tasks fails it.
     let big = s
-        .handle_submit(specs_job(2 * BUILD_CHUNK), 3)
+        .handle_submit(specs_job(2 * types::BUILD_CHUNK_TASKS), 3)
         .expect("accepted");
-    let last = TaskId::new(big, (2 * BUILD_CHUNK - 1) as u32);
+    let last = TaskId::new(big, (2 * types::BUILD_CHUNK_TASKS - 1) as u32);
     assert!(s.handle_kill(last, "no", 4));
     let outcomes = run_all(&mut s, 5);
     assert!(matches!(&outcomes[..], [(id, JobOutcome::Failed(_))] if *id == big));
@@ -951,7 +951,7 @@ fn a_job_being_built_asked_for_by_id_is_built_whole_first() {
 fn a_job_built_while_executors_come_and_go_counts_its_localities_as_of_its_publishing() {
     let mut s = with_executor(1);
     let big = s
-        .handle_submit(specs_job(2 * BUILD_CHUNK), 0)
+        .handle_submit(specs_job(2 * types::BUILD_CHUNK_TASKS), 0)
         .expect("accepted");
     // An executor on host "x", which a third of its tasks prefer, registers meanwhile.
     let x = ExecutorInfo {
@@ -978,7 +978,7 @@ fn a_task_past_a_big_jobs_first_chunk_that_cannot_run_fails_the_job_once_built()
     });
     s.handle_register(executor(1, 4), 0).expect("registered");
     let with = |zero: usize, big: usize| {
-        let mut spec = specs_job(2 * BUILD_CHUNK);
+        let mut spec = specs_job(2 * types::BUILD_CHUNK_TASKS);
         let Tasks::Each(tasks) = &mut spec.tasks else {
             unreachable!("a job of specs");
         };
@@ -986,7 +986,7 @@ fn a_task_past_a_big_jobs_first_chunk_that_cannot_run_fails_the_job_once_built()
         tasks[big].payload = Bytes::from(vec![0; 9]);
         spec
     };
-    let spec = with(BUILD_CHUNK + 9, BUILD_CHUNK + 7);
+    let spec = with(types::BUILD_CHUNK_TASKS + 9, types::BUILD_CHUNK_TASKS + 7);
     let job = s
         .handle_submit(spec, 0)
         .expect("accepted: its first chunk is fine");
@@ -996,7 +996,7 @@ fn a_task_past_a_big_jobs_first_chunk_that_cannot_run_fails_the_job_once_built()
         panic!("one failure: {outcomes:?}");
     };
     assert_eq!(*id, job);
-    let first = oversized_reason(BUILD_CHUNK + 7, 9, 8);
+    let first = oversized_reason(types::BUILD_CHUNK_TASKS + 7, 9, 8);
     assert_eq!(
         reasons.first(),
         Some(&first),
@@ -1005,7 +1005,7 @@ fn a_task_past_a_big_jobs_first_chunk_that_cannot_run_fails_the_job_once_built()
     assert_eq!(s.stats().launched, 0, "none of its tasks ran");
     assert_eq!((s.active_jobs(), s.unfinished_tasks()), (0, 0));
     // In the first chunk: refused at submission, as any job's.
-    let refused = s.handle_submit(with(3, BUILD_CHUNK + 7), 3);
+    let refused = s.handle_submit(with(3, types::BUILD_CHUNK_TASKS + 7), 3);
     assert!(
         matches!(refused, Err(SubmitError::ZeroCores(3))),
         "{refused:?}"

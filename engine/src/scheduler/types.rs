@@ -348,6 +348,9 @@ impl<T: Clone> JobSetting<T> {
     }
 }
 
+/// [`Config::build_chunk_tasks`]'s default.
+pub const BUILD_CHUNK_TASKS: usize = 16_384;
+
 /// The pool a job names unless it names another.
 pub const DEFAULT_POOL: &str = "default";
 
@@ -700,6 +703,10 @@ pub struct Config {
     /// A job that has tasks queued, none running, and launched nothing for this long while cores
     /// are free fails (every executor is excluded for it or too small).
     pub unschedulable_timeout_us: u64,
+    /// Task records a job of task specs has built at once (at least 1): a bigger job gets the
+    /// rest a chunk per tick before it is published, so that no call holds the caller's loop
+    /// for long (16,384 tasks, about 2 ms: `building.rs`).
+    pub build_chunk_tasks: usize,
     /// Seed for the executor order's initial rotation (determinism in tests).
     pub seed: u64,
 }
@@ -722,6 +729,7 @@ impl Default for Config {
             executors_max: 100_000,
             payload_max_bytes: 128 << 20,
             unschedulable_timeout_us: 120_000_000,
+            build_chunk_tasks: BUILD_CHUNK_TASKS,
             seed: 0,
         }
     }

@@ -59,6 +59,7 @@ use crate::scheduler::{
     Attempt, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
     JobOutcome, JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler,
     Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState, Tasks,
+    BUILD_CHUNK_TASKS,
 };
 
 /// Whether a report is final (finished, failed, killed): what a frame gathers.
