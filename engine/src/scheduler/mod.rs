@@ -1296,7 +1296,7 @@ impl Scheduler {
     }
 
     /// Emits the launches held since [`hold_launches`](Self::hold_launches), at `now_us`. When
-    /// holding took longer than [`RESTAMP_AFTER_US`] (building a job of millions of tasks
+    /// holding took longer than `RESTAMP_AFTER_US` (building a job of millions of tasks
     /// takes seconds), the held attempts count as started now, when they leave: stamped with
     /// the burst's start they would look overdue at once (copied, their executors taken for
     /// stalled).
