@@ -3,18 +3,18 @@
 //! the locality queues costs about 100 ns, so a job of 1,000,000 tasks built at once held the
 //! driver's loop about 110 ms, and every other job waited that long.
 //!
-//! A job of more than [`Config::build_chunk_tasks`](super::Config::build_chunk_tasks) specs (16,384 by default, about 2 ms) gets
-//! its first chunk's records at submission
-//! ([`Scheduler::build_job`]), in the job table slot it keeps, and waits here; each tick
-//! ([`Scheduler::handle_timeout`], due at once while a job waits here: [`Scheduler::poll_timeout`])
-//! builds the next chunk of the first one waiting, and the last chunk publishes it: from then
-//! on it is an active job like any other (found by its id, listed, timed, offered). Until then
-//! nothing but its slot knows of it, so no executor, tick or report can see a job half built;
-//! its tasks count towards the admission limits and the pending and unfinished figures, and
-//! anything that asks for it by id (cancel, fail, kill) has it built whole first. The
-//! executors that came or went while it was built are accounted for when it is published
-//! ([`Job::recount_live_keys`]), and the host table is not swept meanwhile: its preferences'
-//! host indices are in no index yet.
+//! A job of more specs than [`Config::build_chunk_tasks`](super::Config::build_chunk_tasks)
+//! (16,384 by default, about 2 ms) gets its first chunk's records at submission
+//! ([`Scheduler::build_job`]), in the job table slot it keeps, and waits here. Each tick
+//! ([`Scheduler::handle_timeout`], due at once while a job waits here:
+//! [`Scheduler::poll_timeout`]) builds the next chunk of the first one waiting, and the last
+//! chunk publishes it: from then on it is an active job like any other (found by its id,
+//! listed, timed, offered). Until then nothing but its slot knows of it, so no executor, tick
+//! or report can see a job half built; its tasks count towards the admission limits and the
+//! pending and unfinished figures, and anything that asks for it by id (cancel, fail, kill)
+//! has it built whole first. The executors that came or went while it was built are accounted
+//! for when it is published ([`Job::recount_live_keys`]), and the host table is not swept
+//! meanwhile: the hosts its queues will name are in no index yet.
 
 use std::collections::VecDeque;
 

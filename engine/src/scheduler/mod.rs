@@ -399,8 +399,7 @@ struct BuiltTasks {
     /// A big job's specs, spent (their host names), for the caller to free.
     spent: Option<Vec<TaskSpec>>,
     /// A job of more specs than a chunk ([`Config::build_chunk_tasks`]): all of them, those
-    /// past the first chunk
-    /// still to build (`building.rs`).
+    /// past the first chunk still to build (`building.rs`).
     rest: Option<Vec<TaskSpec>>,
 }
 
@@ -1227,7 +1226,7 @@ impl Scheduler {
         let oversized = (spec.tasks).first_payload_over(self.config.payload_max_bytes, chunk);
         let refusal =
             oversized.map(|(i, len)| oversized_reason(i, len, self.config.payload_max_bytes));
-        // Not while a job is built: its host indices are in no index yet.
+        // Not while a job is built: the hosts its queues will name are in no index yet.
         if self.book.hosts_sweep_due() && self.building.is_empty() {
             self.sweep_hosts(now_us);
         }
