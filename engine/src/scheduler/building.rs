@@ -11,8 +11,8 @@
 //! chunk publishes it: from then on it is an active job like any other (found by its id,
 //! listed, timed, offered). Until then nothing but its slot knows of it, so no executor, tick
 //! or report can see a job half built; its tasks count towards the admission limits and the
-//! pending and unfinished figures, and anything that asks for it by id (cancel, fail, kill)
-//! has it built whole first. The executors that came or went while it was built are accounted
+//! pending and unfinished figures; cancelling or failing it ends it as it is (nothing of it
+//! ran), and killing one of its tasks has it built whole first. The executors that came or went while it was built are accounted
 //! for when it is published ([`Job::recount_live_keys`]), and the host table is not swept
 //! meanwhile: the hosts its queues will name are in no index yet.
 
@@ -77,7 +77,25 @@ impl Scheduler {
         }
     }
 
-    /// Builds job `id` whole now if it is being built (something asks for it by id).
+    /// Makes job `id`, if it is being built, active as it is, for the caller to end at once
+    /// (cancel, fail): a job that ran nothing needs no more records, and building the rest
+    /// would hold the loop for it. Its tasks without a record are pending ones (as a job of
+    /// one function over payloads has), its unbuilt specs left for the caller to free.
+    pub(super) fn register_unbuilt(&mut self, id: JobId) {
+        let Some(at) = self.building.iter().position(|b| b.id == id) else {
+            return;
+        };
+        let Some(b) = self.building.remove(at) else {
+            unreachable!("job being built {at} was just found");
+        };
+        self.building_tasks -= b.specs.len();
+        if b.specs.len() >= REMAINS_MIN_TASKS {
+            self.keep_remains(Remains::of_specs(b.specs));
+        }
+        self.register(b.slot);
+    }
+
+    /// Builds job `id` whole now if it is being built (a task of it is asked for by id).
     pub(super) fn build_now(&mut self, now_us: u64, id: JobId) {
         if let Some(at) = self.building.iter().position(|b| b.id == id) {
             self.build_more(now_us, at, usize::MAX);

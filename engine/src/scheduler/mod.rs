@@ -1248,22 +1248,7 @@ impl Scheduler {
     /// the first chunk of a job built in chunks).
     #[inline(always)]
     fn publish(&mut self, now_us: u64, slot: u32, refusal: Option<String>) {
-        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
-            unreachable!("publish of empty job slot {slot}");
-        };
-        let (id, n) = (job.id, job.task_count);
-        let has_prefs = job.has_exec_prefs || job.has_host_prefs;
-        if let Some(timeout_us) = job.speculation.as_ref().map(|sc| sc.timeout_us) {
-            self.spec_jobs += 1;
-            self.spec_timeouts.add(timeout_us);
-        }
-        self.job_slots.insert(id.0, slot);
-        if has_prefs {
-            self.pref_jobs += 1;
-        }
-        self.active += 1;
-        self.pending_total += n;
-        self.unfinished_total += n;
+        let has_prefs = self.register(slot);
         if let Some(reason) = refusal {
             self.list_job(slot);
             self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
@@ -1283,6 +1268,29 @@ impl Scheduler {
             self.list_job(slot);
             self.sync_timers(slot);
         }
+    }
+
+    /// Counts the job in `slot` as active and files it by its id (its listing and timers
+    /// apart: [`Scheduler::publish`]); whether it has preferences.
+    #[inline(always)]
+    fn register(&mut self, slot: u32) -> bool {
+        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+            unreachable!("register of empty job slot {slot}");
+        };
+        let (id, n) = (job.id, job.task_count);
+        let has_prefs = job.has_exec_prefs || job.has_host_prefs;
+        if let Some(timeout_us) = job.speculation.as_ref().map(|sc| sc.timeout_us) {
+            self.spec_jobs += 1;
+            self.spec_timeouts.add(timeout_us);
+        }
+        self.job_slots.insert(id.0, slot);
+        if has_prefs {
+            self.pref_jobs += 1;
+        }
+        self.active += 1;
+        self.pending_total += n;
+        self.unfinished_total += n;
+        has_prefs
     }
 
     /// Holds the launches of the submissions that follow (from `now_us`) until
@@ -1698,7 +1706,7 @@ impl Scheduler {
     /// Cancels a job: its running attempts are killed, its pending tasks dropped, and the job
     /// reported cancelled (its unfinished tasks get no result). Returns false if the job is unknown or already ended.
     pub fn handle_cancel(&mut self, job: JobId, now_us: u64) -> bool {
-        self.build_now(now_us, job);
+        self.register_unbuilt(job);
         let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
         };
@@ -1712,7 +1720,7 @@ impl Scheduler {
     /// [`handle_cancel`](Self::handle_cancel), but the outcome is `Failed([reason])`. Returns false if
     /// the job is unknown or already ended.
     pub fn handle_fail(&mut self, job: JobId, reason: &str, now_us: u64) -> bool {
-        self.build_now(now_us, job);
+        self.register_unbuilt(job);
         let Some(&slot) = self.job_slots.get(job.0) else {
             return false;
         };

@@ -924,27 +924,59 @@ fn a_big_job_of_task_specs_is_built_a_chunk_per_tick_and_runs_whole_once_publish
 }
 
 #[test]
-fn a_job_being_built_asked_for_by_id_is_built_whole_first() {
-    let mut s = with_executor(4);
-    let big = s
-        .handle_submit(specs_job(2 * types::BUILD_CHUNK_TASKS), 0)
-        .expect("accepted");
-    assert!(s.handle_cancel(big, 1), "a job being built is cancelled");
-    let outcomes = run_all(&mut s, 2);
-    assert!(matches!(&outcomes[..], [(id, JobOutcome::Cancelled)] if *id == big));
+fn a_job_being_built_ends_as_it_is_when_cancelled_and_is_built_whole_when_a_task_is_killed() {
+    let mut s = Scheduler::new(Config {
+        build_chunk_tasks: 4,
+        slow_start_slots: 4,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 4), 0).expect("registered");
+    // Twelve tasks, a chunk of four: the first chunk prefers host "a", the rest host "b".
+    let job = |s: &mut Scheduler, now_us| {
+        let tasks: Vec<TaskSpec> = (0..12)
+            .map(|i| TaskSpec {
+                preferred_hosts: vec![if i < 4 { "a" } else { "b" }.to_string()],
+                ..TaskSpec::new("f", Bytes::new())
+            })
+            .collect();
+        s.handle_submit(JobSpec::new(tasks), now_us)
+            .expect("accepted")
+    };
+    let hosts = |s: &Scheduler| s.book.hosts_in_use();
+    let cancelled = job(&mut s, 1);
+    assert_eq!(hosts(&s), 2, "the executor's host and the first chunk's");
+    assert!(
+        s.handle_cancel(cancelled, 2),
+        "a job being built is cancelled"
+    );
+    assert_eq!(
+        hosts(&s),
+        2,
+        "the rest was never built: host \"b\" never looked up"
+    );
+    let outcomes = run_all(&mut s, 3);
+    assert!(matches!(&outcomes[..], [(id, JobOutcome::Cancelled)] if *id == cancelled));
     assert_eq!(
         (s.active_jobs(), s.pending_tasks(), s.unfinished_tasks()),
         (0, 0, 0)
     );
+    assert_eq!(s.stats().launched, 0);
     assert_eq!(s.poll_timeout(), None);
-    // Killing one of its tasks fails it.
-    let big = s
-        .handle_submit(specs_job(2 * types::BUILD_CHUNK_TASKS), 3)
-        .expect("accepted");
-    let last = TaskId::new(big, (2 * types::BUILD_CHUNK_TASKS - 1) as u32);
-    assert!(s.handle_kill(last, "no", 4));
-    let outcomes = run_all(&mut s, 5);
-    assert!(matches!(&outcomes[..], [(id, JobOutcome::Failed(_))] if *id == big));
+    // Failed (its deadline, say): the same.
+    let failed = job(&mut s, 4);
+    assert!(s.handle_fail(failed, "deadline", 5));
+    let outcomes = run_all(&mut s, 6);
+    assert!(
+        matches!(&outcomes[..], [(id, JobOutcome::Failed(r))] if *id == failed && r[0] == "deadline")
+    );
+    assert_eq!((s.active_jobs(), s.unfinished_tasks()), (0, 0));
+    // Killing one of its tasks needs that task's record: built whole, then failed.
+    let killed = job(&mut s, 7);
+    assert!(s.handle_kill(TaskId::new(killed, 11), "no", 8));
+    assert_eq!(hosts(&s), 3, "built whole: host \"b\" too");
+    let outcomes = run_all(&mut s, 9);
+    assert!(matches!(&outcomes[..], [(id, JobOutcome::Failed(_))] if *id == killed));
+    assert_eq!((s.active_jobs(), s.unfinished_tasks()), (0, 0));
 }
 
 #[test]
