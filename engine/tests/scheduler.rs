@@ -2138,8 +2138,8 @@ fn poll_timeout_follows_the_earliest_locality_wait_as_jobs_come_and_go() {
     assert_eq!(s.job_info(b).unwrap().locality_level, LocalityLevel::Any);
     assert_eq!(
         s.poll_timeout(),
-        Some(1_000_020),
-        "only b's unschedulable clock is left"
+        None,
+        "b fits executor 1 and nothing is excluded: it has no unschedulable clock"
     );
     assert!(drain(&mut s).is_empty(), "still no free core");
 }
@@ -2187,7 +2187,7 @@ fn a_locality_level_left_with_nothing_to_wait_for_widens_at_the_next_tick() {
 }
 
 #[test]
-fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts_its_clock() {
+fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_waits_without_a_clock() {
     let mut s = Scheduler::new(Config {
         unschedulable_timeout_us: 1_000,
         ..config()
@@ -2235,9 +2235,10 @@ fn unschedulable_jobs_due_together_fail_in_fifo_order_and_a_starved_one_restarts
     assert_eq!(failed, [later]);
     assert_eq!(
         s.poll_timeout(),
-        Some(2_000),
-        "starved's clock restarted at 1,000"
+        None,
+        "starved fits executor 1 and nothing is excluded: nothing may leave it stuck"
     );
+    assert!(s.job_info(starved).is_some());
 }
 
 #[test]
@@ -2269,30 +2270,44 @@ fn valid_levels_follow_the_executors_and_hosts_a_job_prefers_as_they_come_and_go
 #[test]
 fn a_job_that_keeps_launching_is_checked_once_per_timeout_and_never_failed() {
     // Launches move the unschedulable clock without re-filing it: the filed time comes due
-    // early, once, and the tick files the job's real progress.
+    // early, once, and the tick files the job's real progress. The job's clock runs once a
+    // failure gave it exclusion records (which may leave a job stuck).
     let mut s = Scheduler::new(Config {
         unschedulable_timeout_us: 1_000,
+        exclusion: Some(lenient_exclusion(100)),
         ..config()
     });
     s.handle_register(exec(1, "h", 1), 0).unwrap();
     let job = s.handle_submit(JobSpec::new(tasks(3)), 0).unwrap();
     let first = launches(&drain(&mut s));
     assert_eq!(first.len(), 1);
+    assert_eq!(s.poll_timeout(), None, "nothing may leave it stuck yet");
+    update(
+        &mut s,
+        100,
+        ExecutorId(1),
+        &first[0].1,
+        TaskState::Failed,
+        b"x",
+    );
+    let again = launches(&drain(&mut s));
+    assert_eq!(again.len(), 1, "the failed task again, at 100");
+    assert_eq!(s.poll_timeout(), Some(1_100), "its clock runs from 100");
     update(
         &mut s,
         800,
         ExecutorId(1),
-        &first[0].1,
+        &again[0].1,
         TaskState::Finished,
         b"",
     );
     assert_eq!(launches(&drain(&mut s)).len(), 1, "the second task at 800");
     assert_eq!(
         s.poll_timeout(),
-        Some(1_000),
-        "filed at submission: due early"
+        Some(1_100),
+        "filed at the failure: due early"
     );
-    s.handle_timeout(1_000);
+    s.handle_timeout(1_100);
     assert!(outcomes(&drain(&mut s)).is_empty(), "it progressed at 800");
     assert_eq!(
         s.poll_timeout(),
@@ -2300,6 +2315,78 @@ fn a_job_that_keeps_launching_is_checked_once_per_timeout_and_never_failed() {
         "re-filed at its real progress"
     );
     assert!(s.job_info(job).is_some());
+}
+
+/// Exclusion that never excludes for a task or a job (limits of 100 failures), and excludes an
+/// executor globally after `executor_failures_max` failures there.
+fn lenient_exclusion(executor_failures_max: u32) -> ExclusionConfig {
+    ExclusionConfig {
+        task_executor_failures_max: 100,
+        task_host_failures_max: 100,
+        job_executor_failures_max: 100,
+        job_host_failures_max: 100,
+        executor_failures_max,
+        host_excluded_executors_max: 100,
+        timeout_us: 1_000_000,
+    }
+}
+
+#[test]
+fn a_job_gets_an_unschedulable_clock_when_something_may_leave_it_stuck_and_a_whole_timeout() {
+    let mut s = Scheduler::new(Config {
+        unschedulable_timeout_us: 1_000,
+        exclusion: Some(lenient_exclusion(1)),
+        ..config()
+    });
+    s.handle_register(exec(1, "h1", 1), 0).unwrap();
+    s.handle_register(exec(2, "h2", 4), 0).unwrap();
+    let busy = s.handle_submit(JobSpec::new(tasks(5)), 0).unwrap();
+    let first = launches(&drain(&mut s));
+    assert_eq!(first.len(), 5, "both executors full");
+    let small = s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
+    let mut ts = tasks(1);
+    ts[0].cores = 4;
+    let big = s.handle_submit(JobSpec::new(ts), 0).unwrap();
+    assert_eq!(
+        s.poll_timeout(),
+        None,
+        "both fit an executor; nothing is excluded"
+    );
+    // The only executor big fits goes: its clock starts then, not at its submission.
+    s.handle_remove(ExecutorId(2), RemovalReason::Lost("gone".into()), 5_000);
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    assert_eq!(s.poll_timeout(), Some(6_000), "big's clock, from 5,000");
+    s.handle_timeout(5_999);
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    s.handle_timeout(6_000);
+    assert!(matches!(
+        &outcomes(&drain(&mut s))[..],
+        [(j, JobOutcome::Failed(r))] if *j == big && r[0].contains("no executor")
+    ));
+    assert!(s.job_info(small).is_some(), "small fits executor 1");
+    // Executor 1 is excluded everywhere after one failure: every job with tasks queued may
+    // be stuck now, and gets a whole timeout from then.
+    let (_, on_1) = first
+        .iter()
+        .find(|(e, _)| *e == ExecutorId(1))
+        .expect("a task on executor 1");
+    update(&mut s, 6_100, ExecutorId(1), on_1, TaskState::Failed, b"x");
+    assert!(s.is_excluded(6_100, ExecutorId(1), None));
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    assert_eq!(
+        s.poll_timeout(),
+        Some(7_100),
+        "small's and busy's clocks, from 6,100"
+    );
+    s.handle_timeout(7_099);
+    assert!(outcomes(&drain(&mut s)).is_empty());
+    s.handle_timeout(7_100);
+    let mut failed: Vec<JobId> = outcomes(&drain(&mut s))
+        .into_iter()
+        .map(|(j, _)| j)
+        .collect();
+    failed.sort();
+    assert_eq!(failed, [busy, small], "no executor they may use");
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! Full executors are in neither set, so an assignment never scans idle or busy executors.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::hedge::ExecHedge;
@@ -201,6 +202,10 @@ pub(crate) struct Book {
     cursor: usize,
     /// Counts the times new work appeared ([`Book::unblock_all`]).
     pub work_seq: u64,
+    /// Registered executors by their cores: cores to how many.
+    by_cores: BTreeMap<u32, u32>,
+    /// The largest key of `by_cores` (0 without executors).
+    max_cores: u32,
 }
 
 impl Book {
@@ -216,6 +221,12 @@ impl Book {
     /// Registered executors.
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The cores of the largest registered executor (0 with none).
+    #[inline]
+    pub fn max_cores(&self) -> u32 {
+        self.max_cores
     }
 
     /// The slot of a registered executor.
@@ -395,6 +406,8 @@ impl Book {
             }
         };
         self.ids.insert(id, slot);
+        *self.by_cores.entry(cores).or_insert(0) += 1;
+        self.max_cores = self.max_cores.max(cores);
         if let Some(h) = self.hosts.get_mut(host as usize) {
             h.live += 1;
         }
@@ -415,6 +428,15 @@ impl Book {
         }
         self.unlist(slot);
         let exec = self.execs.get_mut(slot as usize)?.take()?;
+        match self.by_cores.get_mut(&exec.cores) {
+            Some(1) => drop(self.by_cores.remove(&exec.cores)),
+            Some(n) => *n -= 1,
+            None => unreachable!("executor {id:?} of {} cores uncounted", exec.cores),
+        }
+        self.max_cores = self
+            .by_cores
+            .last_key_value()
+            .map_or(0, |(&cores, _)| cores);
         if let Some(h) = self.hosts.get_mut(exec.host as usize) {
             assert!(h.live > 0, "host of a registered executor");
             h.live = h.live.saturating_sub(1);

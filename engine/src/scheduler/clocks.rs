@@ -1,5 +1,6 @@
 //! The jobs' unschedulable clocks, sorted by time: (last progress, job slot) of each job with
-//! tasks queued ([`Timers`](super::timers::Timers) keeps one per job and says when it moves).
+//! tasks queued that something may leave stuck ([`Timers`](super::timers::Timers) keeps one
+//! per job and says when it moves).
 //!
 //! Almost every clock is filed at "now" (a job is submitted, a task is requeued, the tick
 //! refiles a job's real progress), and most leave soon after (a job's queued tasks launch), in

@@ -30,12 +30,17 @@ impl Scheduler {
         e.excluded_until_us = until;
         let host = e.host;
         self.stats.executors_excluded += 1;
+        let excluding = self.next_expiry_us != u64::MAX;
         self.next_expiry_us = self.next_expiry_us.min(until);
         if let Some(h) = self.book.hosts.get_mut(host as usize) {
             h.excluded_executors += 1;
             if h.excluded_executors >= host_max {
                 h.excluded_until_us = until;
             }
+        }
+        if !excluding {
+            // Any job may be stuck now.
+            self.start_clocks(now_us);
         }
     }
 

@@ -744,6 +744,12 @@ impl Job {
         }
     }
 
+    /// The cores of its largest tasks (0 with no tasks): its queues are kept largest first.
+    #[inline]
+    pub fn largest_cores(&self) -> u32 {
+        self.classes.first().map_or(0, |q| q.cores)
+    }
+
     /// When the job's locality level next widens, if it is waiting.
     pub fn level_deadline(&self, waits_us: [u64; 2]) -> Option<u64> {
         if self.pending == 0 {

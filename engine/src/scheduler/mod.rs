@@ -55,7 +55,8 @@
 //! and an executor behind N jobs with nothing for it reaches the next one within N/64 ms.
 //!
 //! What the tick must look at is kept sorted too (`timers.rs`, by time): each job with
-//! tasks queued has its unschedulable clock (its last progress) and, while at a locality level
+//! tasks queued that something may leave stuck (exclusion, or tasks bigger than every
+//! executor: `StuckRisk`) has its unschedulable clock (its last progress) and, while at a locality level
 //! below "any", the end of its wait; both are set again whenever the job changes (O(log jobs),
 //! O(1) when they did not move), and a job whose level has nothing left to wait for (the
 //! executors or hosts it prefers went) is listed for the next tick. So
@@ -127,7 +128,12 @@
 //! run (all excluded for it globally, for the job or for the task, or all smaller than it),
 //! fails instead of hanging ("abort stage if executor loss results in unschedulability from
 //! previously failed tasks"); a job merely starved by others, or waiting for locality while an
-//! executor could take its tasks, keeps waiting.
+//! executor could take its tasks, keeps waiting. Only a job that something may leave stuck
+//! has that clock: one whose job-level exclusion holds records, or any job while a global
+//! exclusion is in force, or one with tasks bigger than every registered executor. When such
+//! a risk begins for a job with tasks queued (a failure, an exclusion, the largest executor
+//! leaving), its clock starts then, so it has a whole timeout to make progress (Spark's abort
+//! timer also starts when it finds a task set unschedulable).
 //!
 //! # Speculation
 //!
@@ -358,16 +364,46 @@ fn resort_fair(
     order.set_pool(pool.0, pool.1.key());
 }
 
+/// What may leave a job with tasks queued unable to run anywhere, which the unschedulable
+/// check looks for ([`Scheduler::fail_unschedulable`]): exclusion (global, or the job's after
+/// its failures), or tasks bigger than every executor. A job none of it touches cannot be
+/// stuck, so it needs no unschedulable clock: most jobs, whose clocks would otherwise be filed
+/// and dropped as they queue and launch.
+#[derive(Clone, Copy, Debug)]
+struct StuckRisk {
+    /// A global exclusion may be in force.
+    excluding: bool,
+    /// The cores of the largest registered executor (0 with none).
+    max_cores: u32,
+}
+
+impl StuckRisk {
+    /// The risks now, from the scheduler's next exclusion expiry and its executors.
+    #[inline]
+    fn of(next_expiry_us: u64, book: &Book) -> StuckRisk {
+        StuckRisk {
+            excluding: next_expiry_us != u64::MAX,
+            max_cores: book.max_cores(),
+        }
+    }
+
+    /// Whether `job` may be stuck, so that its clock runs while it has tasks queued.
+    #[inline]
+    fn touches(self, job: &Job) -> bool {
+        self.excluding || job.exclusion.is_some() || job.largest_cores() > self.max_cores
+    }
+}
+
 /// Sets the timers of `job` (in `job_slot`) from its state, with locality `waits_us`: its
-/// locality deadline, its unschedulable clock, and a skip when its level has nothing left to
-/// wait for.
-fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2]) {
+/// locality deadline, its unschedulable clock (when `risk` touches it), and a skip when its
+/// level has nothing left to wait for.
+fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2], risk: StuckRisk) {
     let queued = job.pending > 0;
     timers.set(
         job_slot,
         Keys {
             level_us: job.level_deadline(waits_us),
-            progress_us: queued.then_some(job.last_progress_us),
+            progress_us: (queued && risk.touches(job)).then_some(job.last_progress_us),
         },
     );
     let skips = match job.level {
@@ -973,12 +1009,18 @@ impl Scheduler {
                 t = t.min(d);
             }
             if job.pending > 0 && self.book.len() > 0 {
-                // Filed at or before the job's real progress (it may come due early).
-                let Some(filed) = self.timers.filed_progress(slot) else {
-                    unreachable!("a job with tasks queued has a progress entry");
-                };
-                assert!(filed <= job.last_progress_us, "filed after its progress");
-                t = t.min(filed.saturating_add(self.config.unschedulable_timeout_us));
+                // Filed at or before the job's real progress (it may come due early), when
+                // it may be stuck; filed still or not when a risk ended since.
+                match self.timers.filed_progress(slot) {
+                    Some(filed) => {
+                        assert!(filed <= job.last_progress_us, "filed after its progress");
+                        t = t.min(filed.saturating_add(self.config.unschedulable_timeout_us));
+                    }
+                    None => assert!(
+                        !self.stuck_risk().touches(job),
+                        "a job with tasks queued that may be stuck has a progress entry"
+                    ),
+                }
             }
         }
         if self.spec_jobs > 0 {
@@ -997,6 +1039,41 @@ impl Scheduler {
             self.config.locality_wait_executor_us,
             self.config.locality_wait_host_us,
         ]
+    }
+
+    /// What may leave a job stuck now ([`StuckRisk`]).
+    #[inline]
+    fn stuck_risk(&self) -> StuckRisk {
+        StuckRisk::of(self.next_expiry_us, &self.book)
+    }
+
+    /// Starts the unschedulable clock of every job with tasks queued, after something that
+    /// may leave any of them stuck began: a global exclusion, or the largest executor
+    /// leaving. O(job slots), on those rare events. (What ends a risk leaves clocks filed
+    /// until their jobs' next change.)
+    fn start_clocks(&mut self, now_us: u64) {
+        for slot in 0..self.jobs.len() as u32 {
+            if self.jobs.get(slot as usize).is_some_and(Option::is_some) {
+                self.start_clock(now_us, slot);
+            }
+        }
+    }
+
+    /// Starts the unschedulable clock of the job in `slot` at `now_us` if it has tasks queued
+    /// (and is not being built) and no clock runs for it, now that a risk touches it
+    /// ([`StuckRisk`]): it has a whole timeout from then to make progress, as Spark's abort
+    /// timer starts once it finds a task set it cannot schedule.
+    fn start_clock(&mut self, now_us: u64, slot: u32) {
+        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+            unreachable!("start_clock of empty job slot {slot}");
+        };
+        let idle = job.pending > 0 && self.timers.filed_progress(slot).is_none();
+        if !idle || !self.stuck_risk().touches(job) || self.is_building(job.id) {
+            return;
+        }
+        let job = live_job(&mut self.jobs, slot);
+        job.last_progress_us = job.last_progress_us.max(now_us);
+        self.sync_timers(slot);
     }
 
     // ----- inputs -----
@@ -1090,9 +1167,14 @@ impl Scheduler {
         id: ExecutorId,
         reason: &RemovalReason,
     ) -> bool {
+        let max_cores = self.book.max_cores();
         let Some((exec_slot, exec)) = self.book.remove(id) else {
             return false;
         };
+        if self.book.max_cores() < max_cores {
+            // Tasks that fitted only the executors gone may be stuck now.
+            self.start_clocks(now_us);
+        }
         self.book.host_left(exec.host, self.next_job);
         self.hedge.executor_left(exec_slot, &exec.hedge);
         self.removing = Some(exec_slot);
@@ -2413,7 +2495,8 @@ impl Scheduler {
             }
             first_with_work = false;
             // Asking may have moved its locality level along (or emptied a preference queue).
-            set_timers(&mut self.timers, job_slot, job, waits);
+            let risk = StuckRisk::of(self.next_expiry_us, &self.book);
+            set_timers(&mut self.timers, job_slot, job, waits, risk);
             if local_only {
                 break;
             }
@@ -2517,11 +2600,11 @@ impl Scheduler {
     /// Sets a job's timers from its state (call after any change to its queues, its level or
     /// its last progress): O(log jobs) when they moved, O(1) when not.
     fn sync_timers(&mut self, job_slot: u32) {
-        let waits = self.waits();
+        let (waits, risk) = (self.waits(), self.stuck_risk());
         let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
             unreachable!("sync_timers of empty job slot {job_slot}");
         };
-        set_timers(&mut self.timers, job_slot, job, waits);
+        set_timers(&mut self.timers, job_slot, job, waits, risk);
     }
 
     /// Files `job` (in `job_slot`) in the preference index under the queue keys it made since
@@ -3098,6 +3181,7 @@ impl Scheduler {
                 ));
             }
         }
+        let excluding_before = job.exclusion.is_some();
         let global = match job.exclusion_config.as_deref() {
             Some(x) => {
                 let (em, hm) = (x.job_executor_failures_max, x.job_host_failures_max);
@@ -3108,6 +3192,10 @@ impl Scheduler {
         };
         if global {
             self.record_global_failure(now_us, exec);
+        }
+        if global && !excluding_before {
+            // Its exclusion may leave it stuck now ([`StuckRisk`]).
+            self.start_clock(now_us, job_slot);
         }
     }
 

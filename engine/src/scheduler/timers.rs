@@ -5,8 +5,9 @@
 //! - locality: a job with tasks queued at a level better than "any" widens when its wait
 //!   ends (`level_since_us` plus the level's wait), or at the next tick when the level has
 //!   nothing left to wait for (no registered executor or host its queues prefer: "skips");
-//! - unschedulable: a job with tasks queued is checked for "can run nowhere" once
-//!   `unschedulable_timeout_us` has passed since its last progress (launch, retry or check).
+//! - unschedulable: a job with tasks queued that something may leave stuck is checked for
+//!   "can run nowhere" once `unschedulable_timeout_us` has passed since its last progress
+//!   (launch, retry, check, or the start of that risk); most jobs have no such clock.
 //!
 //! Each job's keys are stored here per job slot, so an entry is always removed under the key
 //! it was inserted with; setting a job's keys costs O(log jobs) (O(1) for the usual
@@ -50,7 +51,16 @@ impl Timers {
     /// (every launch moves it), so the entry stays put and may come due early, when the tick
     /// finds the job's real progress and files that ([`Timers::refile_progress`]). So a launch
     /// costs no re-sort.
+    #[inline]
     pub fn set(&mut self, slot: u32, keys: Keys) {
+        // Most calls change nothing (a job with no locality wait and no clock).
+        if self.keys.get(slot as usize) != Some(&keys) {
+            self.change(slot, keys);
+        }
+    }
+
+    /// [`Timers::set`] when the keys may have changed.
+    fn change(&mut self, slot: u32, keys: Keys) {
         let i = slot as usize;
         if self.keys.len() <= i {
             self.keys.resize(i + 1, Keys::default());
@@ -86,9 +96,7 @@ impl Timers {
         }
     }
 
-    /// The progress job `slot` is filed under (at or before its real progress), if any (the
-    /// debug builds' check of `poll_timeout`, and tests).
-    #[cfg(any(debug_assertions, test))]
+    /// The progress job `slot` is filed under (at or before its real progress), if any.
     pub fn filed_progress(&self, slot: u32) -> Option<u64> {
         self.keys.get(slot as usize).and_then(|k| k.progress_us)
     }
