@@ -397,6 +397,7 @@ impl StuckRisk {
 /// Sets the timers of `job` (in `job_slot`) from its state, with locality `waits_us`: its
 /// locality deadline, its unschedulable clock (when `risk` touches it), and a skip when its
 /// level has nothing left to wait for.
+#[inline]
 fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2], risk: StuckRisk) {
     let queued = job.pending > 0;
     timers.set(

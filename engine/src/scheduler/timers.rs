@@ -51,11 +51,12 @@ impl Timers {
     /// (every launch moves it), so the entry stays put and may come due early, when the tick
     /// finds the job's real progress and files that ([`Timers::refile_progress`]). So a launch
     /// costs no re-sort.
-    #[inline]
+    #[inline(always)]
     pub fn set(&mut self, slot: u32, keys: Keys) {
         // Most calls change nothing (a job with no locality wait and no clock).
-        if self.keys.get(slot as usize) != Some(&keys) {
-            self.change(slot, keys);
+        match self.keys.get(slot as usize) {
+            Some(old) if old.level_us == keys.level_us && old.progress_us == keys.progress_us => {}
+            _ => self.change(slot, keys),
         }
     }
 
