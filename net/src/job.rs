@@ -515,6 +515,26 @@ impl JobShared {
         }
     }
 
+    /// Empties this state, which nothing else holds, for a new job: what `new(false)` makes,
+    /// written in place (its outcome, results and waker dropped; a big result queue's room
+    /// given back).
+    fn reset(&mut self) {
+        let state = (self.state.get_mut()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.outcome = None;
+        state.ended = false;
+        if state.results.capacity() > SPARE_RESULTS_MAX {
+            state.results = VecDeque::new();
+        } else {
+            state.results.clear();
+        }
+        state.waker = None;
+        state.blocked = 0;
+        *self.tasks_done.get_mut() = 0;
+        *self.cancelled.get_mut() = false;
+        *self.ended.get_mut() = false;
+        self.stream = false;
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock only means another thread panicked while holding it; the state is
         // plain values that are always consistent.
@@ -650,6 +670,8 @@ pub(crate) trait DriverSide: Send + Sync {
 
 /// Most job states kept for new jobs ([`SpareStates`]): about 150 bytes each.
 const SPARE_STATES_MAX: usize = 1024;
+/// The most streamed results a kept job state's queue keeps room for.
+const SPARE_RESULTS_MAX: usize = 64;
 
 /// Job states kept for new jobs, so that a job's submission allocates none in steady state:
 /// a state comes back when its job's handle or the driver's record of it, whichever goes last,
@@ -677,7 +699,7 @@ impl SpareStates {
             return;
         };
         // Its results, outcome and waker go now, not when it is taken again.
-        *state = JobShared::new(false);
+        state.reset();
         let mut spare = self.lock();
         if spare.len() < SPARE_STATES_MAX {
             spare.push(shared);
@@ -1029,6 +1051,14 @@ mod tests {
         assert!(state.waker.is_none() && state.blocked == 0);
         drop(state);
         assert_eq!(spare.lock().len(), 0);
+        // A streaming job's big queue of results is not kept with its state.
+        let big = spare.take(true);
+        for i in 0..=SPARE_RESULTS_MAX as u32 {
+            big.task_done(i, Ok(&Bytes::from_static(b"r")));
+        }
+        spare.give(big);
+        let third = spare.take(false);
+        assert_eq!(third.lock().results.capacity(), 0, "its room given back");
 
         for _ in 0..SPARE_STATES_MAX + 10 {
             spare.give(Arc::new(JobShared::new(false)));
