@@ -1685,8 +1685,9 @@ impl Scheduler {
         let Some(entry) = self.jobs.get_mut(slot as usize) else {
             unreachable!("job slot {slot} beyond the table");
         };
-        debug_assert!(entry.is_none(), "job slot {slot} taken");
-        let job = entry.insert(Job {
+        assert!(entry.is_none(), "job slot {slot} taken");
+        // Written into the empty slot (`insert` would drop the `None` there first).
+        let job = entry.get_or_insert_with(|| Job {
             id,
             pool,
             weight: spec.weight.max(1),
