@@ -223,7 +223,7 @@ fn submit_big(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("one_job", tasks), |b| {
         b.iter_batched(
             || {
-                let s = submit_target(tasks, &["host0".to_owned()]);
+                let s = submit_target(tasks, &["host0".into()]);
                 let payloads: Vec<Bytes> = vec![payload.clone(); tasks];
                 (s, payloads)
             },
@@ -239,8 +239,11 @@ fn submit_big(c: &mut Criterion) {
             criterion::BatchSize::PerIteration,
         )
     });
-    // The form a job with locality takes: task specs, each preferring its block's hosts.
-    let hosts: Vec<String> = (0..LOCATED_HOSTS).map(|h| format!("host{h}")).collect();
+    // The form a job with locality takes: task specs, each preferring its block's hosts (one
+    // shared name per host, as `TaskSpec::preferred_hosts` asks).
+    let hosts: Vec<std::sync::Arc<str>> = (0..LOCATED_HOSTS)
+        .map(|h| format!("host{h}").into())
+        .collect();
     group.bench_function(BenchmarkId::new("located_job", tasks), |b| {
         b.iter_batched(
             || {
@@ -274,7 +277,7 @@ fn submit_big(c: &mut Criterion) {
 }
 
 /// A scheduler taking jobs of up to `tasks` tasks, with one executor on each of `hosts`.
-fn submit_target(tasks: usize, hosts: &[String]) -> Scheduler {
+fn submit_target(tasks: usize, hosts: &[std::sync::Arc<str>]) -> Scheduler {
     let mut s = Scheduler::new(Config {
         pending_tasks_max: tasks,
         ..Config::default()
@@ -282,7 +285,7 @@ fn submit_target(tasks: usize, hosts: &[String]) -> Scheduler {
     for (i, host) in hosts.iter().enumerate() {
         let info = ExecutorInfo {
             id: ExecutorId(i as u64),
-            host: host.clone(),
+            host: host.to_string(),
             cores: CORES,
             attributes: Vec::new(),
         };

@@ -51,7 +51,8 @@ fn main() {
         })
     };
     std::thread::sleep(Duration::from_millis(200));
-    let hosts: Vec<String> = (0..HOSTS).map(|h| format!("host{h}")).collect();
+    // One shared name per host, as `TaskLocality::hosts` asks.
+    let hosts: Vec<std::sync::Arc<str>> = (0..HOSTS).map(|h| format!("host{h}").into()).collect();
     let mut figures = Vec::new();
     for round in 0..rounds {
         let payloads: Vec<Bytes> = (0..tasks).map(|_| Bytes::new()).collect();

@@ -303,7 +303,7 @@ fn a_task_naming_more_hosts_than_a_record_keeps_in_place_runs_on_any_of_them() {
         s.handle_register(exec(1, "ha", 1), 0).unwrap();
         s.handle_register(exec(2, "hb", 1), 0).unwrap();
         let mut ts = tasks(1);
-        ts[0].preferred_hosts = (1..names).map(|i| format!("nowhere-{i}")).collect();
+        ts[0].preferred_hosts = (1..names).map(|i| format!("nowhere-{i}").into()).collect();
         ts[0].preferred_hosts.push("hb".into());
         s.handle_submit(JobSpec::new(ts), 0).unwrap();
         let ls = launches(&drain(&mut s));

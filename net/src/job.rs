@@ -57,8 +57,10 @@ impl Observer {
 pub struct TaskLocality {
     /// Preferred executors (best locality).
     pub executors: Vec<String>,
-    /// Preferred hosts (second best).
-    pub hosts: Vec<String>,
+    /// Preferred hosts (second best). Give a job's tasks clones of one `Arc<str>` per host
+    /// name: the driver's loop then looks each name up once per job (a chunk of a big one),
+    /// not once per task.
+    pub hosts: Vec<Arc<str>>,
 }
 
 /// A job to submit: one function over many payloads.
@@ -906,7 +908,10 @@ mod tests {
             panic!("a job with locality lists its tasks one by one");
         };
         assert_eq!(tasks[0].preferred_executors, vec![ExecutorId(5)]);
-        assert_eq!(tasks[0].preferred_hosts, vec!["h1".to_string()]);
+        assert_eq!(
+            tasks[0].preferred_hosts,
+            vec![std::sync::Arc::<str>::from("h1")]
+        );
         assert!(tasks[1].preferred_executors.is_empty());
         // Without locality the payloads go over as they are.
         let plain = Job::new("noop", vec![Bytes::from_static(b"a"), Bytes::new()]).cores(2);
@@ -956,8 +961,11 @@ mod tests {
             .is_some_and(|s| s.prepared.is_some())
     }
 
+    /// A task spec's payload, cores, preferred executors and preferred hosts.
+    type SpecParts = (Bytes, u32, Vec<ExecutorId>, Vec<Arc<str>>);
+
     /// (payload, cores, preferred executors, preferred hosts) of each of `spec`'s tasks.
-    fn tasks_of(spec: &JobSpec) -> Vec<(Bytes, u32, Vec<ExecutorId>, Vec<String>)> {
+    fn tasks_of(spec: &JobSpec) -> Vec<SpecParts> {
         let Tasks::Each(tasks) = &spec.tasks else {
             panic!("a job with locality lists its tasks one by one");
         };

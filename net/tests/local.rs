@@ -180,12 +180,14 @@ fn a_big_job_with_locality_returns_every_result_in_task_order_and_others_run_bes
     let payloads: Vec<Bytes> = (0..n)
         .map(|i| Bytes::from(i.to_le_bytes().to_vec()))
         .collect();
+    let names: Vec<std::sync::Arc<str>> = (0..100).map(|h| format!("host{h}").into()).collect();
     let locality: Vec<TaskLocality> = (0..n)
         .map(|i| TaskLocality {
             executors: vec![format!("gone-{}", i % 3)],
+            // One shared name per host, and a name of its own: both ways of naming hosts.
             hosts: vec![
-                format!("host{}", i % 100),
-                format!("host{}", (i * 7 + 3) % 100),
+                names[(i % 100) as usize].clone(),
+                format!("host{}", (i * 7 + 3) % 100).into(),
             ],
         })
         .collect();

@@ -171,6 +171,12 @@ pub(crate) struct Host {
 }
 
 impl Host {
+    /// The name it is interned under; `None` while the record is free.
+    #[cfg(test)]
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
     /// Whether no executor and no exclusion holds it now.
     fn idle(&self, now_us: u64) -> bool {
         self.live == 0 && self.excluded_executors == 0 && self.excluded_until_us <= now_us

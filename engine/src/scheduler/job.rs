@@ -113,13 +113,13 @@ pub(crate) enum PrefHosts {
 
 impl PrefHosts {
     /// The indices of `names`, each found (or added) by `index`.
-    pub fn of<S: AsRef<str>>(names: &[S], mut index: impl FnMut(&str) -> u32) -> PrefHosts {
+    pub fn of<S>(names: &[S], mut index: impl FnMut(&S) -> u32) -> PrefHosts {
         if names.len() > HOSTS_INLINE {
-            return PrefHosts::Many(names.iter().map(|h| index(h.as_ref())).collect());
+            return PrefHosts::Many(names.iter().map(&mut index).collect());
         }
         let mut hosts = [0; HOSTS_INLINE];
         for (slot, name) in hosts.iter_mut().zip(names) {
-            *slot = index(name.as_ref());
+            *slot = index(name);
         }
         PrefHosts::Inline {
             len: names.len() as u8,

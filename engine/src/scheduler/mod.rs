@@ -453,6 +453,46 @@ struct SpecParts {
     has_host_prefs: bool,
 }
 
+/// The host indices one [`Scheduler::add_specs`] looked up, by the address of each name's
+/// text: a caller that gives its tasks clones of one `Arc<str>` per host (as
+/// [`TaskSpec::preferred_hosts`] asks) has each name hashed once per call, not once per task.
+/// Direct-mapped, so a clash of two names only costs a lookup by name. An address stands for
+/// its name only while the name lives: this lives for one call, whose specs hold every name
+/// it saw.
+struct HostsSeen {
+    /// (address of a name's text, its host index); address 0: empty.
+    slots: Vec<(usize, u32)>,
+}
+
+impl HostsSeen {
+    /// Slots (a power of two): a few hosts' worth per slot for a job over a big cluster.
+    const SLOTS: usize = 1024;
+    /// Task specs from which a call looks names up through it (a small job looks each up by
+    /// name: fewer lookups than slots to clear).
+    const TASKS_MIN: usize = 64;
+
+    fn new() -> HostsSeen {
+        HostsSeen {
+            slots: vec![(0, 0); Self::SLOTS],
+        }
+    }
+
+    /// The index of host `name`: the one seen at its address, else found by name.
+    #[inline]
+    fn index(&mut self, book: &mut Book, name: &Arc<str>) -> u32 {
+        let address = name.as_ptr() as usize;
+        // Allocations are 16-byte aligned and a few words apart: the bits above the fourth.
+        let at = (address >> 4) & (Self::SLOTS - 1);
+        let Some(slot) = self.slots.get_mut(at) else {
+            unreachable!("slot {at} of {}", Self::SLOTS);
+        };
+        if slot.0 != address {
+            *slot = (address, book.host_index(name));
+        }
+        slot.1
+    }
+}
+
 /// An executor removed as lost (no word on whose fault): the attempts it held, in case a
 /// later report says the application made it exit.
 #[derive(Debug)]
@@ -1611,6 +1651,7 @@ impl Scheduler {
     /// moved out of the specs; the host names stay in them, to be freed with them (off the
     /// caller's loop for a big job: [`Remains`]).
     fn add_specs(book: &mut Book, specs: &mut [TaskSpec], total: usize, parts: &mut SpecParts) {
+        let mut seen = (specs.len() >= HostsSeen::TASKS_MIN).then(HostsSeen::new);
         for t in specs {
             // A run of tasks naming one function (by pointer) shares its entry.
             if !(parts.functions.last()).is_some_and(|f| Arc::ptr_eq(f, &t.function)) {
@@ -1626,7 +1667,10 @@ impl Scheduler {
                 }
                 parts.prefs.push(Some(Prefs {
                     executors: std::mem::take(&mut t.preferred_executors),
-                    hosts: PrefHosts::of(&t.preferred_hosts, |h| book.host_index(h)),
+                    hosts: PrefHosts::of(&t.preferred_hosts, |h| match &mut seen {
+                        Some(seen) => seen.index(book, h),
+                        None => book.host_index(h),
+                    }),
                 }));
             } else if !parts.prefs.is_empty() {
                 parts.prefs.push(None);

@@ -275,7 +275,7 @@ fn a_big_job_of_task_specs_leaves_them_for_the_caller_to_free_once_its_records_a
     let located = |n: usize| {
         let tasks: Vec<TaskSpec> = (0..n)
             .map(|i| TaskSpec {
-                preferred_hosts: vec![format!("h{}", i % 7), format!("h{}", i % 5)],
+                preferred_hosts: vec![format!("h{}", i % 7).into(), format!("h{}", i % 5).into()],
                 ..TaskSpec::new("f", Bytes::new())
             })
             .collect();
@@ -704,7 +704,7 @@ fn runs_of_on(s: &Scheduler, id: ExecutorId) -> Vec<(Attempt, u32, u64, u32, u64
 fn located(cores: u32, hosts: &[&str], executors: &[u64]) -> JobSpec {
     JobSpec::new(vec![TaskSpec {
         cores,
-        preferred_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        preferred_hosts: hosts.iter().map(|&h| h.into()).collect(),
         preferred_executors: executors.iter().map(|&e| ExecutorId(e)).collect(),
         ..TaskSpec::new("f", Bytes::new())
     }])
@@ -838,7 +838,7 @@ fn specs_job(n: usize) -> JobSpec {
     let tasks: Vec<TaskSpec> = (0..n)
         .map(|i| TaskSpec {
             preferred_hosts: match i % 3 {
-                0 => vec!["x".to_string()],
+                0 => vec!["x".into()],
                 _ => Vec::new(),
             },
             ..TaskSpec::new("f", Bytes::from((i as u32).to_le_bytes().to_vec()))
@@ -936,7 +936,7 @@ fn a_job_being_built_ends_as_it_is_when_cancelled_and_is_built_whole_when_a_task
     let job = |s: &mut Scheduler, now_us| {
         let tasks: Vec<TaskSpec> = (0..12)
             .map(|i| TaskSpec {
-                preferred_hosts: vec![if i < 4 { "a" } else { "b" }.to_string()],
+                preferred_hosts: vec![if i < 4 { "a" } else { "b" }.into()],
                 ..TaskSpec::new("f", Bytes::new())
             })
             .collect();
@@ -1043,4 +1043,41 @@ fn a_task_past_a_big_jobs_first_chunk_that_cannot_run_fails_the_job_once_built()
         matches!(refused, Err(SubmitError::ZeroCores(3))),
         "{refused:?}"
     );
+}
+
+/// A big job's tasks name their hosts by shared names (clones of one `Arc<str>` per host),
+/// by names of their own, and by more shared names than `HostsSeen` has slots (so names
+/// clash there): each task's preferences hold the index of each name it gave, in order.
+#[test]
+fn a_big_jobs_host_names_shared_own_or_clashing_give_each_task_its_own_hosts() {
+    let mut s = with_executor(4);
+    let shared: Vec<Arc<str>> = (0..3 * HostsSeen::SLOTS)
+        .map(|h| format!("host{h}").into())
+        .collect();
+    let n = 2 * shared.len();
+    let names_of = |i: usize| -> [Arc<str>; 2] {
+        let own: Arc<str> = format!("host{}", (i * 7) % shared.len()).into();
+        [shared[i % shared.len()].clone(), own]
+    };
+    let specs: Vec<TaskSpec> = (0..n)
+        .map(|i| TaskSpec {
+            preferred_hosts: names_of(i).to_vec(),
+            ..TaskSpec::new("f", Bytes::new())
+        })
+        .collect();
+    let id = s.handle_submit(JobSpec::new(specs), 0).expect("accepted");
+    let job = job_at(&s, id);
+    for i in 0..n {
+        let prefs = job.prefs[i].as_ref().expect("preferences");
+        let named: Vec<&str> = (prefs.hosts.iter())
+            .map(|&h| {
+                s.book
+                    .host(h)
+                    .and_then(book::Host::name)
+                    .expect("a named host")
+            })
+            .collect();
+        let want = names_of(i);
+        assert_eq!(named, [&*want[0], &*want[1]], "task {i}");
+    }
 }

@@ -161,8 +161,10 @@ pub struct TaskSpec {
     pub cores: u32,
     /// Executors it would rather run on (best locality).
     pub preferred_executors: Vec<ExecutorId>,
-    /// Hosts it would rather run on (second best).
-    pub preferred_hosts: Vec<String>,
+    /// Hosts it would rather run on (second best). Give the tasks of a job clones of one
+    /// `Arc<str>` per host name: the scheduler then looks each name up once per build (by the
+    /// address of its text), not once per task.
+    pub preferred_hosts: Vec<Arc<str>>,
 }
 
 impl TaskSpec {

@@ -223,7 +223,7 @@ impl Sim {
             }
             if self.rng.chance(0.2) {
                 t.preferred_hosts
-                    .push(format!("host{}", self.rng.range(0, hosts)));
+                    .push(format!("host{}", self.rng.range(0, hosts)).into());
             }
             tasks.push(t);
         }
