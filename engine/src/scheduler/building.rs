@@ -12,15 +12,15 @@
 //! listed, timed, offered). Until then nothing but its slot knows of it, so no executor, tick
 //! or report can see a job half built; its tasks count towards the admission limits and the
 //! pending and unfinished figures; cancelling or failing it ends it as it is (nothing of it
-//! ran), and killing one of its tasks has it built whole first. The executors that came or went while it was built are accounted
-//! for when it is published ([`Job::recount_live_keys`]), and the host table is not swept
+//! ran), and a task of it killed meanwhile is killed once it is published (in task order).
+//! The executors that came or went while it was built are accounted for when it is published ([`Job::recount_live_keys`]), and the host table is not swept
 //! meanwhile: the hosts its queues will name are in no index yet.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::job::Job;
 use super::spare::{Remains, REMAINS_MIN_TASKS};
-use super::types::{JobId, SubmitError, TaskSpec};
+use super::types::{JobId, SubmitError, TaskId, TaskSpec};
 use super::{live_job, oversized_reason, Scheduler, SpecParts};
 use crate::scheduler::payloads::Payloads;
 
@@ -36,6 +36,9 @@ pub(super) struct Building {
     /// Why it fails once built: the first task past the first chunk whose payload is over the
     /// limit or that asks for zero cores (found as its chunk is built).
     refusal: Option<String>,
+    /// Its tasks killed meanwhile, with why: killed once it is published (at most one entry
+    /// per task).
+    kills: BTreeMap<u32, String>,
 }
 
 /// The jobs being built, the first one first.
@@ -51,6 +54,7 @@ impl Scheduler {
             specs,
             next: self.build_chunk(),
             refusal: None,
+            kills: BTreeMap::new(),
         });
     }
 
@@ -95,11 +99,17 @@ impl Scheduler {
         self.register(b.slot);
     }
 
-    /// Builds job `id` whole now if it is being built (a task of it is asked for by id).
-    pub(super) fn build_now(&mut self, now_us: u64, id: JobId) {
-        if let Some(at) = self.building.iter().position(|b| b.id == id) {
-            self.build_more(now_us, at, usize::MAX);
+    /// Kills `task` once its job, being built, is published ([`Scheduler::handle_kill`]
+    /// then): whether it is a task of that job not killed yet. None if its job is not being
+    /// built.
+    pub(super) fn kill_unbuilt(&mut self, task: TaskId, reason: &str) -> Option<bool> {
+        let b = self.building.iter_mut().find(|b| b.id == task.job())?;
+        let index = task.index();
+        if index as usize >= b.specs.len() || b.kills.contains_key(&index) {
+            return Some(false);
         }
+        b.kills.insert(index, reason.to_owned());
+        Some(true)
     }
 
     /// Builds up to `max` more tasks of the `at`-th job being built; publishes it once whole.
@@ -154,7 +164,17 @@ impl Scheduler {
         if b.specs.len() >= REMAINS_MIN_TASKS {
             self.keep_remains(Remains::of_specs(b.specs));
         }
-        self.publish(now_us, b.slot, b.refusal);
+        let has_prefs = self.register(b.slot);
+        if b.refusal.is_none() {
+            // Its tasks killed meanwhile, before any offer can launch them.
+            for (index, reason) in b.kills {
+                self.kill(TaskId::new(b.id, index), &reason);
+            }
+            if !self.job_slots.contains_key(b.id.0) {
+                return; // every task of it killed: it ended
+            }
+        }
+        self.list_and_offer(now_us, b.slot, b.refusal, has_prefs);
     }
 }
 

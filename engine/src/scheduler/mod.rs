@@ -1372,6 +1372,12 @@ impl Scheduler {
     #[inline(always)]
     fn publish(&mut self, now_us: u64, slot: u32, refusal: Option<String>) {
         let has_prefs = self.register(slot);
+        self.list_and_offer(now_us, slot, refusal, has_prefs);
+    }
+
+    /// [`Scheduler::publish`] past the registering of the job in `slot` (`has_prefs`: it
+    /// has preferences): listed and offered, or failed with `refusal`.
+    fn list_and_offer(&mut self, now_us: u64, slot: u32, refusal: Option<String>, has_prefs: bool) {
         if let Some(reason) = refusal {
             self.list_job(slot);
             self.abort_job(slot, JobOutcome::Failed(vec![reason.clone()]), &reason);
@@ -1860,8 +1866,23 @@ impl Scheduler {
 
     /// Kills a task for good: its running attempts are killed, it is reported failed ("killed:
     /// reason") and its job will fail. Returns false if the task is unknown or already final.
+    /// A task of a job still being built (`building.rs`: nothing of it runs yet) is killed,
+    /// and reported, once the job is published.
     pub fn handle_kill(&mut self, task: TaskId, reason: &str, now_us: u64) -> bool {
-        self.build_now(now_us, task.job());
+        if let Some(killed) = self.kill_unbuilt(task, reason) {
+            return killed;
+        }
+        if !self.kill(task, reason) {
+            return false;
+        }
+        self.offer(now_us);
+        self.flush();
+        true
+    }
+
+    /// Kills `task` of an active job ([`Scheduler::handle_kill`] but for the offers that
+    /// follow): whether it was a task of an active job, not final yet.
+    pub(super) fn kill(&mut self, task: TaskId, reason: &str) -> bool {
         let Some(&slot) = self.job_slots.get(task.job().0) else {
             return false;
         };
@@ -1902,8 +1923,6 @@ impl Scheduler {
             result: Err(msg),
         });
         self.maybe_finish_job(slot);
-        self.offer(now_us);
-        self.flush();
         true
     }
 

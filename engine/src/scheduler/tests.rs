@@ -925,7 +925,7 @@ fn a_big_job_of_task_specs_is_built_a_chunk_per_tick_and_runs_whole_once_publish
 }
 
 #[test]
-fn a_job_being_built_ends_as_it_is_when_cancelled_and_is_built_whole_when_a_task_is_killed() {
+fn a_job_being_built_ends_as_it_is_when_cancelled_and_has_a_killed_task_killed_once_published() {
     let mut s = Scheduler::new(Config {
         build_chunk_tasks: 4,
         slow_start_slots: 4,
@@ -971,12 +971,71 @@ fn a_job_being_built_ends_as_it_is_when_cancelled_and_is_built_whole_when_a_task
         matches!(&outcomes[..], [(id, JobOutcome::Failed(r))] if *id == failed && r[0] == "deadline")
     );
     assert_eq!((s.active_jobs(), s.unfinished_tasks()), (0, 0));
-    // Killing one of its tasks needs that task's record: built whole, then failed.
+    // Killing one of its tasks holds nothing up: it is killed once the job is published (its
+    // other tasks run), and the job fails.
     let killed = job(&mut s, 7);
-    assert!(s.handle_kill(TaskId::new(killed, 11), "no", 8));
-    assert_eq!(hosts(&s), 3, "built whole: host \"b\" too");
-    let outcomes = run_all(&mut s, 9);
-    assert!(matches!(&outcomes[..], [(id, JobOutcome::Failed(_))] if *id == killed));
+    let task = TaskId::new(killed, 11);
+    assert!(s.handle_kill(task, "no", 8));
+    assert!(!s.handle_kill(task, "again", 8), "killed already");
+    assert!(
+        !s.handle_kill(TaskId::new(killed, 12), "no", 8),
+        "no such task"
+    );
+    assert_eq!(
+        hosts(&s),
+        2,
+        "not built by the kill: host \"b\" not looked up yet"
+    );
+    let (mut results, mut ended) = (Vec::new(), Vec::new());
+    let mut now_us = 9;
+    while s.active_jobs() > 0 {
+        assert!(now_us < 100, "the job ends");
+        s.handle_timeout(now_us);
+        loop {
+            let mut outs = Vec::new();
+            s.drain_outputs(&mut outs);
+            let mut updates = Vec::new();
+            for out in outs {
+                match out {
+                    Output::Launch { executor, tasks } => {
+                        assert!(tasks.iter().all(|l| l.task != task), "the killed task ran");
+                        updates.extend(tasks.into_iter().map(|l| StatusUpdate {
+                            executor,
+                            task: l.task,
+                            attempt: l.attempt,
+                            state: TaskState::Finished,
+                            data: Bytes::new(),
+                        }))
+                    }
+                    Output::Event(Event::TaskResult { task, result }) => {
+                        results.push((task.index(), result.is_ok()))
+                    }
+                    Output::Event(Event::JobOutcome { job, outcome }) => ended.push((job, outcome)),
+                    _ => {}
+                }
+            }
+            if updates.is_empty() {
+                break;
+            }
+            s.handle_statuses(updates, now_us);
+        }
+        now_us += 1;
+    }
+    let mut succeeded: Vec<u32> = (results.iter()).filter(|r| r.1).map(|r| r.0).collect();
+    succeeded.sort_unstable();
+    assert_eq!(
+        succeeded,
+        (0..11).collect::<Vec<_>>(),
+        "its other tasks ran"
+    );
+    assert_eq!(
+        (results.iter()).filter(|r| !r.1).collect::<Vec<_>>(),
+        [&(11, false)],
+        "the killed one failed, once"
+    );
+    assert!(
+        matches!(&ended[..], [(id, JobOutcome::Failed(r))] if *id == killed && r.iter().any(|r| r.contains("killed: no")))
+    );
     assert_eq!((s.active_jobs(), s.unfinished_tasks()), (0, 0));
 }
 

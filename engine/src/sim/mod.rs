@@ -70,6 +70,8 @@ fn is_final(state: TaskState) -> bool {
     )
 }
 
+/// How far apart a job being built gets its chunks (the driver's shortest tick).
+const BUILD_TICK_US: u64 = 1_000;
 /// Largest core count a simulated task asks for.
 const TASK_CORES_MAX: u32 = 2;
 /// Simulated time after which a run that has not finished counts as stuck.
@@ -242,6 +244,8 @@ struct Sim {
     /// runnable tasks for it.
     idle_since_us: BTreeMap<(ExecutorId, JobId), u64>,
     idle_limit_us: u64,
+    /// When the scheduler last ticked.
+    last_tick_us: u64,
     report: SimReport,
     verbose: bool,
     churn: Option<Churn>,
@@ -291,7 +295,14 @@ impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = Rng::new(seed);
         let config = random_config(&mut rng, seed);
-        let idle_limit_us = config.locality_wait_executor_us + config.locality_wait_host_us + 1;
+        // While a job is built a chunk per tick, a tick (and any locality wait ending in it)
+        // comes up to `BUILD_TICK_US` late, as in the driver.
+        let build_slack_us = match config.build_chunk_tasks < BUILD_CHUNK_TASKS {
+            true => BUILD_TICK_US,
+            false => 0,
+        };
+        let idle_limit_us =
+            config.locality_wait_executor_us + config.locality_wait_host_us + 1 + build_slack_us;
         let failure_prob = [0.0, 0.02, 0.1, 0.3][rng.range(0, 3) as usize];
         let mut sim = Sim {
             seed,
@@ -309,6 +320,7 @@ impl Sim {
             failure_prob,
             idle_since_us: BTreeMap::new(),
             idle_limit_us,
+            last_tick_us: 0,
             report: SimReport::default(),
             verbose: false,
             churn: None,
@@ -354,7 +366,13 @@ impl Sim {
                 self.add_replacement();
             }
             let next_ev = self.events.keys().next().copied();
-            let timeout = self.sched.poll_timeout();
+            // "At once" (0) is a job being built: the driver ticks at most once a millisecond,
+            // so its chunks are built that far apart, and inputs arrive between them.
+            let next_tick_us = self.last_tick_us.saturating_add(BUILD_TICK_US);
+            let timeout = (self.sched.poll_timeout()).map(|d| match d {
+                0 => next_tick_us.max(self.now_us),
+                d => d,
+            });
             match (next_ev, timeout) {
                 (Some((t, _)), Some(d)) if d < t => self.tick(d),
                 (None, Some(d)) => {
@@ -437,6 +455,7 @@ impl Sim {
     fn tick(&mut self, t_us: u64) {
         // A deadline in the past (already due) still advances the clock by one micro.
         self.now_us = self.now_us.max(t_us);
+        self.last_tick_us = self.now_us;
         if self.verbose {
             eprintln!("{:>9} tick", self.now_us);
         }

@@ -162,7 +162,13 @@ impl Sim {
             self.at(t, Ev::Cancel(j));
         }
         if n_tasks > 0 && self.rng.chance(0.1) {
-            let t = submit_us + self.rng.range(0, 100_000);
+            let later = self.rng.range(0, 100_000);
+            // The seeds that build jobs a chunk per tick kill half their tasks so killed at
+            // the job's submission, while it is being built (`building.rs`).
+            let t = match self.seed % 3 == 0 && j % 2 == 0 {
+                true => submit_us,
+                false => submit_us + later,
+            };
             let i = self.rng.range(0, n_tasks - 1) as u32;
             self.at(t, Ev::KillTask(j, i));
         }
