@@ -12,8 +12,9 @@
 //! listed, timed, offered). Until then nothing but its slot knows of it, so no executor, tick
 //! or report can see a job half built; its tasks count towards the admission limits and the
 //! pending and unfinished figures; cancelling or failing it ends it as it is (nothing of it
-//! ran), and a task of it killed meanwhile is killed once it is published (in task order).
-//! The executors that came or went while it was built are accounted for when it is published ([`Job::recount_live_keys`]), and the host table is not swept
+//! ran), and a task of it killed meanwhile is killed once it is published, before any offer
+//! (in task order). The executors that came or went while it was built are accounted for
+//! when it is published ([`Job::recount_live_keys`]), and the host table is not swept
 //! meanwhile: the hosts its queues will name are in no index yet.
 
 use std::collections::{BTreeMap, VecDeque};

@@ -56,10 +56,10 @@
 //!
 //! What the tick must look at is kept sorted too (`timers.rs`, by time): each job with
 //! tasks queued that something may leave stuck (exclusion, or tasks bigger than every
-//! executor: `StuckRisk`) has its unschedulable clock (its last progress) and, while at a locality level
-//! below "any", the end of its wait; both are set again whenever the job changes (O(log jobs),
-//! O(1) when they did not move), and a job whose level has nothing left to wait for (the
-//! executors or hosts it prefers went) is listed for the next tick. So
+//! executor: `StuckRisk`) has its unschedulable clock (its last progress) and, while at a
+//! locality level below "any", the end of its wait; both are set again whenever the job
+//! changes (O(log jobs), O(1) when they did not move), and a job whose level has nothing left
+//! to wait for (the executors or hosts it prefers went) is listed for the next tick. So
 //! [`Scheduler::poll_timeout`] costs O(log jobs) (the driver asks after every input) and a tick
 //! looks only at the jobs whose time came. The straggler check (every speculation interval)
 //! walks the executors, and the running attempts of those that could hold a straggler (all
