@@ -1140,3 +1140,47 @@ fn a_big_jobs_host_names_shared_own_or_clashing_give_each_task_its_own_hosts() {
         assert_eq!(named, [&*want[0], &*want[1]], "task {i}");
     }
 }
+
+/// Every task of a job being built killed meanwhile: it ends when published, failed, with a
+/// failed result for each task and nothing launched.
+#[test]
+fn a_job_being_built_with_every_task_killed_fails_when_published_and_launches_nothing() {
+    let mut s = Scheduler::new(Config {
+        build_chunk_tasks: 4,
+        slow_start_slots: 4,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 4), 0).expect("registered");
+    let tasks: Vec<TaskSpec> = (0..12)
+        .map(|_| TaskSpec {
+            preferred_hosts: vec!["a".into()],
+            ..TaskSpec::new("f", Bytes::new())
+        })
+        .collect();
+    let job = s.handle_submit(JobSpec::new(tasks), 1).expect("accepted");
+    for i in 0..12 {
+        assert!(s.handle_kill(TaskId::new(job, i), "no", 2), "task {i}");
+    }
+    let mut outs = Vec::new();
+    let mut now_us = 3;
+    while s.active_jobs() > 0 {
+        assert!(now_us < 100, "the job ends");
+        s.handle_timeout(now_us);
+        s.drain_outputs(&mut outs);
+        now_us += 1;
+    }
+    assert!(!outs.iter().any(|o| matches!(o, Output::Launch { .. })));
+    let failed = (outs.iter())
+        .filter(|o| matches!(o, Output::Event(Event::TaskResult { result: Err(_), .. })))
+        .count();
+    assert_eq!(failed, 12);
+    assert!(outs.iter().any(|o| matches!(
+        o,
+        Output::Event(Event::JobOutcome { job: j, outcome: JobOutcome::Failed(_) }) if *j == job
+    )));
+    assert_eq!(
+        (s.active_jobs(), s.pending_tasks(), s.unfinished_tasks()),
+        (0, 0, 0)
+    );
+    assert_eq!(s.poll_timeout(), None);
+}
