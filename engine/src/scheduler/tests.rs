@@ -850,31 +850,64 @@ fn specs_job(n: usize) -> JobSpec {
 /// Runs every launch to success (its result its payload) until none is left: the outcomes
 /// seen on the way.
 fn run_all(s: &mut Scheduler, now_us: u64) -> Vec<(JobId, JobOutcome)> {
-    let mut outcomes = Vec::new();
+    let mut outs = Vec::new();
+    finish_launches(s, now_us, &mut outs);
+    (outs.into_iter())
+        .filter_map(|out| match out {
+            Output::Event(Event::JobOutcome { job, outcome }) => Some((job, outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Answers every launch with a success (its payload as the result) until none is left,
+/// appending to `outs` every output drained on the way.
+fn finish_launches(s: &mut Scheduler, now_us: u64, outs: &mut Vec<Output>) {
     loop {
-        let mut outs = Vec::new();
-        s.drain_outputs(&mut outs);
+        let from = outs.len();
+        s.drain_outputs(outs);
         let mut updates = Vec::new();
-        for out in outs {
-            match out {
-                Output::Launch { executor, tasks } => {
-                    updates.extend(tasks.into_iter().map(|l| StatusUpdate {
-                        executor,
-                        task: l.task,
-                        attempt: l.attempt,
-                        state: TaskState::Finished,
-                        data: l.payload,
-                    }))
-                }
-                Output::Event(Event::JobOutcome { job, outcome }) => outcomes.push((job, outcome)),
-                _ => {}
+        for out in &outs[from..] {
+            if let Output::Launch { executor, tasks } = out {
+                updates.extend(tasks.iter().map(|l| StatusUpdate {
+                    executor: *executor,
+                    task: l.task,
+                    attempt: l.attempt,
+                    state: TaskState::Finished,
+                    data: l.payload.clone(),
+                }));
             }
         }
         if updates.is_empty() {
-            return outcomes;
+            return;
         }
         s.handle_statuses(updates, now_us);
     }
+}
+
+/// Ticks once a micro from `from_us` (building jobs a chunk a tick), finishing every launch,
+/// until no job is active; every output drained.
+fn run_ticking(s: &mut Scheduler, from_us: u64) -> Vec<Output> {
+    let mut outs = Vec::new();
+    let mut now_us = from_us;
+    while s.active_jobs() > 0 {
+        assert!(now_us < from_us + 100, "the jobs end");
+        s.handle_timeout(now_us);
+        finish_launches(s, now_us, &mut outs);
+        now_us += 1;
+    }
+    outs
+}
+
+/// A scheduler building jobs of task specs four tasks a tick, with executor 1 of 4 slots.
+fn chunked_scheduler() -> Scheduler {
+    let mut s = Scheduler::new(Config {
+        build_chunk_tasks: 4,
+        slow_start_slots: 4,
+        ..Config::default()
+    });
+    s.handle_register(executor(1, 4), 0).expect("registered");
+    s
 }
 
 #[test]
@@ -926,12 +959,7 @@ fn a_big_job_of_task_specs_is_built_a_chunk_per_tick_and_runs_whole_once_publish
 
 #[test]
 fn a_job_being_built_ends_as_it_is_when_cancelled_and_has_a_killed_task_killed_once_published() {
-    let mut s = Scheduler::new(Config {
-        build_chunk_tasks: 4,
-        slow_start_slots: 4,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 4), 0).expect("registered");
+    let mut s = chunked_scheduler();
     // Twelve tasks, a chunk of four: the first chunk prefers host "a", the rest host "b".
     let job = |s: &mut Scheduler, now_us| {
         let tasks: Vec<TaskSpec> = (0..12)
@@ -986,41 +1014,26 @@ fn a_job_being_built_ends_as_it_is_when_cancelled_and_has_a_killed_task_killed_o
         2,
         "not built by the kill: host \"b\" not looked up yet"
     );
-    let (mut results, mut ended) = (Vec::new(), Vec::new());
-    let mut now_us = 9;
-    while s.active_jobs() > 0 {
-        assert!(now_us < 100, "the job ends");
-        s.handle_timeout(now_us);
-        loop {
-            let mut outs = Vec::new();
-            s.drain_outputs(&mut outs);
-            let mut updates = Vec::new();
-            for out in outs {
-                match out {
-                    Output::Launch { executor, tasks } => {
-                        assert!(tasks.iter().all(|l| l.task != task), "the killed task ran");
-                        updates.extend(tasks.into_iter().map(|l| StatusUpdate {
-                            executor,
-                            task: l.task,
-                            attempt: l.attempt,
-                            state: TaskState::Finished,
-                            data: Bytes::new(),
-                        }))
-                    }
-                    Output::Event(Event::TaskResult { task, result }) => {
-                        results.push((task.index(), result.is_ok()))
-                    }
-                    Output::Event(Event::JobOutcome { job, outcome }) => ended.push((job, outcome)),
-                    _ => {}
-                }
+    let outs = run_ticking(&mut s, 9);
+    let launched = |o: &Output| match o {
+        Output::Launch { tasks, .. } => tasks.iter().any(|l| l.task == task),
+        _ => false,
+    };
+    assert!(!outs.iter().any(launched), "the killed task ran");
+    let results: Vec<(u32, bool)> = (outs.iter())
+        .filter_map(|o| match o {
+            Output::Event(Event::TaskResult { task, result }) => {
+                Some((task.index(), result.is_ok()))
             }
-            if updates.is_empty() {
-                break;
-            }
-            s.handle_statuses(updates, now_us);
-        }
-        now_us += 1;
-    }
+            _ => None,
+        })
+        .collect();
+    let ended: Vec<(JobId, JobOutcome)> = (outs.into_iter())
+        .filter_map(|o| match o {
+            Output::Event(Event::JobOutcome { job, outcome }) => Some((job, outcome)),
+            _ => None,
+        })
+        .collect();
     let mut succeeded: Vec<u32> = (results.iter()).filter(|r| r.1).map(|r| r.0).collect();
     succeeded.sort_unstable();
     assert_eq!(
@@ -1145,12 +1158,7 @@ fn a_big_jobs_host_names_shared_own_or_clashing_give_each_task_its_own_hosts() {
 /// failed result for each task and nothing launched.
 #[test]
 fn a_job_being_built_with_every_task_killed_fails_when_published_and_launches_nothing() {
-    let mut s = Scheduler::new(Config {
-        build_chunk_tasks: 4,
-        slow_start_slots: 4,
-        ..Config::default()
-    });
-    s.handle_register(executor(1, 4), 0).expect("registered");
+    let mut s = chunked_scheduler();
     let tasks: Vec<TaskSpec> = (0..12)
         .map(|_| TaskSpec {
             preferred_hosts: vec!["a".into()],
@@ -1161,14 +1169,7 @@ fn a_job_being_built_with_every_task_killed_fails_when_published_and_launches_no
     for i in 0..12 {
         assert!(s.handle_kill(TaskId::new(job, i), "no", 2), "task {i}");
     }
-    let mut outs = Vec::new();
-    let mut now_us = 3;
-    while s.active_jobs() > 0 {
-        assert!(now_us < 100, "the job ends");
-        s.handle_timeout(now_us);
-        s.drain_outputs(&mut outs);
-        now_us += 1;
-    }
+    let outs = run_ticking(&mut s, 3);
     assert!(!outs.iter().any(|o| matches!(o, Output::Launch { .. })));
     let failed = (outs.iter())
         .filter(|o| matches!(o, Output::Event(Event::TaskResult { result: Err(_), .. })))
