@@ -293,6 +293,42 @@ fn locality_prefers_executor_then_host_then_any_after_the_waits() {
 }
 
 #[test]
+fn a_host_level_found_to_have_no_task_left_ends_in_the_asking_that_finds_it_out() {
+    // Executor 2 (on h2) runs a blocker. A job of priority waits for an executor of two
+    // cores (so it is first in line, but asks nothing of executor 2). The located job's
+    // task 0 prefers h2, task 1 a host no executor is on; task 0 is killed, which leaves h2's
+    // queue holding only a stale entry. When the blocker ends, executor 2's asking drops that
+    // entry: the host level has nothing left to wait for, so the same asking goes on at the
+    // any level and executor 2 takes task 1 at once, not at some later offer.
+    let mut s = Scheduler::new(config());
+    s.handle_register(exec(2, "h2", 1), 0).unwrap();
+    s.handle_submit(JobSpec::new(tasks(1)), 0).unwrap();
+    let blocker = launches(&drain(&mut s));
+    let wide = vec![TaskSpec {
+        cores: 2,
+        ..TaskSpec::new("f", Bytes::new())
+    }];
+    let first = JobSpec {
+        priority: 5,
+        ..JobSpec::new(wide)
+    };
+    s.handle_submit(first, 1).unwrap();
+    let mut ts = tasks(2);
+    ts[0].preferred_hosts.push("h2".into());
+    ts[1].preferred_hosts.push("h9".into());
+    let job = s.handle_submit(JobSpec::new(ts), 2).unwrap();
+    assert!(s.handle_kill(TaskId::new(job, 0), "test", 3));
+    drain(&mut s);
+    s.handle_statuses(finished(&blocker), 4);
+    let placed: Vec<(ExecutorId, u32)> = (launches(&drain(&mut s)).into_iter())
+        .map(|(e, l)| (e, l.task.index()))
+        .collect();
+    assert_eq!(placed, [(ExecutorId(2), 1)]);
+    let info = s.job_info(job).expect("active");
+    assert_eq!(info.locality_level, LocalityLevel::Any, "{info:?}");
+}
+
+#[test]
 fn a_task_naming_more_hosts_than_a_record_keeps_in_place_runs_on_any_of_them() {
     // Four names or more take the preferences' other form: the last one must count too.
     for names in [3, 4, 7] {

@@ -806,10 +806,16 @@ impl Job {
                 return Some(Found::Pending(i, Some(Level::Executor)));
             }
         }
-        let allowed = self.allowed_level(now_us, waits_us);
+        let mut allowed = self.allowed_level(now_us, waits_us);
         if allowed >= Level::Host && self.has_host_prefs {
             if let Some(i) = self.pop_by_host(exec, host, free) {
                 return Some(Found::Pending(i, Some(Level::Host)));
+            }
+            // Its last live host queue may have just emptied of stale entries: a level with
+            // no task left to wait for ends now, not at the next call (so a call that finds
+            // nothing leaves what the next one finds as it was).
+            if allowed == Level::Host && self.live_host_keys == 0 {
+                allowed = self.allowed_level(now_us, waits_us);
             }
         }
         if local_only {
