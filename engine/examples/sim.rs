@@ -1,10 +1,13 @@
 //! Runs the cluster simulator over many seeds: `sim N [FIRST]` runs seeds FIRST..FIRST+N
-//! (FIRST defaults to 0), `sim --seed S` replays one seed (with `SIM_VERBOSE=1`, printing every event). Exits non-zero on the first
-//! failing seed, printing the command that replays it.
+//! (FIRST defaults to 0), `sim --seed S` replays one seed (with `SIM_VERBOSE=1`, printing
+//! every event), `sim --against-walk N [FIRST]` runs each seed twice, the second time with a
+//! scheduler that walks for every assignment, and checks that both report the same (the
+//! shortcuts that spare walks change nothing). Exits non-zero on the first failing seed,
+//! printing the command that replays it.
 
 use std::process::ExitCode;
 
-use flint_engine::sim::{run_seed, run_seed_verbose, SimReport};
+use flint_engine::sim::{run_seed, run_seed_verbose, run_seed_walking, SimReport};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,10 +35,27 @@ fn main() -> ExitCode {
             }
         };
     }
+    let against_walk = args.first().map(String::as_str) == Some("--against-walk");
+    let args = &args[usize::from(against_walk)..];
     let (Some(n), Some(first)) = (parse(args.first(), 1000), parse(args.get(1), 0)) else {
-        eprintln!("usage: sim N [FIRST] | sim --seed S");
+        eprintln!("usage: sim N [FIRST] | sim --seed S | sim --against-walk N [FIRST]");
         return ExitCode::from(2);
     };
+    if against_walk {
+        for seed in first..first.saturating_add(n) {
+            let (shortcuts, walking) = (run_seed(seed), run_seed_walking(seed));
+            if shortcuts != walking {
+                eprintln!(
+                    "seed {seed}: the scheduler's shortcuts and a walk per assignment differ \
+                     (replay: SIM_VERBOSE=1 ci/sim --engine --seed {seed})\n  shortcuts: \
+                     {shortcuts:?}\n  walking:   {walking:?}"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+        println!("{n} seeds from {first}: the shortcuts and a walk per assignment agree");
+        return ExitCode::SUCCESS;
+    }
     let mut total = SimReport::default();
     for seed in first..first.saturating_add(n) {
         match run_seed(seed) {

@@ -562,6 +562,10 @@ pub struct Scheduler {
     /// Within an offer round: the job the last assignments launched from, not yet settled,
     /// while it is the first job in FIFO order with work ([`Scheduler::assign_one`]).
     unsettled: Option<u32>,
+    /// Every assignment walks (no `fill`, no taking from the front or from a streak): the
+    /// reference those shortcuts must match, in tests and the simulator's `--against-walk`.
+    #[cfg(any(test, feature = "sim"))]
+    walk_only: bool,
     /// A job being submitted while no other job has work: the submission's offers ask it
     /// after the (empty) sharing order without listing it first, so a job launched whole at
     /// once never enters the order ([`Scheduler::handle_submit_with_id`]).
@@ -681,6 +685,8 @@ impl Scheduler {
             runnable,
             touched: Vec::new(),
             unsettled: None,
+            #[cfg(any(test, feature = "sim"))]
+            walk_only: false,
             unlisted_new: None,
             holding: false,
             held_since_us: 0,
@@ -2481,9 +2487,10 @@ impl Scheduler {
     /// Under FIFO, with the executor in `slot` the only one offered (one completion frame's
     /// slots to fill, say, from jobs waiting in line): the first job in order gives it a task
     /// without a walk when a walk would take one from that job, as it does when the job has
-    /// queued tasks and no stragglers queued, prefers nothing and does not exclude the
-    /// executor, and the executor has no walk to resume. None when that does not hold (or
-    /// nothing fits): the walk decides.
+    /// queued tasks and no stragglers queued and does not exclude the executor, the executor
+    /// has no walk to resume, and a task fits at the level the job's wait allows. None when
+    /// that does not hold: the walk decides (and sees a level this widened, as its own asking
+    /// would have).
     fn assign_from_front(&mut self, now_us: u64, slot: u32) -> Option<Assigned> {
         if self.book.get(slot)?.resume.is_some() {
             return None;
@@ -2492,13 +2499,17 @@ impl Scheduler {
         let (id, host, free) = self.usable(now_us, slot)?;
         let waits = self.waits();
         let job = live_job(&mut self.jobs, job_slot);
-        let plain = !(job.has_exec_prefs || job.has_host_prefs) && job.speculatable.is_empty();
-        if job.pending == 0 || !plain || job.excludes(id, host) {
+        if job.pending == 0 || !job.speculatable.is_empty() || job.excludes(id, host) {
             return None;
         }
         let found = job.find_pending(now_us, waits, (id, host), free, false)?;
+        if std::mem::take(&mut job.widened) {
+            self.book.unblock_all();
+        }
         self.start(now_us, job_slot, slot, found);
-        self.fill(now_us, job_slot, slot, (id, host));
+        if self.may_fill() {
+            self.fill(now_us, job_slot, slot, (id, host));
+        }
         self.settle(job_slot);
         Some(Assigned::Launched)
     }
@@ -2572,13 +2583,15 @@ impl Scheduler {
     /// Whether the job in `job_slot`, which just launched as the first job in the sharing
     /// order with work, may give the next executors of this offer round tasks without a walk
     /// ([`Scheduler::assign_from_streak`]): under FIFO (where it stays first while it has
-    /// work: nothing is submitted or requeued within a round), when it prefers no executor
-    /// or host and has tasks queued, and when other executors wait their turn.
+    /// work: nothing is submitted or requeued within a round), when it has tasks queued, and
+    /// when other executors wait their turn.
     fn may_streak(&self, job_slot: u32) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        if self.walk_only {
+            return false;
+        }
         let job = self.jobs.get(job_slot as usize).and_then(Option::as_ref);
-        !self.runnable.fair()
-            && self.book.offerable_len() > 1
-            && job.is_some_and(|j| j.pending > 0 && !j.has_exec_prefs && !j.has_host_prefs)
+        !self.runnable.fair() && self.book.offerable_len() > 1 && job.is_some_and(|j| j.pending > 0)
     }
 
     /// The executor in `slot` takes a task from the round's unsettled job, which is first in
@@ -2601,6 +2614,9 @@ impl Scheduler {
             return None;
         }
         let found = job.find_pending(now_us, waits, (id, host), free, false)?;
+        if std::mem::take(&mut job.widened) {
+            self.book.unblock_all();
+        }
         self.start(now_us, job_slot, slot, found);
         if self.may_fill() {
             self.fill(now_us, job_slot, slot, (id, host));
@@ -2723,34 +2739,59 @@ impl Scheduler {
         }
     }
 
+    /// Simulator only: makes every assignment walk, the reference the shortcuts that spare
+    /// walks (`fill`, taking from the front, streaks) must match.
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn set_walk_only(&mut self, on: bool) {
+        self.walk_only = on;
+    }
+
     /// Whether an executor just given a task may take more from the same job at once
     /// ([`Scheduler::fill`]): under FIFO (where that job stays first as long as it has work)
     /// and when it is the only executor offered (so no other waits its round-robin turn).
     fn may_fill(&self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        if self.walk_only {
+            return false;
+        }
         !self.runnable.fair() && self.book.offerable_len() == 1
     }
 
     /// Gives the executor in `exec_slot` (`id` on `host`) more tasks of the job in `job_slot`,
-    /// which just gave it one, while it has usable slots and the job, which prefers no
-    /// executor, has queued tasks that fit: what one assignment after another would do, with
+    /// which just gave it one, while it has usable slots and the job has queued tasks that
+    /// fit at the locality level its wait allows: what one assignment after another would
+    /// do (a walk from the front asks this job first, and asks its queued tasks first), with
     /// the walk, the timers and the sharing order looked at once for them all (`settle`).
+    /// A level that widens here as a task is found gives the executors set aside a chance
+    /// at the job's tasks, as after a walk: they are offered again and the round goes on
+    /// walking; one that widens as nothing is found is left for the walk that follows.
     #[inline(always)]
     fn fill(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, (id, host): (ExecutorId, u32)) {
         let waits = self.waits();
         loop {
             let free = self.book.get(exec_slot).map_or(0, |e| e.usable());
             let job = live_job(&mut self.jobs, job_slot);
-            if free == 0 || job.pending == 0 || job.has_exec_prefs || job.has_host_prefs {
+            if free == 0 || job.pending == 0 {
                 return;
             }
             if let Some((range, cores)) = job.unbuilt_run(free) {
                 self.start_range(now_us, job_slot, exec_slot, range, cores);
                 continue;
             }
+            // Nothing found: a level this widened is left for the walk that asks this
+            // executor next, as after its own asking.
             let Some(found) = job.find_pending(now_us, waits, (id, host), free, false) else {
                 return;
             };
+            let widened = std::mem::take(&mut job.widened);
+            if widened {
+                self.book.unblock_all();
+            }
             self.start(now_us, job_slot, exec_slot, found);
+            if widened {
+                return;
+            }
         }
     }
 

@@ -1185,3 +1185,154 @@ fn a_job_being_built_with_every_task_killed_fails_when_published_and_launches_no
     );
     assert_eq!(s.poll_timeout(), None);
 }
+
+/// A job of `n` task specs whose task `i` prefers, by `i % 6`: executor 1, executor 2,
+/// host h1, host h2, a host no executor is on, nothing; or, `to_1_or_h2`, executor 1 (even
+/// `i`) and host h2 (odd): executor 2 gets none of them until the executor level ends, as
+/// executor 1 takes its last.
+fn mixed_locality(n: u32, to_1_or_h2: bool) -> JobSpec {
+    let tasks = (0..n).map(|i| {
+        let (executors, hosts): (Vec<u64>, Vec<&str>) = match (to_1_or_h2, i % 6) {
+            (true, _) if i % 2 == 0 => (vec![1], vec![]),
+            (true, _) => (vec![], vec!["h2"]),
+            (false, 0) => (vec![1], vec![]),
+            (false, 1) => (vec![2], vec![]),
+            (false, 2) => (vec![], vec!["h1"]),
+            (false, 3) => (vec![], vec!["h2"]),
+            (false, 4) => (vec![], vec!["h9"]),
+            _ => (vec![], vec![]),
+        };
+        TaskSpec {
+            preferred_hosts: hosts.into_iter().map(Into::into).collect(),
+            preferred_executors: executors.into_iter().map(ExecutorId).collect(),
+            ..TaskSpec::new("f", Bytes::from(vec![i as u8]))
+        }
+    });
+    JobSpec::new(tasks.collect::<Vec<_>>())
+}
+
+/// The executors' runs, reported finished at `now_us`: executor 1's alone when `only_1`.
+fn finish_runs(s: &mut Scheduler, now_us: u64, only_1: bool) {
+    let ids: &[u64] = if only_1 { &[1] } else { &[1, 2] };
+    let mut updates = Vec::new();
+    for &id in ids {
+        for (key, ..) in runs_of_on(s, ExecutorId(id)) {
+            updates.push(StatusUpdate {
+                executor: ExecutorId(id),
+                ..finished_on_1(key)
+            });
+        }
+    }
+    s.handle_statuses(updates, now_us);
+}
+
+#[test]
+fn assignments_without_a_walk_give_what_a_walk_per_task_gives_to_jobs_with_locality() {
+    // Two executors on two hosts, waits short enough to widen within the run; jobs whose
+    // tasks prefer each executor and host, a host with no executor, and nothing, beside a
+    // job of one function over payloads. Rounds finish one executor's runs (the other
+    // offered alone: `fill`, taking from the front) or both (several offered: a streak).
+    let mut pair = [false, true].map(|walk_only| {
+        let mut s = Scheduler::new(Config {
+            slow_start_slots: 8,
+            locality_wait_executor_us: 2_900,
+            locality_wait_host_us: 1_900,
+            ..Config::default()
+        });
+        s.walk_only = walk_only;
+        for (id, host, cores) in [(1, "h1", 4), (2, "h2", 3)] {
+            let info = ExecutorInfo {
+                host: host.into(),
+                ..executor(id, cores)
+            };
+            s.handle_register(info, 0).expect("registered");
+        }
+        s
+    });
+    let [a, b] = &mut pair;
+    let mut jobs = Vec::new();
+    let mut now_us = 0;
+    let mut launched = 0;
+    for round in 0..200u64 {
+        now_us += 700;
+        if round % 10 == 0 && round < 90 {
+            for s in [&mut *a, &mut *b] {
+                let job = match round % 30 {
+                    0 => mixed_locality(14, true),
+                    10 => mixed_locality(30, false),
+                    _ => same(12),
+                };
+                jobs.push(s.handle_submit(job, now_us).expect("accepted"));
+            }
+        }
+        for s in [&mut *a, &mut *b] {
+            s.handle_timeout(now_us);
+        }
+        let (got, want) = (launches(a), launches(b));
+        assert_eq!(got, want, "the same launches in round {round}");
+        launched += got.len();
+        assert_eq!(a.stats(), b.stats(), "round {round}");
+        for &id in &jobs {
+            assert_eq!(a.job_info(id), b.job_info(id), "round {round}");
+        }
+        for s in [&mut *a, &mut *b] {
+            finish_runs(s, now_us + round * 137 % 700, round % 3 != 0);
+        }
+    }
+    assert_eq!((a.active_jobs(), b.active_jobs()), (0, 0), "all ran");
+    assert_eq!(launched as u64, a.stats().launched);
+    assert!(
+        launched >= 3 * (14 + 30 + 12),
+        "every task launched: {launched}"
+    );
+}
+
+#[test]
+fn a_level_that_widens_while_filling_offers_the_executors_set_aside_as_a_walk_would() {
+    // Executor 1 (h1, 6 cores, all busy) and executor 2 (h2, 1 core, set aside: it has no
+    // task at the located job's executor level). Executor 1 frees its slots: a plain job of
+    // priority that executor 2 cannot fit goes first, then the located job gives executor 1
+    // its three tasks for it, the last of them emptying the executor level, which widens to
+    // the host level while executor 1 still has a slot: executor 2 is offered again in the
+    // same round and takes a task preferring h2, as it does when every task is walked for.
+    let mut pair = [false, true].map(|walk_only| {
+        let mut s = Scheduler::new(Config {
+            slow_start_slots: 8,
+            ..Config::default()
+        });
+        s.walk_only = walk_only;
+        let on = |id, host: &str, cores| ExecutorInfo {
+            host: host.into(),
+            ..executor(id, cores)
+        };
+        s.handle_register(on(1, "h1", 6), 0).expect("registered");
+        s.handle_submit(same(6), 0).expect("accepted");
+        s.handle_register(on(2, "h2", 1), 0).expect("registered");
+        s
+    });
+    let [a, b] = &mut pair;
+    for s in [&mut *a, &mut *b] {
+        s.handle_submit(mixed_locality(6, true), 10)
+            .expect("accepted");
+        let big = JobSpec {
+            priority: 1,
+            ..JobSpec::new(Tasks::Same {
+                function: "f".into(),
+                cores: 2,
+                payloads: vec![Bytes::new()].into(),
+            })
+        };
+        s.handle_submit(big, 11).expect("accepted");
+    }
+    let (got, want) = (launches(a), launches(b));
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 6, "the first job fills executor 1: {got:?}");
+    for s in [&mut *a, &mut *b] {
+        finish_runs(s, 20, true);
+    }
+    let (got, want) = (launches(a), launches(b));
+    assert_eq!(got, want, "the same launches");
+    let on = |e: u64| got.iter().filter(|l| l.0 == ExecutorId(e)).count();
+    assert_eq!((on(1), on(2)), (4, 1), "executor 2 had its turn: {got:?}");
+    assert_eq!(a.stats(), b.stats());
+}

@@ -108,6 +108,9 @@ pub struct SimReport {
     pub speculative: u64,
     /// Executors the lifecycle allocator created (churn seeds).
     pub executors_created: u64,
+    /// A digest of every launch in order (when, where, which attempt): two runs of a seed
+    /// that launch differently differ here.
+    pub launches_digest: u64,
 }
 
 /// A violated invariant (or a stuck run), with what replays it.
@@ -262,6 +265,14 @@ struct Sim {
 /// The window of reports a frame gathers, on odd seeds.
 const FRAME_US: u64 = 5_000;
 
+/// `digest` with `(when, executor, task, attempt)` of one more launch folded in.
+fn digest(digest: u64, (at_us, executor, task, attempt): (u64, u64, u64, u32)) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = crate::hash::FxHasher::default();
+    (digest, at_us, executor, task, attempt).hash(&mut h);
+    h.finish()
+}
+
 /// The result an executor returns for a task (checked against what the scheduler reports).
 fn expected_result(task: TaskId) -> Bytes {
     Bytes::from(task.0.to_le_bytes().to_vec())
@@ -269,17 +280,24 @@ fn expected_result(task: TaskId) -> Bytes {
 
 /// Runs the scenario of `seed` and checks the invariants after every step.
 pub fn run_seed(seed: u64) -> Result<SimReport, SimError> {
-    run(seed, false)
+    run(seed, false, false)
 }
 
 /// [`run_seed`], printing every event and output to stderr (for replaying a failure).
 pub fn run_seed_verbose(seed: u64) -> Result<SimReport, SimError> {
-    run(seed, true)
+    run(seed, true, false)
 }
 
-fn run(seed: u64, verbose: bool) -> Result<SimReport, SimError> {
+/// [`run_seed`] with a scheduler that walks for every assignment, none of the shortcuts
+/// that spare walks: the same seed must report the same, launches included.
+pub fn run_seed_walking(seed: u64) -> Result<SimReport, SimError> {
+    run(seed, false, true)
+}
+
+fn run(seed: u64, verbose: bool, walking: bool) -> Result<SimReport, SimError> {
     let mut sim = Sim::new(seed);
     sim.verbose = verbose;
+    sim.sched.set_walk_only(walking);
     if verbose {
         eprintln!("config: {:?}", sim.sched.config());
     }
@@ -654,6 +672,8 @@ impl Sim {
             match out {
                 Output::Launch { executor, tasks } => {
                     for launch in tasks {
+                        let seen = (self.now_us, executor.0, launch.task.0, launch.attempt);
+                        self.report.launches_digest = digest(self.report.launches_digest, seen);
                         self.on_launch(executor, launch)?;
                     }
                 }
