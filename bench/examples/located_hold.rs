@@ -2,10 +2,11 @@
 //! of a higher priority run back to back on another thread while the big job is submitted,
 //! built and run, and wait for the loop whenever it is busy with the big job.
 //!
-//!     cargo run --release -p flint-bench --example located_hold [TASKS] [ROUNDS]
+//!     cargo run --release -p flint-bench --example located_hold [TASKS] [ROUNDS] [local]
 //!
 //! Local mode, 2 cores; the big job's tasks each prefer two of 100 hosts (as a block's
-//! replicas), `noop`. Prints, per round, how long `submit` took on the caller's thread, how
+//! replicas), `noop`; with `local`, the first of the two is the local executor's host, so the
+//! tasks run at the host level, given out by the locality pass. Prints, per round, how long `submit` took on the caller's thread, how
 //! long the big job took from its submission to its outcome, and the one-task jobs' latency
 //! while it was active: p50, p99 and the slowest; then the medians over the rounds.
 
@@ -28,6 +29,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
+    let local = args.next().as_deref() == Some("local");
     let driver = Arc::new(
         Driver::builder()
             .local(2, Registry::with_builtins())
@@ -53,13 +55,22 @@ fn main() {
     std::thread::sleep(Duration::from_millis(200));
     // One shared name per host, as `TaskLocality::hosts` asks.
     let hosts: Vec<std::sync::Arc<str>> = (0..HOSTS).map(|h| format!("host{h}").into()).collect();
+    // Local mode's executor is on this host.
+    let here: std::sync::Arc<str> = "localhost".into();
     let mut figures = Vec::new();
     for round in 0..rounds {
         let payloads: Vec<Bytes> = (0..tasks).map(|_| Bytes::new()).collect();
         let locality: Vec<TaskLocality> = (0..tasks)
             .map(|i| TaskLocality {
                 executors: Vec::new(),
-                hosts: vec![hosts[i % HOSTS].clone(), hosts[(i * 7 + 3) % HOSTS].clone()],
+                hosts: vec![
+                    if local {
+                        here.clone()
+                    } else {
+                        hosts[i % HOSTS].clone()
+                    },
+                    hosts[(i * 7 + 3) % HOSTS].clone(),
+                ],
             })
             .collect();
         let big = Job::new("noop", payloads)

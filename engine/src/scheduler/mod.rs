@@ -2429,7 +2429,7 @@ impl Scheduler {
             // A walk sees the order and timers as they are.
             self.settle_streak();
         }
-        if !local_only && self.may_fill() {
+        if !local_only && self.may_fill(false) {
             if let Some(assigned) = self.assign_from_front(now_us, slot) {
                 return assigned;
             }
@@ -2456,8 +2456,8 @@ impl Scheduler {
         let mut assigned = Assigned::Nothing;
         if let Some((job_slot, found)) = launched {
             self.start(now_us, job_slot, slot, found);
-            if !local_only && self.may_fill() {
-                self.fill(now_us, job_slot, slot, (id, host));
+            if self.may_fill(local_only) {
+                self.fill(now_us, job_slot, slot, (id, host), local_only);
             }
             if !local_only && from_front && first_with_work && self.may_streak(job_slot) {
                 // The next executors of this round take its tasks without a walk; it is
@@ -2507,8 +2507,8 @@ impl Scheduler {
             self.book.unblock_all();
         }
         self.start(now_us, job_slot, slot, found);
-        if self.may_fill() {
-            self.fill(now_us, job_slot, slot, (id, host));
+        if self.may_fill(false) {
+            self.fill(now_us, job_slot, slot, (id, host), false);
         }
         self.settle(job_slot);
         Some(Assigned::Launched)
@@ -2618,8 +2618,8 @@ impl Scheduler {
             self.book.unblock_all();
         }
         self.start(now_us, job_slot, slot, found);
-        if self.may_fill() {
-            self.fill(now_us, job_slot, slot, (id, host));
+        if self.may_fill(false) {
+            self.fill(now_us, job_slot, slot, (id, host), false);
         }
         Some(Assigned::Launched)
     }
@@ -2748,14 +2748,15 @@ impl Scheduler {
     }
 
     /// Whether an executor just given a task may take more from the same job at once
-    /// ([`Scheduler::fill`]): under FIFO (where that job stays first as long as it has work)
-    /// and when it is the only executor offered (so no other waits its round-robin turn).
-    fn may_fill(&self) -> bool {
+    /// ([`Scheduler::fill`]): under FIFO (where that job stays first as long as it has work),
+    /// and when it is the only executor offered (so no other waits its round-robin turn) or
+    /// in the locality pass (`local_only`, which serves one executor at a time anyway).
+    fn may_fill(&self, local_only: bool) -> bool {
         #[cfg(any(test, feature = "sim"))]
         if self.walk_only {
             return false;
         }
-        !self.runnable.fair() && self.book.offerable_len() == 1
+        !self.runnable.fair() && (local_only || self.book.offerable_len() == 1)
     }
 
     /// Gives the executor in `exec_slot` (`id` on `host`) more tasks of the job in `job_slot`,
@@ -2766,8 +2767,17 @@ impl Scheduler {
     /// A level that widens here as a task is found gives the executors set aside a chance
     /// at the job's tasks, as after a walk: they are offered again and the round goes on
     /// walking; one that widens as nothing is found is left for the walk that follows.
+    /// In the locality pass (`local_only`), only tasks preferring the executor or its host,
+    /// as the pass's walk asks.
     #[inline(always)]
-    fn fill(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, (id, host): (ExecutorId, u32)) {
+    fn fill(
+        &mut self,
+        now_us: u64,
+        job_slot: u32,
+        exec_slot: u32,
+        (id, host): (ExecutorId, u32),
+        local_only: bool,
+    ) {
         let waits = self.waits();
         loop {
             let free = self.book.get(exec_slot).map_or(0, |e| e.usable());
@@ -2775,13 +2785,14 @@ impl Scheduler {
             if free == 0 || job.pending == 0 {
                 return;
             }
-            if let Some((range, cores)) = job.unbuilt_run(free) {
+            if let Some((range, cores)) = job.unbuilt_run(free).filter(|_| !local_only) {
                 self.start_range(now_us, job_slot, exec_slot, range, cores);
                 continue;
             }
             // Nothing found: a level this widened is left for the walk that asks this
             // executor next, as after its own asking.
-            let Some(found) = job.find_pending(now_us, waits, (id, host), free, false) else {
+            let found = job.find_pending(now_us, waits, (id, host), free, local_only);
+            let Some(found) = found else {
                 return;
             };
             let widened = std::mem::take(&mut job.widened);
