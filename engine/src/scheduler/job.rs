@@ -800,14 +800,18 @@ impl Job {
         free: u32,
         local_only: bool,
     ) -> Option<Found> {
-        // Classes are largest first: big tasks that fit go before small ones.
-        if self.has_exec_prefs {
+        // Classes are largest first: big tasks that fit go before small ones. A queue for
+        // the asking executor (registered) or its host would be a live key: with none live,
+        // there is none to look up.
+        debug_assert!(self.live_exec_keys > 0 || !self.queues_for(exec, host).0);
+        debug_assert!(self.live_host_keys > 0 || !self.queues_for(exec, host).1);
+        if self.has_exec_prefs && self.live_exec_keys > 0 {
             if let Some(i) = self.pop_by_exec(exec, host, free) {
                 return Some(Found::Pending(i, Some(Level::Executor)));
             }
         }
         let mut allowed = self.allowed_level(now_us, waits_us);
-        if allowed >= Level::Host && self.has_host_prefs {
+        if allowed >= Level::Host && self.has_host_prefs && self.live_host_keys > 0 {
             if let Some(i) = self.pop_by_host(exec, host, free) {
                 return Some(Found::Pending(i, Some(Level::Host)));
             }
@@ -840,6 +844,16 @@ impl Job {
             self.delay_rejected = true;
         }
         None
+    }
+
+    /// Whether any of its classes has a queue of tasks preferring executor `exec`, and one
+    /// preferring `host` (for the debug builds' checks).
+    fn queues_for(&self, exec: ExecutorId, host: u32) -> (bool, bool) {
+        let queues = || self.classes.iter().filter_map(|q| q.prefs.as_ref());
+        (
+            queues().any(|q| q.by_exec.contains_key(&exec)),
+            queues().any(|q| q.by_host.contains_key(&host)),
+        )
     }
 
     /// A queued task preferring executor `exec` (on `host`) that fits `free` cores, taken off
