@@ -803,8 +803,17 @@ impl Job {
         // Classes are largest first: big tasks that fit go before small ones. A queue for
         // the asking executor (registered) or its host would be a live key: with none live,
         // there is none to look up.
-        debug_assert!(self.live_exec_keys > 0 || !self.queues_for(exec, host).0);
-        debug_assert!(self.live_host_keys > 0 || !self.queues_for(exec, host).1);
+        if cfg!(debug_assertions) {
+            let (exec_queue, host_queue) = self.queues_for(exec, host);
+            debug_assert!(
+                self.live_exec_keys > 0 || !exec_queue,
+                "{exec:?} is registered"
+            );
+            debug_assert!(
+                self.live_host_keys > 0 || !host_queue,
+                "host {host} is live"
+            );
+        }
         if self.has_exec_prefs && self.live_exec_keys > 0 {
             if let Some(i) = self.pop_by_exec(exec, host, free) {
                 return Some(Found::Pending(i, Some(Level::Executor)));

@@ -2503,9 +2503,7 @@ impl Scheduler {
             return None;
         }
         let found = job.find_pending(now_us, waits, (id, host), free, false)?;
-        if std::mem::take(&mut job.widened) {
-            self.book.unblock_all();
-        }
+        reoffer_if_widened(&mut self.book, job);
         self.start(now_us, job_slot, slot, found);
         if self.may_fill(false) {
             self.fill(now_us, job_slot, slot, (id, host), false);
@@ -2557,9 +2555,7 @@ impl Scheduler {
             }
             let spec_before = job.speculatable.len();
             let found = job.find_task(now_us, waits, id, slot, host, free, local_only);
-            if std::mem::take(&mut job.widened) {
-                self.book.unblock_all();
-            }
+            reoffer_if_widened(&mut self.book, job);
             let popped = spec_before - job.speculatable.len();
             if popped > 0 {
                 self.speculatable_total = self.speculatable_total.saturating_sub(popped);
@@ -2614,9 +2610,7 @@ impl Scheduler {
             return None;
         }
         let found = job.find_pending(now_us, waits, (id, host), free, false)?;
-        if std::mem::take(&mut job.widened) {
-            self.book.unblock_all();
-        }
+        reoffer_if_widened(&mut self.book, job);
         self.start(now_us, job_slot, slot, found);
         if self.may_fill(false) {
             self.fill(now_us, job_slot, slot, (id, host), false);
@@ -2795,10 +2789,7 @@ impl Scheduler {
             let Some(found) = found else {
                 return;
             };
-            let widened = std::mem::take(&mut job.widened);
-            if widened {
-                self.book.unblock_all();
-            }
+            let widened = reoffer_if_widened(&mut self.book, job);
             self.start(now_us, job_slot, exec_slot, found);
             if widened {
                 return;
@@ -3595,6 +3586,16 @@ fn oversized_reason(i: usize, len: usize, max: usize) -> String {
 fn lossy(data: &Bytes) -> String {
     let end = data.len().min(REASON_MAX_BYTES);
     String::from_utf8_lossy(data.get(..end).unwrap_or_default()).into_owned()
+}
+
+/// Takes whether `job`'s locality level widened since it was last looked at: if it did, the
+/// executors set aside are offered again, as after new work (its tasks may suit them now).
+fn reoffer_if_widened(book: &mut Book, job: &mut Job) -> bool {
+    let widened = std::mem::take(&mut job.widened);
+    if widened {
+        book.unblock_all();
+    }
+    widened
 }
 
 /// The job in `job_slot`, which an attempt being ended or released shows is live.
