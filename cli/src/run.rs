@@ -14,7 +14,7 @@ use crate::summary::{indexed_payload, json_string, Recorder, Summary};
 use flint_engine::clock;
 use flint_engine::functions::{check_builtin, Registry};
 use flint_net::driver::{Driver, DriverConfig, TASKS_PER_CORE_MAX};
-use flint_net::job::{Job, JobHandle, JobOutcome};
+use flint_net::job::{Job, JobHandle, JobOutcome, TaskLocality};
 
 /// The job every job-running command takes.
 #[derive(Args, Clone, Debug)]
@@ -92,6 +92,31 @@ pub struct SchedulingArgs {
     /// until the 120 s unschedulable timeout).
     #[arg(long, default_value = "off", value_parser = ["on", "off"])]
     pub exclusion: String,
+    /// Hosts the job's tasks prefer, comma-separated (1 to 64 names of 1 to 253 bytes): task
+    /// i prefers the (i mod n)-th, as a job reading blocks stored there would. Its tasks wait
+    /// up to the locality wait for an executor on that host (`flint local`'s executors are
+    /// on 127.0.0.1), then run anywhere. Default: no preference.
+    #[arg(long, value_parser = host_list)]
+    pub prefer_hosts: Option<HostList>,
+}
+
+/// A parsed `--prefer-hosts` list.
+#[derive(Clone, Debug)]
+pub struct HostList(pub Vec<std::sync::Arc<str>>);
+
+/// Host names a `--prefer-hosts` list holds at most.
+const PREFER_HOSTS_MAX: usize = 64;
+
+/// `--prefer-hosts`: 1 to 64 comma-separated names, each 1 to 253 bytes.
+fn host_list(text: &str) -> Result<HostList, String> {
+    let names: Vec<&str> = text.split(',').collect();
+    if names.len() > PREFER_HOSTS_MAX {
+        return Err(format!("at most {PREFER_HOSTS_MAX} hosts"));
+    }
+    if let Some(bad) = names.iter().find(|n| n.is_empty() || n.len() > 253) {
+        return Err(format!("a host name has 1 to 253 bytes, not {}", bad.len()));
+    }
+    Ok(HostList(names.into_iter().map(Into::into).collect()))
 }
 
 /// A parsed `--pools` file.
@@ -133,11 +158,20 @@ impl SchedulingArgs {
             (self.exclusion == "on").then(flint_engine::scheduler::ExclusionConfig::default);
     }
 
-    /// The job's part: pool, weight, priority.
-    pub fn job(&self, job: Job) -> Job {
-        job.pool(self.pool.clone())
+    /// The job's part: pool, weight, priority, and its `tasks` tasks' preferred hosts.
+    pub fn job(&self, job: Job, tasks: usize) -> Job {
+        let job = (job.pool(self.pool.clone()))
             .weight(self.weight)
-            .priority(self.priority)
+            .priority(self.priority);
+        let Some(HostList(hosts)) = &self.prefer_hosts else {
+            return job;
+        };
+        // Clones of one name per host, as `TaskLocality::hosts` asks.
+        let locality = (0..tasks).map(|i| TaskLocality {
+            executors: Vec::new(),
+            hosts: vec![hosts[i % hosts.len()].clone()],
+        });
+        job.locality(locality.collect())
     }
 }
 
@@ -234,7 +268,7 @@ pub fn run_job(
     // Results are checksummed as they arrive; the outcome need not keep them.
     let job = args
         .scheduling
-        .job(Job::new(args.task.clone(), payloads))
+        .job(Job::new(args.task.clone(), payloads), tasks)
         .keep_results(false)
         .on_result(move |_, result| {
             let latency_ns = clock::elapsed_ns(start_ns);

@@ -43,6 +43,8 @@ fn scheduling_flags_out_of_range_exit_2_naming_the_flag() {
     let bad = std::env::temp_dir().join(format!("flint-pools-{}.toml", unique()));
     std::fs::write(&bad, "[pool.a]\nweight = 0\n").expect("write");
     let bad = bad.to_string_lossy().into_owned();
+    let long_name = "h".repeat(254);
+    let too_many = vec!["h"; 65].join(",");
     for (args, flag) in [
         (vec!["local", "--weight", "0"], "--weight"),
         (vec!["local", "--weight", "1001"], "--weight"),
@@ -64,6 +66,13 @@ fn scheduling_flags_out_of_range_exit_2_naming_the_flag() {
             "--pools",
         ),
         (vec!["local", "--pools", bad.as_str()], "--pools"),
+        (vec!["local", "--prefer-hosts", ""], "--prefer-hosts"),
+        (vec!["local", "--prefer-hosts", "a,,b"], "--prefer-hosts"),
+        (
+            vec!["local", "--prefer-hosts", &long_name],
+            "--prefer-hosts",
+        ),
+        (vec!["local", "--prefer-hosts", &too_many], "--prefer-hosts"),
     ] {
         let out = flint(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -111,4 +120,26 @@ fn a_job_runs_in_a_pool_read_from_a_file() {
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("\"succeeded\":200"), "{stdout}");
     std::fs::remove_file(&path).expect("remove the pools file");
+}
+
+#[test]
+fn a_job_whose_tasks_prefer_hosts_runs_whole_on_those_with_an_executor_and_those_without() {
+    // `flint local`'s executors are on 127.0.0.1; no executor is on the other host, so its
+    // tasks run anywhere once the locality wait is over.
+    let out = flint(&[
+        "local",
+        "--tasks",
+        "2000",
+        "--executors",
+        "2",
+        "--prefer-hosts",
+        "127.0.0.1,nowhere.example",
+        "--locality-wait-ms",
+        "5",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("\"succeeded\":2000"), "{stdout}");
+    assert!(stdout.contains("\"failed\":0"), "{stdout}");
 }
