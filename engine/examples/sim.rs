@@ -44,6 +44,11 @@ fn main() -> ExitCode {
     if against_walk {
         for seed in first..first.saturating_add(n) {
             let (shortcuts, walking) = (run_seed(seed), run_seed_walking(seed));
+            // A seed that fails either way fails here too, even if both fail alike.
+            if let Some(Err(e)) = [&shortcuts, &walking].into_iter().find(|r| r.is_err()) {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
             if shortcuts != walking {
                 eprintln!(
                     "seed {seed}: the scheduler's shortcuts and a walk per assignment differ \
