@@ -95,7 +95,8 @@ pub struct SchedulingArgs {
     /// Hosts the job's tasks prefer, comma-separated (1 to 64 names of 1 to 253 bytes): task
     /// i prefers the (i mod n)-th, as a job reading blocks stored there would. Its tasks wait
     /// up to the locality wait for an executor on that host (`flint local`'s executors are
-    /// on 127.0.0.1), then run anywhere. Default: no preference.
+    /// on 127.0.0.1), then run anywhere. Each task's preference takes about 180 bytes more at
+    /// the peak (10,000,000 tasks: 2.7 GB, against 0.9 GB without). Default: no preference.
     #[arg(long, value_parser = host_list)]
     pub prefer_hosts: Option<HostList>,
 }
