@@ -209,6 +209,9 @@ fn a_wrong_secret_is_refused_for_workers_and_drivers() {
     });
     let mut command = Command::new(FLINT);
     command.env("FLINT_SECRET", "wrong");
+    // Its work directory in the test's own (the default, under the system's temporary
+    // directory, would outlive the test).
+    let work = dir.join("work").to_string_lossy().into_owned();
     let mut worker = Proc::start_with(
         command,
         &dir,
@@ -221,6 +224,8 @@ fn a_wrong_secret_is_refused_for_workers_and_drivers() {
             "1",
             "--memory-mb",
             "1",
+            "--work-dir",
+            &work,
         ],
     );
     assert_eq!(worker.wait().code(), Some(3), "{}", worker.stderr());
