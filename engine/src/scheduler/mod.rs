@@ -2485,26 +2485,36 @@ impl Scheduler {
     }
 
     /// Under FIFO, with the executor in `slot` the only one offered (one completion frame's
-    /// slots to fill, say, from jobs waiting in line): the first job in order gives it a task
-    /// without a walk when a walk would take one from that job, as it does when the job has
-    /// queued tasks and no stragglers queued and does not exclude the executor, the executor
-    /// has no walk to resume, and a task fits at the level the job's wait allows. None when
-    /// that does not hold: the walk decides (and sees a level this widened, as its own asking
-    /// would have).
+    /// slots to fill, say, from jobs waiting in line): the first job in order (the new job not
+    /// listed yet, when no job is listed) gives it a task without a walk when a walk would take
+    /// one from that job, as it does when the job has queued tasks and no stragglers queued
+    /// and does not exclude the executor, the executor has no walk to resume, and a task fits
+    /// at the level the job's wait allows. None when that does not hold: the walk decides (and
+    /// sees a level this widened, as its own asking would have).
     fn assign_from_front(&mut self, now_us: u64, slot: u32) -> Option<Assigned> {
         if self.book.get(slot)?.resume.is_some() {
             return None;
         }
-        let job_slot = self.runnable.first_fifo()?;
+        // A new job not listed yet comes after every listed one, as in a walk.
+        let job_slot = self.runnable.first_fifo().or(self.unlisted_new)?;
         let (id, host, free) = self.usable(now_us, slot)?;
         let waits = self.waits();
         let job = live_job(&mut self.jobs, job_slot);
         if job.pending == 0 || !job.speculatable.is_empty() || job.excludes(id, host) {
             return None;
         }
-        let found = job.find_pending(now_us, waits, (id, host), free, false)?;
-        reoffer_if_widened(&mut self.book, job);
-        self.start(now_us, job_slot, slot, found);
+        if let Some((range, cores)) = job.unbuilt_run(free) {
+            // A task with no record yet, the one `find_pending` would give, started without
+            // building one first (a service's one-task job, usually). One only: what an idle
+            // executor may take after its first launch is less than its free cores when its
+            // window or probation says so, and `fill` asks that.
+            let first = range.start..range.start + 1;
+            self.start_range(now_us, job_slot, slot, first, cores);
+        } else {
+            let found = job.find_pending(now_us, waits, (id, host), free, false)?;
+            reoffer_if_widened(&mut self.book, job);
+            self.start(now_us, job_slot, slot, found);
+        }
         if self.may_fill(false) {
             self.fill(now_us, job_slot, slot, (id, host), false);
         }

@@ -1227,6 +1227,28 @@ fn finish_runs(s: &mut Scheduler, now_us: u64, only_1: bool) {
 }
 
 #[test]
+fn a_new_job_given_out_without_a_walk_stays_within_the_executors_window() {
+    // An idle executor claiming a thousand cores, offered alone, takes from a new job of one
+    // function over payloads (its tasks started without records) what its slow-start window
+    // allows, not its free cores, in either mode.
+    for walk_only in [false, true] {
+        let mut s = Scheduler::new(Config {
+            slow_start_slots: 4,
+            ..Config::default()
+        });
+        s.walk_only = walk_only;
+        s.handle_register(executor(1, 1_000), 0)
+            .expect("registered");
+        s.handle_submit(same(100), 0).expect("accepted");
+        let got = launches(&mut s);
+        assert_eq!(got.len(), 4, "walk only: {walk_only}");
+        let indices: Vec<u32> = got.iter().map(|l| l.1).collect();
+        assert_eq!(indices, [0, 1, 2, 3], "in task order");
+        assert_eq!(s.executor_usable(ExecutorId(1)), Some(0));
+    }
+}
+
+#[test]
 fn assignments_without_a_walk_give_what_a_walk_per_task_gives_to_jobs_with_locality() {
     // Two executors on two hosts, waits short enough to widen within the run; jobs whose
     // tasks prefer each executor and host, a host with no executor, and nothing, beside a
