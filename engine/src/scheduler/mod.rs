@@ -1392,15 +1392,24 @@ impl Scheduler {
             // below: a job they launch whole (a service's small job, usually) enters neither.
             // Alone, it is last in any order; with preferences, the locality pass needs it
             // listed.
-            if self.runnable.is_empty() && !has_prefs {
+            let unlisted = self.runnable.is_empty() && !has_prefs;
+            if unlisted {
                 self.unlisted_new = Some(slot);
             } else {
                 self.list_job(slot);
             }
             self.book.unblock_all();
             self.offer(now_us);
-            self.unlisted_new = None;
-            self.list_job(slot);
+            // A job listed before the offer is listed as it should be after it: whatever
+            // launched from it settled it.
+            if unlisted {
+                self.unlisted_new = None;
+                self.list_job(slot);
+            } else if cfg!(debug_assertions) {
+                let job = self.jobs.get(slot as usize).and_then(Option::as_ref);
+                let listed = job.map(|job| (job.in_runnable, job.has_work()));
+                debug_assert!(matches!(listed, Some((a, b)) if a == b), "{listed:?}");
+            }
             self.sync_timers(slot);
         }
     }
@@ -2419,8 +2428,9 @@ impl Scheduler {
     /// A walk that began at the start of the order and reaches its end is a cycle: every job
     /// was asked once. If new work appeared during the cycle, the executor has more usable
     /// slots than when it began, or (FAIR) the order was re-sorted, jobs passed may answer now
-    /// (or were missed), so one more walk starts at once from the start. `local_only` walks (the locality pass) are capped too but leave the
-    /// cursor alone: the full pass that follows decides.
+    /// (or were missed), so one more walk starts at once from the start. `local_only` walks
+    /// (the locality pass) are capped too but leave the cursor alone: the full pass that
+    /// follows decides.
     fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
         if self.unsettled.is_some() {
             if let Some(assigned) = self.assign_from_streak(now_us, slot, local_only) {
