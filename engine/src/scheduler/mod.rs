@@ -1410,7 +1410,13 @@ impl Scheduler {
                 let listed = job.map(|job| (job.in_runnable, job.has_work()));
                 debug_assert!(matches!(listed, Some((a, b)) if a == b), "{listed:?}");
             }
-            self.sync_timers(slot);
+            // A job launched whole has no timers to set: none were set in its slot since the
+            // last job there ended, or its launches set none.
+            if live_job(&mut self.jobs, slot).pending > 0 {
+                self.sync_timers(slot);
+            } else {
+                debug_assert!(self.timers.is_clear(slot), "timers of job slot {slot}");
+            }
         }
     }
 

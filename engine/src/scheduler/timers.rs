@@ -115,6 +115,13 @@ impl Timers {
         }
     }
 
+    /// Whether job `slot` has no entry (as a slot no job has held, or whose job ended).
+    pub fn is_clear(&self, slot: u32) -> bool {
+        self.keys
+            .get(slot as usize)
+            .is_none_or(|k| *k == Keys::default())
+    }
+
     /// Lists job `slot` for the next tick (its locality level has nothing to wait for), once.
     pub fn mark_skip(&mut self, slot: u32) {
         let i = slot as usize;
