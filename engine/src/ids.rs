@@ -3,9 +3,9 @@
 //! the callers' handles, the telemetry's tracks).
 //!
 //! Such ids arrive nearly in order and mostly end nearly in order, so the live ones are a
-//! window of recent ids with a few older ones: the window is a ring indexed by `id - base`
-//! (an insert is a push at the back, a lookup an index, a removal at the front moves `base`
-//! on), and an id below the window, or one the window had to let go of to stay within
+//! window of recent ids with a few older ones: the window is a ring indexed by the id's low
+//! bits (an insert is a push at the back, a lookup an index, a removal at the front moves
+//! `base` on), and an id below the window, or one the window had to let go of to stay within
 //! [`WINDOW_MAX`] slots, lives in a hash map beside it. Whatever the order of inserts and
 //! removals, each id is in exactly one of the two, memory is bounded by the entries plus
 //! `WINDOW_MAX` slots (the ring keeps the largest size it grew to: up to `WINDOW_MAX` times
@@ -20,16 +20,20 @@ use crate::hash::FxHashMap;
 pub const WINDOW_MAX: usize = 4096;
 
 /// A map from `u64` ids to `V`, fastest when ids come in increasing order (see the module docs).
+///
+/// The common cases are a few instructions inlined at the caller: an insert one past the
+/// window's end, a lookup inside the window, a removal at either end of it. Anything else
+/// (a straggler, a gap, a ring to grow) goes out of line.
 #[derive(Debug, Clone)]
 pub struct IdMap<V> {
     /// The id of the window's first slot; it only grows, and every key of `older` is below it.
     base: u64,
-    /// The window: a ring of `slots.len()` slots (0 or a power of two), of which the `len` from
-    /// `head` on hold ids `base..base + len`; when `len > 0` the first and last of them are
-    /// `Some`. Every slot outside them is `None`, so the window moves on past an empty slot
-    /// without moving anything.
+    /// The window: a ring of `slots.len()` slots (0 or a power of two) in which id `id` has
+    /// slot `id & (slots.len() - 1)` (no separate head to add: the window's front is `base`'s
+    /// slot). The window spans ids `base..base + len`; when `len > 0` the first and last of
+    /// them are `Some`. Every slot outside it is `None`, so the window moves on past an empty
+    /// slot without moving anything, and an append finds its slot empty.
     slots: Vec<Option<V>>,
-    head: usize,
     len: usize,
     /// `Some` slots in the window.
     in_window: usize,
@@ -42,7 +46,6 @@ impl<V> Default for IdMap<V> {
         IdMap {
             base: 0,
             slots: Vec::new(),
-            head: 0,
             len: 0,
             in_window: 0,
             older: FxHashMap::default(),
@@ -66,36 +69,51 @@ impl<V> IdMap<V> {
         self.len() == 0
     }
 
-    /// The ring position of the window's `offset`-th slot (`slots` is not empty).
+    /// The ring slot of `id` (`slots` is not empty; meaningful only for an id the window
+    /// spans, or the one just past it when the ring has room).
     #[inline]
-    fn at(&self, offset: usize) -> usize {
-        (self.head + offset) & (self.slots.len() - 1)
+    fn slot(&self, id: u64) -> usize {
+        // Truncating on a 32-bit target keeps the low bits, which are all the mask keeps.
+        (id as usize) & (self.slots.len().wrapping_sub(1))
     }
 
-    /// The ring position of `id`, if the window spans it.
+    /// `id`'s offset into the window, if the window spans it. One comparison: an id below
+    /// `base` wraps to an offset far past any window.
     #[inline]
-    fn position(&self, id: u64) -> Option<usize> {
-        let offset = id.checked_sub(self.base)?;
-        (offset < self.len as u64).then(|| self.at(offset as usize))
+    fn offset(&self, id: u64) -> Option<u64> {
+        let offset = id.wrapping_sub(self.base);
+        (offset < self.len as u64).then_some(offset)
     }
 
     /// The entry of `id`.
     #[inline]
     pub fn get(&self, id: u64) -> Option<&V> {
-        if id < self.base {
-            return self.older.get(&id);
+        if self.offset(id).is_some() {
+            return self.slots[self.slot(id)].as_ref();
         }
-        self.slots[self.position(id)?].as_ref()
+        if id < self.base {
+            return self.older_get(id);
+        }
+        None
     }
 
     /// The entry of `id`, to change.
     #[inline]
     pub fn get_mut(&mut self, id: u64) -> Option<&mut V> {
+        if self.offset(id).is_some() {
+            let at = self.slot(id);
+            return self.slots[at].as_mut();
+        }
         if id < self.base {
             return self.older.get_mut(&id);
         }
-        let at = self.position(id)?;
-        self.slots[at].as_mut()
+        None
+    }
+
+    /// The entry of an id below the window (out of line: rare, and a hash lookup).
+    #[inline(never)]
+    fn older_get(&self, id: u64) -> Option<&V> {
+        self.older.get(&id)
     }
 
     /// Whether `id` has an entry.
@@ -107,10 +125,29 @@ impl<V> IdMap<V> {
     /// Sets `id`'s entry to `value`; the one it replaces, if any.
     #[inline]
     pub fn insert(&mut self, id: u64, value: V) -> Option<V> {
+        // The common case: the id just past the window's end, with room in the ring (its slot
+        // is outside the window, so empty).
+        if id.wrapping_sub(self.base) == self.len as u64 && self.len < self.slots.len() {
+            let at = self.slot(id);
+            debug_assert!(self.slots[at].is_none());
+            self.slots[at] = Some(value);
+            self.len += 1;
+            self.in_window += 1;
+            self.check();
+            return None;
+        }
+        self.insert_elsewhere(id, value)
+    }
+
+    /// [`IdMap::insert`] of an id below the window, inside it, or past its end with a gap or
+    /// with no room left in the ring.
+    #[inline(never)]
+    fn insert_elsewhere(&mut self, id: u64, value: V) -> Option<V> {
         if id < self.base {
             return self.older.insert(id, value);
         }
-        if let Some(at) = self.position(id) {
+        if self.offset(id).is_some() {
+            let at = self.slot(id);
             let before = self.slots[at].replace(value);
             self.in_window += usize::from(before.is_none());
             return before;
@@ -127,7 +164,7 @@ impl<V> IdMap<V> {
         if offset >= self.slots.len() {
             self.grow(offset + 1);
         }
-        let at = self.at(offset);
+        let at = self.slot(id);
         self.slots[at] = Some(value);
         self.len = offset + 1;
         self.in_window += 1;
@@ -138,58 +175,107 @@ impl<V> IdMap<V> {
     /// Removes `id`'s entry and returns it.
     #[inline]
     pub fn remove(&mut self, id: u64) -> Option<V> {
-        if id < self.base {
-            return self.older.remove(&id);
-        }
-        let at = self.position(id)?;
+        let Some(offset) = self.offset(id) else {
+            return self.remove_older(id);
+        };
+        let at = self.slot(id);
         let value = self.slots[at].take()?;
         self.in_window -= 1;
-        self.trim();
+        // Only a removal at an end narrows the window; one inside leaves a hole.
+        if offset == 0 {
+            self.trim_front();
+        } else if offset == self.len as u64 - 1 {
+            self.trim_back();
+        }
         self.check();
         Some(value)
     }
 
-    /// A ring of at least `slots` slots (a power of two), the window's slots first.
+    /// [`IdMap::remove`] of an id the window does not span (out of line: rare).
+    #[inline(never)]
+    fn remove_older(&mut self, id: u64) -> Option<V> {
+        if id < self.base {
+            return self.older.remove(&id);
+        }
+        None
+    }
+
+    /// A ring of at least `slots` slots (a power of two), each of the window's entries moved
+    /// to its id's slot in it.
     #[cold]
     fn grow(&mut self, slots: usize) {
         let size = slots.next_power_of_two().max(16);
         let mut ring: Vec<Option<V>> = Vec::with_capacity(size);
-        for offset in 0..self.len {
-            let at = self.at(offset);
-            ring.push(self.slots[at].take());
-        }
         ring.resize_with(size, || None);
+        for offset in 0..self.len {
+            let id = self.base.wrapping_add(offset as u64);
+            let from = self.slot(id);
+            ring[(id as usize) & (size - 1)] = self.slots[from].take();
+        }
         self.slots = ring;
-        self.head = 0;
     }
 
     /// Moves the window's first entry to the hash map (the window moves on past it).
     fn retire_front(&mut self) {
-        if let Some(value) = self.slots[self.head].take() {
+        let at = self.slot(self.base);
+        if let Some(value) = self.slots[at].take() {
             self.older.insert(self.base, value);
             self.in_window -= 1;
         }
-        self.head = self.at(1);
         self.base += 1;
         self.len -= 1;
         self.trim();
     }
 
-    /// Leaves out the empty slots at both ends of the window (the front's move `base` on).
+    /// After the window's first slot was emptied: moves `base` on past the empty slots.
     #[inline]
-    fn trim(&mut self) {
+    fn trim_front(&mut self) {
         if self.in_window == 0 {
-            // Saturating: past an entry of id u64::MAX, nothing is left to span.
-            self.base = self.base.saturating_add(self.len as u64);
-            self.len = 0;
+            self.empty_window();
             return;
         }
-        while self.slots[self.head].is_none() {
-            self.head = self.at(1);
+        // The last slot is `Some`, so the loop stops at it at the latest (and `base` stays
+        // below it: no overflow).
+        loop {
+            self.base += 1;
+            self.len -= 1;
+            if self.slots[self.slot(self.base)].is_some() {
+                return;
+            }
+        }
+    }
+
+    /// After the window's last slot was emptied (the first is `Some`): shortens the window
+    /// past the empty slots at its end.
+    #[inline]
+    fn trim_back(&mut self) {
+        loop {
+            self.len -= 1;
+            let last = self.base + (self.len as u64 - 1);
+            if self.slots[self.slot(last)].is_some() {
+                return;
+            }
+        }
+    }
+
+    /// A window with no entry left spans nothing, starting just past where it ended.
+    fn empty_window(&mut self) {
+        // Saturating: past an entry of id u64::MAX, nothing is left to span.
+        self.base = self.base.saturating_add(self.len as u64);
+        self.len = 0;
+    }
+
+    /// Leaves out the empty slots at both ends of the window (the front's move `base` on).
+    fn trim(&mut self) {
+        if self.in_window == 0 {
+            self.empty_window();
+            return;
+        }
+        while self.slots[self.slot(self.base)].is_none() {
             self.base += 1;
             self.len -= 1;
         }
-        while self.slots[self.at(self.len - 1)].is_none() {
+        while self.slots[self.slot(self.base + (self.len as u64 - 1))].is_none() {
             self.len -= 1;
         }
     }
@@ -197,8 +283,9 @@ impl<V> IdMap<V> {
     /// The window's entries with their ids, in id order.
     fn window(&self) -> impl Iterator<Item = (u64, &V)> + '_ {
         (0..self.len).filter_map(move |offset| {
-            let value = self.slots[self.at(offset)].as_ref()?;
-            Some((self.base + offset as u64, value))
+            let id = self.base + offset as u64;
+            let value = self.slots[self.slot(id)].as_ref()?;
+            Some((id, value))
         })
     }
 
@@ -225,8 +312,8 @@ impl<V> IdMap<V> {
     /// Keeps only the entries `keep` says yes to.
     pub fn retain(&mut self, mut keep: impl FnMut(u64, &mut V) -> bool) {
         for offset in 0..self.len {
-            let at = self.at(offset);
             let id = self.base + offset as u64;
+            let at = self.slot(id);
             if self.slots[at].as_mut().is_some_and(|v| !keep(id, v)) {
                 self.slots[at] = None;
                 self.in_window -= 1;
@@ -241,33 +328,42 @@ impl<V> IdMap<V> {
     pub fn drain(&mut self) -> Vec<(u64, V)> {
         let mut all = Vec::with_capacity(self.len());
         for offset in 0..self.len {
-            let at = self.at(offset);
+            let id = self.base + offset as u64;
+            let at = self.slot(id);
             if let Some(value) = self.slots[at].take() {
-                all.push((self.base + offset as u64, value));
+                all.push((id, value));
             }
         }
-        self.base = self.base.saturating_add(self.len as u64);
-        self.len = 0;
         self.in_window = 0;
+        self.empty_window();
         all.extend(self.older.drain());
         self.check();
         all
     }
 
     /// Debug builds check the layout's invariants after each change.
+    #[inline]
     fn check(&self) {
         if cfg!(debug_assertions) {
             debug_assert!(self.len <= self.slots.len() && self.slots.len() <= WINDOW_MAX);
             debug_assert!(self.slots.is_empty() || self.slots.len().is_power_of_two());
             debug_assert!(self.in_window <= self.len);
+            debug_assert!(self.len == 0 || self.base.checked_add(self.len as u64 - 1).is_some());
             if self.len > 0 {
-                debug_assert!(self.slots[self.head].is_some());
-                debug_assert!(self.slots[self.at(self.len - 1)].is_some());
+                debug_assert!(self.slots[self.slot(self.base)].is_some());
+                let last = self.base + (self.len as u64 - 1);
+                debug_assert!(self.slots[self.slot(last)].is_some());
             }
-            // Every slot outside the window is empty (checked in full only for small rings).
+            // Every slot outside the window is empty and the window holds `in_window`
+            // entries (checked in full only for small rings).
             if self.slots.len() <= 64 {
-                let outside = (self.len..self.slots.len()).map(|offset| self.at(offset));
-                debug_assert!(outside.clone().all(|at| self.slots[at].is_none()));
+                let inside = (0..self.len).map(|offset| self.base + offset as u64);
+                let filled = inside.filter(|&id| self.slots[self.slot(id)].is_some());
+                debug_assert_eq!(filled.count(), self.in_window);
+                debug_assert_eq!(self.slots.iter().flatten().count(), self.in_window);
+            }
+            if self.older.len() <= 64 {
+                debug_assert!(self.older.keys().all(|&id| id < self.base));
             }
         }
     }
@@ -335,6 +431,104 @@ mod tests {
         assert_eq!(map.get(7), None);
     }
 
+    #[test]
+    fn a_removal_at_either_end_narrows_the_window_past_its_holes() {
+        let mut map = IdMap::new();
+        for id in 10..20 {
+            map.insert(id, id);
+        }
+        for id in [11, 12, 15, 16, 17] {
+            assert_eq!(map.remove(id), Some(id));
+        }
+        assert_eq!((map.base, map.len), (10, 10), "holes inside change no end");
+        assert_eq!(map.remove(19), Some(19));
+        assert_eq!((map.base, map.len), (10, 9), "18 still ends it");
+        assert_eq!(map.remove(18), Some(18));
+        assert_eq!((map.base, map.len), (10, 5), "the back moved past 17..=15");
+        assert_eq!(map.remove(10), Some(10));
+        assert_eq!(
+            (map.base, map.len),
+            (13, 2),
+            "the front moved past 11 and 12"
+        );
+        // The id just past the end is an append again, into a slot left empty.
+        assert_eq!(map.insert(15, 150), None);
+        assert_eq!((map.base, map.len, map.in_window), (13, 3, 3));
+        assert_eq!(map.keys().collect::<Vec<_>>(), [13, 14, 15]);
+        assert_eq!(map.get(15), Some(&150));
+        assert_eq!(map.get(16), None);
+        assert_eq!(map.remove(16), None);
+        for id in [14, 13, 15] {
+            assert_eq!(map.remove(id), Some(if id == 15 { 150 } else { id }));
+        }
+        assert!(map.is_empty());
+        assert_eq!(
+            (map.base, map.len),
+            (16, 0),
+            "an emptied window starts past its end"
+        );
+    }
+
+    /// A window that goes round its ring many times, and a ring that grows while the window
+    /// wraps round its end: each entry stays in its id's slot and is found.
+    #[test]
+    fn a_window_wrapping_round_its_ring_and_growing_keeps_every_entry() {
+        let mut map = IdMap::new();
+        let mut front = 0u64;
+        for id in 0..1_000u64 {
+            map.insert(id, id * 3);
+            if id >= 10 {
+                assert_eq!(map.remove(front), Some(front * 3));
+                front += 1;
+            }
+        }
+        assert_eq!(
+            map.slots.len(),
+            16,
+            "a steady window of 10 stays in the first ring"
+        );
+        assert_eq!(map.base, 990);
+        // 990..1000 wraps round the ring's end (990 & 15 = 14); growing moves it.
+        for id in 1_000..1_100u64 {
+            map.insert(id, id * 3);
+        }
+        assert_eq!(map.slots.len(), 128);
+        assert_eq!(map.len(), 110);
+        for id in 990..1_100u64 {
+            assert_eq!(map.get(id), Some(&(id * 3)), "id {id}");
+        }
+        assert_eq!(map.get(989), None);
+        assert_eq!(map.get(1_100), None);
+        assert!(map.older.is_empty(), "nothing left the window");
+    }
+
+    #[test]
+    fn appends_up_to_the_last_id_and_removals_past_it() {
+        let mut map = IdMap::new();
+        let top = u64::MAX;
+        for id in top - 20..=top {
+            assert_eq!(map.insert(id, id), None);
+        }
+        assert_eq!((map.base, map.len), (top - 20, 21));
+        assert_eq!(map.get(top), Some(&top));
+        assert_eq!(map.remove(top), Some(top));
+        assert_eq!(map.len, 20, "the back moved in from the last id");
+        for id in top - 20..top {
+            assert_eq!(map.remove(id), Some(id));
+        }
+        assert!(map.is_empty());
+        assert_eq!(
+            (map.base, map.len),
+            (top, 0),
+            "saturated: top's slot is next"
+        );
+        assert_eq!(map.insert(top, 1), None);
+        assert_eq!(map.remove(top), Some(1));
+        assert_eq!(map.insert(top - 1, 2), None);
+        assert_eq!(map.older.len(), 1, "below the window: the hash map");
+        assert_eq!(map.get(top - 1), Some(&2));
+    }
+
     /// Random inserts, lookups and removals, ids mostly in increasing order with stragglers,
     /// against a `HashMap`.
     #[test]
@@ -377,6 +571,36 @@ mod tests {
             let mut want: Vec<_> = model.into_iter().collect();
             want.sort();
             assert_eq!(all, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// Any order of inserts, lookups and removals, near id 0 or near `u64::MAX`, agrees
+        /// with a `HashMap`, and the window keeps its layout (the debug checks).
+        #[test]
+        fn any_order_agrees_with_a_hash_map(
+            near_top: bool,
+            ops in proptest::collection::vec((0u8..4, 0u64..(2 * WINDOW_MAX as u64 + 64)), 1..400),
+        ) {
+            let start = if near_top { u64::MAX - 3 * WINDOW_MAX as u64 } else { 0 };
+            let mut map = IdMap::new();
+            let mut model = HashMap::new();
+            for (i, (op, spread)) in ops.into_iter().enumerate() {
+                // Mostly around a front that creeps up with the step, sometimes far.
+                let id = start.saturating_add(i as u64 * 8).saturating_add(spread % 96)
+                    .saturating_add(if spread > 2 * WINDOW_MAX as u64 { spread } else { 0 });
+                match op {
+                    0 | 1 => proptest::prop_assert_eq!(map.insert(id, i), model.insert(id, i)),
+                    2 => proptest::prop_assert_eq!(map.remove(id), model.remove(&id)),
+                    _ => proptest::prop_assert_eq!(map.get(id), model.get(&id)),
+                }
+                proptest::prop_assert_eq!(map.len(), model.len());
+            }
+            let mut all: Vec<_> = map.iter().map(|(id, v)| (id, *v)).collect();
+            all.sort();
+            let mut want: Vec<_> = model.into_iter().collect();
+            want.sort();
+            proptest::prop_assert_eq!(all, want);
         }
     }
 }
