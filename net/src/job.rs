@@ -494,7 +494,9 @@ struct State {
     blocked: u32,
 }
 
-/// The part of a job shared by its handle and the driver.
+/// The part of a job shared by its handle and the driver. Nothing in it depends on the job's
+/// settings (whether it streams is the driver's record of it), so a spare one serves any job
+/// as it is.
 pub(crate) struct JobShared {
     state: Mutex<State>,
     changed: Condvar,
@@ -502,22 +504,20 @@ pub(crate) struct JobShared {
     cancelled: AtomicBool,
     /// Set once the outcome is in `state`: a waiter may spin on it without the lock.
     ended: AtomicBool,
-    stream: bool,
 }
 
 impl JobShared {
-    pub(crate) fn new(stream: bool) -> JobShared {
+    pub(crate) fn new() -> JobShared {
         JobShared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             tasks_done: AtomicU64::new(0),
             cancelled: AtomicBool::new(false),
             ended: AtomicBool::new(false),
-            stream,
         }
     }
 
-    /// Empties this state, which nothing else holds, for a new job: what `new(false)` makes,
+    /// Empties this state, which nothing else holds, for a new job: what `new()` makes,
     /// written in place (its outcome, results and waker dropped; a big result queue's room
     /// given back).
     fn reset(&mut self) {
@@ -534,7 +534,6 @@ impl JobShared {
         *self.tasks_done.get_mut() = 0;
         *self.cancelled.get_mut() = false;
         *self.ended.get_mut() = false;
-        self.stream = false;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -545,12 +544,14 @@ impl JobShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// One task reached its final result (handed to the handle if the job streams).
-    pub(crate) fn task_done(&self, index: u32, result: Result<&Bytes, &str>) {
+    /// One task reached its final result.
+    #[inline]
+    pub(crate) fn task_done(&self) {
         self.tasks_done.fetch_add(1, Ordering::Relaxed);
-        if !self.stream {
-            return;
-        }
+    }
+
+    /// A streaming job's task result, for the handle to take (after [`JobShared::task_done`]).
+    pub(crate) fn stream_result(&self, index: u32, result: Result<&Bytes, &str>) {
         let result = result.cloned().map_err(str::to_owned);
         let mut state = self.lock();
         state.results.push_back((index, result));
@@ -683,20 +684,32 @@ const SPARE_RESULTS_MAX: usize = 64;
 pub(crate) struct SpareStates(Mutex<Vec<Arc<JobShared>>>);
 
 impl SpareStates {
-    /// A new job's state: a spare one if any, else a new one.
-    pub(crate) fn take(&self, stream: bool) -> Arc<JobShared> {
+    /// A new job's state: a spare one if any, else a new one. A spare one is taken as it is:
+    /// [`SpareStates::give`] kept it from its last holder, emptied, and nothing takes a clone
+    /// of it here, so its new job is its only user.
+    pub(crate) fn take(&self) -> Arc<JobShared> {
         let spare = self.lock().pop();
-        if let Some(mut shared) = spare {
-            if let Some(state) = Arc::get_mut(&mut shared) {
-                state.stream = stream;
-                return shared;
-            }
-        }
-        Arc::new(JobShared::new(stream))
+        debug_assert!(spare.as_ref().is_none_or(|s| Arc::strong_count(s) == 1));
+        spare.unwrap_or_else(|| Arc::new(JobShared::new()))
     }
 
     /// Keeps `shared` for a new job if this is its last holder (else it goes with the last).
-    pub(crate) fn give(&self, mut shared: Arc<JobShared>) {
+    #[inline]
+    pub(crate) fn give(&self, shared: Arc<JobShared>) {
+        // With another holder (the driver's record while the handle lives, or the handle),
+        // this one only lets go: a plain load, inline, since that is the rule for whichever of
+        // the two lets go first. `keep` checks again with `get_mut`, the check that counts (two
+        // holders letting go at once may both see the other: the state is then freed, not
+        // kept).
+        if Arc::strong_count(&shared) == 1 {
+            self.keep(shared);
+        }
+    }
+
+    /// [`SpareStates::give`] from what looked like the last holder (out of line, so that
+    /// `give` is a load and a branch where it is inlined).
+    #[inline(never)]
+    fn keep(&self, mut shared: Arc<JobShared>) {
         let Some(state) = Arc::get_mut(&mut shared) else {
             return;
         };
@@ -1039,9 +1052,10 @@ mod tests {
     #[test]
     fn a_spare_state_is_kept_only_from_its_last_holder_and_comes_back_new() {
         let spare = SpareStates::default();
-        let first = spare.take(true);
+        let first = spare.take();
         let first_ptr = Arc::as_ptr(&first);
-        first.task_done(0, Ok(&Bytes::from_static(b"result")));
+        first.task_done();
+        first.stream_result(0, Ok(&Bytes::from_static(b"result")));
         first.cancel();
         first.finish(JobOutcome::Succeeded(vec![Bytes::from_static(b"x")]));
         let other_holder = first.clone();
@@ -1050,26 +1064,27 @@ mod tests {
         spare.give(other_holder);
         assert_eq!(spare.lock().len(), 1, "its last holder's gives it back");
 
-        let second = spare.take(false);
+        let second = spare.take();
         assert_eq!(Arc::as_ptr(&second), first_ptr, "the spare state is reused");
         assert_eq!(second.tasks_done.load(Ordering::Relaxed), 0);
-        assert!(!second.is_cancelled() && !second.is_ended() && !second.stream);
+        assert!(!second.is_cancelled() && !second.is_ended());
         let state = second.lock();
         assert!(state.outcome.is_none() && !state.ended && state.results.is_empty());
         assert!(state.waker.is_none() && state.blocked == 0);
         drop(state);
         assert_eq!(spare.lock().len(), 0);
         // A streaming job's big queue of results is not kept with its state.
-        let big = spare.take(true);
+        let big = spare.take();
         for i in 0..=SPARE_RESULTS_MAX as u32 {
-            big.task_done(i, Ok(&Bytes::from_static(b"r")));
+            big.task_done();
+            big.stream_result(i, Ok(&Bytes::from_static(b"r")));
         }
         spare.give(big);
-        let third = spare.take(false);
+        let third = spare.take();
         assert_eq!(third.lock().results.capacity(), 0, "its room given back");
 
         for _ in 0..SPARE_STATES_MAX + 10 {
-            spare.give(Arc::new(JobShared::new(false)));
+            spare.give(Arc::new(JobShared::new()));
         }
         assert_eq!(spare.lock().len(), SPARE_STATES_MAX, "bounded");
     }

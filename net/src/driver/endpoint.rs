@@ -391,7 +391,7 @@ fn open(handles: &mut Handles, submission: Submission) -> Option<(JobId, Job)> {
     } = submission;
     let observer = job.observer.take();
     handles
-        .open(id, shared, observer, job.len())
+        .open(id, shared, observer, job.len(), job.stream)
         .then_some((id, job))
 }
 

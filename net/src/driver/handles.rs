@@ -23,6 +23,8 @@ struct Entry {
     observer: Option<Observer>,
     /// Tasks in the job, given back to admission when it ends.
     tasks: usize,
+    /// Whether its handle takes its results as they come ([`crate::Job::stream_results`]).
+    stream: bool,
 }
 
 /// The callers' side (see the module docs).
@@ -45,14 +47,17 @@ impl Handles {
         }
     }
 
-    /// A job on its way to the core, admitted under `id` with `tasks` tasks: whether it goes
-    /// there. One its handle cancelled already ends here as cancelled.
+    /// A job on its way to the core, admitted under `id` with `tasks` tasks (streaming its
+    /// results to the handle if `stream`): whether it goes there. One its handle cancelled
+    /// already ends here as cancelled.
+    #[inline]
     pub(crate) fn open(
         &mut self,
         id: JobId,
         shared: Arc<JobShared>,
         observer: Option<Observer>,
         tasks: usize,
+        stream: bool,
     ) -> bool {
         if shared.is_cancelled() {
             self.admission.release(tasks);
@@ -63,6 +68,7 @@ impl Handles {
             shared,
             observer,
             tasks,
+            stream,
         };
         let before = self.jobs.insert(id.0, entry);
         assert!(before.is_none(), "job {} opened twice", id.0);
@@ -85,7 +91,10 @@ impl Handles {
                         continue;
                     };
                     let result = result.as_ref().map_err(String::as_str);
-                    entry.shared.task_done(task.index(), result);
+                    entry.shared.task_done();
+                    if entry.stream {
+                        entry.shared.stream_result(task.index(), result);
+                    }
                     if let Some(observer) = entry.observer.as_mut() {
                         observer.see(task.index(), result);
                     }

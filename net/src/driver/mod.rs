@@ -601,7 +601,7 @@ impl Driver {
         // A job with locality: its task specs made here, not on the loop.
         job.prepare();
         let tasks = job.len();
-        let shared = self.side.spare.take(job.stream);
+        let shared = self.side.spare.take();
         let submission = Submission {
             id,
             job,

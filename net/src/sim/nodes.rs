@@ -141,9 +141,9 @@ impl DriverNode {
         let id = self.admission.admit(&job).map_err(|e| e.to_string())?;
         job.prepare();
         let tasks = job.len() as u64;
-        let shared = self.cancels.1.take(job.stream);
+        let shared = self.cancels.1.take();
         let observer = job.observer.take();
-        if (self.handles).open(id, shared.clone(), observer, tasks as usize) {
+        if (self.handles).open(id, shared.clone(), observer, tasks as usize, job.stream) {
             self.core.submit(id, job, now_us);
         }
         self.hand_events();
