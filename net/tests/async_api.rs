@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_net::driver::{Driver, DriverConfig, DriverError, Rejected};
+use flint_net::driver::{Driver, DriverConfig, DriverError, Rejected, FUNCTION_NAME_MAX_BYTES};
 use flint_net::job::{Job, JobOutcome, TaskResult};
 use flint_net::Registry;
 use futures_core::Stream;
@@ -190,6 +190,52 @@ fn a_full_inbox_hands_jobs_back_and_submit_async_waits_without_blocking() {
         assert!(matches!(outcome, JobOutcome::Succeeded(_)), "{outcome:?}");
         tick.abort();
     });
+    for handle in accepted {
+        assert!(matches!(handle.wait(), JobOutcome::Succeeded(_)));
+    }
+    assert!(matches!(held.wait(), JobOutcome::Succeeded(_)));
+}
+
+/// While the loop is held and its inbox full, the blocking `submit` backs off and tries again
+/// (it neither hands the job back nor fails) and goes through once the loop makes room; a job
+/// refused for what it is comes back at once, without retries.
+#[test]
+fn a_full_inbox_makes_submit_back_off_until_the_loop_makes_room() {
+    let driver = Arc::new(local_driver(1));
+    let (held, release_tx) = common::hold_loop(&driver);
+    let mut accepted = Vec::new();
+    let busy = loop {
+        match driver.try_submit(Job::new("noop", vec![Bytes::new()])) {
+            Ok(handle) => accepted.push(handle),
+            Err(rejected) => break rejected,
+        }
+        assert!(accepted.len() < 1_000_000, "the inbox never filled");
+    };
+    assert!(matches!(busy.error, DriverError::Busy), "{:?}", busy.error);
+    let too_long = Job::new("f".repeat(FUNCTION_NAME_MAX_BYTES + 1), vec![Bytes::new()]);
+    assert!(
+        matches!(driver.submit(too_long), Err(DriverError::Submit(_))),
+        "refused at once, busy or not"
+    );
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let submitter = driver.clone();
+    let thread = std::thread::spawn(move || {
+        let _ = done_tx.send(submitter.submit(*busy.job));
+    });
+    // Still trying while the loop is held (a wrong `submit` answers `Busy` at once).
+    match done_rx.recv_timeout(Duration::from_millis(50)) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        other => panic!("submit returned while the inbox was full: {other:?}"),
+    }
+    release_tx.send(()).expect("release");
+    let handle = (done_rx.recv_timeout(DEADLINE))
+        .expect("submit returned once room came")
+        .expect("submitted");
+    thread.join().expect("no panic");
+    assert!(matches!(
+        handle.wait_timeout(DEADLINE),
+        Ok(JobOutcome::Succeeded(_))
+    ));
     for handle in accepted {
         assert!(matches!(handle.wait(), JobOutcome::Succeeded(_)));
     }

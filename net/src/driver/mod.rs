@@ -602,39 +602,42 @@ impl Driver {
         job.prepare();
         let tasks = job.len();
         let shared = self.side.spare.take();
-        let submission = Submission {
-            id,
-            job,
-            shared: shared.clone(),
-        };
-        match self.submissions.push(submission) {
+        // The handle's clone taken first, so the job moves into the queue's slot once.
+        let handle_shared = shared.clone();
+        match self.submissions.push(Submission { id, job, shared }) {
             Ok(kick) => self.kick(kick),
-            Err(submission) => {
-                let msg = DriverMsg::Submit(Box::new(submission));
-                if let Err(error) = self.endpoint.send(msg) {
-                    self.admission.release(tasks);
-                    let busy = matches!(error, SendError::Full(_));
-                    let DriverMsg::Submit(submission) = error.into_inner() else {
-                        unreachable!("the message sent was a Submit");
-                    };
-                    let error = if busy {
-                        DriverError::Busy
-                    } else {
-                        DriverError::Stopped
-                    };
-                    return Err(Rejected {
-                        error,
-                        job: Box::new(submission.job),
-                    });
-                }
-            }
+            Err(submission) => self.send_instead(submission, tasks)?,
         }
         Ok(JobHandle {
             id: id.0,
             tasks: tasks as u64,
-            shared: std::mem::ManuallyDrop::new(shared),
+            shared: std::mem::ManuallyDrop::new(handle_shared),
             driver: self.side.clone(),
             detached: false,
+        })
+    }
+
+    /// A submission the queue had no room for goes in a message of its own; a full inbox or
+    /// a stopped loop hands its job back (its room under the limits given back).
+    #[cold]
+    fn send_instead(&self, submission: Submission, tasks: usize) -> Result<(), Rejected> {
+        let msg = DriverMsg::Submit(Box::new(submission));
+        let Err(error) = self.endpoint.send(msg) else {
+            return Ok(());
+        };
+        self.admission.release(tasks);
+        let busy = matches!(error, SendError::Full(_));
+        let DriverMsg::Submit(submission) = error.into_inner() else {
+            unreachable!("the message sent was a Submit");
+        };
+        let error = if busy {
+            DriverError::Busy
+        } else {
+            DriverError::Stopped
+        };
+        Err(Rejected {
+            error,
+            job: Box::new(submission.job),
         })
     }
 
@@ -662,31 +665,41 @@ impl Driver {
     /// loop's inbox is full it backs off and tries again (for up to a minute) rather than
     /// handing the job back. Async code uses [`submit_async`](Self::submit_async).
     pub fn submit(&self, job: Job) -> Result<JobHandle, DriverError> {
-        // The clock is read only once the loop is busy (most submissions go through at once).
-        let mut deadline = None;
+        // Most submissions go through at once: the retries (and the clock) are out of line.
+        match self.try_submit(job) {
+            Ok(handle) => Ok(handle),
+            Err(rejected) => self.submit_again(rejected),
+        }
+    }
+
+    /// [`submit`](Self::submit) after its first try was `rejected`: while the loop is busy,
+    /// backs off and tries again, for up to a minute from now.
+    #[cold]
+    fn submit_again(&self, rejected: Rejected) -> Result<JobHandle, DriverError> {
+        let deadline = flint_engine::runtime::deadline_after(Duration::from_secs(60));
         let mut tries = 0u32;
-        let mut job = job;
+        let mut rejected = rejected;
         loop {
-            match self.try_submit(job) {
-                Ok(handle) => return Ok(handle),
-                Err(Rejected {
-                    error: DriverError::Busy,
-                    job: back,
-                }) if Instant::now()
-                    < *deadline.get_or_insert_with(|| {
-                        flint_engine::runtime::deadline_after(Duration::from_secs(60))
-                    }) =>
-                {
-                    job = *back;
-                    tries = tries.saturating_add(1);
-                    if tries < 16 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(50));
-                    }
-                }
-                Err(rejected) => return Err(rejected.error),
+            let Rejected {
+                error: DriverError::Busy,
+                job,
+            } = rejected
+            else {
+                return Err(rejected.error);
+            };
+            if Instant::now() >= deadline {
+                return Err(DriverError::Busy);
             }
+            tries = tries.saturating_add(1);
+            if tries < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            rejected = match self.try_submit(*job) {
+                Ok(handle) => return Ok(handle),
+                Err(again) => again,
+            };
         }
     }
 
