@@ -141,13 +141,9 @@ fn limits_are_checked_on_the_callers_thread_and_the_job_comes_back() {
     assert!(matches!(handle.wait(), JobOutcome::Succeeded(_)));
 }
 
-/// While the loop is held (an observer blocks it) the inbox fills: `try_submit` hands jobs
-/// back with `Busy`, and `submit_async` waits without blocking its thread (a second task on
-/// the same single-threaded runtime keeps running) and goes through once the loop makes room.
-#[test]
-fn a_full_inbox_hands_jobs_back_and_submit_async_waits_without_blocking() {
-    let driver = Arc::new(local_driver(1));
-    let (held, release_tx) = common::hold_loop(&driver);
+/// Submits one-task jobs to `driver`, whose loop is held, until one comes back `Busy`: the
+/// handles accepted, and the job handed back.
+fn fill_inbox(driver: &Driver) -> (Vec<flint_net::job::JobHandle>, Rejected) {
     let mut accepted = Vec::new();
     let busy = loop {
         match driver.try_submit(Job::new("noop", vec![Bytes::new()])) {
@@ -157,6 +153,17 @@ fn a_full_inbox_hands_jobs_back_and_submit_async_waits_without_blocking() {
         assert!(accepted.len() < 1_000_000, "the inbox never filled");
     };
     assert!(matches!(busy.error, DriverError::Busy), "{:?}", busy.error);
+    (accepted, busy)
+}
+
+/// While the loop is held (an observer blocks it) the inbox fills: `try_submit` hands jobs
+/// back with `Busy`, and `submit_async` waits without blocking its thread (a second task on
+/// the same single-threaded runtime keeps running) and goes through once the loop makes room.
+#[test]
+fn a_full_inbox_hands_jobs_back_and_submit_async_waits_without_blocking() {
+    let driver = Arc::new(local_driver(1));
+    let (held, release_tx) = common::hold_loop(&driver);
+    let (accepted, busy) = fill_inbox(&driver);
     // The submissions queue (1,024 jobs) filled first, then the inbox took jobs in messages
     // of their own: both paths are in what comes back below.
     assert!(accepted.len() > 1024, "{} accepted", accepted.len());
@@ -203,15 +210,7 @@ fn a_full_inbox_hands_jobs_back_and_submit_async_waits_without_blocking() {
 fn a_full_inbox_makes_submit_back_off_until_the_loop_makes_room() {
     let driver = Arc::new(local_driver(1));
     let (held, release_tx) = common::hold_loop(&driver);
-    let mut accepted = Vec::new();
-    let busy = loop {
-        match driver.try_submit(Job::new("noop", vec![Bytes::new()])) {
-            Ok(handle) => accepted.push(handle),
-            Err(rejected) => break rejected,
-        }
-        assert!(accepted.len() < 1_000_000, "the inbox never filled");
-    };
-    assert!(matches!(busy.error, DriverError::Busy), "{:?}", busy.error);
+    let (accepted, busy) = fill_inbox(&driver);
     let too_long = Job::new("f".repeat(FUNCTION_NAME_MAX_BYTES + 1), vec![Bytes::new()]);
     assert!(
         matches!(driver.submit(too_long), Err(DriverError::Submit(_))),
