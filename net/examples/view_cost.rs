@@ -34,7 +34,7 @@ fn busy() -> LoopTelemetry {
     let mut now = 0;
     for job in 1..=150u64 {
         let id = JobId(job);
-        t.job_submitted(now, id, &Arc::from("noop"), 1_000_000, "default");
+        t.job_submitted(now, id, Some(&Arc::from("noop")), 1_000_000, "default");
         for index in 0..4_000u32 {
             now += 1_000;
             let task = TaskId::new(id, index);

@@ -308,6 +308,14 @@ fn sampled(task: TaskId) -> bool {
     (task.job().0.wrapping_add(u64::from(task.index()))) % u64::from(SAMPLE_EVERY) == 0
 }
 
+/// Makes `kept` name `new`, unless it is that very name already (no reference count changes).
+#[inline]
+fn keep_or_share(kept: &mut std::sync::Arc<str>, new: &std::sync::Arc<str>) {
+    if !std::sync::Arc::ptr_eq(kept, new) {
+        *kept = new.clone();
+    }
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -339,33 +347,47 @@ struct JobTrack {
     delays: Samples,
 }
 
+/// What a job's record starts from ([`LoopTelemetry::job_submitted`]); the names are borrowed,
+/// so a record that names the same ones as the record before it in its slot keeps them (no
+/// reference count changes).
+struct NewJob<'a> {
+    span: tracing::Span,
+    function: &'a std::sync::Arc<str>,
+    pool: &'a std::sync::Arc<str>,
+    tasks: u64,
+    submitted_us: u64,
+}
+
 impl JobTrack {
-    /// Takes `new`'s place where this record lies (its slot freed), keeping its vectors' room:
-    /// a job's record is written field by field, and its samples allocate nothing after the
-    /// first jobs.
-    fn refill(&mut self, new: JobTrack) {
-        let JobTrack {
-            span,
-            function,
-            pool,
-            tasks,
-            tasks_done,
-            attempts_failed,
-            copies,
-            submitted_us,
-            failures,
-            durations,
-            delays,
-        } = new;
-        debug_assert!(failures.is_empty() && durations.is_empty() && delays.is_empty());
-        self.span = span;
-        self.function = function;
-        self.pool = pool;
-        self.tasks = tasks;
-        self.tasks_done = tasks_done;
-        self.attempts_failed = attempts_failed;
-        self.copies = copies;
-        self.submitted_us = submitted_us;
+    /// The record of a job just submitted.
+    fn new(new: NewJob<'_>) -> JobTrack {
+        JobTrack {
+            span: new.span,
+            function: new.function.clone(),
+            pool: new.pool.clone(),
+            tasks: new.tasks,
+            tasks_done: 0,
+            attempts_failed: 0,
+            copies: 0,
+            submitted_us: new.submitted_us,
+            failures: Vec::new(),
+            durations: Samples::default(),
+            delays: Samples::default(),
+        }
+    }
+
+    /// Becomes `new`'s record where this one lies (its slot freed), keeping its vectors' room
+    /// and, when the job before named the same function or pool (most do), its names: a job's
+    /// record is written field by field, and its samples allocate nothing after the first jobs.
+    fn refill(&mut self, new: NewJob<'_>) {
+        self.span = new.span;
+        keep_or_share(&mut self.function, new.function);
+        keep_or_share(&mut self.pool, new.pool);
+        self.tasks = new.tasks;
+        self.tasks_done = 0;
+        self.attempts_failed = 0;
+        self.copies = 0;
+        self.submitted_us = new.submitted_us;
         self.failures.clear();
         self.durations.clear();
         self.delays.clear();
@@ -444,6 +466,8 @@ pub struct LoopTelemetry {
     done_pending: (JobId, u64),
     /// The default pool's name, shared by every job in it.
     default_pool: std::sync::Arc<str>,
+    /// The function name a job of no tasks shows (none), shared by every such job.
+    no_function: std::sync::Arc<str>,
     executors: FxHashMap<ExecutorId, ExecutorTrack>,
     removed: VecDeque<ExecutorView>,
     failures: VecDeque<FailureView>,
@@ -469,6 +493,7 @@ impl LoopTelemetry {
             jobs: Tracks::default(),
             done_pending: (JobId(u64::MAX), 0),
             default_pool: std::sync::Arc::from("default"),
+            no_function: std::sync::Arc::from(""),
             executors: FxHashMap::default(),
             removed: VecDeque::new(),
             failures: VecDeque::new(),
@@ -485,37 +510,36 @@ impl LoopTelemetry {
         }
     }
 
-    /// A job went into the scheduler (in `pool`): its span opens.
+    /// A job went into the scheduler (in `pool`): its span opens. `function` is `None` for a
+    /// job of no tasks (it shows none).
     pub fn job_submitted(
         &mut self,
         now_us: u64,
         job: JobId,
-        function: &std::sync::Arc<str>,
+        function: Option<&std::sync::Arc<str>>,
         tasks: usize,
         pool: &str,
     ) {
+        let function = function.unwrap_or(&self.no_function);
         let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
         tracing::info!(parent: &span, "job submitted");
         self.jobs_submitted += 1;
-        self.jobs.open(
-            job,
-            JobTrack {
-                span,
-                function: function.clone(),
-                pool: match pool {
-                    "default" => self.default_pool.clone(),
-                    other => std::sync::Arc::from(other),
-                },
-                tasks: tasks as u64,
-                tasks_done: 0,
-                attempts_failed: 0,
-                copies: 0,
-                submitted_us: now_us,
-                failures: Vec::new(),
-                durations: Samples::default(),
-                delays: Samples::default(),
-            },
-        );
+        let named;
+        let pool = match pool {
+            "default" => &self.default_pool,
+            other => {
+                named = std::sync::Arc::from(other);
+                &named
+            }
+        };
+        let new = NewJob {
+            span,
+            function,
+            pool,
+            tasks: tasks as u64,
+            submitted_us: now_us,
+        };
+        self.jobs.open(job, new);
     }
 
     /// A task of `job` reached its final result.
@@ -529,10 +553,14 @@ impl LoopTelemetry {
         }
     }
 
-    /// Adds the pending run of done tasks to its job's record.
+    /// Adds the pending run of done tasks to its job's record (none is pending once its job's
+    /// end took it: no lookup then).
     fn count_done(&mut self) {
         let job = self.done_pending.0;
         let done = std::mem::take(&mut self.done_pending.1);
+        if done == 0 {
+            return;
+        }
         if let Some(track) = self.jobs.get_mut(job) {
             track.tasks_done += done;
         }
@@ -549,7 +577,12 @@ impl LoopTelemetry {
 
     /// A job ended: logged in its span, moved to the recent jobs.
     pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd) {
-        self.count_done();
+        // Its own done tasks still pending go onto the record its end finds anyway (one lookup,
+        // not two); another job's stay pending, counted when their run ends.
+        let done = match self.done_pending.0 == job {
+            true => std::mem::take(&mut self.done_pending.1),
+            false => 0,
+        };
         let (state, slot) = match outcome {
             JobEnd::Succeeded => ("SUCCEEDED", 0),
             JobEnd::Failed(_) => ("FAILED", 1),
@@ -558,6 +591,7 @@ impl LoopTelemetry {
         let Some(track) = self.jobs.close(job, state, now_us) else {
             return;
         };
+        track.tasks_done += done;
         self.jobs_over[slot] += 1;
         let duration_us = now_us.saturating_sub(track.submitted_us);
         self.job_latency.observe(duration_us);

@@ -29,7 +29,7 @@ fn launch(task: TaskId, attempt: u32, speculative: bool) -> TaskLaunch {
 fn jobs_keep_their_sampled_times_copies_and_bars() {
     let mut t = LoopTelemetry::new(Instant::now());
     let job = JobId(16);
-    t.job_submitted(0, job, &std::sync::Arc::from("f"), 64, "pool-a");
+    t.job_submitted(0, job, Some(&std::sync::Arc::from("f")), 64, "pool-a");
     t.executor_registered(ExecutorId(1), "e1", "h", 2);
     // Tasks 0, 16, 32, 48 are sampled (16 + index divisible by 16).
     for index in 0..64 {
@@ -81,7 +81,7 @@ fn jobs_keep_their_sampled_times_copies_and_bars() {
 fn failures_are_counted_per_job_and_executor() {
     let mut t = LoopTelemetry::new(Instant::now());
     let job = JobId(7);
-    t.job_submitted(0, job, &std::sync::Arc::from("hash"), 2, "default");
+    t.job_submitted(0, job, Some(&std::sync::Arc::from("hash")), 2, "default");
     t.executor_registered(ExecutorId(1), "e1", "h", 2);
     let task = TaskId::new(job, 9); // sampled: 7 + 9 = 16
     t.launched(50, &launch(task, 0, false), ExecutorId(1), || 0);
@@ -116,8 +116,8 @@ fn tasks_done_are_counted_per_job_across_interleaved_runs() {
     let mut t = LoopTelemetry::new(Instant::now());
     let (a, b) = (JobId(1), JobId(2));
     let f = std::sync::Arc::from("f");
-    t.job_submitted(0, a, &f, 5, "default");
-    t.job_submitted(0, b, &f, 5, "default");
+    t.job_submitted(0, a, Some(&f), 5, "default");
+    t.job_submitted(0, b, Some(&f), 5, "default");
     for job in [a, a, b, a, b, b, b] {
         t.task_done(job);
     }
@@ -136,4 +136,12 @@ fn tasks_done_are_counted_per_job_across_interleaved_runs() {
     t.job_over(2_000, b, JobEnd::Succeeded);
     t.task_done(a);
     assert_eq!(done(&t), [(1, 4), (2, 5)], "an ended job keeps its count");
+    // A run pending while another job ends stays its own job's, and its job's end takes it.
+    let c = JobId(3);
+    t.job_submitted(2_000, c, Some(&f), 1, "default");
+    t.task_done(a);
+    t.job_over(2_500, c, JobEnd::Cancelled);
+    assert_eq!(done(&t), [(1, 5), (2, 5), (3, 0)]);
+    t.job_over(3_000, a, JobEnd::Succeeded);
+    assert_eq!(done(&t), [(1, 5), (2, 5), (3, 0)], "the last run counted");
 }

@@ -1,15 +1,24 @@
 //! The telemetry's job records, from a job's submission until it leaves the recent jobs. Each
 //! record stays in one slot of a slab for all that time: the active jobs map an id to its slot,
-//! the recent jobs are slot numbers, newest first. A job's end moves a slot number (4 bytes),
-//! not its record (about 200); a slot freed by the oldest recent job takes the next job's record,
-//! written in place over the old one, whose vectors keep their room.
-
-use std::collections::VecDeque;
+//! the recent jobs are slot numbers in a ring, newest last. A job's end moves a slot number (4
+//! bytes), not its record (about 200); a slot freed by the oldest recent job takes the next
+//! job's record, written in place over the old one, whose vectors keep their room.
 
 use flint_engine::ids::IdMap;
 use flint_engine::scheduler::JobId;
 
-use super::{JobTrack, RECENT_JOBS_MAX};
+use super::{JobTrack, NewJob, RECENT_JOBS_MAX};
+
+/// A job that ended, as the recent jobs keep it.
+#[derive(Clone, Copy)]
+struct Ended {
+    job: JobId,
+    slot: u32,
+    /// Its final state.
+    state: &'static str,
+    /// When it ended (micros).
+    ended_us: u64,
+}
 
 /// Active and recent jobs' records (see the module docs).
 #[derive(Default)]
@@ -20,28 +29,36 @@ pub(super) struct Tracks {
     free: Vec<u32>,
     /// Active jobs: id to slot.
     active: IdMap<u32>,
-    /// Jobs that ended, newest first: id, slot, final state, when it ended (micros).
-    recent: VecDeque<(JobId, u32, &'static str, u64)>,
+    /// Jobs that ended, at most [`RECENT_JOBS_MAX`], a ring in the order they ended: the next
+    /// to end goes at `next` (pushed while the ring is not full, over the oldest once it is),
+    /// so the newest is just before `next`. A full ring's end costs one write and no shifting.
+    recent: Vec<Ended>,
+    next: usize,
 }
 
 impl Tracks {
     /// Files the record of `job`, just submitted (its id not active yet).
-    pub fn open(&mut self, job: JobId, track: JobTrack) {
+    pub fn open(&mut self, job: JobId, new: NewJob<'_>) {
         let slot = match self.free.pop() {
             Some(slot) => {
                 let Some(freed) = self.slots.get_mut(slot as usize) else {
                     unreachable!("free job record slot {slot} beyond the slab");
                 };
-                freed.refill(track);
+                freed.refill(new);
                 slot
             }
-            None => {
-                self.slots.push(track);
-                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 job records")
-            }
+            None => self.push(new),
         };
         let replaced = self.active.insert(job.0, slot);
         debug_assert!(replaced.is_none(), "job {} opened twice", job.0);
+    }
+
+    /// A new slot for `new`'s record (no slot is free: the first jobs, or more active).
+    #[cold]
+    #[inline(never)]
+    fn push(&mut self, new: NewJob<'_>) -> u32 {
+        self.slots.push(JobTrack::new(new));
+        u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 job records")
     }
 
     /// The record of active job `job`.
@@ -68,12 +85,20 @@ impl Tracks {
         ended_us: u64,
     ) -> Option<&mut JobTrack> {
         let slot = self.active.remove(job.0)?;
-        if self.recent.len() == RECENT_JOBS_MAX {
-            if let Some((_, oldest, _, _)) = self.recent.pop_back() {
-                self.free.push(oldest);
-            }
+        let ended = Ended {
+            job,
+            slot,
+            state,
+            ended_us,
+        };
+        match self.recent.get_mut(self.next) {
+            Some(oldest) => self.free.push(std::mem::replace(oldest, ended).slot),
+            None => self.recent.push(ended),
         }
-        self.recent.push_front((job, slot, state, ended_us));
+        self.next += 1;
+        if self.next == RECENT_JOBS_MAX {
+            self.next = 0;
+        }
         self.slots.get_mut(slot as usize)
     }
 
@@ -89,30 +114,29 @@ impl Tracks {
 
     /// The recent jobs, newest first: id, record, final state, when it ended.
     pub fn recent(&self) -> impl Iterator<Item = (JobId, &JobTrack, &'static str, u64)> + '_ {
-        (self.recent.iter()).filter_map(|&(job, slot, state, ended_us)| {
-            Some((job, self.slots.get(slot as usize)?, state, ended_us))
+        // Those before `next` ended last; those from it on (a full ring's) before them.
+        let (newer, older) = self.recent.split_at(self.next.min(self.recent.len()));
+        (newer.iter().rev().chain(older.iter().rev())).filter_map(|ended| {
+            let record = self.slots.get(ended.slot as usize)?;
+            Some((ended.job, record, ended.state, ended.ended_us))
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::quantiles::Samples;
     use super::*;
+    use std::sync::Arc;
 
-    fn track(tasks: u64) -> JobTrack {
-        JobTrack {
+    fn track(tasks: u64) -> NewJob<'static> {
+        static F: std::sync::OnceLock<(Arc<str>, Arc<str>)> = std::sync::OnceLock::new();
+        let (function, pool) = F.get_or_init(|| ("f".into(), "default".into()));
+        NewJob {
             span: tracing::Span::none(),
-            function: "f".into(),
-            pool: "default".into(),
+            function,
+            pool,
             tasks,
-            tasks_done: 0,
-            attempts_failed: 0,
-            copies: 0,
             submitted_us: 0,
-            failures: Vec::new(),
-            durations: Samples::default(),
-            delays: Samples::default(),
         }
     }
 
@@ -158,7 +182,16 @@ mod tests {
     fn a_reused_slot_keeps_nothing_of_the_job_before() {
         let mut t = Tracks::default();
         let first = JobId(0);
-        t.open(first, track(1));
+        let (g, p): (Arc<str>, Arc<str>) = ("g".into(), "p".into());
+        t.open(
+            first,
+            NewJob {
+                function: &g,
+                pool: &p,
+                submitted_us: 3,
+                ..track(1)
+            },
+        );
         let closed = t.close(first, "FAILED", 5).expect("active");
         closed.tasks_done = 1;
         closed.attempts_failed = 2;
@@ -180,6 +213,8 @@ mod tests {
         );
         let record = t.get(next).expect("active");
         assert_eq!(record.tasks, 9);
+        assert_eq!((&*record.function, &*record.pool), ("f", "default"));
+        assert_eq!(record.submitted_us, 0);
         let counts = (record.tasks_done, record.attempts_failed, record.copies);
         assert_eq!(counts, (0, 0, 0));
         assert!(record.failures.is_empty());

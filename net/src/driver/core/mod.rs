@@ -535,11 +535,8 @@ impl DriverCore {
         };
         let now_us = self.now_us;
         // The function's name, shared with the job's tasks (a job of no tasks has none to show).
-        let function: std::sync::Arc<str> = match spec.tasks.first_function() {
-            Some(function) => function.clone(),
-            None => std::sync::Arc::from(""),
-        };
-        (self.telemetry).job_submitted(now_us, id, &function, n, &spec.pool);
+        let function = spec.tasks.first_function();
+        (self.telemetry).job_submitted(now_us, id, function, n, &spec.pool);
         if self.scheduler.active_jobs() == 0 {
             // The first stall check one interval after work arrives.
             self.health.work_arrived(now_us);
