@@ -894,3 +894,78 @@ fn launches_name_functions_by_index_defined_ahead_even_past_the_table() {
     let kinds: Vec<u16> = frames.iter().map(Frame::kind).collect();
     assert_eq!(kinds, [wire::Kind::LaunchTasks as u16]);
 }
+
+/// Every job and task event the core has for the callers' side: the outcomes by job.
+fn outcomes(core: &mut DriverCore) -> FxHashMap<JobId, JobOutcome> {
+    let mut found = FxHashMap::default();
+    while let Some(event) = core.poll_event() {
+        if let Event::JobOutcome { job, outcome } = event {
+            assert!(
+                found.insert(job, outcome).is_none(),
+                "two outcomes for one job"
+            );
+        }
+    }
+    found
+}
+
+#[test]
+fn jobs_with_and_without_settings_are_filed_as_asked_and_malformed_ones_refused() {
+    let mut core = new_core(config());
+    let (alive, _) = register(&mut core, PeerId(1), "e1", 2, 0);
+    assert!(alive);
+    // No settings of its own (the common job, its spec built in place), and one with a pool.
+    let plain = Job::new("f", vec![Bytes::from("x")]).keep_results(false);
+    let plain = submit(&mut core, plain, MS);
+    let pooled = Job::new("g", vec![Bytes::from("y")]).pool("p");
+    let pooled = submit(&mut core, pooled, MS);
+    let view = core.observe(2 * MS);
+    let shown = |id: JobId| {
+        let job = view.jobs.iter().find(|j| j.id == id.0)?;
+        Some((job.function.to_string(), job.pool.to_string(), job.tasks))
+    };
+    assert_eq!(shown(plain), Some(("f".into(), "default".into(), 1)));
+    assert_eq!(shown(pooled), Some(("g".into(), "p".into(), 1)));
+    for (task, attempt) in launches(&sent_to(&mut core, PeerId(1))) {
+        let result = format!("r{task}");
+        let update = finished(task, attempt, result.as_bytes());
+        assert!(send_bytes(&mut core, PeerId(1), &update, 3 * MS));
+    }
+    let mut ended = outcomes(&mut core);
+    assert_eq!(
+        ended.remove(&plain),
+        Some(JobOutcome::Succeeded(Vec::new())),
+        "results not kept"
+    );
+    let kept = Bytes::from(format!("r{}", TaskId::new(pooled, 0).0));
+    assert_eq!(
+        ended.remove(&pooled),
+        Some(JobOutcome::Succeeded(vec![kept]))
+    );
+    // Refused by the job's own settings (more preferences than tasks), then by the scheduler.
+    let misplaced = Job::new("f", vec![Bytes::from("x")])
+        .locality(vec![crate::job::TaskLocality::default(); 2]);
+    let misplaced = submit(&mut core, misplaced, 4 * MS);
+    let coreless = submit(
+        &mut core,
+        Job::new("f", vec![Bytes::from("x")]).cores(0),
+        4 * MS,
+    );
+    let mut ended = outcomes(&mut core);
+    let reasons = |outcome: Option<JobOutcome>| match outcome {
+        Some(JobOutcome::Failed(reasons)) => reasons,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(
+        reasons(ended.remove(&misplaced)),
+        ["job refused: 2 locality entries for 1 tasks"]
+    );
+    assert_eq!(
+        reasons(ended.remove(&coreless)),
+        ["job refused: task 0 asks for zero cores"]
+    );
+    assert!(
+        launches_to_anyone(&mut core).is_empty(),
+        "nothing refused ran"
+    );
+}
