@@ -414,31 +414,46 @@ impl JobTrack {
     }
 }
 
+/// A failed job's end in its record (`job_over`): logged in its span, its first reasons kept.
+#[cold]
+#[inline(never)]
+fn job_failed(track: &mut JobTrack, duration_ms: u64, reasons: &[String]) {
+    let first = reasons.first().map_or("", String::as_str);
+    tracing::warn!(parent: &track.span, duration_ms,
+        failed_attempts = track.attempts_failed, reason = first, "job failed");
+    for reason in reasons.iter().take(JOB_FAILURES_MAX) {
+        let reason = cut(reason);
+        if !track.failures.contains(&reason) {
+            track.failures.push(reason);
+        }
+    }
+    track.failures.truncate(JOB_FAILURES_MAX * 2);
+}
+
 struct ExecutorTrack {
     name: std::sync::Arc<str>,
     view: ExecutorView,
 }
 
-/// How a job ended, as [`LoopTelemetry::job_over`] takes it: taken from the outcome before it
-/// goes to the job's handle (reasons copied only for a failure), so the handle is told first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobEnd {
+/// How a job ended, as [`LoopTelemetry::job_over`] takes it: borrowed from the outcome while
+/// it waits for the job's handle, so nothing is copied (a failure's reasons are cut and kept
+/// by `job_over` itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEnd<'a> {
     /// Every task succeeded.
     Succeeded,
-    /// It failed; the first reasons.
-    Failed(Vec<String>),
+    /// It failed; its reasons.
+    Failed(&'a [String]),
     /// It was cancelled.
     Cancelled,
 }
 
-impl JobEnd {
+impl JobEnd<'_> {
     /// How `outcome` ended.
-    pub fn of(outcome: &JobOutcome) -> JobEnd {
+    pub fn of(outcome: &JobOutcome) -> JobEnd<'_> {
         match outcome {
             JobOutcome::Succeeded(_) => JobEnd::Succeeded,
-            JobOutcome::Failed(reasons) => {
-                JobEnd::Failed(reasons.iter().take(JOB_FAILURES_MAX).cloned().collect())
-            }
+            JobOutcome::Failed(reasons) => JobEnd::Failed(reasons),
             JobOutcome::Cancelled => JobEnd::Cancelled,
         }
     }
@@ -576,7 +591,7 @@ impl LoopTelemetry {
     }
 
     /// A job ended: logged in its span, moved to the recent jobs.
-    pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd) {
+    pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd<'_>) {
         // Its own done tasks still pending go onto the record its end finds anyway (one lookup,
         // not two); another job's stay pending, counted when their run ends.
         let done = match self.done_pending.0 == job {
@@ -596,23 +611,16 @@ impl LoopTelemetry {
         let duration_us = now_us.saturating_sub(track.submitted_us);
         self.job_latency.observe(duration_us);
         let duration_ms = duration_us / 1000;
-        if let JobEnd::Failed(reasons) = &outcome {
-            let first = reasons.first().map_or("", String::as_str);
-            tracing::warn!(parent: &track.span, duration_ms,
-                failed_attempts = track.attempts_failed, reason = first, "job failed");
-            for reason in reasons.iter().take(JOB_FAILURES_MAX) {
-                let reason = cut(reason);
-                if !track.failures.contains(&reason) {
-                    track.failures.push(reason);
-                }
-            }
-            track.failures.truncate(JOB_FAILURES_MAX * 2);
-        } else {
-            tracing::info!(parent: &track.span, duration_ms,
-                failed_attempts = track.attempts_failed, outcome = state, "job done");
+        match outcome {
+            JobEnd::Failed(reasons) => job_failed(track, duration_ms, reasons),
+            _ => tracing::info!(parent: &track.span, duration_ms,
+                failed_attempts = track.attempts_failed, outcome = state, "job done"),
         }
-        // Its span closes now; the record is kept as it is, a view made of it when asked.
-        drop(std::mem::replace(&mut track.span, tracing::Span::none()));
+        // Its span closes now (a span of no subscriber and no `log` record, tracing off,
+        // has nothing to close); the record is kept as it is, a view made of it when asked.
+        if !track.span.is_none() || track.span.metadata().is_some() {
+            drop(std::mem::replace(&mut track.span, tracing::Span::none()));
+        }
     }
 
     /// An attempt is being launched on `executor`, to the lane `lane` gives (asked only for

@@ -107,6 +107,11 @@ fn failures_are_counted_per_job_and_executor() {
     t.job_over(400, job, JobEnd::of(&outcome));
     let view = t.view(|_| 0, |_| None, 500);
     assert_eq!(view.jobs[0].state, "FAILED");
+    let reasons = ["boom".to_owned(), "task 0 failed 4 times".to_owned()];
+    assert_eq!(
+        view.jobs[0].failures, reasons,
+        "the job's own reason kept after"
+    );
     assert_eq!(view.jobs_over, [0, 1, 0]);
     assert_eq!(view.active_jobs, 0);
 }
