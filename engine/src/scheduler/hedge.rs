@@ -52,6 +52,7 @@ use super::book::Book;
 use super::job::Job;
 use super::latency::{Latencies, RecordId};
 use super::runs::Runs;
+use super::slots::JobSlots;
 use super::speculation::queue_copy;
 use super::types::{ExecutorId, HedgeConfig, Stats, TaskId};
 use crate::ids::IdMap;
@@ -292,7 +293,7 @@ impl Hedging {
         now_us: u64,
         book: &mut Book,
         job_slots: &IdMap<u32>,
-        jobs: &mut [Option<Job>],
+        jobs: &mut JobSlots,
         stats: &mut Stats,
     ) -> Sweep {
         let mut due = Vec::new();
@@ -347,7 +348,7 @@ impl Hedging {
         now_us: u64,
         e: &mut super::book::Exec,
         executors: usize,
-        (job_slots, jobs): (&IdMap<u32>, &mut [Option<Job>]),
+        (job_slots, jobs): (&IdMap<u32>, &mut JobSlots),
         stats: &mut Stats,
     ) -> Overdue {
         let super::book::Exec {
@@ -535,13 +536,9 @@ struct Overdue {
 }
 
 /// The job of `task`, if active.
-fn job_of<'a>(
-    job_slots: &IdMap<u32>,
-    jobs: &'a mut [Option<Job>],
-    task: TaskId,
-) -> Option<&'a mut Job> {
+fn job_of<'a>(job_slots: &IdMap<u32>, jobs: &'a mut JobSlots, task: TaskId) -> Option<&'a mut Job> {
     let slot = *job_slots.get(task.job().0)?;
-    jobs.get_mut(slot as usize)?.as_mut()
+    jobs.get_mut(slot as usize)
 }
 
 #[cfg(test)]

@@ -227,6 +227,7 @@ mod order;
 pub mod payloads;
 mod prefs;
 mod runs;
+mod slots;
 mod spare;
 mod speculation;
 mod successes;
@@ -256,9 +257,10 @@ use crate::ids::IdMap;
 use book::{Book, Resume, Run};
 use building::Builds;
 use hedge::Hedging;
-use job::{Found, Job, JobCounters, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
+use job::{Found, Job, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
 use order::{Cursor, Order, PoolKey, Ratio};
 use prefs::{PrefIndex, PrefKey};
+use slots::JobSlots;
 use spare::Spare;
 use successes::Successes;
 use timers::{Keys, Timers};
@@ -543,7 +545,7 @@ pub struct Scheduler {
     /// The configuration's per-job settings, shared with every job that inherits them.
     defaults: Defaults,
     book: Book,
-    jobs: Vec<Option<Job>>,
+    jobs: JobSlots,
     job_free_slots: Vec<u32>,
     /// Ended jobs' task and queue vectors, kept for new jobs.
     spare: Spare,
@@ -676,7 +678,7 @@ impl Scheduler {
             },
             hedge: Hedging::new(config.hedging.as_ref()),
             config,
-            jobs: Vec::new(),
+            jobs: JobSlots::default(),
             job_free_slots: Vec::new(),
             spare: Spare::default(),
             job_slots: IdMap::new(),
@@ -906,7 +908,7 @@ impl Scheduler {
 
     fn job(&self, id: JobId) -> Option<&Job> {
         let slot = *self.job_slots.get(id.0)?;
-        self.jobs.get(slot as usize)?.as_ref()
+        self.jobs.get(slot as usize)
     }
 
     /// An active job's state: locality level, task counts, counters (`None` once it ended).
@@ -1046,9 +1048,7 @@ impl Scheduler {
     fn poll_timeout_scan(&self) -> Option<u64> {
         let waits = self.waits();
         let mut t = u64::MAX;
-        for (slot, job) in
-            (self.jobs.iter().enumerate()).filter_map(|(s, job)| Some((s as u32, job.as_ref()?)))
-        {
+        for (slot, job) in self.jobs.iter() {
             if self.is_building(job.id) {
                 continue; // no timers until it is published
             }
@@ -1100,7 +1100,7 @@ impl Scheduler {
     /// until their jobs' next change.)
     fn start_clocks(&mut self, now_us: u64) {
         for slot in 0..self.jobs.len() as u32 {
-            if self.jobs.get(slot as usize).is_some_and(Option::is_some) {
+            if self.jobs.get(slot as usize).is_some() {
                 self.start_clock(now_us, slot);
             }
         }
@@ -1111,7 +1111,7 @@ impl Scheduler {
     /// ([`StuckRisk`]): it has a whole timeout from then to make progress, as Spark's abort
     /// timer starts once it finds a task set it cannot schedule.
     fn start_clock(&mut self, now_us: u64, slot: u32) {
-        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+        let Some(job) = self.jobs.get(slot as usize) else {
             unreachable!("start_clock of empty job slot {slot}");
         };
         let idle = job.pending > 0 && self.timers.filed_progress(slot).is_none();
@@ -1171,7 +1171,7 @@ impl Scheduler {
         self.pref_index
             .jobs_into(id, host_changed.then_some(host), &mut slots);
         for &slot in &slots {
-            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            let Some(job) = self.jobs.get_mut(slot as usize) else {
                 unreachable!("active job slot {slot} is empty");
             };
             job.executor_changed(id, host, host_changed, joined);
@@ -1284,7 +1284,7 @@ impl Scheduler {
             let Some(&job_slot) = self.job_slots.get(task.job().0) else {
                 continue; // the job ended since
             };
-            let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+            let Some(job) = self.jobs.get(job_slot as usize) else {
                 unreachable!("job slot {job_slot} of an active job is empty");
             };
             let open = job
@@ -1305,7 +1305,6 @@ impl Scheduler {
             let over = self
                 .jobs
                 .get(job_slot as usize)
-                .and_then(Option::as_ref)
                 .and_then(|j| j.tasks.get(task.index() as usize).map(|t| (j, t)))
                 .is_some_and(|(j, t)| t.failures >= j.max_failures && t.status == Status::Pending);
             if over {
@@ -1406,7 +1405,7 @@ impl Scheduler {
                 self.unlisted_new = None;
                 self.list_job(slot);
             } else if cfg!(debug_assertions) {
-                let job = self.jobs.get(slot as usize).and_then(Option::as_ref);
+                let job = self.jobs.get(slot as usize);
                 let listed = job.map(|job| (job.in_runnable, job.has_work()));
                 debug_assert!(matches!(listed, Some((a, b)) if a == b), "{listed:?}");
             }
@@ -1424,7 +1423,7 @@ impl Scheduler {
     /// apart: [`Scheduler::publish`]); whether it has preferences.
     #[inline(always)]
     fn register(&mut self, slot: u32) -> bool {
-        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+        let Some(job) = self.jobs.get(slot as usize) else {
             unreachable!("register of empty job slot {slot}");
         };
         let (id, n) = (job.id, job.task_count);
@@ -1474,7 +1473,7 @@ impl Scheduler {
             for launch in &e.batch {
                 let task = launch.task;
                 let placed = (self.job_slots.get(task.job().0))
-                    .and_then(|&job_slot| self.jobs.get(job_slot as usize)?.as_ref())
+                    .and_then(|&job_slot| self.jobs.get(job_slot as usize))
                     .and_then(|job| job.tasks.get(task.index() as usize))
                     .and_then(|t| {
                         t.attempts
@@ -1730,6 +1729,8 @@ impl Scheduler {
             Tasks::Same { cores, .. } => Some(*cores),
             Tasks::Each(_) => None,
         };
+        // The vacant record's small vectors are the new job's (`slots.rs`).
+        let kept = std::mem::take(&mut self.jobs.vacant_mut(slot).tasks);
         let BuiltTasks {
             tasks,
             payloads,
@@ -1740,7 +1741,7 @@ impl Scheduler {
             has_host_prefs,
             spent,
             rest,
-        } = Self::build_tasks(&mut self.book, self.spare.tasks(), spec.tasks, chunk);
+        } = Self::build_tasks(&mut self.book, kept, spec.tasks, chunk);
         if let Some(specs) = spent {
             self.keep_remains(Remains::of_specs(specs));
         }
@@ -1752,59 +1753,33 @@ impl Scheduler {
             (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
             _ => None,
         };
-        let (classes, durations_us) = (self.spare.classes(), self.spare.durations());
-        let Some(entry) = self.jobs.get_mut(slot as usize) else {
-            unreachable!("job slot {slot} beyond the table");
-        };
-        assert!(entry.is_none(), "job slot {slot} taken");
-        // Written into the empty slot (`insert` would drop the `None` there first).
-        let job = entry.get_or_insert_with(|| Job {
-            id,
-            pool,
-            weight: spec.weight.max(1),
-            priority: spec.priority,
-            tasks,
-            task_count: n,
-            payloads,
-            function,
-            functions,
-            prefs,
-            keep_results: spec.keep_results,
-            result_bytes_max: (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max),
-            result_bytes: 0,
-            pending: n,
-            running: 0,
-            running_cores: 0,
-            final_count: 0,
-            classes,
-            has_exec_prefs,
-            has_host_prefs,
-            live_exec_keys: 0,
-            live_host_keys: 0,
-            level: Level::Any,
-            level_since_us: now_us,
-            last_progress_us: now_us,
-            exclusion: None,
-            durations_us,
-            durations_dirty: false,
-            quantile_reached: false,
-            median_cache: (0, 0),
-            speculatable: VecDeque::new(),
-            reasons: FxHashMap::default(),
-            doomed: false,
-            delay_rejected: false,
-            widened: false,
-            in_runnable: false,
-            max_failures: spec.max_failures.unwrap_or(self.config.max_failures).max(1),
-            speculation,
-            hedge,
-            latency,
-            exclusion_config,
-            avoiding: Vec::new(),
-            new_pref_keys: Vec::new(),
-            filed_pref_keys: Vec::new(),
-            counters: JobCounters::default(),
-        });
+        let job = self.jobs.vacant_mut(slot);
+        debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
+        // Written over the vacant record: what this leaves out is a new job's there already
+        // (`Job::vacate` names each such field).
+        job.id = id;
+        job.pool = pool;
+        job.weight = spec.weight.max(1);
+        job.priority = spec.priority;
+        job.tasks = tasks;
+        job.task_count = n;
+        job.payloads = payloads;
+        job.function = function;
+        job.functions = functions;
+        job.prefs = prefs;
+        job.keep_results = spec.keep_results;
+        job.result_bytes_max = (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max);
+        job.pending = n;
+        job.has_exec_prefs = has_exec_prefs;
+        job.has_host_prefs = has_host_prefs;
+        job.level = Level::Any;
+        job.level_since_us = now_us;
+        job.last_progress_us = now_us;
+        job.max_failures = spec.max_failures.unwrap_or(self.config.max_failures).max(1);
+        job.speculation = speculation;
+        job.hedge = hedge;
+        job.latency = latency;
+        job.exclusion_config = exclusion_config;
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         match uniform {
@@ -1828,7 +1803,7 @@ impl Scheduler {
     fn sweep_hosts(&mut self, now_us: u64) {
         let mut oldest_job = u64::MAX;
         let mut kept: Vec<u32> = self.gone.iter().map(|g| g.host).collect();
-        for job in self.jobs.iter().flatten() {
+        for (_, job) in self.jobs.iter() {
             oldest_job = oldest_job.min(job.id.0);
             kept.extend(job.new_pref_keys.iter().filter_map(|key| match key {
                 PrefKey::Host(h) => Some(*h),
@@ -1851,10 +1826,7 @@ impl Scheduler {
     fn free_slot(&mut self) -> u32 {
         match self.job_free_slots.pop() {
             Some(s) => s,
-            None => {
-                self.jobs.push(None);
-                (self.jobs.len() - 1) as u32
-            }
+            None => self.jobs.push_vacant(),
         }
     }
 
@@ -1907,7 +1879,7 @@ impl Scheduler {
         let Some(&slot) = self.job_slots.get(task.job().0) else {
             return false;
         };
-        let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self.jobs.get_mut(slot as usize) else {
             unreachable!("job slot {slot} of an active job is empty");
         };
         let index = task.index();
@@ -2067,7 +2039,7 @@ impl Scheduler {
     /// it says so.
     #[inline(always)]
     fn placed_run(&self, job_slot: u32, slot: u32, key: Attempt) -> Option<u32> {
-        let t = (self.jobs.get(job_slot as usize)?.as_ref())?
+        let t = (self.jobs.get(job_slot as usize))?
             .tasks
             .get(key.task.index() as usize)?;
         (t.attempts.iter().flatten())
@@ -2229,7 +2201,7 @@ impl Scheduler {
         let mut widened = false;
         for &slot in &due {
             // A skip listed for a job that ended since.
-            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            let Some(job) = self.jobs.get_mut(slot as usize) else {
                 continue;
             };
             if job.pending > 0 {
@@ -2262,13 +2234,13 @@ impl Scheduler {
         if overdue.is_empty() {
             return;
         }
-        let fifo_key = |s: u32| match self.jobs.get(s as usize).and_then(Option::as_ref) {
+        let fifo_key = |s: u32| match self.jobs.get(s as usize) {
             Some(j) => j.fifo_key(),
             None => unreachable!("job slot {s} with a timer is empty"),
         };
         overdue.sort_unstable_by_key(|&s| fifo_key(s));
         for slot in overdue {
-            let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+            let Some(job) = self.jobs.get(slot as usize) else {
                 unreachable!("job slot {slot} with a timer is empty");
             };
             if now_us.saturating_sub(job.last_progress_us) < timeout {
@@ -2279,8 +2251,7 @@ impl Scheduler {
             self.prune_avoiding(slot);
             match self.stuck_reason(now_us, slot, timeout) {
                 None => {
-                    let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut)
-                    else {
+                    let Some(job) = self.jobs.get_mut(slot as usize) else {
                         unreachable!("runnable job slot {slot} is empty");
                     };
                     job.last_progress_us = now_us;
@@ -2294,7 +2265,7 @@ impl Scheduler {
 
     /// Drops from the job's `avoiding` list the tasks no longer queued.
     fn prune_avoiding(&mut self, slot: u32) {
-        let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(job) = self.jobs.get_mut(slot as usize) else {
             unreachable!("runnable job slot {slot} is empty");
         };
         let tasks = &job.tasks;
@@ -2308,7 +2279,7 @@ impl Scheduler {
     /// Why the job in `slot` cannot progress, if it cannot: its largest queued task fits no
     /// executor it may use, or a task that avoids some executors may use none.
     fn stuck_reason(&self, now_us: u64, slot: u32, timeout: u64) -> Option<String> {
-        let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) else {
+        let Some(job) = self.jobs.get(slot as usize) else {
             unreachable!("runnable job slot {slot} is empty");
         };
         // Rare (once per timeout per stuck job), so scans are fine here: the largest
@@ -2357,7 +2328,7 @@ impl Scheduler {
     /// Fails the stuck job in `slot` with `reason` first, then the failures its tasks saw.
     fn fail_stuck(&mut self, slot: u32, reason: String) {
         let mut reasons = vec![reason.clone()];
-        if let Some(job) = self.jobs.get(slot as usize).and_then(Option::as_ref) {
+        if let Some(job) = self.jobs.get(slot as usize) {
             let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
             keys.sort_unstable();
             for k in keys {
@@ -2562,11 +2533,7 @@ impl Scheduler {
                 return (None, last_asked, false);
             }
             last_asked = Some(job_slot);
-            let Some(job) = self
-                .jobs
-                .get_mut(job_slot as usize)
-                .and_then(Option::as_mut)
-            else {
+            let Some(job) = self.jobs.get_mut(job_slot as usize) else {
                 unreachable!("runnable job slot {job_slot} is empty");
             };
             if !job.has_work() {
@@ -2612,7 +2579,7 @@ impl Scheduler {
         if self.walk_only {
             return false;
         }
-        let job = self.jobs.get(job_slot as usize).and_then(Option::as_ref);
+        let job = self.jobs.get(job_slot as usize);
         !self.runnable.fair() && self.book.offerable_len() > 1 && job.is_some_and(|j| j.pending > 0)
     }
 
@@ -2679,11 +2646,7 @@ impl Scheduler {
     /// marks of the cycle it belongs to, so its next walk goes on from there.
     fn defer_walk(&mut self, slot: u32, last: u32, work_seq: u64, usable: u32, moves: u64) {
         // Where the walk stopped, taken before `touched` jobs may leave the order.
-        let key = self
-            .jobs
-            .get(last as usize)
-            .and_then(Option::as_ref)
-            .map(Job::fifo_key);
+        let key = self.jobs.get(last as usize).map(Job::fifo_key);
         let Some(key) = key else {
             unreachable!("runnable job slot {last} is empty");
         };
@@ -2701,10 +2664,15 @@ impl Scheduler {
     /// Sets a job's timers from its state (call after any change to its queues, its level or
     /// its last progress): O(log jobs) when they moved, O(1) when not.
     fn sync_timers(&mut self, job_slot: u32) {
-        let (waits, risk) = (self.waits(), self.stuck_risk());
-        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+        let Some(job) = self.jobs.get(job_slot as usize) else {
             unreachable!("sync_timers of empty job slot {job_slot}");
         };
+        if job.pending == 0 {
+            // Nothing queued: no deadline, no clock and no skip (what `set_timers` finds).
+            self.timers.set(job_slot, Keys::default());
+            return;
+        }
+        let (waits, risk) = (self.waits(), self.stuck_risk());
         set_timers(&mut self.timers, job_slot, job, waits, risk);
     }
 
@@ -2728,11 +2696,7 @@ impl Scheduler {
     /// Files a job's new preference keys and lists it as runnable, or unlists it, after its
     /// queues changed (its timers apart: [`Scheduler::sync_job`] does both).
     fn list_job(&mut self, job_slot: u32) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("list_job of empty job slot {job_slot}");
         };
         if !job.new_pref_keys.is_empty() {
@@ -2826,11 +2790,7 @@ impl Scheduler {
     /// Starts an attempt of job `job_slot`'s task `found` on executor `exec_slot`: booked and
     /// batched; the job's entries (timers, sharing order) wait for [`Scheduler::settle`].
     fn start(&mut self, now_us: u64, job_slot: u32, exec_slot: u32, found: Found) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("launch for empty job slot {job_slot}");
         };
         let Some(e) = self.book.get(exec_slot) else {
@@ -2947,7 +2907,7 @@ impl Scheduler {
     fn settle(&mut self, job_slot: u32) {
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
         self.sync_job(job_slot);
-        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+        let Some(job) = self.jobs.get(job_slot as usize) else {
             unreachable!("launch for empty job slot {job_slot}");
         };
         let Some(p) = self.pools.get(job.pool as usize) else {
@@ -3034,11 +2994,7 @@ impl Scheduler {
 
     /// Asks the executor holding `a` to kill it; the job no longer counts its cores.
     fn kill_attempt(&mut self, job_slot: u32, task: TaskId, a: Placed, reason: &str) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("kill for empty job slot {job_slot}");
         };
         let Some(t) = job.tasks.get(task.index() as usize) else {
@@ -3253,7 +3209,7 @@ impl Scheduler {
             return;
         }
         self.count_failure(now_us, job_slot, (exec, host), task, attempt, reason);
-        let Some(job) = self.jobs.get(job_slot as usize).and_then(Option::as_ref) else {
+        let Some(job) = self.jobs.get(job_slot as usize) else {
             unreachable!("job slot {job_slot} emptied by counting a failure");
         };
         let Some(t) = job.tasks.get(index as usize) else {
@@ -3280,11 +3236,7 @@ impl Scheduler {
         attempt: u32,
         reason: &str,
     ) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("count_failure for empty job slot {job_slot}");
         };
         let index = task.index();
@@ -3335,11 +3287,7 @@ impl Scheduler {
 
     /// Fails a job because task `index` reached its `max_failures`.
     fn fail_task_for_good(&mut self, job_slot: u32, index: u32) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("fail_task_for_good for empty job slot {job_slot}");
         };
         let failures = job.tasks.get(index as usize).map_or(0, |t| t.failures);
@@ -3370,11 +3318,7 @@ impl Scheduler {
 
     /// Puts a task whose last attempt ended back in its queues.
     fn requeue(&mut self, now_us: u64, job_slot: u32, index: u32) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("requeue for empty job slot {job_slot}");
         };
         let Some(t) = job.tasks.get_mut(index as usize) else {
@@ -3399,11 +3343,7 @@ impl Scheduler {
 
     /// Reports the job's outcome once all its tasks are final.
     fn maybe_finish_job(&mut self, job_slot: u32) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("maybe_finish_job for empty job slot {job_slot}");
         };
         if job.final_count < job.task_count {
@@ -3434,11 +3374,7 @@ impl Scheduler {
     /// Ends a job now: kills its running attempts, reports every unfinished task with `task_msg`,
     /// then the outcome.
     fn abort_job(&mut self, job_slot: u32, outcome: JobOutcome, task_msg: &str) {
-        let Some(job) = self
-            .jobs
-            .get_mut(job_slot as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("abort of empty job slot {job_slot}");
         };
         let id = job.id;
@@ -3527,11 +3463,8 @@ impl Scheduler {
 
     fn remove_job(&mut self, job_slot: u32) {
         let track_idle = self.pools_at_limit();
-        // Worked on where it is and dropped there: a job record is large to move.
-        let Some(entry) = self.jobs.get_mut(job_slot as usize) else {
-            unreachable!("remove of job slot {job_slot} beyond the table");
-        };
-        let Some(job) = entry.as_mut() else {
+        // Worked on where it is and left there, vacant: a job record is large to move.
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("remove of empty job slot {job_slot}");
         };
         let key = job.fifo_key();
@@ -3571,13 +3504,7 @@ impl Scheduler {
         self.active -= 1;
         self.job_free_slots.push(job_slot);
         let remains = Remains::take_from(job);
-        let vectors = (
-            std::mem::take(&mut job.tasks),
-            std::mem::take(&mut job.classes),
-            std::mem::take(&mut job.durations_us),
-        );
-        *entry = None;
-        self.spare.keep(vectors.0, vectors.1, vectors.2);
+        job.vacate();
         if let Some(remains) = remains {
             self.keep_remains(remains);
         }
@@ -3625,8 +3552,8 @@ fn reoffer_if_widened(book: &mut Book, job: &mut Job) -> bool {
 }
 
 /// The job in `job_slot`, which an attempt being ended or released shows is live.
-fn live_job(jobs: &mut [Option<Job>], job_slot: u32) -> &mut Job {
-    match jobs.get_mut(job_slot as usize).and_then(Option::as_mut) {
+fn live_job(jobs: &mut JobSlots, job_slot: u32) -> &mut Job {
+    match jobs.get_mut(job_slot as usize) {
         Some(job) => job,
         None => unreachable!("job slot {job_slot} of an active job is empty"),
     }

@@ -1,11 +1,10 @@
-//! What ended jobs leave: their small vectors (tasks, queues, run times) and sent launch
-//! batches, kept for new ones, so a small job and a launch batch allocate nothing in steady
-//! state (every kind bounded in count and in the capacity of what it keeps, so a burst of big
-//! jobs is given back to the allocator); and a big job's records and payloads, and the specs
+//! What ended work leaves: sent launch batches, kept for new ones, so a launch batch allocates
+//! nothing in steady state (bounded in count and in the capacity kept, so a burst of big
+//! rounds is given back to the allocator); and a big job's records and payloads, and the specs
 //! a big job's records were built from, handed to the caller to free off its loop
-//! ([`Remains`]).
+//! ([`Remains`]). (An ended job's small vectors stay in its vacant record: `slots.rs`.)
 
-use super::job::{Job, Prefs, Queues, TaskRec};
+use super::job::{Job, Prefs, TaskRec};
 use super::{Payloads, TaskLaunch, TaskSpec};
 
 /// Tasks from which an ended job's records and payloads are [`Remains`] for the caller to
@@ -67,19 +66,9 @@ impl std::fmt::Debug for Remains {
     }
 }
 
-/// Spare vectors kept at most, of each kind.
-const SPARE_MAX: usize = 256;
-/// The largest spare vector kept, in elements: a big job's vectors go back to the allocator.
-const SPARE_CAPACITY_MAX: usize = 8;
-
-/// Ended jobs' task, queue and run-time vectors, emptied and kept for new jobs, so a small
-/// job allocates none of them in steady state. Bounded: [`SPARE_MAX`] of each, none over
-/// [`SPARE_CAPACITY_MAX`] elements.
+/// Sent launch batches' vectors, emptied and kept for new batches.
 #[derive(Debug, Default)]
 pub(super) struct Spare {
-    tasks: Vec<Vec<TaskRec>>,
-    classes: Vec<Vec<Queues>>,
-    durations: Vec<Vec<u64>>,
     /// Launch batches the driver handed back ([`Scheduler::recycle_launches`]).
     launches: Vec<Vec<TaskLaunch>>,
     /// The capacity of `launches`, summed, in launches.
@@ -96,13 +85,6 @@ const SPARE_LAUNCHES_TOTAL: usize = 65_536;
 const SPARE_LAUNCHES_CAPACITY_MAX: usize = 1024;
 
 impl Spare {
-    /// Keeps an ended job's vectors (their elements dropped) if there is room for them.
-    pub(super) fn keep(&mut self, tasks: Vec<TaskRec>, classes: Vec<Queues>, durations: Vec<u64>) {
-        keep_in(&mut self.tasks, tasks);
-        keep_in(&mut self.classes, classes);
-        keep_in(&mut self.durations, durations);
-    }
-
     /// Keeps a sent launch batch's vector (its launches dropped) if there is room for it.
     pub(super) fn keep_launches(&mut self, mut launches: Vec<TaskLaunch>) {
         let capacity = launches.capacity();
@@ -125,30 +107,6 @@ impl Spare {
             }
             None => Vec::with_capacity(expected),
         }
-    }
-
-    /// An empty task vector, kept or new.
-    pub(super) fn tasks(&mut self) -> Vec<TaskRec> {
-        self.tasks.pop().unwrap_or_default()
-    }
-
-    /// An empty queue vector, kept or new.
-    pub(super) fn classes(&mut self) -> Vec<Queues> {
-        self.classes.pop().unwrap_or_default()
-    }
-
-    /// An empty run-time vector, kept or new.
-    pub(super) fn durations(&mut self) -> Vec<u64> {
-        self.durations.pop().unwrap_or_default()
-    }
-}
-
-/// Keeps `v` (emptied) in `kept` if there is room for it and it is small (and not empty: a
-/// vector of no capacity saves no allocation).
-fn keep_in<T>(kept: &mut Vec<Vec<T>>, mut v: Vec<T>) {
-    if kept.len() < SPARE_MAX && (1..=SPARE_CAPACITY_MAX).contains(&v.capacity()) {
-        v.clear();
-        kept.push(v);
     }
 }
 
@@ -191,19 +149,6 @@ mod tests {
             spare.launches_capacity <= SPARE_LAUNCHES_TOTAL
                 && spare.launches.len() == SPARE_LAUNCHES_TOTAL / SPARE_LAUNCHES_CAPACITY_MAX,
             "bounded in capacity"
-        );
-        spare.keep(
-            Vec::with_capacity(SPARE_CAPACITY_MAX + 1),
-            Vec::with_capacity(1),
-            vec![5, 6],
-        );
-        assert_eq!((spare.tasks.len(), spare.classes.len()), (0, 1));
-        assert!(spare.tasks().capacity() == 0, "none kept: a new, empty one");
-        assert!(spare.classes().capacity() >= 1);
-        let durations = spare.durations();
-        assert!(
-            durations.is_empty() && durations.capacity() >= 2,
-            "emptied, kept"
         );
     }
 }

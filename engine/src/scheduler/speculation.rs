@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::job::{Job, Status};
+use super::slots::JobSlots;
 use super::{Attempt, ExecutorId, Scheduler, TaskId};
 use crate::hash::FxHashMap;
 use crate::ids::IdMap;
@@ -186,7 +187,7 @@ impl Scheduler {
         let mut dirty = std::mem::take(&mut self.spec_dirty);
         for slot in dirty.drain(..) {
             // A slot whose job ended (or was replaced: its flag says) since.
-            let Some(job) = self.jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            let Some(job) = self.jobs.get_mut(slot as usize) else {
                 continue;
             };
             if !std::mem::take(&mut job.durations_dirty) {
@@ -229,13 +230,9 @@ impl Job {
 
 /// The job of `task`, if active.
 #[inline]
-fn job_of<'a>(
-    job_slots: &IdMap<u32>,
-    jobs: &'a mut [Option<Job>],
-    task: TaskId,
-) -> Option<&'a mut Job> {
+fn job_of<'a>(job_slots: &IdMap<u32>, jobs: &'a mut JobSlots, task: TaskId) -> Option<&'a mut Job> {
     let slot = *job_slots.get(task.job().0)?;
-    jobs.get_mut(slot as usize)?.as_mut()
+    jobs.get_mut(slot as usize)
 }
 
 /// Queues a copy of straggler `task` (of an active job) unless it has one or is no longer
@@ -243,13 +240,13 @@ fn job_of<'a>(
 #[inline]
 pub(super) fn queue_copy(
     job_slots: &IdMap<u32>,
-    jobs: &mut [Option<Job>],
+    jobs: &mut JobSlots,
     task: TaskId,
 ) -> Option<(u32, bool)> {
     let Some(&slot) = job_slots.get(task.job().0) else {
         unreachable!("thresholds only for active jobs");
     };
-    let Some(job) = jobs.get_mut(slot as usize).and_then(Option::as_mut) else {
+    let Some(job) = jobs.get_mut(slot as usize) else {
         unreachable!("job slot {slot} of an active job is empty");
     };
     let Some(t) = job.tasks.get_mut(task.index() as usize) else {

@@ -1,0 +1,288 @@
+//! The job table: each active job's record in a slot, addressed by the slot's index (the
+//! scheduler's `job_slots` find a slot by job id), and each ended job's record left in its
+//! slot, vacant, for the next job there to be built over. A record is about 500 bytes: building
+//! a new one, dropping every field of the old and passing its small vectors through a spare
+//! list cost about a tenth of a one-task job's instructions, where vacating one clears only
+//! what the job changed and keeps its small vectors in place.
+//!
+//! A vacant record holds no task, payload, function or setting, and its counts and flags are
+//! those of a new job ([`Job::vacate`]); what a new job sets (its id, pool, tasks, settings,
+//! counts of pending tasks) is written over it ([`Scheduler::build_job`](super)). A vector
+//! kept is small (at most [`KEPT_CAPACITY_MAX`] elements): a big job's go back to the
+//! allocator. The table never shrinks; its slots are bounded by the active jobs at once.
+
+use std::collections::VecDeque;
+
+use super::job::{Job, JobCounters, Level};
+use super::payloads::Payloads;
+use super::types::JobId;
+
+/// The id a vacant record carries: no job's (a job's id is below 2^32).
+const VACANT: JobId = JobId(u64::MAX);
+
+/// The largest vector a vacant record keeps, in elements.
+pub(super) const KEPT_CAPACITY_MAX: usize = 8;
+
+/// The job table. See the [module documentation](self).
+#[derive(Debug, Default)]
+pub(crate) struct JobSlots {
+    records: Vec<Job>,
+}
+
+impl JobSlots {
+    /// The active job in `slot`.
+    #[inline]
+    pub fn get(&self, slot: usize) -> Option<&Job> {
+        self.records.get(slot).filter(|job| job.id != VACANT)
+    }
+
+    /// The active job in `slot`, to change.
+    #[inline]
+    pub fn get_mut(&mut self, slot: usize) -> Option<&mut Job> {
+        self.records.get_mut(slot).filter(|job| job.id != VACANT)
+    }
+
+    /// The active jobs, in slot order, with their slots.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Job)> {
+        (0u32..)
+            .zip(&self.records)
+            .filter(|(_, job)| job.id != VACANT)
+    }
+
+    /// The slots, active or vacant.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// A new slot at the end, vacant.
+    pub fn push_vacant(&mut self) -> u32 {
+        self.records.push(Job::vacant());
+        u32::try_from(self.records.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    /// The vacant record in `slot`, for a new job to be built over.
+    #[inline]
+    pub fn vacant_mut(&mut self, slot: u32) -> &mut Job {
+        match self.records.get_mut(slot as usize) {
+            Some(job) if job.id == VACANT => job,
+            Some(job) => unreachable!("job slot {slot} is {:?}'s", job.id),
+            None => unreachable!("job slot {slot} beyond the table"),
+        }
+    }
+}
+
+/// Empties `v`, keeping its allocation when it is small.
+#[inline]
+fn clear_small<T>(v: &mut Vec<T>) {
+    if v.capacity() > KEPT_CAPACITY_MAX {
+        *v = Vec::new();
+    } else {
+        v.clear();
+    }
+}
+
+impl Job {
+    /// A vacant record (see the [module documentation](self)).
+    pub(super) fn vacant() -> Job {
+        Job {
+            id: VACANT,
+            pool: 0,
+            weight: 1,
+            priority: 0,
+            tasks: Vec::new(),
+            task_count: 0,
+            payloads: Payloads::default(),
+            function: None,
+            functions: Vec::new(),
+            prefs: Vec::new(),
+            keep_results: false,
+            result_bytes_max: 0,
+            result_bytes: 0,
+            pending: 0,
+            running: 0,
+            running_cores: 0,
+            final_count: 0,
+            classes: Vec::new(),
+            has_exec_prefs: false,
+            has_host_prefs: false,
+            live_exec_keys: 0,
+            live_host_keys: 0,
+            level: Level::Any,
+            level_since_us: 0,
+            last_progress_us: 0,
+            exclusion: None,
+            durations_us: Vec::new(),
+            durations_dirty: false,
+            quantile_reached: false,
+            median_cache: (0, 0),
+            speculatable: VecDeque::new(),
+            reasons: Default::default(),
+            doomed: false,
+            delay_rejected: false,
+            widened: false,
+            in_runnable: false,
+            max_failures: 1,
+            speculation: None,
+            hedge: None,
+            latency: None,
+            exclusion_config: None,
+            avoiding: Vec::new(),
+            new_pref_keys: Vec::new(),
+            filed_pref_keys: Vec::new(),
+            counters: JobCounters::default(),
+        }
+    }
+
+    /// Leaves the record of a job that ended vacant: what it holds is dropped (its small
+    /// vectors emptied and kept), its counts and flags are a new job's. Every field is named,
+    /// so a field added to [`Job`] must say here what a new job finds in it.
+    pub(super) fn vacate(&mut self) {
+        let Job {
+            id,
+            // Set by every new job.
+            pool: _,
+            weight: _,
+            priority: _,
+            tasks,
+            task_count: _,
+            payloads,
+            function,
+            functions,
+            prefs,
+            keep_results: _,
+            result_bytes_max: _,
+            result_bytes,
+            pending,
+            running,
+            running_cores,
+            final_count,
+            classes,
+            has_exec_prefs: _,
+            has_host_prefs: _,
+            live_exec_keys,
+            live_host_keys,
+            level: _,
+            level_since_us: _,
+            last_progress_us: _,
+            exclusion,
+            durations_us,
+            durations_dirty,
+            quantile_reached,
+            median_cache,
+            speculatable,
+            reasons,
+            doomed,
+            delay_rejected,
+            widened,
+            in_runnable,
+            max_failures: _,
+            speculation,
+            hedge,
+            latency: _,
+            exclusion_config,
+            avoiding,
+            new_pref_keys,
+            filed_pref_keys,
+            counters,
+        } = self;
+        *id = VACANT;
+        clear_small(tasks);
+        *payloads = Payloads::default();
+        *function = None;
+        clear_small(functions);
+        clear_small(prefs);
+        (
+            *result_bytes,
+            *pending,
+            *running,
+            *running_cores,
+            *final_count,
+        ) = (0, 0, 0, 0, 0);
+        clear_small(classes);
+        (*live_exec_keys, *live_host_keys) = (0, 0);
+        *exclusion = None;
+        clear_small(durations_us);
+        (*durations_dirty, *quantile_reached, *median_cache) = (false, false, (0, 0));
+        if speculatable.capacity() > KEPT_CAPACITY_MAX {
+            *speculatable = VecDeque::new();
+        } else {
+            speculatable.clear();
+        }
+        if !reasons.is_empty() || reasons.capacity() > KEPT_CAPACITY_MAX {
+            *reasons = Default::default();
+        }
+        (*doomed, *delay_rejected, *widened, *in_runnable) = (false, false, false, false);
+        (*speculation, *hedge, *exclusion_config) = (None, None, None);
+        clear_small(avoiding);
+        clear_small(new_pref_keys);
+        clear_small(filed_pref_keys);
+        *counters = JobCounters::default();
+    }
+
+    /// Whether the record is vacant, with nothing a new job would find out of place (debug
+    /// builds check it before building one over it).
+    pub(super) fn is_clean_vacancy(&self) -> bool {
+        self.id == VACANT
+            && self.tasks.is_empty()
+            && self.payloads.is_empty()
+            && self.function.is_none()
+            && self.functions.is_empty()
+            && self.prefs.is_empty()
+            && (self.result_bytes, self.pending, self.running) == (0, 0, 0)
+            && (self.running_cores, self.final_count) == (0, 0)
+            && self.classes.is_empty()
+            && (self.live_exec_keys, self.live_host_keys) == (0, 0)
+            && self.exclusion.is_none()
+            && self.durations_us.is_empty()
+            && !self.durations_dirty
+            && !self.quantile_reached
+            && self.median_cache == (0, 0)
+            && self.speculatable.is_empty()
+            && self.reasons.is_empty()
+            && !(self.doomed || self.delay_rejected || self.widened || self.in_runnable)
+            && self.speculation.is_none()
+            && self.hedge.is_none()
+            && self.exclusion_config.is_none()
+            && self.avoiding.is_empty()
+            && self.new_pref_keys.is_empty()
+            && self.filed_pref_keys.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::job::TaskRec;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_vacated_record_is_clean_keeps_small_vectors_and_frees_big_ones() {
+        let mut table = JobSlots::default();
+        let slot = table.push_vacant();
+        assert!(table.get(slot as usize).is_none(), "vacant: no job");
+        assert!(table.vacant_mut(slot).is_clean_vacancy());
+        let job = table.vacant_mut(slot);
+        job.id = JobId(7);
+        job.tasks.push(TaskRec::new(0, 1));
+        job.durations_us = Vec::with_capacity(KEPT_CAPACITY_MAX + 1);
+        job.durations_us.push(5);
+        job.function = Some(Arc::from("f"));
+        (job.pending, job.final_count, job.doomed, job.in_runnable) = (1, 1, true, true);
+        job.reasons.insert(0, vec!["lost".to_string()]);
+        job.speculatable.push_back(0);
+        job.counters.launched = 3;
+        assert_eq!(
+            table.iter().map(|(s, j)| (s, j.id)).collect::<Vec<_>>(),
+            [(0, JobId(7))]
+        );
+        let Some(job) = table.get_mut(slot as usize) else {
+            panic!("an active job in its slot");
+        };
+        job.vacate();
+        assert!(job.is_clean_vacancy(), "{job:?}");
+        assert!(job.tasks.capacity() >= 1, "a small vector is kept");
+        assert_eq!(job.durations_us.capacity(), 0, "a big one is freed");
+        assert_eq!(job.counters.launched, 0);
+        assert!(table.get(slot as usize).is_none() && table.iter().next().is_none());
+    }
+}
