@@ -419,9 +419,9 @@ fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2],
     }
 }
 
-/// A new job's task records ([`Scheduler::build_tasks`]) and what they say of it.
+/// A new job of task specs' records ([`Scheduler::build_tasks`]) and what they say of it.
 struct BuiltTasks {
-    /// The records built now: none for a job of one function over payloads ([`Job::tasks`]).
+    /// The records built now ([`Job::tasks`]).
     tasks: Vec<TaskRec>,
     /// Every task's payload.
     payloads: Payloads,
@@ -1591,35 +1591,16 @@ impl Scheduler {
         self.config.pools.len() + self.config.jobs_max
     }
 
-    /// The task records of a new job (host preferences interned in the book) and what they
-    /// say of it ([`BuiltTasks`]). A job of one function over payloads gets room for its
-    /// records, built as its tasks first launch: O(1) here whatever its size. A job of more
-    /// than `chunk` task specs gets its first `chunk` records, the rest left to `building.rs`.
-    fn build_tasks(book: &mut Book, tasks: Vec<TaskRec>, specs: Tasks, chunk: usize) -> BuiltTasks {
-        debug_assert!(tasks.is_empty(), "a spare vector comes empty");
-        let mut specs = match specs {
-            Tasks::Each(specs) => specs,
-            Tasks::Same {
-                function,
-                cores: _,
-                payloads,
-            } => {
-                let mut tasks = tasks;
-                // Room only: pages are touched as records are built.
-                tasks.reserve_exact(payloads.len());
-                return BuiltTasks {
-                    tasks,
-                    payloads,
-                    function: Some(function),
-                    functions: Vec::new(),
-                    prefs: Vec::new(),
-                    has_exec_prefs: false,
-                    has_host_prefs: false,
-                    spent: None,
-                    rest: None,
-                };
-            }
-        };
+    /// The task records of a new job of task `specs` (host preferences interned in the book)
+    /// and what they say of it ([`BuiltTasks`]), built into `tasks` (empty). A job of more than
+    /// `chunk` specs gets its first `chunk` records, the rest left to `building.rs`.
+    fn build_tasks(
+        book: &mut Book,
+        tasks: Vec<TaskRec>,
+        mut specs: Vec<TaskSpec>,
+        chunk: usize,
+    ) -> BuiltTasks {
+        debug_assert!(tasks.is_empty(), "a vacant record's vector comes empty");
         let total = specs.len();
         let mut parts = SpecParts {
             tasks,
@@ -1724,61 +1705,71 @@ impl Scheduler {
         chunk: usize,
     ) -> Option<Vec<TaskSpec>> {
         let n = spec.tasks.len();
-        // One function over payloads: every task the same size, none with preferences.
-        let uniform = match &spec.tasks {
-            Tasks::Same { cores, .. } => Some(*cores),
-            Tasks::Each(_) => None,
-        };
-        // The vacant record's small vectors are the new job's (`slots.rs`).
-        let kept = std::mem::take(&mut self.jobs.vacant_mut(slot).tasks);
-        let BuiltTasks {
-            tasks,
-            payloads,
-            function,
-            functions,
-            prefs,
-            has_exec_prefs,
-            has_host_prefs,
-            spent,
-            rest,
-        } = Self::build_tasks(&mut self.book, kept, spec.tasks, chunk);
-        if let Some(specs) = spent {
-            self.keep_remains(Remains::of_specs(specs));
-        }
         let defaults = &self.defaults;
         let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
         let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
         let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
-        let latency = match (&hedge, &function) {
-            (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
-            _ => None,
+        // What it needs apart from its records is written over the vacant record in place
+        // (`slots.rs`): a record is large to move, and what this leaves out is a new job's
+        // there already (`Job::vacate` names each such field).
+        let (uniform, rest) = match spec.tasks {
+            // One function over payloads: every task the same size, none with preferences,
+            // and room for the records only (built as tasks first launch): O(1) whatever its
+            // size.
+            Tasks::Same {
+                function,
+                cores,
+                payloads,
+            } => {
+                let latency = hedge.as_ref().map(|_| self.hedge.record_of(&function));
+                let job = self.jobs.vacant_mut(slot);
+                debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
+                job.tasks.reserve_exact(payloads.len());
+                job.payloads = payloads;
+                job.function = Some(function);
+                job.latency = latency;
+                job.has_exec_prefs = false;
+                job.has_host_prefs = false;
+                (Some(cores), None)
+            }
+            Tasks::Each(specs) => {
+                let kept = std::mem::take(&mut self.jobs.vacant_mut(slot).tasks);
+                let built = Self::build_tasks(&mut self.book, kept, specs, chunk);
+                if let Some(specs) = built.spent {
+                    self.keep_remains(Remains::of_specs(specs));
+                }
+                let latency = match (&hedge, &built.function) {
+                    (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
+                    _ => None,
+                };
+                let job = self.jobs.vacant_mut(slot);
+                debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
+                job.tasks = built.tasks;
+                job.payloads = built.payloads;
+                job.function = built.function;
+                job.functions = built.functions;
+                job.prefs = built.prefs;
+                job.latency = latency;
+                job.has_exec_prefs = built.has_exec_prefs;
+                job.has_host_prefs = built.has_host_prefs;
+                (None, built.rest)
+            }
         };
         let job = self.jobs.vacant_mut(slot);
-        debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
-        // Written over the vacant record: what this leaves out is a new job's there already
-        // (`Job::vacate` names each such field).
         job.id = id;
         job.pool = pool;
         job.weight = spec.weight.max(1);
         job.priority = spec.priority;
-        job.tasks = tasks;
         job.task_count = n;
-        job.payloads = payloads;
-        job.function = function;
-        job.functions = functions;
-        job.prefs = prefs;
         job.keep_results = spec.keep_results;
         job.result_bytes_max = (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max);
         job.pending = n;
-        job.has_exec_prefs = has_exec_prefs;
-        job.has_host_prefs = has_host_prefs;
         job.level = Level::Any;
         job.level_since_us = now_us;
         job.last_progress_us = now_us;
         job.max_failures = spec.max_failures.unwrap_or(self.config.max_failures).max(1);
         job.speculation = speculation;
         job.hedge = hedge;
-        job.latency = latency;
         job.exclusion_config = exclusion_config;
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
