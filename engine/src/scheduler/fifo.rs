@@ -74,6 +74,16 @@ impl Fifo {
 
     /// Unlists the job under `key`: its slot, if one was listed.
     pub fn remove(&mut self, key: FifoKey) -> Option<u32> {
+        // Most removals are of the front entry (never a tombstone): it leaves at once.
+        if let Some(&(k, slot)) = self.queue.front() {
+            if k == key {
+                debug_assert_ne!(slot, TOMBSTONE, "the queue's front is live");
+                self.queue.pop_front();
+                self.tidy();
+                self.len -= 1;
+                return Some(slot);
+            }
+        }
         let slot = match self.queue_index(key) {
             Some(i) => {
                 let Some(entry) = self.queue.get_mut(i) else {
