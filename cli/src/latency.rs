@@ -8,6 +8,8 @@
 //! out with constants, and builds the [`Histogram`] only when a summary or a log asks for it.
 //! The histogram it builds is the one recording every value would have built: the same count
 //! in every bucket, so every percentile, minimum, maximum and mean agree (a test checks them).
+//! The counts remember how far up they were used, so building, adding and clearing them (once
+//! an interval in the load harness) walk the buckets latencies reached, not all 47,104.
 
 use hdrhistogram::Histogram;
 
@@ -53,8 +55,9 @@ fn value_at(index: usize) -> u64 {
 #[derive(Debug, Clone)]
 pub struct LatencyCounts {
     counts: Box<[u64]>,
-    /// Latencies counted since the last [`clear`](Self::clear).
-    total: u64,
+    /// One past the highest index counted in since the last [`clear`](Self::clear) (0: none):
+    /// every count at or above it is 0.
+    used: usize,
 }
 
 impl Default for LatencyCounts {
@@ -71,7 +74,7 @@ impl LatencyCounts {
         debug_assert!(index_of(HIGHEST_US) < len);
         LatencyCounts {
             counts: vec![0; len].into_boxed_slice(),
-            total: 0,
+            used: 0,
         }
     }
 
@@ -85,21 +88,27 @@ impl LatencyCounts {
         }
         // A u64 count does not overflow at one latency per nanosecond for 500 years.
         self.counts[index] += 1;
-        self.total += 1;
+        self.used = self.used.max(index + 1);
     }
 
     /// Whether nothing was counted.
     pub fn is_empty(&self) -> bool {
-        self.total == 0
+        self.used == 0
+    }
+
+    /// Counts `other`'s latencies here too, as if each had been recorded here.
+    pub fn add(&mut self, other: &LatencyCounts) {
+        let used = other.used;
+        for (count, &more) in self.counts[..used].iter_mut().zip(&other.counts[..used]) {
+            *count += more;
+        }
+        self.used = self.used.max(used);
     }
 
     /// The histogram recording each counted latency would have built.
     pub fn to_histogram(&self) -> Histogram<u64> {
         let mut histogram = empty_histogram();
-        if self.total == 0 {
-            return histogram;
-        }
-        for (index, &count) in self.counts.iter().enumerate() {
+        for (index, &count) in self.counts[..self.used].iter().enumerate() {
             if count > 0 {
                 histogram.saturating_record_n(value_at(index), count);
             }
@@ -109,9 +118,8 @@ impl LatencyCounts {
 
     /// Forgets every latency.
     pub fn clear(&mut self) {
-        if std::mem::take(&mut self.total) > 0 {
-            self.counts.fill(0);
-        }
+        let used = std::mem::take(&mut self.used);
+        self.counts[..used].fill(0);
     }
 }
 
@@ -148,11 +156,6 @@ mod tests {
         }
         let built = counts.to_histogram();
         assert_eq!(built.len(), direct.len());
-        let pairs = |h: &Histogram<u64>| -> Vec<(u64, u64)> {
-            (h.iter_recorded())
-                .map(|v| (v.value_iterated_to(), v.count_at_value()))
-                .collect()
-        };
         assert_eq!(pairs(&built), pairs(&direct), "bucket by bucket");
         for q in [0.0, 0.5, 0.9, 0.99, 0.999, 1.0] {
             assert_eq!(
@@ -163,6 +166,44 @@ mod tests {
         }
         assert_eq!((built.min(), built.max()), (direct.min(), direct.max()));
         assert_eq!(built.mean(), direct.mean());
+    }
+
+    /// The buckets and counts of `h`, in order.
+    fn pairs(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+        (h.iter_recorded())
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
+    }
+
+    #[test]
+    fn added_counts_build_the_histogram_of_every_value_in_either() {
+        let mut expected = empty_histogram();
+        let mut parts = [
+            LatencyCounts::new(),
+            LatencyCounts::new(),
+            LatencyCounts::new(),
+        ];
+        for (i, v) in values().into_iter().enumerate() {
+            // Parts 0 and 2 small values, part 1 any: added in order, the sum's used part grows
+            // with part 1 and must not shrink with part 2.
+            let part = i % 3;
+            let v = if part == 1 { v } else { v % 1_000 };
+            expected.saturating_record(v);
+            parts[part].record_us(v);
+        }
+        let mut sum = LatencyCounts::new();
+        for part in &parts {
+            sum.add(part);
+        }
+        let built = sum.to_histogram();
+        assert_eq!(pairs(&built), pairs(&expected), "bucket by bucket");
+        assert_eq!((built.len(), built.max()), (expected.len(), expected.max()));
+        sum.clear();
+        assert!(sum.is_empty());
+        assert!(
+            sum.counts.iter().all(|&c| c == 0),
+            "clear empties every count"
+        );
     }
 
     #[test]

@@ -64,6 +64,15 @@ impl Recorder {
     /// [`Recorder::record`] with the latency in nanoseconds, as a [`flint_engine::clock`]
     /// reading gives it (no `Duration` to make and take apart once per result).
     pub fn record_ns(&mut self, result: Result<&[u8], &str>, latency_ns: u64) {
+        self.record_outcome(result);
+        self.latency_us.record_us(latency_us_of(latency_ns));
+    }
+
+    /// One task's result without its latency, for a caller that counts latencies itself and
+    /// hands them over with [`Recorder::add_latencies`] (the load harness counts each result's
+    /// latency once, in the current interval's counts).
+    #[inline]
+    pub fn record_outcome(&mut self, result: Result<&[u8], &str>) {
         match result {
             Ok(bytes) => {
                 self.succeeded += 1;
@@ -71,7 +80,12 @@ impl Recorder {
             }
             Err(_) => self.failed += 1,
         }
-        self.latency_us.record_us((latency_ns / 1_000).max(1));
+    }
+
+    /// Latencies counted elsewhere (in microseconds, [`latency_us_of`]), added to the ones
+    /// recorded here.
+    pub fn add_latencies(&mut self, counts: &LatencyCounts) {
+        self.latency_us.add(counts);
     }
 
     /// Tasks recorded.
@@ -126,6 +140,13 @@ impl Recorder {
             checksum: self.checksum,
         }
     }
+}
+
+/// The microseconds a latency of `latency_ns` is counted as: whole microseconds, at least 1
+/// (the histogram's lowest value).
+#[inline]
+pub fn latency_us_of(latency_ns: u64) -> u64 {
+    (latency_ns / 1_000).max(1)
 }
 
 /// The first 8 bytes of a result as `u64` LE, or 0 if it is shorter.
@@ -260,6 +281,32 @@ mod tests {
             (2, 1, 3)
         );
         assert_eq!(summary.latency_us.max, 9);
+    }
+
+    #[test]
+    fn outcomes_with_latencies_added_summarise_as_results_recorded_whole() {
+        let mut whole = Recorder::new();
+        let mut split = Recorder::new();
+        let mut counts = LatencyCounts::new();
+        for i in 0..3_000u64 {
+            let bytes = (i * 7_919).to_le_bytes();
+            let result = if i % 5 == 0 { Err("x") } else { Ok(&bytes[..]) };
+            let latency_ns = i * i * 1_013;
+            whole.record_ns(result, latency_ns);
+            split.record_outcome(result);
+            counts.record_us(latency_us_of(latency_ns));
+            if i % 1_000 == 999 {
+                split.add_latencies(&counts);
+                counts.clear();
+            }
+        }
+        let elapsed = Duration::from_millis(1_500);
+        assert_eq!(
+            split.summary(3_000, 0, 0, elapsed),
+            whole.summary(3_000, 0, 0, elapsed)
+        );
+        assert_eq!(split.histogram(), whole.histogram());
+        assert_eq!(latency_us_of(999), 1, "under 1 us counts as 1 us");
     }
 
     #[test]
