@@ -40,6 +40,10 @@ use hdrhistogram::Histogram;
 pub const BUCKET: Duration = Duration::from_millis(100);
 /// Length of one interval histogram in the HDR log.
 pub const INTERVAL: Duration = Duration::from_secs(1);
+/// [`BUCKET`] in nanoseconds.
+const BUCKET_NS: u64 = BUCKET.as_nanos() as u64;
+// An interval is whole buckets, so a result in the current bucket is in the current interval.
+const _: () = assert!(INTERVAL.as_nanos() % BUCKET.as_nanos() == 0);
 /// Most tasks one open-loop job carries.
 const OPEN_BATCH_MAX: u64 = 4096;
 /// A run with results outstanding and none arriving for this long is stuck.
@@ -161,7 +165,10 @@ struct Meter {
     measure_from_ns: u64,
     /// Outcomes, checksum, and the latencies of the closed intervals.
     recorder: Recorder,
+    /// Results per [`BUCKET`] from `measure_from_ns`, up to the current (last) bucket.
     timeline: Vec<u64>,
+    /// Where the timeline's last bucket starts (ns from the epoch).
+    bucket_start_ns: u64,
     /// Latencies (us) of the results in the current interval, not yet in `recorder`.
     interval: LatencyCounts,
     interval_start_ns: u64,
@@ -176,6 +183,7 @@ impl Meter {
             measure_from_ns,
             recorder: Recorder::new(),
             timeline: Vec::new(),
+            bucket_start_ns: measure_from_ns,
             interval: LatencyCounts::new(),
             interval_start_ns: measure_from_ns,
             intervals: Vec::new(),
@@ -188,15 +196,27 @@ impl Meter {
             return;
         }
         self.recorder.record_outcome(result);
+        match self.timeline.last_mut() {
+            // In the current bucket, so in the current interval: one comparison.
+            Some(count) if now_ns.wrapping_sub(self.bucket_start_ns) < BUCKET_NS => *count += 1,
+            _ => self.count_elsewhere(now_ns),
+        }
+        (self.interval).record_us(latency_us_of(now_ns.saturating_sub(sent_ns)));
+        self.last_result_ns = self.last_result_ns.max(now_ns);
+    }
+
+    /// Counts a result at `now_ns` outside the current bucket: in a later one (which becomes
+    /// the current bucket, the intervals that ended before it closed) or, read a little
+    /// before a result counted already, in an earlier one.
+    fn count_elsewhere(&mut self, now_ns: u64) {
         let since_ns = now_ns.saturating_sub(self.measure_from_ns);
-        let bucket = (since_ns / BUCKET.as_nanos() as u64) as usize;
+        let bucket = (since_ns / BUCKET_NS) as usize;
         if self.timeline.len() <= bucket {
             self.timeline.resize(bucket + 1, 0);
+            self.bucket_start_ns = self.measure_from_ns + bucket as u64 * BUCKET_NS;
         }
         self.timeline[bucket] += 1;
         self.rotate(now_ns);
-        (self.interval).record_us(latency_us_of(now_ns.saturating_sub(sent_ns)));
-        self.last_result_ns = self.last_result_ns.max(now_ns);
     }
 
     /// Closes interval histograms that ended before `now_ns`.
@@ -820,8 +840,9 @@ fn run_lane(
 mod tests {
     use super::*;
 
-    /// The meter as it was before it counted each latency once: every result recorded into
-    /// the recorder and the interval, its timeline bucket found by division.
+    /// The meter as it was before it counted each latency once and found a result's bucket
+    /// with one comparison: every result recorded into the recorder and the interval, its
+    /// timeline bucket found by division, the intervals rotated at each.
     struct Reference {
         measure_from_ns: u64,
         recorder: Recorder,
@@ -929,7 +950,7 @@ mod tests {
     }
 
     #[test]
-    fn the_meter_measures_what_recording_every_latency_twice_measured() {
+    fn the_meter_measures_what_counting_every_result_everywhere_measured() {
         let measure_from_ns = 300_000_000;
         let mut meter = Meter::new(measure_from_ns);
         let mut reference = Reference {
