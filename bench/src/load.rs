@@ -149,7 +149,9 @@ pub struct RunResult {
 struct Shared {
     /// One for the whole run, shared by every submitter's lane.
     meter: Arc<Mutex<Meter>>,
-    /// Results (and tasks counted failed) so far, warm-up included.
+    /// Results (and tasks counted failed) so far, warm-up included. Written only with the
+    /// meter locked ([`Shared::add_completed`]), so a load and a store count it exactly; read
+    /// without the lock.
     completed: AtomicU64,
     /// The observer wakes the submitter once `completed` reaches this (so a closed loop that
     /// waits for a whole batch of free slots is woken once, not once per result).
@@ -191,6 +193,9 @@ impl Meter {
         }
     }
 
+    /// One result of a task sent at `sent_ns`, arrived at `now_ns` (inlined into the observer:
+    /// it runs once a result).
+    #[inline]
     fn record(&mut self, sent_ns: u64, now_ns: u64, result: Result<&[u8], &str>) {
         if sent_ns < self.measure_from_ns {
             return;
@@ -208,6 +213,7 @@ impl Meter {
     /// Counts a result at `now_ns` outside the current bucket: in a later one (which becomes
     /// the current bucket, the intervals that ended before it closed) or, read a little
     /// before a result counted already, in an earlier one.
+    #[cold]
     fn count_elsewhere(&mut self, now_ns: u64) {
         let since_ns = now_ns.saturating_sub(self.measure_from_ns);
         let bucket = (since_ns / BUCKET_NS) as usize;
@@ -257,6 +263,15 @@ impl Meter {
 impl Shared {
     fn meter(&self) -> MutexGuard<'_, Meter> {
         self.meter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts `tasks` more completed; the count now. `_locked` is the meter, locked: every
+    /// writer holds its lock (one for all lanes), so no read-modify-write is needed.
+    #[inline]
+    fn add_completed(&self, _locked: &mut Meter, tasks: u64) -> u64 {
+        let done = self.completed.load(Ordering::Relaxed) + tasks;
+        self.completed.store(done, Ordering::Release);
+        done
     }
 
     /// Nanoseconds since `epoch` (a [`clock::now_ns`] reading): read once per task result, so
@@ -411,8 +426,13 @@ struct Runner<'a> {
 /// results it waits for are in.
 fn record_result(shared: &Shared, epoch: u64, sent_ns: u64, result: Result<&Bytes, &str>) {
     let now_ns = shared.now_ns(epoch);
-    (shared.meter()).record(sent_ns, now_ns, result.map(|b| &b[..]));
-    let done = shared.completed.fetch_add(1, Ordering::AcqRel) + 1;
+    let done = {
+        let mut meter = shared.meter();
+        meter.record(sent_ns, now_ns, result.map(|b| &b[..]));
+        shared.add_completed(&mut meter, 1)
+    };
+    // `wake_at` only grows: a value read before the submitter's latest store is lower, and
+    // wakes it all the same.
     if shared.wake_submitter && done >= shared.wake_at.load(Ordering::Acquire) {
         shared.submitter.unpark();
     }
@@ -503,10 +523,8 @@ impl Runner<'_> {
             for _ in observed..done.tasks {
                 meter.record(sent_ns, now_ns, Err("job ended without this task's result"));
             }
-            drop(meter);
-            self.shared
-                .completed
-                .fetch_add(u64::from(done.tasks - observed), Ordering::Release);
+            let missing = u64::from(done.tasks - observed);
+            self.shared.add_completed(&mut meter, missing);
         }
     }
 
@@ -854,6 +872,9 @@ mod tests {
     }
 
     impl Reference {
+        /// One result of a task sent at `sent_ns`, arrived at `now_ns` (inlined into the observer:
+        /// it runs once a result).
+        #[inline]
         fn record(&mut self, sent_ns: u64, now_ns: u64, result: Result<&[u8], &str>) {
             if sent_ns < self.measure_from_ns {
                 return;
