@@ -297,10 +297,10 @@ impl SentAt {
     }
 }
 
+/// A submitted job not yet seen to end (its tasks: `handle.tasks()`).
 struct Pending {
     handle: JobHandle,
     sent: SentAt,
-    tasks: u32,
 }
 
 /// The payloads of a job: the same bytes shared by every task, except for `hash`, whose
@@ -332,7 +332,6 @@ impl Payloads {
         if self.indexed {
             return (0..count).map(|_| self.next_indexed()).collect();
         }
-        self.next_index += count;
         if count == 1 {
             return JobPayloads::from(self.shared.clone());
         }
@@ -448,84 +447,103 @@ impl Runner<'_> {
         self.shared.now_ns(self.epoch)
     }
 
-    /// Submits one job of `count` tasks sent at `sent`.
-    fn submit(&mut self, count: u64, sent: SentAt) -> Result<(), String> {
+    /// Submits one job of `count` tasks all sent at `sent_ns`, tagged with that time for the
+    /// shared observer (nothing boxed per job).
+    fn submit_at(&mut self, count: u64, sent_ns: u64) -> Result<(), String> {
         let job = Job::with_payloads(self.spec.task.clone(), self.payloads.take(count))
-            .keep_results(false);
-        let job = match &sent {
-            // Tagged with the one send time: the shared observer, nothing boxed per job.
-            SentAt::Same(ns) => job.on_result_shared(&self.observer, *ns),
-            SentAt::PerTask(_) => {
-                let (shared, epoch, times) = (self.shared.clone(), self.epoch, sent.clone());
-                job.on_result(move |index, result| {
-                    record_result(&shared, epoch, times.of(index), result);
-                })
-            }
+            .keep_results(false)
+            .on_result_shared(&self.observer, sent_ns);
+        let measured = if sent_ns >= self.measure_from_ns {
+            count
+        } else {
+            0
         };
-        let measured = match &sent {
-            SentAt::Same(ns) if *ns >= self.measure_from_ns => count,
-            SentAt::Same(_) => 0,
-            SentAt::PerTask(times) => times
-                .iter()
-                .filter(|&&ns| ns >= self.measure_from_ns)
-                .count() as u64,
-        };
+        self.send(job, count, measured, SentAt::Same(sent_ns))
+    }
+
+    /// Submits one job of a task for each of `times` (when each was due), with an observer of
+    /// its own that knows them.
+    fn submit_per_task(&mut self, times: Arc<[u64]>) -> Result<(), String> {
+        let count = times.len() as u64;
+        let measured = (times.iter())
+            .filter(|&&ns| ns >= self.measure_from_ns)
+            .count() as u64;
+        let (shared, epoch, sent) = (self.shared.clone(), self.epoch, SentAt::PerTask(times));
+        let observer_sent = sent.clone();
+        let job = Job::with_payloads(self.spec.task.clone(), self.payloads.take(count))
+            .keep_results(false)
+            .on_result(move |index, result| {
+                record_result(&shared, epoch, observer_sent.of(index), result);
+            });
+        self.send(job, count, measured, sent)
+    }
+
+    /// Hands `job` (`count` tasks, `measured` of them measured) to the driver and keeps its
+    /// handle.
+    fn send(&mut self, job: Job, count: u64, measured: u64, sent: SentAt) -> Result<(), String> {
         let handle = self
             .driver
             .submit(job)
             .map_err(|e| format!("submit failed: {e}"))?;
         self.submitted += count;
         self.measured += measured;
-        self.pending.push_back(Pending {
-            handle,
-            sent,
-            tasks: count as u32,
-        });
+        self.pending.push_back(Pending { handle, sent });
         Ok(())
     }
 
-    /// Drops finished jobs (all of them if `all`, else those at the front); tasks of a failed
-    /// or cancelled job that never reported count as failed.
-    fn reap(&mut self, all: bool) {
+    /// Drops the finished jobs at the front (jobs end about in order).
+    fn reap_front(&mut self) {
+        while self.pending.front().is_some_and(|p| p.handle.is_finished()) {
+            // `pop_front` moves nothing else.
+            if let Some(done) = self.pending.pop_front() {
+                self.reaped(done);
+            }
+        }
+    }
+
+    /// Drops every finished job.
+    fn reap_all(&mut self) {
         let mut index = 0;
-        while index < self.pending.len() {
-            if !self.pending[index].handle.is_finished() {
-                if !all {
-                    return;
-                }
+        while let Some(pending) = self.pending.get(index) {
+            if !pending.handle.is_finished() {
                 index += 1;
                 continue;
             }
-            // The front as a rule (jobs end about in order): `pop_front` moves nothing else.
-            let done = match index {
-                0 => self.pending.pop_front(),
-                _ => self.pending.remove(index),
-            };
-            let Some(done) = done else {
-                return;
-            };
-            // The job is finished: the driver handed each result the handle counts to the
-            // observer (`submit`'s) before it set the outcome.
-            let observed = done.handle.tasks_done().min(u64::from(done.tasks)) as u32;
-            // Every result seen (the rule): the outcome need not be taken from the handle.
-            if observed >= done.tasks {
-                continue;
+            if let Some(done) = self.pending.remove(index) {
+                self.reaped(done);
             }
-            let outcome = done.handle.wait_timeout(Duration::ZERO);
-            if matches!(outcome, Ok(JobOutcome::Succeeded(_))) {
-                continue;
-            }
-            let now_ns = self.now_ns();
-            let mut meter = self.shared.meter();
-            // Which tasks reported is not known here; charge the missing ones at the earliest
-            // send time (exact for one-task and same-time jobs).
-            let sent_ns = done.sent.of(0);
-            for _ in observed..done.tasks {
-                meter.record(sent_ns, now_ns, Err("job ended without this task's result"));
-            }
-            let missing = u64::from(done.tasks - observed);
-            self.shared.add_completed(&mut meter, missing);
         }
+    }
+
+    /// A finished job, dropped: the rule is that every result was seen.
+    #[inline]
+    fn reaped(&mut self, done: Pending) {
+        // The driver handed each result the handle counts to the observer (`submit`'s)
+        // before it set the outcome.
+        if done.handle.tasks_done() < done.handle.tasks() {
+            self.settle(done);
+        }
+    }
+
+    /// A finished job with results missing: if it did not succeed, its tasks that never
+    /// reported count as failed.
+    #[cold]
+    fn settle(&mut self, done: Pending) {
+        let tasks = done.handle.tasks();
+        let observed = done.handle.tasks_done().min(tasks);
+        let outcome = done.handle.wait_timeout(Duration::ZERO);
+        if matches!(outcome, Ok(JobOutcome::Succeeded(_))) {
+            return;
+        }
+        let now_ns = self.now_ns();
+        let mut meter = self.shared.meter();
+        // Which tasks reported is not known here; charge the missing ones at the earliest
+        // send time (exact for one-task and same-time jobs).
+        let sent_ns = done.sent.of(0);
+        for _ in observed..tasks {
+            meter.record(sent_ns, now_ns, Err("job ended without this task's result"));
+        }
+        self.shared.add_completed(&mut meter, tasks - observed);
     }
 
     fn outstanding(&self) -> u64 {
@@ -543,10 +561,12 @@ impl Runner<'_> {
         }
     }
 
-    fn draw(&mut self, now_ns: u64) {
+    /// Redraws the progress bar if it is due (reading the clock only then).
+    fn draw(&mut self) {
         if !self.progress.due() {
             return;
         }
+        let now_ns = self.now_ns();
         let since_s = now_ns.saturating_sub(self.measure_from_ns) as f64 / 1e9;
         let (fraction, label) = if now_ns < self.measure_from_ns {
             (0.0, "warm-up".to_string())
@@ -566,10 +586,24 @@ impl Runner<'_> {
         });
     }
 
+    /// Keeps `in_flight` tasks outstanding in jobs of `batch`, reading the clock once a job:
+    /// when there is room for it, as its send time.
     fn closed(&mut self, in_flight: u64, batch: u32) -> Result<(), String> {
-        let batch = u64::from(batch.max(1)).min(in_flight.max(1));
+        let window = in_flight.max(1);
+        let batch = u64::from(batch.max(1)).min(window);
         loop {
-            self.reap(false);
+            self.reap_front();
+            // No room for a whole batch, and the next job is one (it is smaller only at the
+            // end of a counted run): wait, with no need of the time. Past a run's end the
+            // next check after the wait returns, as it would have before it.
+            let fewer = match self.limit {
+                Limit::Tasks(tasks) => tasks.saturating_sub(self.measured) < batch,
+                Limit::Duration(_) => false,
+            };
+            if !fewer && self.outstanding() + batch > window {
+                self.wait_for_room(batch, window);
+                continue;
+            }
             let now_ns = self.now_ns();
             if self.measuring_done(now_ns) {
                 return Ok(());
@@ -580,19 +614,23 @@ impl Runner<'_> {
                     count = count.min(tasks - self.measured);
                 }
             }
-            let window = in_flight.max(1);
             if self.outstanding() + count <= window {
-                self.submit(count, SentAt::Same(now_ns))?;
+                self.submit_at(count, now_ns)?;
                 continue;
             }
-            // Sleep until `count` slots are free: completed >= submitted + count - window.
-            let wake_at = (self.submitted + count).saturating_sub(window);
-            self.shared.wake_at.store(wake_at, Ordering::Release);
-            if self.outstanding() + count > window {
-                std::thread::park_timeout(Duration::from_millis(5));
-            }
-            self.draw(now_ns);
+            self.wait_for_room(count, window);
         }
+    }
+
+    /// Sleeps until `count` of the `window`'s slots are free (completed >= submitted + count
+    /// - window), or 5 ms.
+    fn wait_for_room(&mut self, count: u64, window: u64) {
+        let wake_at = (self.submitted + count).saturating_sub(window);
+        self.shared.wake_at.store(wake_at, Ordering::Release);
+        if self.outstanding() + count > window {
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+        self.draw();
     }
 
     /// Returns true if it stopped early, saturated.
@@ -603,7 +641,7 @@ impl Runner<'_> {
         let intended = |i: u64| ((i * lanes + lane) as f64 * interval_ns) as u64;
         let mut next = 0u64;
         loop {
-            self.reap(false);
+            self.reap_front();
             let now_ns = self.now_ns();
             if self.measuring_done(intended(next)) {
                 return Ok(false);
@@ -619,7 +657,7 @@ impl Runner<'_> {
                 } else {
                     std::thread::yield_now();
                 }
-                self.draw(now_ns);
+                self.draw();
                 continue;
             }
             if self.pending.len() >= self.jobs_max {
@@ -644,9 +682,8 @@ impl Runner<'_> {
             if times.is_empty() {
                 continue;
             }
-            let count = times.len() as u64;
-            self.submit(count, SentAt::PerTask(times.into()))?;
-            self.draw(now_ns);
+            self.submit_per_task(times.into())?;
+            self.draw();
         }
     }
 
@@ -656,7 +693,7 @@ impl Runner<'_> {
         let mut last_completed = self.shared.completed.load(Ordering::Acquire);
         let mut last_progress = Instant::now();
         while self.outstanding() > 0 || !self.pending.is_empty() {
-            self.reap(true);
+            self.reap_all();
             let completed = self.shared.completed.load(Ordering::Acquire);
             if completed != last_completed {
                 last_completed = completed;
@@ -670,8 +707,7 @@ impl Runner<'_> {
                 ));
             }
             std::thread::park_timeout(Duration::from_millis(2));
-            let now_ns = self.now_ns();
-            self.draw(now_ns);
+            self.draw();
         }
         Ok(())
     }

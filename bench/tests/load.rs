@@ -120,3 +120,35 @@ fn closed_open_and_failing_runs_account_for_every_task() {
     assert_eq!(failing.summary.failed, 20);
     cluster.stop();
 }
+
+/// A closed loop whose jobs fill the window (it waits for all of them before the next, and
+/// the last job is smaller), one with fewer tasks than a batch, and one that stops on time:
+/// each measures exactly the tasks it sent.
+#[test]
+fn closed_loops_that_wait_for_a_whole_window_or_stop_on_time_count_every_task() {
+    let cluster = cluster();
+    let driver = &cluster.driver;
+    let whole = Mode::Closed {
+        in_flight: 4,
+        batch: 4,
+    };
+    for tasks in [1_001, 3] {
+        let run = load::run(driver, &spec(whole, "noop", Limit::Tasks(tasks))).unwrap();
+        assert_eq!((run.summary.tasks, run.summary.succeeded), (tasks, tasks));
+        assert_eq!(run.histogram.len(), tasks);
+        assert_eq!(run.timeline.iter().sum::<u64>(), tasks);
+    }
+    let timed = load::run(
+        driver,
+        &spec(whole, "noop", Limit::Duration(Duration::from_millis(200))),
+    )
+    .unwrap();
+    let tasks = timed.summary.tasks;
+    assert!(tasks > 0);
+    assert_eq!(
+        (timed.summary.succeeded, timed.histogram.len()),
+        (tasks, tasks)
+    );
+    assert_eq!(timed.timeline.iter().sum::<u64>(), tasks);
+    cluster.stop();
+}
