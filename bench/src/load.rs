@@ -281,26 +281,12 @@ impl Shared {
     }
 }
 
-/// When the tasks of one job were (meant to be) sent, in ns from the run's epoch.
-#[derive(Clone)]
-enum SentAt {
-    Same(u64),
-    PerTask(Arc<[u64]>),
-}
-
-impl SentAt {
-    fn of(&self, index: u32) -> u64 {
-        match self {
-            SentAt::Same(ns) => *ns,
-            SentAt::PerTask(times) => times.get(index as usize).copied().unwrap_or(0),
-        }
-    }
-}
-
 /// A submitted job not yet seen to end (its tasks: `handle.tasks()`).
 struct Pending {
     handle: JobHandle,
-    sent: SentAt,
+    /// When its first task was (meant to be) sent, in ns from the run's epoch: the earliest
+    /// (the observer knows each task's).
+    first_sent_ns: u64,
 }
 
 /// The payloads of a job: the same bytes shared by every task, except for `hash`, whose
@@ -328,6 +314,7 @@ impl Payloads {
     /// The payloads of a job of `count` tasks: without an index in them, one list shared by
     /// every job of that size (as a service submits the same inputs with every request), and a
     /// one-task job's single payload; no vector per job either way.
+    #[inline]
     fn take(&mut self, count: u64) -> JobPayloads {
         if self.indexed {
             return (0..count).map(|_| self.next_indexed()).collect();
@@ -369,6 +356,7 @@ impl Progress {
     }
 
     /// True when a redraw is due (so callers skip gathering the figures otherwise).
+    #[inline]
     fn due(&self) -> bool {
         self.enabled && self.last.elapsed() >= Duration::from_millis(200)
     }
@@ -422,7 +410,8 @@ struct Runner<'a> {
 }
 
 /// One task's result, sent at `sent_ns`: its latency recorded, the submitter woken when the
-/// results it waits for are in.
+/// results it waits for are in. Inlined into the observers, which call it once a result.
+#[inline]
 fn record_result(shared: &Shared, epoch: u64, sent_ns: u64, result: Result<&Bytes, &str>) {
     let now_ns = shared.now_ns(epoch);
     let done = {
@@ -458,7 +447,7 @@ impl Runner<'_> {
         } else {
             0
         };
-        self.send(job, count, measured, SentAt::Same(sent_ns))
+        self.send(job, count, measured, sent_ns)
     }
 
     /// Submits one job of a task for each of `times` (when each was due), with an observer of
@@ -468,26 +457,38 @@ impl Runner<'_> {
         let measured = (times.iter())
             .filter(|&&ns| ns >= self.measure_from_ns)
             .count() as u64;
-        let (shared, epoch, sent) = (self.shared.clone(), self.epoch, SentAt::PerTask(times));
-        let observer_sent = sent.clone();
+        let first_sent_ns = times.first().copied().unwrap_or(0);
+        let (shared, epoch) = (self.shared.clone(), self.epoch);
         let job = Job::with_payloads(self.spec.task.clone(), self.payloads.take(count))
             .keep_results(false)
             .on_result(move |index, result| {
-                record_result(&shared, epoch, observer_sent.of(index), result);
+                let sent_ns = times.get(index as usize).copied().unwrap_or(0);
+                record_result(&shared, epoch, sent_ns, result);
             });
-        self.send(job, count, measured, sent)
+        self.send(job, count, measured, first_sent_ns)
     }
 
-    /// Hands `job` (`count` tasks, `measured` of them measured) to the driver and keeps its
-    /// handle.
-    fn send(&mut self, job: Job, count: u64, measured: u64, sent: SentAt) -> Result<(), String> {
+    /// Hands `job` (`count` tasks, `measured` of them measured, the first sent at
+    /// `first_sent_ns`) to the driver and keeps its handle. Inlined into both callers: the
+    /// job moves to the driver without a copy into an argument.
+    #[inline(always)]
+    fn send(
+        &mut self,
+        job: Job,
+        count: u64,
+        measured: u64,
+        first_sent_ns: u64,
+    ) -> Result<(), String> {
         let handle = self
             .driver
             .submit(job)
             .map_err(|e| format!("submit failed: {e}"))?;
         self.submitted += count;
         self.measured += measured;
-        self.pending.push_back(Pending { handle, sent });
+        self.pending.push_back(Pending {
+            handle,
+            first_sent_ns,
+        });
         Ok(())
     }
 
@@ -539,7 +540,7 @@ impl Runner<'_> {
         let mut meter = self.shared.meter();
         // Which tasks reported is not known here; charge the missing ones at the earliest
         // send time (exact for one-task and same-time jobs).
-        let sent_ns = done.sent.of(0);
+        let sent_ns = done.first_sent_ns;
         for _ in observed..tasks {
             meter.record(sent_ns, now_ns, Err("job ended without this task's result"));
         }
@@ -562,10 +563,16 @@ impl Runner<'_> {
     }
 
     /// Redraws the progress bar if it is due (reading the clock only then).
+    #[inline]
     fn draw(&mut self) {
-        if !self.progress.due() {
-            return;
+        if self.progress.due() {
+            self.redraw();
         }
+    }
+
+    /// Draws the progress bar now (out of the loops' way: it formats text).
+    #[inline(never)]
+    fn redraw(&mut self) {
         let now_ns = self.now_ns();
         let since_s = now_ns.saturating_sub(self.measure_from_ns) as f64 / 1e9;
         let (fraction, label) = if now_ns < self.measure_from_ns {
