@@ -600,14 +600,22 @@ impl Runner<'_> {
         let batch = u64::from(batch.max(1)).min(window);
         loop {
             self.reap_front();
-            // No room for a whole batch, and the next job is one (it is smaller only at the
-            // end of a counted run): wait, with no need of the time. Past a run's end the
-            // next check after the wait returns, as it would have before it.
+            let outstanding = self.outstanding();
             let fewer = match self.limit {
                 Limit::Tasks(tasks) => tasks.saturating_sub(self.measured) < batch,
                 Limit::Duration(_) => false,
             };
-            if !fewer && self.outstanding() + batch > window {
+            if fewer {
+                // The end of a counted run (or a warm-up of a run shorter than a batch): the
+                // next job may be smaller, by the time.
+                if self.closed_last(outstanding, batch, window)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            // The next job is a whole batch: no room for it, wait, with no need of the time
+            // (past a timed run's end, the check after the wait returns, sending nothing).
+            if outstanding + batch > window {
                 self.wait_for_room(batch, window);
                 continue;
             }
@@ -615,18 +623,30 @@ impl Runner<'_> {
             if self.measuring_done(now_ns) {
                 return Ok(());
             }
-            let mut count = batch;
-            if let Limit::Tasks(tasks) = self.limit {
-                if now_ns >= self.measure_from_ns {
-                    count = count.min(tasks - self.measured);
-                }
+            self.submit_at(batch, now_ns)?;
+        }
+    }
+
+    /// One step of a counted closed loop whose next job may carry fewer than `batch` tasks:
+    /// what is left of the run once the warm-up is over. Submits it if there is room, else
+    /// waits for room; true once the run has sent all it measures.
+    fn closed_last(&mut self, outstanding: u64, batch: u64, window: u64) -> Result<bool, String> {
+        let now_ns = self.now_ns();
+        if self.measuring_done(now_ns) {
+            return Ok(true);
+        }
+        let mut count = batch;
+        if let Limit::Tasks(tasks) = self.limit {
+            if now_ns >= self.measure_from_ns {
+                count = count.min(tasks - self.measured);
             }
-            if self.outstanding() + count <= window {
-                self.submit_at(count, now_ns)?;
-                continue;
-            }
+        }
+        if outstanding + count <= window {
+            self.submit_at(count, now_ns)?;
+        } else {
             self.wait_for_room(count, window);
         }
+        Ok(false)
     }
 
     /// Sleeps until `count` of the `window`'s slots are free (completed >= submitted + count
