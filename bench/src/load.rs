@@ -316,11 +316,17 @@ impl Payloads {
     /// one-task job's single payload; no vector per job either way.
     #[inline]
     fn take(&mut self, count: u64) -> JobPayloads {
+        if count == 1 && !self.indexed {
+            return JobPayloads::from(self.shared.clone());
+        }
+        self.take_many(count)
+    }
+
+    /// [`Payloads::take`] but for a one-task job's shared payload (out of its way).
+    #[inline(never)]
+    fn take_many(&mut self, count: u64) -> JobPayloads {
         if self.indexed {
             return (0..count).map(|_| self.next_indexed()).collect();
-        }
-        if count == 1 {
-            return JobPayloads::from(self.shared.clone());
         }
         match &self.list {
             Some(list) if list.len() as u64 == count => JobPayloads::from(list.clone()),
@@ -411,7 +417,7 @@ struct Runner<'a> {
 
 /// One task's result, sent at `sent_ns`: its latency recorded, the submitter woken when the
 /// results it waits for are in. Inlined into the observers, which call it once a result.
-#[inline]
+#[inline(always)]
 fn record_result(shared: &Shared, epoch: u64, sent_ns: u64, result: Result<&Bytes, &str>) {
     let now_ns = shared.now_ns(epoch);
     let done = {
@@ -437,7 +443,9 @@ impl Runner<'_> {
     }
 
     /// Submits one job of `count` tasks all sent at `sent_ns`, tagged with that time for the
-    /// shared observer (nothing boxed per job).
+    /// shared observer (nothing boxed per job). Inlined into the closed loop, which calls it
+    /// once a job.
+    #[inline(always)]
     fn submit_at(&mut self, count: u64, sent_ns: u64) -> Result<(), String> {
         let job = Job::with_payloads(self.spec.task.clone(), self.payloads.take(count))
             .keep_results(false)
@@ -523,6 +531,9 @@ impl Runner<'_> {
         // before it set the outcome.
         if done.handle.tasks_done() < done.handle.tasks() {
             self.settle(done);
+        } else {
+            // It has ended: nothing to cancel, so its drop need not ask again.
+            done.handle.detach();
         }
     }
 
@@ -598,14 +609,15 @@ impl Runner<'_> {
     fn closed(&mut self, in_flight: u64, batch: u32) -> Result<(), String> {
         let window = in_flight.max(1);
         let batch = u64::from(batch.max(1)).min(window);
+        // The measured tasks a run sends at most (a timed run: no count).
+        let tasks_max = match self.limit {
+            Limit::Tasks(tasks) => tasks,
+            Limit::Duration(_) => u64::MAX,
+        };
         loop {
             self.reap_front();
             let outstanding = self.outstanding();
-            let fewer = match self.limit {
-                Limit::Tasks(tasks) => tasks.saturating_sub(self.measured) < batch,
-                Limit::Duration(_) => false,
-            };
-            if fewer {
+            if self.measured + batch > tasks_max {
                 // The end of a counted run (or a warm-up of a run shorter than a batch): the
                 // next job may be smaller, by the time.
                 if self.closed_last(outstanding, batch, window)? {
