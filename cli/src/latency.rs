@@ -8,8 +8,9 @@
 //! out with constants, and builds the [`Histogram`] only when a summary or a log asks for it.
 //! The histogram it builds is the one recording every value would have built: the same count
 //! in every bucket, so every percentile, minimum, maximum and mean agree (a test checks them).
-//! The counts remember how far up they were used, so building, adding and clearing them (once
-//! an interval in the load harness) walk the buckets latencies reached, not all 47,104.
+//! Building, adding and clearing them (once an interval in the load harness) walk only the
+//! buckets latencies reached, not all 47,104: the top of those is found a block of counts at a
+//! time, so that counting a latency does not track it.
 
 use hdrhistogram::Histogram;
 
@@ -22,6 +23,8 @@ pub const SIGNIFICANT_DIGITS: u8 = 3;
 
 /// log2 of half the sub-buckets of a bucket: 2,048 sub-buckets hold 3 significant digits.
 const HALF_MAGNITUDE: u32 = 10;
+/// Counts tested together when looking for the highest in use ([`LatencyCounts::used`]).
+const USED_BLOCK: usize = 64;
 /// Values below this share bucket 0 at unit resolution.
 const SUB_BUCKET_MASK: u64 = (1 << (HALF_MAGNITUDE + 1)) - 1;
 
@@ -55,9 +58,8 @@ fn value_at(index: usize) -> u64 {
 #[derive(Debug, Clone)]
 pub struct LatencyCounts {
     counts: Box<[u64]>,
-    /// One past the highest index counted in since the last [`clear`](Self::clear) (0: none):
-    /// every count at or above it is 0.
-    used: usize,
+    /// Latencies counted since the last [`clear`](Self::clear).
+    total: u64,
 }
 
 impl Default for LatencyCounts {
@@ -74,7 +76,7 @@ impl LatencyCounts {
         debug_assert!(index_of(HIGHEST_US) < len);
         LatencyCounts {
             counts: vec![0; len].into_boxed_slice(),
-            used: 0,
+            total: 0,
         }
     }
 
@@ -88,27 +90,38 @@ impl LatencyCounts {
         }
         // A u64 count does not overflow at one latency per nanosecond for 500 years.
         self.counts[index] += 1;
-        self.used = self.used.max(index + 1);
+        self.total += 1;
     }
 
     /// Whether nothing was counted.
     pub fn is_empty(&self) -> bool {
-        self.used == 0
+        self.total == 0
+    }
+
+    /// A bound on the counts in use: every count at or above it is 0. The end of the highest
+    /// block of [`USED_BLOCK`] counts with a count in it (a block's test is one vectorised OR).
+    fn used(&self) -> usize {
+        if self.total == 0 {
+            return 0;
+        }
+        let top = (self.counts.chunks(USED_BLOCK))
+            .rposition(|block| block.iter().fold(0, |any, &count| any | count) != 0);
+        top.map_or(0, |block| ((block + 1) * USED_BLOCK).min(self.counts.len()))
     }
 
     /// Counts `other`'s latencies here too, as if each had been recorded here.
     pub fn add(&mut self, other: &LatencyCounts) {
-        let used = other.used;
+        let used = other.used();
         for (count, &more) in self.counts[..used].iter_mut().zip(&other.counts[..used]) {
             *count += more;
         }
-        self.used = self.used.max(used);
+        self.total += other.total;
     }
 
     /// The histogram recording each counted latency would have built.
     pub fn to_histogram(&self) -> Histogram<u64> {
         let mut histogram = empty_histogram();
-        for (index, &count) in self.counts[..self.used].iter().enumerate() {
+        for (index, &count) in self.counts[..self.used()].iter().enumerate() {
             if count > 0 {
                 histogram.saturating_record_n(value_at(index), count);
             }
@@ -118,8 +131,9 @@ impl LatencyCounts {
 
     /// Forgets every latency.
     pub fn clear(&mut self) {
-        let used = std::mem::take(&mut self.used);
+        let used = self.used();
         self.counts[..used].fill(0);
+        self.total = 0;
     }
 }
 
@@ -204,6 +218,22 @@ mod tests {
             sum.counts.iter().all(|&c| c == 0),
             "clear empties every count"
         );
+    }
+
+    #[test]
+    fn the_counts_in_use_cover_every_count() {
+        let mut counts = LatencyCounts::new();
+        assert_eq!(counts.used(), 0);
+        for v in [1, 63, 64, 65, 2_047, 2_048, 70_000, HIGHEST_US, u64::MAX] {
+            counts.record_us(v);
+            let highest = counts.counts.iter().rposition(|&c| c > 0).unwrap();
+            let used = counts.used();
+            assert!(highest < used && used <= counts.counts.len(), "{v}: {used}");
+            assert!(used - highest <= USED_BLOCK, "{v}: {used} for {highest}");
+        }
+        counts.clear();
+        assert_eq!(counts.used(), 0);
+        assert!(counts.counts.iter().all(|&c| c == 0));
     }
 
     #[test]
