@@ -535,14 +535,27 @@ impl LoopTelemetry {
         tasks: usize,
         pool: &str,
     ) {
+        self.job_submitted_to(now_us, job, function, tasks, Some(pool));
+    }
+
+    /// [`LoopTelemetry::job_submitted`], the pool `None` for a job that named none (most: it
+    /// runs in the default pool, and no name is compared).
+    pub(crate) fn job_submitted_to(
+        &mut self,
+        now_us: u64,
+        job: JobId,
+        function: Option<&std::sync::Arc<str>>,
+        tasks: usize,
+        pool: Option<&str>,
+    ) {
         let function = function.unwrap_or(&self.no_function);
         let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
         tracing::info!(parent: &span, "job submitted");
         self.jobs_submitted += 1;
         let named;
         let pool = match pool {
-            "default" => &self.default_pool,
-            other => {
+            None | Some("default") => &self.default_pool,
+            Some(other) => {
                 named = std::sync::Arc::from(other);
                 &named
             }

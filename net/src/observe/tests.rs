@@ -150,3 +150,30 @@ fn tasks_done_are_counted_per_job_across_interleaved_runs() {
     t.job_over(3_000, a, JobEnd::Succeeded);
     assert_eq!(done(&t), [(1, 5), (2, 5), (3, 0)], "the last run counted");
 }
+
+/// A job that named no pool (`None`, most jobs: the telemetry does not compare names) shows
+/// the default pool, as one that named "default" does, both sharing the one default name; a
+/// named pool shows its own.
+#[test]
+fn a_job_without_a_pool_shows_the_default_one() {
+    let mut t = LoopTelemetry::new(Instant::now());
+    let f = std::sync::Arc::from("f");
+    t.job_submitted_to(0, JobId(1), Some(&f), 1, None);
+    t.job_submitted(0, JobId(2), Some(&f), 1, "default");
+    t.job_submitted_to(0, JobId(3), Some(&f), 1, Some("batch"));
+    let view = t.view(|_| 0, |_| None, 10);
+    let pool = |id: u64| {
+        let job = view
+            .jobs
+            .iter()
+            .find(|j| j.id == id)
+            .expect("the job's view");
+        job.pool.clone()
+    };
+    assert_eq!(&*pool(1), "default");
+    assert!(
+        std::sync::Arc::ptr_eq(&pool(1), &pool(2)),
+        "one default name"
+    );
+    assert_eq!(&*pool(3), "batch");
+}

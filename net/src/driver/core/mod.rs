@@ -516,6 +516,8 @@ impl DriverCore {
             stream: _,
             scheduling,
         } = job;
+        // A job without settings runs in the default pool (the telemetry need not look).
+        let named_pool = scheduling.is_some();
         let spec = match scheduling {
             // Most jobs: every setting the scheduler's, no preferences, nothing to refuse (as
             // `job_spec` makes it, built here in place: a spec is 176 bytes to move).
@@ -537,7 +539,8 @@ impl DriverCore {
         let now_us = self.now_us;
         // The function's name, shared with the job's tasks (a job of no tasks has none to show).
         let function = spec.tasks.first_function();
-        (self.telemetry).job_submitted(now_us, id, function, n, &spec.pool);
+        let pool = named_pool.then_some(&*spec.pool);
+        (self.telemetry).job_submitted_to(now_us, id, function, n, pool);
         if self.scheduler.active_jobs() == 0 {
             // The first stall check one interval after work arrives.
             self.health.work_arrived(now_us);
