@@ -140,8 +140,9 @@ impl Burst<'_> {
     /// Submits `job` under `id` (see [`DriverCore::submit`]); its launches wait for the burst's
     /// end.
     pub fn submit(&mut self, id: JobId, job: Job) {
-        self.tasks += job.len();
-        self.core.submit_inner(id, job);
+        let tasks = job.len();
+        self.tasks += tasks;
+        self.core.submit_inner(id, job, tasks);
     }
 
     /// Tasks submitted in the burst so far.
@@ -484,7 +485,8 @@ impl DriverCore {
     /// malformed one) ends at once: its outcome is in [`DriverCore::poll_event`].
     pub fn submit(&mut self, id: JobId, job: Job, now_us: u64) {
         self.advance(now_us);
-        self.submit_inner(id, job);
+        let tasks = job.len();
+        self.submit_inner(id, job, tasks);
         self.pump();
     }
 
@@ -502,10 +504,11 @@ impl DriverCore {
         result
     }
 
-    fn submit_inner(&mut self, id: JobId, job: Job) {
+    /// Submits `job` of `n` tasks (its [`Job::len`], which its caller counted already).
+    fn submit_inner(&mut self, id: JobId, job: Job, n: usize) {
         // Scheduler outputs wait for the pump (after one job, or after a burst).
         debug_assert!(job.observer.is_none(), "an observer reached the core");
-        let n = job.len();
+        debug_assert_eq!(n, job.len());
         let Job {
             function,
             payloads,
