@@ -395,7 +395,9 @@ impl DriverEndpoint {
 /// A job a caller submitted as `id`, opened on the callers' side (its observer taken out of
 /// it): whether it goes to the core (not if its handle cancelled it already). The job is
 /// passed by reference: it is a hundred bytes, and moved in and out it was copied twice.
-#[inline]
+/// Always inline (the hint alone was not taken): out of line, its call and saved registers
+/// were a fifth of it.
+#[inline(always)]
 fn open(handles: &mut Handles, id: JobId, shared: Arc<JobShared>, job: &mut Job) -> bool {
     let observer = job.observer.take();
     handles.open(id, shared, observer, job.len(), job.stream)
