@@ -189,8 +189,6 @@ impl Job {
         clear_small(tasks);
         *payloads = Payloads::default();
         *function = None;
-        clear_small(functions);
-        clear_small(prefs);
         (
             *result_bytes,
             *pending,
@@ -213,9 +211,20 @@ impl Job {
         }
         (*doomed, *delay_rejected, *widened, *in_runnable) = (false, false, false, false);
         (*speculation, *hedge, *exclusion_config) = (None, None, None);
-        clear_small(avoiding);
-        clear_small(new_pref_keys);
-        clear_small(filed_pref_keys);
+        // What only jobs with preferences or exclusions use: most jobs never allocated any of
+        // it, which one test finds.
+        let used = functions.capacity()
+            | prefs.capacity()
+            | avoiding.capacity()
+            | new_pref_keys.capacity()
+            | filed_pref_keys.capacity();
+        if used != 0 {
+            clear_small(functions);
+            clear_small(prefs);
+            clear_small(avoiding);
+            clear_small(new_pref_keys);
+            clear_small(filed_pref_keys);
+        }
         *counters = JobCounters::default();
     }
 
@@ -253,6 +262,7 @@ impl Job {
 mod tests {
     use super::*;
     use crate::scheduler::job::TaskRec;
+    use crate::scheduler::prefs::PrefKey;
     use std::sync::Arc;
 
     #[test]
@@ -271,6 +281,9 @@ mod tests {
         job.reasons.insert(0, vec!["lost".to_string()]);
         job.speculatable.push_back(0);
         job.counters.launched = 3;
+        // What only jobs with preferences or exclusions use.
+        job.avoiding.push(0);
+        job.new_pref_keys.push(PrefKey::Host(1));
         assert_eq!(
             table.iter().map(|(s, j)| (s, j.id)).collect::<Vec<_>>(),
             [(0, JobId(7))]
