@@ -255,6 +255,16 @@ impl Job {
             && self.avoiding.is_empty()
             && self.new_pref_keys.is_empty()
             && self.filed_pref_keys.is_empty()
+            && matches!(
+                self.counters,
+                JobCounters {
+                    launched: 0,
+                    speculative: 0,
+                    failures: 0,
+                    uncounted: 0,
+                    succeeded: 0
+                }
+            )
     }
 }
 

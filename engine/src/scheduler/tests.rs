@@ -150,6 +150,61 @@ fn job_at(s: &Scheduler, id: JobId) -> &Job {
     s.jobs.get(slot as usize).expect("a job in its slot")
 }
 
+/// The outcome of `job` among the events emitted so far (others dropped).
+fn outcome_of(s: &mut Scheduler, job: JobId) -> Option<JobOutcome> {
+    let mut found = None;
+    while let Some(event) = s.poll_event() {
+        if let Event::JobOutcome { job: j, outcome } = event {
+            if j == job {
+                found = Some(outcome);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_job_built_over_an_ended_jobs_record_starts_afresh() {
+    let mut s = with_executor(4);
+    // A job whose task fails for good: failed, with a reason, its other task killed.
+    let mut failing = spec(2);
+    failing.max_failures = Some(1);
+    let first = s.handle_submit(failing, 0).expect("accepted");
+    let slot = s.job_slots.get(first.0).copied().expect("an active job");
+    assert_eq!(launched(&mut s), 2);
+    let failed = StatusUpdate {
+        state: TaskState::Failed,
+        data: Bytes::from_static(b"boom"),
+        ..finished_on_1(Attempt::new(TaskId::new(first, 0), 0))
+    };
+    s.handle_status(failed, 1);
+    let o = outcome_of(&mut s, first);
+    assert!(
+        matches!(&o, Some(JobOutcome::Failed(r)) if !r.is_empty()),
+        "{o:?}"
+    );
+    assert!(s.jobs.get(slot as usize).is_none(), "its record is vacant");
+    // The next job is built over that record: nothing of the failed one shows.
+    let second = s.handle_submit(spec(1), 2).expect("accepted");
+    assert_eq!(
+        s.job_slots.get(second.0).copied(),
+        Some(slot),
+        "the same slot"
+    );
+    let info = s.job_info(second).expect("an active job");
+    assert_eq!(
+        (info.tasks, info.pending, info.running, info.finished),
+        (1, 0, 1, 0)
+    );
+    assert_eq!((info.launched, info.failures, info.max_failures), (1, 0, 4));
+    assert_eq!(launched(&mut s), 1);
+    s.handle_status(finished_on_1(Attempt::new(TaskId::new(second, 0), 0)), 3);
+    assert!(
+        matches!(outcome_of(&mut s, second), Some(JobOutcome::Succeeded(_))),
+        "a success, with no reason left from the failed job"
+    );
+}
+
 #[test]
 fn a_job_of_one_function_over_payloads_builds_a_task_record_when_the_task_first_leaves() {
     let mut s = Scheduler::new(Config {
