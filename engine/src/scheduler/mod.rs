@@ -547,7 +547,8 @@ pub struct Scheduler {
     book: Book,
     jobs: JobSlots,
     job_free_slots: Vec<u32>,
-    /// Ended jobs' task and queue vectors, kept for new jobs.
+    /// Launch batches the driver handed back, kept for new ones (an ended job's vectors stay in
+    /// its vacant record: `slots.rs`).
     spare: Spare,
     /// Job id → slot.
     job_slots: IdMap<u32>,
