@@ -79,7 +79,9 @@ impl Fifo {
             if k == key {
                 debug_assert_ne!(slot, TOMBSTONE, "the queue's front is live");
                 self.queue.pop_front();
-                self.tidy();
+                if self.tombstones > 0 {
+                    self.tidy();
+                }
                 self.len -= 1;
                 return Some(slot);
             }

@@ -399,7 +399,7 @@ impl StuckRisk {
 /// Sets the timers of `job` (in `job_slot`) from its state, with locality `waits_us`: its
 /// locality deadline, its unschedulable clock (when `risk` touches it), and a skip when its
 /// level has nothing left to wait for.
-#[inline]
+#[inline(always)]
 fn set_timers(timers: &mut Timers, job_slot: u32, job: &Job, waits_us: [u64; 2], risk: StuckRisk) {
     let queued = job.pending > 0;
     timers.set(
@@ -1393,12 +1393,15 @@ impl Scheduler {
             // Alone, it is last in any order; with preferences, the locality pass needs it
             // listed.
             let unlisted = self.runnable.is_empty() && !has_prefs;
+            self.book.unblock_all();
+            if unlisted && self.launch_alone(now_us, slot) {
+                return;
+            }
             if unlisted {
                 self.unlisted_new = Some(slot);
             } else {
                 self.list_job(slot);
             }
-            self.book.unblock_all();
             self.offer(now_us);
             // A job listed before the offer is listed as it should be after it: whatever
             // launched from it settled it.
@@ -1418,6 +1421,52 @@ impl Scheduler {
                 debug_assert!(self.timers.is_clear(slot), "timers of job slot {slot}");
             }
         }
+    }
+
+    /// A new job of one task, submitted while no other task waits (nothing listed, nothing
+    /// pending or to copy elsewhere, no job with preferences), launched at once on the next
+    /// executor in round-robin order when it may take the task: what the offer that follows
+    /// the submission would do (under FIFO, with nothing else to hand out, its first assignment
+    /// takes this task and its round ends), without the walk, the listing and the timers that
+    /// this job, launched whole, never needs. False, with nothing changed, when any of that
+    /// does not hold (the executor resumes a capped walk, is not usable, the task does not
+    /// fit): the offer decides. The executors set aside were offered again before (new work).
+    #[inline(always)]
+    fn launch_alone(&mut self, now_us: u64, job_slot: u32) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        if self.walk_only {
+            return false;
+        }
+        if self.pending_total != 1
+            || self.speculatable_total != 0
+            || self.pref_jobs != 0
+            || self.runnable.fair()
+        {
+            return false;
+        }
+        let Some(exec_slot) = self.book.next_offerable() else {
+            return false;
+        };
+        if self.book.get(exec_slot).is_none_or(|e| e.resume.is_some()) {
+            return false;
+        }
+        let Some((_, _, free)) = self.usable(now_us, exec_slot) else {
+            return false;
+        };
+        let job = live_job(&mut self.jobs, job_slot);
+        // A new job excludes no executor yet, and its one task is its only pending one.
+        debug_assert!(job.exclusion.is_none() && job.speculatable.is_empty());
+        let Some((range, cores)) = job.unbuilt_run(free).filter(|_| job.pending == 1) else {
+            return false;
+        };
+        self.start_range(now_us, job_slot, exec_slot, range, cores);
+        // As the offer's round goes on after a launch, and ends: nothing else waits.
+        match self.book.get(exec_slot) {
+            Some(e) if e.usable() > 0 => self.book.advance(),
+            _ => self.book.unlist(exec_slot),
+        }
+        debug_assert!(self.pending_total == 0 && self.timers.is_clear(job_slot));
+        true
     }
 
     /// Counts the job in `slot` as active and files it by its id (its listing and timers
@@ -1706,10 +1755,12 @@ impl Scheduler {
         chunk: usize,
     ) -> Option<Vec<TaskSpec>> {
         let n = spec.tasks.len();
-        let defaults = &self.defaults;
-        let speculation = (spec.speculation).resolve_shared(defaults.speculation.as_ref());
-        let exclusion_config = (spec.exclusion).resolve_shared(defaults.exclusion.as_ref());
-        let hedge = (spec.hedging).resolve_shared(defaults.hedging.as_ref());
+        let (job, defaults) = (self.jobs.vacant_mut(slot), &self.defaults);
+        debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
+        (spec.speculation).apply_shared(&mut job.speculation, defaults.speculation.as_ref());
+        (spec.exclusion).apply_shared(&mut job.exclusion_config, defaults.exclusion.as_ref());
+        (spec.hedging).apply_shared(&mut job.hedge, defaults.hedging.as_ref());
+        let hedged = job.hedge.is_some();
         // What it needs apart from its records is written over the vacant record in place
         // (`slots.rs`): a record is large to move, and what this leaves out is a new job's
         // there already (`Job::vacate` names each such field).
@@ -1722,11 +1773,12 @@ impl Scheduler {
                 cores,
                 payloads,
             } => {
-                let latency = hedge.as_ref().map(|_| self.hedge.record_of(&function));
+                let latency = hedged.then(|| self.hedge.record_of(&function));
                 let job = self.jobs.vacant_mut(slot);
-                debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
                 job.tasks.reserve_exact(payloads.len());
-                job.payloads = payloads;
+                // A vacant record's payloads are the default's, which hold no allocation.
+                debug_assert!(job.payloads.is_unallocated());
+                std::mem::forget(std::mem::replace(&mut job.payloads, payloads));
                 job.function = Some(function);
                 job.latency = latency;
                 job.has_exec_prefs = false;
@@ -1739,12 +1791,11 @@ impl Scheduler {
                 if let Some(specs) = built.spent {
                     self.keep_remains(Remains::of_specs(specs));
                 }
-                let latency = match (&hedge, &built.function) {
-                    (Some(_), Some(function)) => Some(self.hedge.record_of(function)),
+                let latency = match (hedged, &built.function) {
+                    (true, Some(function)) => Some(self.hedge.record_of(function)),
                     _ => None,
                 };
                 let job = self.jobs.vacant_mut(slot);
-                debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
                 job.tasks = built.tasks;
                 job.payloads = built.payloads;
                 job.function = built.function;
@@ -1769,9 +1820,6 @@ impl Scheduler {
         job.level_since_us = now_us;
         job.last_progress_us = now_us;
         job.max_failures = spec.max_failures.unwrap_or(self.config.max_failures).max(1);
-        job.speculation = speculation;
-        job.hedge = hedge;
-        job.exclusion_config = exclusion_config;
         let book = &self.book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         match uniform {
@@ -2341,6 +2389,10 @@ impl Scheduler {
     /// locality levels outside the offers: "Locality should be used for bulk offers even with
     /// delay scheduling off").
     fn offer(&mut self, now_us: u64) {
+        // No executor to offer (every one full, say, while jobs wait in line): nothing to do.
+        if self.book.offerable_len() == 0 && self.unsettled.is_none() {
+            return;
+        }
         if self.pref_jobs > 0 && self.pending_total > 0 {
             let mut slots = std::mem::take(&mut self.scratch);
             slots.clear();

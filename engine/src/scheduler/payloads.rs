@@ -72,6 +72,12 @@ impl Payloads {
         }
     }
 
+    /// Whether these are the default's (no payload, no allocation): what dropping them does
+    /// nothing for.
+    pub(crate) fn is_unallocated(&self) -> bool {
+        matches!(&self.0, Held::Many(payloads) if payloads.capacity() == 0)
+    }
+
     /// The first payload over `bytes_max` bytes, if any: its index and size.
     pub fn first_over(&self, bytes_max: usize) -> Option<(usize, usize)> {
         super::types::first_over(self.iter(), bytes_max)

@@ -5,9 +5,11 @@
 //! list cost about a tenth of a one-task job's instructions, where vacating one clears only
 //! what the job changed and keeps its small vectors in place.
 //!
-//! A vacant record holds no task, payload, function or setting, and its counts and flags are
-//! those of a new job ([`Job::vacate`]); what a new job sets (its id, pool, tasks, settings,
-//! counts of pending tasks) is written over it ([`Scheduler::build_job`](super)). A vector
+//! A vacant record holds no task, payload or function, and its counts and flags are those of
+//! a new job ([`Job::vacate`]); what a new job sets (its id, pool, tasks, settings, counts of
+//! pending tasks) is written over it ([`Scheduler::build_job`](super)). Its last job's
+//! settings stay: shared (`Arc`s), most often the scheduler's defaults, which a new job
+//! inheriting them keeps there as they are (no count taken and given back). A vector
 //! kept is small (at most [`KEPT_CAPACITY_MAX`] elements): a big job's go back to the
 //! allocator. The table never shrinks; its slots are bounded by the active jobs at once.
 
@@ -176,10 +178,12 @@ impl Job {
             widened,
             in_runnable,
             max_failures: _,
-            speculation,
-            hedge,
+            // Kept: shared settings, which the next job keeps when it inherits the same
+            // ones (`JobSetting::apply_shared`) and sets otherwise.
+            speculation: _,
+            hedge: _,
             latency: _,
-            exclusion_config,
+            exclusion_config: _,
             avoiding,
             new_pref_keys,
             filed_pref_keys,
@@ -210,7 +214,6 @@ impl Job {
             *reasons = Default::default();
         }
         (*doomed, *delay_rejected, *widened, *in_runnable) = (false, false, false, false);
-        (*speculation, *hedge, *exclusion_config) = (None, None, None);
         // What only jobs with preferences or exclusions use: most jobs never allocated any of
         // it, which one test finds.
         let used = functions.capacity()
@@ -233,7 +236,7 @@ impl Job {
     pub(super) fn is_clean_vacancy(&self) -> bool {
         self.id == VACANT
             && self.tasks.is_empty()
-            && self.payloads.is_empty()
+            && self.payloads.is_unallocated()
             && self.function.is_none()
             && self.functions.is_empty()
             && self.prefs.is_empty()
@@ -249,9 +252,6 @@ impl Job {
             && self.speculatable.is_empty()
             && self.reasons.is_empty()
             && !(self.doomed || self.delay_rejected || self.widened || self.in_runnable)
-            && self.speculation.is_none()
-            && self.hedge.is_none()
-            && self.exclusion_config.is_none()
             && self.avoiding.is_empty()
             && self.new_pref_keys.is_empty()
             && self.filed_pref_keys.is_empty()

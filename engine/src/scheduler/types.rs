@@ -328,13 +328,19 @@ impl<T> JobSetting<T> {
         JobSetting::Custom(Arc::new(value))
     }
 
-    /// The setting in effect given the scheduler's, shared with it when inherited (a job
-    /// that keeps the defaults allocates nothing for them).
-    pub fn resolve_shared(self, scheduler: Option<&Arc<T>>) -> Option<Arc<T>> {
+    /// Writes the setting in effect given the scheduler's into `to`, shared with the
+    /// scheduler when inherited (a job that keeps the defaults allocates nothing for them).
+    /// What `to` holds already is kept when it is that same shared setting: a job record
+    /// built over the last one's finds the defaults there, with no count to move.
+    #[inline]
+    pub fn apply_shared(self, to: &mut Option<Arc<T>>, scheduler: Option<&Arc<T>>) {
         match self {
-            JobSetting::Inherit => scheduler.cloned(),
-            JobSetting::Off => None,
-            JobSetting::Custom(t) => Some(t),
+            JobSetting::Inherit => match (&*to, scheduler) {
+                (Some(held), Some(shared)) if Arc::ptr_eq(held, shared) => {}
+                _ => *to = scheduler.cloned(),
+            },
+            JobSetting::Off => *to = None,
+            JobSetting::Custom(t) => *to = Some(t),
         }
     }
 }
@@ -856,4 +862,33 @@ pub struct JobInfo {
     pub speculation: bool,
     /// Executors excluded for the whole job.
     pub excluded_executors: Vec<ExecutorId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_applied_over_a_kept_one_is_the_jobs_own() {
+        let shared = Arc::new(7u32);
+        let custom = Arc::new(9u32);
+        // Inherited over the same shared setting: kept as it is, no count moved.
+        let mut held = Some(shared.clone());
+        JobSetting::Inherit.apply_shared(&mut held, Some(&shared));
+        assert!(held.as_ref().is_some_and(|h| Arc::ptr_eq(h, &shared)));
+        assert_eq!(Arc::strong_count(&shared), 2);
+        // Inherited over another job's own: the scheduler's, the other let go.
+        let mut held = Some(custom.clone());
+        JobSetting::Inherit.apply_shared(&mut held, Some(&shared));
+        assert!(held.as_ref().is_some_and(|h| Arc::ptr_eq(h, &shared)));
+        assert_eq!(Arc::strong_count(&custom), 1);
+        // Inherited with no scheduler setting, off, or the job's own.
+        JobSetting::Inherit.apply_shared(&mut held, None);
+        assert_eq!(held, None);
+        let mut held = Some(shared.clone());
+        JobSetting::Off.apply_shared(&mut held, Some(&shared));
+        assert_eq!(held, None);
+        JobSetting::Custom(custom.clone()).apply_shared(&mut held, Some(&shared));
+        assert!(held.as_ref().is_some_and(|h| Arc::ptr_eq(h, &custom)));
+    }
 }
