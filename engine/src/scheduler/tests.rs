@@ -1413,3 +1413,62 @@ fn a_level_that_widens_while_filling_offers_the_executors_set_aside_as_a_walk_wo
     assert_eq!((on(1), on(2)), (4, 1), "executor 2 had its turn: {got:?}");
     assert_eq!(a.stats(), b.stats());
 }
+
+#[test]
+fn a_one_task_job_launched_alone_goes_where_the_offer_would_send_it() {
+    // One-task jobs submitted one at a time over three executors (one of them of one core,
+    // so it fills and leaves the round), finished a few at a time, sometimes while others
+    // wait in line: a job submitted while nothing else waits launches without an offer
+    // (`launch_alone`), and goes to the executor the offer's round-robin would have chosen.
+    let mut pair = [false, true].map(|walk_only| {
+        let mut s = Scheduler::new(Config {
+            slow_start_slots: 2,
+            hedging: Some(HedgeConfig::default()),
+            ..Config::default()
+        });
+        s.walk_only = walk_only;
+        for (id, cores) in [(1, 1), (2, 4), (3, 2)] {
+            s.handle_register(executor(id, cores), 0)
+                .expect("registered");
+        }
+        s
+    });
+    let [a, b] = &mut pair;
+    let mut launched = 0;
+    for round in 0..300u64 {
+        let now_us = round * 100;
+        for s in [&mut *a, &mut *b] {
+            for _ in 0..(round % 4) {
+                s.handle_submit(same(1), now_us).expect("accepted");
+            }
+        }
+        let (got, want) = (launches(a), launches(b));
+        assert_eq!(got, want, "the same launches in round {round}");
+        launched += got.len();
+        assert_eq!(a.stats(), b.stats(), "round {round}");
+        for id in 1..=3 {
+            let id = ExecutorId(id);
+            assert_eq!(
+                a.executor_usable(id),
+                b.executor_usable(id),
+                "round {round}"
+            );
+        }
+        if round % 3 != 1 {
+            for s in [&mut *a, &mut *b] {
+                let mut updates = Vec::new();
+                for id in 1..=3 {
+                    for (key, ..) in runs_of_on(s, ExecutorId(id)).into_iter().take(2) {
+                        updates.push(StatusUpdate {
+                            executor: ExecutorId(id),
+                            ..finished_on_1(key)
+                        });
+                    }
+                }
+                s.handle_statuses(updates, now_us + 50);
+            }
+        }
+    }
+    assert!(launched > 300, "jobs ran: {launched}");
+    assert_eq!(a.stats(), b.stats());
+}
