@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flint_engine::scheduler::{
-    Config, Event, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobSpec, Output, Scheduler,
-    StatusUpdate, TaskId, TaskState, Tasks,
+    Config, Event, ExecutorId, ExecutorInfo, HedgeConfig, JobId, JobSpec, Output, Payloads,
+    Scheduler, StatusUpdate, TaskId, TaskState, Tasks,
 };
 
 fn arg(n: usize, default: u64) -> u64 {
@@ -49,12 +49,14 @@ fn main() {
     };
     s.handle_register(info, 0).expect("a fresh executor");
     let function: Arc<str> = Arc::from("noop");
+    // One payload every job shares, as `flint-load` submits a one-task job's.
+    let payload = Bytes::from(vec![0xA5; 16]);
     let job = || JobSpec {
         keep_results: false,
         ..JobSpec::new(Tasks::Same {
             function: function.clone(),
             cores: 1,
-            payloads: vec![Bytes::new()].into(),
+            payloads: Payloads::from(payload.clone()),
         })
     };
     let (mut submitted, mut ended, mut now) = (0u64, 0u64, 1u64);
