@@ -2711,12 +2711,14 @@ impl Scheduler {
         let Some(job) = self.jobs.get(job_slot as usize) else {
             unreachable!("sync_timers of empty job slot {job_slot}");
         };
-        if job.pending == 0 {
-            // Nothing queued: no deadline, no clock and no skip (what `set_timers` finds).
+        let risk = self.stuck_risk();
+        if job.pending == 0 || (job.level == Level::Any && !risk.touches(job)) {
+            // Nothing queued, or queued at the widest level and in no risk of being stuck:
+            // no deadline, no clock and no skip (what `set_timers` finds).
             self.timers.set(job_slot, Keys::default());
             return;
         }
-        let (waits, risk) = (self.waits(), self.stuck_risk());
+        let waits = self.waits();
         set_timers(&mut self.timers, job_slot, job, waits, risk);
     }
 

@@ -83,6 +83,22 @@ fn clear_small<T>(v: &mut Vec<T>) {
     }
 }
 
+/// [`clear_small`] for elements most of which hold nothing to drop (`bare`): those are let go
+/// of without their drop code running (a one-task job's task record and queue hold no
+/// allocation), the others dropped.
+#[inline]
+fn clear_small_bare<T>(v: &mut Vec<T>, bare: impl Fn(&T) -> bool) {
+    if v.capacity() > KEPT_CAPACITY_MAX {
+        *v = Vec::new();
+        return;
+    }
+    while let Some(x) = v.pop() {
+        if bare(&x) {
+            std::mem::forget(x);
+        }
+    }
+}
+
 impl Job {
     /// A vacant record (see the [module documentation](self)).
     pub(super) fn vacant() -> Job {
@@ -190,7 +206,7 @@ impl Job {
             counters,
         } = self;
         *id = VACANT;
-        clear_small(tasks);
+        clear_small_bare(tasks, |t| t.exclusion.is_none());
         *payloads = Payloads::default();
         *function = None;
         (
@@ -200,9 +216,11 @@ impl Job {
             *running_cores,
             *final_count,
         ) = (0, 0, 0, 0, 0);
-        clear_small(classes);
+        clear_small_bare(classes, |q| q.no_pref.capacity() == 0 && q.prefs.is_none());
         (*live_exec_keys, *live_host_keys) = (0, 0);
-        *exclusion = None;
+        if exclusion.is_some() {
+            *exclusion = None;
+        }
         clear_small(durations_us);
         (*durations_dirty, *quantile_reached, *median_cache) = (false, false, (0, 0));
         if speculatable.capacity() > KEPT_CAPACITY_MAX {
@@ -274,6 +292,39 @@ mod tests {
     use crate::scheduler::job::TaskRec;
     use crate::scheduler::prefs::PrefKey;
     use std::sync::Arc;
+
+    #[test]
+    fn clearing_drops_what_holds_something_and_lets_the_bare_go() {
+        use std::cell::Cell;
+        struct Counted<'a>(&'a Cell<u32>, bool);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() + 1);
+            }
+        }
+        let dropped = Cell::new(0);
+        let mut v: Vec<Counted> = [true, false, true, false, false]
+            .map(|bare| Counted(&dropped, bare))
+            .into();
+        clear_small_bare(&mut v, |c| c.1);
+        assert!(
+            v.is_empty() && v.capacity() >= 5,
+            "emptied, allocation kept"
+        );
+        assert_eq!(
+            dropped.get(),
+            3,
+            "the three that hold something were dropped"
+        );
+        let mut big: Vec<Counted> = (0..=KEPT_CAPACITY_MAX)
+            .map(|_| Counted(&dropped, false))
+            .collect();
+        clear_small_bare(&mut big, |c| c.1);
+        assert_eq!(
+            (big.capacity(), dropped.get()),
+            (0, 3 + KEPT_CAPACITY_MAX as u32 + 1)
+        );
+    }
 
     #[test]
     fn a_vacated_record_is_clean_keeps_small_vectors_and_frees_big_ones() {
