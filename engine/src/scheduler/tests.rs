@@ -1472,3 +1472,33 @@ fn a_one_task_job_launched_alone_goes_where_the_offer_would_send_it() {
     assert!(launched > 300, "jobs ran: {launched}");
     assert_eq!(a.stats(), b.stats());
 }
+
+#[test]
+fn an_id_of_an_active_job_is_refused_and_any_other_accepted() {
+    let mut s = with_executor(1);
+    s.handle_submit_with_id(JobId(5), same(2), 0)
+        .expect("a fresh id");
+    let refused = s.handle_submit_with_id(JobId(5), same(1), 0);
+    assert!(
+        matches!(refused, Err(SubmitError::DuplicateJob(JobId(5)))),
+        "{refused:?}"
+    );
+    // Below the highest id seen, but no active job's: accepted.
+    s.handle_submit_with_id(JobId(3), same(1), 0)
+        .expect("an id no active job has");
+    let refused = s.handle_submit_with_id(JobId(3), same(1), 0);
+    assert!(
+        matches!(refused, Err(SubmitError::DuplicateJob(JobId(3)))),
+        "{refused:?}"
+    );
+    let too_big = JobId(u64::from(u32::MAX) + 1);
+    let refused = s.handle_submit_with_id(too_big, same(1), 0);
+    assert!(
+        matches!(refused, Err(SubmitError::DuplicateJob(_))),
+        "{refused:?}"
+    );
+    // Past every id seen: accepted without a lookup; the next `handle_submit` picks above it.
+    s.handle_submit_with_id(JobId(9), same(1), 0)
+        .expect("a fresh id");
+    assert_eq!(s.handle_submit(same(1), 0).ok(), Some(JobId(10)));
+}
