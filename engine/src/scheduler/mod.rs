@@ -2814,9 +2814,13 @@ impl Scheduler {
     ) {
         let waits = self.waits();
         loop {
+            // A job with nothing queued (a one-task job just launched) first: no executor to ask.
+            if live_job(&mut self.jobs, job_slot).pending == 0 {
+                return;
+            }
             let free = self.book.get(exec_slot).map_or(0, |e| e.usable());
             let job = live_job(&mut self.jobs, job_slot);
-            if free == 0 || job.pending == 0 {
+            if free == 0 {
                 return;
             }
             if let Some((range, cores)) = job.unbuilt_run(free).filter(|_| !local_only) {
@@ -2900,7 +2904,7 @@ impl Scheduler {
             unreachable!("launch on empty executor slot {exec_slot}");
         };
         assert!(e.free >= n * cores, "launches over the free cores");
-        let Some(function) = job.function.clone() else {
+        let Some(function) = &job.function else {
             unreachable!("a run of unbuilt tasks in a job of many functions");
         };
         // As `start` works it out for each launch: nothing it reads changes within the range.
@@ -2910,7 +2914,7 @@ impl Scheduler {
             }
             let record = match job.latency {
                 Some(record) => record,
-                None => self.hedge.record_of(&function),
+                None => self.hedge.record_of(function),
             };
             let threshold_us = match e.hedge.probation {
                 true => config.floor_us,
@@ -2928,8 +2932,9 @@ impl Scheduler {
             let task = TaskId::new(job.id, index);
             let at = (e.running).insert(Attempt::new(task, 0), run);
             job.push_launched(cores, Placed::new(0, exec_slot, at));
-            let Some(payload) = job.payloads.get(index as usize) else {
-                unreachable!("task {index} without a payload");
+            let (Some(payload), Some(function)) = (job.payloads.get(index as usize), &job.function)
+            else {
+                unreachable!("task {index} without a payload or a function");
             };
             e.batch.push(TaskLaunch {
                 task,
