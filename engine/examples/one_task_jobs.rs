@@ -2,15 +2,17 @@
 //! scheduler's instructions per job with callgrind, without the threads, sockets and timing of
 //! `flint-load` (whose count moves 2-4% from run to run with how many jobs happen to queue).
 //!
-//! `cargo run --release -p flint-engine --example one_task_jobs -- JOBS [IN_FLIGHT [CORES
-//! [FRAME]]]`: one executor of CORES cores (default 64) and a service keeping IN_FLIGHT
-//! one-task jobs (default 128) in flight, under the driver's default settings (hedging on),
-//! keeping no results, as `flint-load` submits them.
-//! The executor reports FRAME results at a time (default 16), each frame followed by as many
-//! new jobs, submitted as the driver does a burst (launches held, then released). With more
-//! jobs in flight than cores, the rest wait in the scheduler's queue. The marginal count
-//! between two JOBS (`valgrind --tool=callgrind`, then the difference of the totals over the
-//! difference of the jobs) is the scheduler's cost per job.
+//! `cargo run --release -p flint-engine --example one_task_jobs -- [IN_FLIGHT CORES FRAME] JOBS`:
+//! one executor of CORES cores (default 64) and a service keeping IN_FLIGHT one-task jobs
+//! (default 128) in flight, under the driver's default settings (hedging on), keeping no
+//! results, as `flint-load` submits them. The executor reports FRAME results at a time
+//! (default 16), each frame followed by as many new jobs, submitted as the driver does a burst
+//! (launches held, then released). With more jobs in flight than cores, the rest wait in the
+//! scheduler's queue. The marginal count between two JOBS (`valgrind --tool=callgrind`, then
+//! the difference of the totals over the difference of the jobs) is the scheduler's cost per
+//! job: `ci/cost`'s job.scheduler. (The bench crate's `scheduler_cost` example drives it the
+//! same way for `ci/cost_growth`'s question, how the cost per task grows with the shape of the
+//! work; this one asks what one-task jobs of a service cost when some wait in line.)
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,20 +23,27 @@ use flint_engine::scheduler::{
     Scheduler, StatusUpdate, TaskId, TaskState, Tasks,
 };
 
-fn arg(n: usize, default: u64) -> u64 {
-    match std::env::args().nth(n) {
-        Some(a) => a
-            .parse()
-            .unwrap_or_else(|_| panic!("argument {n}: {a:?} is no number")),
-        None => default,
+/// The arguments: `[IN_FLIGHT CORES FRAME] JOBS`.
+fn args() -> [u64; 4] {
+    let given: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| {
+            a.parse()
+                .unwrap_or_else(|_| panic!("argument {a:?} is no number"))
+        })
+        .collect();
+    match given[..] {
+        [] => [128, 64, 16, 10_000],
+        [jobs] => [128, 64, 16, jobs],
+        [in_flight, cores, frame, jobs] => [in_flight, cores, frame, jobs],
+        _ => panic!("usage: one_task_jobs [IN_FLIGHT CORES FRAME] JOBS"),
     }
 }
 
 fn main() {
-    let jobs = arg(1, 10_000);
-    let in_flight = arg(2, 128).max(1);
-    let cores = u32::try_from(arg(3, 64)).unwrap_or(u32::MAX).max(1);
-    let frame = arg(4, 16).max(1);
+    let [in_flight, cores, frame, jobs] = args();
+    let (in_flight, frame) = (in_flight.max(1), frame.max(1));
+    let cores = u32::try_from(cores).unwrap_or(u32::MAX).max(1);
     let mut s = Scheduler::new(Config {
         hedging: Some(HedgeConfig::default()),
         exclusion: None,
