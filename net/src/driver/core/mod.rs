@@ -182,6 +182,16 @@ pub struct DriverCore {
     events_counted: usize,
 }
 
+/// A submitted job's tasks and settings on their way to the scheduler
+/// ([`DriverCore::submit_inner`]).
+enum Made {
+    /// A job without settings of its own: its function and payloads, for a spec built in the
+    /// scheduler's call.
+    Plain(std::sync::Arc<str>, scheduler::Payloads),
+    /// A job's spec with its own settings.
+    Own(scheduler::JobSpec),
+}
+
 /// Vectors [`DriverCore`] fills and empties within one call, kept between calls.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -519,36 +529,47 @@ impl DriverCore {
             stream: _,
             scheduling,
         } = job;
-        // A job without settings runs in the default pool (the telemetry need not look).
-        let named_pool = scheduling.is_some();
-        let spec = match scheduling {
-            // Most jobs: every setting the scheduler's, no preferences, nothing to refuse (as
-            // `job_spec` makes it, built here in place: a spec is 176 bytes to move).
-            None => scheduler::JobSpec {
-                keep_results,
-                ..scheduler::JobSpec::new(scheduler::Tasks::Same {
-                    function,
-                    cores,
-                    payloads,
-                })
-            },
+        // Most jobs: every setting the scheduler's, no preferences, nothing to refuse (as
+        // `job_spec` makes it). Their spec is built in the call's argument, not in a local moved
+        // there: a spec is 176 bytes, and that move was a `memcpy` call per job.
+        let made = match scheduling {
+            None => Made::Plain(function, payloads),
             Some(scheduling) => {
                 match self.spec_with(function, payloads, cores, keep_results, scheduling) {
-                    Ok(spec) => spec,
+                    Ok(spec) => Made::Own(spec),
                     Err(error) => return self.refuse(id, &error),
                 }
             }
         };
         let now_us = self.now_us;
-        // The function's name, shared with the job's tasks (a job of no tasks has none to show).
-        let function = spec.tasks.first_function();
-        let pool = named_pool.then_some(&*spec.pool);
+        // The function's name, shared with the job's tasks (a job of no tasks has none to
+        // show); a job without settings runs in the default pool (the telemetry need not look).
+        // One call, so that it stays inline.
+        let (function, pool) = match &made {
+            Made::Plain(function, payloads) => (payloads.first().map(|_| function), None),
+            Made::Own(spec) => (spec.tasks.first_function(), Some(&*spec.pool)),
+        };
         (self.telemetry).job_submitted_to(now_us, id, function, n, pool);
         if self.scheduler.active_jobs() == 0 {
             // The first stall check one interval after work arrives.
             self.health.work_arrived(now_us);
         }
-        match self.scheduler.handle_submit_with_id(id, spec, now_us) {
+        let filed = match made {
+            Made::Plain(function, payloads) => {
+                let tasks = scheduler::Tasks::Same {
+                    function,
+                    cores,
+                    payloads,
+                };
+                let spec = scheduler::JobSpec {
+                    keep_results,
+                    ..scheduler::JobSpec::new(tasks)
+                };
+                self.scheduler.handle_submit_with_id(id, spec, now_us)
+            }
+            Made::Own(spec) => self.scheduler.handle_submit_with_id(id, spec, now_us),
+        };
+        match filed {
             // Filed even if the scheduler ended it within the call (no tasks, a payload over
             // the limit): a deadline of an ended job is dropped when it comes up.
             Ok(()) => {
