@@ -77,6 +77,28 @@ impl<V> IdMap<V> {
         (id as usize) & (self.slots.len().wrapping_sub(1))
     }
 
+    /// The ring slot of `id`, which the window spans (or the one just past it when the ring has
+    /// room), without a bounds check: the common operations index the ring once or twice each,
+    /// and the check was a compare and a branch every time, in every table keyed by job.
+    #[inline]
+    fn at(&self, id: u64) -> &Option<V> {
+        debug_assert!(!self.slots.is_empty());
+        let at = self.slot(id);
+        // SAFETY: the window spans an id (or has room past its end), so the ring is not empty
+        // (`len <= slots.len()`, checked by `check`), and its length is a power of two (see
+        // `slots`): `id & (slots.len() - 1)` is below it.
+        unsafe { self.slots.get_unchecked(at) }
+    }
+
+    /// [`IdMap::at`], to change.
+    #[inline]
+    fn at_mut(&mut self, id: u64) -> &mut Option<V> {
+        debug_assert!(!self.slots.is_empty());
+        let at = self.slot(id);
+        // SAFETY: as for `at`.
+        unsafe { self.slots.get_unchecked_mut(at) }
+    }
+
     /// `id`'s offset into the window, if the window spans it. One comparison: an id below
     /// `base` wraps to an offset far past any window.
     #[inline]
@@ -89,7 +111,7 @@ impl<V> IdMap<V> {
     #[inline]
     pub fn get(&self, id: u64) -> Option<&V> {
         if self.offset(id).is_some() {
-            return self.slots[self.slot(id)].as_ref();
+            return self.at(id).as_ref();
         }
         if id < self.base {
             return self.older_get(id);
@@ -101,8 +123,7 @@ impl<V> IdMap<V> {
     #[inline]
     pub fn get_mut(&mut self, id: u64) -> Option<&mut V> {
         if self.offset(id).is_some() {
-            let at = self.slot(id);
-            return self.slots[at].as_mut();
+            return self.at_mut(id).as_mut();
         }
         if id < self.base {
             return self.older.get_mut(&id);
@@ -128,9 +149,9 @@ impl<V> IdMap<V> {
         // The common case: the id just past the window's end, with room in the ring (its slot
         // is outside the window, so empty).
         if id.wrapping_sub(self.base) == self.len as u64 && self.len < self.slots.len() {
-            let at = self.slot(id);
-            debug_assert!(self.slots[at].is_none());
-            self.slots[at] = Some(value);
+            let slot = self.at_mut(id);
+            debug_assert!(slot.is_none());
+            *slot = Some(value);
             self.len += 1;
             self.in_window += 1;
             self.check();
@@ -178,8 +199,7 @@ impl<V> IdMap<V> {
         let Some(offset) = self.offset(id) else {
             return self.remove_older(id);
         };
-        let at = self.slot(id);
-        let value = self.slots[at].take()?;
+        let value = self.at_mut(id).take()?;
         self.in_window -= 1;
         // Only a removal at an end narrows the window; one inside leaves a hole.
         if offset == 0 {
@@ -239,7 +259,7 @@ impl<V> IdMap<V> {
         loop {
             self.base += 1;
             self.len -= 1;
-            if self.slots[self.slot(self.base)].is_some() {
+            if self.at(self.base).is_some() {
                 return;
             }
         }
