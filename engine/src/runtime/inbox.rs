@@ -13,8 +13,9 @@
 //!   `seq = pos + 1` (Release);
 //! * a consumer that read `head == pos` may take the slot when `seq == pos + 1` (Acquire, so the
 //!   value written by the producer is visible): it CASes `head` from `pos` to `pos + 1`, moves
-//!   the value out, then frees the slot for the next lap by storing `seq = pos + capacity`
-//!   (Release, so the producer of the next lap sees the slot empty only after the read).
+//!   the value out (`pop_with` hands it to its caller's function first), then frees the slot for
+//!   the next lap by storing `seq = pos + capacity` (Release, so the producer of the next lap
+//!   sees the slot empty only after the read).
 //! * `seq < pos` (producer) means the slot still holds last lap's value: the queue is full and
 //!   `push` hands the value back. `seq < pos + 1` (consumer) means nothing is published there
 //!   yet: the queue is empty.
@@ -175,6 +176,16 @@ impl<T> Inbox<T> {
     /// Pops the oldest value, if any. Safe to call from several threads.
     #[inline]
     pub fn pop(&self) -> Option<T> {
+        self.pop_with(|value| value)
+    }
+
+    /// Pops the oldest value, if any, into `f`, and returns what `f` made of it. The slot is
+    /// given back to the producers when `f` returns (or unwinds), not before: a consumer that
+    /// takes the value apart reads its parts where the producer wrote them, instead of moving
+    /// the whole value out first (a large value's copies were most of a pop). Safe to call from
+    /// several threads.
+    #[inline]
+    pub fn pop_with<R>(&self, f: impl FnOnce(T) -> R) -> Option<R> {
         let mut pos = self.head.load(Ordering::Relaxed);
         loop {
             let slot = &self.slots[pos & self.mask];
@@ -188,14 +199,18 @@ impl<T> Inbox<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
+                        // Frees the slot for the next lap once `f` is done with the value
+                        // (on unwinding too).
+                        let _free = FreeSlot {
+                            seq: &slot.seq,
+                            next: pos.wrapping_add(self.mask + 1),
+                        };
                         // SAFETY: `seq == pos + 1` (Acquire) means a producer wrote the value
                         // and published it; the successful CAS on `head` makes this thread
                         // the only one to read it, and the slot is not reused by a producer
-                        // until `seq = pos + capacity` is stored below.
+                        // until `seq = pos + capacity` is stored, when `_free` drops.
                         let value = slot.value.with_mut(|p| unsafe { (*p).assume_init_read() });
-                        slot.seq
-                            .store(pos.wrapping_add(self.mask + 1), Ordering::Release);
-                        return Some(value);
+                        return Some(f(value));
                     }
                     Err(current) => pos = current,
                 }
@@ -239,6 +254,20 @@ impl<T> Inbox<T> {
     /// Whether the receiver announced it is parked (for diagnostics and wake decisions).
     pub fn is_parked(&self) -> bool {
         self.parked.load(Ordering::Relaxed)
+    }
+}
+
+/// Stores a popped slot's sequence number for the next lap when dropped: the consumer's last
+/// step ([`Inbox::pop_with`]), after it is done with the slot's value.
+struct FreeSlot<'a> {
+    seq: &'a AtomicUsize,
+    next: usize,
+}
+
+impl Drop for FreeSlot<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.seq.store(self.next, Ordering::Release);
     }
 }
 
@@ -291,6 +320,36 @@ mod tests {
             Ok(false),
             "no wake once the receiver is running"
         );
+    }
+
+    /// `pop_with` hands the value to its function and frees the slot only when the function
+    /// returns or unwinds: a producer that comes round to the slot meanwhile finds the inbox
+    /// full.
+    #[test]
+    fn pop_with_frees_the_slot_after_its_function() {
+        let inbox = Inbox::new(2);
+        assert_eq!(inbox.push(1), Ok(false));
+        assert_eq!(inbox.push(2), Ok(false));
+        assert_eq!(inbox.push(3), Err(3));
+        let popped = inbox.pop_with(|v| {
+            assert!(
+                inbox.push(30).is_err(),
+                "the slot is held while the value is used"
+            );
+            v * 10
+        });
+        assert_eq!(popped, Some(10));
+        assert!(inbox.push(30).is_ok(), "and given back after");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inbox.pop_with(|_| panic!("the consumer's function fails"))
+        }));
+        assert!(unwound.is_err());
+        assert!(
+            inbox.push(40).is_ok(),
+            "an unwinding consumer gives the slot back too"
+        );
+        let rest: Vec<_> = std::iter::from_fn(|| inbox.pop()).collect();
+        assert_eq!(rest, vec![30, 40]);
     }
 
     #[test]
