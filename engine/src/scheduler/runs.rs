@@ -165,7 +165,7 @@ impl Runs {
 
     /// What must hold: `len` counts the full slots, the free list names exactly the empty ones,
     /// and the orphan index names exactly the orphaned runs, each where it is.
-    #[cfg(debug_assertions)]
+    #[cfg(any(test, debug_assertions))]
     pub fn check(&self) {
         let full = self.slots.iter().flatten().count();
         assert_eq!(full, self.len, "run count");
