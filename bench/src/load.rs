@@ -112,6 +112,9 @@ pub struct LoadSpec {
     /// the load's, submitted as warm-up ends and run beside it: what a service's requests see
     /// while a big batch job starts, runs and ends on the same driver.
     pub beside_tasks: Option<u64>,
+    /// Keep a latency histogram per [`INTERVAL`] ([`RunResult::intervals`], for a report's
+    /// HDR log); without them the run's latencies are counted once, for the whole run.
+    pub intervals: bool,
 }
 
 /// One interval histogram of the HDR log.
@@ -132,7 +135,8 @@ pub struct RunResult {
     pub summary: Summary,
     /// Every measured latency (us).
     pub histogram: Histogram<u64>,
-    /// Per-second histograms for the HDR interval log.
+    /// Per-second histograms for the HDR interval log (empty unless
+    /// [`LoadSpec::intervals`]).
     pub intervals: Vec<Interval>,
     /// Results per [`BUCKET`] from the start of measurement.
     pub timeline: Vec<u64>,
@@ -162,9 +166,12 @@ struct Shared {
 
 /// Every measured result: its outcome in `recorder` as it arrives, its latency in the current
 /// interval's counts only (one histogram record a result), which are added to `recorder`'s
-/// when the interval closes.
+/// when the interval closes. Without interval histograms to keep, the run is one interval,
+/// closed at its end: no histogram is built and no counts are walked while it runs.
 struct Meter {
     measure_from_ns: u64,
+    /// Whether each [`INTERVAL`] closes with a histogram of its own ([`LoadSpec::intervals`]).
+    keep_intervals: bool,
     /// Outcomes, checksum, and the latencies of the closed intervals.
     recorder: Recorder,
     /// Results per [`BUCKET`] from `measure_from_ns`, up to the current (last) bucket.
@@ -179,10 +186,12 @@ struct Meter {
 }
 
 impl Meter {
-    /// A meter counting the results of tasks sent from `measure_from_ns` on.
-    fn new(measure_from_ns: u64) -> Meter {
+    /// A meter counting the results of tasks sent from `measure_from_ns` on, keeping interval
+    /// histograms if `keep_intervals`.
+    fn new(measure_from_ns: u64, keep_intervals: bool) -> Meter {
         Meter {
             measure_from_ns,
+            keep_intervals,
             recorder: Recorder::new(),
             timeline: Vec::new(),
             bucket_start_ns: measure_from_ns,
@@ -225,8 +234,12 @@ impl Meter {
         self.rotate(now_ns);
     }
 
-    /// Closes interval histograms that ended before `now_ns`.
+    /// Closes interval histograms that ended before `now_ns` (none without them: the run is
+    /// one interval).
     fn rotate(&mut self, now_ns: u64) {
+        if !self.keep_intervals {
+            return;
+        }
         let length_ns = INTERVAL.as_nanos() as u64;
         while now_ns >= self.interval_start_ns + length_ns {
             self.close_interval(length_ns);
@@ -244,19 +257,20 @@ impl Meter {
     }
 
     /// Closes the current interval (of `length_ns`), adding its latencies to the recorder's;
-    /// an empty one leaves no histogram.
+    /// an empty one, or one not kept, leaves no histogram.
     fn close_interval(&mut self, length_ns: u64) {
         if self.interval.is_empty() {
             return;
         }
         self.recorder.add_latencies(&self.interval);
-        let histogram = self.interval.to_histogram();
+        if self.keep_intervals {
+            self.intervals.push(Interval {
+                start: Duration::from_nanos(self.interval_start_ns - self.measure_from_ns),
+                length: Duration::from_nanos(length_ns),
+                histogram: self.interval.to_histogram(),
+            });
+        }
         self.interval.clear();
-        self.intervals.push(Interval {
-            start: Duration::from_nanos(self.interval_start_ns - self.measure_from_ns),
-            length: Duration::from_nanos(length_ns),
-            histogram,
-        });
     }
 }
 
@@ -759,7 +773,7 @@ pub fn run(driver: &Driver, spec: &LoadSpec) -> Result<RunResult, String> {
     let lanes = check_spec(spec)?;
     let epoch = clock::now_ns();
     let measure_from_ns = spec.warmup.as_nanos() as u64;
-    let meter = Arc::new(Mutex::new(Meter::new(measure_from_ns)));
+    let meter = Arc::new(Mutex::new(Meter::new(measure_from_ns, spec.intervals)));
     let stats_before = driver.stats();
     let lost_before = driver.executors_lost();
     let mut beside = None;
@@ -1049,8 +1063,19 @@ mod tests {
 
     #[test]
     fn the_meter_measures_what_counting_every_result_everywhere_measured() {
+        meter_against_the_reference(true);
+    }
+
+    /// Without interval histograms, the run's outcomes, latencies and timeline are the same;
+    /// only the intervals are left out.
+    #[test]
+    fn a_meter_keeping_no_intervals_measures_the_same_run() {
+        meter_against_the_reference(false);
+    }
+
+    fn meter_against_the_reference(keep_intervals: bool) {
         let measure_from_ns = 300_000_000;
-        let mut meter = Meter::new(measure_from_ns);
+        let mut meter = Meter::new(measure_from_ns, keep_intervals);
         let mut reference = Reference {
             measure_from_ns,
             recorder: Recorder::new(),
@@ -1088,7 +1113,10 @@ mod tests {
         let expected: Vec<_> = (reference.intervals.iter())
             .map(|(start, length, h)| (*start, *length, pairs(h)))
             .collect();
-        assert_eq!(intervals(&meter), expected);
         assert!(expected.len() >= 3, "{} intervals", expected.len());
+        match keep_intervals {
+            true => assert_eq!(intervals(&meter), expected),
+            false => assert!(meter.intervals.is_empty(), "intervals left out"),
+        }
     }
 }

@@ -32,6 +32,7 @@ fn spec(mode: Mode, task: &str, limit: Limit) -> LoadSpec {
         progress: false,
         submitters: 1,
         beside_tasks: None,
+        intervals: true,
     }
 }
 
@@ -81,6 +82,22 @@ fn closed_open_and_failing_runs_account_for_every_task() {
     assert_eq!(run.histogram.len(), 500);
     assert_ne!(run.summary.checksum, 0, "hash results are checksummed");
     assert!(!run.intervals.is_empty());
+    assert_eq!(run.timeline.iter().sum::<u64>(), 500);
+    let without = LoadSpec {
+        intervals: false,
+        ..spec(closed, "hash", Limit::Tasks(500))
+    };
+    let run = load::run(driver, &without).unwrap();
+    assert_eq!((run.summary.tasks, run.summary.succeeded), (500, 500));
+    assert_eq!(
+        run.histogram.len(),
+        500,
+        "every latency counted all the same"
+    );
+    assert!(
+        run.intervals.is_empty(),
+        "no interval histograms unless asked"
+    );
     assert_eq!(run.timeline.iter().sum::<u64>(), 500);
 
     let open = Mode::Open { rate_per_s: 2000.0 };

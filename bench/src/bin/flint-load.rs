@@ -190,6 +190,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         progress: !args.json,
         submitters: args.submitters,
         beside_tasks: args.beside_tasks,
+        // Only a report writes the per-second histograms.
+        intervals: args.report.is_some(),
     };
     if let Some(callers) = args.async_callers {
         return run_async(args, callers, cluster_spec, &spec, source_name);
