@@ -143,6 +143,10 @@ fn run(s: &mut Scheduler) -> (Duration, u64) {
                     black_box(outcome);
                     done = true;
                 }
+                Output::Event(event @ Event::OneTaskJobSucceeded { .. }) => {
+                    black_box(event);
+                    done = true;
+                }
                 other => {
                     black_box(other);
                 }

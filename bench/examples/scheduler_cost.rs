@@ -104,7 +104,9 @@ impl Io {
                     self.reports.push(batch);
                     s.recycle_launches(tasks);
                 }
-                Output::Event(Event::TaskResult { .. }) => self.done += 1,
+                Output::Event(Event::TaskResult { .. } | Event::OneTaskJobSucceeded { .. }) => {
+                    self.done += 1
+                }
                 Output::Kill { .. } | Output::Event(Event::JobOutcome { .. }) => {}
             }
         }

@@ -101,7 +101,7 @@ fn main() {
         assert!(!updates.is_empty(), "jobs in flight with nothing running");
         s.handle_statuses(updates.drain(..), now);
         while let Some(event) = s.poll_event() {
-            if let Event::JobOutcome { .. } = event {
+            if let Event::JobOutcome { .. } | Event::OneTaskJobSucceeded { .. } = event {
                 ended += 1;
             }
         }

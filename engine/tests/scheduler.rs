@@ -63,19 +63,30 @@ fn finished(launched: &[(ExecutorId, TaskLaunch)]) -> Vec<StatusUpdate> {
         .collect()
 }
 
-fn results(outs: &[Output]) -> Vec<(TaskId, Result<Bytes, String>)> {
-    outs.iter()
+/// The events among `outs`, an [`Event::OneTaskJobSucceeded`] as the result and the outcome
+/// it stands for.
+fn events(outs: &[Output]) -> impl Iterator<Item = Event> + '_ {
+    (outs.iter())
         .filter_map(|o| match o {
-            Output::Event(Event::TaskResult { task, result }) => Some((*task, result.clone())),
+            Output::Event(event) => Some(event.clone()),
+            _ => None,
+        })
+        .flat_map(Event::split)
+}
+
+fn results(outs: &[Output]) -> Vec<(TaskId, Result<Bytes, String>)> {
+    events(outs)
+        .filter_map(|e| match e {
+            Event::TaskResult { task, result } => Some((task, result)),
             _ => None,
         })
         .collect()
 }
 
 fn outcomes(outs: &[Output]) -> Vec<(JobId, JobOutcome)> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Event(Event::JobOutcome { job, outcome }) => Some((*job, outcome.clone())),
+    events(outs)
+        .filter_map(|e| match e {
+            Event::JobOutcome { job, outcome } => Some((job, outcome)),
             _ => None,
         })
         .collect()
@@ -801,6 +812,104 @@ fn results_come_in_task_order_whatever_form_the_payloads_came_in() {
 
 /// A driver takes the executors' part (launches, kills) with `poll_command` and the callers'
 /// part (results, outcomes) with `poll_event`; `poll_output` gives the first, then the second.
+#[test]
+fn a_one_task_job_that_keeps_no_results_succeeds_in_one_event() {
+    let mut s = Scheduler::new(config());
+    s.handle_register(exec(1, "h", 4), 0).unwrap();
+    let plain = |n: usize, keep_results: bool| JobSpec {
+        keep_results,
+        ..JobSpec::new(tasks(n))
+    };
+    let one = s.handle_submit(plain(1, false), 0).unwrap();
+    let kept = s.handle_submit(plain(1, true), 0).unwrap();
+    let two = s.handle_submit(plain(2, false), 0).unwrap();
+    let launched = launches(&drain(&mut s));
+    assert_eq!(launched.len(), 4, "four cores, four tasks");
+    s.handle_statuses(finished(&launched), 1);
+    let mut events = Vec::new();
+    while let Some(event) = s.poll_event() {
+        events.push(event);
+    }
+    // The one-task job that keeps no results: one event, the result and the success.
+    let ones: Vec<&Event> = (events.iter())
+        .filter(|e| matches!(e, Event::OneTaskJobSucceeded { .. }))
+        .collect();
+    assert!(
+        matches!(ones[..], [Event::OneTaskJobSucceeded { task, .. }] if *task == TaskId::new(one, 0)),
+        "{events:?}"
+    );
+    // The others: a result per task, then the outcome (the kept results in it).
+    let of = |job: JobId| -> Vec<&Event> {
+        (events.iter())
+            .filter(|e| match e {
+                Event::TaskResult { task, .. } => task.job() == job,
+                Event::JobOutcome { job: j, .. } => *j == job,
+                Event::OneTaskJobSucceeded { task, .. } => task.job() == job,
+            })
+            .collect()
+    };
+    assert!(
+        matches!(of(kept)[..], [
+        Event::TaskResult { result: Ok(_), .. },
+        Event::JobOutcome { outcome: JobOutcome::Succeeded(results), .. },
+    ] if results.len() == 1),
+        "{events:?}"
+    );
+    assert!(
+        matches!(of(two)[..], [
+        Event::TaskResult { result: Ok(_), .. },
+        Event::TaskResult { result: Ok(_), .. },
+        Event::JobOutcome { outcome: JobOutcome::Succeeded(results), .. },
+    ] if results.is_empty()),
+        "{events:?}"
+    );
+    assert_eq!(s.active_jobs(), 0);
+    // Split, it says what the two events would.
+    let split: Vec<Event> = ones[0].clone().split().collect();
+    assert_eq!(
+        split,
+        vec![
+            Event::TaskResult {
+                task: TaskId::new(one, 0),
+                result: Ok(Bytes::new())
+            },
+            Event::JobOutcome {
+                job: one,
+                outcome: JobOutcome::Succeeded(Vec::new())
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_one_task_job_that_fails_reports_its_result_then_its_outcome() {
+    let mut s = Scheduler::new(Config {
+        max_failures: 1,
+        ..config()
+    });
+    s.handle_register(exec(1, "h", 1), 0).unwrap();
+    let spec = JobSpec {
+        keep_results: false,
+        ..JobSpec::new(tasks(1))
+    };
+    let job = s.handle_submit(spec, 0).unwrap();
+    let launched = launches(&drain(&mut s));
+    let mut failed = finished(&launched);
+    failed[0].state = TaskState::Failed;
+    s.handle_statuses(failed, 1);
+    let mut events = Vec::new();
+    while let Some(event) = s.poll_event() {
+        events.push(event);
+    }
+    assert!(
+        matches!(&events[..], [
+        Event::TaskResult { task, result: Err(_) },
+        Event::JobOutcome { job: j, outcome: JobOutcome::Failed(_) },
+    ] if *task == TaskId::new(job, 0) && *j == job),
+        "{events:?}"
+    );
+}
+
 #[test]
 fn commands_and_events_leave_apart_each_in_order() {
     let mut s = Scheduler::new(config());

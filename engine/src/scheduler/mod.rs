@@ -15,7 +15,9 @@
 //! per executor per call), [`Output::Kill`] requests, and [`Output::Event`]s for its callers:
 //! at most one [`Event::TaskResult`] per submitted task (every task's, before a success; a job
 //! that fails or is cancelled gives none for the tasks it had not finished) and exactly one
-//! [`Event::JobOutcome`] per accepted job, after its tasks' results. The executors' part
+//! [`Event::JobOutcome`] per accepted job, after its tasks' results; a job of one task that
+//! keeps no results and succeeds gives both in one [`Event::OneTaskJobSucceeded`] instead
+//! ([`Event::split`] gives the two). The executors' part
 //! (launches, kills) comes first; a driver may take it alone with [`Scheduler::poll_command`]
 //! and the callers' part when it tells them, with [`Scheduler::poll_event`].
 //!
@@ -3213,10 +3215,17 @@ impl Scheduler {
         }
         self.unfinished_total -= 1;
         self.stats.succeeded += 1;
-        self.events.push_back(Event::TaskResult {
-            task,
-            result: Ok(std::mem::take(data)),
-        });
+        let result = std::mem::take(data);
+        // A job of one task that keeps no results ends with it (`maybe_finish_job`, which
+        // its caller calls next): one event says both.
+        self.events
+            .push_back(match job.task_count == 1 && !job.keep_results {
+                true => Event::OneTaskJobSucceeded { task, result },
+                false => Event::TaskResult {
+                    task,
+                    result: Ok(result),
+                },
+            });
         others
     }
 
@@ -3417,6 +3426,10 @@ impl Scheduler {
         } else if job.keep_results {
             // Every task succeeded: its result took its payload's place.
             JobOutcome::Succeeded(std::mem::take(&mut job.payloads).into_vec())
+        } else if job.task_count == 1 {
+            // Its task's `OneTaskJobSucceeded` said so already (`task_succeeded`).
+            self.remove_job(job_slot);
+            return;
         } else {
             JobOutcome::Succeeded(Vec::new())
         };

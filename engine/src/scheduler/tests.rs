@@ -150,13 +150,23 @@ fn job_at(s: &Scheduler, id: JobId) -> &Job {
     s.jobs.get(slot as usize).expect("a job in its slot")
 }
 
+/// `out`, with an [`Event::OneTaskJobSucceeded`] as the result and the outcome it stands for.
+fn split(out: Output) -> Vec<Output> {
+    match out {
+        Output::Event(event) => event.split().map(Output::Event).collect(),
+        other => vec![other],
+    }
+}
+
 /// The outcome of `job` among the events emitted so far (others dropped).
 fn outcome_of(s: &mut Scheduler, job: JobId) -> Option<JobOutcome> {
     let mut found = None;
     while let Some(event) = s.poll_event() {
-        if let Event::JobOutcome { job: j, outcome } = event {
-            if j == job {
-                found = Some(outcome);
+        for event in event.split() {
+            if let Event::JobOutcome { job: j, outcome } = event {
+                if j == job {
+                    found = Some(outcome);
+                }
             }
         }
     }
@@ -908,6 +918,7 @@ fn run_all(s: &mut Scheduler, now_us: u64) -> Vec<(JobId, JobOutcome)> {
     let mut outs = Vec::new();
     finish_launches(s, now_us, &mut outs);
     (outs.into_iter())
+        .flat_map(split)
         .filter_map(|out| match out {
             Output::Event(Event::JobOutcome { job, outcome }) => Some((job, outcome)),
             _ => None,
@@ -1075,6 +1086,7 @@ fn a_job_being_built_ends_as_it_is_when_cancelled_and_has_a_killed_task_killed_o
         _ => false,
     };
     assert!(!outs.iter().any(launched), "the killed task ran");
+    let outs: Vec<Output> = outs.into_iter().flat_map(split).collect();
     let results: Vec<(u32, bool)> = (outs.iter())
         .filter_map(|o| match o {
             Output::Event(Event::TaskResult { task, result }) => {

@@ -516,6 +516,39 @@ pub enum Event {
         /// How it ended.
         outcome: JobOutcome,
     },
+    /// A job of one task that keeps no results ([`JobSpec::keep_results`] off) succeeded: its
+    /// task's result and its outcome in one event, instead of an [`Event::TaskResult`] of
+    /// `Ok(result)` followed by an [`Event::JobOutcome`] of `Succeeded` with no results (a
+    /// service's jobs: one event to queue, count and deliver, not two). [`Event::split`] gives
+    /// those two.
+    OneTaskJobSucceeded {
+        /// The job's only task (its job is `task.job()`).
+        task: TaskId,
+        /// The task's result.
+        result: Bytes,
+    },
+}
+
+impl Event {
+    /// The event as [`Event::TaskResult`]s and [`Event::JobOutcome`]s only: an
+    /// [`Event::OneTaskJobSucceeded`] as its task's result, then its job's success; any other
+    /// event as it is.
+    pub fn split(self) -> impl Iterator<Item = Event> {
+        let (first, second) = match self {
+            Event::OneTaskJobSucceeded { task, result } => (
+                Event::TaskResult {
+                    task,
+                    result: Ok(result),
+                },
+                Some(Event::JobOutcome {
+                    job: task.job(),
+                    outcome: JobOutcome::Succeeded(Vec::new()),
+                }),
+            ),
+            other => (other, None),
+        };
+        std::iter::once(first).chain(second)
+    }
 }
 
 /// How jobs share the cluster.

@@ -692,6 +692,15 @@ impl Sim {
                 Output::Event(Event::JobOutcome { job, outcome }) => {
                     self.on_outcome(job, outcome)?
                 }
+                Output::Event(event @ Event::OneTaskJobSucceeded { .. }) => {
+                    for part in event.split() {
+                        match part {
+                            Event::TaskResult { task, result } => self.on_result(task, result)?,
+                            Event::JobOutcome { job, outcome } => self.on_outcome(job, outcome)?,
+                            Event::OneTaskJobSucceeded { .. } => unreachable!("split"),
+                        }
+                    }
+                }
             }
         }
         Ok(())

@@ -103,16 +103,36 @@ impl Handles {
                 Event::JobOutcome { job, outcome } => {
                     current = None;
                     if let Some(entry) = self.jobs.remove(job.0) {
-                        // The observer goes first: a caller that sees the outcome holds the
-                        // last reference to what the observer held.
-                        drop(entry.observer);
-                        self.admission.release(entry.tasks);
-                        entry.shared.finish(outcome);
-                        self.spare.give(entry.shared);
+                        self.end(entry, outcome);
+                    }
+                }
+                Event::OneTaskJobSucceeded { task, result } => {
+                    current = None;
+                    if let Some(mut entry) = self.jobs.remove(task.job().0) {
+                        entry.shared.task_done();
+                        if entry.stream {
+                            entry.shared.stream_result(task.index(), Ok(&result));
+                        }
+                        if let Some(observer) = entry.observer.as_mut() {
+                            observer.see(task.index(), Ok(&result));
+                        }
+                        self.end(entry, JobOutcome::Succeeded(Vec::new()));
                     }
                 }
             }
         }
+    }
+
+    /// The job of `entry` (no longer listed) ended with `outcome`: its handle hears it, its
+    /// room goes back to admission, its state to the spares.
+    #[inline]
+    fn end(&self, entry: Entry, outcome: JobOutcome) {
+        // The observer goes first: a caller that sees the outcome holds the last reference to
+        // what the observer held.
+        drop(entry.observer);
+        self.admission.release(entry.tasks);
+        entry.shared.finish(outcome);
+        self.spare.give(entry.shared);
     }
 
     /// The jobs whose handles cancelled them while the driver's inbox was full (so no

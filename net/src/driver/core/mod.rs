@@ -829,6 +829,10 @@ impl DriverCore {
                 Event::JobOutcome { job, outcome } => {
                     telemetry.job_over(now_us, *job, JobEnd::of(outcome));
                 }
+                Event::OneTaskJobSucceeded { task, .. } => {
+                    telemetry.task_done(task.job());
+                    telemetry.job_over(now_us, task.job(), JobEnd::Succeeded);
+                }
             }
             self.events_counted += 1;
         }

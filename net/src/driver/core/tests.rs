@@ -167,7 +167,7 @@ fn submit(core: &mut DriverCore, job: Job, now_us: u64) -> JobId {
 fn outcome(core: &mut DriverCore, id: JobId) -> JobOutcome {
     let mut found = None;
     while let Some(event) = core.poll_event() {
-        if let Event::JobOutcome { job, outcome } = event {
+        if let Some(Event::JobOutcome { job, outcome }) = event.split().last() {
             if job == id {
                 assert!(found.is_none(), "two outcomes for one job");
                 found = Some(outcome);
@@ -899,7 +899,7 @@ fn launches_name_functions_by_index_defined_ahead_even_past_the_table() {
 fn outcomes(core: &mut DriverCore) -> FxHashMap<JobId, JobOutcome> {
     let mut found = FxHashMap::default();
     while let Some(event) = core.poll_event() {
-        if let Event::JobOutcome { job, outcome } = event {
+        if let Some(Event::JobOutcome { job, outcome }) = event.split().last() {
             assert!(
                 found.insert(job, outcome).is_none(),
                 "two outcomes for one job"
