@@ -133,6 +133,14 @@ impl Fifo {
         debug_assert!(self.tombstones <= self.queue.len());
     }
 
+    /// A key at or after every listed key (the queue's back may be a tombstone's), if any is
+    /// listed or kept.
+    pub fn last_key(&self) -> Option<FifoKey> {
+        let queued = self.queue.back().map(|&(key, _)| key);
+        let sorted = self.sorted.last_key_value().map(|(&key, _)| key);
+        queued.max(sorted)
+    }
+
     /// The first listed slot in key order: the queue's front (never a tombstone: they leave
     /// from the front at once) or the B-tree's first, whichever sorts first. O(1) for the
     /// queue, O(log n) for the B-tree, which holds the few jobs listed out of order.

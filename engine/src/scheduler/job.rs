@@ -359,6 +359,8 @@ pub(crate) struct Job {
     pub widened: bool,
     /// Listed in the scheduler's runnable jobs (it has pending tasks or stragglers to copy).
     pub in_runnable: bool,
+    /// Waiting in the scheduler's line instead (`line.rs`).
+    pub in_line: bool,
     /// Counted failures a task may have before the job fails.
     pub max_failures: u32,
     /// Speculation in effect for this job.

@@ -225,6 +225,7 @@ mod fifo;
 mod hedge;
 mod job;
 mod latency;
+mod line;
 mod order;
 pub mod payloads;
 mod prefs;
@@ -260,7 +261,7 @@ use book::{Book, Resume, Run};
 use building::Builds;
 use hedge::Hedging;
 use job::{Found, Job, Level, Placed, PrefHosts, Prefs, Status, TaskRec};
-use order::{Cursor, Order, PoolKey, Ratio};
+use order::{Cursor, FifoKey, Order, PoolKey, Ratio};
 use prefs::{PrefIndex, PrefKey};
 use slots::JobSlots;
 use spare::Spare;
@@ -575,6 +576,9 @@ pub struct Scheduler {
     /// after the (empty) sharing order without listing it first, so a job launched whole at
     /// once never enters the order ([`Scheduler::handle_submit_with_id`]).
     unlisted_new: Option<u32>,
+    /// New one-task jobs waiting while no job is listed as runnable, in FIFO order
+    /// (`line.rs`): launched from its front without being listed.
+    line: line::Line,
     /// Launches of submissions wait for [`Scheduler::release_launches`]
     /// ([`Scheduler::hold_launches`]).
     holding: bool,
@@ -693,6 +697,7 @@ impl Scheduler {
             #[cfg(any(test, feature = "sim"))]
             walk_only: false,
             unlisted_new: None,
+            line: line::Line::default(),
             holding: false,
             held_since_us: 0,
             pools,
@@ -1102,6 +1107,8 @@ impl Scheduler {
     /// leaving. O(job slots), on those rare events. (What ends a risk leaves clocks filed
     /// until their jobs' next change.)
     fn start_clocks(&mut self, now_us: u64) {
+        // Only jobs nothing may leave stuck wait in the line.
+        self.flush_line();
         for slot in 0..self.jobs.len() as u32 {
             if self.jobs.get(slot as usize).is_some() {
                 self.start_clock(now_us, slot);
@@ -1399,6 +1406,13 @@ impl Scheduler {
             if unlisted && self.launch_alone(now_us, slot) {
                 return;
             }
+            if !has_prefs && self.may_line_up(slot) {
+                self.line_up(now_us, slot);
+                return;
+            }
+            // The jobs in line go before it in the order, as they would have been listed.
+            self.flush_line();
+            let unlisted = self.runnable.is_empty() && !has_prefs;
             if unlisted {
                 self.unlisted_new = Some(slot);
             } else {
@@ -1469,6 +1483,98 @@ impl Scheduler {
         }
         debug_assert!(self.pending_total == 0 && self.timers.is_clear(job_slot));
         true
+    }
+
+    /// Whether the new job in `job_slot`, not launched at once, may wait in the line
+    /// (`line.rs`): sharing is FIFO, no job has preferences, it has one task not built yet, at
+    /// the widest level, which nothing may leave stuck, and its key sorts after every listed
+    /// job's and the line's.
+    #[inline]
+    fn may_line_up(&self, job_slot: u32) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        if self.walk_only {
+            return false;
+        }
+        let Some(job) = self.jobs.get(job_slot as usize) else {
+            unreachable!("may_line_up of empty job slot {job_slot}");
+        };
+        debug_assert!(self.unsettled.is_none());
+        let key = job.fifo_key();
+        !self.runnable.fair()
+            && self.pref_jobs == 0
+            && job.task_count == 1
+            && job.pending == 1
+            && job.tasks.is_empty()
+            && job.level == Level::Any
+            && !self.stuck_risk().touches(job)
+            && self.line.takes(key)
+            && (self.runnable.is_empty() || self.runnable.last_fifo_key().is_none_or(|l| key > l))
+    }
+
+    /// Puts the new job in `job_slot` in the line ([`Scheduler::may_line_up`] said it may) and
+    /// offers: the executors free now take the line's first tasks, as they would the first
+    /// listed jobs'. It has no timers to set (nothing may leave it stuck, and it waits at the
+    /// widest level), as a job launched alone has none.
+    fn line_up(&mut self, now_us: u64, job_slot: u32) {
+        let job = live_job(&mut self.jobs, job_slot);
+        job.in_line = true;
+        self.line.push(job.fifo_key(), job_slot);
+        if self.line.compact_due() {
+            let jobs = &self.jobs;
+            self.line.compact(|key, slot| in_line(jobs, key, slot));
+        }
+        self.offer(now_us);
+        debug_assert!(
+            self.timers.is_clear(job_slot),
+            "timers of job slot {job_slot}"
+        );
+    }
+
+    /// Empties the line into the runnable order (`line.rs`): its jobs are listed, as they
+    /// would have been when they arrived.
+    fn flush_line(&mut self) {
+        if self.line.is_empty() {
+            return;
+        }
+        let entries = self.line.take();
+        for &(key, slot) in &entries {
+            if !in_line(&self.jobs, key, slot) {
+                continue;
+            }
+            live_job(&mut self.jobs, slot).in_line = false;
+            debug_assert!(self.timers.is_clear(slot), "timers of job slot {slot}");
+            self.list_job(slot);
+        }
+        self.line.give_back(entries);
+    }
+
+    /// The executor in `slot` takes the task of the line's first job, as a walk of the order
+    /// would give it (`line.rs`): None, with nothing changed, when that does not apply (the
+    /// locality pass, an executor resuming a capped walk, a task that does not fit): the
+    /// caller empties the line into the order and walks.
+    #[inline]
+    fn assign_from_line(&mut self, now_us: u64, slot: u32, local_only: bool) -> Option<Assigned> {
+        if local_only || self.book.get(slot)?.resume.is_some() {
+            return None;
+        }
+        debug_assert!(self.runnable.is_empty() && self.unsettled.is_none());
+        let jobs = &self.jobs;
+        let (_, job_slot) = self.line.front(|key, slot| in_line(jobs, key, slot))?;
+        // As `take_offer` finds it: an executor with no usable slot gets nothing.
+        let Some((_, _, free)) = self.usable(now_us, slot) else {
+            return Some(Assigned::Nothing);
+        };
+        let job = live_job(&mut self.jobs, job_slot);
+        // A job in line excludes no executor (it never ran) and has its one task queued.
+        debug_assert!(job.exclusion.is_none() && job.pending == 1);
+        let (range, cores) = job.unbuilt_run(free)?;
+        job.in_line = false;
+        self.line.pop_front();
+        self.start_range(now_us, job_slot, slot, range, cores);
+        // Nothing to settle: it has nothing queued (no listing), no timers and (FIFO) no place
+        // in a FAIR order.
+        debug_assert!(self.timers.is_clear(job_slot));
+        Some(Assigned::Launched)
     }
 
     /// Counts the job in `slot` as active and files it by its id (its listing and timers
@@ -2459,6 +2565,13 @@ impl Scheduler {
     /// (the locality pass) are capped too but leave the cursor alone: the full pass that
     /// follows decides.
     fn assign_one(&mut self, now_us: u64, slot: u32, local_only: bool) -> Assigned {
+        // The line is the order's tail: asked here once nothing is listed before it.
+        if !self.line.is_empty() && self.runnable.is_empty() {
+            if let Some(assigned) = self.assign_from_line(now_us, slot, local_only) {
+                return assigned;
+            }
+            self.flush_line();
+        }
         if self.unsettled.is_some() {
             if let Some(assigned) = self.assign_from_streak(now_us, slot, local_only) {
                 return assigned;
@@ -2471,6 +2584,9 @@ impl Scheduler {
                 return assigned;
             }
         }
+        // A walk may go past the listed jobs: those in line are listed first, where it finds
+        // them.
+        self.flush_line();
         let Some((id, host, free, resume)) = self.take_offer(now_us, slot, local_only) else {
             return Assigned::Nothing;
         };
@@ -2757,6 +2873,11 @@ impl Scheduler {
         let want = job.has_work();
         if want == job.in_runnable {
             return;
+        }
+        if want && !self.line.comes_after(job.fifo_key()) {
+            // The jobs in line come before it in the order, as they would have been listed.
+            self.flush_line();
+            return self.list_job(job_slot);
         }
         job.in_runnable = want;
         if want {
@@ -3539,6 +3660,10 @@ impl Scheduler {
         if job.in_runnable {
             self.runnable.remove(job_slot, key);
         }
+        if job.in_line {
+            // Its entry stays behind, dead (`line.rs`).
+            self.line.left();
+        }
         let Some(p) = self.pools.get_mut(job.pool as usize) else {
             unreachable!("job in unknown pool {}", job.pool);
         };
@@ -3620,6 +3745,14 @@ fn reoffer_if_widened(book: &mut Book, job: &mut Job) -> bool {
 }
 
 /// The job in `job_slot`, which an attempt being ended or released shows is live.
+/// Whether the line's entry (`key`, `slot`) is live: its slot holds a job in the line under
+/// that key (`line.rs`).
+#[inline]
+fn in_line(jobs: &JobSlots, key: FifoKey, slot: u32) -> bool {
+    jobs.get(slot as usize)
+        .is_some_and(|job| job.in_line && job.fifo_key() == key)
+}
+
 fn live_job(jobs: &mut JobSlots, job_slot: u32) -> &mut Job {
     match jobs.get_mut(job_slot as usize) {
         Some(job) => job,

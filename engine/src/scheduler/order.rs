@@ -211,6 +211,15 @@ impl Order {
         self.fifo.iter_after(None)
     }
 
+    /// Under FIFO, a key at or after every listed job's (None under FAIR, or with none
+    /// listed).
+    pub fn last_fifo_key(&self) -> Option<FifoKey> {
+        match self.fair {
+            true => None,
+            false => self.fifo.last_key(),
+        }
+    }
+
     /// The first runnable job under FIFO (None under FAIR, or with none listed): what a walk
     /// from the start asks first, without the walk.
     pub fn first_fifo(&self) -> Option<u32> {

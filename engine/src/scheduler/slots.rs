@@ -139,6 +139,7 @@ impl Job {
             delay_rejected: false,
             widened: false,
             in_runnable: false,
+            in_line: false,
             max_failures: 1,
             speculation: None,
             hedge: None,
@@ -193,6 +194,7 @@ impl Job {
             delay_rejected,
             widened,
             in_runnable,
+            in_line,
             max_failures: _,
             // Kept: shared settings, which the next job keeps when it inherits the same
             // ones (`JobSetting::apply_shared`) and sets otherwise.
@@ -231,7 +233,8 @@ impl Job {
         if !reasons.is_empty() || reasons.capacity() > KEPT_CAPACITY_MAX {
             *reasons = Default::default();
         }
-        (*doomed, *delay_rejected, *widened, *in_runnable) = (false, false, false, false);
+        (*doomed, *delay_rejected, *widened) = (false, false, false);
+        (*in_runnable, *in_line) = (false, false);
         // What only jobs with preferences or exclusions use: most jobs never allocated any of
         // it, which one test finds.
         let used = functions.capacity()
@@ -269,7 +272,8 @@ impl Job {
             && self.median_cache == (0, 0)
             && self.speculatable.is_empty()
             && self.reasons.is_empty()
-            && !(self.doomed || self.delay_rejected || self.widened || self.in_runnable)
+            && !(self.doomed || self.delay_rejected || self.widened)
+            && !(self.in_runnable || self.in_line)
             && self.avoiding.is_empty()
             && self.new_pref_keys.is_empty()
             && self.filed_pref_keys.is_empty()

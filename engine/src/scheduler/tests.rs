@@ -1514,3 +1514,110 @@ fn an_id_of_an_active_job_is_refused_and_any_other_accepted() {
         .expect("a fresh id");
     assert_eq!(s.handle_submit(same(1), 0).ok(), Some(JobId(10)));
 }
+
+#[test]
+fn jobs_waiting_in_the_line_launch_as_a_walk_would_launch_them() {
+    // Bursts of one-task jobs over three executors wait in the line (`line.rs`); now and then
+    // a job of a higher priority or of two tasks, a cancel, a kill, an executor leaving or
+    // joining empties it into the order or leaves dead entries behind. Each round, what was
+    // launched (which task, where, how), the events and the stats are those of a scheduler
+    // that walks for every assignment.
+    let mut pair = [false, true].map(|walk_only| {
+        let mut s = Scheduler::new(Config {
+            slow_start_slots: 2,
+            hedging: Some(HedgeConfig::default()),
+            ..Config::default()
+        });
+        s.walk_only = walk_only;
+        for (id, cores) in [(1, 1), (2, 3), (3, 2)] {
+            s.handle_register(executor(id, cores), 0)
+                .expect("registered");
+        }
+        s
+    });
+    let [a, b] = &mut pair;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut draw = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let (mut executors, mut next_executor) = (vec![1, 2, 3], 4);
+    let (mut line_peak, mut lined_rounds, mut launched) = (0, 0, 0);
+    for round in 0..600u64 {
+        let now_us = round * 100;
+        // Busy spells (more jobs than the executors finish), each followed by a quiet one that
+        // lets the jobs waiting drain, so a line forms again and again.
+        let quiet = round % 16 >= 12;
+        let burst = if quiet { 0 } else { draw(9) };
+        let specs: Vec<JobSpec> = (0..burst)
+            .map(|_| {
+                let mut spec = same(if draw(80) == 0 { 2 } else { 1 });
+                spec.priority = i32::from(draw(80) == 0);
+                spec.keep_results = draw(2) == 0;
+                spec
+            })
+            .collect();
+        let recent = JobId(a.next_job.saturating_sub(1 + draw(12)));
+        let (cancel, kill) = (draw(8) == 0, draw(16) == 0);
+        let leave = (draw(60) == 0 && executors.len() > 1).then(|| executors.remove(0));
+        let join = (draw(40) == 0).then(|| {
+            next_executor += 1;
+            executors.push(next_executor);
+            next_executor
+        });
+        let finish: Vec<u64> = (executors.iter())
+            .map(|_| if quiet { 3 } else { draw(3) })
+            .collect();
+        for s in [&mut *a, &mut *b] {
+            for spec in specs.iter().cloned() {
+                s.handle_submit(spec, now_us).expect("accepted");
+            }
+            if cancel {
+                s.handle_cancel(recent, now_us);
+            }
+            if kill {
+                s.handle_kill(TaskId::new(recent, 0), "killed", now_us);
+            }
+            if let Some(id) = leave {
+                let reason = RemovalReason::Lost("gone".into());
+                s.handle_remove(ExecutorId(id), reason, now_us);
+            }
+            if let Some(id) = join {
+                s.handle_register(executor(id, 2), now_us)
+                    .expect("registered");
+            }
+        }
+        line_peak = line_peak.max(a.line.len());
+        lined_rounds += usize::from(!a.line.is_empty());
+        let got = launch_outputs(a);
+        assert_eq!(got, launch_outputs(b), "the same launches in round {round}");
+        launched += got.iter().map(|(_, tasks)| tasks.len()).sum::<usize>();
+        let events = |s: &mut Scheduler| std::iter::from_fn(|| s.poll_event()).collect::<Vec<_>>();
+        assert_eq!(events(a), events(b), "round {round}");
+        assert_eq!(a.stats(), b.stats(), "round {round}");
+        for s in [&mut *a, &mut *b] {
+            let mut updates = Vec::new();
+            for (&id, &n) in executors.iter().zip(&finish) {
+                for (key, ..) in runs_of_on(s, ExecutorId(id)).into_iter().take(n as usize) {
+                    updates.push(StatusUpdate {
+                        executor: ExecutorId(id),
+                        ..finished_on_1(key)
+                    });
+                }
+            }
+            s.handle_statuses(updates, now_us + 50);
+        }
+    }
+    assert!(
+        line_peak > 10,
+        "jobs waited in the line: at most {line_peak}"
+    );
+    assert!(
+        lined_rounds > 50,
+        "jobs waited in the line in {lined_rounds} rounds"
+    );
+    assert!(launched > 1000, "jobs ran: {launched}");
+    assert_eq!(a.stats(), b.stats());
+}

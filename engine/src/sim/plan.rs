@@ -106,6 +106,51 @@ impl Sim {
         for j in 0..n_jobs {
             self.plan_job(j, hosts, n_execs);
         }
+        if self.seed % 4 == 2 {
+            self.plan_service();
+        }
+    }
+
+    /// A service's requests beside the jobs above, on the seeds whose `seed % 4 == 2`: 10-60
+    /// one-task jobs of one function, submitted over the run, in bursts (more than the cores
+    /// at once, now and then), some of a higher priority, some cancelled or killed. They launch at once or wait in the scheduler's line while the
+    /// executors are busy (`scheduler/line.rs`), which `--against-walk` holds to a walk per
+    /// assignment. Drawn from a generator of their own, so these seeds' other draws stay as
+    /// they were.
+    pub(super) fn plan_service(&mut self) {
+        let mut rng = Rng::new(self.seed ^ 0x5E41_1CE5);
+        let mut submit_us = 0;
+        for _ in 0..rng.range(10, 60) {
+            let j = self.jobs.len();
+            let cores = match rng.chance(0.1) {
+                true => TASK_CORES_MAX,
+                false => 1,
+            };
+            let mut spec = JobSpec::new(Tasks::Same {
+                function: "request".into(),
+                cores,
+                payloads: vec![Bytes::from(vec![7u8; 8])].into(),
+            });
+            spec.keep_results = rng.chance(0.5);
+            spec.priority = i32::from(rng.chance(0.1));
+            if rng.chance(0.3) {
+                submit_us = rng.range(0, 300_000);
+            }
+            self.at(submit_us, Ev::Submit(j));
+            if rng.chance(0.1) {
+                self.at(submit_us + rng.range(0, 20_000), Ev::Cancel(j));
+            }
+            if rng.chance(0.05) {
+                self.at(submit_us + rng.range(0, 20_000), Ev::KillTask(j, 0));
+            }
+            self.jobs.push(PlannedJob {
+                spec,
+                id: None,
+                cancelled: false,
+                outcome: None,
+                oversized: false,
+            });
+        }
     }
 
     /// Executor `i` (of ids from 1, on one of `hosts` hosts): when it joins, maybe registers
