@@ -1574,7 +1574,34 @@ impl Scheduler {
         // Nothing to settle: it has nothing queued (no listing), no timers and (FIFO) no place
         // in a FAIR order.
         debug_assert!(self.timers.is_clear(job_slot));
+        if self.may_fill(false) {
+            self.fill_from_line(now_us, slot);
+        }
         Some(Assigned::Launched)
+    }
+
+    /// The executor in `slot`, offered alone, takes the tasks of the next jobs in line while
+    /// they fit, as the offer's next assignments would give them to it (`fill` for the jobs
+    /// in line): without going back through the offer for each.
+    fn fill_from_line(&mut self, now_us: u64, slot: u32) {
+        loop {
+            // What `usable` finds, its exclusion apart: that did not change since the launch.
+            let free = self.book.get(slot).map_or(0, |e| e.usable());
+            if free == 0 {
+                return;
+            }
+            let jobs = &self.jobs;
+            let Some((_, job_slot)) = self.line.front(|key, slot| in_line(jobs, key, slot)) else {
+                return;
+            };
+            let job = live_job(&mut self.jobs, job_slot);
+            let Some((range, cores)) = job.unbuilt_run(free) else {
+                return;
+            };
+            job.in_line = false;
+            self.line.pop_front();
+            self.start_range(now_us, job_slot, slot, range, cores);
+        }
     }
 
     /// Counts the job in `slot` as active and files it by its id (its listing and timers

@@ -1517,11 +1517,21 @@ fn an_id_of_an_active_job_is_refused_and_any_other_accepted() {
 
 #[test]
 fn jobs_waiting_in_the_line_launch_as_a_walk_would_launch_them() {
-    // Bursts of one-task jobs over three executors wait in the line (`line.rs`); now and then
-    // a job of a higher priority or of two tasks, a cancel, a kill, an executor leaving or
-    // joining empties it into the order or leaves dead entries behind. Each round, what was
-    // launched (which task, where, how), the events and the stats are those of a scheduler
-    // that walks for every assignment.
+    line_against_walk(&[(1, 1), (2, 3), (3, 2)]);
+}
+
+#[test]
+fn jobs_waiting_in_the_line_fill_an_executor_alone_as_a_walk_would() {
+    // One executor, offered alone: it takes the next jobs' tasks at once (`fill_from_line`).
+    line_against_walk(&[(1, 16)]);
+}
+
+/// Bursts of one-task jobs over `executors` (id, cores) wait in the line (`line.rs`); now and
+/// then a job of a higher priority or of two tasks, a cancel, a kill, an executor leaving or
+/// joining empties it into the order or leaves dead entries behind. Each round, what was
+/// launched (which task, where, how), the events and the stats are those of a scheduler that
+/// walks for every assignment.
+fn line_against_walk(executors: &[(u64, u32)]) {
     let mut pair = [false, true].map(|walk_only| {
         let mut s = Scheduler::new(Config {
             slow_start_slots: 2,
@@ -1529,7 +1539,7 @@ fn jobs_waiting_in_the_line_launch_as_a_walk_would_launch_them() {
             ..Config::default()
         });
         s.walk_only = walk_only;
-        for (id, cores) in [(1, 1), (2, 3), (3, 2)] {
+        for &(id, cores) in executors {
             s.handle_register(executor(id, cores), 0)
                 .expect("registered");
         }
@@ -1543,7 +1553,8 @@ fn jobs_waiting_in_the_line_launch_as_a_walk_would_launch_them() {
         x ^= x << 17;
         x % n
     };
-    let (mut executors, mut next_executor) = (vec![1, 2, 3], 4);
+    let mut executors: Vec<u64> = executors.iter().map(|&(id, _)| id).collect();
+    let mut next_executor = 10;
     let (mut line_peak, mut lined_rounds, mut launched) = (0, 0, 0);
     for round in 0..600u64 {
         let now_us = round * 100;
