@@ -96,6 +96,10 @@ impl Line {
         if self.live == 0 {
             return None;
         }
+        // With no dead entry (no job left the line since it was last empty), the front is live.
+        if self.queue.len() == self.live {
+            return self.queue.front().copied();
+        }
         while let Some(&(key, slot)) = self.queue.front() {
             if live(key, slot) {
                 return Some((key, slot));
