@@ -430,6 +430,15 @@ fn job_failed(track: &mut JobTrack, duration_ms: u64, reasons: &[String]) {
     track.failures.truncate(JOB_FAILURES_MAX * 2);
 }
 
+/// A job's span closes at its end (a span of no subscriber and no `log` record, tracing off,
+/// has nothing to close); the record is kept as it is, a view made of it when asked.
+#[inline(always)]
+fn close_span(track: &mut JobTrack) {
+    if !track.span.is_none() || track.span.metadata().is_some() {
+        drop(std::mem::replace(&mut track.span, tracing::Span::none()));
+    }
+}
+
 struct ExecutorTrack {
     name: std::sync::Arc<str>,
     view: ExecutorView,
@@ -605,35 +614,62 @@ impl LoopTelemetry {
 
     /// A job ended: logged in its span, moved to the recent jobs.
     pub fn job_over(&mut self, now_us: u64, job: JobId, outcome: JobEnd<'_>) {
-        // Its own done tasks still pending go onto the record its end finds anyway (one lookup,
-        // not two); another job's stay pending, counted when their run ends.
-        let done = match self.done_pending.0 == job {
-            true => std::mem::take(&mut self.done_pending.1),
-            false => 0,
-        };
         let (state, slot) = match outcome {
             JobEnd::Succeeded => ("SUCCEEDED", 0),
             JobEnd::Failed(_) => ("FAILED", 1),
             JobEnd::Cancelled => ("CANCELLED", 2),
         };
-        let Some(track) = self.jobs.close(job, state, now_us) else {
+        let Some((track, duration_us)) = self.end(now_us, job, state, slot, 0) else {
             return;
         };
-        track.tasks_done += done;
-        self.jobs_over[slot] += 1;
-        let duration_us = now_us.saturating_sub(track.submitted_us);
-        self.job_latency.observe(duration_us);
         let duration_ms = duration_us / 1000;
         match outcome {
             JobEnd::Failed(reasons) => job_failed(track, duration_ms, reasons),
             _ => tracing::info!(parent: &track.span, duration_ms,
                 failed_attempts = track.attempts_failed, outcome = state, "job done"),
         }
-        // Its span closes now (a span of no subscriber and no `log` record, tracing off,
-        // has nothing to close); the record is kept as it is, a view made of it when asked.
-        if !track.span.is_none() || track.span.metadata().is_some() {
-            drop(std::mem::replace(&mut track.span, tracing::Span::none()));
-        }
+        close_span(track);
+    }
+
+    /// A job of one task succeeded with that task's result (the scheduler's
+    /// `Event::OneTaskJobSucceeded`): [`LoopTelemetry::task_done`] then
+    /// [`LoopTelemetry::job_over`] in one. Its task is added to its record as its end finds it,
+    /// so no run of done tasks starts (nor is another job's pending run counted up), and the
+    /// outcome is known, so nothing is matched on.
+    #[inline]
+    pub fn one_task_job_succeeded(&mut self, now_us: u64, job: JobId) {
+        let Some((track, duration_us)) = self.end(now_us, job, "SUCCEEDED", 0, 1) else {
+            return;
+        };
+        tracing::info!(parent: &track.span, duration_ms = duration_us / 1000,
+            failed_attempts = track.attempts_failed, outcome = "SUCCEEDED", "job done");
+        close_span(track);
+    }
+
+    /// The common part of a job's end: its record moved to the recent jobs, `state` and its
+    /// end counted (`slot` of `jobs_over`), its latency observed, `done` tasks and its own
+    /// pending ones added. Its record and latency, or `None` if it is not active.
+    #[inline(always)]
+    fn end(
+        &mut self,
+        now_us: u64,
+        job: JobId,
+        state: &'static str,
+        slot: usize,
+        done: u64,
+    ) -> Option<(&mut JobTrack, u64)> {
+        // Its own done tasks still pending go onto the record its end finds anyway (one lookup,
+        // not two); another job's stay pending, counted when their run ends.
+        let pending = match self.done_pending.0 == job {
+            true => std::mem::take(&mut self.done_pending.1),
+            false => 0,
+        };
+        let track = self.jobs.close(job, state, now_us)?;
+        track.tasks_done += done + pending;
+        self.jobs_over[slot] += 1;
+        let duration_us = now_us.saturating_sub(track.submitted_us);
+        self.job_latency.observe(duration_us);
+        Some((track, duration_us))
     }
 
     /// An attempt is being launched on `executor`, to the lane `lane` gives (asked only for

@@ -177,3 +177,113 @@ fn a_job_without_a_pool_shows_the_default_one() {
     );
     assert_eq!(&*pool(3), "batch");
 }
+
+/// A one-task job's success in one call shows what its task's result and its end, told
+/// apart, show: the task counted, the end and its latency, and another job's pending run
+/// still its own.
+#[test]
+fn a_one_task_jobs_success_in_one_call_counts_as_its_result_and_end() {
+    let f = std::sync::Arc::from("f");
+    let (a, b) = (JobId(1), JobId(2));
+    let run = |apart: bool| {
+        let mut t = LoopTelemetry::new(Instant::now());
+        t.job_submitted(0, a, Some(&f), 3, "default");
+        t.job_submitted(0, b, Some(&f), 1, "default");
+        t.task_done(a);
+        t.task_done(a);
+        if apart {
+            t.task_done(b);
+            t.job_over(700, b, JobEnd::Succeeded);
+        } else {
+            t.one_task_job_succeeded(700, b);
+        }
+        let running = t.view(|_| 0, |_| None, 800);
+        // Not active: nothing counted (as `job_over` counts nothing then).
+        t.one_task_job_succeeded(900, JobId(3));
+        t.task_done(a);
+        t.job_over(1_000, a, JobEnd::Succeeded);
+        t.take_point(2_000_000, &Stats::default(), 0, 0);
+        (running, t.view(|_| 0, |_| None, 2_000_000))
+    };
+    let summary = |view: &DriverView| {
+        let jobs: Vec<_> = (view.jobs.iter())
+            .map(|j| (j.id, j.state, j.tasks_done, j.duration))
+            .collect();
+        let latency = view.series.last().and_then(|p| p.job_latency);
+        (jobs, view.jobs_over, view.active_jobs, latency)
+    };
+    let ((running_apart, over_apart), (running, over)) = (run(true), run(false));
+    assert_eq!(summary(&running), summary(&running_apart));
+    assert_eq!(summary(&over), summary(&over_apart));
+    let (jobs, jobs_over, active, latency) = summary(&running);
+    assert_eq!(jobs[0].0..=jobs[1].0, 1..=2);
+    assert_eq!((jobs[0].2, jobs[1].1, jobs[1].2), (2, "SUCCEEDED", 1));
+    assert_eq!((jobs_over, active, latency), ([1, 0, 0], 1, None));
+    let (jobs, jobs_over, _, latency) = summary(&over);
+    assert_eq!((jobs[0].0, jobs[0].2, jobs_over), (1, 3, [2, 0, 0]));
+    let latency = latency.map(|l| (l.p50_us.abs_diff(700) < 70, l.max_us.abs_diff(1_000) < 90));
+    assert_eq!(
+        latency,
+        Some((true, true)),
+        "both latencies observed (700, 1000 us)"
+    );
+}
+
+/// A buffer the log lines of a test's subscriber go to.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// With a subscriber on, a job's lines are logged in its span: submitted, and done with its
+/// outcome, whichever call ends it.
+#[test]
+fn a_jobs_lines_are_logged_in_its_span() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut t = LoopTelemetry::new(Instant::now());
+        let f = std::sync::Arc::from("hash");
+        t.job_submitted(0, JobId(4), Some(&f), 1, "default");
+        t.job_submitted(0, JobId(5), Some(&f), 1, "default");
+        t.one_task_job_succeeded(2_000, JobId(4));
+        t.job_over(3_000, JobId(5), JobEnd::Cancelled);
+    });
+    let text = String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    let logged: Vec<&str> = text.lines().collect();
+    assert_eq!(logged.len(), 4, "{text}");
+    for (line, job) in logged[..2].iter().zip([4, 5]) {
+        let span = format!("job{{job={job} function=\"hash\" tasks=1}}");
+        assert!(
+            line.contains(&span) && line.ends_with("job submitted"),
+            "{line}"
+        );
+    }
+    let span = "job{job=4 function=\"hash\" tasks=1}";
+    assert!(logged[2].contains(span), "{}", logged[2]);
+    assert!(
+        logged[2].ends_with("job done duration_ms=2 failed_attempts=0 outcome=\"SUCCEEDED\""),
+        "{}",
+        logged[2]
+    );
+    assert!(logged[3].contains("job{job=5"), "{}", logged[3]);
+    assert!(
+        logged[3].ends_with("outcome=\"CANCELLED\""),
+        "{}",
+        logged[3]
+    );
+}

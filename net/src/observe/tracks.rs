@@ -77,7 +77,10 @@ impl Tracks {
 
     /// Moves active job `job` to the front of the recent jobs, ended in `state` at `ended_us`,
     /// and returns its record for the last changes; the oldest recent job past
-    /// [`RECENT_JOBS_MAX`] gives its slot up. None if `job` is not active.
+    /// [`RECENT_JOBS_MAX`] gives its slot up. None if `job` is not active. Inlined in both
+    /// ends of a job (`job_over`, `one_task_job_succeeded`): a call was a dozen instructions of
+    /// saving registers per job.
+    #[inline(always)]
     pub fn close(
         &mut self,
         job: JobId,

@@ -830,8 +830,7 @@ impl DriverCore {
                     telemetry.job_over(now_us, *job, JobEnd::of(outcome));
                 }
                 Event::OneTaskJobSucceeded { task, .. } => {
-                    telemetry.task_done(task.job());
-                    telemetry.job_over(now_us, task.job(), JobEnd::Succeeded);
+                    telemetry.one_task_job_succeeded(now_us, task.job());
                 }
             }
             self.events_counted += 1;
