@@ -347,11 +347,10 @@ struct JobTrack {
     delays: Samples,
 }
 
-/// What a job's record starts from ([`LoopTelemetry::job_submitted`]); the names are borrowed,
-/// so a record that names the same ones as the record before it in its slot keeps them (no
-/// reference count changes).
+/// What a job's record starts from ([`LoopTelemetry::job_submitted`]), but for its span (made
+/// in its place); the names are borrowed, so a record that names the same ones as the record
+/// before it in its slot keeps them (no reference count changes).
 struct NewJob<'a> {
-    span: tracing::Span,
     function: &'a std::sync::Arc<str>,
     pool: &'a std::sync::Arc<str>,
     tasks: u64,
@@ -359,17 +358,18 @@ struct NewJob<'a> {
 }
 
 impl JobTrack {
-    /// The record of a job just submitted.
-    fn new(new: NewJob<'_>) -> JobTrack {
+    /// An empty record naming `function` and `pool`, for a new slot to take its first job's
+    /// record over ([`JobTrack::refill`]).
+    fn empty(function: &std::sync::Arc<str>, pool: &std::sync::Arc<str>) -> JobTrack {
         JobTrack {
-            span: new.span,
-            function: new.function.clone(),
-            pool: new.pool.clone(),
-            tasks: new.tasks,
+            span: tracing::Span::none(),
+            function: function.clone(),
+            pool: pool.clone(),
+            tasks: 0,
             tasks_done: 0,
             attempts_failed: 0,
             copies: 0,
-            submitted_us: new.submitted_us,
+            submitted_us: 0,
             failures: Vec::new(),
             durations: Samples::default(),
             delays: Samples::default(),
@@ -379,8 +379,8 @@ impl JobTrack {
     /// Becomes `new`'s record where this one lies (its slot freed), keeping its vectors' room
     /// and, when the job before named the same function or pool (most do), its names: a job's
     /// record is written field by field, and its samples allocate nothing after the first jobs.
+    #[inline(always)]
     fn refill(&mut self, new: NewJob<'_>) {
-        self.span = new.span;
         keep_or_share(&mut self.function, new.function);
         keep_or_share(&mut self.pool, new.pool);
         self.tasks = new.tasks;
@@ -558,8 +558,6 @@ impl LoopTelemetry {
         pool: Option<&str>,
     ) {
         let function = function.unwrap_or(&self.no_function);
-        let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
-        tracing::info!(parent: &span, "job submitted");
         self.jobs_submitted += 1;
         let named;
         let pool = match pool {
@@ -570,13 +568,16 @@ impl LoopTelemetry {
             }
         };
         let new = NewJob {
-            span,
             function,
             pool,
             tasks: tasks as u64,
             submitted_us: now_us,
         };
-        self.jobs.open(job, new);
+        // The span is made in its record's place: made first and moved in with the rest, it
+        // was copied through the stack twice per job.
+        let record = self.jobs.open(job, new);
+        record.span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
+        tracing::info!(parent: &record.span, "job submitted");
     }
 
     /// A task of `job` reached its final result.

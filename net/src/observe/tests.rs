@@ -262,10 +262,20 @@ fn a_jobs_lines_are_logged_in_its_span() {
         t.job_submitted(0, JobId(5), Some(&f), 1, "default");
         t.one_task_job_succeeded(2_000, JobId(4));
         t.job_over(3_000, JobId(5), JobEnd::Cancelled);
+        // Until a slot the first jobs had takes a new job's record (its span made in place).
+        for job in 6..RECENT_JOBS_MAX as u64 + 8 {
+            t.job_submitted(4_000, JobId(job), Some(&f), 1, "default");
+            t.one_task_job_succeeded(5_000, JobId(job));
+        }
     });
     let text = String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("utf-8");
     let logged: Vec<&str> = text.lines().collect();
-    assert_eq!(logged.len(), 4, "{text}");
+    assert_eq!(logged.len(), 4 + 2 * (RECENT_JOBS_MAX + 2), "{text}");
+    let last = RECENT_JOBS_MAX + 7;
+    let span = format!("job{{job={last} function=\"hash\" tasks=1}}");
+    let (submitted, done) = (logged[logged.len() - 2], logged[logged.len() - 1]);
+    assert!(submitted.contains(&span) && submitted.ends_with("job submitted"));
+    assert!(done.contains(&span) && done.ends_with("outcome=\"SUCCEEDED\""));
     for (line, job) in logged[..2].iter().zip([4, 5]) {
         let span = format!("job{{job={job} function=\"hash\" tasks=1}}");
         assert!(

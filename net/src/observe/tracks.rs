@@ -4,6 +4,8 @@
 //! bytes), not its record (about 200); a slot freed by the oldest recent job takes the next
 //! job's record, written in place over the old one, whose vectors keep their room.
 
+use std::sync::Arc;
+
 use flint_engine::ids::IdMap;
 use flint_engine::scheduler::JobId;
 
@@ -37,27 +39,31 @@ pub(super) struct Tracks {
 }
 
 impl Tracks {
-    /// Files the record of `job`, just submitted (its id not active yet).
-    pub fn open(&mut self, job: JobId, new: NewJob<'_>) {
+    /// Files the record of `job`, just submitted (its id not active yet), over the record of
+    /// a freed slot or a new one, and returns it for its span (left as the slot had it: a
+    /// job's end leaves none to close). `new` goes to one place only (a new slot is made
+    /// empty first, out of line), so its fields are written straight into the record, not
+    /// moved through copies of it on the stack.
+    #[inline(always)]
+    pub fn open(&mut self, job: JobId, new: NewJob<'_>) -> &mut JobTrack {
         let slot = match self.free.pop() {
-            Some(slot) => {
-                let Some(freed) = self.slots.get_mut(slot as usize) else {
-                    unreachable!("free job record slot {slot} beyond the slab");
-                };
-                freed.refill(new);
-                slot
-            }
-            None => self.push(new),
+            Some(slot) => slot,
+            None => self.push(new.function, new.pool),
         };
+        let Some(record) = self.slots.get_mut(slot as usize) else {
+            unreachable!("free job record slot {slot} beyond the slab");
+        };
+        record.refill(new);
         let replaced = self.active.insert(job.0, slot);
         debug_assert!(replaced.is_none(), "job {} opened twice", job.0);
+        record
     }
 
-    /// A new slot for `new`'s record (no slot is free: the first jobs, or more active).
+    /// A new slot, its record empty (no slot is free: the first jobs, or more active).
     #[cold]
     #[inline(never)]
-    fn push(&mut self, new: NewJob<'_>) -> u32 {
-        self.slots.push(JobTrack::new(new));
+    fn push(&mut self, function: &Arc<str>, pool: &Arc<str>) -> u32 {
+        self.slots.push(JobTrack::empty(function, pool));
         u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 job records")
     }
 
@@ -129,13 +135,11 @@ impl Tracks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn track(tasks: u64) -> NewJob<'static> {
         static F: std::sync::OnceLock<(Arc<str>, Arc<str>)> = std::sync::OnceLock::new();
         let (function, pool) = F.get_or_init(|| ("f".into(), "default".into()));
         NewJob {
-            span: tracing::Span::none(),
             function,
             pool,
             tasks,
