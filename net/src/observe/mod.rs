@@ -430,11 +430,19 @@ fn job_failed(track: &mut JobTrack, duration_ms: u64, reasons: &[String]) {
     track.failures.truncate(JOB_FAILURES_MAX * 2);
 }
 
-/// A job's span closes at its end (a span of no subscriber and no `log` record, tracing off,
-/// has nothing to close); the record is kept as it is, a view made of it when asked.
+/// Whether `span` is one to enter or close: a subscriber's, or one that logs `log` records
+/// (a span of neither, tracing off, is [`tracing::Span::none`]).
+#[inline(always)]
+fn is_live(span: &tracing::Span) -> bool {
+    !span.is_none() || span.metadata().is_some()
+}
+
+/// A job's span closes at its end (one not [`is_live`] has nothing to close), leaving its
+/// record none for the next job in its slot; the record is kept as it is, a view made of it
+/// when asked.
 #[inline(always)]
 fn close_span(track: &mut JobTrack) {
-    if !track.span.is_none() || track.span.metadata().is_some() {
+    if is_live(&track.span) {
         drop(std::mem::replace(&mut track.span, tracing::Span::none()));
     }
 }
@@ -573,10 +581,16 @@ impl LoopTelemetry {
             tasks: tasks as u64,
             submitted_us: now_us,
         };
-        // The span is made in its record's place: made first and moved in with the rest, it
-        // was copied through the stack twice per job.
+        // The span is not moved in with the rest: that copied it through the stack twice per
+        // job. A record opens with no span (a new one has none, a job's end leaves none), so
+        // one of nothing (tracing off: in a process that never sets a subscriber, a constant)
+        // is not written at all.
         let record = self.jobs.open(job, new);
-        record.span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
+        debug_assert!(!is_live(&record.span), "a record opens with no span");
+        let span = tracing::info_span!("job", job = job.0, function = &**function, tasks);
+        if is_live(&span) {
+            record.span = span;
+        }
         tracing::info!(parent: &record.span, "job submitted");
     }
 
