@@ -822,8 +822,13 @@ impl DriverCore {
     /// Tells the telemetry of the results and outcomes the scheduler decided since the last
     /// call; they wait in the scheduler for [`DriverCore::poll_event`].
     fn count_events(&mut self) {
-        let (telemetry, now_us) = (&mut self.telemetry, self.now_us);
-        for event in self.scheduler.pending_events(self.events_counted) {
+        // The telemetry through one reference and the count as `fold`'s accumulator (in a
+        // register): in a loop writing through the box, both were loaded and stored again for
+        // every event. `fold` walks the events' queue half by half, not checking at every step
+        // which half it is in.
+        let (telemetry, now_us) = (&mut *self.telemetry, self.now_us);
+        let events = self.scheduler.pending_events(self.events_counted);
+        let counted = events.fold(0, |counted, event| {
             match event {
                 Event::TaskResult { task, .. } => telemetry.task_done(task.job()),
                 Event::JobOutcome { job, outcome } => {
@@ -833,8 +838,9 @@ impl DriverCore {
                     telemetry.one_task_job_succeeded(now_us, task.job());
                 }
             }
-            self.events_counted += 1;
-        }
+            counted + 1
+        });
+        self.events_counted += counted;
     }
 
     /// What must hold after every input (debug builds and the simulators, which run with
