@@ -402,6 +402,9 @@ impl Job {
     /// submission time, an index into the caller's table). A job submitted this way allocates
     /// nothing for its observer, where [`Job::on_result`] boxes one per job. Replaces an
     /// observer set before, as `on_result` does.
+    // Always inline (the hint alone was not taken): out of line, the call moved the whole
+    // `Job` in and out again and dropped an observer the caller's `Job` was known not to hold.
+    #[inline(always)]
     pub fn on_result_shared(mut self, observer: &SharedResultObserver, tag: u64) -> Self {
         self.observer = Some(Observer::Shared(observer.clone(), tag));
         self
