@@ -501,21 +501,22 @@ impl Runner<'_> {
         measured: u64,
         first_sent_ns: u64,
     ) -> Result<(), String> {
-        let handle = self
-            .driver
-            .submit(job)
-            .map_err(|e| format!("submit failed: {e}"))?;
+        // A match, not `map_err` and `?`: the handle goes from the result into its `Pending`
+        // without first being copied out of the result whole.
+        match self.driver.submit(job) {
+            Ok(handle) => self.pending.push_back(Pending {
+                handle,
+                first_sent_ns,
+            }),
+            Err(e) => return Err(format!("submit failed: {e}")),
+        }
         self.submitted += count;
         self.measured += measured;
-        self.pending.push_back(Pending {
-            handle,
-            first_sent_ns,
-        });
         Ok(())
     }
 
     /// Drops the finished jobs at the front (jobs end about in order). Inlined into the
-    /// loops, which call it once a step.
+    /// loops, which call it once a step (the closed loop once a wait for room).
     #[inline(always)]
     fn reap_front(&mut self) {
         while self.pending.front().is_some_and(|p| p.handle.is_finished()) {
@@ -630,8 +631,14 @@ impl Runner<'_> {
             Limit::Tasks(tasks) => tasks,
             Limit::Duration(_) => u64::MAX,
         };
+        // Finished jobs are dropped where the loop waits for room anyway (`wait_for_room`),
+        // not at every job it sends; a loop that never waits drops them once it holds twice
+        // the window's jobs.
+        let held_max = window.saturating_mul(2);
         loop {
-            self.reap_front();
+            if self.pending.len() as u64 >= held_max {
+                self.reap_front();
+            }
             let outstanding = self.outstanding();
             if self.measured + batch > tasks_max {
                 // The end of a counted run (or a warm-up of a run shorter than a batch): the
@@ -678,8 +685,9 @@ impl Runner<'_> {
     }
 
     /// Sleeps until `count` of the `window`'s slots are free (completed >= submitted + count
-    /// - window), or 5 ms.
+    /// - window), or 5 ms, after dropping the jobs that finished (see [`Runner::closed`]).
     fn wait_for_room(&mut self, count: u64, window: u64) {
+        self.reap_front();
         let wake_at = (self.submitted + count).saturating_sub(window);
         self.shared.wake_at.store(wake_at, Ordering::Release);
         if self.outstanding() + count > window {
