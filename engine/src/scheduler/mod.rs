@@ -1500,9 +1500,9 @@ impl Scheduler {
         };
         debug_assert!(self.unsettled.is_none());
         let key = job.fifo_key();
-        !self.runnable.fair()
+        job.task_count == 1
+            && !self.runnable.fair()
             && self.pref_jobs == 0
-            && job.task_count == 1
             && job.pending == 1
             && job.tasks.is_empty()
             && job.level == Level::Any
@@ -1531,11 +1531,18 @@ impl Scheduler {
     }
 
     /// Empties the line into the runnable order (`line.rs`): its jobs are listed, as they
-    /// would have been when they arrived.
+    /// would have been when they arrived. A check inlined where the line is empty, as it is
+    /// for all jobs but one-task ones.
+    #[inline(always)]
     fn flush_line(&mut self) {
-        if self.line.is_empty() {
-            return;
+        if !self.line.is_empty() {
+            self.list_the_line();
         }
+    }
+
+    /// [`Scheduler::flush_line`] of a line with jobs.
+    #[inline(never)]
+    fn list_the_line(&mut self) {
         let entries = self.line.take();
         for &(key, slot) in &entries {
             if !in_line(&self.jobs, key, slot) {
@@ -2935,6 +2942,7 @@ impl Scheduler {
     /// ([`Scheduler::fill`]): under FIFO (where that job stays first as long as it has work),
     /// and when it is the only executor offered (so no other waits its round-robin turn) or
     /// in the locality pass (`local_only`, which serves one executor at a time anyway).
+    #[inline(always)]
     fn may_fill(&self, local_only: bool) -> bool {
         #[cfg(any(test, feature = "sim"))]
         if self.walk_only {
@@ -3363,17 +3371,18 @@ impl Scheduler {
         }
         self.unfinished_total -= 1;
         self.stats.succeeded += 1;
-        let result = std::mem::take(data);
         // A job of one task that keeps no results ends with it (`maybe_finish_job`, which
         // its caller calls next): one event says both.
-        self.events
-            .push_back(match job.task_count == 1 && !job.keep_results {
-                true => Event::OneTaskJobSucceeded { task, result },
-                false => Event::TaskResult {
-                    task,
-                    result: Ok(result),
-                },
+        if job.task_count == 1 && !job.keep_results {
+            let result = std::mem::take(data);
+            self.events
+                .push_back(Event::OneTaskJobSucceeded { task, result });
+        } else {
+            self.events.push_back(Event::TaskResult {
+                task,
+                result: Ok(std::mem::take(data)),
             });
+        }
         others
     }
 
