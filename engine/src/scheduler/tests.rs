@@ -1432,19 +1432,7 @@ fn a_one_task_job_launched_alone_goes_where_the_offer_would_send_it() {
     // so it fills and leaves the round), finished a few at a time, sometimes while others
     // wait in line: a job submitted while nothing else waits launches without an offer
     // (`launch_alone`), and goes to the executor the offer's round-robin would have chosen.
-    let mut pair = [false, true].map(|walk_only| {
-        let mut s = Scheduler::new(Config {
-            slow_start_slots: 2,
-            hedging: Some(HedgeConfig::default()),
-            ..Config::default()
-        });
-        s.walk_only = walk_only;
-        for (id, cores) in [(1, 1), (2, 4), (3, 2)] {
-            s.handle_register(executor(id, cores), 0)
-                .expect("registered");
-        }
-        s
-    });
+    let mut pair = walk_pair(&[(1, 1), (2, 4), (3, 2)]);
     let [a, b] = &mut pair;
     let mut launched = 0;
     for round in 0..300u64 {
@@ -1526,13 +1514,10 @@ fn jobs_waiting_in_the_line_fill_an_executor_alone_as_a_walk_would() {
     line_against_walk(&[(1, 16)]);
 }
 
-/// Bursts of one-task jobs over `executors` (id, cores) wait in the line (`line.rs`); now and
-/// then a job of a higher priority or of two tasks, a cancel, a kill, an executor leaving or
-/// joining empties it into the order or leaves dead entries behind. Each round, what was
-/// launched (which task, where, how), the events and the stats are those of a scheduler that
-/// walks for every assignment.
-fn line_against_walk(executors: &[(u64, u32)]) {
-    let mut pair = [false, true].map(|walk_only| {
+/// Two schedulers with hedging and a slow start of 2 slots over `executors` (id, cores): the
+/// second walks for every assignment, the reference the first's shortcuts must match.
+fn walk_pair(executors: &[(u64, u32)]) -> [Scheduler; 2] {
+    [false, true].map(|walk_only| {
         let mut s = Scheduler::new(Config {
             slow_start_slots: 2,
             hedging: Some(HedgeConfig::default()),
@@ -1544,7 +1529,16 @@ fn line_against_walk(executors: &[(u64, u32)]) {
                 .expect("registered");
         }
         s
-    });
+    })
+}
+
+/// Bursts of one-task jobs over `executors` (id, cores) wait in the line (`line.rs`); now and
+/// then a job of a higher priority or of two tasks, a cancel, a kill, an executor leaving or
+/// joining empties it into the order or leaves dead entries behind. Each round, what was
+/// launched (which task, where, how), the events and the stats are those of a scheduler that
+/// walks for every assignment.
+fn line_against_walk(executors: &[(u64, u32)]) {
+    let mut pair = walk_pair(executors);
     let [a, b] = &mut pair;
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut draw = move |n: u64| {
