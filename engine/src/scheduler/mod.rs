@@ -40,6 +40,9 @@
 //! The runnable jobs are kept in sharing order as they change (`order.rs`, B-trees): FIFO, one
 //! set by (priority, submission); FAIR, the pools that have runnable jobs by Spark's comparator
 //! and each pool's jobs by its own mode, a pool or job re-sorted when its running cores change.
+//! Under FIFO, new one-task jobs with nothing that may leave them stuck wait as the order's
+//! tail in a plain queue instead (`line.rs`: listed only if a walk or another kind of job
+//! needs them to be), so a service's queued request costs a push and a pop.
 //! So a job arriving, ending or becoming runnable again costs O(log jobs), under FAIR a launch
 //! or a completion re-sorts one job and one pool (O(log)), and an offer finds its first
 //! candidate at the leftmost entry (FIFO) or in O(log pools) (FAIR); 100,000 active one-task
