@@ -6,9 +6,11 @@
 //! fails its task, a reason is truncated), so encoding a batch never fails and never drops an
 //! item.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{List, Message, StatusUpdate, TaskLaunch, WireError};
+use super::codec::Field;
+use super::frame::{self, HEADER_LEN};
+use super::{Kind, List, Message, StatusUpdate, TaskLaunch, WireError};
 
 /// Bytes a batch item takes besides its variable part (ids, attempt, state, length prefixes;
 /// rounded up).
@@ -90,19 +92,127 @@ pub fn encode_launches(
     out: &mut BytesMut,
     frame_size_max: usize,
 ) -> Result<(), WireError> {
-    let size = |i: usize| tasks.get(i).map_or(0, |t| t.payload.len());
-    let mut start = 0;
-    while start < tasks.len() {
-        let (end, items) = run_end(start, tasks.len(), frame_size_max, size);
-        reserve(out, items);
-        let run = tasks.get(start..end).unwrap_or_default();
-        Message::LaunchTasks {
-            tasks: List::from_items(run),
-        }
-        .encode(out, frame_size_max)?;
-        start = end;
+    let mut launches = Launches::new(frame_size_max);
+    for task in tasks {
+        launches.push(out, task);
     }
-    Ok(())
+    launches.finish(out)
+}
+
+/// Writes task launches as `LaunchTasks` frames one at a time, straight into a connection's
+/// output: no slice of them is built first (the driver's launch path makes each launch from
+/// the scheduler's own, so a slice would be a copy of every launch). The frames are those
+/// [`encode_launches`] makes of the same launches in one call: a frame takes launches while
+/// they fit under the maximum frame size by [`run_end`]'s rule, so the bytes do not depend on
+/// which of the two wrote them.
+///
+/// Between launches the caller may append other frames to the output only after
+/// [`Launches::finish`], which closes the open frame.
+#[derive(Debug)]
+pub struct Launches {
+    frame_size_max: usize,
+    /// The bytes a frame's launches may count for, by [`run_end`]'s rule.
+    budget: usize,
+    /// Where the open frame starts in the output (while `count` is not 0).
+    start: usize,
+    /// Launches in the open frame; 0 when none is open.
+    count: u32,
+    /// Bytes its launches count for against `budget`, as [`run_end`] counts them.
+    used: usize,
+    /// A launch that did not fit in a frame alone: it and the launches after it up to
+    /// [`Launches::finish`] are not written, as [`encode_launches`] stops at it.
+    failed: Option<WireError>,
+}
+
+impl Launches {
+    /// No launch written yet, in frames of at most `frame_size_max` bytes of body.
+    pub fn new(frame_size_max: usize) -> Self {
+        Launches {
+            frame_size_max,
+            budget: frame_size_max.saturating_sub(FRAME_OVERHEAD_BYTES),
+            start: 0,
+            count: 0,
+            used: 0,
+            failed: None,
+        }
+    }
+
+    /// Reserves room in `out` for a frame of `launches` launches as `encode_launches` did
+    /// (what they count for against a frame's budget besides their payloads, and the frame's
+    /// overhead), so the buffer grows at most once for a batch rather than as launches are
+    /// appended (a connection's output is often a buffer just sent, with little room). At most
+    /// one frame's worth is reserved.
+    pub fn reserve(&self, out: &mut BytesMut, launches: usize) {
+        let items = launches
+            .saturating_mul(ITEM_OVERHEAD_BYTES)
+            .min(self.budget);
+        reserve(out, items);
+    }
+
+    /// Appends `task` to the open frame, or to a new one when none is open or it does not fit.
+    #[inline]
+    pub fn push(&mut self, out: &mut BytesMut, task: &TaskLaunch<'_>) {
+        let cost = task.payload.len().saturating_add(ITEM_OVERHEAD_BYTES);
+        if (self.count == 0 || self.used.saturating_add(cost) > self.budget)
+            && !self.open(out, task)
+        {
+            return;
+        }
+        task.write(out);
+        self.count += 1;
+        self.used = self.used.saturating_add(cost);
+    }
+
+    /// Closes the open frame and opens one for `task`; false, opening none, once a launch did
+    /// not fit in a frame alone (`task`, or one before it since [`Launches::finish`]).
+    #[inline(never)]
+    fn open(&mut self, out: &mut BytesMut, task: &TaskLaunch<'_>) -> bool {
+        self.close(out);
+        if self.failed.is_some() {
+            return false;
+        }
+        // Only a launch alone in its frame can make the frame too large (a frame takes a second
+        // one only within its budget): the frame it would be is refused here, as the frame
+        // encoder refuses it in `encode_launches`.
+        let len = (4 + TaskLaunch::ENCODED_LEN_MIN).saturating_add(task.payload.len());
+        let max = self.frame_size_max.min(u32::MAX as usize);
+        if len > max {
+            self.failed = Some(WireError::FrameTooLarge { len, max });
+            return false;
+        }
+        self.start = frame::begin_frame(out);
+        // The list's count, set when the frame closes.
+        out.put_u32_le(0);
+        true
+    }
+
+    /// Closes the open frame (other frames may follow it in the output); the error of a launch
+    /// that did not fit in a frame alone, if one did not since the last call.
+    pub fn finish(&mut self, out: &mut BytesMut) -> Result<(), WireError> {
+        self.close(out);
+        match self.failed.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Sets the open frame's count and header, if one is open.
+    fn close(&mut self, out: &mut BytesMut) {
+        if self.count == 0 {
+            return;
+        }
+        let at = self.start + HEADER_LEN;
+        if let Some(slot) = out.get_mut(at..at + 4) {
+            slot.copy_from_slice(&self.count.to_le_bytes());
+        }
+        if let Err(error) =
+            frame::end_frame(out, self.start, Kind::LaunchTasks, self.frame_size_max)
+        {
+            self.failed = Some(error);
+        }
+        self.count = 0;
+        self.used = 0;
+    }
 }
 
 /// Appends `updates` as `StatusUpdates` frames. Fails (leaving what it appended so far) only
@@ -160,6 +270,82 @@ mod tests {
         // Each item alone nearly fills the frame: one frame each.
         let big = item_bytes_max(1000);
         assert_eq!(frame_ends(&[big, big, 1], 1000), vec![1, 2, 3]);
+    }
+
+    /// `tasks` as frames the way [`encode_launches`] made them before [`Launches`]: split into
+    /// runs by [`run_end`], each encoded whole as one message.
+    fn launches_by_runs(
+        tasks: &[TaskLaunch<'_>],
+        out: &mut BytesMut,
+        frame_size_max: usize,
+    ) -> Result<(), WireError> {
+        let mut start = 0;
+        while start < tasks.len() {
+            let (end, _) = run_end(start, tasks.len(), frame_size_max, |i| {
+                tasks[i].payload.len()
+            });
+            Message::LaunchTasks {
+                tasks: List::from_items(&tasks[start..end]),
+            }
+            .encode(out, frame_size_max)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn launches_written_one_at_a_time_make_the_frames_of_whole_runs() {
+        let max = 1000;
+        let big = vec![1u8; item_bytes_max(max)];
+        let too_big = vec![2u8; max];
+        let cases: Vec<Vec<&[u8]>> = vec![
+            vec![],
+            vec![b""],
+            vec![b"a", b"", b"bc"],
+            vec![&big, b"x", &big, &big, b""],
+            vec![&big[..400], &big[..400], &big[..400], b"y"],
+            // A launch too large for a frame: the launches before it are sent, it and the
+            // ones after it are not, and the error says so.
+            vec![b"a", b"b", &too_big, b"c"],
+            vec![&too_big],
+        ];
+        for payloads in cases {
+            let tasks: Vec<TaskLaunch> = (payloads.iter().enumerate())
+                .map(|(i, payload)| TaskLaunch {
+                    task_id: i as u64,
+                    attempt: 1,
+                    cores: 2,
+                    function: 3,
+                    payload,
+                })
+                .collect();
+            let (mut expected, mut got) = (BytesMut::new(), BytesMut::new());
+            let by_runs = launches_by_runs(&tasks, &mut expected, max);
+            let one_by_one = encode_launches(&tasks, &mut got, max);
+            assert_eq!(one_by_one, by_runs, "{:?}", payloads.len());
+            assert_eq!(got, expected, "{:?}", payloads.len());
+        }
+        // Other frames may follow a finished one; the next launches open a frame of their own.
+        let task = |payload| TaskLaunch {
+            task_id: 9,
+            attempt: 0,
+            cores: 1,
+            function: 0,
+            payload,
+        };
+        let (mut expected, mut got) = (BytesMut::new(), BytesMut::new());
+        let mut launches = Launches::new(max);
+        launches.push(&mut got, &task(b"a"));
+        launches.finish(&mut got).expect("fits");
+        Message::Shutdown {}.encode(&mut got, max).expect("fits");
+        launches.push(&mut got, &task(b"b"));
+        launches.finish(&mut got).expect("fits");
+        encode_launches(&[task(b"a")], &mut expected, max).expect("fits");
+        Message::Shutdown {}
+            .encode(&mut expected, max)
+            .expect("fits");
+        encode_launches(&[task(b"b")], &mut expected, max).expect("fits");
+        assert_eq!(got, expected);
     }
 
     #[test]

@@ -272,9 +272,30 @@ pub fn encode_frame(
     frame_size_max: usize,
     write_body: impl FnOnce(&mut BytesMut),
 ) -> Result<(), WireError> {
+    let start = begin_frame(out);
+    write_body(out);
+    end_frame(out, start, kind, frame_size_max)
+}
+
+/// Opens a frame in `out`: appends room for its header and returns where the frame starts, for
+/// [`end_frame`] once its body is appended (how a batch is written item by item).
+#[inline]
+pub(crate) fn begin_frame(out: &mut BytesMut) -> usize {
     let start = out.len();
     out.put_bytes(0, HEADER_LEN);
-    write_body(out);
+    start
+}
+
+/// Closes the frame [`begin_frame`] opened at `start`: everything after its header is the body.
+/// If the body is larger than `frame_size_max`, `out` is cut back to `start` and the error says
+/// so.
+#[inline]
+pub(crate) fn end_frame(
+    out: &mut BytesMut,
+    start: usize,
+    kind: Kind,
+    frame_size_max: usize,
+) -> Result<(), WireError> {
     let len = out.len() - start - HEADER_LEN;
     let max = frame_size_max.min(u32::MAX as usize);
     if len > max {

@@ -114,14 +114,19 @@ impl Remote {
     }
 
     /// Routes `tasks` launched at `now_us`, each to the joined lane holding the fewest:
-    /// `lanes` gets each task's lane, in order (emptied first).
-    pub(super) fn route_all(&mut self, tasks: &[TaskLaunch], now_us: u64, lanes: &mut Vec<u32>) {
+    /// `lanes` gets each task's lane, in order (emptied first). False, with `lanes` emptied,
+    /// when the executor has one lane: every task goes to lane 0.
+    pub(super) fn route_all(
+        &mut self,
+        tasks: &[TaskLaunch],
+        now_us: u64,
+        lanes: &mut Vec<u32>,
+    ) -> bool {
         lanes.clear();
         if !self.is_laned() {
             // One lane: every task goes to it, with no record per attempt (see `launched`).
             self.lanes[0].launched += tasks.len() as u64;
-            lanes.resize(tasks.len(), 0);
-            return;
+            return false;
         }
         for task in tasks {
             let lane = self.route();
@@ -129,6 +134,7 @@ impl Remote {
             lanes.push(lane);
         }
         debug_assert_eq!(lanes.len(), tasks.len());
+        true
     }
 
     /// Attempt `key` goes to `lane` at `now_us`. An executor of one lane keeps no record per

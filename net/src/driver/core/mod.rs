@@ -57,7 +57,7 @@ use flint_engine::scheduler::{
 };
 
 pub use self::executors::LOCAL_EXECUTOR;
-use self::executors::{Departure, ExecutorLink, Executors, How, Registration};
+use self::executors::{Departure, ExecutorLink, Executors, How, Lane, Registration};
 use self::functions::Index;
 use self::health::Health;
 pub use self::jobs::Event;
@@ -197,8 +197,6 @@ enum Made {
 struct Scratch {
     /// Each launched task's lane.
     lanes: Vec<u32>,
-    /// One lane's launch batch (empty between calls: its borrows end with the call).
-    batch: Vec<wire::TaskLaunch<'static>>,
 }
 
 impl DriverCore {
@@ -921,60 +919,26 @@ impl DriverCore {
         let now = self.now_us;
         match self.executors.link_mut(executor) {
             Some(ExecutorLink::Remote(remote)) => {
-                let mut lanes = std::mem::take(&mut self.scratch.lanes);
-                remote.route_all(&tasks, now, &mut lanes);
-                for (task, &lane) in tasks.iter().zip(&lanes) {
-                    self.telemetry.launched(now, task, executor, || lane);
-                }
-                // One batch per lane, in a vector kept from launch to launch.
-                let mut batch: Vec<wire::TaskLaunch<'_>> = std::mem::take(&mut self.scratch.batch);
                 let frame_size_max = self.config.frame_size_max;
-                for (lane, slot) in (0u32..).zip(remote.lanes.iter_mut()) {
-                    let mut routed = (tasks.iter().zip(&lanes))
-                        .filter(|(_, l)| **l == lane)
-                        .map(|(task, _)| task)
-                        .peekable();
-                    let out = match routed.peek() {
-                        Some(_) => slot.peer.and_then(|peer| self.peers.outbound(peer)),
-                        None => None,
-                    };
-                    let Some(out) = out else {
-                        continue;
-                    };
-                    batch.clear();
-                    for task in routed {
-                        let function = match slot.functions.index_of(&task.function) {
-                            Index::Known(index) => index,
-                            Index::New { index, taken } => {
-                                if taken {
-                                    // The launches batched under the index's old name go first.
-                                    send_launches(&batch, out, frame_size_max, executor);
-                                    batch.clear();
-                                }
-                                let define = Message::DefineFunction {
-                                    index,
-                                    name: &task.function,
-                                };
-                                if let Err(error) = define.encode(out, frame_size_max) {
-                                    tracing::error!(
-                                        executor = executor.0,
-                                        "function not defined: {error}"
-                                    );
-                                }
-                                index
-                            }
-                        };
-                        batch.push(wire::TaskLaunch {
-                            task_id: task.task.0,
-                            attempt: task.attempt,
-                            cores: task.cores,
-                            function,
-                            payload: &task.payload,
-                        });
+                let mut lanes = std::mem::take(&mut self.scratch.lanes);
+                if !remote.route_all(&tasks, now, &mut lanes) {
+                    // One lane: every task goes to it, with no lane to look up per task.
+                    for task in &tasks {
+                        self.telemetry.launched(now, task, executor, || 0);
                     }
-                    send_launches(&batch, out, frame_size_max, executor);
+                    let (peers, slot) = (&mut self.peers, &mut remote.lanes[0]);
+                    write_launches(peers, slot, tasks.iter(), executor, frame_size_max);
+                } else {
+                    for (task, &lane) in tasks.iter().zip(&lanes) {
+                        self.telemetry.launched(now, task, executor, || lane);
+                    }
+                    for (lane, slot) in (0u32..).zip(remote.lanes.iter_mut()) {
+                        let routed = (tasks.iter().zip(&lanes))
+                            .filter(|(_, l)| **l == lane)
+                            .map(|(task, _)| task);
+                        write_launches(&mut self.peers, slot, routed, executor, frame_size_max);
+                    }
                 }
-                self.scratch.batch = batch::emptied(batch);
                 self.scratch.lanes = lanes;
             }
             Some(ExecutorLink::Local) => {
@@ -1074,18 +1038,62 @@ pub(crate) fn us(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Appends a lane's batch of launches to its connection's output (nothing if it is empty).
-fn send_launches(
-    batch: &[wire::TaskLaunch<'_>],
-    out: &mut BytesMut,
-    frame_size_max: usize,
+/// Writes the launches routed to a lane into its connection's output, each function defined
+/// ahead of the first launch that names it (nothing if none is routed or the lane has no
+/// connection).
+fn write_launches<'t>(
+    peers: &mut Peers<PeerId, Phase>,
+    slot: &mut Lane,
+    routed: impl Iterator<Item = &'t TaskLaunch>,
     executor: ExecutorId,
+    frame_size_max: usize,
 ) {
-    if batch.is_empty() {
+    let mut routed = routed.peekable();
+    let out = match routed.peek() {
+        Some(_) => slot.peer.and_then(|peer| peers.outbound(peer)),
+        None => None,
+    };
+    let Some(out) = out else {
         return;
+    };
+    let mut launches = batch::Launches::new(frame_size_max);
+    // Every task when the executor has one lane; at most that when the lane has a share.
+    let (_, routed_max) = routed.size_hint();
+    launches.reserve(out, routed_max.unwrap_or(0));
+    for task in routed {
+        let function = match slot.functions.index_of(&task.function) {
+            Index::Known(index) => index,
+            Index::New { index, .. } => {
+                // The launches written so far go first: the new definition may take over an
+                // index they name, and it cannot go inside their frame.
+                send_launches(&mut launches, out, executor);
+                let define = Message::DefineFunction {
+                    index,
+                    name: &task.function,
+                };
+                if let Err(error) = define.encode(out, frame_size_max) {
+                    tracing::error!(executor = executor.0, "function not defined: {error}");
+                }
+                index
+            }
+        };
+        let launch = wire::TaskLaunch {
+            task_id: task.task.0,
+            attempt: task.attempt,
+            cores: task.cores,
+            function,
+            payload: &task.payload,
+        };
+        launches.push(out, &launch);
     }
+    send_launches(&mut launches, out, executor);
+}
+
+/// Closes the open frame of a lane's launches (nothing if none is open), logging a launch that
+/// was not sent.
+fn send_launches(launches: &mut batch::Launches, out: &mut BytesMut, executor: ExecutorId) {
     // Payloads are bounded below a frame (`Driver::start`), so this fits.
-    if let Err(error) = batch::encode_launches(batch, out, frame_size_max) {
+    if let Err(error) = launches.finish(out) {
         tracing::error!(executor = executor.0, "launch not sent: {error}");
     }
 }
