@@ -1568,26 +1568,40 @@ impl Scheduler {
             return None;
         }
         debug_assert!(self.runnable.is_empty() && self.unsettled.is_none());
-        let jobs = &self.jobs;
-        let (_, job_slot) = self.line.front(|key, slot| in_line(jobs, key, slot))?;
         // As `take_offer` finds it: an executor with no usable slot gets nothing.
         let Some((_, _, free)) = self.usable(now_us, slot) else {
             return Some(Assigned::Nothing);
         };
+        if !self.launch_line_front(now_us, slot, free) {
+            return None;
+        }
+        if self.may_fill(false) {
+            self.fill_from_line(now_us, slot);
+        }
+        Some(Assigned::Launched)
+    }
+
+    /// Starts the task of the line's first job on the executor in `slot`, which has `free`
+    /// usable slots, if it fits there; whether it did.
+    #[inline(always)]
+    fn launch_line_front(&mut self, now_us: u64, slot: u32, free: u32) -> bool {
+        let jobs = &self.jobs;
+        let Some((_, job_slot)) = self.line.front(|key, slot| in_line(jobs, key, slot)) else {
+            return false;
+        };
         let job = live_job(&mut self.jobs, job_slot);
         // A job in line excludes no executor (it never ran) and has its one task queued.
         debug_assert!(job.exclusion.is_none() && job.pending == 1);
-        let (range, cores) = job.unbuilt_run(free)?;
+        let Some((range, cores)) = job.unbuilt_run(free) else {
+            return false;
+        };
         job.in_line = false;
         self.line.pop_front();
         self.start_range(now_us, job_slot, slot, range, cores);
         // Nothing to settle: it has nothing queued (no listing), no timers and (FIFO) no place
         // in a FAIR order.
         debug_assert!(self.timers.is_clear(job_slot));
-        if self.may_fill(false) {
-            self.fill_from_line(now_us, slot);
-        }
-        Some(Assigned::Launched)
+        true
     }
 
     /// The executor in `slot`, offered alone, takes the tasks of the next jobs in line while
@@ -1597,20 +1611,9 @@ impl Scheduler {
         loop {
             // What `usable` finds, its exclusion apart: that did not change since the launch.
             let free = self.book.get(slot).map_or(0, |e| e.usable());
-            if free == 0 {
+            if free == 0 || !self.launch_line_front(now_us, slot, free) {
                 return;
             }
-            let jobs = &self.jobs;
-            let Some((_, job_slot)) = self.line.front(|key, slot| in_line(jobs, key, slot)) else {
-                return;
-            };
-            let job = live_job(&mut self.jobs, job_slot);
-            let Some((range, cores)) = job.unbuilt_run(free) else {
-                return;
-            };
-            job.in_line = false;
-            self.line.pop_front();
-            self.start_range(now_us, job_slot, slot, range, cores);
         }
     }
 
