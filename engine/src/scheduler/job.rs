@@ -372,6 +372,10 @@ pub(crate) struct Job {
     pub latency: Option<RecordId>,
     /// Exclusion in effect for this job (its per-job and per-task limits).
     pub exclusion_config: Option<Arc<ExclusionConfig>>,
+    /// `speculation`, `hedge` and `exclusion_config` are the scheduler's defaults, shared, as
+    /// a job inheriting all three has them: kept with them when the record is vacated, so the
+    /// next such job built over it has nothing to resolve (`Scheduler::build_job`).
+    pub inherits_defaults: bool,
     /// Pending tasks that avoid some executor or host: the candidates for "can run nowhere".
     pub avoiding: Vec<u32>,
     /// Preference queue keys made since the scheduler last filed the job under them

@@ -1907,16 +1907,38 @@ impl Scheduler {
         chunk: usize,
     ) -> Option<Vec<TaskSpec>> {
         let n = spec.tasks.len();
-        let (job, defaults) = (self.jobs.vacant_mut(slot), &self.defaults);
+        // The record is looked up once: what else the build reads or changes is borrowed apart.
+        let Scheduler {
+            jobs,
+            defaults,
+            hedge,
+            book,
+            config,
+            ..
+        } = self;
+        let job = jobs.vacant_mut(slot);
         debug_assert!(job.is_clean_vacancy(), "job slot {slot}: {job:?}");
-        (spec.speculation).apply_shared(&mut job.speculation, defaults.speculation.as_ref());
-        (spec.exclusion).apply_shared(&mut job.exclusion_config, defaults.exclusion.as_ref());
-        (spec.hedging).apply_shared(&mut job.hedge, defaults.hedging.as_ref());
+        // A job inheriting every setting over a record whose last job did finds them there
+        // (the defaults never change): nothing to look at one by one.
+        let inherits = matches!(
+            (&spec.speculation, &spec.exclusion, &spec.hedging),
+            (
+                JobSetting::Inherit,
+                JobSetting::Inherit,
+                JobSetting::Inherit
+            )
+        );
+        if !(inherits && job.inherits_defaults) {
+            (spec.speculation).apply_shared(&mut job.speculation, defaults.speculation.as_ref());
+            (spec.exclusion).apply_shared(&mut job.exclusion_config, defaults.exclusion.as_ref());
+            (spec.hedging).apply_shared(&mut job.hedge, defaults.hedging.as_ref());
+            job.inherits_defaults = inherits;
+        }
         let hedged = job.hedge.is_some();
         // What it needs apart from its records is written over the vacant record in place
         // (`slots.rs`): a record is large to move, and what this leaves out is a new job's
         // there already (`Job::vacate` names each such field).
-        let (uniform, rest) = match spec.tasks {
+        let (uniform, spent, rest) = match spec.tasks {
             // One function over payloads: every task the same size, none with preferences,
             // and room for the records only (built as tasks first launch): O(1) whatever its
             // size.
@@ -1925,54 +1947,46 @@ impl Scheduler {
                 cores,
                 payloads,
             } => {
-                let latency = hedged.then(|| self.hedge.record_of(&function));
-                let job = self.jobs.vacant_mut(slot);
+                job.latency = hedged.then(|| hedge.record_of(&function));
                 job.tasks.reserve_exact(payloads.len());
                 // A vacant record's payloads are the default's, which hold no allocation.
                 debug_assert!(job.payloads.is_unallocated());
                 std::mem::forget(std::mem::replace(&mut job.payloads, payloads));
                 job.function = Some(function);
-                job.latency = latency;
                 job.has_exec_prefs = false;
                 job.has_host_prefs = false;
-                (Some(cores), None)
+                (Some(cores), None, None)
             }
             Tasks::Each(specs) => {
-                let kept = std::mem::take(&mut self.jobs.vacant_mut(slot).tasks);
-                let built = Self::build_tasks(&mut self.book, kept, specs, chunk);
-                if let Some(specs) = built.spent {
-                    self.keep_remains(Remains::of_specs(specs));
-                }
-                let latency = match (hedged, &built.function) {
-                    (true, Some(function)) => Some(self.hedge.record_of(function)),
+                let kept = std::mem::take(&mut job.tasks);
+                let built = Self::build_tasks(book, kept, specs, chunk);
+                job.latency = match (hedged, &built.function) {
+                    (true, Some(function)) => Some(hedge.record_of(function)),
                     _ => None,
                 };
-                let job = self.jobs.vacant_mut(slot);
                 job.tasks = built.tasks;
                 job.payloads = built.payloads;
                 job.function = built.function;
                 job.functions = built.functions;
                 job.prefs = built.prefs;
-                job.latency = latency;
                 job.has_exec_prefs = built.has_exec_prefs;
                 job.has_host_prefs = built.has_host_prefs;
-                (None, built.rest)
+                (None, built.spent, built.rest)
             }
         };
-        let job = self.jobs.vacant_mut(slot);
         job.id = id;
         job.pool = pool;
         job.weight = spec.weight.max(1);
         job.priority = spec.priority;
         job.task_count = n;
         job.keep_results = spec.keep_results;
-        job.result_bytes_max = (spec.result_bytes_max).unwrap_or(self.config.result_bytes_max);
+        job.result_bytes_max = (spec.result_bytes_max).unwrap_or(config.result_bytes_max);
         job.pending = n;
         job.level = Level::Any;
         job.level_since_us = now_us;
         job.last_progress_us = now_us;
-        job.max_failures = spec.max_failures.unwrap_or(self.config.max_failures).max(1);
-        let book = &self.book;
+        job.max_failures = spec.max_failures.unwrap_or(config.max_failures).max(1);
+        let book = &*book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         match uniform {
             Some(cores) => job.enqueue_fresh(n as u32, cores),
@@ -1983,6 +1997,9 @@ impl Scheduler {
             }
         }
         job.level = job.start_level();
+        if let Some(specs) = spent {
+            self.keep_remains(Remains::of_specs(specs));
+        }
         rest
     }
 

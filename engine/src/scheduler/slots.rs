@@ -9,7 +9,8 @@
 //! a new job ([`Job::vacate`]); what a new job sets (its id, pool, tasks, settings, counts of
 //! pending tasks) is written over it ([`Scheduler::build_job`](super)). Its last job's
 //! settings stay: shared (`Arc`s), most often the scheduler's defaults, which a new job
-//! inheriting them keeps there as they are (no count taken and given back). A vector
+//! inheriting them keeps there as they are (no count taken and given back, nothing compared
+//! when the record says it holds the defaults). A vector
 //! kept is small (at most [`KEPT_CAPACITY_MAX`] elements): a big job's go back to the
 //! allocator. The table never shrinks; its slots are bounded by the active jobs at once.
 
@@ -145,6 +146,7 @@ impl Job {
             hedge: None,
             latency: None,
             exclusion_config: None,
+            inherits_defaults: false,
             avoiding: Vec::new(),
             new_pref_keys: Vec::new(),
             filed_pref_keys: Vec::new(),
@@ -202,6 +204,7 @@ impl Job {
             hedge: _,
             latency: _,
             exclusion_config: _,
+            inherits_defaults: _,
             avoiding,
             new_pref_keys,
             filed_pref_keys,
