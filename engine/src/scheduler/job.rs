@@ -543,8 +543,17 @@ impl Job {
     }
 
     /// Queues tasks `0..n` of a new job whose tasks all need `cores` cores and prefer nothing
-    /// (one function over payloads): one class, its tasks fresh in index order.
+    /// (one function over payloads): one class, its tasks fresh in index order. The class a
+    /// vacant record kept (empty queues: `slots.rs`) is written over in place.
     pub fn enqueue_fresh(&mut self, n: u32, cores: u32) {
+        if let [q] = self.classes.as_mut_slice() {
+            debug_assert!(
+                q.no_pref.is_empty() && q.prefs.is_none(),
+                "a kept class is bare"
+            );
+            (q.cores, q.fresh) = (cores, 0..n);
+            return;
+        }
         debug_assert!(self.classes.is_empty(), "only a new job queues fresh tasks");
         self.classes.push(Queues {
             cores,

@@ -1958,6 +1958,8 @@ impl Scheduler {
                 (Some(cores), None, None)
             }
             Tasks::Each(specs) => {
+                // The class a vacant record may keep is for `enqueue_fresh` alone.
+                job.classes.clear();
                 let kept = std::mem::take(&mut job.tasks);
                 let built = Self::build_tasks(book, kept, specs, chunk);
                 job.latency = match (hedged, &built.function) {

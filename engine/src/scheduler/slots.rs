@@ -10,13 +10,15 @@
 //! pending tasks) is written over it ([`Scheduler::build_job`](super)). Its last job's
 //! settings stay: shared (`Arc`s), most often the scheduler's defaults, which a new job
 //! inheriting them keeps there as they are (no count taken and given back, nothing compared
-//! when the record says it holds the defaults). A vector
-//! kept is small (at most [`KEPT_CAPACITY_MAX`] elements): a big job's go back to the
+//! when the record says it holds the defaults). Of its last job's classes of queues, a lone
+//! one with nothing queued stays, for the next job of one function over payloads to write its
+//! own over ([`Job::enqueue_fresh`]): a one-task job pushes and pops none. A vector kept is
+//! small (at most [`KEPT_CAPACITY_MAX`] elements): a big job's go back to the
 //! allocator. The table never shrinks; its slots are bounded by the active jobs at once.
 
 use std::collections::VecDeque;
 
-use super::job::{Job, JobCounters, Level};
+use super::job::{Job, JobCounters, Level, Queues};
 use super::payloads::Payloads;
 use super::types::JobId;
 
@@ -221,7 +223,12 @@ impl Job {
             *running_cores,
             *final_count,
         ) = (0, 0, 0, 0, 0);
-        clear_small_bare(classes, |q| q.no_pref.capacity() == 0 && q.prefs.is_none());
+        // A one-class job's class is kept when its queues hold nothing to drop: the next job
+        // of one function over payloads writes its own over it (`Job::enqueue_fresh`).
+        let bare = |q: &Queues| q.no_pref.capacity() == 0 && q.prefs.is_none();
+        if !matches!(classes.as_slice(), [q] if bare(q)) {
+            clear_small_bare(classes, bare);
+        }
         (*live_exec_keys, *live_host_keys) = (0, 0);
         if exclusion.is_some() {
             *exclusion = None;
@@ -266,7 +273,8 @@ impl Job {
             && self.prefs.is_empty()
             && (self.result_bytes, self.pending, self.running) == (0, 0, 0)
             && (self.running_cores, self.final_count) == (0, 0)
-            && self.classes.is_empty()
+            && (self.classes.iter()).all(|q| q.no_pref.capacity() == 0 && q.prefs.is_none())
+            && self.classes.len() <= 1
             && (self.live_exec_keys, self.live_host_keys) == (0, 0)
             && self.exclusion.is_none()
             && self.durations_us.is_empty()
