@@ -1374,7 +1374,7 @@ impl Scheduler {
         let slot = self.free_slot();
         // A job failed at once is built whole.
         let chunk = if refusal.is_some() { usize::MAX } else { chunk };
-        match self.build_job(now_us, (id, slot), pool, spec, chunk) {
+        match self.build_job(now_us, (id, slot), pool, spec, n, chunk) {
             Some(specs) => self.start_building(id, slot, specs),
             None => self.publish(now_us, slot, refusal),
         }
@@ -1897,16 +1897,17 @@ impl Scheduler {
     /// defaults, every task queued and its locality level chosen: built where it stays, in
     /// the empty job table slot `slot` (a job record is large to move). A job of more than
     /// `chunk` task specs has its first `chunk` built: the specs are returned for
-    /// `building.rs` to build the rest.
+    /// `building.rs` to build the rest. `n`: the spec's tasks, counted by the caller.
     fn build_job(
         &mut self,
         now_us: u64,
         (id, slot): (JobId, u32),
         pool: u32,
         spec: JobSpec,
+        n: usize,
         chunk: usize,
     ) -> Option<Vec<TaskSpec>> {
-        let n = spec.tasks.len();
+        debug_assert_eq!(n, spec.tasks.len());
         // The record is looked up once: what else the build reads or changes is borrowed apart.
         let Scheduler {
             jobs,
@@ -1948,7 +1949,7 @@ impl Scheduler {
                 payloads,
             } => {
                 job.latency = hedged.then(|| hedge.record_of(&function));
-                job.tasks.reserve_exact(payloads.len());
+                job.tasks.reserve_exact(n);
                 // A vacant record's payloads are the default's, which hold no allocation.
                 debug_assert!(job.payloads.is_unallocated());
                 std::mem::forget(std::mem::replace(&mut job.payloads, payloads));

@@ -78,9 +78,13 @@ impl Payloads {
         matches!(&self.0, Held::Many(payloads) if payloads.capacity() == 0)
     }
 
-    /// The first payload over `bytes_max` bytes, if any: its index and size.
+    /// The first payload over `bytes_max` bytes, if any: its index and size (a one-task job's
+    /// looked at without a pass over a slice).
     pub fn first_over(&self, bytes_max: usize) -> Option<(usize, usize)> {
-        super::types::first_over(self.iter(), bytes_max)
+        match &self.0 {
+            Held::One(payload) => (payload.len() > bytes_max).then_some((0, payload.len())),
+            _ => super::types::first_over(self.iter(), bytes_max),
+        }
     }
 
     /// Them as a vector: the one they came in if they came in one (nothing copied), else a
