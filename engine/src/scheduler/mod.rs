@@ -1992,14 +1992,15 @@ impl Scheduler {
         let book = &*book;
         let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
         match uniform {
+            // No preferences: no preference queue, so `Level::Any`, as set above.
             Some(cores) => job.enqueue_fresh(n as u32, cores),
             None => {
                 for i in 0..job.tasks.len() as u32 {
                     job.enqueue(i, host_of, |h| book.host_live(h));
                 }
+                job.level = job.start_level();
             }
         }
-        job.level = job.start_level();
         if let Some(specs) = spent {
             self.keep_remains(Remains::of_specs(specs));
         }
@@ -3754,7 +3755,9 @@ impl Scheduler {
             self.job_hint = (NO_JOB, 0);
         }
         let removed = self.job_slots.remove(job.id.0);
-        assert_eq!(removed, Some(job_slot), "an active job is listed by its id");
+        if removed != Some(job_slot) {
+            unlisted_job(job.id, job_slot, removed);
+        }
         assert!(self.active > 0, "an active job is counted");
         self.active -= 1;
         self.job_free_slots.push(job_slot);
@@ -3783,6 +3786,14 @@ impl Scheduler {
             .map_or(SpeculationConfig::default().interval_us, |s| s.interval_us)
             .max(1)
     }
+}
+
+/// Panics: the active job `id` in `slot` was not listed by its id (`listed`: the slot it was
+/// listed under). Out of line, so that [`Scheduler::remove_job`]'s check costs a comparison.
+#[cold]
+#[inline(never)]
+fn unlisted_job(id: JobId, slot: u32, listed: Option<u32>) -> ! {
+    panic!("an active job is listed by its id: {id:?} in slot {slot}, listed as {listed:?}");
 }
 
 /// Why a job whose task `i`'s payload is `len` bytes, over `max`, fails.

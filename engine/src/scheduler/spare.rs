@@ -30,7 +30,12 @@ impl Remains {
     /// The records, preferences and payloads of `job`, which ended, if it is big enough to
     /// matter (else they stay, to go with it).
     pub(super) fn take_from(job: &mut Job) -> Option<Remains> {
-        if job.tasks.capacity().max(job.payloads.len()) < REMAINS_MIN_TASKS {
+        // A job has a payload per task at most (one built in chunks, fewer until built): a
+        // small job is let go without looking at its payloads.
+        let records = job.tasks.capacity();
+        if records.max(job.task_count) < REMAINS_MIN_TASKS
+            || records.max(job.payloads.len()) < REMAINS_MIN_TASKS
+        {
             return None;
         }
         Some(Remains {
