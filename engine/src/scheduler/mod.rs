@@ -1338,6 +1338,11 @@ impl Scheduler {
     /// allocate ids so that submitting never waits for the scheduler). The id must be below
     /// 2^32 (it is the high half of its tasks' [`TaskId`]s) and not belong to an active job;
     /// later [`handle_submit`](Self::handle_submit) calls pick ids above it. FIFO order is id order.
+    ///
+    /// Never inlined: into a caller that builds the spec (the engine's example
+    /// `one_task_jobs`), the spec's constants would fold, and its count would no longer be the
+    /// driver's, whose specs come from its callers.
+    #[inline(never)]
     pub fn handle_submit_with_id(
         &mut self,
         id: JobId,
@@ -1939,10 +1944,22 @@ impl Scheduler {
         // What it needs apart from its records is written over the vacant record in place
         // (`slots.rs`): a record is large to move, and what this leaves out is a new job's
         // there already (`Job::vacate` names each such field).
-        let (uniform, spent, rest) = match spec.tasks {
-            // One function over payloads: every task the same size, none with preferences,
-            // and room for the records only (built as tasks first launch): O(1) whatever its
-            // size.
+        job.id = id;
+        job.pool = pool;
+        job.weight = spec.weight.max(1);
+        job.priority = spec.priority;
+        job.task_count = n;
+        job.keep_results = spec.keep_results;
+        job.result_bytes_max = (spec.result_bytes_max).unwrap_or(config.result_bytes_max);
+        job.pending = n;
+        job.level = Level::Any;
+        job.level_since_us = now_us;
+        job.last_progress_us = now_us;
+        job.max_failures = spec.max_failures.unwrap_or(config.max_failures).max(1);
+        let (spent, rest) = match spec.tasks {
+            // One function over payloads: every task the same size, none with preferences
+            // (so no preference queue, and `Level::Any`), and room for the records only (built
+            // as tasks first launch): O(1) whatever its size.
             Tasks::Same {
                 function,
                 cores,
@@ -1956,55 +1973,50 @@ impl Scheduler {
                 job.function = Some(function);
                 job.has_exec_prefs = false;
                 job.has_host_prefs = false;
-                (Some(cores), None, None)
+                job.enqueue_fresh(n as u32, cores);
+                (None, None)
             }
-            Tasks::Each(specs) => {
-                // The class a vacant record may keep is for `enqueue_fresh` alone.
-                job.classes.clear();
-                let kept = std::mem::take(&mut job.tasks);
-                let built = Self::build_tasks(book, kept, specs, chunk);
-                job.latency = match (hedged, &built.function) {
-                    (true, Some(function)) => Some(hedge.record_of(function)),
-                    _ => None,
-                };
-                job.tasks = built.tasks;
-                job.payloads = built.payloads;
-                job.function = built.function;
-                job.functions = built.functions;
-                job.prefs = built.prefs;
-                job.has_exec_prefs = built.has_exec_prefs;
-                job.has_host_prefs = built.has_host_prefs;
-                (None, built.spent, built.rest)
-            }
+            Tasks::Each(specs) => Self::build_from_specs(job, (book, hedge), specs, chunk),
         };
-        job.id = id;
-        job.pool = pool;
-        job.weight = spec.weight.max(1);
-        job.priority = spec.priority;
-        job.task_count = n;
-        job.keep_results = spec.keep_results;
-        job.result_bytes_max = (spec.result_bytes_max).unwrap_or(config.result_bytes_max);
-        job.pending = n;
-        job.level = Level::Any;
-        job.level_since_us = now_us;
-        job.last_progress_us = now_us;
-        job.max_failures = spec.max_failures.unwrap_or(config.max_failures).max(1);
-        let book = &*book;
-        let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
-        match uniform {
-            // No preferences: no preference queue, so `Level::Any`, as set above.
-            Some(cores) => job.enqueue_fresh(n as u32, cores),
-            None => {
-                for i in 0..job.tasks.len() as u32 {
-                    job.enqueue(i, host_of, |h| book.host_live(h));
-                }
-                job.level = job.start_level();
-            }
-        }
         if let Some(specs) = spent {
             self.keep_remains(Remains::of_specs(specs));
         }
         rest
+    }
+
+    /// [`Scheduler::build_job`]'s records of a job of task `specs` (its first `chunk`), built
+    /// into the vacant record `job`, queued, and its locality level chosen; the specs, spent
+    /// (a big job's, for the caller to free) or still to build (`building.rs`). Out of line:
+    /// the job of one function over payloads that most services submit does not carry it.
+    #[inline(never)]
+    fn build_from_specs(
+        job: &mut Job,
+        (book, hedge): (&mut Book, &mut Hedging),
+        specs: Vec<TaskSpec>,
+        chunk: usize,
+    ) -> (Option<Vec<TaskSpec>>, Option<Vec<TaskSpec>>) {
+        // The class a vacant record may keep is for `enqueue_fresh` alone.
+        job.classes.clear();
+        let kept = std::mem::take(&mut job.tasks);
+        let built = Self::build_tasks(book, kept, specs, chunk);
+        job.latency = match (job.hedge.is_some(), &built.function) {
+            (true, Some(function)) => Some(hedge.record_of(function)),
+            _ => None,
+        };
+        job.tasks = built.tasks;
+        job.payloads = built.payloads;
+        job.function = built.function;
+        job.functions = built.functions;
+        job.prefs = built.prefs;
+        job.has_exec_prefs = built.has_exec_prefs;
+        job.has_host_prefs = built.has_host_prefs;
+        let book = &*book;
+        let host_of = |e: ExecutorId| book.slot_of(e).and_then(|s| book.get(s)).map(|x| x.host);
+        for i in 0..job.tasks.len() as u32 {
+            job.enqueue(i, host_of, |h| book.host_live(h));
+        }
+        job.level = job.start_level();
+        (built.spent, built.rest)
     }
 
     /// Frees the host records nothing holds any more ([`Book::sweep_hosts`]): due before a
