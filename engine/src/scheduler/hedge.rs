@@ -186,6 +186,7 @@ impl Hedging {
     }
 
     /// The record of `function`'s run times.
+    #[inline]
     pub fn record_of(&mut self, function: &std::sync::Arc<str>) -> RecordId {
         self.latencies.id(function)
     }

@@ -81,12 +81,21 @@ pub(super) struct Latencies {
 
 impl Latencies {
     /// The record of `function`, made if new (past [`FUNCTIONS_MAX`], the shared last one).
+    /// The name asked last, by pointer, inlined where it is asked (each job of a hedged
+    /// service asks it); the hash apart.
+    #[inline]
     pub(super) fn id(&mut self, function: &Arc<str>) -> RecordId {
         if let Some((name, id)) = &self.last {
             if Arc::ptr_eq(name, function) {
                 return *id;
             }
         }
+        self.id_by_name(function)
+    }
+
+    /// [`id`](Self::id) of a name other than the one asked last: found by hashing it, or made.
+    #[inline(never)]
+    fn id_by_name(&mut self, function: &Arc<str>) -> RecordId {
         if let Some(&id) = self.ids.get(function) {
             self.last = Some((function.clone(), id));
             return id;

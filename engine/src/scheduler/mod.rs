@@ -3601,14 +3601,34 @@ impl Scheduler {
         self.book.unblock_all();
     }
 
-    /// Reports the job's outcome once all its tasks are final.
+    /// Reports the job's outcome once all its tasks are final. Inlined where tasks end: most
+    /// calls find the job unfinished, or a one-task job that keeps no results ended, which
+    /// its task's `OneTaskJobSucceeded` said already (`task_succeeded`): it is only removed.
+    /// The outcomes to report apart ([`finish_job`](Self::finish_job)).
+    #[inline]
     fn maybe_finish_job(&mut self, job_slot: u32) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
+        let Some(job) = self.jobs.get(job_slot as usize) else {
             unreachable!("maybe_finish_job for empty job slot {job_slot}");
         };
         if job.final_count < job.task_count {
             return;
         }
+        if job.task_count == 1 && !job.doomed && !job.keep_results {
+            self.remove_job(job_slot);
+            return;
+        }
+        self.finish_job(job_slot);
+    }
+
+    /// Reports the outcome of the job in `job_slot`, all of whose tasks are final (but that of
+    /// a one-task job that keeps no results: [`maybe_finish_job`](Self::maybe_finish_job)), and
+    /// removes it.
+    #[inline(never)]
+    fn finish_job(&mut self, job_slot: u32) {
+        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
+            unreachable!("finish_job for empty job slot {job_slot}");
+        };
+        debug_assert!(job.final_count >= job.task_count);
         let outcome = if job.doomed {
             let mut keys: Vec<u32> = job.reasons.keys().copied().collect();
             keys.sort_unstable();
@@ -3622,11 +3642,8 @@ impl Scheduler {
         } else if job.keep_results {
             // Every task succeeded: its result took its payload's place.
             JobOutcome::Succeeded(std::mem::take(&mut job.payloads).into_vec())
-        } else if job.task_count == 1 {
-            // Its task's `OneTaskJobSucceeded` said so already (`task_succeeded`).
-            self.remove_job(job_slot);
-            return;
         } else {
+            debug_assert!(job.task_count != 1, "a one-task job is only removed");
             JobOutcome::Succeeded(Vec::new())
         };
         let id = job.id;
