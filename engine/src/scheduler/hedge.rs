@@ -47,6 +47,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use super::book::Book;
 use super::job::Job;
@@ -90,6 +91,16 @@ const SAMPLE_EVERY: u32 = 8;
 pub(super) fn sampled(index: u32) -> bool {
     const _: () = assert!(SAMPLE_EVERY == 8, "the hash keeps 3 bits");
     index < SAMPLE_ALL || index.wrapping_mul(0x9E37_79B9) >> 29 == 0
+}
+
+/// The threshold of an attempt under `config` of a function whose recent `percentile` of run
+/// times is `p` (`None` before it has enough samples): `factor` times it, or `cold_us`, and at
+/// least `floor_us`.
+fn threshold_of(config: &HedgeConfig, p: Option<u64>) -> u64 {
+    match p {
+        Some(p) => f64_us(us_f64(p) * config.factor).max(config.floor_us),
+        None => config.cold_us.max(config.floor_us),
+    }
 }
 
 /// Micros as `f64`, through `i64`: one instruction on x86-64 where `u64` takes six, and run
@@ -187,7 +198,7 @@ impl Hedging {
 
     /// The record of `function`'s run times.
     #[inline]
-    pub fn record_of(&mut self, function: &std::sync::Arc<str>) -> RecordId {
+    pub fn record_of(&mut self, function: &Arc<str>) -> RecordId {
         self.latencies.id(function)
     }
 
@@ -197,12 +208,11 @@ impl Hedging {
         self.latencies.samples(function)
     }
 
-    /// The threshold of an attempt of a function with record `record` under `config`.
-    pub fn threshold_us(&self, config: &HedgeConfig, record: RecordId) -> u64 {
-        match self.latencies.percentile_us(record) {
-            Some(p) => f64_us(us_f64(p) * config.factor).max(config.floor_us),
-            None => config.cold_us.max(config.floor_us),
-        }
+    /// The threshold of an attempt of a function with record `record` under `config`
+    /// ([`threshold_of`], memoized in the record: `latency.rs`).
+    #[inline]
+    pub fn threshold_us(&mut self, config: &Arc<HedgeConfig>, record: RecordId) -> u64 {
+        (self.latencies).threshold_us(record, config, |p| threshold_of(config, p))
     }
 
     /// A successful attempt of record `record`'s function took `us`.
@@ -224,7 +234,6 @@ impl Hedging {
         let tokens = self.tokens.get_or_insert(burst);
         *tokens = (*tokens + ratio).min(burst);
     }
-
     /// When the next check is due.
     pub fn next_check_us(&self) -> Option<u64> {
         self.checks.first()
@@ -544,8 +553,46 @@ fn job_of<'a>(job_slots: &IdMap<u32>, jobs: &'a mut JobSlots, task: TaskId) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::{f64_us, sampled, us_f64, Checks, SAMPLE_ALL};
-    use crate::scheduler::types::ExecutorId;
+    use std::sync::Arc;
+
+    use super::{f64_us, sampled, threshold_of, us_f64, Checks, Hedging, SAMPLE_ALL};
+    use crate::scheduler::types::{ExecutorId, HedgeConfig};
+
+    #[test]
+    fn a_memoized_threshold_is_the_one_worked_out_whatever_settings_ask_in_turn() {
+        let mut h = Hedging::default();
+        let record = h.record_of(&Arc::from("f"));
+        let a = Arc::new(HedgeConfig::default());
+        let b = Arc::new(HedgeConfig {
+            factor: 3.5,
+            floor_us: 700,
+            cold_us: 90_000,
+            min_samples: 5,
+            ..HedgeConfig::default()
+        });
+        // The same settings in another allocation: memoized apart, the same thresholds.
+        let a2 = Arc::new(HedgeConfig::clone(&a));
+        let expected =
+            |h: &Hedging, c: &HedgeConfig| threshold_of(c, h.latencies.percentile_us(record));
+        // Cold, then a percentile moved by slow samples (at once) and by decay and every 64
+        // samples (between them), asked by each in turn, some more than once.
+        for i in 0..5_000u64 {
+            let us = match i % 97 {
+                0 => 50_000 + i,
+                _ => 100 + (i % 13) * 40 + (i / 1_000) * 300,
+            };
+            h.succeeded(&b, record, us);
+            for c in [&a, &b, &a, &a2, &b, &a] {
+                let want = expected(&h, c);
+                assert_eq!(h.threshold_us(c, record), want, "sample {i}");
+            }
+        }
+        assert_ne!(
+            h.threshold_us(&a, record),
+            h.threshold_us(&b, record),
+            "the settings give different thresholds"
+        );
+    }
 
     #[test]
     fn samples_are_one_in_eight_past_the_first_tasks_whichever_executors_take_them_in_turn() {

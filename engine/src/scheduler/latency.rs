@@ -5,10 +5,13 @@
 //! record), 96 buckets each (4 per power of two from 1 us, so a percentile is known within a
 //! quarter), halved every [`DECAY_SAMPLES`] samples so old behaviour fades. Recording is a few
 //! instructions; a percentile is worked out once per [`RECOMPUTE_EVERY`] samples, or after a
-//! sample over it (so it follows a load spike at once), and cached.
+//! sample over it (so it follows a load spike at once), and cached. So is the threshold hedging
+//! makes of it under the settings last asked with (a launch's: [`Latencies::threshold_us`]),
+//! until the percentile is worked out again.
 
 use std::sync::Arc;
 
+use super::types::HedgeConfig;
 use crate::hash::FxHashMap;
 
 /// Functions with a record of their own; more share the last one.
@@ -35,6 +38,10 @@ struct Record {
     cached_us: Option<u64>,
     /// The cached median, alongside.
     median_us: u64,
+    /// The threshold of the settings last asked with, of the cached percentile (`None` again
+    /// when that is worked out again). The settings are held, so the same pointer is the same
+    /// settings (they are never changed in place).
+    threshold: Option<(Arc<HedgeConfig>, u64)>,
 }
 
 impl Default for Record {
@@ -45,6 +52,7 @@ impl Default for Record {
             since_cached: 0,
             cached_us: None,
             median_us: 0,
+            threshold: None,
         }
     }
 }
@@ -134,6 +142,32 @@ impl Latencies {
             r.since_cached = 0;
             r.cached_us = Some(percentile_us(&r.counts, r.total, percentile));
             r.median_us = percentile_us(&r.counts, r.total, 0.5);
+            r.threshold = None;
+        }
+    }
+
+    /// The threshold `config` gives an attempt of `id`'s function: `of` its cached percentile
+    /// (`None` before it has one), memoized until the percentile is worked out again or other
+    /// settings ask. A service's launches all ask with the scheduler's settings between two
+    /// workings-out (64 samples apart, or a sample over it), so `of` runs about once per
+    /// working-out rather than per launch.
+    #[inline]
+    pub(super) fn threshold_us(
+        &mut self,
+        id: RecordId,
+        config: &Arc<HedgeConfig>,
+        of: impl FnOnce(Option<u64>) -> u64,
+    ) -> u64 {
+        let Some(r) = self.records.get_mut(id as usize) else {
+            return of(None);
+        };
+        match &r.threshold {
+            Some((asked, us)) if Arc::ptr_eq(asked, config) => *us,
+            _ => {
+                let us = of(r.cached_us);
+                r.threshold = Some((config.clone(), us));
+                us
+            }
         }
     }
 
@@ -145,6 +179,7 @@ impl Latencies {
     }
 
     /// The cached `percentile` of `id`'s run times, once it has enough samples.
+    #[cfg(test)]
     pub(super) fn percentile_us(&self, id: RecordId) -> Option<u64> {
         self.records.get(id as usize)?.cached_us
     }

@@ -3051,7 +3051,7 @@ impl Scheduler {
         let (launch, speculative) =
             job.start_attempt(now_us, (exec_slot, e.running.vacant()), found);
         // A hedged run keeps its function's record and its threshold.
-        let hedged = job.hedge.as_deref().map(|config| {
+        let hedged = job.hedge.as_ref().map(|config| {
             if !speculative {
                 self.hedge.earn(config.copy_ratio, config.burst);
             }
@@ -3105,7 +3105,7 @@ impl Scheduler {
             unreachable!("a run of unbuilt tasks in a job of many functions");
         };
         // As `start` works it out for each launch: nothing it reads changes within the range.
-        let hedged = job.hedge.as_deref().map(|config| {
+        let hedged = job.hedge.as_ref().map(|config| {
             for _ in 0..n {
                 self.hedge.earn(config.copy_ratio, config.burst);
             }
