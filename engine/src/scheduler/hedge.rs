@@ -216,6 +216,7 @@ impl Hedging {
     }
 
     /// A successful attempt of record `record`'s function took `us`.
+    #[inline]
     pub fn succeeded(&mut self, config: &HedgeConfig, record: RecordId, us: u64) {
         (self.latencies).record(record, us, config.percentile, config.min_samples);
     }

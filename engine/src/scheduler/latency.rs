@@ -44,6 +44,24 @@ struct Record {
     threshold: Option<(Arc<HedgeConfig>, u64)>,
 }
 
+impl Record {
+    /// Halves every count: old behaviour fades.
+    #[cold]
+    fn decay(&mut self) {
+        self.counts.iter_mut().for_each(|c| *c /= 2);
+        self.total = self.counts.iter().sum();
+    }
+
+    /// Works the cached `percentile` and median out again (the memoized threshold goes).
+    #[inline(never)]
+    fn work_out(&mut self, percentile: f64) {
+        self.since_cached = 0;
+        self.cached_us = Some(percentile_us(&self.counts, self.total, percentile));
+        self.median_us = percentile_us(&self.counts, self.total, 0.5);
+        self.threshold = None;
+    }
+}
+
 impl Default for Record {
     fn default() -> Self {
         Record {
@@ -123,7 +141,9 @@ impl Latencies {
         id
     }
 
-    /// A successful attempt of `id`'s function took `us`.
+    /// A successful attempt of `id`'s function took `us`. Inlined where successes are
+    /// applied (a count or three); the decay and the working-out apart, as they are rare.
+    #[inline]
     pub(super) fn record(&mut self, id: RecordId, us: u64, percentile: f64, min_samples: u32) {
         let Some(r) = self.records.get_mut(id as usize) else {
             unreachable!("latency record {id} was never made");
@@ -132,17 +152,13 @@ impl Latencies {
         r.total += 1;
         r.since_cached += 1;
         if r.total >= DECAY_SAMPLES {
-            r.counts.iter_mut().for_each(|c| *c /= 2);
-            r.total = r.counts.iter().sum();
+            r.decay();
         }
         // Again after every RECOMPUTE_EVERY samples, and at once after a sample over the
         // cached percentile (rare while nothing changes; quick to follow a load spike).
         let due = r.since_cached >= RECOMPUTE_EVERY || r.cached_us.is_none_or(|p| us > p);
         if due && r.total >= min_samples {
-            r.since_cached = 0;
-            r.cached_us = Some(percentile_us(&r.counts, r.total, percentile));
-            r.median_us = percentile_us(&r.counts, r.total, 0.5);
-            r.threshold = None;
+            r.work_out(percentile);
         }
     }
 
