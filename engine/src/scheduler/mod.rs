@@ -1503,9 +1503,7 @@ impl Scheduler {
         if self.walk_only {
             return false;
         }
-        let Some(job) = self.jobs.get(job_slot as usize) else {
-            unreachable!("may_line_up of empty job slot {job_slot}");
-        };
+        let job = self.jobs.live(job_slot);
         debug_assert!(self.unsettled.is_none());
         let key = job.fifo_key();
         job.task_count == 1
@@ -1626,9 +1624,7 @@ impl Scheduler {
     /// apart: [`Scheduler::publish`]); whether it has preferences.
     #[inline(always)]
     fn register(&mut self, slot: u32) -> bool {
-        let Some(job) = self.jobs.get(slot as usize) else {
-            unreachable!("register of empty job slot {slot}");
-        };
+        let job = self.jobs.live(slot);
         let (id, n) = (job.id, job.task_count);
         let has_prefs = job.has_exec_prefs || job.has_host_prefs;
         if let Some(timeout_us) = job.speculation.as_ref().map(|sc| sc.timeout_us) {
@@ -2937,9 +2933,7 @@ impl Scheduler {
     /// Files a job's new preference keys and lists it as runnable, or unlists it, after its
     /// queues changed (its timers apart: [`Scheduler::sync_job`] does both).
     fn list_job(&mut self, job_slot: u32) {
-        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
-            unreachable!("list_job of empty job slot {job_slot}");
-        };
+        let job = live_job(&mut self.jobs, job_slot);
         if !job.new_pref_keys.is_empty() {
             Self::file_pref_keys(&mut self.pref_index, job_slot, job);
         }
@@ -3159,9 +3153,7 @@ impl Scheduler {
     fn settle(&mut self, job_slot: u32) {
         // Unlisted first if it has nothing left, so only a job still listed is re-sorted.
         self.sync_job(job_slot);
-        let Some(job) = self.jobs.get(job_slot as usize) else {
-            unreachable!("launch for empty job slot {job_slot}");
-        };
+        let job = self.jobs.live(job_slot);
         let Some(p) = self.pools.get(job.pool as usize) else {
             unreachable!("job in unknown pool {}", job.pool);
         };
@@ -3607,9 +3599,7 @@ impl Scheduler {
     /// The outcomes to report apart ([`finish_job`](Self::finish_job)).
     #[inline]
     fn maybe_finish_job(&mut self, job_slot: u32) {
-        let Some(job) = self.jobs.get(job_slot as usize) else {
-            unreachable!("maybe_finish_job for empty job slot {job_slot}");
-        };
+        let job = self.jobs.live(job_slot);
         if job.final_count < job.task_count {
             return;
         }
@@ -3745,9 +3735,7 @@ impl Scheduler {
     fn remove_job(&mut self, job_slot: u32) {
         let track_idle = self.pools_at_limit();
         // Worked on where it is and left there, vacant: a job record is large to move.
-        let Some(job) = self.jobs.get_mut(job_slot as usize) else {
-            unreachable!("remove of empty job slot {job_slot}");
-        };
+        let job = live_job(&mut self.jobs, job_slot);
         let key = job.fifo_key();
         if job.in_runnable {
             self.runnable.remove(job_slot, key);
@@ -3855,9 +3843,9 @@ fn in_line(jobs: &JobSlots, key: FifoKey, slot: u32) -> bool {
         .is_some_and(|job| job.in_line && job.fifo_key() == key)
 }
 
+/// The active job in `job_slot`, to change ([`JobSlots::live_mut`]: vacancy checked in
+/// debug builds only).
+#[inline]
 fn live_job(jobs: &mut JobSlots, job_slot: u32) -> &mut Job {
-    match jobs.get_mut(job_slot as usize) {
-        Some(job) => job,
-        None => unreachable!("job slot {job_slot} of an active job is empty"),
-    }
+    jobs.live_mut(job_slot)
 }

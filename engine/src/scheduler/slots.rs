@@ -47,6 +47,32 @@ impl JobSlots {
         self.records.get_mut(slot).filter(|job| job.id != VACANT)
     }
 
+    /// The job in `slot`, known active by the caller (a slot the scheduler's own records
+    /// name: its line, its job index, a launch or a success it books). Only debug builds
+    /// check the record is not vacant: a job's path looks its record up several times, and
+    /// [`get`](Self::get)'s vacancy check on each is a load and a branch that never fails
+    /// there. A slot beyond the table still panics.
+    #[inline]
+    pub fn live(&self, slot: u32) -> &Job {
+        let job = &self.records[slot as usize];
+        debug_assert!(
+            job.id != VACANT,
+            "job slot {slot} of an active job is vacant"
+        );
+        job
+    }
+
+    /// [`live`](Self::live), to change.
+    #[inline]
+    pub fn live_mut(&mut self, slot: u32) -> &mut Job {
+        let job = &mut self.records[slot as usize];
+        debug_assert!(
+            job.id != VACANT,
+            "job slot {slot} of an active job is vacant"
+        );
+        job
+    }
+
     /// The active jobs, in slot order, with their slots.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Job)> {
         (0u32..)
