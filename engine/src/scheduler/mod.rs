@@ -1349,8 +1349,7 @@ impl Scheduler {
         spec: JobSpec,
         now_us: u64,
     ) -> Result<(), SubmitError> {
-        self.check_submission(id, &spec)?;
-        let n = spec.tasks.len();
+        let n = self.check_submission(id, &spec)?;
         self.next_job = self.next_job.max(id.0 + 1);
         if n == 0 {
             self.events.push_back(Event::JobOutcome {
@@ -1693,8 +1692,8 @@ impl Scheduler {
 
     /// The refusals of [`handle_submit_with_id`](Self::handle_submit_with_id), checked before any
     /// side effect: a taken or too-large id, too many tasks, jobs or pending tasks, a task
-    /// asking for zero cores.
-    fn check_submission(&self, id: JobId, spec: &JobSpec) -> Result<(), SubmitError> {
+    /// asking for zero cores. Its number of tasks if none (counted once: the caller's too).
+    fn check_submission(&self, id: JobId, spec: &JobSpec) -> Result<usize, SubmitError> {
         // Every job accepted so far has an id below `next_job`: a callers' id past them (their
         // next, usually) belongs to no job, without a lookup.
         let taken =
@@ -1721,7 +1720,7 @@ impl Scheduler {
         if let Some(i) = spec.tasks.first_without_cores(self.build_chunk()) {
             return Err(SubmitError::ZeroCores(i as u32));
         }
-        Ok(())
+        Ok(n)
     }
 
     /// The index of the pool named `name`, created if unknown. Bounded: past the configured

@@ -63,6 +63,34 @@ impl Payloads {
         }
     }
 
+    /// How many payloads: read straight from how they are held, without the slice
+    /// [`Deref`] builds (a match on the three forms) on every use.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Held::One(_) => 1,
+            Held::Many(payloads) => payloads.len(),
+            Held::Shared(payloads) => payloads.len(),
+        }
+    }
+
+    /// Whether there are none.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Payload `i`, if any: a single payload's without a slice built and bounds-checked
+    /// (a one-task job's launch reads it so).
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&Bytes> {
+        match &self.0 {
+            Held::One(payload) => (i == 0).then_some(payload),
+            Held::Many(payloads) => payloads.get(i),
+            Held::Shared(payloads) => payloads.get(i),
+        }
+    }
+
     /// Payload `i`, to change, if this job holds it alone (not in a shared list).
     fn own_mut(&mut self, i: usize) -> Option<&mut Bytes> {
         match &mut self.0 {
