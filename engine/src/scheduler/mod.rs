@@ -3378,6 +3378,9 @@ impl Scheduler {
                 job.result_bytes += data.len() as u64;
                 job.payloads.replace(index as usize, data.clone());
             }
+            // A one-task job ends with its task: vacating its record drops the payload
+            // (`Job::vacate`), without writing an empty one in its place to drop there.
+            false if job.task_count == 1 => {}
             false => job.payloads.release(index as usize),
         }
         t.clear_exclusion();
