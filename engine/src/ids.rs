@@ -34,6 +34,9 @@ pub struct IdMap<V> {
     /// them are `Some`. Every slot outside it is `None`, so the window moves on past an empty
     /// slot without moving anything, and an append finds its slot empty.
     slots: Vec<Option<V>>,
+    /// `slots.len() - 1` (wrapping), kept beside the ring: an id's slot is `id & mask`, one
+    /// `and` where the ring's length was loaded and decremented at every use.
+    mask: usize,
     len: usize,
     /// `Some` slots in the window.
     in_window: usize,
@@ -46,6 +49,7 @@ impl<V> Default for IdMap<V> {
         IdMap {
             base: 0,
             slots: Vec::new(),
+            mask: usize::MAX,
             len: 0,
             in_window: 0,
             older: FxHashMap::default(),
@@ -74,7 +78,8 @@ impl<V> IdMap<V> {
     #[inline]
     fn slot(&self, id: u64) -> usize {
         // Truncating on a 32-bit target keeps the low bits, which are all the mask keeps.
-        (id as usize) & (self.slots.len().wrapping_sub(1))
+        debug_assert_eq!(self.mask, self.slots.len().wrapping_sub(1));
+        (id as usize) & self.mask
     }
 
     /// The ring slot of `id`, which the window spans (or the one just past it when the ring has
@@ -233,6 +238,7 @@ impl<V> IdMap<V> {
             ring[(id as usize) & (size - 1)] = self.slots[from].take();
         }
         self.slots = ring;
+        self.mask = size - 1;
     }
 
     /// Moves the window's first entry to the hash map (the window moves on past it).
