@@ -556,7 +556,10 @@ impl LoopTelemetry {
     }
 
     /// [`LoopTelemetry::job_submitted`], the pool `None` for a job that named none (most: it
-    /// runs in the default pool, and no name is compared).
+    /// runs in the default pool, and no name is compared). Always inline: once a job, from
+    /// the driver core's submission of a job without settings (the hint alone was not taken
+    /// once a job with settings of its own called it from a function of its own).
+    #[inline(always)]
     pub(crate) fn job_submitted_to(
         &mut self,
         now_us: u64,

@@ -182,16 +182,6 @@ pub struct DriverCore {
     events_counted: usize,
 }
 
-/// A submitted job's tasks and settings on their way to the scheduler
-/// ([`DriverCore::submit_inner`]).
-enum Made {
-    /// A job without settings of its own: its function and payloads, for a spec built in the
-    /// scheduler's call.
-    Plain(std::sync::Arc<str>, scheduler::Payloads),
-    /// A job's spec with its own settings.
-    Own(scheduler::JobSpec),
-}
-
 /// Vectors [`DriverCore`] fills and empties within one call, kept between calls.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -527,33 +517,18 @@ impl DriverCore {
             stream: _,
             scheduling,
         } = job;
-        // Most jobs: every setting the scheduler's, no preferences, nothing to refuse (as
-        // `job_spec` makes it). Their spec is built in the call's argument, not in a local moved
-        // there: a spec is 176 bytes, and that move was a `memcpy` call per job.
-        let made = match scheduling {
-            None => Made::Plain(function, payloads),
-            Some(scheduling) => {
-                match self.spec_with(function, payloads, cores, keep_results, scheduling) {
-                    Ok(spec) => Made::Own(spec),
-                    Err(error) => return self.refuse(id, &error),
-                }
-            }
-        };
         let now_us = self.now_us;
-        // The function's name, shared with the job's tasks (a job of no tasks has none to
-        // show); a job without settings runs in the default pool (the telemetry need not look).
-        // One call, so that it stays inline.
-        let (function, pool) = match &made {
-            Made::Plain(function, payloads) => (payloads.first().map(|_| function), None),
-            Made::Own(spec) => (spec.tasks.first_function(), Some(&*spec.pool)),
-        };
-        (self.telemetry).job_submitted_to(now_us, id, function, n, pool);
-        if self.scheduler.active_jobs() == 0 {
-            // The first stall check one interval after work arrives.
-            self.health.work_arrived(now_us);
-        }
-        let filed = match made {
-            Made::Plain(function, payloads) => {
+        let filed = match scheduling {
+            // Most jobs: every setting the scheduler's, no preferences, nothing to refuse (as
+            // `job_spec` makes it). Their spec is built in the call's argument, not in a local
+            // moved there (a spec is 176 bytes, and that move was a `memcpy` call per job), and
+            // their function and payloads go into it from here, not through an enum of the two
+            // kinds of job first.
+            None => {
+                // The function's name, shared with the job's tasks (a job of no tasks has none
+                // to show); the default pool (the telemetry need not look).
+                let shown = payloads.first().map(|_| &function);
+                self.submitted(now_us, id, shown, n, None);
                 let tasks = scheduler::Tasks::Same {
                     function,
                     cores,
@@ -565,7 +540,12 @@ impl DriverCore {
                 };
                 self.scheduler.handle_submit_with_id(id, spec, now_us)
             }
-            Made::Own(spec) => self.scheduler.handle_submit_with_id(id, spec, now_us),
+            Some(scheduling) => {
+                match self.spec_with(function, payloads, cores, keep_results, scheduling) {
+                    Ok(spec) => self.submit_own(id, spec, n),
+                    Err(error) => return self.refuse(id, &error),
+                }
+            }
         };
         match filed {
             // Filed even if the scheduler ended it within the call (no tasks, a payload over
@@ -577,6 +557,40 @@ impl DriverCore {
             }
             Err(error) => self.refuse(id, &error),
         }
+    }
+
+    /// A job of `n` tasks submitted at `now_us` under `id`, `function` shown for it and run in
+    /// `pool` (`None`: the default), as the telemetry and the stall check see it. Always
+    /// inline: the submission of a job without settings is its caller on every job.
+    #[inline(always)]
+    fn submitted(
+        &mut self,
+        now_us: u64,
+        id: JobId,
+        function: Option<&std::sync::Arc<str>>,
+        n: usize,
+        pool: Option<&str>,
+    ) {
+        (self.telemetry).job_submitted_to(now_us, id, function, n, pool);
+        if self.scheduler.active_jobs() == 0 {
+            // The first stall check one interval after work arrives.
+            self.health.work_arrived(now_us);
+        }
+    }
+
+    /// Submits the job of `n` tasks with settings of its own whose spec is `spec`; out of
+    /// line, since most jobs have none.
+    #[inline(never)]
+    fn submit_own(
+        &mut self,
+        id: JobId,
+        spec: scheduler::JobSpec,
+        n: usize,
+    ) -> Result<(), scheduler::SubmitError> {
+        let now_us = self.now_us;
+        let function = spec.tasks.first_function();
+        self.submitted(now_us, id, function, n, Some(&*spec.pool));
+        self.scheduler.handle_submit_with_id(id, spec, now_us)
     }
 
     /// The spec of a job with settings of its own (its preferred executors resolved by their
