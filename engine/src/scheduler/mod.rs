@@ -3734,6 +3734,8 @@ impl Scheduler {
         kills
     }
 
+    /// Removes the ended job in `job_slot` from everything that lists it (order, line, pool,
+    /// indexes, timers, its id), leaving its record vacant for the next job there.
     fn remove_job(&mut self, job_slot: u32) {
         let track_idle = self.pools_at_limit();
         // Worked on where it is and left there, vacant: a job record is large to move.

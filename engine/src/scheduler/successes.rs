@@ -6,7 +6,8 @@
 //! - the executor's part (its cores, window and place among the offerable) when a report
 //!   comes from another executor;
 //! - the job's part (its and its pool's running cores, and its end if they were its last
-//!   tasks) when a report is of another job;
+//!   tasks) when a report is of another job; a one-task job's at once, with its only
+//!   success (nothing else of it can follow);
 //! - both before a report that is not a plain success (the general path, `apply_update`,
 //!   takes it and sees everything the successes changed), and at the end of the batch.
 //!
@@ -57,9 +58,9 @@ impl Scheduler {
                 None => return false,
             },
         };
-        if successes.job != Some(job_slot) {
+        // Another job's run ends here (a one-task job's success opens none).
+        if successes.job.is_some_and(|open| open != job_slot) {
             self.settle_job_run(successes);
-            successes.job = Some(job_slot);
         }
         let key = Attempt::new(update.task, update.attempt);
         let index = key.task.index();
@@ -95,11 +96,37 @@ impl Scheduler {
         }
         successes.executor_tasks += 1;
         successes.executor_cores += run.cores;
-        successes.job_cores += run.cores;
+        let one_task = job.task_count == 1;
         let others =
             self.task_succeeded(now_us, job_slot, key.task, run.started_us, &mut update.data);
         debug_assert_eq!(others, [None, None], "a plain success had one attempt");
+        if one_task {
+            self.settle_one_task_job(job_slot, run.cores);
+        } else {
+            successes.job = Some(job_slot);
+            successes.job_cores += run.cores;
+        }
         true
+    }
+
+    /// The job in `job_slot`, whose only task just succeeded on `cores`, settled at once
+    /// rather than as an open run: no other success of it can follow, and what settling
+    /// changes (its and its pool's running cores, its end) is read by nothing before the
+    /// next report of another job would settle it, nor by the executor's settling (which
+    /// touches only the executor and hedging), so the outcome is the same. It saves a
+    /// call and a look-up of the job per one-task job.
+    #[inline(always)]
+    fn settle_one_task_job(&mut self, job_slot: u32, cores: u32) {
+        let job = live_job(&mut self.jobs, job_slot);
+        debug_assert!(job.final_count == 1, "a one-task job's only task succeeded");
+        let (order, pools) = (&mut self.runnable, &mut self.pools);
+        give_back_cores(order, pools, job_slot, job, u64::from(cores));
+        // `maybe_finish_job`'s choice, its job final.
+        if job.doomed || job.keep_results {
+            self.finish_job(job_slot);
+        } else {
+            self.remove_job(job_slot);
+        }
     }
 
     /// Settles the open executor's run and opens one of executor `id`, if registered (its
