@@ -50,9 +50,10 @@ impl Admission {
         }
     }
 
-    /// Checks `job` and reserves room for it; the id it will have. Nothing is reserved on error.
-    pub(crate) fn admit(&self, job: &Job) -> Result<JobId, SubmitError> {
-        let tasks = job.len();
+    /// Checks `job` of `tasks` tasks (its [`Job::len`], which the caller counted) and reserves
+    /// room for it; the id it will have. Nothing is reserved on error.
+    pub(crate) fn admit(&self, job: &Job, tasks: usize) -> Result<JobId, SubmitError> {
+        debug_assert_eq!(tasks, job.len());
         if u32::try_from(tasks).is_err() {
             return Err(SubmitError::TooManyTasks);
         }
@@ -123,19 +124,17 @@ mod tests {
     fn limits_are_reserved_and_given_back() {
         let admission = Admission::new(10, 2);
         let job = |n| Job::new("noop", vec![Bytes::new(); n]);
-        let a = admission.admit(&job(6)).expect("fits");
+        let admit = |n| admission.admit(&job(n), n);
+        let a = admit(6).expect("fits");
         assert!(matches!(
-            admission.admit(&job(5)),
+            admit(5),
             Err(SubmitError::TooManyPending { active: 6, .. })
         ));
-        let b = admission.admit(&job(4)).expect("fits exactly");
+        let b = admit(4).expect("fits exactly");
         assert_ne!(a, b);
-        assert!(matches!(
-            admission.admit(&job(0)),
-            Err(SubmitError::TooManyJobs(2))
-        ));
+        assert!(matches!(admit(0), Err(SubmitError::TooManyJobs(2))));
         admission.release(6);
-        admission.admit(&job(6)).expect("room again");
+        admit(6).expect("room again");
         assert_eq!(admission.active_jobs(), 2);
     }
 
@@ -148,7 +147,7 @@ mod tests {
         let job = Job::new("noop", Vec::new());
         let ids: Vec<u64> = (0..3)
             .map(|_| {
-                let id = admission.admit(&job).expect("fits").0;
+                let id = admission.admit(&job, 0).expect("fits").0;
                 admission.release(0);
                 id
             })

@@ -583,7 +583,9 @@ impl Driver {
                 job: Box::new(job),
             });
         }
-        let id = match self.admission.admit(&job) {
+        // Counted once: a job with locality counts the same once prepared (a task per payload).
+        let tasks = job.len();
+        let id = match self.admission.admit(&job, tasks) {
             Ok(id) => id,
             Err(error) => {
                 let error = DriverError::Submit(error.to_string());
@@ -600,7 +602,7 @@ impl Driver {
         }
         // A job with locality: its task specs made here, not on the loop.
         job.prepare();
-        let tasks = job.len();
+        debug_assert_eq!(tasks, job.len());
         let shared = self.side.spare.take();
         // The handle's clone taken first, so the job moves into the queue's slot once.
         let handle_shared = shared.clone();

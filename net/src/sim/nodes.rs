@@ -138,9 +138,13 @@ impl DriverNode {
     /// Submits `job` as `Driver::try_submit` does: admission on the caller's side, then the
     /// core's submit; the handle's cancel reaches the core at the next pump.
     pub fn submit(&mut self, mut job: Job, now_us: u64) -> Result<JobHandle, String> {
-        let id = self.admission.admit(&job).map_err(|e| e.to_string())?;
+        let tasks = job.len();
+        let id = self
+            .admission
+            .admit(&job, tasks)
+            .map_err(|e| e.to_string())?;
         job.prepare();
-        let tasks = job.len() as u64;
+        let tasks = tasks as u64;
         let shared = self.cancels.1.take();
         let observer = job.observer.take();
         if (self.handles).open(id, shared.clone(), observer, tasks as usize, job.stream) {
