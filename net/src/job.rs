@@ -556,6 +556,13 @@ impl JobShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Tasks done so far and whether the outcome is in (what a handle reads), for tests.
+    #[cfg(test)]
+    pub(crate) fn progress(&self) -> (u64, bool) {
+        let done = self.tasks_done.load(Ordering::Acquire);
+        (done, self.ended.load(Ordering::Acquire))
+    }
+
     /// One task reached its final result.
     #[inline]
     pub(crate) fn task_done(&self) {

@@ -74,6 +74,11 @@ impl Scheduler {
         self.building.iter().map(|b| b.id)
     }
 
+    /// The job table slots of the jobs being built.
+    pub(super) fn building_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.building.iter().map(|b| b.slot)
+    }
+
     /// Builds the next chunk of the first job being built (a tick's share), and publishes it
     /// if that was its last.
     pub(super) fn build_next(&mut self, now_us: u64) {

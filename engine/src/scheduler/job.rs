@@ -16,8 +16,8 @@ use super::latency::RecordId;
 use super::payloads::Payloads;
 use super::prefs::PrefKey;
 use super::types::{
-    ExclusionConfig, ExecutorId, HedgeConfig, JobId, LocalityLevel, SpeculationConfig, TaskId,
-    TaskLaunch,
+    ExclusionConfig, ExecutorId, HedgeConfig, JobId, JobToken, LocalityLevel, SpeculationConfig,
+    TaskId, TaskLaunch,
 };
 use crate::hash::{FxHashMap, FxHashSet};
 
@@ -280,6 +280,8 @@ pub(crate) struct JobExclusion {
 #[derive(Debug)]
 pub(crate) struct Job {
     pub id: JobId,
+    /// The caller's number for it, which its events carry ([`JobToken`]).
+    pub token: JobToken,
     pub pool: u32,
     pub weight: u32,
     pub priority: i32,

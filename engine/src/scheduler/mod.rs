@@ -253,9 +253,9 @@ pub use payloads::Payloads;
 pub use spare::Remains;
 pub use types::{
     Attempt, AttemptInfo, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig,
-    JobId, JobInfo, JobOutcome, JobSetting, JobSpec, LocalityLevel, Output, PoolConfig, Refusal,
-    RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId, TaskInfo,
-    TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks, BUILD_CHUNK_TASKS, DEFAULT_POOL,
+    JobId, JobInfo, JobOutcome, JobSetting, JobSpec, JobToken, LocalityLevel, Output, PoolConfig,
+    Refusal, RemovalReason, Sharing, SpeculationConfig, Stats, StatusUpdate, SubmitError, TaskId,
+    TaskInfo, TaskLaunch, TaskSpec, TaskState, TaskStatus, Tasks, BUILD_CHUNK_TASKS, DEFAULT_POOL,
 };
 
 use crate::hash::FxHashMap;
@@ -600,8 +600,8 @@ pub struct Scheduler {
     unfinished_total: usize,
     /// Launches and kills, for the executors.
     outputs: VecDeque<Output>,
-    /// Task results and job outcomes, for the callers.
-    events: VecDeque<Event>,
+    /// Task results and job outcomes, for the callers, each with its job's token.
+    events: VecDeque<(Event, JobToken)>,
     /// Big ended jobs' records and payloads, for [`Scheduler::poll_remains`].
     remains: VecDeque<Remains>,
     /// Big jobs of task specs being built a chunk per tick (`building.rs`), and their tasks.
@@ -748,7 +748,7 @@ impl Scheduler {
     /// The next output, if any: the launches and kills waiting first, then the task results
     /// and job outcomes, each in the order decided.
     pub fn poll_output(&mut self) -> Option<Output> {
-        (self.outputs.pop_front()).or_else(|| self.events.pop_front().map(Output::Event))
+        (self.outputs.pop_front()).or_else(|| self.poll_event().map(Output::Event))
     }
 
     /// The next launch or kill, if any, leaving results and outcomes for
@@ -761,6 +761,12 @@ impl Scheduler {
     /// The next task result or job outcome, if any, in the order decided (a job's results
     /// before its outcome).
     pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front().map(|(event, _)| event)
+    }
+
+    /// [`poll_event`](Self::poll_event) with the token of the event's job
+    /// ([`JobSpec::token`]).
+    pub fn poll_event_with_token(&mut self) -> Option<(Event, JobToken)> {
         self.events.pop_front()
     }
 
@@ -774,13 +780,13 @@ impl Scheduler {
     /// The results and outcomes [`poll_event`](Self::poll_event) has not yet handed out, from
     /// the `skip`th on, oldest first: a driver counts them as they are decided.
     pub fn pending_events(&self, skip: usize) -> impl Iterator<Item = &Event> {
-        self.events.range(skip.min(self.events.len())..)
+        (self.events.range(skip.min(self.events.len())..)).map(|(event, _)| event)
     }
 
     /// Moves every pending output into `out`, in [`poll_output`](Self::poll_output)'s order.
     pub fn drain_outputs(&mut self, out: &mut Vec<Output>) {
         out.extend(self.outputs.drain(..));
-        out.extend(self.events.drain(..).map(Output::Event));
+        out.extend(self.events.drain(..).map(|(event, _)| Output::Event(event)));
     }
 
     /// Tasks accepted and not yet reported (the quantity `pending_tasks_max` bounds).
@@ -806,6 +812,13 @@ impl Scheduler {
     /// The jobs accepted and without an outcome yet, in no set order.
     pub fn active_job_ids(&self) -> impl Iterator<Item = JobId> + '_ {
         (self.job_slots.keys().map(JobId)).chain(self.building_ids())
+    }
+
+    /// The jobs accepted and without an outcome yet, each with its token
+    /// ([`JobSpec::token`]), in no set order.
+    pub fn active_job_tokens(&self) -> impl Iterator<Item = (JobId, JobToken)> + '_ {
+        let slots = (self.job_slots.values().copied()).chain(self.building_slots());
+        slots.filter_map(|slot| self.jobs.get(slot as usize).map(|job| (job.id, job.token)))
     }
 
     /// Tasks of `job` waiting for a core (`None` if the job is unknown or ended).
@@ -1352,10 +1365,8 @@ impl Scheduler {
         let n = self.check_submission(id, &spec)?;
         self.next_job = self.next_job.max(id.0 + 1);
         if n == 0 {
-            self.events.push_back(Event::JobOutcome {
-                job: id,
-                outcome: JobOutcome::Succeeded(Vec::new()),
-            });
+            let outcome = JobOutcome::Succeeded(Vec::new());
+            (self.events).push_back((Event::JobOutcome { job: id, outcome }, spec.token));
             return Ok(());
         }
         let pool = self.resolve_pool(&spec.pool);
@@ -1940,6 +1951,7 @@ impl Scheduler {
         // (`slots.rs`): a record is large to move, and what this leaves out is a new job's
         // there already (`Job::vacate` names each such field).
         job.id = id;
+        job.token = spec.token;
         job.pool = pool;
         job.weight = spec.weight.max(1);
         job.priority = spec.priority;
@@ -2118,6 +2130,7 @@ impl Scheduler {
         t.status = Status::Failed;
         let msg = format!("killed: {reason}");
         let attempts = std::mem::take(&mut t.attempts);
+        let token = job.token;
         if job.reasons.len() < REASON_TASKS_MAX {
             job.reasons
                 .entry(index)
@@ -2131,10 +2144,9 @@ impl Scheduler {
         for a in attempts.into_iter().flatten() {
             self.kill_attempt(slot, task, a, &msg);
         }
-        self.events.push_back(Event::TaskResult {
-            task,
-            result: Err(msg),
-        });
+        let result = Err(msg);
+        self.events
+            .push_back((Event::TaskResult { task, result }, token));
         self.maybe_finish_job(slot);
         true
     }
@@ -3406,16 +3418,14 @@ impl Scheduler {
         self.stats.succeeded += 1;
         // A job of one task that keeps no results ends with it (`maybe_finish_job`, which
         // its caller calls next): one event says both.
-        if job.task_count == 1 && !job.keep_results {
+        let event = if job.task_count == 1 && !job.keep_results {
             let result = std::mem::take(data);
-            self.events
-                .push_back(Event::OneTaskJobSucceeded { task, result });
+            Event::OneTaskJobSucceeded { task, result }
         } else {
-            self.events.push_back(Event::TaskResult {
-                task,
-                result: Ok(std::mem::take(data)),
-            });
-        }
+            let result = Ok(std::mem::take(data));
+            Event::TaskResult { task, result }
+        };
+        self.events.push_back((event, job.token));
         others
     }
 
@@ -3557,14 +3567,12 @@ impl Scheduler {
                 t.status = Status::Failed;
                 job.final_count += 1;
                 self.unfinished_total -= 1;
-                let task = TaskId::new(job.id, index);
+                let (task, token) = (TaskId::new(job.id, index), job.token);
                 for a in std::mem::take(&mut t.attempts).into_iter().flatten() {
                     self.kill_attempt(job_slot, task, a, &msg);
                 }
-                self.events.push_back(Event::TaskResult {
-                    task,
-                    result: Err(msg.clone()),
-                });
+                let result = Err(msg.clone());
+                (self.events).push_back((Event::TaskResult { task, result }, token));
             }
         }
         self.abort_job(job_slot, JobOutcome::Failed(reasons), &msg);
@@ -3638,10 +3646,9 @@ impl Scheduler {
             debug_assert!(job.task_count != 1, "a one-task job is only removed");
             JobOutcome::Succeeded(Vec::new())
         };
-        let id = job.id;
+        let (id, token) = (job.id, job.token);
         self.remove_job(job_slot);
-        self.events
-            .push_back(Event::JobOutcome { job: id, outcome });
+        (self.events).push_back((Event::JobOutcome { job: id, outcome }, token));
     }
 
     /// Ends a job now: kills its running attempts, reports every unfinished task with `task_msg`,
@@ -3650,7 +3657,7 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(job_slot as usize) else {
             unreachable!("abort of empty job slot {job_slot}");
         };
-        let id = job.id;
+        let (id, token) = (job.id, job.token);
         // Every task not final ends here without a result: the outcome says why. (One result
         // per task made cancelling a job of millions hold the loop for seconds.) The records
         // go with the job, their statuses as they are.
@@ -3667,8 +3674,7 @@ impl Scheduler {
             self.kill_attempt(job_slot, task, a, task_msg);
         }
         self.remove_job(job_slot);
-        self.events
-            .push_back(Event::JobOutcome { job: id, outcome });
+        (self.events).push_back((Event::JobOutcome { job: id, outcome }, token));
     }
 
     /// The running attempts of the job in `job_slot`, taken off their task records: found

@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 
 use super::job::{Job, JobCounters, Level, Queues};
 use super::payloads::Payloads;
-use super::types::JobId;
+use super::types::{JobId, JobToken};
 
 /// The id a vacant record carries: no job's (a job's id is below 2^32).
 const VACANT: JobId = JobId(u64::MAX);
@@ -133,6 +133,7 @@ impl Job {
     pub(super) fn vacant() -> Job {
         Job {
             id: VACANT,
+            token: JobToken(0),
             pool: 0,
             weight: 1,
             priority: 0,
@@ -189,6 +190,7 @@ impl Job {
         let Job {
             id,
             // Set by every new job.
+            token: _,
             pool: _,
             weight: _,
             priority: _,

@@ -18,6 +18,14 @@ pub struct ExecutorId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId(pub u64);
 
+/// A caller's own number for a job ([`JobSpec::token`]), handed back with each of its events
+/// ([`super::Scheduler::poll_event_with_token`]), as mio hands a source's `Token` back with its
+/// readiness: a driver that keeps its per-job state in a slab finds a job's entry at that index
+/// instead of looking its id up. The scheduler never reads it, and it is the caller's to keep
+/// unique among the jobs whose events it has not yet taken (0 for a caller that keeps none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct JobToken(pub u32);
+
 /// A task's identity, unique in one scheduler: the job in the high 32 bits, the task's index in
 /// its job in the low 32 bits. Together with an attempt number it names one run of the task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -306,6 +314,8 @@ pub struct JobSpec {
     /// Hedging for this job: the scheduler's ([`Config::hedging`]), off, or its own (a floor of
     /// its own, say: `flint_net`'s `Job::hedge_after`).
     pub hedging: JobSetting<HedgeConfig>,
+    /// The caller's number for the job, handed back with its events (see [`JobToken`]).
+    pub token: JobToken,
 }
 
 /// A per-job setting: inherit the scheduler's, turn it off for this job, or use this value.
@@ -376,6 +386,7 @@ impl JobSpec {
             speculation: JobSetting::Inherit,
             exclusion: JobSetting::Inherit,
             hedging: JobSetting::Inherit,
+            token: JobToken(0),
         }
     }
 }

@@ -122,7 +122,11 @@ impl Sim {
         let Some(job) = self.jobs.get(j) else {
             return Ok(false);
         };
-        let spec = job.spec.clone();
+        // The planned job's index as its token, which each of its events must carry back.
+        let spec = JobSpec {
+            token: JobToken(j as u32),
+            ..job.spec.clone()
+        };
         let n = spec.tasks.len() as u64;
         match self.sched.handle_submit(spec, now) {
             Ok(id) => {

@@ -57,9 +57,9 @@ use crate::lifecycle::{
 
 use crate::scheduler::{
     Attempt, Config, Event, ExclusionConfig, ExecutorId, ExecutorInfo, HedgeConfig, JobId,
-    JobOutcome, JobSetting, JobSpec, Output, PoolConfig, Refusal, RemovalReason, Scheduler,
-    Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState, Tasks,
-    BUILD_CHUNK_TASKS,
+    JobOutcome, JobSetting, JobSpec, JobToken, Output, PoolConfig, Refusal, RemovalReason,
+    Scheduler, Sharing, SpeculationConfig, StatusUpdate, TaskId, TaskLaunch, TaskSpec, TaskState,
+    Tasks, BUILD_CHUNK_TASKS,
 };
 
 /// Whether a report is final (finished, failed, killed): what a frame gathers.
@@ -663,9 +663,20 @@ impl Sim {
         Ok(())
     }
 
-    /// Takes the scheduler's outputs, checking each.
+    /// Takes the scheduler's outputs, checking each (an event's token too), in
+    /// [`Scheduler::poll_output`]'s order.
     fn drain(&mut self) -> Result<(), SimError> {
-        while let Some(out) = self.sched.poll_output() {
+        loop {
+            let out = match self.sched.poll_command() {
+                Some(out) => out,
+                None => {
+                    let Some((event, token)) = self.sched.poll_event_with_token() else {
+                        return Ok(());
+                    };
+                    self.check_token(&event, token)?;
+                    Output::Event(event)
+                }
+            };
             if self.verbose {
                 eprintln!("{:>9}   out {out:?}", self.now_us);
             }
@@ -702,6 +713,20 @@ impl Sim {
                     }
                 }
             }
+        }
+    }
+
+    /// Fails unless `event` carries its job's token: the planned job's index (`on_submit`).
+    fn check_token(&mut self, event: &Event, token: JobToken) -> Result<(), SimError> {
+        let job = match event {
+            Event::TaskResult { task, .. } | Event::OneTaskJobSucceeded { task, .. } => task.job(),
+            Event::JobOutcome { job, .. } => *job,
+        };
+        let planned = self.job_index.get(&job).map(|&j| JobToken(j as u32));
+        if planned != Some(token) {
+            return self.fail(format!(
+                "{event:?} carries {token:?}, its job's is {planned:?}"
+            ));
         }
         Ok(())
     }

@@ -36,7 +36,7 @@ use crate::transport::notify_retrying;
 use crate::transport::server::{Admit, Sockets};
 use flint_engine::functions::Registry;
 use flint_engine::runner::{TaskReport, TaskRunner};
-use flint_engine::scheduler::JobId;
+use flint_engine::scheduler::{JobId, JobToken};
 
 /// The notice ([`Endpoint::on_notify`]) of jobs waiting in the submissions queue.
 pub(crate) const SUBMITTED: u32 = 0;
@@ -327,8 +327,8 @@ impl DriverEndpoint {
                      mut job,
                      shared,
                  }| {
-                    if open(handles, id, shared, &mut job) {
-                        burst.submit(id, job);
+                    if let Some(token) = open(handles, id, shared, &mut job) {
+                        burst.submit(id, token, job);
                     }
                 },
             );
@@ -350,12 +350,12 @@ impl DriverEndpoint {
                     mut job,
                     shared,
                 } = *submission;
-                if !open(&mut self.handles, id, shared, &mut job) {
+                let Some(token) = open(&mut self.handles, id, shared, &mut job) else {
                     return;
-                }
+                };
                 let epoch_ns = self.epoch_ns;
                 self.core.submit_burst(now_us, |burst| {
-                    burst.submit(id, job);
+                    burst.submit(id, token, job);
                     advance_if_big(burst, epoch_ns);
                 });
             }
@@ -393,12 +393,18 @@ impl DriverEndpoint {
 }
 
 /// A job a caller submitted as `id`, opened on the callers' side (its observer taken out of
-/// it): whether it goes to the core (not if its handle cancelled it already). The job is
+/// it): the token it goes to the core with, if it goes (not if its handle cancelled it
+/// already). The job is
 /// passed by reference: it is a hundred bytes, and moved in and out it was copied twice.
 /// Always inline (the hint alone was not taken): out of line, its call and saved registers
 /// were a fifth of it.
 #[inline(always)]
-fn open(handles: &mut Handles, id: JobId, shared: Arc<JobShared>, job: &mut Job) -> bool {
+fn open(
+    handles: &mut Handles,
+    id: JobId,
+    shared: Arc<JobShared>,
+    job: &mut Job,
+) -> Option<JobToken> {
     let observer = job.observer.take();
     handles.open(id, shared, observer, job.len(), job.stream)
 }
@@ -437,8 +443,8 @@ fn submit(handles: &mut Handles, core: &mut DriverCore, submission: Submission, 
         mut job,
         shared,
     } = submission;
-    if open(handles, id, shared, &mut job) {
-        core.submit(id, job, now_us);
+    if let Some(token) = open(handles, id, shared, &mut job) {
+        core.submit(id, token, job, now_us);
     }
 }
 

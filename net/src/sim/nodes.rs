@@ -147,8 +147,9 @@ impl DriverNode {
         let tasks = tasks as u64;
         let shared = self.cancels.1.take();
         let observer = job.observer.take();
-        if (self.handles).open(id, shared.clone(), observer, tasks as usize, job.stream) {
-            self.core.submit(id, job, now_us);
+        let token = (self.handles).open(id, shared.clone(), observer, tasks as usize, job.stream);
+        if let Some(token) = token {
+            self.core.submit(id, token, job, now_us);
         }
         self.hand_events();
         Ok(JobHandle {

@@ -7,7 +7,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use flint_engine::scheduler::{JobId, JobOutcome};
+use flint_engine::scheduler::{JobId, JobOutcome, JobToken};
 
 /// What the core tells the callers' side (the scheduler's type: each task's result, each
 /// job's outcome): the endpoint delivers each to the job's handle and result observer, in order.
@@ -18,7 +18,7 @@ pub use flint_engine::scheduler::Event;
 pub(super) struct Jobs {
     /// Jobs' deadlines, earliest first (entries of ended jobs are dropped lazily).
     deadlines: BinaryHeap<Reverse<(u64, JobId)>>,
-    events: VecDeque<Event>,
+    events: VecDeque<(Event, JobToken)>,
 }
 
 impl Jobs {
@@ -27,10 +27,12 @@ impl Jobs {
         self.deadlines.push(Reverse((at_us, id)));
     }
 
-    /// Job `job` was refused before the scheduler took it (the scheduler keeps the results
-    /// and outcomes of the jobs it took until [`super::DriverCore::poll_event`] asks).
-    pub(super) fn end(&mut self, job: JobId, outcome: JobOutcome) {
-        self.events.push_back(Event::JobOutcome { job, outcome });
+    /// Job `job` (its caller's `token`) was refused before the scheduler took it (the
+    /// scheduler keeps the results and outcomes of the jobs it took until
+    /// [`super::DriverCore::poll_event`] asks).
+    pub(super) fn end(&mut self, job: JobId, token: JobToken, outcome: JobOutcome) {
+        self.events
+            .push_back((Event::JobOutcome { job, outcome }, token));
     }
 
     /// The driver stops: no deadline is due any more.
@@ -60,7 +62,7 @@ impl Jobs {
         self.deadlines.pop().map(|Reverse((_, id))| id)
     }
 
-    pub(super) fn poll_event(&mut self) -> Option<Event> {
+    pub(super) fn poll_event(&mut self) -> Option<(Event, JobToken)> {
         self.events.pop_front()
     }
 }

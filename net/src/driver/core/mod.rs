@@ -52,8 +52,8 @@ use bytes::BytesMut;
 use flint_engine::clock;
 use flint_engine::runner::TaskReport;
 use flint_engine::scheduler::{
-    self, Attempt, ExecutorId, ExecutorInfo, JobId, Output, RemovalReason, Scheduler, Stats,
-    TaskId, TaskLaunch, TaskState,
+    self, Attempt, ExecutorId, ExecutorInfo, JobId, JobToken, Output, RemovalReason, Scheduler,
+    Stats, TaskId, TaskLaunch, TaskState,
 };
 
 pub use self::executors::LOCAL_EXECUTOR;
@@ -137,12 +137,12 @@ pub struct Burst<'a> {
 }
 
 impl Burst<'_> {
-    /// Submits `job` under `id` (see [`DriverCore::submit`]); its launches wait for the burst's
-    /// end.
-    pub fn submit(&mut self, id: JobId, job: Job) {
+    /// Submits `job` under `id` and `token` (see [`DriverCore::submit`]); its launches wait
+    /// for the burst's end.
+    pub fn submit(&mut self, id: JobId, token: JobToken, job: Job) {
         let tasks = job.len();
         self.tasks += tasks;
-        self.core.submit_inner(id, job, tasks);
+        self.core.submit_inner(id, token, job, tasks);
     }
 
     /// Tasks submitted in the burst so far.
@@ -479,12 +479,13 @@ impl DriverCore {
     // ----- inputs: jobs and requests -----
 
     /// A job the caller admitted under `id` (its result observer, if any, stays with the
-    /// caller's side): into the scheduler, with its deadline noted. A job refused here (a
-    /// malformed one) ends at once: its outcome is in [`DriverCore::poll_event`].
-    pub fn submit(&mut self, id: JobId, job: Job, now_us: u64) {
+    /// caller's side): into the scheduler, with its deadline noted. Its events carry `token`
+    /// back ([`DriverCore::poll_event`]). A job refused here (a malformed one) ends
+    /// at once: its outcome is in [`DriverCore::poll_event`].
+    pub fn submit(&mut self, id: JobId, token: JobToken, job: Job, now_us: u64) {
         self.advance(now_us);
         let tasks = job.len();
-        self.submit_inner(id, job, tasks);
+        self.submit_inner(id, token, job, tasks);
         self.pump();
     }
 
@@ -503,7 +504,7 @@ impl DriverCore {
     }
 
     /// Submits `job` of `n` tasks (its [`Job::len`], which its caller counted already).
-    fn submit_inner(&mut self, id: JobId, job: Job, n: usize) {
+    fn submit_inner(&mut self, id: JobId, token: JobToken, job: Job, n: usize) {
         // Scheduler outputs wait for the pump (after one job, or after a burst).
         debug_assert!(job.observer.is_none(), "an observer reached the core");
         debug_assert_eq!(n, job.len());
@@ -536,14 +537,15 @@ impl DriverCore {
                 };
                 let spec = scheduler::JobSpec {
                     keep_results,
+                    token,
                     ..scheduler::JobSpec::new(tasks)
                 };
                 self.scheduler.handle_submit_with_id(id, spec, now_us)
             }
             Some(scheduling) => {
                 match self.spec_with(function, payloads, cores, keep_results, scheduling) {
-                    Ok(spec) => self.submit_own(id, spec, n),
-                    Err(error) => return self.refuse(id, &error),
+                    Ok(spec) => self.submit_own(id, scheduler::JobSpec { token, ..spec }, n),
+                    Err(error) => return self.refuse(id, token, &error),
                 }
             }
         };
@@ -555,7 +557,7 @@ impl DriverCore {
                     self.jobs.set_deadline(id, now_us.saturating_add(d.get()));
                 }
             }
-            Err(error) => self.refuse(id, &error),
+            Err(error) => self.refuse(id, token, &error),
         }
     }
 
@@ -615,13 +617,14 @@ impl DriverCore {
         )
     }
 
-    /// Ends job `id` at once, refused for `error`: its outcome waits in the events.
+    /// Ends job `id` (its caller's `token`) at once, refused for `error`: its outcome waits
+    /// in the events.
     #[cold]
     #[inline(never)]
-    fn refuse(&mut self, id: JobId, error: &dyn std::fmt::Display) {
+    fn refuse(&mut self, id: JobId, token: JobToken, error: &dyn std::fmt::Display) {
         let reason = format!("job refused: {error}");
-        self.jobs
-            .end(id, scheduler::JobOutcome::Failed(vec![reason]));
+        let outcome = scheduler::JobOutcome::Failed(vec![reason]);
+        self.jobs.end(id, token, outcome);
     }
 
     /// A caller cancelled a job.
@@ -690,11 +693,11 @@ impl DriverCore {
             self.send(peer, &Message::Shutdown {});
         }
         self.jobs.clear_deadlines();
-        let active: Vec<JobId> = self.scheduler.active_job_ids().collect();
-        for id in active {
+        let active: Vec<(JobId, JobToken)> = self.scheduler.active_job_tokens().collect();
+        for (id, token) in active {
             let reason = "the driver stopped".to_owned();
-            self.jobs
-                .end(id, scheduler::JobOutcome::Failed(vec![reason]));
+            let outcome = scheduler::JobOutcome::Failed(vec![reason]);
+            self.jobs.end(id, token, outcome);
         }
     }
 
@@ -747,12 +750,13 @@ impl DriverCore {
 
     /// The next task result or job outcome for the callers' side: refusals of submissions
     /// first, then what the scheduler decided, in the order it did (a job's results before its
-    /// outcome). They wait in the scheduler until asked for, so each is queued once.
-    pub fn poll_event(&mut self) -> Option<Event> {
+    /// outcome). They wait in the scheduler until asked for, so each is queued once. Each
+    /// comes with the token its job was submitted with.
+    pub fn poll_event(&mut self) -> Option<(Event, JobToken)> {
         if let Some(event) = self.jobs.poll_event() {
             return Some(event);
         }
-        let event = self.scheduler.poll_event()?;
+        let event = self.scheduler.poll_event_with_token()?;
         debug_assert!(
             self.events_counted > 0,
             "an event is counted before it leaves"

@@ -154,19 +154,36 @@ fn launches_to_anyone(core: &mut DriverCore) -> Vec<(u64, u32)> {
     launches(&frames)
 }
 
-/// Submits a job under a fresh id (the caller's side admits jobs); its id.
+/// Submits a job under a fresh id (the caller's side admits jobs), its token the id's low
+/// half ([`token_of`]); its id.
 fn submit(core: &mut DriverCore, job: Job, now_us: u64) -> JobId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = JobId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    core.submit(id, job, now_us);
+    core.submit(id, token_of(id), job, now_us);
     id
+}
+
+/// The token the tests submit job `id` with.
+fn token_of(id: JobId) -> JobToken {
+    JobToken(id.0 as u32)
+}
+
+/// The core's next event, its token checked against its job's.
+fn next_event(core: &mut DriverCore) -> Option<Event> {
+    let (event, token) = core.poll_event()?;
+    let job = match &event {
+        Event::TaskResult { task, .. } | Event::OneTaskJobSucceeded { task, .. } => task.job(),
+        Event::JobOutcome { job, .. } => *job,
+    };
+    assert_eq!(token, token_of(job), "{event:?} carries its job's token");
+    Some(event)
 }
 
 /// Job `id`'s outcome among the events the core has for the callers' side (the others are
 /// dropped); fails the test if the job has not ended.
 fn outcome(core: &mut DriverCore, id: JobId) -> JobOutcome {
     let mut found = None;
-    while let Some(event) = core.poll_event() {
+    while let Some(event) = next_event(core) {
         if let Some(Event::JobOutcome { job, outcome }) = event.split().last() {
             if job == id {
                 assert!(found.is_none(), "two outcomes for one job");
@@ -647,7 +664,11 @@ fn a_burst_that_took_long_to_build_launches_attempts_stamped_when_they_leave() {
     // threshold (200 ms while the function has no run times yet).
     let job = JobId(1);
     core.submit_burst(2 * MS, |burst| {
-        burst.submit(job, Job::new("echo", vec![Bytes::from("x"); 2]));
+        burst.submit(
+            job,
+            token_of(job),
+            Job::new("echo", vec![Bytes::from("x"); 2]),
+        );
         burst.advance(S + 2 * MS);
     });
     let launched = launches_to_anyone(&mut core);
@@ -898,7 +919,7 @@ fn launches_name_functions_by_index_defined_ahead_even_past_the_table() {
 /// Every job and task event the core has for the callers' side: the outcomes by job.
 fn outcomes(core: &mut DriverCore) -> FxHashMap<JobId, JobOutcome> {
     let mut found = FxHashMap::default();
-    while let Some(event) = core.poll_event() {
+    while let Some(event) = next_event(core) {
         if let Some(Event::JobOutcome { job, outcome }) = event.split().last() {
             assert!(
                 found.insert(job, outcome).is_none(),
