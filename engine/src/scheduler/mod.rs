@@ -3418,14 +3418,14 @@ impl Scheduler {
         self.stats.succeeded += 1;
         // A job of one task that keeps no results ends with it (`maybe_finish_job`, which
         // its caller calls next): one event says both.
-        let event = if job.task_count == 1 && !job.keep_results {
+        let token = job.token;
+        if job.task_count == 1 && !job.keep_results {
             let result = std::mem::take(data);
-            Event::OneTaskJobSucceeded { task, result }
+            (self.events).push_back((Event::OneTaskJobSucceeded { task, result }, token));
         } else {
             let result = Ok(std::mem::take(data));
-            Event::TaskResult { task, result }
-        };
-        self.events.push_back((event, job.token));
+            (self.events).push_back((Event::TaskResult { task, result }, token));
+        }
         others
     }
 

@@ -105,13 +105,6 @@ impl Handles {
         u32::try_from(self.jobs.len() - 1).expect("fewer than 2^32 active jobs")
     }
 
-    /// The entry at `token`, if it is job `job`'s.
-    #[inline(always)]
-    fn entry(&mut self, job: JobId, token: JobToken) -> Option<&mut Entry> {
-        let entry = self.jobs.get_mut(token.0 as usize)?.as_mut()?;
-        (entry.job == job).then_some(entry)
-    }
-
     /// Takes job `job`'s entry at `token` out (its token free again), if it is there.
     #[inline(always)]
     fn take(&mut self, job: JobId, token: JobToken) -> Option<Entry> {
@@ -123,12 +116,18 @@ impl Handles {
 
     /// Hands the core's events (from `next`, until it has none) to their jobs: a result to
     /// the handle and the observer, an outcome to the handle (giving its room back). Each
-    /// finds its job's entry at the token it carries.
+    /// finds its job's entry at the token it carries; a run of one job's results, once.
     pub(crate) fn deliver_all(&mut self, mut next: impl FnMut() -> Option<(Event, JobToken)>) {
+        // The entry of the last result's job: a run of one job's results finds it once.
+        let mut current: Option<(JobId, &mut Entry)> = None;
         while let Some((event, token)) = next() {
             match event {
                 Event::TaskResult { task, result } => {
-                    let Some(entry) = self.entry(task.job(), token) else {
+                    let job = task.job();
+                    if current.as_ref().is_none_or(|(id, _)| *id != job) {
+                        current = entry(&mut self.jobs, job, token).map(|entry| (job, entry));
+                    }
+                    let Some((_, entry)) = current.as_mut() else {
                         continue;
                     };
                     let result = result.as_ref().map_err(String::as_str);
@@ -141,11 +140,13 @@ impl Handles {
                     }
                 }
                 Event::JobOutcome { job, outcome } => {
+                    current = None;
                     if let Some(entry) = self.take(job, token) {
                         self.end(entry, outcome);
                     }
                 }
                 Event::OneTaskJobSucceeded { task, result } => {
+                    current = None;
                     if let Some(mut entry) = self.take(task.job(), token) {
                         entry.shared.task_done();
                         if entry.stream {
@@ -217,6 +218,13 @@ impl Handles {
             }
         }
     }
+}
+
+/// The entry at `token` in `jobs`, if it is job `job`'s.
+#[inline(always)]
+fn entry(jobs: &mut [Option<Entry>], job: JobId, token: JobToken) -> Option<&mut Entry> {
+    let entry = jobs.get_mut(token.0 as usize)?.as_mut()?;
+    (entry.job == job).then_some(entry)
 }
 
 #[cfg(test)]
