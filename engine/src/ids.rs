@@ -1,6 +1,6 @@
 //! `IdMap`: a map keyed by ids a process hands out in increasing order (job ids), for the
-//! tables the driver keeps per active job (the scheduler's job slots, the core's active jobs,
-//! the callers' handles, the telemetry's tracks).
+//! tables the driver keeps per active job (the scheduler's job slots, the telemetry's tracks;
+//! the callers' handles find theirs by the job's token instead).
 //!
 //! Such ids arrive nearly in order and mostly end nearly in order, so the live ones are a
 //! window of recent ids with a few older ones: the window is a ring indexed by the id's low
