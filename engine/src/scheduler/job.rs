@@ -259,6 +259,15 @@ pub(crate) struct Queues {
     pub prefs: Option<Box<PrefQueues>>,
 }
 
+impl Queues {
+    /// Whether the queues hold nothing to drop (no allocation): what a vacant record's kept
+    /// class must be (`slots.rs`), for [`Job::enqueue_fresh`] to write a new job's over it.
+    #[inline]
+    pub fn is_bare(&self) -> bool {
+        self.no_pref.capacity() == 0 && self.prefs.is_none()
+    }
+}
+
 /// Pending-task queues of tasks with preferences, for tasks of one size.
 #[derive(Debug, Default)]
 pub(crate) struct PrefQueues {
@@ -549,10 +558,7 @@ impl Job {
     /// vacant record kept (empty queues: `slots.rs`) is written over in place.
     pub fn enqueue_fresh(&mut self, n: u32, cores: u32) {
         if let [q] = self.classes.as_mut_slice() {
-            debug_assert!(
-                q.no_pref.is_empty() && q.prefs.is_none(),
-                "a kept class is bare"
-            );
+            debug_assert!(q.is_bare(), "a kept class is bare");
             (q.cores, q.fresh) = (cores, 0..n);
             return;
         }

@@ -253,9 +253,8 @@ impl Job {
         ) = (0, 0, 0, 0, 0);
         // A one-class job's class is kept when its queues hold nothing to drop: the next job
         // of one function over payloads writes its own over it (`Job::enqueue_fresh`).
-        let bare = |q: &Queues| q.no_pref.capacity() == 0 && q.prefs.is_none();
-        if !matches!(classes.as_slice(), [q] if bare(q)) {
-            clear_small_bare(classes, bare);
+        if !matches!(classes.as_slice(), [q] if q.is_bare()) {
+            clear_small_bare(classes, Queues::is_bare);
         }
         (*live_exec_keys, *live_host_keys) = (0, 0);
         if exclusion.is_some() {
@@ -301,7 +300,7 @@ impl Job {
             && self.prefs.is_empty()
             && (self.result_bytes, self.pending, self.running) == (0, 0, 0)
             && (self.running_cores, self.final_count) == (0, 0)
-            && (self.classes.iter()).all(|q| q.no_pref.capacity() == 0 && q.prefs.is_none())
+            && self.classes.iter().all(Queues::is_bare)
             && self.classes.len() <= 1
             && (self.live_exec_keys, self.live_host_keys) == (0, 0)
             && self.exclusion.is_none()
