@@ -113,8 +113,8 @@ fn clear_small<T>(v: &mut Vec<T>) {
 }
 
 /// [`clear_small`] for elements most of which hold nothing to drop (`bare`): those are let go
-/// of without their drop code running (a one-task job's task record and queue hold no
-/// allocation), the others dropped.
+/// of without their drop code running (a one-class job's queues hold no allocation), the
+/// others dropped.
 #[inline]
 fn clear_small_bare<T>(v: &mut Vec<T>, bare: impl Fn(&T) -> bool) {
     if v.capacity() > KEPT_CAPACITY_MAX {
@@ -233,7 +233,7 @@ impl Job {
             speculation: _,
             hedge: _,
             latency: _,
-            exclusion_config: _,
+            exclusion_config,
             inherits_defaults: _,
             avoiding,
             new_pref_keys,
@@ -241,7 +241,19 @@ impl Job {
             counters,
         } = self;
         *id = VACANT;
-        clear_small_bare(tasks, |t| t.exclusion.is_none());
+        // A task record holds an allocation only in its exclusion, which a task gets only in a
+        // job under exclusion (`Scheduler::count_failure`): without it, the records are let
+        // go of without their drop code running (a loop over them that finds nothing).
+        if tasks.capacity() > KEPT_CAPACITY_MAX {
+            *tasks = Vec::new();
+        } else if exclusion_config.is_none() {
+            debug_assert!(tasks.iter().all(|t| t.exclusion.is_none()), "{tasks:?}");
+            // SAFETY: a length of 0 is within the capacity, with no element to initialise; the
+            // records let go of own nothing (see above), so nothing leaks either.
+            unsafe { tasks.set_len(0) };
+        } else {
+            tasks.clear();
+        }
         *payloads = Payloads::default();
         *function = None;
         (
