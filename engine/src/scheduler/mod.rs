@@ -3603,26 +3603,33 @@ impl Scheduler {
         self.book.unblock_all();
     }
 
-    /// Reports the job's outcome once all its tasks are final. Inlined where tasks end: most
-    /// calls find the job unfinished, or a one-task job that keeps no results ended, which
-    /// its task's `OneTaskJobSucceeded` said already (`task_succeeded`): it is only removed.
-    /// The outcomes to report apart ([`finish_job`](Self::finish_job)).
+    /// Ends the job once all its tasks are final ([`end_job`](Self::end_job)). Inlined where
+    /// tasks end: most calls find the job unfinished.
     #[inline]
     fn maybe_finish_job(&mut self, job_slot: u32) {
         let job = self.jobs.live(job_slot);
         if job.final_count < job.task_count {
             return;
         }
+        self.end_job(job_slot);
+    }
+
+    /// Ends the job in `job_slot`, all of whose tasks are final: a one-task job that keeps no
+    /// results and did not fail is only removed (its task's `OneTaskJobSucceeded` said its
+    /// end: `task_succeeded`); any other reports its outcome apart
+    /// ([`finish_job`](Self::finish_job)).
+    #[inline(always)]
+    fn end_job(&mut self, job_slot: u32) {
+        let job = self.jobs.live(job_slot);
         if job.task_count == 1 && !job.doomed && !job.keep_results {
             self.remove_job(job_slot);
-            return;
+        } else {
+            self.finish_job(job_slot);
         }
-        self.finish_job(job_slot);
     }
 
     /// Reports the outcome of the job in `job_slot`, all of whose tasks are final (but that of
-    /// a one-task job that keeps no results: [`maybe_finish_job`](Self::maybe_finish_job)), and
-    /// removes it.
+    /// a one-task job that keeps no results: [`end_job`](Self::end_job)), and removes it.
     #[inline(never)]
     fn finish_job(&mut self, job_slot: u32) {
         let Some(job) = self.jobs.get_mut(job_slot as usize) else {

@@ -115,18 +115,22 @@ impl Scheduler {
     /// next report of another job would settle it, nor by the executor's settling (which
     /// touches only the executor and hedging), so the outcome is the same. It saves a
     /// call and a look-up of the job per one-task job.
+    ///
+    /// Its cores go back with the job: its end takes what it runs off its pool
+    /// (`Scheduler::remove_job`). Under FAIR they go back first, as any job's success gives
+    /// them back, so that the order re-sorts the job and its pool as it would.
     #[inline(always)]
     fn settle_one_task_job(&mut self, job_slot: u32, cores: u32) {
-        let job = live_job(&mut self.jobs, job_slot);
-        debug_assert!(job.final_count == 1, "a one-task job's only task succeeded");
-        let (order, pools) = (&mut self.runnable, &mut self.pools);
-        give_back_cores(order, pools, job_slot, job, u64::from(cores));
-        // `maybe_finish_job`'s choice, its job final.
-        if job.doomed || job.keep_results {
-            self.finish_job(job_slot);
-        } else {
-            self.remove_job(job_slot);
+        debug_assert!(
+            self.jobs.live(job_slot).final_count == 1,
+            "a one-task job's only task succeeded"
+        );
+        if self.runnable.fair() {
+            let job = live_job(&mut self.jobs, job_slot);
+            let (order, pools) = (&mut self.runnable, &mut self.pools);
+            give_back_cores(order, pools, job_slot, job, u64::from(cores));
         }
+        self.end_job(job_slot);
     }
 
     /// Settles the open executor's run and opens one of executor `id`, if registered (its
