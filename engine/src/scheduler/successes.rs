@@ -37,8 +37,10 @@ pub(super) struct Successes {
 impl Scheduler {
     /// Applies `update` as the next success of the open runs (settling a run and opening
     /// another for a new executor or job) if it is a plain success (see the module docs);
-    /// false, with `update` untouched, for anything else.
-    #[inline]
+    /// false, with `update` untouched, for anything else. Always inline, in its one caller
+    /// (`handle_statuses`): the driver's build of it (generic, built in `flint_net`) called it
+    /// once a report.
+    #[inline(always)]
     pub(super) fn add_success(
         &mut self,
         now_us: u64,
