@@ -293,6 +293,9 @@ struct Pool {
     /// Listed in [`Config::pools`] (kept for good); others are made for a job that names them
     /// and may be reused for another name once they hold no job.
     configured: bool,
+    /// Named [`DEFAULT_POOL`]: a job naming the pool by that constant (as [`JobSpec::new`]
+    /// does) is matched by this flag, not by comparing the names' text.
+    is_default: bool,
 }
 
 impl Pool {
@@ -305,6 +308,7 @@ impl Pool {
             running_cores: 0,
             jobs: 0,
             configured,
+            is_default: c.name == DEFAULT_POOL,
         }
     }
 
@@ -1739,11 +1743,12 @@ impl Scheduler {
     /// is reused for the new name.
     fn resolve_pool(&mut self, name: &str) -> u32 {
         // Jobs mostly name the pool the one before named: one comparison, no hashing (and for
-        // the default pool's name, against a constant: no `memcmp` call).
+        // the default pool's name as `JobSpec::new` gives it, the constant itself, a flag: no
+        // text compared; another copy of the name's text is compared as any name is).
         let last = self.last_pool;
-        let same = |p: &Pool| match name {
-            DEFAULT_POOL => *p.name == *DEFAULT_POOL,
-            _ => *p.name == *name,
+        let same = |p: &Pool| match std::ptr::eq(name, DEFAULT_POOL) {
+            true => p.is_default,
+            false => *p.name == *name,
         };
         if self.pools.get(last as usize).is_some_and(same) {
             return last;
