@@ -69,11 +69,6 @@ impl Scheduler {
         !self.building.is_empty() && self.building.iter().any(|b| b.id == id)
     }
 
-    /// The ids of the jobs being built.
-    pub(super) fn building_ids(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.building.iter().map(|b| b.id)
-    }
-
     /// The job table slots of the jobs being built.
     pub(super) fn building_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.building.iter().map(|b| b.slot)

@@ -813,11 +813,6 @@ impl Scheduler {
         self.job_slots.contains_key(job.0) || self.is_building(job)
     }
 
-    /// The jobs accepted and without an outcome yet, in no set order.
-    pub fn active_job_ids(&self) -> impl Iterator<Item = JobId> + '_ {
-        (self.job_slots.keys().map(JobId)).chain(self.building_ids())
-    }
-
     /// The jobs accepted and without an outcome yet, each with its token
     /// ([`JobSpec::token`]), in no set order.
     pub fn active_job_tokens(&self) -> impl Iterator<Item = (JobId, JobToken)> + '_ {
